@@ -1,0 +1,96 @@
+"""The context a run (or a single step) executes in."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from minions.config import ExecutionConfig
+from minions.errors import BudgetExceededError
+from minions.events import EventEmitter, EventListener
+from minions.memory import InMemoryModelMemory, ModelMemory
+from minions.messages import Usage
+from minions.models.base import Model
+from minions.tools import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from minions.step.completion import StepCompletionChain
+
+__all__ = ["AgentContext"]
+
+
+class AgentContext:
+    """What steps share during a run: model, tools, memory, config, inputs, events and budgets.
+
+    Args:
+        model: a `Model`, a model string (``"openai:gpt-4o-mini"``, ``"ollama:llama3.2:3b"``),
+            or ``None`` for the `MINIONS_MODEL` environment variable. Resolved on first use.
+        tools: tools or plain functions, or a `ToolRegistry`.
+        memory: where conversations live (in process memory by default).
+        config: execution settings; steps may override fields.
+        inputs: the run's inputs, visible to templates as ``inputs``.
+        listeners: callables receiving every event, in order.
+        completion_chain: the chain steps use unless they carry their own.
+        run_id: defaults to a new random id.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Model | str | None = None,
+        tools: ToolRegistry | Iterable[Tool | Callable[..., Any]] = (),
+        memory: ModelMemory | None = None,
+        config: ExecutionConfig | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        listeners: Iterable[EventListener] = (),
+        completion_chain: StepCompletionChain | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self._model_spec = model
+        self._model: Model | None = model if isinstance(model, Model) else None
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.memory: ModelMemory = memory if memory is not None else InMemoryModelMemory()
+        self.config = config or ExecutionConfig()
+        self.inputs: Mapping[str, Any] = dict(inputs or {})
+        self.events = EventEmitter(self.run_id, listeners)
+        self.completion_chain = completion_chain
+        self.usage = Usage()
+        """Tokens of every model call of the run so far (all steps, all attempts)."""
+
+    @property
+    def model(self) -> Model:
+        """The run's default model, resolved from a string or `MINIONS_MODEL` on first use."""
+        if self._model is None:
+            self._model = resolve_model(self._model_spec)
+        return self._model
+
+    def resolve_model(self, override: Model | str | None) -> Model:
+        """A step's model: its own override, else the run's model."""
+        if override is None:
+            return self.model
+        return resolve_model(override)
+
+    def record_usage(self, usage: Usage) -> None:
+        self.usage = self.usage + usage
+
+    def check_run_budget(self) -> None:
+        """Raise `BudgetExceededError` when the run has used its token budget."""
+        budget = self.config.run_token_budget
+        if budget is not None and self.usage.total_tokens >= budget:
+            raise BudgetExceededError(
+                f"run token budget of {budget} exhausted: {self.usage.total_tokens} tokens used "
+                f"over {self.usage.calls} model calls"
+            )
+
+    def __repr__(self) -> str:
+        return f"AgentContext(run_id={self.run_id!r}, model={self._model or self._model_spec!r})"
+
+
+def resolve_model(spec: Model | str | None) -> Model:
+    if isinstance(spec, Model):
+        return spec
+    from minions.models import infer_model
+
+    return infer_model(spec)

@@ -1,0 +1,123 @@
+"""The exceptions of minions: one root, `MinionsError`, and a subclass per kind of problem.
+
+Two families matter to users:
+
+* **Definition errors** (`StepDefinitionError`, `ToolDefinitionError`, `TemplateSyntaxError`, ...)
+  are raised before anything runs: the recipe, step or tool is wrong and no model call is made.
+* **Run-time failures** never escape `StepExecutor.execute()`: they end the step as FAILED with a
+  reason. Providers raise `TransientModelError`, `ModelOutputError` and `ModelError` to tell the
+  step loop whether to retry, re-ask or give up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from minions.messages import Usage
+
+__all__ = [
+    "BudgetExceededError",
+    "MinionsError",
+    "ModelError",
+    "ModelOutputError",
+    "OutputValidationError",
+    "ScriptExhaustedError",
+    "StepDefinitionError",
+    "TemplateError",
+    "TemplateSyntaxError",
+    "ToolDefinitionError",
+    "ToolError",
+    "TransientModelError",
+]
+
+
+class MinionsError(Exception):
+    """The root of every error minions raises on purpose."""
+
+
+class StepDefinitionError(MinionsError):
+    """A step is wrongly defined (unknown tool, empty goal, invalid output schema, ...).
+
+    Raised before any model call. `problems` lists every problem found, each naming the step.
+    """
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class ToolDefinitionError(MinionsError):
+    """A function cannot be turned into a tool (bad annotations, non-serializable return type)."""
+
+
+class ToolError(MinionsError):
+    """A tool call failed: unknown tool, invalid arguments, or the tool raised.
+
+    The message goes back to the model as the result of that tool call.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class TemplateError(MinionsError):
+    """A `{{ expression }}` could not be rendered, e.g. its value is missing from run state."""
+
+    def __init__(self, message: str, *, expression: str) -> None:
+        super().__init__(message)
+        self.expression = expression
+
+
+class TemplateSyntaxError(TemplateError):
+    """A `{{ expression }}` is not valid JMESPath or refers to nothing that can exist."""
+
+
+class ModelError(MinionsError):
+    """A model call failed in a way that retrying will not fix (HTTP 400/401/403/404, ...)."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class TransientModelError(ModelError):
+    """A model call failed in a way that may pass: timeout, connection error, 429 or 5xx.
+
+    The step loop restores the conversation and retries with backoff. `retry_after` (seconds)
+    is the server's hint, honoured when given.
+    """
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status_code=status_code)
+        self.retry_after = retry_after
+
+
+class ModelOutputError(ModelError):
+    """The model answered, but the answer is unusable (bad tool-argument JSON, a `length`
+    cut-off, output that fails its schema).
+
+    The step loop restores the conversation and re-asks with `note`, one short sentence
+    saying what was wrong. `usage` is what the failed answer cost, counted in the step's usage.
+    """
+
+    def __init__(self, note: str, *, usage: Usage | None = None, mode: str | None = None) -> None:
+        super().__init__(note)
+        self.note = note
+        self.usage = usage
+        self.mode = mode
+
+
+class OutputValidationError(MinionsError):
+    """Output did not validate against its `OutputInstructions` schema."""
+
+
+class BudgetExceededError(MinionsError):
+    """A token budget (per step or per run) would be exceeded by another model call."""
+
+
+class ScriptExhaustedError(ModelError):
+    """A `ScriptedModel` was asked for more replies than its script holds."""

@@ -1,0 +1,256 @@
+"""The values that flow through a step: messages, tool calls, model calls, prompts and usage.
+
+All of them are frozen dataclasses; change one with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from minions.errors import ModelOutputError
+
+if TYPE_CHECKING:
+    from minions.output import OutputInstructions
+
+__all__ = [
+    "Message",
+    "MessageBundle",
+    "ModelCall",
+    "ModelCallResponse",
+    "Prompt",
+    "Role",
+    "ToolCall",
+    "ToolCallResponse",
+    "ToolSpec",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token usage of one or more model calls.
+
+    A server that does not report usage is never counted as zero tokens: such a call adds to
+    `unknown_calls`, and `complete` turns false, so totals say honestly what they cover.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    unknown_calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def complete(self) -> bool:
+        """True when every counted call reported its usage."""
+        return self.unknown_calls == 0
+
+    @classmethod
+    def of_call(cls, prompt_tokens: int | None, completion_tokens: int | None) -> Usage:
+        """The usage of one call; `None` for either count means the server did not say."""
+        if prompt_tokens is None or completion_tokens is None:
+            return cls(
+                prompt_tokens=prompt_tokens or 0,
+                completion_tokens=completion_tokens or 0,
+                calls=1,
+                unknown_calls=1,
+            )
+        return cls(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, calls=1)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            calls=self.calls + other.calls,
+            unknown_calls=self.unknown_calls + other.unknown_calls,
+        )
+
+    @staticmethod
+    def total(usages: Sequence[Usage]) -> Usage:
+        result = Usage()
+        for usage in usages:
+            result = result + usage
+        return result
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallResponse:
+    """The outcome of one tool call: a result, or the error that went back to the model."""
+
+    call_id: str
+    name: str
+    result: Any = None
+    error: str | None = None
+    content: str = ""
+    """The text the model sees as this call's result (the serialized result, or the error)."""
+    attempts: int = 1
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """A tool call the model asked for; `response` is set once it has run."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    response: ToolCallResponse | None = None
+
+    @classmethod
+    def parse(cls, *, id: str, name: str, arguments: str | Mapping[str, Any] | None) -> ToolCall:
+        """Build a call from the model's raw argument JSON.
+
+        Raises:
+            ModelOutputError: the arguments are not a JSON object; the step loop re-asks.
+        """
+        if arguments is None or arguments == "":
+            return cls(id=id, name=name, arguments={})
+        if isinstance(arguments, Mapping):
+            return cls(id=id, name=name, arguments=dict(arguments))
+        try:
+            parsed = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            raise ModelOutputError(
+                f"The arguments of your call to tool {name!r} were not valid JSON ({exc.msg} at "
+                f"position {exc.pos}). Call it again with a JSON object."
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ModelOutputError(
+                f"The arguments of your call to tool {name!r} must be a JSON object, "
+                f"not {type(parsed).__name__}."
+            )
+        return cls(id=id, name=name, arguments=parsed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One message of a conversation, in the OpenAI chat shape."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    """For `role="tool"`: the id of the call this message answers."""
+    name: str | None = None
+    """For `role="tool"`: the name of the tool."""
+
+    @classmethod
+    def system(cls, content: str) -> Message:
+        return cls(role="system", content=content)
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(cls, content: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
+        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, call_id: str, content: str, *, name: str | None = None) -> Message:
+        return cls(role="tool", content=content, tool_call_id=call_id, name=name)
+
+    def __str__(self) -> str:
+        text = f"{self.role}: {self.content}"
+        for call in self.tool_calls:
+            text += f"\n  -> {call.name}({json.dumps(dict(call.arguments), default=str)})"
+        return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageBundle:
+    """What a step says to the model: a system prompt, a goal, and optional extra messages
+    (few-shot examples, fixed context) placed between the two.
+
+    `system` and `goal` may hold `{{ expression }}` templates, rendered from run state.
+    """
+
+    goal: str
+    system: str | None = None
+    messages: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """What a model is told about a tool: its name, description and JSON Schema parameters."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prompt:
+    """One request to a model: the conversation so far, the tools it may call, and the
+    structured output expected (if any)."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    output: OutputInstructions | None = None
+    tool_choice: Literal["auto", "required", "none"] = "auto"
+    step_id: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Provider settings such as `temperature`, passed through as they are."""
+
+    def __str__(self) -> str:
+        return "\n".join(str(message) for message in self.messages)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCallResponse:
+    """A model's answer: one assistant message with text and/or tool calls."""
+
+    message: Message
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = "stop"
+    model: str | None = None
+    output: Any = None
+    """Structured output the provider already parsed and validated, if it did."""
+    output_mode: str | None = None
+    """How structured output was produced: `json_schema`, `tool`, `prompted_json`, `text`..."""
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def text(self) -> str:
+        return self.message.content
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return self.message.tool_calls
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCall:
+    """The record of one model call attempt: what was asked, what came back or went wrong."""
+
+    step_id: str
+    turn: int
+    """1 for the step's first model call, 2 for the follow-up after tool results, ..."""
+    attempt: int
+    """1 for the first attempt of a turn; retries count up."""
+    prompt: Prompt = field(repr=False)
+    response: ModelCallResponse | None = None
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    started_at: float = 0.0
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.response is not None
+
+    @property
+    def output_mode(self) -> str | None:
+        return self.response.output_mode if self.response is not None else None

@@ -4,32 +4,31 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from minions.messages import Message
 
 __all__ = ["InMemoryModelMemory", "MemorySnapshot", "ModelMemory"]
 
 
-@dataclass(frozen=True, slots=True)
-class MemorySnapshot:
+class MemorySnapshot(NamedTuple):
     """An immutable view of a conversation at one moment.
 
     It holds a reference to a message list and a length. Memories only ever append past the
     length a snapshot saw, and copy before writing into a shared prefix, so later writes never
-    change what a snapshot holds.
+    change what a snapshot holds. (A named tuple: creating one is as cheap as it gets.)
     """
 
     conversation_id: str
-    _messages: list[Message] = field(repr=False, compare=False)
+    store: list[Message]
     length: int
 
     @property
     def messages(self) -> tuple[Message, ...]:
-        return tuple(self._messages[: self.length])
+        return tuple(self.store[: self.length])
 
-    def __len__(self) -> int:
-        return self.length
+    def __repr__(self) -> str:
+        return f"MemorySnapshot({self.conversation_id!r}, length={self.length})"
 
 
 class ModelMemory(ABC):
@@ -106,7 +105,7 @@ class InMemoryModelMemory(ModelMemory):
 
     def restore(self, snapshot: MemorySnapshot, conversation_id: str | None = None) -> None:
         target = snapshot.conversation_id if conversation_id is None else conversation_id
-        self._conversations[target] = _Conversation(snapshot._messages, snapshot.length)
+        self._conversations[target] = _Conversation(snapshot.store, snapshot.length)
 
     def conversation_ids(self) -> Sequence[str]:
         return list(self._conversations)

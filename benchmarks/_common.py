@@ -1,0 +1,102 @@
+"""Shared helpers for the benchmark workloads of ../shared/benchmarks/WORKLOADS.md.
+
+Each workload is a script that prints one JSON line per variant on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+RSS_AFTER_IMPORT_MIB: float = 0.0
+
+
+def _rss_mib() -> float:
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def mark_imported() -> None:
+    """Call after the imports a workload needs, to record `rss_after_import_mib`."""
+    global RSS_AFTER_IMPORT_MIB
+    RSS_AFTER_IMPORT_MIB = _rss_mib()
+
+
+def summary(values: list[float], unit: str) -> dict[str, Any]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "n": len(values),
+        "unit": unit,
+    }
+
+
+def emit(
+    workload: str,
+    variant: str,
+    *,
+    primary: str,
+    metrics: dict[str, dict[str, Any]],
+    headline: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    import minions
+
+    line = {
+        "anchor": "minions",
+        "anchor_version": minions.__version__,
+        "workload": workload,
+        "variant": variant,
+        "headline": headline,
+        "primary": primary,
+        "metrics": metrics,
+        "peak_rss_mib": round(_rss_mib(), 1),
+        "rss_after_import_mib": round(RSS_AFTER_IMPORT_MIB, 1),
+        "python": platform.python_version(),
+        "extra": extra or {},
+    }
+    print(json.dumps(line), flush=True)
+
+
+def time_async(fn: Callable[[], Awaitable[Any]], *, warmups: int, repetitions: int) -> list[float]:
+    """Seconds per repetition of `await fn()`, after untimed warm-ups, with `gc.collect()`
+    before each repetition (outside the timed region). Runs in one event loop."""
+
+    async def run() -> list[float]:
+        for _ in range(warmups):
+            await fn()
+        times = []
+        for _ in range(repetitions):
+            gc.collect()
+            started = time.perf_counter()
+            await fn()
+            times.append(time.perf_counter() - started)
+        return times
+
+    return asyncio.run(run())
+
+
+def time_sync(fn: Callable[[], Any], *, warmups: int, repetitions: int) -> list[float]:
+    for _ in range(warmups):
+        fn()
+    times = []
+    for _ in range(repetitions):
+        gc.collect()
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def fail(message: str) -> None:
+    print(message, file=sys.stderr)
+    raise SystemExit(1)

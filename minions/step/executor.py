@@ -77,8 +77,12 @@ class StepExecutor:
             step=step,
             config=self.config,
         )
+        # The model may call only the step's own tools, whatever else the run registered.
         self.tools = ToolCallExecutor(
-            context.tools, config=self.config, emitter=context.events, step_id=step.id
+            context.tools.subset(step.tool_names()),
+            config=self.config,
+            emitter=context.events,
+            step_id=step.id,
         )
 
     @property
@@ -233,7 +237,7 @@ class StepExecutor:
                 try:
                     response = await calls.call(prompt, turn=turn)
                 except ModelOutputError as exc:
-                    reasks = self._count_reask(reasks, exc.note)
+                    reasks = self._count_reask(reasks, exc.note, base)
                     note = exc.note
                     continue
                 execution.turns = turn
@@ -247,7 +251,7 @@ class StepExecutor:
                 self._record_decision(link.name, decision, turn)
                 if decision.kind == "reask":
                     self._mark_rejected(decision.note or decision.reason)
-                    reasks = self._count_reask(reasks, decision.note or decision.reason)
+                    reasks = self._count_reask(reasks, decision.note or decision.reason, base)
                     note = decision.note or decision.reason
                     continue
                 if decision.kind == "complete":
@@ -259,9 +263,11 @@ class StepExecutor:
                 memory.append(conversation, Message.user(decision.note or decision.reason))
                 break
 
-    def _count_reask(self, reasks: int, note: str) -> int:
+    def _count_reask(self, reasks: int, note: str, base: MemorySnapshot) -> int:
         reasks += 1
         if reasks > self.config.max_output_retries:
+            # Giving up: the conversation keeps no trace of the rejected answers either.
+            self.context.memory.restore(base)
             self._fail(
                 f"invalid output after {reasks} attempts "
                 f"(max_output_retries={self.config.max_output_retries}): {note}"
@@ -302,6 +308,7 @@ class StepExecutor:
 
         try:
             if ending is not None:
+                # The answer ends the step: acknowledge it and run nothing else.
                 for index, call in enumerate(calls):
                     text = (
                         "Received."
@@ -320,7 +327,7 @@ class StepExecutor:
             results = []
             for call, done in zip(calls, slots, strict=True):
                 if done is not None and done.response is not None:
-                    if done.name not in control:
+                    if ending is None:
                         self.execution.tool_calls.append(done)
                     results.append(Message.tool(call.id, done.response.content, name=call.name))
                 else:

@@ -103,8 +103,7 @@ class Tool:
     @cached_property
     def parameters(self) -> Mapping[str, Any]:
         """The JSON Schema of the tool's arguments."""
-        schema = dict(self._arguments_model.model_json_schema())
-        schema.pop("title", None)
+        schema = _strip_titles(self._arguments_model.model_json_schema())
         schema.setdefault("properties", {})
         return schema
 
@@ -167,6 +166,25 @@ class Tool:
         return f"Tool({self.name!r})"
 
 
+def _strip_titles(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop the titles pydantic generates: they repeat the names and cost small models tokens."""
+    result: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs", "definitions") and isinstance(value, Mapping):
+            result[key] = {
+                k: _strip_titles(v) if isinstance(v, Mapping) else v for k, v in value.items()
+            }
+        elif isinstance(value, Mapping):
+            result[key] = _strip_titles(value)
+        elif isinstance(value, list):
+            result[key] = [_strip_titles(v) if isinstance(v, Mapping) else v for v in value]
+        else:
+            result[key] = value
+    return result
+
+
 @overload
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
@@ -221,6 +239,12 @@ class ToolRegistry:
     @property
     def names(self) -> list[str]:
         return sorted(self._tools)
+
+    def subset(self, names: Iterable[str]) -> ToolRegistry:
+        """A registry of only the named tools (unknown names are ignored)."""
+        subset = ToolRegistry()
+        subset._tools = {n: self._tools[n] for n in sorted(names) if n in self._tools}
+        return subset
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

@@ -1,0 +1,44 @@
+"""Shared fixtures and checks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from minions import ExecutionConfig, Message, tool
+
+FAST = ExecutionConfig(retry_initial_delay=0.0, tool_retry_initial_delay=0.0)
+"""Retries without waiting, for tests."""
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def assert_tool_invariant(messages: Sequence[Message]) -> None:
+    """Every assistant message with tool calls is followed by exactly one tool result per call
+    id, in order, before the next non-tool message."""
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        if message.role == "tool":
+            raise AssertionError(f"tool result {message.tool_call_id!r} answers no open call")
+        if message.role == "assistant" and message.tool_calls:
+            expected = [c.id for c in message.tool_calls]
+            answered = []
+            j = i + 1
+            while j < len(messages) and messages[j].role == "tool":
+                answered.append(messages[j].tool_call_id)
+                j += 1
+            assert answered == expected, f"calls {expected} answered by {answered}"
+            i = j
+            continue
+        i += 1
+
+
+@pytest.fixture
+def fast_config() -> ExecutionConfig:
+    return FAST

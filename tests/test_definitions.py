@@ -1,0 +1,74 @@
+"""Bad input is refused before any model call, with a message naming the step and problem."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import add
+
+from minions import (
+    AgentContext,
+    DefaultStep,
+    ExecutionConfig,
+    MessageBundle,
+    MinionsError,
+    OutputInstructions,
+    StepDefinitionError,
+    StepExecutor,
+)
+from minions.testing import ScriptedModel
+
+
+def test_unknown_tool_is_named_with_the_known_ones() -> None:
+    model = ScriptedModel(["never"])
+    step = DefaultStep("sum", "Add.", tools={"add", "multiply"})
+    with pytest.raises(StepDefinitionError) as raised:
+        StepExecutor(step, AgentContext(model=model, tools=[add]))
+    assert str(raised.value) == "step 'sum': unknown tool 'multiply' (known tools: add)"
+    assert isinstance(raised.value, MinionsError)
+    assert model.requests == []
+
+
+@pytest.mark.parametrize("goal", ["", "   ", MessageBundle(goal="", system="sys")])
+def test_empty_goal(goal: object) -> None:
+    with pytest.raises(StepDefinitionError, match="step 'x': goal is empty"):
+        DefaultStep("x", goal)  # type: ignore[arg-type]
+
+
+def test_all_problems_are_collected() -> None:
+    with pytest.raises(StepDefinitionError) as raised:
+        DefaultStep(
+            "x",
+            "",
+            output=OutputInstructions({"type": 5}),
+            completion_pattern="(unclosed",
+        )
+    assert len(raised.value.problems) == 3
+
+
+def test_step_options_are_checked() -> None:
+    step = DefaultStep("1bad id", "x", mode="parallel", memory="global", timeout=0, max_visits=0)  # type: ignore[arg-type]
+    with pytest.raises(StepDefinitionError) as raised:
+        StepExecutor(step, AgentContext(model=ScriptedModel([])))
+    problems = raised.value.problems
+    assert problems[0].startswith("step id '1bad id' must be letters")
+    assert "mode must be one of ('async', 'sync', 'fire_and_forget'), not 'parallel'" in problems[1]
+    assert "memory must be one of ('step', 'agent'), not 'global'" in problems[2]
+    assert "timeout must be positive" in problems[3]
+    assert "max_visits must be at least 1" in problems[4]
+
+
+def test_config_values_are_checked() -> None:
+    with pytest.raises(
+        StepDefinitionError, match=r"config\.max_tool_call_retries must not be negative"
+    ):
+        ExecutionConfig(max_tool_call_retries=-1)
+    with pytest.raises(StepDefinitionError, match="max_model_calls_per_step must be at least 1"):
+        ExecutionConfig(max_model_calls_per_step=0)
+
+
+def test_no_model_configured_fails_the_step_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MINIONS_MODEL", raising=False)
+    execution = StepExecutor(DefaultStep("s", "x"), AgentContext()).execute_sync()
+    assert execution.error is not None
+    assert execution.error.startswith("no model configured")
+    assert "MINIONS_MODEL" in execution.error

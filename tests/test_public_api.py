@@ -1,0 +1,54 @@
+"""The public API: names importable from `minions`, and what importing costs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import minions
+
+CORE_NAMES = {
+    "Message", "MessageBundle", "ModelMemory", "InMemoryModelMemory", "tool", "Tool",
+    "ToolRegistry", "ToolCall", "ToolCallResponse", "ModelCall", "ModelCallResponse", "Prompt",
+    "Usage", "Model", "ModelCallExecutor", "ToolCallExecutor", "Step", "DefaultStep",
+    "StepExecution", "StepStatus", "StepCompletionChain", "StepCompletionLink",
+    "CompletionDecision", "OutputInstructions", "ExecutionConfig", "AgentContext",
+    "StepExecutor", "MinionsError",
+}  # fmt: skip
+
+
+def test_all_names_are_importable_and_unique() -> None:
+    assert len(minions.__all__) == len(set(minions.__all__))
+    for name in minions.__all__:
+        assert hasattr(minions, name), name
+
+
+def test_core_names_are_public() -> None:
+    assert set(minions.__all__) >= CORE_NAMES
+
+
+def test_step_status_values() -> None:
+    assert [s.name for s in minions.StepStatus] == [
+        "PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "SKIPPED",
+    ]  # fmt: skip
+
+
+def test_testing_doubles_are_public() -> None:
+    from minions.testing import FunctionModel, ScriptedModel
+
+    assert issubclass(ScriptedModel, minions.Model)
+    assert issubclass(FunctionModel, minions.Model)
+
+
+def test_import_stays_light() -> None:
+    """Heavy dependencies load on first use, not on `import minions`."""
+    code = (
+        "import sys, minions; "
+        "heavy = ['openai', 'instructor', 'pydantic', 'structlog', 'jmespath', 'yaml', "
+        "'jsonschema', 'tenacity', 'httpx2', 'rich', 'typer']; "
+        "print(','.join(m for m in heavy if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == ""

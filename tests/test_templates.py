@@ -1,0 +1,137 @@
+"""`{{ expression }}` templates over run state."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minions import AgentContext, DefaultStep, StepExecutor, StepStatus
+from minions.errors import TemplateError, TemplateSyntaxError
+from minions.templates import check_template, has_template, render, render_text, template_roots
+from minions.testing import ScriptedModel
+
+STATE = {
+    "inputs": {"topic": "bees", "n": 3, "tags": ["a", "b"], "empty": None},
+    "search": {"output": {"hits": [{"title": "T1", "score": 0.9}, {"title": "T2", "score": 0.2}]}},
+}
+
+
+def test_a_whole_expression_keeps_its_type() -> None:
+    assert render("{{ inputs.n }}", STATE) == 3
+    assert render("  {{ inputs.tags }} ", STATE) == ["a", "b"]
+    assert render("{{search.output.hits[0]}}", STATE) == {"title": "T1", "score": 0.9}
+
+
+def test_embedded_expressions_become_text() -> None:
+    assert render("About {{ inputs.topic }} x{{ inputs.n }}", STATE) == "About bees x3"
+    assert render("tags: {{ inputs.tags }}", STATE) == 'tags: ["a", "b"]'
+    assert render_text("{{ inputs.n }}", STATE) == "3"
+
+
+def test_jmespath_filters_projections_and_functions() -> None:
+    assert render("{{ search.output.hits[?score > `0.5`].title }}", STATE) == ["T1"]
+    assert render("{{ search.output.hits[*].title }}", STATE) == ["T1", "T2"]
+    assert render("{{ length(inputs.tags) }}", STATE) == 2
+    assert render("{{ join(', ', inputs.tags) }}", STATE) == "a, b"
+
+
+def test_nested_values_are_rendered_deeply() -> None:
+    value = {"q": "{{ inputs.topic }}", "list": ["{{ inputs.n }}", 1], "plain": 2}
+    assert render(value, STATE) == {"q": "bees", "list": [3, 1], "plain": 2}
+    assert has_template(value)
+    assert not has_template({"a": ["b"]})
+
+
+def test_a_missing_value_is_an_error_naming_the_expression() -> None:
+    with pytest.raises(TemplateError) as raised:
+        render("Write about {{ inputs.subject }}.", STATE)
+    assert raised.value.expression == "inputs.subject"
+    assert str(raised.value).startswith("template {{ inputs.subject }} has no value")
+    with pytest.raises(
+        TemplateError, match=r"\{\{ search.output.hits\[\?score > `5`\].title \| \[0\] \}\}"
+    ):
+        render("{{ search.output.hits[?score > `5`].title | [0] }}", STATE)
+
+
+def test_an_explicit_null_is_not_missing_and_defaults_work() -> None:
+    assert render("{{ inputs.empty }}", STATE) is None
+    assert render("[{{ inputs.empty }}]", STATE) == "[]"
+    assert render("{{ inputs.subject || 'none' }}", STATE) == "none"
+
+
+def test_syntax_errors_and_unknown_roots_are_reported_when_checked() -> None:
+    assert check_template("{{ inputs.x }} {{ search.output }}", {"inputs", "search"}) == []
+    problems = check_template("{{ serch.output }} and {{ inputs.[ }}", {"inputs", "search"})
+    assert problems[1].startswith("invalid template expression {{ inputs.[ }}")
+    assert problems[0] == (
+        "template {{ serch.output }} refers to 'serch', which is not an input, a step or a "
+        "saved result (did you mean 'search'?)"
+    )
+    with pytest.raises(TemplateSyntaxError):
+        render("{{ inputs.[ }}", STATE)
+
+
+def test_roots_of_complex_expressions() -> None:
+    assert template_roots("{{ a.b[?c == d].e }}") == {"a"}
+    assert template_roots("{{ length(g) }} {{ i || j.k }} {{ sort_by(x, &y) }}") == {
+        "g",
+        "i",
+        "j",
+        "x",
+    }
+
+
+def test_a_missing_value_in_a_goal_fails_the_step_and_never_reaches_the_model() -> None:
+    model = ScriptedModel(["never"])
+    step = DefaultStep("s", "Write about {{ inputs.subject }}.")
+    context = AgentContext(model=model, inputs={"topic": "bees"})
+    execution = StepExecutor(step, context).execute_sync()
+    assert execution.status is StepStatus.FAILED
+    assert (execution.error or "").startswith("template {{ inputs.subject }} has no value")
+    assert model.requests == []
+
+
+def test_goal_and_system_are_rendered_from_inputs() -> None:
+    model = ScriptedModel(["ok"])
+    step = DefaultStep("s", "Write {{ inputs.n }} lines on {{ inputs.topic }}.")
+    context = AgentContext(model=model, inputs={"topic": "bees", "n": 3})
+    StepExecutor(step, context).execute_sync()
+    assert model.requests[0].messages[-1].content == "Write 3 lines on bees."
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)
+
+
+@given(key=names, value=json_values.filter(lambda v: v is not None))
+def test_whole_expressions_round_trip_any_json_value(key: str, value: Any) -> None:
+    assert render(f"{{{{ inputs.{key} }}}}", {"inputs": {key: value}}) == value
+
+
+@given(
+    key=names,
+    value=json_values.filter(lambda v: v is not None),
+    prefix=st.text(alphabet="ab .,"),
+    suffix=st.text(alphabet="ab .,"),
+)
+def test_embedded_expressions_render_as_text(
+    key: str, value: Any, prefix: str, suffix: str
+) -> None:
+    text = render(f"x{prefix}{{{{ inputs.{key} }}}}{suffix}", {"inputs": {key: value}})
+    expected = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    assert text == f"x{prefix}{expected}{suffix}"
+
+
+@given(text=st.text().filter(lambda t: "{{" not in t))
+def test_text_without_expressions_is_unchanged(text: str) -> None:
+    assert render(text, STATE) == text

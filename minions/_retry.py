@@ -1,21 +1,75 @@
-"""Retry policies, built on tenacity: one place that says how minions retries."""
+"""Retry policies, built on tenacity: one place that says how minions retries.
+
+The first attempt runs outside tenacity, so the common case (it works) costs nothing; after a
+retryable failure, tenacity drives the rest, starting from that failure as its attempt 1, so
+waits, limits and hooks are tenacity's alone.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
-from tenacity.wait import wait_exponential, wait_random
+if TYPE_CHECKING:
+    from tenacity import AsyncRetrying, RetryCallState
 
-__all__ = ["announce", "retrying"]
+__all__ = ["RetryHook", "RetryPolicy"]
 
+T = TypeVar("T")
 RetryHook = Callable[[int, BaseException, float], None]
+"""Called before each wait with (failed attempt number, its error, seconds to wait)."""
 
 
-def announce(before_sleep: RetryHook) -> Callable[[RetryCallState], None]:
-    """A tenacity `before_sleep` hook calling `before_sleep(attempt, error, delay)`."""
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Up to `attempts` tries, retrying the errors `retry_on` accepts, with exponential backoff
+    and jitter that gives way to a `retry_after` hint (seconds) on the error."""
 
+    attempts: int
+    retry_on: Callable[[BaseException], bool]
+    initial_delay: float
+    max_delay: float
+
+    async def run(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        before_sleep: RetryHook | None = None,
+    ) -> T:
+        try:
+            return await fn(*args)
+        except Exception as exc:
+            if self.attempts <= 1 or not self.retry_on(exc):
+                raise
+            failure: Exception | None = exc
+
+        async def attempt() -> T:
+            nonlocal failure
+            if failure is not None:
+                error, failure = failure, None
+                raise error
+            return await fn(*args)
+
+        result: T = await self._tenacity(before_sleep)(attempt)
+        return result
+
+    def _tenacity(self, before_sleep: RetryHook | None) -> AsyncRetrying:
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
+        kwargs: dict[str, Any] = {}
+        if before_sleep is not None:
+            kwargs["before_sleep"] = _announce(before_sleep)
+        return AsyncRetrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=_wait(self.initial_delay, self.max_delay),
+            retry=retry_if_exception(lambda e: isinstance(e, Exception) and self.retry_on(e)),
+            reraise=True,
+            **kwargs,
+        )
+
+
+def _announce(before_sleep: RetryHook) -> Callable[[RetryCallState], None]:
     def hook(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
         delay = state.next_action.sleep if state.next_action is not None else 0.0
@@ -26,6 +80,8 @@ def announce(before_sleep: RetryHook) -> Callable[[RetryCallState], None]:
 
 
 def _wait(initial: float, maximum: float) -> Callable[[RetryCallState], float]:
+    from tenacity.wait import wait_exponential, wait_random
+
     backoff = wait_exponential(multiplier=initial, max=maximum) + wait_random(0, initial)
 
     def wait(state: RetryCallState) -> float:
@@ -38,29 +94,3 @@ def _wait(initial: float, maximum: float) -> Callable[[RetryCallState], float]:
         return min(backoff(state), maximum) if initial > 0 else 0.0
 
     return wait
-
-
-def retrying(
-    *,
-    attempts: int,
-    retry_on: Callable[[BaseException], bool],
-    initial_delay: float,
-    max_delay: float,
-    before_sleep: RetryHook | None = None,
-) -> AsyncRetrying:
-    """A tenacity policy: up to `attempts` tries, retrying errors `retry_on` accepts, with
-    exponential backoff and jitter that gives way to a `retry_after` hint on the error.
-
-    `before_sleep(attempt, error, delay)` runs before each wait (to emit a retry event).
-    """
-
-    kwargs: dict[str, Any] = {}
-    if before_sleep is not None:
-        kwargs["before_sleep"] = announce(before_sleep)
-    return AsyncRetrying(
-        stop=stop_after_attempt(max(attempts, 1)),
-        wait=_wait(initial_delay, max_delay),
-        retry=retry_if_exception(lambda e: isinstance(e, Exception) and retry_on(e)),
-        reraise=True,
-        **kwargs,
-    )

@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from minions._retry import RetryPolicy
 from minions.errors import BudgetExceededError, ModelError, ModelOutputError, TransientModelError
 from minions.events import (
     ModelCallCompleted,
@@ -18,8 +19,6 @@ from minions.events import (
 from minions.messages import ModelCall, ModelCallResponse, Prompt, Usage
 
 if TYPE_CHECKING:
-    from tenacity import AsyncRetrying
-
     from minions.config import ExecutionConfig
     from minions.context import AgentContext
     from minions.models.base import Model
@@ -74,7 +73,12 @@ class ModelCallExecutor:
         self.execution = execution
         self.config = config
         self._attempts: dict[int, int] = {}
-        self._policy: AsyncRetrying | None = None
+        self._policy = RetryPolicy(
+            attempts=1 + config.max_model_retries,
+            retry_on=is_transient,
+            initial_delay=config.retry_initial_delay,
+            max_delay=config.retry_max_delay,
+        )
 
     def _check_budgets(self) -> None:
         budget = self.config.step_token_budget
@@ -178,20 +182,10 @@ class ModelCallExecutor:
             BudgetExceededError: a token budget is used up.
             ModelError: the model failed for good (retries spent, or not retryable).
         """
-        if self.config.max_model_retries == 0:
-            return await self._attempt(prompt, turn)
-        if self._policy is None:
-            from minions._retry import retrying
-
-            self._policy = retrying(
-                attempts=1 + self.config.max_model_retries,
-                retry_on=is_transient,
-                initial_delay=self.config.retry_initial_delay,
-                max_delay=self.config.retry_max_delay,
-                before_sleep=self._announce_retry,
-            )
         try:
-            return await self._policy(self._attempt, prompt, turn)
+            return await self._policy.run(
+                self._attempt, prompt, turn, before_sleep=self._announce_retry
+            )
         except Exception as exc:
             if not is_transient(exc):
                 raise

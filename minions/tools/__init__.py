@@ -113,6 +113,10 @@ class Tool:
 
     def problems(self) -> list[str]:
         """What is wrong with this tool's definition (empty when it is usable)."""
+        return list(self._problems)
+
+    @cached_property
+    def _problems(self) -> tuple[str, ...]:
         problems = []
         try:
             self.parameters  # noqa: B018 - building the schema is the check.
@@ -131,7 +135,7 @@ class Tool:
                     f"JSON for the model; return a str, number, bool, list, dict, dataclass or "
                     f"pydantic model"
                 )
-        return problems
+        return tuple(problems)
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Check arguments against the schema and convert them to the parameters' types.

@@ -7,8 +7,9 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from minions._retry import RetryHook, RetryPolicy
 from minions.config import ExecutionConfig
 from minions.errors import ToolError
 from minions.events import (
@@ -20,9 +21,6 @@ from minions.events import (
 )
 from minions.messages import ToolCall, ToolCallResponse
 from minions.tools import Tool, ToolRegistry
-
-if TYPE_CHECKING:
-    from tenacity import AsyncRetrying
 
 __all__ = ["ToolCallExecutor", "serialize_result"]
 
@@ -72,19 +70,14 @@ class ToolCallExecutor:
         self.config = config or ExecutionConfig()
         self.emitter = emitter or EventEmitter("")
         self.step_id = step_id
-        self._policy: AsyncRetrying | None = None
+        self._policy = RetryPolicy(
+            attempts=1 + self.config.max_tool_call_retries,
+            retry_on=_retryable,
+            initial_delay=self.config.tool_retry_initial_delay,
+            max_delay=self.config.retry_max_delay,
+        )
 
-    def _retrying(self, call: ToolCall) -> AsyncRetrying:
-        if self._policy is None:
-            from minions._retry import retrying
-
-            self._policy = retrying(
-                attempts=1 + self.config.max_tool_call_retries,
-                retry_on=_retryable,
-                initial_delay=self.config.tool_retry_initial_delay,
-                max_delay=self.config.retry_max_delay,
-            )
-
+    def _announce(self, call: ToolCall) -> RetryHook:
         def before_sleep(attempt: int, error: BaseException, delay: float) -> None:
             self.emitter.emit(
                 RetryScheduled,
@@ -95,9 +88,7 @@ class ToolCallExecutor:
                 reason=f"{call.name} ({call.id}): {type(error).__name__}: {error}",
             )
 
-        from minions._retry import announce
-
-        return self._policy.copy(before_sleep=announce(before_sleep))
+        return before_sleep
 
     async def _invoke(self, tool: Tool, arguments: Mapping[str, Any]) -> Any:
         timeout = self.config.tool_call_timeout
@@ -132,10 +123,7 @@ class ToolCallExecutor:
                 attempts += 1
                 return await self._invoke(tool, arguments)
 
-            if self.config.max_tool_call_retries > 0:
-                result = await self._retrying(call)(attempt)
-            else:
-                result = await attempt()
+            result = await self._policy.run(attempt, before_sleep=self._announce(call))
             content = serialize_result(call.name, result)
         except ToolError as exc:
             error = content = str(exc)

@@ -33,6 +33,8 @@ class AgentContext:
         listeners: callables receiving every event, in order.
         completion_chain: the chain steps use unless they carry their own.
         run_id: defaults to a new random id.
+        model_wrapper: applied once to every model the run uses (the default and each step's
+            own), e.g. to record replies (`RecordingModel`) or to replay them.
     """
 
     def __init__(
@@ -46,10 +48,14 @@ class AgentContext:
         listeners: Iterable[EventListener] = (),
         completion_chain: StepCompletionChain | None = None,
         run_id: str | None = None,
+        model_wrapper: Callable[[Model], Model] | None = None,
     ) -> None:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self._model_spec = model
-        self._model: Model | None = model if isinstance(model, Model) else None
+        self._model: Model | None = None
+        self._wrapper = model_wrapper
+        self._wrapped: dict[int, tuple[Model, Model]] = {}
+        self._by_name: dict[str, Model] = {}
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.memory: ModelMemory = memory if memory is not None else InMemoryModelMemory()
         self.config = config or ExecutionConfig()
@@ -63,14 +69,29 @@ class AgentContext:
     def model(self) -> Model:
         """The run's default model, resolved from a string or `MINIONS_MODEL` on first use."""
         if self._model is None:
-            self._model = resolve_model(self._model_spec)
+            self._model = self._wrap(resolve_model(self._model_spec))
         return self._model
 
     def resolve_model(self, override: Model | str | None) -> Model:
         """A step's model: its own override, else the run's model."""
         if override is None:
             return self.model
-        return resolve_model(override)
+        if isinstance(override, str):
+            # Resolve each model string once per run: one client, one wrapper.
+            found = self._by_name.get(override)
+            if found is None:
+                found = self._by_name[override] = self._wrap(resolve_model(override))
+            return found
+        return self._wrap(override)
+
+    def _wrap(self, model: Model) -> Model:
+        if self._wrapper is None:
+            return model
+        # One wrapper per model object, so every step using it shares the same wrapper.
+        found = self._wrapped.get(id(model))
+        if found is None or found[0] is not model:
+            found = self._wrapped[id(model)] = (model, self._wrapper(model))
+        return found[1]
 
     def record_usage(self, usage: Usage) -> None:
         self.usage = self.usage + usage

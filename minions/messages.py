@@ -201,6 +201,10 @@ class Prompt:
     output: OutputInstructions | None = None
     tool_choice: Literal["auto", "required", "none"] = "auto"
     step_id: str | None = None
+    scope: str = ""
+    """Which step execution asks: stable across runs of the same recipe (e.g. ``fetch#1`` for
+    the first visit of step ``fetch``, ``apply#1[3]`` for item 3 of a loop). Recording and
+    replay key model calls by it."""
     settings: Mapping[str, Any] = field(default_factory=dict)
     """Provider settings such as `temperature`, passed through as they are."""
 

@@ -49,6 +49,8 @@ class StepExecutor:
         dependencies: outputs of the step's direct dependencies, by step id.
         visit: which visit of this step this is (loops bring steps back).
         conversation_id: the conversation to use; a fresh one per step and visit by default.
+        scope: a stable name for this execution within a run (``step#visit`` by default; loop
+            items add ``[index]``), carried by its prompts so recordings replay by it.
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class StepExecutor:
         dependencies: Mapping[str, Any] | None = None,
         visit: int = 1,
         conversation_id: str | None = None,
+        scope: str | None = None,
     ) -> None:
         problems = step.problems(context.tools)
         if problems:
@@ -69,7 +72,8 @@ class StepExecutor:
         self.config = context.config.merged(step.config)
         self.state: Mapping[str, Any] = state if state is not None else {"inputs": context.inputs}
         self.dependencies: Mapping[str, Any] = dependencies or {}
-        self.conversation_id = conversation_id or f"{context.run_id}/{step.id}/{visit}"
+        self.scope = scope or f"{step.id}#{visit}"
+        self.conversation_id = conversation_id or f"{context.run_id}/{self.scope}"
         self.execution = StepExecution(
             step_id=step.id,
             visit=visit,
@@ -233,6 +237,7 @@ class StepExecutor:
                     tools=tools,
                     output=step.output,
                     step_id=step.id,
+                    scope=self.scope,
                 )
                 try:
                     response = await calls.call(prompt, turn=turn)

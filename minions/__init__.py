@@ -46,6 +46,7 @@ from minions.step.completion import (
 )
 from minions.step.execution import DecisionRecord, StepExecution, StepStatus
 from minions.step.executor import StepExecutor
+from minions.step.kinds import AnalysisStep, LoopStep, ToolStep
 from minions.step.model_call import ModelCallExecutor
 from minions.step.step import DefaultStep, Step, StepInput
 from minions.tools import Tool, ToolRegistry, tool
@@ -86,6 +87,9 @@ __all__ = [
     "StepExecutor",
     "StepInput",
     "StepStatus",
+    "AnalysisStep",
+    "LoopStep",
+    "ToolStep",
     # completion chain
     "CallLimitLink",
     "CompletionDecision",

@@ -62,6 +62,8 @@ class StepExecution:
     """Tokens of every model call attempt of the step."""
     turns: int = 0
     """Model calls that produced an answer the step used (retries not counted)."""
+    items: list[StepExecution] = field(default_factory=list)
+    """For a loop step: the execution of each item, in item order."""
     conversation_id: str = ""
     messages: tuple[Message, ...] = field(default=(), repr=False)
     """The step's conversation as it ended."""

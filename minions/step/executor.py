@@ -51,6 +51,8 @@ class StepExecutor:
         conversation_id: the conversation to use; a fresh one per step and visit by default.
         scope: a stable name for this execution within a run (``step#visit`` by default; loop
             items add ``[index]``), carried by its prompts so recordings replay by it.
+        item: for one item of a loop step: its index. The execution and its events are then
+            named ``step[index]``.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class StepExecutor:
         visit: int = 1,
         conversation_id: str | None = None,
         scope: str | None = None,
+        item: int | None = None,
     ) -> None:
         problems = step.problems(context.tools)
         if problems:
@@ -72,10 +75,12 @@ class StepExecutor:
         self.config = context.config.merged(step.config)
         self.state: Mapping[str, Any] = state if state is not None else {"inputs": context.inputs}
         self.dependencies: Mapping[str, Any] = dependencies or {}
-        self.scope = scope or f"{step.id}#{visit}"
+        suffix = "" if item is None else f"[{item}]"
+        self.name = f"{step.id}{suffix}"
+        self.scope = scope or f"{step.id}#{visit}{suffix}"
         self.conversation_id = conversation_id or f"{context.run_id}/{self.scope}"
         self.execution = StepExecution(
-            step_id=step.id,
+            step_id=self.name,
             visit=visit,
             conversation_id=self.conversation_id,
             step=step,
@@ -86,7 +91,7 @@ class StepExecutor:
             context.tools.subset(step.tool_names()),
             config=self.config,
             emitter=context.events,
-            step_id=step.id,
+            step_id=self.name,
         )
 
     @property
@@ -104,7 +109,7 @@ class StepExecutor:
         execution = self.execution
         execution.status = StepStatus.IN_PROGRESS
         execution.started_at = time.time()
-        self.context.events.emit(StepStarted, step_id=self.step.id, visit=execution.visit)
+        self.context.events.emit(StepStarted, step_id=self.name, visit=execution.visit)
         timeout = self.step.timeout
         try:
             if timeout is None:
@@ -116,18 +121,18 @@ class StepExecutor:
             pass
         except TimeoutError as exc:
             if timeout is not None and not str(exc):
-                self._fail(f"step {self.step.id!r} timed out after {timeout}s")
+                self._fail(f"step {self.name!r} timed out after {timeout}s")
             else:
                 self._fail(_reason(exc))
         except asyncio.CancelledError:
-            self._fail(f"step {self.step.id!r} was cancelled")
+            self._fail(f"step {self.name!r} was cancelled")
             self._finish()
             raise
         except Exception as exc:
             self._fail(_reason(exc))
         else:
             if not execution.status.terminal:
-                self._fail(f"step {self.step.id!r} ended without a decision")
+                self._fail(f"step {self.name!r} ended without a decision")
         self._finish()
         return execution
 
@@ -151,7 +156,7 @@ class StepExecutor:
         if execution.status is StepStatus.COMPLETED:
             events.emit(
                 StepCompleted,
-                step_id=self.step.id,
+                step_id=self.name,
                 visit=execution.visit,
                 output=execution.output,
                 usage=usage_record(execution.usage),
@@ -160,7 +165,7 @@ class StepExecutor:
         else:
             events.emit(
                 StepFailed,
-                step_id=self.step.id,
+                step_id=self.name,
                 visit=execution.visit,
                 error=execution.error or "",
                 usage=usage_record(execution.usage),
@@ -279,7 +284,7 @@ class StepExecutor:
             )
             raise _StepEnded
         self.context.events.emit(
-            RetryScheduled, step_id=self.step.id, target="output", attempt=reasks, reason=note
+            RetryScheduled, step_id=self.name, target="output", attempt=reasks, reason=note
         )
         return reasks
 
@@ -295,7 +300,7 @@ class StepExecutor:
         )
         self.context.events.emit(
             CompletionDecided,
-            step_id=self.step.id,
+            step_id=self.name,
             link=link,
             decision=decision.kind,
             reason=reason,

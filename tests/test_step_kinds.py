@@ -1,0 +1,195 @@
+"""Tool steps, analysis steps and loop steps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from conftest import FAST, add
+
+from minions import AgentContext, Prompt, StepExecution, StepExecutor, StepStatus, tool
+from minions.step.kinds import AnalysisStep, LoopStep, ToolStep, schema_from_example
+from minions.step.step import DefaultStep
+from minions.testing import FunctionModel, ScriptedModel
+
+STATE = {"inputs": {"a": 2, "items": [3, 1, 2]}, "prev": {"output": {"b": 5}}}
+
+
+def run(
+    step: Any, model: Any = None, tools: list[Any] | None = None, **context: Any
+) -> StepExecution:
+    ctx = AgentContext(
+        model=model or ScriptedModel([]), tools=tools or [add], config=FAST, **context
+    )
+    return asyncio.run(StepExecutor(step, ctx, state=STATE).execute())
+
+
+def test_tool_step_calls_the_tool_with_rendered_params() -> None:
+    model = ScriptedModel([])
+    execution = run(
+        ToolStep("sum", "add", {"a": "{{ inputs.a }}", "b": "{{ prev.output.b }}"}), model
+    )
+    assert execution.status is StepStatus.COMPLETED
+    assert execution.output == 7
+    assert execution.tool_calls[0].arguments == {"a": 2, "b": 5}
+    assert model.requests == []
+
+
+def test_tool_step_fails_on_a_missing_value_naming_it() -> None:
+    execution = run(ToolStep("sum", "add", {"a": "{{ inputs.a }}", "b": "{{ inputs.b }}"}))
+    assert execution.status is StepStatus.FAILED
+    assert (execution.error or "").startswith(
+        "step 'sum', parameter 'b': template {{ inputs.b }} has no value"
+    )
+
+
+def test_tool_step_fails_when_the_tool_fails() -> None:
+    execution = run(ToolStep("sum", "add", {"a": 1, "b": "x"}))
+    assert execution.status is StepStatus.FAILED
+    assert (execution.error or "").startswith("step 'sum': Invalid arguments for tool 'add'")
+
+
+def test_fill_missing_asks_the_model_for_just_those_parameters() -> None:
+    def extract(prompt: Prompt) -> str:
+        schema = prompt.output.json_schema() if prompt.output else {}
+        assert list(schema["properties"]) == ["b"]
+        assert "Add the apples from the note: 4 apples" in prompt.messages[-1].content
+        return '{"b": 4}'
+
+    step = ToolStep(
+        "sum",
+        "add",
+        {"a": "{{ inputs.a }}", "b": "{{ inputs.apples }}"},
+        fill_missing="model",
+        description="Add the apples from the note: 4 apples",
+    )
+    model = FunctionModel(extract)
+    execution = run(step, model)
+    assert execution.status is StepStatus.COMPLETED
+    assert execution.output == 6
+    assert len(model.requests) == 1
+    assert execution.usage.calls == 1
+
+
+def test_fill_missing_results_are_validated_against_the_tool() -> None:
+    step = ToolStep("sum", "add", {"a": 1, "b": "{{ inputs.nope }}"}, fill_missing="model")
+    execution = run(step, ScriptedModel(['{"b": "lots"}'] * 3))
+    assert execution.status is StepStatus.FAILED
+
+
+def test_schema_from_example() -> None:
+    assert schema_from_example({"ids": [], "reasoning": "", "score": 0.5, "n": 1, "ok": True}) == {
+        "type": "object",
+        "properties": {
+            "ids": {"type": "array"},
+            "reasoning": {"type": "string"},
+            "score": {"type": "number"},
+            "n": {"type": "integer"},
+            "ok": {"type": "boolean"},
+        },
+        "required": ["ids", "reasoning", "score", "n", "ok"],
+    }
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}}
+    assert schema_from_example(schema) == schema
+    assert schema_from_example({"type": "", "name": ""})["properties"]["type"] == {"type": "string"}
+
+
+def test_analysis_step_makes_one_structured_call_over_its_input() -> None:
+    model = ScriptedModel(['{"ids": [3], "reasoning": "3 is biggest"}'])
+    step = AnalysisStep(
+        "pick",
+        input="{{ inputs.items }}",
+        output={"ids": [], "reasoning": ""},
+        goal="Pick the biggest number.",
+    )
+    execution = run(step, model)
+    assert execution.status is StepStatus.COMPLETED
+    assert execution.output == {"ids": [3], "reasoning": "3 is biggest"}
+    prompt = model.requests[0].messages[-1].content
+    assert prompt.startswith("Pick the biggest number.\n\nThe data:\n```json\n[\n 3,")
+    assert model.requests[0].output is not None
+    assert execution.turns == 1
+
+
+def test_analysis_step_reasks_invalid_output_once_per_note() -> None:
+    model = ScriptedModel(['{"ids": "3"}', '{"ids": [3], "reasoning": "r"}'])
+    step = AnalysisStep("pick", input=[1], output={"ids": [0], "reasoning": ""})
+    execution = run(step, model)
+    assert execution.status is StepStatus.COMPLETED
+    assert "ids: '3' is not of type 'array'" in model.requests[1].messages[-1].content
+
+
+def test_loop_collects_outputs_in_item_order_with_bounded_parallelism() -> None:
+    running = 0
+    peak = 0
+
+    @tool
+    async def slow_double(n: int) -> int:
+        """Double n, slowly for small n."""
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.005 * (4 - n))
+        running -= 1
+        return n * 2
+
+    body = ToolStep("double", "slow_double", {"n": "{{ loop.item }}"})
+    events: list[Any] = []
+    loop = LoopStep(body, "{{ inputs.items }}", parallel=2)
+    execution = run(loop, tools=[slow_double], listeners=[events.append])
+    assert execution.status is StepStatus.COMPLETED
+    assert execution.output == [6, 2, 4]
+    assert peak == 2
+    assert [item.step_id for item in execution.items] == ["double[0]", "double[1]", "double[2]"]
+    assert len(execution.tool_calls) == 3
+    started = [e.step_id for e in events if e.kind == "step_started"]
+    assert started[0] == "double"
+    assert sorted(started[1:]) == ["double[0]", "double[1]", "double[2]"]
+
+
+def test_loop_index_and_sequential_order() -> None:
+    seen: list[str] = []
+
+    def reply(prompt: Prompt) -> str:
+        seen.append(prompt.messages[-1].content)
+        return "ok"
+
+    body = DefaultStep("say", "Item {{ loop.index }} is {{ loop.item }}.")
+    execution = run(LoopStep(body, ["x", "y"]), FunctionModel(reply))
+    assert execution.output == ["ok", "ok"]
+    assert seen == ["Item 0 is x.", "Item 1 is y."]
+
+
+def test_empty_loop_completes_with_an_empty_result() -> None:
+    execution = run(LoopStep(ToolStep("double", "add", {"a": 1, "b": 1}), []))
+    assert execution.status is StepStatus.COMPLETED
+    assert execution.output == []
+
+
+def test_loop_item_failures_are_recorded() -> None:
+    body = ToolStep("sum", "add", {"a": "{{ loop.item }}", "b": 1})
+    failed = run(LoopStep(body, [1, "x", 2, "y"]))
+    assert failed.status is StepStatus.FAILED
+    assert (failed.error or "").startswith("2 of 4 loop items failed: sum[1]: step 'sum':")
+    assert [i.status for i in failed.items] == [
+        StepStatus.COMPLETED,
+        StepStatus.FAILED,
+        StepStatus.COMPLETED,
+        StepStatus.FAILED,
+    ]
+    tolerant = run(LoopStep(body, [1, "x", 2], continue_on_error=True))
+    assert tolerant.status is StepStatus.COMPLETED
+    assert tolerant.output == [2, None, 3]
+
+
+def test_loop_over_something_else_than_a_list_fails_clearly() -> None:
+    execution = run(LoopStep(ToolStep("sum", "add", {"a": 1, "b": 1}), "{{ inputs.a }}"))
+    assert execution.error == "step 'sum': loop needs a list, but '{{ inputs.a }}' gave int"
+
+
+def test_loop_items_have_their_own_replay_scopes() -> None:
+    model = ScriptedModel(["a", "b"])
+    run(LoopStep(DefaultStep("say", "Say {{ loop.item }}."), [1, 2]), model)
+    assert [p.scope for p in model.requests] == ["say#1[0]", "say#1[1]"]
+    assert json.dumps([p.step_id for p in model.requests]) == '["say", "say"]'

@@ -5,6 +5,25 @@ The public API is what this module exports; submodules `minions.events`, `minion
 """
 
 from minions._version import __version__
+from minions.agent import (
+    AgentExecutor,
+    AgentRecipe,
+    AgentResult,
+    ConditionLink,
+    FirstCandidateLink,
+    ModelChoiceLink,
+    Routing,
+    RunStream,
+    SelectionDecision,
+    SelectionRequest,
+    SingleCandidateLink,
+    StepGraph,
+    StepManager,
+    StepSelectionChain,
+    StepSelectionLink,
+    StepSuggestionLink,
+    Transition,
+)
 from minions.config import ExecutionConfig
 from minions.context import AgentContext
 from minions.errors import (
@@ -19,6 +38,7 @@ from minions.errors import (
     ToolDefinitionError,
     ToolError,
     TransientModelError,
+    UnknownRecipeError,
 )
 from minions.memory import InMemoryModelMemory, MemorySnapshot, ModelMemory
 from minions.messages import (
@@ -34,6 +54,7 @@ from minions.messages import (
 )
 from minions.models.base import Model
 from minions.output import OutputInstructions
+from minions.recipes.errors import RecipeError
 from minions.step.completion import (
     CallLimitLink,
     CompletionDecision,
@@ -99,16 +120,37 @@ __all__ = [
     "StepCompletionLink",
     "StructuredOutputLink",
     "TextAnswerLink",
+    # agents: recipes, graph, scheduling, routing
+    "AgentExecutor",
+    "AgentRecipe",
+    "AgentResult",
+    "RunStream",
+    "StepGraph",
+    "StepManager",
+    "Transition",
+    # next-step selection chain
+    "ConditionLink",
+    "FirstCandidateLink",
+    "ModelChoiceLink",
+    "Routing",
+    "SelectionDecision",
+    "SelectionRequest",
+    "SingleCandidateLink",
+    "StepSelectionChain",
+    "StepSelectionLink",
+    "StepSuggestionLink",
     # errors
     "BudgetExceededError",
     "MinionsError",
     "ModelError",
     "ModelOutputError",
     "OutputValidationError",
+    "RecipeError",
     "StepDefinitionError",
     "TemplateError",
     "TemplateSyntaxError",
     "ToolDefinitionError",
     "ToolError",
     "TransientModelError",
+    "UnknownRecipeError",
 ]

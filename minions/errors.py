@@ -29,6 +29,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "TransientModelError",
+    "UnknownRecipeError",
 ]
 
 
@@ -121,3 +122,7 @@ class BudgetExceededError(MinionsError):
 
 class ScriptExhaustedError(ModelError):
     """A `ScriptedModel` was asked for more replies than its script holds."""
+
+
+class UnknownRecipeError(MinionsError, LookupError):
+    """No recipe is registered under the id asked for."""

@@ -82,9 +82,33 @@ def _compile(expression: str) -> _Compiled:
         raise TemplateSyntaxError(
             f"invalid template expression {{{{ {expression} }}}}: {detail}", expression=expression
         ) from None
+    negated = _negated_path(parsed.parsed)
+    if negated:
+        raise TemplateSyntaxError(
+            f"template {{{{ {expression} }}}} negates {negated!r} before reading the rest of the "
+            f"path (JMESPath binds '!' tightly); write !({expression.strip()[1:].strip()}) instead",
+            expression=expression,
+        )
     return _Compiled(
         expression, parsed, _plain_path(parsed.parsed), frozenset(_roots(parsed.parsed))
     )
+
+
+def _negated_path(node: Mapping[str, Any]) -> str | None:
+    """The operand of a ``!`` that a path continues from (``!a.b`` reads ``(!a).b``), if any."""
+    kind = node["type"]
+    children = node.get("children", [])
+    if kind in {"subexpression", "index_expression"} and children:
+        first = children[0]
+        if first["type"] == "not_expression":
+            operand = first["children"][0]
+            return str(operand.get("value", "the expression"))
+    for child in children:
+        if isinstance(child, Mapping):
+            found = _negated_path(child)
+            if found:
+                return found
+    return None
 
 
 def _plain_path(node: Mapping[str, Any]) -> tuple[Any, ...] | None:

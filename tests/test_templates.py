@@ -135,3 +135,11 @@ def test_embedded_expressions_render_as_text(
 @given(text=st.text().filter(lambda t: "{{" not in t))
 def test_text_without_expressions_is_unchanged(text: str) -> None:
     assert render(text, STATE) == text
+
+
+def test_a_negated_path_is_rejected_with_the_fix() -> None:
+    """JMESPath reads ``!output.ok`` as ``(!output).ok``, which is never what was meant."""
+    with pytest.raises(TemplateSyntaxError, match=r"write !\(output.ok\) instead"):
+        render("{{ !output.ok }}", {"output": {"ok": False}})
+    assert render("{{ !(output.ok) }}", {"output": {"ok": False}}) is True
+    assert check_template("{{ !inputs.flag }}", ["inputs"])

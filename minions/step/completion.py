@@ -10,11 +10,12 @@ from __future__ import annotations
 import inspect
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from minions.errors import OutputValidationError, StepDefinitionError
+from minions._chain import LinkChain, NamedLink
+from minions.errors import OutputValidationError
 
 if TYPE_CHECKING:
     from minions.context import AgentContext
@@ -73,28 +74,18 @@ class CompletionDecision:
         return cls(kind="reask", note=note, reason=reason or note)
 
 
-class StepCompletionLink(ABC):
+class StepCompletionLink(NamedLink, ABC):
     """One link of a completion chain.
 
     Subclass it and implement `check`, sync or async. Return ``None`` to let the next link
     decide. `name` identifies the link in the chain, in events and on the execution.
     """
 
-    name: ClassVar[str] = ""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if not cls.__dict__.get("name"):
-            cls.name = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower().removesuffix("_link")
-
     @abstractmethod
     def check(
         self, execution: StepExecution, context: AgentContext
     ) -> CompletionDecision | Awaitable[CompletionDecision | None] | None:
         """Decide about the step's latest answer, or return ``None`` to pass."""
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r}>"
 
 
 def _next_step_of(output: Any) -> str | None:
@@ -237,64 +228,23 @@ class CallLimitLink(StepCompletionLink):
         return None
 
 
-LinkRef = str | type[StepCompletionLink]
-
-
-class StepCompletionChain:
+class StepCompletionChain(LinkChain[StepCompletionLink]):
     """An ordered, immutable chain of completion links.
 
-    Editing methods return a new chain, so a shared chain (such as the default) is never
-    changed behind anyone's back::
+    Editing methods (`add_first`, `add_last`, `add_before`, `add_after`, `remove`, `replace`)
+    return a new chain, so a shared chain (such as the default) is never changed behind
+    anyone's back::
 
         chain = StepCompletionChain.default().add_before("text_answer", MyLink())
     """
 
-    __slots__ = ("links",)
-
-    def __init__(self, links: Iterable[StepCompletionLink] = ()) -> None:
-        self.links: tuple[StepCompletionLink, ...] = tuple(links)
+    __slots__ = ()
+    kind = "completion link"
 
     @classmethod
     def default(cls) -> StepCompletionChain:
         """Completion tool, marker, structured output, text answer, call limit."""
         return _DEFAULT
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(link.name for link in self.links)
-
-    def _index(self, ref: LinkRef) -> int:
-        for i, link in enumerate(self.links):
-            if (isinstance(ref, str) and link.name == ref) or (
-                isinstance(ref, type) and isinstance(link, ref)
-            ):
-                return i
-        name = ref if isinstance(ref, str) else ref.__name__
-        raise StepDefinitionError(
-            f"no completion link {name!r} in the chain (links: {', '.join(self.names) or 'none'})"
-        )
-
-    def add_first(self, link: StepCompletionLink) -> StepCompletionChain:
-        return StepCompletionChain((link, *self.links))
-
-    def add_last(self, link: StepCompletionLink) -> StepCompletionChain:
-        return StepCompletionChain((*self.links, link))
-
-    def add_before(self, ref: LinkRef, link: StepCompletionLink) -> StepCompletionChain:
-        i = self._index(ref)
-        return StepCompletionChain((*self.links[:i], link, *self.links[i:]))
-
-    def add_after(self, ref: LinkRef, link: StepCompletionLink) -> StepCompletionChain:
-        i = self._index(ref) + 1
-        return StepCompletionChain((*self.links[:i], link, *self.links[i:]))
-
-    def remove(self, ref: LinkRef) -> StepCompletionChain:
-        i = self._index(ref)
-        return StepCompletionChain((*self.links[:i], *self.links[i + 1 :]))
-
-    def replace(self, ref: LinkRef, link: StepCompletionLink) -> StepCompletionChain:
-        i = self._index(ref)
-        return StepCompletionChain((*self.links[:i], link, *self.links[i + 1 :]))
 
     async def check(
         self, execution: StepExecution, context: AgentContext
@@ -307,12 +257,6 @@ class StepCompletionChain:
             if decision is not None:
                 return link, decision
         return None
-
-    def __len__(self) -> int:
-        return len(self.links)
-
-    def __repr__(self) -> str:
-        return f"StepCompletionChain({list(self.names)})"
 
 
 _DEFAULT = StepCompletionChain(

@@ -22,7 +22,15 @@ if TYPE_CHECKING:
     from minions.step.executor import StepExecutor
     from minions.tools import ToolRegistry
 
-__all__ = ["DefaultStep", "MemoryScope", "Step", "StepInput", "StepMode", "format_dependencies"]
+__all__ = [
+    "DefaultStep",
+    "MemoryScope",
+    "Step",
+    "StepInput",
+    "StepMode",
+    "format_dependencies",
+    "output_text",
+]
 
 StepMode = Literal["async", "sync", "fire_and_forget"]
 MemoryScope = Literal["step", "agent"]
@@ -161,11 +169,12 @@ def format_dependencies(dependencies: Mapping[str, Any]) -> str:
     """The outputs of a step's dependencies as text, each labelled with its step id."""
     parts = []
     for step_id, output in dependencies.items():
-        parts.append(f"[{step_id}]\n{_as_text(output)}")
+        parts.append(f"[{step_id}]\n{output_text(output)}")
     return "Results of earlier steps:\n\n" + "\n\n".join(parts)
 
 
-def _as_text(value: Any) -> str:
+def output_text(value: Any) -> str:
+    """A step output as prompt text: strings as they are, anything else as JSON."""
     if value is None:
         return "(no result: this step did not succeed)"
     if isinstance(value, str):

@@ -1,0 +1,196 @@
+"""Failure policy: failures skip their dependents with the reason, independent branches go on,
+fail_fast cancels, optional steps let dependents run, timeouts and outside cancellation end
+steps cleanly, and a run token budget holds across parallel steps."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from agent_helpers import FAST, Recorder, model_of, run, statuses, step
+
+from minions import (
+    AgentExecutor,
+    AgentRecipe,
+    AgentResult,
+    DefaultStep,
+    ExecutionConfig,
+    ModelError,
+    StepStatus,
+    tool,
+)
+from minions.events import RunFailed, StepFailed, StepSkipped
+from minions.testing import ScriptedModel
+
+
+def boom(message: str = "the model is down") -> ModelError:
+    return ModelError(message)
+
+
+async def test_a_failed_step_skips_its_dependents_and_independent_branches_go_on() -> None:
+    recorder = Recorder()
+    result = await run(
+        [
+            step("a", boom()),
+            step("b", depends_on=["a"]),
+            step("c", depends_on=["b"]),
+            step("other", delay=0.01),
+            step("after_other", depends_on=["other"]),
+        ],
+        recorder=recorder,
+    )
+    assert result.status is StepStatus.FAILED
+    assert statuses(result) == {
+        "a": "failed",
+        "b": "skipped",
+        "c": "skipped",
+        "other": "completed",
+        "after_other": "completed",
+    }
+    assert result.step("b").error == "dependency 'a' failed"
+    assert result.step("c").error == "dependency 'b' was skipped after a failure"
+    assert result.error is not None
+    assert "step 'a' failed" in result.error
+    assert "the model is down" in result.error
+    [failed] = recorder.of(RunFailed)
+    assert failed.error == result.error
+    assert [e.step_id for e in recorder.of(StepSkipped)] == ["b", "c"]
+
+
+async def test_fail_fast_cancels_running_steps() -> None:
+    slow = step("slow", delay=5.0)
+    result = await run(
+        [step("bad", boom()), slow, step("later", depends_on=["slow"])],
+        config=dataclasses.replace(FAST, fail_fast=True),
+    )
+    assert result.status is StepStatus.FAILED
+    assert result.error is not None
+    assert "step 'bad' failed and fail_fast is set" in result.error
+    assert result.step("slow").status is StepStatus.FAILED
+    assert "cancelled" in (result.step("slow").error or "")
+    assert result.step("later").status is StepStatus.SKIPPED
+    assert result.duration < 2.0
+
+
+async def test_without_fail_fast_running_steps_finish() -> None:
+    result = await run(
+        [step("bad", boom()), step("slow", delay=0.05), step("later", depends_on=["slow"])]
+    )
+    assert statuses(result) == {"bad": "failed", "slow": "completed", "later": "completed"}
+    assert result.status is StepStatus.FAILED
+
+
+async def test_an_optional_failure_lets_dependents_run_with_none() -> None:
+    join = step("join", "joined", depends_on=["maybe", "sure"])
+    result = await run(
+        [step("maybe", boom(), optional=True), step("sure", "sure output"), join],
+    )
+    assert result.status is StepStatus.COMPLETED
+    assert statuses(result)["maybe"] == "failed"
+    assert result.output == "joined"
+    prompt = str(model_of(join).requests[0])
+    assert "sure output" in prompt
+    assert "[maybe]" in prompt
+    assert "[maybe]\n(no result: this step did not succeed)" in prompt
+
+
+async def test_a_step_timeout_cancels_the_step_and_its_tool_calls() -> None:
+    started = asyncio.Event()
+    finished: list[str] = []
+
+    @tool
+    async def crawl(url: str) -> str:
+        """Crawl a page slowly."""
+        started.set()
+        try:
+            await asyncio.sleep(10)
+        finally:
+            finished.append("cancelled" if not started.is_set() else "ended")
+        return "page"
+
+    slow = DefaultStep(
+        "crawl",
+        "Crawl it.",
+        tools={"crawl"},
+        timeout=0.1,
+        model=ScriptedModel([[("crawl", {"url": "x"})], "done"]),
+    )
+    recipe = AgentRecipe(
+        id="t", steps=[slow, step("after", depends_on=["crawl"]), step("free")], tools=[crawl]
+    )
+    result = await AgentExecutor(config=FAST).execute(recipe)
+    assert result.step("crawl").status is StepStatus.FAILED
+    assert "timed out after 0.1" in (result.step("crawl").error or "")
+    assert finished == ["ended"]  # the tool call was cancelled, its finally ran
+    assert statuses(result)["after"] == "skipped"
+    assert statuses(result)["free"] == "completed"
+    assert result.duration < 2.0
+
+
+async def test_cancelling_the_run_from_outside_cancels_every_step() -> None:
+    recorder = Recorder()
+    steps = [step("x", delay=10.0), step("y", delay=10.0), step("z", depends_on=["x"])]
+    recipe = AgentRecipe(id="cancel-me", steps=steps)
+    task = asyncio.create_task(AgentExecutor(config=FAST).execute(recipe, listeners=[recorder]))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [failed] = recorder.of(RunFailed)
+    assert "cancelled" in failed.error
+    step_failures = {e.step_id: e.error for e in recorder.of(StepFailed)}
+    assert set(step_failures) == {"x", "y"}
+    assert [e.step_id for e in recorder.of(StepSkipped)] == ["z"]
+    assert recorder.events[-1] is failed
+
+
+async def test_the_run_token_budget_holds_across_parallel_steps() -> None:
+    steps = [step(name, delay=0.01) for name in ("a", "b", "c")]
+    steps.append(step("d", depends_on=["a", "b", "c"]))
+    # The budget is checked before each call: the three parallel calls start with nothing
+    # spent yet, and once they have spent more than the budget the join's call is refused.
+    result = await run(steps, config=dataclasses.replace(FAST, run_token_budget=1))
+    assert result.status is StepStatus.FAILED
+    assert statuses(result) == {"a": "completed", "b": "completed", "c": "completed", "d": "failed"}
+    assert "token budget" in (result.step("d").error or "")
+    assert len(model_of(steps[3]).requests) == 0
+    assert result.usage.total_tokens > 1
+
+
+async def test_the_run_budget_is_checked_before_every_call() -> None:
+    def chain(model: ScriptedModel) -> list[DefaultStep]:
+        return [
+            DefaultStep("a", "A", model=model),
+            DefaultStep("b", "B", model=model, depends_on=["a"]),
+            DefaultStep("c", "C", model=model, depends_on=["b"]),
+        ]
+
+    first = await run(chain(ScriptedModel(["one"]))[:1])
+    budget = first.usage.total_tokens * 2  # enough for two calls' worth, not three
+    model = ScriptedModel(["one", "two", "three"])
+    result = await run(chain(model), config=dataclasses.replace(FAST, run_token_budget=budget))
+    assert statuses(result) == {"a": "completed", "b": "completed", "c": "failed"}
+    assert "token budget" in (result.step("c").error or "")
+    assert len(model.requests) == 2
+
+
+def test_results_list_completed_failed_and_skipped() -> None:
+    result: AgentResult = asyncio.run(
+        run([step("a"), step("b", boom()), step("c", depends_on=["b"])])
+    )
+    assert result.completed == ("a",)
+    assert result.failed == ("b",)
+    assert result.skipped == ("c",)
+    assert result.finished_at >= result.started_at
+
+
+async def test_an_exception_escaping_a_listener_does_not_hang_the_run() -> None:
+    def bad_listener(event: object) -> None:
+        raise RuntimeError("listener bug")
+
+    recipe = AgentRecipe(id="l", steps=[step("a")])
+    result = await asyncio.wait_for(
+        AgentExecutor(config=ExecutionConfig()).execute(recipe, listeners=[bad_listener]), 5
+    )
+    assert result.status is StepStatus.COMPLETED

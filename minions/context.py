@@ -84,6 +84,15 @@ class AgentContext:
             return found
         return self._wrap(override)
 
+    @property
+    def model_spec(self) -> Model | str | None:
+        """The run's default model as given (an object, a model string, or ``None``)."""
+        return self._model_spec
+
+    def wrap_model(self, model: Model) -> Model:
+        """`model` as this run's steps see it: through the run's model wrapper, if any."""
+        return self._wrap(model)
+
     def _wrap(self, model: Model) -> Model:
         if self._wrapper is None:
             return model

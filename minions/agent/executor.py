@@ -133,12 +133,23 @@ class AgentExecutor:
         """The context of a new run of `recipe`: its model, tools, memory, config, inputs
         (the recipe's defaults under the given ones) and event listeners."""
         graph = self.graph(recipe)
+        given = dict(inputs or {})
+        if recipe.input_specs:
+            from minions.recipes.loader import coerce_inputs
+            from minions.recipes.schema import InputSpec
+
+            specs = {
+                name: spec if isinstance(spec, InputSpec) else InputSpec.model_validate(spec)
+                for name, spec in recipe.input_specs.items()
+            }
+            source = getattr(recipe.source, "path", None)
+            given = coerce_inputs(specs, given, file=str(source or ""))
         return AgentContext(
             model=recipe.model if recipe.model is not None else self.model,
             tools=graph.tools if graph.tools is not None else self._registry(recipe),
             memory=self.memory,
             config=self.config.merged(recipe.config),
-            inputs={**recipe.inputs, **(inputs or {})},
+            inputs={**recipe.inputs, **given},
             listeners=[*self.listeners, *listeners],
             completion_chain=recipe.completion_chain or self.completion_chain,
             run_id=run_id,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from minions.config import ExecutionConfig
@@ -93,6 +94,11 @@ class AgentRecipe:
             last step to complete among those nothing comes after.
         completion_chain: the completion chain of its steps (unless a step has its own).
         selection_chain: how the next step is chosen after each step with transitions.
+        input_specs: the declared inputs (name -> `minions.recipes.schema.InputSpec` or its
+            fields as a mapping); when given, a run's inputs are checked and converted against
+            them before anything runs.
+        source: where a recipe loaded from YAML came from (its `RecipeFile`); `to_yaml` writes
+            that file's content back.
     """
 
     id: str
@@ -107,6 +113,8 @@ class AgentRecipe:
     output_step: str | None = None
     completion_chain: StepCompletionChain | None = None
     selection_chain: StepSelectionChain | None = None
+    input_specs: Mapping[str, Any] = field(default_factory=dict)
+    source: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Freeze the collections a caller might still hold and change.
@@ -115,6 +123,43 @@ class AgentRecipe:
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "inputs", dict(self.inputs))
         object.__setattr__(self, "aliases", dict(self.aliases))
+        object.__setattr__(self, "input_specs", dict(self.input_specs))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> AgentRecipe:
+        """Load a YAML recipe file (see docs/recipes.md).
+
+        Raises:
+            RecipeError: every problem in the file, each with line, step and field.
+        """
+        from minions.recipes.build import load_recipe
+
+        return load_recipe(path).recipe
+
+    @classmethod
+    def from_yaml_text(cls, text: str, *, base: str | Path = ".") -> AgentRecipe:
+        """A recipe from YAML text; relative paths (tools, workspace, sub-recipes) are
+        resolved from `base`."""
+        from minions.recipes.build import build_recipe
+        from minions.recipes.loader import parse_spec
+
+        spec, located = parse_spec(text)
+        return build_recipe(spec, located, base=Path(base).resolve()).recipe
+
+    def to_yaml(self) -> str:
+        """The recipe in the YAML format: `from_yaml` of it gives the same recipe.
+
+        A recipe loaded from YAML writes back what it was loaded from.
+
+        Raises:
+            RecipeError: naming each part with no YAML form (a Python condition, a model
+                object, a custom step class, a tool that cannot be imported by name).
+        """
+        from minions.recipes.dump import recipe_to_data, to_yaml_text
+
+        if self.source is not None:
+            return to_yaml_text(self.source.spec.model_dump(mode="json", exclude_defaults=True))
+        return to_yaml_text(recipe_to_data(self))
 
     def step(self, step_id: str) -> Step:
         """The step with this id.

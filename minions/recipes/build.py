@@ -1,0 +1,272 @@
+"""From a checked `RecipeSpec` to an `AgentRecipe`, and back to YAML."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from minions.errors import MinionsError
+from minions.messages import MessageBundle
+from minions.output import OutputInstructions
+from minions.recipes.errors import RecipeError
+from minions.recipes.loader import load_spec
+from minions.recipes.schema import HttpSpec, RecipeSpec, StepSpec
+from minions.recipes.source import Located, Problem
+from minions.step.kinds import AnalysisStep, LoopStep, ToolStep, schema_from_example
+from minions.step.step import DefaultStep, Step
+from minions.tools import Tool
+from minions.tools.builtin import builtin_tools
+
+if TYPE_CHECKING:
+    from minions.agent.recipe import AgentRecipe
+
+__all__ = ["RecipeFile", "load_recipe"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeFile:
+    """A recipe loaded from YAML: the `AgentRecipe`, its spec, and where it came from."""
+
+    recipe: AgentRecipe
+    spec: RecipeSpec
+    path: Path | None
+    located: Located
+
+
+def load_recipe(path: str | Path, *, _stack: tuple[Path, ...] = ()) -> RecipeFile:
+    """Load, check and build a YAML recipe file.
+
+    Raises:
+        RecipeError: every problem found, each with file, line, step and field.
+    """
+    file = Path(path).resolve()
+    if file in _stack:
+        chain = " -> ".join(p.name for p in (*_stack, file))
+        raise RecipeError([Problem(message=f"recipes include each other: {chain}", file=str(path))])
+    spec, located = load_spec(path)
+    return build_recipe(spec, located, base=file.parent, path=file, stack=(*_stack, file))
+
+
+def build_recipe(
+    spec: RecipeSpec,
+    located: Located,
+    *,
+    base: Path,
+    path: Path | None = None,
+    stack: tuple[Path, ...] = (),
+) -> RecipeFile:
+    """Build the `AgentRecipe` a spec describes, and check it whole."""
+    from minions.agent.recipe import AgentRecipe, Transition
+
+    problems: list[Problem] = []
+
+    def problem(message: str, index: int | None = None, field: str | None = None) -> None:
+        step = spec.steps[index].id if index is not None else None
+        where: tuple[str | int, ...] = ("steps", index) if index is not None else ()
+        if field is not None:
+            where = (*where, *(int(p) if p.isdigit() else p for p in field.split(".")))
+        problems.append(
+            Problem(
+                message=message,
+                file=located.file,
+                line=located.line(where),
+                step=step,
+                field=field,
+            )
+        )
+
+    tools = _tools(spec, base, problem)
+    steps: list[Step] = []
+    transitions = []
+    aliases: dict[str, str] = {}
+    for index, step_spec in enumerate(spec.steps):
+        try:
+            steps.append(_step(step_spec, base, stack))
+        except RecipeError as exc:
+            for p in exc.problems:
+                problem(f"in {p.file}: {p}" if p.file else p.message, index, "recipe")
+        except MinionsError as exc:
+            for message in getattr(exc, "problems", [str(exc)]):
+                problem(message.removeprefix(f"step {step_spec.id!r}: "), index)
+        for target in step_spec.next:
+            transitions.append(Transition(step_spec.id, target.step, when=target.when))
+        if step_spec.save_as is not None:
+            if step_spec.save_as in aliases:
+                problem(f"save_as {step_spec.save_as!r} is used twice", index, "save_as")
+            aliases[step_spec.save_as] = step_spec.id
+    config = dict(spec.config)
+    if spec.execution_mode == "sequential":
+        config["max_parallel_steps"] = 1
+    defaults = {name: i.default for name, i in spec.inputs.items() if i.default is not None}
+    if problems:
+        raise RecipeError(problems)
+    recipe = AgentRecipe(
+        id=spec.id,
+        description=spec.description,
+        steps=steps,
+        transitions=transitions,
+        model=spec.model,
+        config=config,
+        inputs=defaults,
+        tools=tools,
+        aliases=aliases,
+        input_specs=spec.inputs,
+    )
+    from minions.tools import ToolRegistry
+
+    for issue in recipe.problems(ToolRegistry(tools)):
+        at = next((i for i, s in enumerate(spec.steps) if s.id == issue.step), None)
+        problem(issue.message, at, _yaml_field(issue.field))
+    if problems:
+        raise RecipeError(problems)
+    loaded = RecipeFile(recipe=recipe, spec=spec, path=path, located=located)
+    object.__setattr__(recipe, "source", loaded)
+    return loaded
+
+
+def _yaml_field(field: str | None) -> str | None:
+    """The YAML name of a field a recipe check names."""
+    if field is None:
+        return None
+    head, _, rest = field.partition(".")
+    renamed = {"bundle": "goal", "transitions": "next", "items": "loop", "aliases": "save_as"}
+    return renamed.get(head, head) + (f".{rest}" if rest else "")
+
+
+def _options(spec: StepSpec) -> dict[str, Any]:
+    return {
+        "description": spec.description,
+        "depends_on": spec.depends_on,
+        "mode": spec.mode,
+        "optional": spec.optional,
+        "timeout": spec.timeout,
+        "max_visits": spec.max_visits,
+        "memory": spec.memory,
+    }
+
+
+def _body(spec: StepSpec, base: Path, stack: tuple[Path, ...], options: dict[str, Any]) -> Step:
+    own: dict[str, Any] = {"model": spec.model, "config": spec.config or None, **options}
+    output = spec.output if spec.output is not None else spec.output_format
+    if spec.kind == "agent":
+        assert spec.goal is not None
+        return DefaultStep(
+            spec.id,
+            MessageBundle(goal=spec.goal, system=spec.system),
+            tools=spec.tools,
+            output=_instructions(spec.id, output),
+            completion_marker=spec.completion_marker,
+            **own,
+        )
+    if spec.kind == "analysis":
+        goal = spec.analyze if spec.analyze is not None else spec.context
+        return AnalysisStep(
+            spec.id,
+            input=spec.input,
+            output=output if output is not None else {"result": ""},
+            goal=goal or "Analyse the data.",
+            system=spec.system,
+            **own,
+        )
+    if spec.kind == "tool":
+        assert spec.tool is not None
+        return ToolStep(spec.id, spec.tool, spec.params, fill_missing=spec.fill_missing, **own)
+    from minions.recipes.subrecipe import RecipeStep
+
+    assert spec.recipe is not None
+    child = load_recipe(base / spec.recipe, _stack=stack)
+    return RecipeStep(spec.id, child.recipe, inputs=spec.inputs, **own)
+
+
+def _step(spec: StepSpec, base: Path, stack: tuple[Path, ...]) -> Step:
+    if spec.loop is None:
+        return _body(spec, base, stack, _options(spec))
+    # The loop carries the scheduling options; the body runs once per item.
+    body = _body(spec, base, stack, {"description": spec.description})
+    return LoopStep(
+        body,
+        spec.loop.items,
+        parallel=spec.parallel or spec.loop.parallel,
+        continue_on_error=spec.loop.continue_on_error,
+        **_options(spec),
+    )
+
+
+def _instructions(step_id: str, output: Any) -> OutputInstructions | None:
+    if output is None:
+        return None
+    return OutputInstructions(schema_from_example(output), name=f"{step_id}_output")
+
+
+def _tools(spec: RecipeSpec, base: Path, problem: Any) -> list[Tool]:
+    found: dict[str, Tool] = {}
+    for index, reference in enumerate(spec.tools):
+        try:
+            for item in _import_tools(reference, base):
+                found.setdefault(item.name, item)
+        except MinionsError as exc:
+            problem(str(exc), None, f"tools.{index}")
+    http = spec.http if isinstance(spec.http, HttpSpec) else HttpSpec(enabled=spec.http)
+    for builtin in builtin_tools(
+        base / spec.workspace, http=http.enabled, allowed_hosts=http.allowed_hosts
+    ):
+        found.setdefault(builtin.name, builtin)
+    return list(found.values())
+
+
+def _import_tools(reference: str, base: Path) -> list[Tool]:
+    """Tools from ``package.module:name`` or every tool of ``package.module``.
+
+    A module beside the recipe file (``tools`` for ``tools.py``) is loaded from there under a
+    name of its own, so two recipes' ``tools.py`` never clash.
+    """
+    module_name, _, attribute = reference.partition(":")
+    module = _import_module(module_name, base)
+    if attribute:
+        value = getattr(module, attribute, None)
+        if value is None:
+            raise MinionsError(f"{module_name!r} has no {attribute!r}")
+        if isinstance(value, Tool):
+            return [value]
+        if callable(value):
+            return [Tool(value)]
+        raise MinionsError(f"{reference!r} is not a function or tool")
+    tools = [value for value in vars(module).values() if isinstance(value, Tool)]
+    if not tools:
+        raise MinionsError(f"module {module_name!r} defines no tools (functions with @tool)")
+    return tools
+
+
+def _import_module(name: str, base: Path) -> ModuleType:
+    local = base.joinpath(*name.split(".")).with_suffix(".py")
+    if local.is_file():
+        digest = hashlib.sha1(str(local).encode()).hexdigest()[:8]
+        unique = f"_minions_recipe_{digest}_{name.replace('.', '_')}"
+        loaded = sys.modules.get(unique)
+        if loaded is not None:
+            return loaded
+        spec = importlib.util.spec_from_file_location(unique, local)
+        if spec is None or spec.loader is None:
+            raise MinionsError(f"cannot load {str(local)!r}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[unique] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[unique]
+            raise MinionsError(
+                f"importing {str(local)!r} failed: {type(exc).__name__}: {exc}"
+            ) from None
+        return module
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise MinionsError(f"cannot import tools from {name!r}: {exc}") from None
+    except Exception as exc:
+        raise MinionsError(f"importing {name!r} failed: {type(exc).__name__}: {exc}") from None

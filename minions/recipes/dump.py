@@ -1,0 +1,217 @@
+"""From an `AgentRecipe` built in Python back to the YAML recipe format."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from minions.recipes.errors import RecipeError
+from minions.recipes.source import Problem
+from minions.step.kinds import AnalysisStep, LoopStep, ToolStep
+from minions.step.step import DefaultStep, Step
+
+if TYPE_CHECKING:
+    from minions.agent.recipe import AgentRecipe
+
+__all__ = ["recipe_to_data", "to_yaml_text"]
+
+_BUILTINS = frozenset({"current_datetime", "read_file", "write_file", "list_files", "http_get"})
+
+
+def to_yaml_text(data: Mapping[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True, width=100)
+
+
+def recipe_to_data(recipe: AgentRecipe) -> dict[str, Any]:
+    """The YAML form of `recipe`, as plain data.
+
+    Raises:
+        RecipeError: naming every part that has no YAML form (a Python condition, a model
+            object, a custom step class, a tool defined where it cannot be imported).
+    """
+    problems: list[Problem] = []
+
+    def problem(message: str, step: str | None = None, field: str | None = None) -> None:
+        problems.append(Problem(message=message, step=step, field=field))
+
+    data: dict[str, Any] = {"id": recipe.id}
+    if recipe.description:
+        data["description"] = recipe.description
+    if recipe.model is not None:
+        if isinstance(recipe.model, str):
+            data["model"] = recipe.model
+        else:
+            problem("a model object has no YAML form; use a model string", field="model")
+    if recipe.config:
+        config = recipe.config
+        if not isinstance(config, Mapping):
+            import dataclasses
+
+            defaults = type(config)()
+            config = {
+                f.name: getattr(config, f.name)
+                for f in dataclasses.fields(config)
+                if getattr(config, f.name) != getattr(defaults, f.name)
+            }
+        if config:
+            data["config"] = dict(config)
+    inputs = dict(recipe.input_specs) or {
+        name: {"default": value} for name, value in recipe.inputs.items()
+    }
+    if inputs:
+        data["inputs"] = {
+            name: spec.model_dump(exclude_defaults=True) if hasattr(spec, "model_dump") else spec
+            for name, spec in inputs.items()
+        }
+    tools = []
+    for tool in recipe.tools:
+        name = getattr(tool, "name", getattr(tool, "__name__", ""))
+        if name in _BUILTINS:
+            continue
+        function = getattr(tool, "fn", tool)
+        module = getattr(function, "__module__", None)
+        qualname = getattr(function, "__qualname__", "")
+        if (
+            not module
+            or module == "__main__"
+            or "<locals>" in qualname
+            or module.startswith("_minions_recipe_")
+        ):
+            problem(
+                f"tool {name!r} is defined where a recipe file cannot import it "
+                f"({module}.{qualname}); define it in an importable module",
+                field="tools",
+            )
+            continue
+        tools.append(f"{module}:{qualname}")
+    if tools:
+        data["tools"] = tools
+    aliases = {step_id: alias for alias, step_id in recipe.aliases.items()}
+    nexts: dict[str, list[dict[str, Any]]] = {}
+    for transition in recipe.transitions:
+        entry: dict[str, Any] = {"step": transition.target}
+        if transition.when is not None:
+            if isinstance(transition.when, str):
+                entry["when"] = transition.when
+            else:
+                problem(
+                    f"the condition of {transition} is a Python callable; YAML needs an expression",
+                    transition.source,
+                    "next",
+                )
+        nexts.setdefault(transition.source, []).append(entry)
+    steps = []
+    for step in recipe.steps:
+        try:
+            entry = _step(step)
+        except RecipeError as exc:
+            problems.extend(exc.problems)
+            continue
+        if step.id in aliases:
+            entry["save_as"] = aliases[step.id]
+        if step.id in nexts:
+            entry["next"] = nexts[step.id]
+        steps.append(entry)
+    data["steps"] = steps
+    if problems:
+        raise RecipeError(problems)
+    return data
+
+
+def _options(step: Step) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if step.description:
+        found["description"] = step.description
+    if step.depends_on:
+        found["depends_on"] = list(step.depends_on)
+    for name, default in (
+        ("mode", "async"),
+        ("optional", False),
+        ("timeout", None),
+        ("max_visits", 10),
+        ("memory", "step"),
+    ):
+        value = getattr(step, name)
+        if value != default:
+            found[name] = value
+    return found
+
+
+def _own(step: Step) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if step.model is not None:
+        if not isinstance(step.model, str):
+            raise RecipeError(
+                [Problem(message="a model object has no YAML form", step=step.id, field="model")]
+            )
+        found["model"] = step.model
+    if step.config:
+        found["config"] = dict(step.config) if isinstance(step.config, Mapping) else {}
+    return found
+
+
+def _body(step: Step) -> dict[str, Any]:
+    if isinstance(step, AnalysisStep):
+        body: dict[str, Any] = {"analyze": step.bundle.goal, "input": step.input}
+        if step.output is not None:
+            body["output"] = dict(step.output.json_schema())
+        if step.bundle.system and not step.bundle.system.startswith("You analyse data"):
+            body["system"] = step.bundle.system
+        config = dict(step.config) if isinstance(step.config, Mapping) else {}
+        if config == {"max_model_calls_per_step": 1}:
+            config = {}
+        own = _own(step)
+        own.pop("config", None)
+        if config:
+            own["config"] = config
+        return {**body, **own}
+    if isinstance(step, DefaultStep):
+        body = {"goal": step.bundle.goal}
+        if step.bundle.system:
+            body["system"] = step.bundle.system
+        if step.tools:
+            body["tools"] = sorted(step.tools)
+        if step.output is not None:
+            body["output"] = dict(step.output.json_schema())
+        if step.completion_marker:
+            body["completion_marker"] = step.completion_marker
+        return {**body, **_own(step)}
+    if isinstance(step, ToolStep):
+        body = {"tool": step.tool}
+        if step.params:
+            body["params"] = dict(step.params)
+        if step.fill_missing:
+            body["fill_missing"] = step.fill_missing
+        return {**body, **_own(step)}
+    source = inspect.getmodule(type(step))
+    raise RecipeError(
+        [
+            Problem(
+                message=(
+                    f"a {type(step).__name__} (from {getattr(source, '__name__', '?')}) has no "
+                    "YAML form"
+                ),
+                step=step.id,
+            )
+        ]
+    )
+
+
+def _step(step: Step) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": step.id}
+    if isinstance(step, LoopStep):
+        entry.update(_body(step.body))
+        entry.update(_options(step))
+        loop: dict[str, Any] = {"items": step.items}
+        if step.parallel != 1:
+            loop["parallel"] = step.parallel
+        if step.continue_on_error:
+            loop["continue_on_error"] = True
+        entry["loop"] = loop
+        return entry
+    entry.update(_body(step))
+    entry.update(_options(step))
+    return entry

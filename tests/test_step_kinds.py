@@ -193,3 +193,31 @@ def test_loop_items_have_their_own_replay_scopes() -> None:
     run(LoopStep(DefaultStep("say", "Say {{ loop.item }}."), [1, 2]), model)
     assert [p.scope for p in model.requests] == ["say#1[0]", "say#1[1]"]
     assert json.dumps([p.step_id for p in model.requests]) == '["say", "say"]'
+
+
+def test_analysis_data_from_a_dependency_is_shown_once_and_text_is_not_called_json() -> None:
+    from minions import AgentExecutor, AgentRecipe
+
+    analysis_model = ScriptedModel(['{"words": 2}'])
+    recipe = AgentRecipe(
+        id="a",
+        steps=[
+            DefaultStep("src", "Fetch.", model=ScriptedModel(["DOC TEXT"])),
+            DefaultStep("other", "Other.", model=ScriptedModel(["OTHER RESULT"])),
+            AnalysisStep(
+                "count",
+                input="{{ src.output }}",
+                output={"words": 0},
+                goal="Count the words.",
+                depends_on=["src", "other"],
+                model=analysis_model,
+            ),
+        ],
+    )
+    result = AgentExecutor().execute_sync(recipe)
+    assert result.ok, result.error
+    prompt = analysis_model.requests[0].messages[-1].content
+    assert prompt.count("DOC TEXT") == 1
+    assert "The data:\n```\nDOC TEXT\n```" in prompt
+    assert "[other]\nOTHER RESULT" in prompt
+    assert prompt.index("Task: Count the words.") < prompt.index("The data:")

@@ -221,7 +221,9 @@ def test_a_sub_recipe_runs_as_one_step_and_its_usage_counts(tmp_path: Path) -> N
 def test_sub_recipes_that_include_each_other_are_refused(tmp_path: Path) -> None:
     write(tmp_path, "id: a\nsteps:\n  - {id: s, recipe: b.yaml}\n", name="a.yaml")
     write(tmp_path, "id: b\nsteps:\n  - {id: s, recipe: a.yaml}\n", name="b.yaml")
-    with pytest.raises(RecipeError, match="recipes include each other: a.yaml -> b.yaml -> a.yaml"):
+    with pytest.raises(
+        RecipeError, match=r"recipes include each other: a\.yaml -> b\.yaml -> a\.yaml"
+    ):
         AgentRecipe.from_yaml(tmp_path / "a.yaml")
 
 

@@ -327,3 +327,24 @@ def test_what_has_no_yaml_form_is_named() -> None:
     text = str(caught.value)
     assert "model object has no YAML form" in text
     assert "Python callable" in text
+
+
+def test_a_misspelled_tool_in_a_loop_is_reported_once_at_its_line(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        id: typo
+        tools: [tools]
+        steps:
+          - id: loud
+            loop: [a, b]
+            tool: shuot
+            params: {text: "{{ loop.item }}"}
+        """,
+    )
+    with pytest.raises(RecipeError) as caught:
+        AgentRecipe.from_yaml(path)
+    [problem] = caught.value.problems
+    assert problem.field == "tool"
+    assert problem.line == 7
+    assert "did you mean 'shout'?" in problem.message

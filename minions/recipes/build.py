@@ -122,9 +122,13 @@ def build_recipe(
 
     for issue in recipe.problems(ToolRegistry(tools)):
         at = next((i for i, s in enumerate(spec.steps) if s.id == issue.step), None)
-        problem(issue.message, at, _yaml_field(issue.field))
+        field = _yaml_field(issue.field)
+        if field == "tools" and at is not None and spec.steps[at].kind == "tool":
+            field = "tool"
+        problem(issue.message, at, field)
     if problems:
-        raise RecipeError(problems)
+        unique = list(dict.fromkeys(problems))
+        raise RecipeError(sorted(unique, key=lambda p: (p.file or "", p.line or 0)))
     loaded = RecipeFile(recipe=recipe, spec=spec, path=path, located=located)
     object.__setattr__(recipe, "source", loaded)
     return loaded

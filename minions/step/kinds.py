@@ -304,7 +304,8 @@ class LoopStep(Step):
         return {"loop": self.items, **self.body.templates()}
 
     def problems(self, tools: Any = None) -> list[str]:
-        return [*super().problems(tools), *self.body.problems(tools)]
+        # The body checks the tools; the loop's own checks are its options.
+        return [*super().problems(None), *self.body.problems(tools)]
 
     def build_messages(self, step_input: StepInput) -> list[Message]:
         return []

@@ -155,8 +155,12 @@ class Step(ABC):
             for name in sorted(self.tool_names()):
                 found = tools.get(name)
                 if found is None:
+                    import difflib
+
+                    close = difflib.get_close_matches(name, list(tools.names), n=1)
+                    hint = f"did you mean {close[0]!r}? " if close else ""
                     known = ", ".join(tools.names) or "none are registered"
-                    problems.append(f"{where}: unknown tool {name!r} (known tools: {known})")
+                    problems.append(f"{where}: unknown tool {name!r} ({hint}known tools: {known})")
                 else:
                     problems.extend(f"{where}: {p}" for p in found.problems())
         return problems

@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 RSS_AFTER_IMPORT_MIB: float = 0.0
 
@@ -30,11 +30,11 @@ def mark_imported() -> None:
     RSS_AFTER_IMPORT_MIB = _rss_mib()
 
 
-def summary(values: list[float], unit: str) -> dict[str, Any]:
+def summary(values: list[float], unit: str, *, digits: int = 3) -> dict[str, Any]:
     return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
         "n": len(values),
         "unit": unit,
     }
@@ -97,6 +97,6 @@ def time_sync(fn: Callable[[], Any], *, warmups: int, repetitions: int) -> list[
     return times
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(message, file=sys.stderr)
     raise SystemExit(1)

@@ -1,12 +1,26 @@
-"""Test doubles, so agents can be tested offline: scripted and function models.
+"""Test doubles, so agents can be tested offline: scripted and function models, and a local
+OpenAI-compatible HTTP server.
 
 Use them in your own tests::
 
-    from minions.testing import ScriptedModel
+    from minions.testing import FakeOpenAIServer, ScriptedModel
 
     model = ScriptedModel([[("add", {"a": 2, "b": 3})], "The sum is 5."])
+
+    with FakeOpenAIServer(["The sum is 5."]) as server:
+        model = server.model()
 """
 
+from minions.testing.fake_openai import FakeOpenAIServer, FakeReply, FakeRequest, FakeScript
 from minions.testing.scripted import FunctionModel, Reply, ScriptedModel, estimate_tokens
 
-__all__ = ["FunctionModel", "Reply", "ScriptedModel", "estimate_tokens"]
+__all__ = [
+    "FakeOpenAIServer",
+    "FakeReply",
+    "FakeRequest",
+    "FakeScript",
+    "FunctionModel",
+    "Reply",
+    "ScriptedModel",
+    "estimate_tokens",
+]

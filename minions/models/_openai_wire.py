@@ -1,0 +1,281 @@
+"""The OpenAI chat-completions wire format: minions values to request dicts and back, streamed
+chunks to one completion, and `openai` errors to minions errors."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from minions.errors import ModelError, ModelOutputError, TransientModelError
+from minions.messages import Message, ToolCall, ToolSpec, Usage
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+__all__ = [
+    "StreamAccumulator",
+    "message_of",
+    "retry_after",
+    "split_settings",
+    "to_openai_messages",
+    "to_openai_tools",
+    "translate_error",
+    "usage_of",
+]
+
+LENGTH_NOTE = (
+    "Your reply was cut off at the length limit before it was complete. Answer again, more briefly."
+)
+
+
+def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages in the OpenAI chat shape."""
+    result: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "tool":
+            result.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+            )
+        elif message.tool_calls:
+            result.append(
+                {
+                    "role": "assistant",
+                    "content": message.content,
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {
+                                "name": call.name,
+                                "arguments": json.dumps(dict(call.arguments), default=str),
+                            },
+                        }
+                        for call in message.tool_calls
+                    ],
+                }
+            )
+        else:
+            result.append({"role": message.role, "content": message.content})
+    return result
+
+
+def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tool specs as OpenAI function tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": dict(spec.parameters),
+            },
+        }
+        for spec in tools
+    ]
+
+
+@cache
+def _create_parameters() -> frozenset[str]:
+    import inspect
+
+    from openai.resources.chat.completions import AsyncCompletions
+
+    return frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self"}
+
+
+def split_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` as `create()` keyword arguments: parameters the client knows pass as they
+    are, the rest (``num_ctx``, ``top_k``, ...) go in ``extra_body`` for the server."""
+    known = _create_parameters()
+    unknown = {key: value for key, value in settings.items() if key not in known}
+    if not unknown:
+        return settings
+    result = {key: value for key, value in settings.items() if key in known}
+    result["extra_body"] = {**settings.get("extra_body", {}), **unknown}
+    return result
+
+
+def usage_of(completion: ChatCompletion) -> Usage:
+    """The completion's usage; unknown (never zero) when the server did not report it."""
+    usage = completion.usage
+    if usage is None:
+        return Usage.of_call(None, None)
+    return Usage.of_call(usage.prompt_tokens, usage.completion_tokens)
+
+
+def message_of(completion: ChatCompletion, usage: Usage, mode: str | None) -> Message:
+    """The assistant message of the completion's first choice.
+
+    Raises:
+        ModelOutputError: no choice, a ``length`` cut-off, or tool arguments that are not a
+            JSON object; with `usage` and `mode`, so the re-ask is counted and attributed.
+    """
+    if not completion.choices:
+        raise ModelOutputError("Your reply was empty. Answer the task.", usage=usage, mode=mode)
+    choice = completion.choices[0]
+    if choice.finish_reason == "length":
+        raise ModelOutputError(LENGTH_NOTE, usage=usage, mode=mode)
+    reply = choice.message
+    calls = []
+    for raw in reply.tool_calls or ():
+        function = getattr(raw, "function", None)
+        if function is None:  # A custom (non-function) tool call: nothing minions offered.
+            continue
+        try:
+            calls.append(
+                ToolCall.parse(
+                    # Some local servers send no call ids; the memory invariant needs them.
+                    id=raw.id or f"call_{uuid.uuid4().hex[:12]}",
+                    name=function.name,
+                    arguments=function.arguments,
+                )
+            )
+        except ModelOutputError as exc:
+            raise ModelOutputError(exc.note, usage=usage, mode=mode) from None
+    return Message.assistant(reply.content or "", calls)
+
+
+@dataclass
+class _CallParts:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class StreamAccumulator:
+    """Joins streamed chunks into one `ChatCompletion`, in time linear in its length."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, _CallParts] = {}
+        self._finish_reason: str | None = None
+        self._usage: Any = None
+        self._id = ""
+        self._model = ""
+
+    def add(self, chunk: ChatCompletionChunk) -> str:
+        """Take one chunk; return its text delta (empty when it has none)."""
+        self._id = self._id or chunk.id
+        self._model = self._model or chunk.model
+        if chunk.usage is not None:
+            self._usage = chunk.usage
+        if not chunk.choices:
+            return ""
+        choice = chunk.choices[0]
+        if choice.finish_reason:
+            self._finish_reason = choice.finish_reason
+        delta = choice.delta
+        for position, call in enumerate(delta.tool_calls or ()):
+            # Servers that send whole calls in one chunk may leave the index out.
+            index = call.index if call.index is not None else len(self._calls) + position
+            parts = self._calls.setdefault(index, _CallParts())
+            parts.id = parts.id or call.id or ""
+            if call.function is not None:
+                parts.name = parts.name or call.function.name or ""
+                if call.function.arguments:
+                    parts.arguments.append(call.function.arguments)
+        text = delta.content or ""
+        if text:
+            self._text.append(text)
+        return text
+
+    def completion(self) -> ChatCompletion:
+        from openai.types.chat import ChatCompletion
+
+        calls = [
+            {
+                "id": parts.id,
+                "type": "function",
+                "function": {"name": parts.name, "arguments": "".join(parts.arguments)},
+            }
+            for _, parts in sorted(self._calls.items())
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text)}
+        if calls:
+            message["tool_calls"] = calls
+        # `construct` keeps whatever finish reason a local server invents, without validation.
+        return ChatCompletion.construct(
+            id=self._id,
+            object="chat.completion",
+            created=int(time.time()),
+            model=self._model,
+            choices=[{"index": 0, "finish_reason": self._finish_reason, "message": message}],
+            usage=self._usage.to_dict() if self._usage is not None else None,
+        )
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(float(millis) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def server_message(error: Any) -> str:
+    """What the server said, from an `openai.APIStatusError`'s body."""
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        message = body.get("message") or body.get("detail") or body.get("error")
+        if message:
+            return message if isinstance(message, str) else json.dumps(message, default=str)
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500]
+    return str(getattr(error, "message", "") or error)
+
+
+def translate_error(
+    error: BaseException, *, where: str, timeout: float | None, redact: Callable[[str], str]
+) -> ModelError:
+    """A minions error for an `openai` (or transport) error: transient for timeouts,
+    connection errors, 408/409/429 and 5xx; final for the rest. Messages go through
+    `redact`, so a server echoing the API key does not spread it."""
+    import httpx2
+    import openai
+
+    if isinstance(error, openai.APITimeoutError | httpx2.TimeoutException):
+        limit = f" within the client timeout of {timeout}s" if timeout else ""
+        return TransientModelError(f"{where}: no answer{limit}")
+    if isinstance(error, openai.APIConnectionError | httpx2.TransportError):
+        cause = error.__cause__ or error
+        detail = redact(str(cause) or type(cause).__name__)
+        return TransientModelError(f"{where}: connection failed ({detail}); is the server up?")
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        message = redact(server_message(error))
+        text = f"{where}: HTTP {status}: {message}"
+        if status in (408, 409, 429) or status >= 500:
+            return TransientModelError(
+                text, status_code=status, retry_after=retry_after(error.response.headers)
+            )
+        if status == 401:
+            text += (
+                " (check the API key: pass api_key=... or set OPENAI_API_KEY; "
+                "the key itself is never shown)"
+            )
+        elif status == 404:
+            text += " (check the model name and the base URL; on Ollama, `ollama pull` it)"
+        return ModelError(text, status_code=status)
+    return ModelError(f"{where}: {type(error).__name__}: {redact(str(error))}")

@@ -1,0 +1,317 @@
+"""Structured output over the OpenAI chat protocol: the ladder of modes, and what each endpoint
+supports.
+
+Three modes (rungs), strongest first:
+
+* ``json_schema``: native structured output, ``response_format={"type": "json_schema", ...}``;
+* ``tool``: a call to an output tool whose parameters are the schema (forced with
+  ``tool_choice`` when the step has no tools of its own);
+* ``prompted_json``: the schema in the system prompt, the answer read from text (bare JSON,
+  fenced, in prose, or trivially broken and repaired).
+
+A rung the endpoint rejects (HTTP 400 naming the feature) is remembered per (base URL, model)
+in `capabilities`, for the life of the process, and the next rung is tried at once.
+
+For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs
+and parses their answers; minions makes the HTTP call and owns every retry, so instructor's
+own retry loop never runs. Anything instructor does not accept (a raw JSON Schema, an answer
+it cannot parse) goes through `OutputInstructions`, which is tolerant and words the note the
+model is re-asked with.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+
+from minions.errors import OutputValidationError
+from minions.output import extract_json
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion
+
+    from minions.messages import Message
+    from minions.output import OutputInstructions
+
+__all__ = [
+    "LADDER",
+    "LADDER_WITH_TOOLS",
+    "CapabilityMemory",
+    "ModeIgnoredError",
+    "OutputMode",
+    "capabilities",
+    "read_output",
+    "shape_request",
+]
+
+OutputMode = Literal["json_schema", "tool", "prompted_json"]
+"""A rung of the structured-output ladder."""
+
+OUTPUT_MODES: Final[tuple[OutputMode, ...]] = get_args(OutputMode)
+LADDER: Final[tuple[OutputMode, ...]] = ("json_schema", "tool", "prompted_json")
+"""The ladder for a call without tools of its own."""
+LADDER_WITH_TOOLS: Final[tuple[OutputMode, ...]] = ("tool", "prompted_json")
+"""The ladder when the step also offers tools. Native ``response_format`` is left out: on
+servers that enforce it with constrained decoding (vLLM, llama.cpp, Ollama) it forbids the
+tool calls the step needs before its final answer."""
+
+EndpointKey = tuple[str, str]
+"""(base URL, model)."""
+
+
+class CapabilityMemory:
+    """What each (base URL, model) rejected, and which output mode last worked.
+
+    Process-wide and thread-safe. Features are rungs of the ladder or request options such as
+    ``stream_options``.
+    """
+
+    def __init__(self) -> None:
+        self._rejected: dict[EndpointKey, frozenset[str]] = {}
+        self._worked: dict[EndpointKey, OutputMode] = {}
+        self._lock = threading.Lock()
+
+    def rejected(self, key: EndpointKey) -> frozenset[str]:
+        """The features `key` rejected so far."""
+        return self._rejected.get(key, frozenset())
+
+    def reject(self, key: EndpointKey, feature: str) -> None:
+        """Remember that `key` does not support `feature`."""
+        with self._lock:
+            self._rejected[key] = self.rejected(key) | {feature}
+
+    def ladder(self, key: EndpointKey, preferred: Sequence[OutputMode]) -> tuple[OutputMode, ...]:
+        """The rungs of `preferred` that `key` has not rejected; never empty (the last rung
+        is always worth a try)."""
+        rejected = self._rejected.get(key)
+        if not rejected:
+            return tuple(preferred)
+        rungs = tuple(mode for mode in preferred if mode not in rejected)
+        return rungs or (preferred[-1],)
+
+    def record(self, key: EndpointKey, mode: OutputMode) -> None:
+        """Remember that `mode` produced valid output for `key`."""
+        if self._worked.get(key) != mode:
+            with self._lock:
+                self._worked[key] = mode
+
+    def worked(self, key: EndpointKey) -> OutputMode | None:
+        """The mode that last produced valid output for `key`, if any did."""
+        return self._worked.get(key)
+
+    def forget(self, key: EndpointKey | None = None) -> None:
+        """Forget what was learned about `key` (about every endpoint when `None`)."""
+        with self._lock:
+            if key is None:
+                self._rejected.clear()
+                self._worked.clear()
+            else:
+                self._rejected.pop(key, None)
+                self._worked.pop(key, None)
+
+
+capabilities: Final = CapabilityMemory()
+"""The process-wide memory of what endpoints support."""
+
+
+def check_modes(modes: Iterable[str]) -> tuple[OutputMode, ...]:
+    """Validate a user's ladder.
+
+    Raises:
+        ValueError: a mode is unknown, or none is given.
+    """
+    result: list[OutputMode] = []
+    for mode in modes:
+        if mode not in OUTPUT_MODES:
+            raise ValueError(
+                f"unknown output mode {mode!r}; the modes are {', '.join(map(repr, OUTPUT_MODES))}"
+            )
+        result.append(mode)
+    if not result:
+        raise ValueError(f"output_modes is empty; give some of {', '.join(OUTPUT_MODES)}")
+    return tuple(result)
+
+
+# -- shaping requests ----------------------------------------------------------------------------
+
+
+def _pydantic_model(output: OutputInstructions) -> type[Any] | None:
+    """The output type when it is a pydantic model (what instructor handles), else `None`."""
+    output_type = output.output_type
+    if not isinstance(output_type, type):
+        return None
+    from pydantic import BaseModel
+
+    return output_type if issubclass(output_type, BaseModel) else None
+
+
+def _instructor_kwargs(output: OutputInstructions, mode: OutputMode) -> dict[str, Any] | None:
+    """What instructor adds to a request for `mode`, computed once per output type."""
+    cache_key = f"openai.instructor.{mode}"
+    if cache_key in output._cache:
+        cached: dict[str, Any] | None = output._cache[cache_key]
+        return cached
+    model = _pydantic_model(output)
+    kwargs: dict[str, Any] | None = None
+    if model is not None:
+        from instructor import Mode
+        from instructor.processing.response import handle_response_model
+
+        instructor_mode = Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS
+        _, kwargs = handle_response_model(model, mode=instructor_mode)
+        kwargs.pop("messages", None)
+    output._cache[cache_key] = kwargs
+    return kwargs
+
+
+def response_format(output: OutputInstructions) -> dict[str, Any]:
+    """The native ``response_format`` for `output`."""
+    kwargs = _instructor_kwargs(output, "json_schema")
+    if kwargs is not None:
+        fmt = kwargs["response_format"]
+        return {**fmt, "json_schema": {**fmt["json_schema"], "name": output.tool_name}}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": output.tool_name, "schema": dict(output.json_schema())},
+    }
+
+
+def output_tool(output: OutputInstructions) -> dict[str, Any]:
+    """The output tool for `output`, named `output.tool_name` (the name the step loop expects)."""
+    kwargs = _instructor_kwargs(output, "tool")
+    if kwargs is not None:
+        function = kwargs["tools"][0]["function"]
+        return {"type": "function", "function": {**function, "name": output.tool_name}}
+    return {
+        "type": "function",
+        "function": {
+            "name": output.tool_name,
+            "description": "Give your final answer by calling this tool.",
+            "parameters": dict(output.json_schema()),
+        },
+    }
+
+
+def json_instructions(output: OutputInstructions, *, with_tools: bool) -> str:
+    """The prompt text of the ``prompted_json`` rung: the schema, compact."""
+    schema = json.dumps(output.json_schema(), separators=(",", ":"), ensure_ascii=False)
+    lead = "When you have the final answer, reply" if with_tools else "Reply"
+    return f"{lead} with only a JSON object that matches this JSON Schema:\n{schema}"
+
+
+def shape_request(
+    request: Mapping[str, Any], output: OutputInstructions, mode: OutputMode, *, with_tools: bool
+) -> dict[str, Any]:
+    """`request` (OpenAI chat-completion keyword arguments) asking for `output` in `mode`."""
+    shaped = dict(request)
+    if mode == "json_schema":
+        shaped["response_format"] = response_format(output)
+    elif mode == "tool":
+        tool = output_tool(output)
+        shaped["tools"] = [*request.get("tools", ()), tool]
+        # With tools of its own the model must still be free to call them first; "required"
+        # keeps it from ending the step in prose instead of through the output tool.
+        shaped["tool_choice"] = (
+            "required"
+            if with_tools
+            else {"type": "function", "function": {"name": tool["function"]["name"]}}
+        )
+    else:
+        text = json_instructions(output, with_tools=with_tools)
+        messages = list(request["messages"])
+        # Chat templates of many local models accept a system message only in first place,
+        # so the schema joins the existing system prompt instead of adding another one.
+        if messages and messages[0].get("role") == "system":
+            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}
+        else:
+            messages.insert(0, {"role": "system", "content": text})
+        shaped["messages"] = messages
+    return shaped
+
+
+# -- reading answers -----------------------------------------------------------------------------
+
+
+class ModeIgnoredError(OutputValidationError):
+    """The endpoint accepted a mode but ignored it (``json_schema`` answered without JSON)."""
+
+
+NO_OUTPUT: Final = object()
+"""`read_output`'s answer for a reply that calls the step's own tools (no output yet)."""
+
+
+async def read_output(
+    completion: ChatCompletion,
+    message: Message,
+    output: OutputInstructions,
+    mode: OutputMode,
+) -> Any:
+    """The validated output in `completion`, or `NO_OUTPUT` when the model called other tools.
+
+    Raises:
+        OutputValidationError: the answer is not valid output; its message is the note to
+            re-ask with. `ModeIgnoredError` when the endpoint evidently ignored `mode`.
+    """
+    name = output.tool_name
+    calls = message.tool_calls
+    if mode == "tool":
+        mine = [call for call in calls if call.name == name]
+        if mine:
+            if len(calls) == 1:
+                parsed = await _instructor_parse(completion, output, mode)
+                if parsed is not NO_OUTPUT:
+                    return parsed
+            return output.validate_python(dict(mine[0].arguments))
+    if calls:
+        return NO_OUTPUT
+    if mode == "json_schema":
+        parsed = await _instructor_parse(completion, output, mode)
+        if parsed is not NO_OUTPUT:
+            return parsed
+    try:
+        return output.validate_json(message.content)
+    except OutputValidationError as exc:
+        if _has_json(message.content):
+            raise
+        if mode == "json_schema":
+            raise ModeIgnoredError(
+                "Your answer did not contain a JSON object. "
+                + json_instructions(output, with_tools=False)
+            ) from None
+        if mode == "tool":
+            raise OutputValidationError(
+                f"You did not call the tool {name!r}. Give your final answer by calling it."
+            ) from None
+        raise exc from None
+
+
+def _has_json(text: str) -> bool:
+    try:
+        extract_json(text)
+    except OutputValidationError:
+        return False
+    return True
+
+
+async def _instructor_parse(
+    completion: ChatCompletion, output: OutputInstructions, mode: OutputMode
+) -> Any:
+    """instructor's reading of a pydantic output; `NO_OUTPUT` when it cannot read it (the
+    tolerant reader then tries, and words the note)."""
+    model = _pydantic_model(output)
+    if model is None:
+        return NO_OUTPUT
+    from instructor import Mode
+    from instructor.processing.response import process_response_async
+
+    try:
+        return await process_response_async(
+            completion,
+            response_model=model,
+            mode=Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS,
+        )
+    except Exception:
+        # Validation errors, broken JSON, a refusal: the tolerant reader decides and explains.
+        return NO_OUTPUT

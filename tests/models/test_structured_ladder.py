@@ -1,0 +1,286 @@
+"""The structured-output ladder over HTTP: each rung, the fall-through from a 400, the memory
+per (base URL, model), the mode on each call, tools next to structured output, and re-asks
+through the step loop (one retry boundary)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from minions import (
+    AgentContext,
+    DefaultStep,
+    MessageBundle,
+    OutputInstructions,
+    StepExecution,
+    StepExecutor,
+    StepStatus,
+    tool,
+)
+from minions.models import OpenAIChatModel
+from minions.testing import FakeOpenAIServer, FakeReply
+
+from .conftest import FAST
+
+
+class Sum(BaseModel):
+    """The sum of the numbers.
+
+    Args:
+        total: the sum.
+    """
+
+    total: int
+
+
+SUM_SCHEMA = {
+    "title": "Total",
+    "type": "object",
+    "properties": {"total": {"type": "integer"}},
+    "required": ["total"],
+}
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def sum_step(output: Any = Sum, **options: Any) -> DefaultStep:
+    return DefaultStep(
+        "sum",
+        MessageBundle(system="You add numbers.", goal="What is 2+3?"),
+        output=OutputInstructions(output),
+        **options,
+    )
+
+
+async def run(model: OpenAIChatModel, step: DefaultStep | None = None) -> StepExecution:
+    context = AgentContext(model=model, tools=[add], config=FAST)
+    return await StepExecutor(step or sum_step(), context).execute()
+
+
+async def test_json_schema_rung() -> None:
+    async with FakeOpenAIServer([FakeReply.structured(Sum(total=5))]) as server:
+        model = server.model()
+        execution = await run(model)
+        (request,) = server.chat_requests
+
+    assert execution.status is StepStatus.COMPLETED, execution.error
+    assert execution.output == Sum(total=5)
+    fmt = request.response_format
+    assert fmt["type"] == "json_schema"
+    assert fmt["json_schema"]["name"] == "Sum"
+    assert fmt["json_schema"]["schema"]["required"] == ["total"]
+    assert "tools" not in request.body
+    assert execution.model_calls[0].output_mode == "json_schema"
+    assert model.output_mode == "json_schema"
+
+
+async def test_tool_rung_forces_the_output_tool() -> None:
+    async with FakeOpenAIServer([FakeReply.structured(Sum(total=5))]) as server:
+        model = server.model(output_modes=("tool",))
+        execution = await run(model)
+        (request,) = server.chat_requests
+
+    assert execution.output == Sum(total=5)
+    assert request.tools == ["Sum"]
+    assert request.tool_choice == {"type": "function", "function": {"name": "Sum"}}
+    # instructor's schema carries the field descriptions from the docstring.
+    parameters = request.body["tools"][0]["function"]["parameters"]
+    assert parameters["properties"]["total"]["description"] == "the sum."
+    assert execution.model_calls[0].output_mode == "tool"
+    # The output tool call is answered, so the conversation keeps its invariant.
+    assert [m.role for m in execution.messages] == ["system", "user", "assistant", "tool"]
+
+
+async def test_prompted_json_rung_reads_json_in_prose_and_fences() -> None:
+    async with FakeOpenAIServer([FakeReply.json_in_prose({"total": 5})]) as server:
+        execution = await run(server.model(output_modes=("prompted_json",)))
+        (request,) = server.chat_requests
+
+    assert execution.output == Sum(total=5)
+    system = request.messages[0]
+    assert system["role"] == "system"
+    assert system["content"].startswith("You add numbers.\n\n")
+    assert "Reply with only a JSON object" in system["content"]
+    assert '"required":["total"]' in system["content"]
+    assert "response_format" not in request.body
+    assert "tools" not in request.body
+    assert execution.model_calls[0].output_mode == "prompted_json"
+    # The schema is not kept in the conversation: it is added per request.
+    assert "JSON Schema" not in execution.messages[0].content
+
+
+async def test_prompted_json_repairs_trivially_broken_json() -> None:
+    async with FakeOpenAIServer(['Answer: {"total": 5,']) as server:
+        execution = await run(server.model(output_modes=("prompted_json",)))
+    assert execution.output == Sum(total=5)
+
+
+async def test_fall_through_from_400_and_memory_per_endpoint_and_model() -> None:
+    replies = [FakeReply.structured(Sum(total=5), prose=True)] * 3
+    async with FakeOpenAIServer(
+        replies, models=("small", "other"), reject={"response_format", "tool_choice"}
+    ) as server:
+        model = server.model("small")
+        first = await run(model)
+        rungs = [(r.response_format is not None, r.tool_choice) for r in server.chat_requests]
+        second = await run(model)
+        after_second = len(server.chat_requests)
+        # Another model on the same endpoint learns for itself.
+        other = await run(server.model("other"))
+        other_requests = server.chat_requests[after_second:]
+
+    assert first.output == second.output == other.output == Sum(total=5)
+    # json_schema refused (400), tool refused (400), prompted JSON answered: one model call.
+    assert rungs == [
+        (True, None),
+        (False, {"type": "function", "function": {"name": "Sum"}}),
+        (False, None),
+    ]
+    assert len(first.model_calls) == 1
+    assert first.model_calls[0].output_mode == "prompted_json"
+    assert first.usage.calls == 1
+    # Remembered for (base URL, model): the second step goes straight to the rung that works.
+    assert after_second == 4
+    assert model.output_mode == "prompted_json"
+    assert model.rejected == {"json_schema", "tool"}
+    assert len(other_requests) == 3
+
+
+async def test_a_400_on_the_last_rung_fails_the_step() -> None:
+    async with FakeOpenAIServer(["never"], reject={"response_format"}) as server:
+        execution = await run(server.model(output_modes=("json_schema",)))
+    assert execution.status is StepStatus.FAILED
+    assert execution.error is not None
+    assert "HTTP 400" in execution.error
+    assert "response_format" in execution.error
+
+
+async def test_unrelated_400_does_not_move_down_the_ladder() -> None:
+    async with FakeOpenAIServer(
+        [FakeReply.failure(400, "Maximum context length exceeded."), "never"]
+    ) as server:
+        model = server.model()
+        execution = await run(model)
+        assert len(server.chat_requests) == 1
+    assert execution.status is StepStatus.FAILED
+    assert model.rejected == frozenset()
+
+
+async def test_raw_json_schema_output_in_each_rung() -> None:
+    replies = [FakeReply.structured({"total": 5})] * 2 + [FakeReply.json_in_prose({"total": 5})]
+    async with FakeOpenAIServer(replies) as server:
+        results = [
+            await run(server.model(output_modes=(mode,)), sum_step(SUM_SCHEMA))
+            for mode in ("json_schema", "tool", "prompted_json")
+        ]
+        requests = server.chat_requests
+    assert [r.output for r in results] == [{"total": 5}] * 3
+    assert requests[0].response_format["json_schema"]["name"] == "Total"
+    assert requests[1].tools == ["Total"]
+
+
+async def test_invalid_output_is_reasked_once_through_the_step_loop() -> None:
+    async with FakeOpenAIServer(
+        [FakeReply.structured({"total": "many"}), FakeReply.structured(Sum(total=5))]
+    ) as server:
+        execution = await run(server.model())
+        first, second = server.chat_requests
+
+    assert execution.output == Sum(total=5)
+    # One retry boundary: two HTTP requests, two model calls, no retry inside instructor.
+    assert len(execution.model_calls) == 2
+    assert execution.model_calls[0].error is not None
+    assert "total" in execution.model_calls[0].error
+    # The re-ask is the original prompt plus one note, not the failed answer.
+    assert second.messages[:-1] == first.messages
+    note = second.messages[-1]
+    assert note["role"] == "user"
+    assert "did not match the required schema" in note["content"]
+    assert all(m["role"] != "assistant" for m in second.messages)
+    assert [m.role for m in execution.messages] == ["system", "user", "user", "assistant"]
+    assert execution.usage.calls == 2
+
+
+async def test_json_schema_ignored_by_the_server_moves_down_the_ladder() -> None:
+    # A server that accepts response_format but ignores it answers in prose without JSON.
+    async with FakeOpenAIServer(
+        ["The total is five.", FakeReply.structured(Sum(total=5))]
+    ) as server:
+        model = server.model()
+        execution = await run(model)
+        first, second = server.chat_requests
+
+    assert execution.output == Sum(total=5)
+    assert first.response_format is not None
+    assert second.forced_tool == "Sum"
+    assert "json_schema" in model.rejected
+    # The note tells the model the schema it never saw.
+    assert '"total"' in second.messages[-1]["content"]
+    assert execution.model_calls[-1].output_mode == "tool"
+
+
+async def test_tools_and_structured_output_offer_the_output_tool_beside_the_tools() -> None:
+    async with FakeOpenAIServer([[("add", {"a": 2, "b": 3})], [("Sum", {"total": 5})]]) as server:
+        execution = await run(server.model(), sum_step(tools={"add"}))
+        first, second = server.chat_requests
+
+    assert execution.status is StepStatus.COMPLETED, execution.error
+    assert execution.output == Sum(total=5)
+    assert first.tools == ["add", "Sum"]
+    assert first.tool_choice == "required"
+    assert first.response_format is None  # Native JSON would forbid the tool calls.
+    assert [c.output_mode for c in execution.model_calls] == [None, "tool"]
+    assert [c.name for c in execution.tool_calls] == ["add"]
+    assert second.messages[-1] == {
+        "role": "tool",
+        "tool_call_id": second.messages[-2]["tool_calls"][0]["id"],
+        "content": "5",
+    }
+
+
+async def test_tools_and_structured_output_fall_back_to_prompted_json() -> None:
+    async with FakeOpenAIServer(
+        [[("add", {"a": 2, "b": 3})], FakeReply.json_in_prose({"total": 5})],
+        reject={"tool_choice"},
+    ) as server:
+        execution = await run(server.model(), sum_step(tools={"add"}))
+        requests = server.chat_requests
+
+    assert execution.output == Sum(total=5)
+    assert [r.tools for r in requests] == [["add", "Sum"], ["add"], ["add"]]
+    assert "When you have the final answer" in requests[1].messages[0]["content"]
+    assert [c.output_mode for c in execution.model_calls] == [None, "prompted_json"]
+
+
+async def test_text_instead_of_the_output_tool_is_salvaged_or_reasked() -> None:
+    async with FakeOpenAIServer(
+        ["I will not call tools.", 'Fine: {"total": 5}'],
+    ) as server:
+        execution = await run(server.model(output_modes=("tool",)))
+        second = server.chat_requests[1]
+    assert execution.output == Sum(total=5)
+    assert "did not call the tool 'Sum'" in second.messages[-1]["content"]
+    assert execution.model_calls[-1].output_mode == "tool"
+
+
+@pytest.mark.parametrize("mode", ["json_schema", "tool", "prompted_json"])
+async def test_streaming_structured_output_in_each_rung(mode: str) -> None:
+    deltas: list[str] = []
+
+    def listen(event: Any) -> None:
+        if event.kind == "token_delta":
+            deltas.append(event.text)
+
+    async with FakeOpenAIServer([FakeReply.structured(Sum(total=5))]) as server:
+        model = server.model(stream=True, output_modes=(mode,))
+        context = AgentContext(model=model, config=FAST, listeners=[listen])
+        execution = await StepExecutor(sum_step(), context).execute()
+    assert execution.output == Sum(total=5)
+    assert execution.model_calls[0].output_mode == mode
+    assert "".join(deltas) == ("" if mode == "tool" else '{"total":5}')

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from minions.errors import OutputValidationError
@@ -147,6 +147,12 @@ def _pydantic_model(output: OutputInstructions) -> type[Any] | None:
     return output_type if issubclass(output_type, BaseModel) else None
 
 
+def _instructor_mode(mode: OutputMode) -> Any:
+    from instructor import Mode
+
+    return Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS
+
+
 def _instructor_kwargs(output: OutputInstructions, mode: OutputMode) -> dict[str, Any] | None:
     """What instructor adds to a request for `mode`, computed once per output type."""
     cache_key = f"openai.instructor.{mode}"
@@ -156,11 +162,9 @@ def _instructor_kwargs(output: OutputInstructions, mode: OutputMode) -> dict[str
     model = _pydantic_model(output)
     kwargs: dict[str, Any] | None = None
     if model is not None:
-        from instructor import Mode
         from instructor.processing.response import handle_response_model
 
-        instructor_mode = Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS
-        _, kwargs = handle_response_model(model, mode=instructor_mode)
+        _, kwargs = handle_response_model(model, mode=_instructor_mode(mode))
         kwargs.pop("messages", None)
     output._cache[cache_key] = kwargs
     return kwargs
@@ -196,7 +200,10 @@ def output_tool(output: OutputInstructions) -> dict[str, Any]:
 
 def json_instructions(output: OutputInstructions, *, with_tools: bool) -> str:
     """The prompt text of the ``prompted_json`` rung: the schema, compact."""
-    schema = json.dumps(output.json_schema(), separators=(",", ":"), ensure_ascii=False)
+    schema = output._cache.get("openai.schema_text")
+    if schema is None:
+        schema = json.dumps(output.json_schema(), separators=(",", ":"), ensure_ascii=False)
+        output._cache["openai.schema_text"] = schema
     lead = "When you have the final answer, reply" if with_tools else "Reply"
     return f"{lead} with only a JSON object that matches this JSON Schema:\n{schema}"
 
@@ -242,7 +249,7 @@ NO_OUTPUT: Final = object()
 """`read_output`'s answer for a reply that calls the step's own tools (no output yet)."""
 
 
-async def read_output(
+def read_output(
     completion: ChatCompletion,
     message: Message,
     output: OutputInstructions,
@@ -260,14 +267,14 @@ async def read_output(
         mine = [call for call in calls if call.name == name]
         if mine:
             if len(calls) == 1:
-                parsed = await _instructor_parse(completion, output, mode)
+                parsed = _instructor_parse(completion, output, mode)
                 if parsed is not NO_OUTPUT:
                     return parsed
             return output.validate_python(dict(mine[0].arguments))
     if calls:
         return NO_OUTPUT
     if mode == "json_schema":
-        parsed = await _instructor_parse(completion, output, mode)
+        parsed = _instructor_parse(completion, output, mode)
         if parsed is not NO_OUTPUT:
             return parsed
     try:
@@ -295,23 +302,59 @@ def _has_json(text: str) -> bool:
     return True
 
 
-async def _instructor_parse(
+def _instructor_parse(
     completion: ChatCompletion, output: OutputInstructions, mode: OutputMode
 ) -> Any:
     """instructor's reading of a pydantic output; `NO_OUTPUT` when it cannot read it (the
     tolerant reader then tries, and words the note)."""
-    model = _pydantic_model(output)
-    if model is None:
+    parser = _instructor_parser(output, mode)
+    if parser is None:
         return NO_OUTPUT
-    from instructor import Mode
-    from instructor.processing.response import process_response_async
-
     try:
-        return await process_response_async(
-            completion,
-            response_model=model,
-            mode=Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS,
-        )
+        return parser(completion)
     except Exception:
         # Validation errors, broken JSON, a refusal: the tolerant reader decides and explains.
         return NO_OUTPUT
+
+
+def _instructor_parser(
+    output: OutputInstructions, mode: OutputMode
+) -> Callable[[ChatCompletion], Any] | None:
+    """instructor's parser of `mode` answers for a pydantic output, prepared once per output
+    type. instructor's `process_response` looks the parser up and walks the model for async
+    validators on every call (~80 µs); both depend on the type alone."""
+    cache_key = f"openai.instructor.parser.{mode}"
+    if cache_key in output._cache:
+        cached: Callable[[ChatCompletion], Any] | None = output._cache[cache_key]
+        return cached
+    model = _pydantic_model(output)
+    parser: Callable[[ChatCompletion], Any] | None = None
+    if model is not None:
+        try:
+            import instructor.v2  # noqa: F401  (registers the providers' handlers)
+            from instructor.v2.core.providers import Provider
+            from instructor.v2.core.registry import mode_registry
+            from instructor.v2.validation.async_validators import reject_async_validators
+
+            # instructor refuses models with async validators (it cannot run them).
+            reject_async_validators(model)
+            handlers = mode_registry.get_handlers(Provider.OPENAI, _instructor_mode(mode))
+        except Exception:
+            # Such a model, or an instructor that moved these names: the tolerant reader,
+            # which validates with pydantic just the same, reads every answer.
+            pass
+        else:
+            respond = handlers.response_parser
+
+            def parser(completion: ChatCompletion) -> Any:
+                return respond(
+                    response=completion,
+                    response_model=model,
+                    validation_context=None,
+                    strict=None,
+                    stream=False,
+                    is_async=False,
+                )
+
+    output._cache[cache_key] = parser
+    return parser

@@ -78,6 +78,8 @@ async def test_json_schema_rung() -> None:
     assert "tools" not in request.body
     assert execution.model_calls[0].output_mode == "json_schema"
     assert model.output_mode == "json_schema"
+    # instructor read the answer: it keeps the completion on the instance.
+    assert getattr(execution.output, "_raw_response", None) is not None
 
 
 async def test_tool_rung_forces_the_output_tool() -> None:
@@ -93,6 +95,7 @@ async def test_tool_rung_forces_the_output_tool() -> None:
     parameters = request.body["tools"][0]["function"]["parameters"]
     assert parameters["properties"]["total"]["description"] == "the sum."
     assert execution.model_calls[0].output_mode == "tool"
+    assert getattr(execution.output, "_raw_response", None) is not None  # Read by instructor.
     # The output tool call is answered, so the conversation keeps its invariant.
     assert [m.role for m in execution.messages] == ["system", "user", "assistant", "tool"]
 
@@ -144,6 +147,9 @@ async def test_fall_through_from_400_and_memory_per_endpoint_and_model() -> None
     ]
     assert len(first.model_calls) == 1
     assert first.model_calls[0].output_mode == "prompted_json"
+    # The refused rungs left nothing in the conversation, and the schema is not kept in it.
+    assert [m.role for m in first.messages] == ["system", "user", "assistant"]
+    assert first.messages[0].content == "You add numbers."
     assert first.usage.calls == 1
     # Remembered for (base URL, model): the second step goes straight to the rung that works.
     assert after_second == 4

@@ -23,7 +23,9 @@ from minions import (
 )
 from minions.events import (
     ModelCallCompleted,
+    ModelCallFailed,
     ModelCallStarted,
+    RetryScheduled,
     StepCompleted,
     TokenDelta,
     ToolCallCompleted,
@@ -173,6 +175,52 @@ async def test_streaming_emits_token_deltas_in_order() -> None:
     # Usage came in the stream's last chunk.
     assert execution.usage.complete
     assert execution.usage.completion_tokens > 0
+
+
+async def test_streaming_over_retries_keeps_events_in_order() -> None:
+    events: list[Any] = []
+    async with FakeOpenAIServer(
+        [FakeReply.rate_limit(retry_after=0.01), FakeReply.cut_off("Sunny in"), "Sunny in Paris."]
+    ) as server:
+        context = AgentContext(
+            model=server.model(stream=True), config=FAST, listeners=[events.append]
+        )
+        execution = await StepExecutor(DefaultStep("s", "Weather?"), context).execute()
+
+    assert execution.output == "Sunny in Paris."
+
+    def describe(event: Any) -> str:
+        if isinstance(event, TokenDelta):
+            return f"delta {event.text!r}"
+        if isinstance(event, RetryScheduled):
+            return f"retry {event.target}"
+        if isinstance(event, ModelCallStarted | ModelCallFailed | ModelCallCompleted):
+            return f"{event.kind} {event.attempt}"
+        return str(event.kind)
+
+    # A 429 before any token, then a stream cut off at the length limit (its deltas were
+    # already shown, then the failure), a re-ask, and the whole answer.
+    assert [describe(e) for e in events] == [
+        "step_started",
+        "model_call_started 1",
+        "model_call_failed 1",
+        "retry model",
+        "model_call_started 2",
+        "delta 'Sunny '",
+        "delta 'in'",
+        "model_call_failed 2",
+        "retry output",
+        "model_call_started 3",
+        "delta 'Sunny '",
+        "delta 'in '",
+        "delta 'Paris.'",
+        "model_call_completed 3",
+        "completion_decided",
+        "step_completed",
+    ]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    # The cut-off attempt left nothing in the conversation but the re-ask note.
+    assert [m.role for m in execution.messages] == ["user", "user", "assistant"]
 
 
 async def test_streamed_tool_calls_are_joined() -> None:

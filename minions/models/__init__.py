@@ -127,13 +127,14 @@ def _azure(deployment: str, options: dict[str, Any]) -> Model:
 
     client_options = {key: options.pop(key) for key in ("api_key", "api_version") if key in options}
     endpoint = options.pop("base_url", None)
-    try:
-        client = openai.AsyncAzureOpenAI(
-            azure_endpoint=endpoint,
-            max_retries=0,
-            timeout=options.get("timeout", 600.0),
-            **client_options,
+    timeout = options.get("timeout", 600.0)
+
+    def client() -> openai.AsyncOpenAI:
+        return openai.AsyncAzureOpenAI(
+            azure_endpoint=endpoint, max_retries=0, timeout=timeout, **client_options
         )
+
+    try:
+        return OpenAIChatModel(deployment, client=client, **options)
     except openai.OpenAIError as exc:
         raise ModelError(f"azure:{deployment}: {exc}") from None
-    return OpenAIChatModel(deployment, client=client, **options)

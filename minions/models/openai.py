@@ -8,9 +8,11 @@ translated into `TransientModelError` (retried by the step loop, honouring ``Ret
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -91,7 +93,9 @@ class OpenAIChatModel(Model):
             replaced by a placeholder for other endpoints when missing. Never shown in reprs,
             errors or logs.
         client: an `openai.AsyncOpenAI` (or `AsyncAzureOpenAI`) to use instead of building
-            one; a copy with ``max_retries=0`` is used.
+            one, or a function making one; a copy with ``max_retries=0`` is used. HTTP
+            connections belong to the event loop that opened them: a function is called again
+            for each new event loop the model is used from (a client given as is is not).
         timeout: seconds the client waits for the endpoint (per read while streaming);
             ``None`` waits forever.
         stream: stream answers over SSE and report each text delta as a `TokenDelta` event
@@ -113,7 +117,7 @@ class OpenAIChatModel(Model):
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        client: openai.AsyncOpenAI | None = None,
+        client: openai.AsyncOpenAI | Callable[[], openai.AsyncOpenAI] | None = None,
         timeout: float | None = 600.0,
         stream: bool = False,
         settings: Mapping[str, Any] | None = None,
@@ -131,28 +135,53 @@ class OpenAIChatModel(Model):
             self.output_modes = check_modes(LADDER if output_modes is None else output_modes)
         except ValueError as exc:
             raise ModelError(f"{self.name}: {exc}") from None
-        if client is not None:
-            self._client = client.with_options(max_retries=0)
-            self._secret = client.api_key or ""
-            self.base_url = str(client.base_url).rstrip("/")
+        if isinstance(client, openai.AsyncOpenAI):
+            self._factory: Callable[[], openai.AsyncOpenAI] | None = None
+            first = client
+            self.base_url = str(first.base_url).rstrip("/")
+        elif client is not None:
+            self._factory = client
+            first = client()
+            self.base_url = str(first.base_url).rstrip("/")
         else:
-            self.base_url = (
-                base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
-            ).rstrip("/")
+            base_url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
             key = api_key or os.environ.get("OPENAI_API_KEY") or ""
             if not key:
-                if self.base_url == OPENAI_BASE_URL:
+                if base_url.rstrip("/") == OPENAI_BASE_URL:
                     raise ModelError(
                         f"{self.name} needs an API key: set OPENAI_API_KEY or pass api_key=..."
                     )
                 key = NO_API_KEY
-            self._secret = key
-            self._client = openai.AsyncOpenAI(
-                api_key=key, base_url=self.base_url, max_retries=0, timeout=timeout
-            )
+
+            def build() -> openai.AsyncOpenAI:
+                return openai.AsyncOpenAI(
+                    api_key=key, base_url=base_url, max_retries=0, timeout=timeout
+                )
+
+            self._factory = build
+            first = build()
+            self.base_url = base_url.rstrip("/")
+        self._secret = first.api_key or ""
         self._key = (self.base_url, model)
         self._where = f"{self.name} at {_USERINFO.sub('//', self.base_url)}"
+        self._use(first)
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+
+    def _use(self, client: openai.AsyncOpenAI) -> None:
+        self._client = client.with_options(max_retries=0)
         self._create = cast("Callable[..., Awaitable[Any]]", self._client.chat.completions.create)
+
+    def _bind(self) -> Callable[..., Awaitable[Any]]:
+        """`create` of a client whose connections belong to the running event loop."""
+        loop = asyncio.get_running_loop()
+        bound = self._loop
+        if bound is None or bound() is not loop:
+            if bound is not None and self._factory is not None:
+                # Pooled connections belong to the loop that opened them: a model used from a
+                # new loop (`execute_sync` twice, another `asyncio.run`) needs a new client.
+                self._use(self._factory())
+            self._loop = weakref.ref(loop)
+        return self._create
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.model!r}, base_url={_USERINFO.sub('//', self.base_url)!r})"
@@ -265,7 +294,7 @@ class OpenAIChatModel(Model):
     ) -> ChatCompletion:
         try:
             if on_token is None or not self.stream:
-                completion: ChatCompletion = await self._create(**request)
+                completion: ChatCompletion = await self._bind()(**request)
                 return completion
             return await self._stream(request, on_token)
         except (openai.OpenAIError, httpx2.TransportError) as exc:
@@ -282,7 +311,7 @@ class OpenAIChatModel(Model):
         if "stream_options" not in capabilities.rejected(self._key):
             kwargs["stream_options"] = {"include_usage": True}
         try:
-            stream = await self._create(**kwargs)
+            stream = await self._bind()(**kwargs)
         except openai.APIStatusError as exc:
             if "stream_options" not in kwargs or not _rejects(exc, "stream_options"):
                 raise

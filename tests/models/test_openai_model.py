@@ -368,6 +368,18 @@ async def test_connection_refused_is_retried_then_fails_clearly() -> None:
     assert len(execution.model_calls) == 3
 
 
+def test_one_model_serves_one_event_loop_after_another() -> None:
+    # Each `execute_sync` runs its own event loop; pooled connections of the last one are dead.
+    with FakeOpenAIServer(["one", "two", "three"]) as server:
+        model = server.model()
+        outputs = [
+            StepExecutor(DefaultStep("s", "go"), AgentContext(model=model)).execute_sync().output
+            for _ in range(3)
+        ]
+        assert len(server.chat_requests) == 3
+    assert outputs == ["one", "two", "three"]
+
+
 def test_construction_needs_a_key_for_openai_only() -> None:
     with pytest.raises(ModelError, match="OPENAI_API_KEY"):
         OpenAIChatModel("gpt-4o-mini")

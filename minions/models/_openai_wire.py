@@ -91,7 +91,7 @@ def _create_parameters() -> frozenset[str]:
 
 def split_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """`settings` as `create()` keyword arguments: parameters the client knows pass as they
-    are, the rest (``num_ctx``, ``top_k``, ...) go in ``extra_body`` for the server."""
+    are, the rest (``top_k``, ``min_p``, ...) go in ``extra_body`` for the server."""
     known = _create_parameters()
     unknown = {key: value for key, value in settings.items() if key not in known}
     if not unknown:

@@ -102,7 +102,7 @@ class OpenAIChatModel(Model):
             (only when somebody listens to events; otherwise a plain request is made).
         settings: request parameters for every call (``temperature``, ``max_tokens``,
             ``seed``...); a step's own settings win. Parameters the `openai` client does not
-            know (Ollama's ``num_ctx``, vLLM's ``top_k``...) are sent in the request body.
+            know (``top_k``, ``min_p``... for vLLM or llama.cpp) are sent in the request body.
         output_modes: the structured-output ladder to climb down, a subsequence of
             ``("json_schema", "tool", "prompted_json")`` (the default, in that order).
         provider: the label in this model's `name` (``openai``, ``ollama``, ...).

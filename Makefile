@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## The main job: an example end to end, offline.
+## The main job: a recipe end to end, offline (it replays the recording beside the recipe).
 demo: $(STAMP)
-	$(BIN)/python examples/step_with_tools.py
+	$(BIN)/minions run examples/activity_monitor/recipe.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,551 @@
+"""The `minions` command: exit codes, output, JSON, events, dry runs, record and replay, Ctrl-C.
+
+Most tests run the typer app in process (`CliRunner`); those about the process itself (the
+installed entry point, SIGINT) run it as a subprocess. Everything is offline: models are the
+stand-in of `cli_helpers` or replays of recordings made here.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import AGENTS, FAILING, SETTINGS, SLOW, TOOL_ONLY, write_recipe
+from typer.testing import CliRunner, Result
+
+from minions import __version__
+from minions.cli.app import Settings, app
+from minions.cli.live import LiveView
+from minions.events import event_from_json
+from minions.models.recording import Recording
+
+HELPERS = Path(__file__).with_name("cli_helpers.py")
+
+
+@pytest.fixture(autouse=True)
+def no_model_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MINIONS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def invoke(args: Sequence[str], settings: Settings | None = SETTINGS) -> Result:
+    return CliRunner().invoke(app, list(args), obj=settings)
+
+
+def record(recipe: Path, recording: Path, *extra: str) -> Result:
+    """Run `recipe` with the stand-in model, recording its replies."""
+    result = invoke(["run", str(recipe), "--model", "test", "--record", str(recording), *extra])
+    assert result.exit_code == 0, result.stderr
+    return result
+
+
+def assert_no_traceback(result: Result) -> None:
+    assert "Traceback" not in result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+# -- version, validate, graph, schema ----------------------------------------------------------
+
+
+def test_version() -> None:
+    result = invoke(["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"minions {__version__}"
+
+
+def test_validate_ok(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    result = invoke(["validate", str(recipe)])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("OK")
+    assert "3 steps" in result.stdout
+
+
+INVALID = {
+    "schema": (
+        """\
+        id: broken
+        steps:
+          - id: a
+            goal: Do it.
+            colour: blue
+          - id: b
+            depends_on: [a]
+        """,
+        [":5: step 'a', field 'colour': unknown field", ":6: step 'b': a step needs exactly one"],
+    ),
+    "graph": (
+        """\
+        id: broken
+        steps:
+          - id: a
+            goal: Do it.
+          - id: b
+            goal: Then this.
+            depends_on: [nowhere]
+        """,
+        [":7: step 'b', field 'depends_on': unknown step 'nowhere'"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_validate_lists_every_problem_with_file_and_line(tmp_path: Path, case: str) -> None:
+    text, problems = INVALID[case]
+    recipe = write_recipe(tmp_path, text)
+    result = invoke(["validate", str(recipe)])
+    assert result.exit_code == 2
+    assert_no_traceback(result)
+    assert result.stdout == ""
+    assert f"invalid recipe: {len(problems)} problem" in result.stderr
+    for problem in problems:
+        assert f"{recipe}{problem}" in result.stderr
+
+
+def test_graph_prints_mermaid(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    result = invoke(["graph", str(recipe)])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("flowchart TD")
+    assert "hello --> bye" in result.stdout
+
+
+def test_schema_is_the_recipe_json_schema() -> None:
+    result = invoke(["schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert "steps" in schema["properties"]
+    assert "StepSpec" in schema["$defs"]
+
+
+def test_a_missing_recipe_file_is_a_usage_error(tmp_path: Path) -> None:
+    result = invoke(["run", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+    assert "no such recipe file" in result.stderr
+    assert_no_traceback(result)
+
+
+def test_typer_usage_errors_exit_2() -> None:
+    assert invoke(["run", "--no-such-option", "x.yaml"]).exit_code == 2
+    assert invoke(["run"]).exit_code == 2
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def test_run_prints_the_output_and_a_summary(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, TOOL_ONLY)
+    result = invoke(["run", str(recipe), "-i", "n=5"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "20\n"  # -i values take the declared type: 5 * 2 * 2
+    assert "run completed" in result.stderr
+    assert "twice" in result.stderr  # in the summary table
+    assert "✓ once completed" in result.stderr  # a progress line (stderr is not a terminal)
+
+
+def test_quiet_prints_the_output_only(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, TOOL_ONLY)
+    result = invoke(["run", str(recipe), "-i", "n=1", "--quiet"])
+    assert result.exit_code == 0
+    assert result.stdout == "4\n"
+    assert result.stderr == ""
+
+
+def test_a_failed_run_exits_1(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, FAILING)
+    result = invoke(["run", str(recipe)])
+    assert result.exit_code == 1
+    assert "run failed" in result.stderr
+    assert "broken: on purpose" in result.stderr
+    assert_no_traceback(result)
+
+
+def test_json_prints_the_result_and_nothing_else(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    recording = tmp_path / "run.recording.json"
+    record(recipe, recording)
+    result = invoke(["run", str(recipe), "--replay", str(recording), "--json", "-i", "name=Bo"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)  # the tool's print went to stderr
+    assert "shouting!" in result.stderr
+    assert data["status"] == "completed"
+    assert data["recipe_id"] == "greetings"
+    assert data["inputs"] == {"name": "Bo"}
+    assert data["error"] is None
+    steps = {s["id"]: s for s in data["steps"]}
+    assert set(steps) == {"hello", "loud", "bye"}
+    assert steps["hello"]["model_calls"] == 1
+    assert steps["loud"]["tool_calls"] == 1
+    assert steps["loud"]["output"] == "BO"
+    assert steps["hello"]["usage"]["total_tokens"] > 0
+    assert data["usage"]["calls"] == 2
+    assert data["output"] == steps["bye"]["output"]
+    assert all(s["duration"] is not None for s in data["steps"])
+
+
+def test_json_of_a_failed_run(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, FAILING)
+    result = invoke(["run", str(recipe), "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["status"] == "failed"
+    assert "on purpose" in data["steps"][0]["error"]
+
+
+def test_events_are_written_as_json_lines_in_sequence(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    events = tmp_path / "events.jsonl"
+    result = invoke(["run", str(recipe), "--model", "test", "--events", str(events)])
+    assert result.exit_code == 0, result.stderr
+    parsed = [event_from_json(line) for line in events.read_text().splitlines()]
+    assert [e.seq for e in parsed] == list(range(1, len(parsed) + 1))
+    assert parsed[0].kind == "run_started"
+    assert parsed[-1].kind == "run_completed"
+    kinds = {e.kind for e in parsed}
+    assert {
+        "step_started",
+        "step_completed",
+        "model_call_completed",
+        "tool_call_completed",
+    } <= kinds
+
+
+def test_an_unwritable_events_file_is_a_usage_error(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, TOOL_ONLY)
+    result = invoke(["run", str(recipe), "-i", "n=1", "--events", str(tmp_path / "no" / "e")])
+    assert result.exit_code == 2
+    assert "cannot write events" in result.stderr
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-i", "n"], "NAME=VALUE"),
+        (["-i", "=3"], "NAME=VALUE"),
+        (["-i", "n=1", "-i", "n=2"], "given twice"),
+        (["-i", "n=1", "-i", "m=2"], "unknown input 'm'"),
+        (["-i", "n=many"], "input 'n' must be integer"),
+        ([], "input 'n' is required"),
+    ],
+)
+def test_bad_inputs_exit_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
+    recipe = write_recipe(tmp_path, TOOL_ONLY)
+    result = invoke(["run", str(recipe), *args])
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert_no_traceback(result)
+
+
+# -- dry run -----------------------------------------------------------------------------------
+
+
+def test_dry_run_prints_the_plan_and_calls_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    recipe = write_recipe(
+        tmp_path,
+        f"""\
+        id: plan
+        tools: [tools]
+        inputs:
+          name: {{type: string}}
+        steps:
+          - id: mark
+            tool: touch
+            params: {{path: "{marker}"}}
+          - id: greet
+            goal: Say hello to {{{{ inputs.name }}}}.
+          - id: after
+            depends_on: [mark, greet]
+            goal: "Summarise {{{{ greet.output }}}}"
+        """,
+    )
+
+    def no_model(spec: str) -> Any:
+        raise AssertionError("a dry run resolved a model")
+
+    result = invoke(
+        ["run", str(recipe), "--dry-run", "-i", "name=Ada", "--model", "test"],
+        Settings(resolve_model=no_model),
+    )
+    assert result.exit_code == 0, result.stderr
+    assert not marker.exists()
+    out = result.stdout
+    assert "wave 1" in out
+    assert "wave 2" in out
+    assert "Say hello to Ada." in out  # rendered from the inputs
+    assert "{{ greet.output }}" in out  # shown as written: it waits for greet
+    assert "after greet" in out or "after mark, greet" in out
+    assert "touch" in out
+
+    data = json.loads(invoke(["run", str(recipe), "--dry-run", "--json", "-i", "name=Ada"]).stdout)
+    assert [[s["id"] for s in wave] for wave in data["waves"]] == [["mark", "greet"], ["after"]]
+    assert data["waves"][0][1]["fields"]["goal"] == {"value": "Say hello to Ada."}
+    assert not marker.exists()
+
+
+def test_dry_run_checks_inputs(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, TOOL_ONLY)
+    assert invoke(["run", str(recipe), "--dry-run"]).exit_code == 2
+
+
+# -- models: choice, record, replay ------------------------------------------------------------
+
+
+def test_without_a_model_the_message_says_how_to_set_one(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    result = invoke(["run", str(recipe)])
+    assert result.exit_code == 2
+    message = result.stderr
+    assert "no model is configured" in message
+    assert "OPENAI_API_KEY" in message
+    assert "--model ollama:llama3.2:3b" in message
+    assert "OPENAI_BASE_URL" in message
+    assert "MINIONS_MODEL" in message
+    assert_no_traceback(result)
+
+
+def test_a_recipe_needing_no_model_runs_without_one(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, TOOL_ONLY)
+    assert invoke(["run", str(recipe), "-i", "n=2"], settings=None).exit_code == 0
+
+
+def test_an_unusable_model_string_is_a_usage_error(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    result = invoke(["run", str(recipe), "--model", "nowhere:nothing"], settings=None)
+    assert result.exit_code == 2
+    assert "cannot use model 'nowhere:nothing' (--model)" in result.stderr
+    assert_no_traceback(result)
+
+
+def test_minions_model_and_the_recipe_model_are_used_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+
+    def resolve(spec: str) -> Any:
+        asked.append(spec)
+        return SETTINGS.resolve_model(spec)
+
+    settings = Settings(resolve_model=resolve)
+    plain = write_recipe(tmp_path / "plain", AGENTS)
+    own = write_recipe(tmp_path / "own", "model: recipe:model\n" + AGENTS)
+    monkeypatch.setenv("MINIONS_MODEL", "env:model")
+    assert invoke(["run", str(plain)], settings).exit_code == 0
+    assert invoke(["run", str(own)], settings).exit_code == 0
+    assert invoke(["run", str(own), "--model", "option:model"], settings).exit_code == 0
+    assert asked == ["env:model", "recipe:model", "option:model"]
+
+
+def test_record_then_replay_gives_the_same_result(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    recording = tmp_path / "run.recording.json"
+    recorded = record(recipe, recording, "--json")
+    saved = Recording.load(recording)
+    assert set(saved.entries) == {"hello#1/1", "bye#1/1"}
+    assert saved.meta["recipe"] == "greetings"
+    assert saved.meta["model"] == "test"
+
+    replayed = invoke(["run", str(recipe), "--replay", str(recording), "--json"], settings=None)
+    assert replayed.exit_code == 0, replayed.stderr
+    before, after = json.loads(recorded.stdout), json.loads(replayed.stdout)
+    assert after["output"] == before["output"]
+    assert after["usage"] == before["usage"]
+    assert [s["output"] for s in after["steps"]] == [s["output"] for s in before["steps"]]
+
+
+def test_replay_covers_every_model_the_recipe_names(tmp_path: Path) -> None:
+    """Models named by the recipe and by a step are replayed too: no key or server needed."""
+    recording = tmp_path / "run.recording.json"
+    record(write_recipe(tmp_path / "plain", AGENTS), recording)
+    named = AGENTS.replace(
+        "    goal: Say goodbye", "    model: ollama:llama3.2:3b\n    goal: Say goodbye"
+    )
+    recipe = write_recipe(tmp_path / "named", "model: openai:gpt-4o-mini\n" + named)
+    result = invoke(["run", str(recipe), "--replay", str(recording)], settings=None)
+    assert result.exit_code == 0, result.stderr
+    assert "bye: " in result.stdout
+
+
+def test_a_replay_miss_names_the_step_and_the_call(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    recording = tmp_path / "run.recording.json"
+    record(recipe, recording)
+    saved = Recording.load(recording)
+    del saved.entries["bye#1/1"]
+    saved.save(recording)
+    result = invoke(["run", str(recipe), "--replay", str(recording)], settings=None)
+    assert result.exit_code == 1
+    assert "model call 1 of step 'bye'" in result.stderr
+    assert "run failed" in result.stderr
+
+
+def test_a_recording_beside_the_recipe_is_replayed_and_said_so(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    record(recipe, tmp_path / "recipe.recording.json")
+    result = invoke(["run", str(recipe)], settings=None)
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "recipe.recording.json" in line]
+    assert len(lines) == 1
+    assert "replaying" in lines[0]
+    assert "--model" in lines[0]
+    assert result.stdout.startswith("bye: ")
+
+
+def test_record_and_replay_options_conflict(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    recording = tmp_path / "run.recording.json"
+    record(recipe, recording)
+    both = invoke(["run", str(recipe), "--record", "x.json", "--replay", str(recording)])
+    assert both.exit_code == 2
+    assert "cannot be used together" in both.stderr
+    model = invoke(["run", str(recipe), "--model", "m", "--replay", str(recording)])
+    assert model.exit_code == 2
+    missing = invoke(["run", str(recipe), "--replay", str(tmp_path / "none.json")])
+    assert missing.exit_code == 2
+    assert "does not exist" in missing.stderr
+
+
+def test_record_is_saved_when_the_run_fails(tmp_path: Path) -> None:
+    recipe = write_recipe(
+        tmp_path,
+        """\
+        id: half
+        tools: [tools]
+        steps:
+          - id: think
+            goal: Think.
+          - id: oops
+            depends_on: [think]
+            tool: broken
+            params: {reason: late}
+        """,
+    )
+    recording = tmp_path / "run.recording.json"
+    result = invoke(["run", str(recipe), "--model", "test", "--record", str(recording)])
+    assert result.exit_code == 1
+    assert set(Recording.load(recording).entries) == {"think#1/1"}
+
+
+# -- the live view -----------------------------------------------------------------------------
+
+
+def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    recipe = write_recipe(tmp_path, AGENTS)
+    events = tmp_path / "events.jsonl"
+    invoke(["run", str(recipe), "--model", "test", "--events", str(events)])
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    view = LiveView(console, ["hello", "loud", "bye"], mode="live")
+    assert view.mode == "live"
+    seen_running = False
+    for line in events.read_text().splitlines():
+        view(event_from_json(line))
+        seen_running = seen_running or view.rows["bye"].status == "running"
+    assert seen_running
+    assert {row.status for row in view.rows.values()} == {"completed"}
+    assert view.rows["hello"].model_calls == 1
+    assert view.rows["loud"].tool_calls == 1
+    assert view.run_status == "completed"
+    console.print(view.render())
+    assert "bye" in console.file.getvalue()  # type: ignore[attr-defined]
+
+
+# -- the process: entry point and Ctrl-C -------------------------------------------------------
+
+
+def test_the_installed_entry_point(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("minions")
+    if not script.exists():
+        pytest.skip("the package is not installed with its scripts")
+    recipe = write_recipe(tmp_path, TOOL_ONLY)
+    done = subprocess.run(
+        [str(script), "run", str(recipe), "-i", "n=3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["output"] == 12
+
+
+def test_python_dash_m() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "minions.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == f"minions {__version__}"
+
+
+def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, SLOW)
+    events = tmp_path / "events.jsonl"
+    recording = tmp_path / "run.recording.json"
+    command = [sys.executable, str(HELPERS), "run", str(recipe), "--model", "test"]
+    command += ["--events", str(events), "--record", str(recording)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while '"step_id":"nap","seq"' not in (events.read_text() if events.exists() else ""):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the slow step never started"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    assert "interrupted" in err
+    assert "Finished: first" in err
+    assert "cancelled: nap" in err
+    kinds = [json.loads(line)["kind"] for line in events.read_text().splitlines()]
+    assert kinds[0] == "run_started"
+    assert kinds[-1] == "run_failed"
+    assert "step_failed" in kinds
+    assert set(Recording.load(recording).entries) == {"first#1/1"}
+
+
+def test_a_live_run_over_http_records_and_replays_offline(tmp_path: Path) -> None:
+    """The real provider against FakeOpenAIServer: record a live run, then replay it with the
+    server gone, and get the same output."""
+    from minions.testing import FakeOpenAIServer
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "id: live\n"
+        "steps:\n"
+        "  - {id: facts, goal: List two facts about bees.}\n"
+        "  - id: judge\n"
+        "    depends_on: [facts]\n"
+        "    analyze: Are these facts about bees?\n"
+        '    input: "{{ facts.output }}"\n'
+        "    output: {about_bees: true}\n"
+    )
+    recording = tmp_path / "live.recording.json"
+    with FakeOpenAIServer(["Bees pollinate. Bees dance.", '{"about_bees": true}']) as server:
+        model = f"openai-compatible:fake-model@{server.url}"
+        live = invoke(
+            ["run", str(recipe), "--model", model, "--json", "--record", str(recording)], None
+        )
+        assert live.exit_code == 0, live.stderr
+        assert len(server.requests) == 2
+    replayed = invoke(["run", str(recipe), "--replay", str(recording), "--json"], None)
+    assert replayed.exit_code == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["output"] == json.loads(live.stdout)["output"]
+    assert json.loads(live.stdout)["output"] == {"about_bees": True}

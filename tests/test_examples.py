@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,38 @@ def test_step_with_tools_example_runs() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_custom_step_example_reasks_until_cited_and_leaves_no_trace() -> None:
+    spec = importlib.util.spec_from_file_location("_custom_step", EXAMPLES / "custom_step.py")
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    from minions.testing import ScriptedModel
+
+    model = ScriptedModel(["No citation here.", "Bad [9].", "Good [1]."])
+    result = AgentExecutor().execute_sync(example.build(model))
+    assert result.ok
+    assert result.output == "Good [1]."
+    kinds = [(d.link, d.kind) for d in result.step("answer").decisions]
+    assert kinds == [
+        ("require_citations", "reask"),
+        ("require_citations", "reask"),
+        ("text_answer", "complete"),
+    ]
+    last = str(model.requests[-1])
+    assert "Sources:\n[1] Bees pollinate" in last
+    assert "No citation here." not in last  # the failed attempts left no trace
+    assert "Bad [9]." not in last
+    assert last.count("Cite the sources you used") == 1
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "custom_step.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "MINIONS_MODEL"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "[1]" in done.stdout

@@ -54,7 +54,7 @@ from minions.messages import (
 )
 from minions.models.base import Model
 from minions.output import OutputInstructions
-from minions.recipes.errors import RecipeError
+from minions.recipes.errors import InputError, RecipeError
 from minions.step.completion import (
     CallLimitLink,
     CompletionDecision,
@@ -145,6 +145,7 @@ __all__ = [
     "ModelError",
     "ModelOutputError",
     "OutputValidationError",
+    "InputError",
     "RecipeError",
     "StepDefinitionError",
     "TemplateError",

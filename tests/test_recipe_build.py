@@ -21,7 +21,7 @@ from minions import (
     Transition,
 )
 from minions.events import StepStarted
-from minions.recipes.errors import RecipeError
+from minions.recipes.errors import InputError, RecipeError
 from minions.step.kinds import AnalysisStep, LoopStep, ToolStep
 from minions.testing import FunctionModel, ScriptedModel
 
@@ -129,8 +129,9 @@ def test_inputs_are_checked_when_a_run_starts(tmp_path: Path) -> None:
     )
     recipe = AgentRecipe.from_yaml(path)
     model = ScriptedModel([])
-    with pytest.raises(RecipeError) as missing:
+    with pytest.raises(InputError) as missing:
         run(recipe, model)
+    assert str(missing.value).startswith("invalid inputs (1 problem)")
     assert "input 'topic' is required" in str(missing.value)
     with pytest.raises(RecipeError) as wrong:
         run(recipe, model, topic="bees", count="many", extra=1)

@@ -67,7 +67,7 @@ def _user_errors() -> Iterator[None]:
     except RecipeError as exc:
         err = _stderr()
         count = len(exc.problems)
-        err.print(f"invalid recipe: {count} problem{'s' if count != 1 else ''}", style="red")
+        err.print(f"invalid {exc.what}: {count} problem{'s' if count != 1 else ''}", style="red")
         for problem in exc.problems:
             err.print(f"  {problem}", markup=False)
         raise typer.Exit(EXIT_USAGE) from None

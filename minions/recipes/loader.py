@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from minions.recipes.errors import RecipeError
+from minions.recipes.errors import InputError, RecipeError
 from minions.recipes.schema import InputSpec, RecipeSpec, StepSpec
 from minions.recipes.source import Located, Problem, load_yaml
 
@@ -108,7 +108,7 @@ def coerce_inputs(
     filled in. Text values (from a command line) are converted to the declared type.
 
     Raises:
-        RecipeError: naming every bad or missing input.
+        InputError: naming every bad or missing input (a `RecipeError`).
     """
     import json
 
@@ -147,5 +147,5 @@ def coerce_inputs(
             continue
         result[name] = value
     if problems:
-        raise RecipeError([Problem(message=p, file=file) for p in problems])
+        raise InputError([Problem(message=p, file=file) for p in problems])
     return result

@@ -27,6 +27,7 @@ from minions.errors import TemplateError, TemplateSyntaxError
 __all__ = [
     "check_template",
     "has_template",
+    "quoted_outputs",
     "render",
     "render_text",
     "template_expressions",
@@ -155,6 +156,20 @@ def _roots(node: Mapping[str, Any]) -> set[str]:
     found: set[str] = set()
     for child in children:
         found |= _roots(child)
+    return found
+
+
+def quoted_outputs(value: Any) -> set[str]:
+    """The names whose whole ``.output`` a value's templates quote (``{{ plan.output }}``, not
+    ``{{ plan.output.title }}``): a prompt holding these need not repeat those outputs."""
+    found = set()
+    for expression in template_expressions(value):
+        try:
+            path = _compile(expression).path
+        except TemplateSyntaxError:
+            continue
+        if path is not None and len(path) == 2 and path[1] == "output":
+            found.add(str(path[0]))
     return found
 
 

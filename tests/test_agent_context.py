@@ -128,3 +128,23 @@ async def test_system_prompts_are_templated_too() -> None:
     result = await run([s], inputs={"audience": "children"})
     assert result.ok
     assert "You write for children." in str(model_of(s).requests[0])
+
+
+async def test_an_output_quoted_by_the_goal_is_not_shown_twice() -> None:
+    plan = DefaultStep(
+        "plan",
+        "Plan.",
+        output=OutputInstructions(Plan),
+        model=ScriptedModel(['{"topics": ["bees"], "owner": "Ada"}']),
+    )
+    note = step("note", "NOTE TEXT")
+    whole = step("whole", goal="Rewrite: {{ note.output }}", depends_on=["note", "plan"])
+    part = step("part", goal="Owner: {{ plan.output.owner }}", depends_on=["plan"])
+    result = await run([plan, note, whole, part])
+    assert result.ok
+    prompt = str(model_of(whole).requests[0])
+    assert prompt.count("NOTE TEXT") == 1  # quoted by the goal, not listed again
+    assert "[plan]" in prompt  # a dependency the goal does not quote is still listed
+    partial = str(model_of(part).requests[0])
+    assert "[plan]" in partial  # only a field is quoted: the whole output is still there
+    assert "Owner: Ada" in partial

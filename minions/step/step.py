@@ -15,7 +15,7 @@ from minions.messages import Message, MessageBundle
 from minions.models.base import Model
 from minions.output import OutputInstructions
 from minions.step.completion import StepCompletionChain
-from minions.templates import render_text
+from minions.templates import quoted_outputs, render_text
 
 if TYPE_CHECKING:
     from minions.context import AgentContext
@@ -224,6 +224,7 @@ class DefaultStep(Step):
         self.completion_marker = completion_marker
         self.completion_pattern = completion_pattern
         self.completion_tool = completion_tool
+        self._quoted: frozenset[str] | None = None
         problems = self._own_problems()
         if problems:
             raise StepDefinitionError(problems)
@@ -267,10 +268,25 @@ class DefaultStep(Step):
                 f"step {self.id!r}: the goal rendered to empty text", expression=self.bundle.goal
             )
         parts = []
-        if step_input.dependencies:
-            parts.append(format_dependencies(step_input.dependencies))
-        parts.append(f"Task: {goal}" if step_input.dependencies else goal)
+        dependencies = self._unquoted(step_input.dependencies)
+        if dependencies:
+            parts.append(format_dependencies(dependencies))
+        parts.append(f"Task: {goal}" if dependencies else goal)
         if self.output is not None and self.output.instructions:
             parts.append(self.output.instructions)
         messages.append(Message.user("\n\n".join(parts)))
         return messages
+
+    def _unquoted(self, dependencies: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The dependencies whose output the goal or system prompt does not already quote
+        through a template: an output is never shown to the model twice."""
+        if not dependencies:
+            return dependencies
+        quoted = self._quoted
+        if quoted is None:
+            quoted = self._quoted = frozenset(
+                quoted_outputs([self.bundle.goal, self.bundle.system or ""])
+            )
+        if not quoted.intersection(dependencies):
+            return dependencies
+        return {k: v for k, v in dependencies.items() if k not in quoted}

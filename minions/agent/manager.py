@@ -193,6 +193,7 @@ class StepManager:
             dependencies=dependencies,
             visit=node.visits,
             conversation_id=conversation_id,
+            checked=True,  # the graph checked every step before the run
         )
         if node.fire_and_forget:
             # Its dependents do not wait for it to finish, only for it to start.

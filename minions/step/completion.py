@@ -7,7 +7,6 @@ first decision wins. When no link decides, the loop goes on with another model c
 
 from __future__ import annotations
 
-import inspect
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable
@@ -252,8 +251,8 @@ class StepCompletionChain(LinkChain[StepCompletionLink]):
         """Walk the links in order; the first decision wins. ``None``: nobody decided."""
         for link in self.links:
             decision = link.check(execution, context)
-            if inspect.isawaitable(decision):
-                decision = await decision
+            if decision is not None and not isinstance(decision, CompletionDecision):
+                decision = await decision  # an async link
             if decision is not None:
                 return link, decision
         return None

@@ -53,6 +53,8 @@ class StepExecutor:
             items add ``[index]``), carried by its prompts so recordings replay by it.
         item: for one item of a loop step: its index. The execution and its events are then
             named ``step[index]``.
+        checked: the step's definition was already checked against these tools (a
+            `StepGraph` checks every step before a run); otherwise it is checked here.
     """
 
     def __init__(
@@ -66,10 +68,12 @@ class StepExecutor:
         conversation_id: str | None = None,
         scope: str | None = None,
         item: int | None = None,
+        checked: bool = False,
     ) -> None:
-        problems = step.problems(context.tools)
-        if problems:
-            raise StepDefinitionError(problems)
+        if not checked:
+            problems = step.problems(context.tools)
+            if problems:
+                raise StepDefinitionError(problems)
         self.step = step
         self.context = context
         self.config = context.config.merged(step.config)

@@ -330,6 +330,7 @@ class LoopStep(Step):
                     dependencies=executor.dependencies,
                     visit=executor.execution.visit,
                     item=index,
+                    checked=True,  # checked with the loop step
                 )
                 results[index] = await inner.execute()
 

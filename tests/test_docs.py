@@ -26,3 +26,19 @@ def test_code_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
             continue
         code = compile(block, f"{page.name} block {number}", "exec")
         exec(code, namespace)
+
+
+def quickstart_commands() -> list[str]:
+    """The commands of the README's Quickstart: its ```bash blocks, in order."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```bash\n(.*?)^```", section, re.DOTALL | re.MULTILINE)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_the_quickstart_is_two_commands_and_ci_runs_the_second() -> None:
+    demo, check = quickstart_commands()
+    assert demo == "make demo"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    commands = [line.strip() for line in ci if line.strip() and not line.startswith("#")]
+    assert commands[-1] == check

@@ -65,6 +65,15 @@ class ExecutionConfig:
         if problems:
             raise StepDefinitionError(problems)
 
+    def changes(self) -> dict[str, Any]:
+        """The fields that differ from the defaults (what a recipe file needs to say)."""
+        default = type(self)()
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        }
+
     def merged(self, overrides: Mapping[str, Any] | ExecutionConfig | None) -> ExecutionConfig:
         """This config with `overrides` applied; an `ExecutionConfig` replaces it whole."""
         if overrides is None:

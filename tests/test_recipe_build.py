@@ -15,6 +15,7 @@ from minions import (
     AgentExecutor,
     AgentRecipe,
     DefaultStep,
+    ExecutionConfig,
     MessageBundle,
     OutputInstructions,
     StepStatus,
@@ -292,7 +293,14 @@ def test_a_python_recipe_writes_yaml_with_the_same_semantics(tmp_path: Path) -> 
             AnalysisStep(
                 "check", input="{{ plan.output }}", output={"fine": True}, depends_on=["plan"]
             ),
-            DefaultStep("done", "Finish.", depends_on=["check"], mode="sync", timeout=5),
+            DefaultStep(
+                "done",
+                "Finish.",
+                depends_on=["check"],
+                mode="sync",
+                timeout=5,
+                config=ExecutionConfig(max_model_calls_per_step=3),
+            ),
         ],
         transitions=[Transition("plan", "check", when="output.ok")],
         inputs={"topic": "bees"},
@@ -303,6 +311,8 @@ def test_a_python_recipe_writes_yaml_with_the_same_semantics(tmp_path: Path) -> 
     assert data["steps"][0]["next"] == [{"step": "check", "when": "output.ok"}]
     assert data["steps"][1]["analyze"] == "Analyse the data."
     assert data["steps"][2]["mode"] == "sync"
+    assert data["steps"][2]["config"] == {"max_model_calls_per_step": 3}
+    assert "config" not in data["steps"][1]  # an analysis step's own default is not written
     loaded = AgentRecipe.from_yaml_text(recipe.to_yaml(), base=tmp_path)
 
     def reply(prompt: Any) -> str:

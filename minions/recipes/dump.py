@@ -6,17 +6,17 @@ import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from minions.config import ExecutionConfig
 from minions.recipes.errors import RecipeError
 from minions.recipes.source import Problem
-from minions.step.kinds import AnalysisStep, LoopStep, ToolStep
+from minions.step.kinds import ANALYSIS_CONFIG, ANALYSIS_SYSTEM, AnalysisStep, LoopStep, ToolStep
 from minions.step.step import DefaultStep, Step
+from minions.tools.builtin import builtin_tools
 
 if TYPE_CHECKING:
     from minions.agent.recipe import AgentRecipe
 
 __all__ = ["recipe_to_data", "to_yaml_text"]
-
-_BUILTINS = frozenset({"current_datetime", "read_file", "write_file", "list_files", "http_get"})
 
 
 def to_yaml_text(data: Mapping[str, Any]) -> str:
@@ -45,19 +45,9 @@ def recipe_to_data(recipe: AgentRecipe) -> dict[str, Any]:
             data["model"] = recipe.model
         else:
             problem("a model object has no YAML form; use a model string", field="model")
-    if recipe.config:
-        config = recipe.config
-        if not isinstance(config, Mapping):
-            import dataclasses
-
-            defaults = type(config)()
-            config = {
-                f.name: getattr(config, f.name)
-                for f in dataclasses.fields(config)
-                if getattr(config, f.name) != getattr(defaults, f.name)
-            }
-        if config:
-            data["config"] = dict(config)
+    config = _config(recipe.config)
+    if config:
+        data["config"] = config
     inputs = dict(recipe.input_specs) or {
         name: {"default": value} for name, value in recipe.inputs.items()
     }
@@ -67,9 +57,10 @@ def recipe_to_data(recipe: AgentRecipe) -> dict[str, Any]:
             for name, spec in inputs.items()
         }
     tools = []
+    builtins = {t.name for t in builtin_tools(http=True)}
     for tool in recipe.tools:
         name = getattr(tool, "name", getattr(tool, "__name__", ""))
-        if name in _BUILTINS:
+        if name in builtins:
             continue
         function = getattr(tool, "fn", tool)
         module = getattr(function, "__module__", None)
@@ -148,9 +139,16 @@ def _own(step: Step) -> dict[str, Any]:
                 [Problem(message="a model object has no YAML form", step=step.id, field="model")]
             )
         found["model"] = step.model
-    if step.config:
-        found["config"] = dict(step.config) if isinstance(step.config, Mapping) else {}
+    config = _config(step.config)
+    if config:
+        found["config"] = config
     return found
+
+
+def _config(config: Mapping[str, Any] | ExecutionConfig | None) -> dict[str, Any]:
+    if config is None:
+        return {}
+    return config.changes() if isinstance(config, ExecutionConfig) else dict(config)
 
 
 def _body(step: Step) -> dict[str, Any]:
@@ -158,15 +156,11 @@ def _body(step: Step) -> dict[str, Any]:
         body: dict[str, Any] = {"analyze": step.bundle.goal, "input": step.input}
         if step.output is not None:
             body["output"] = dict(step.output.json_schema())
-        if step.bundle.system and not step.bundle.system.startswith("You analyse data"):
+        if step.bundle.system != ANALYSIS_SYSTEM:
             body["system"] = step.bundle.system
-        config = dict(step.config) if isinstance(step.config, Mapping) else {}
-        if config == {"max_model_calls_per_step": 1}:
-            config = {}
         own = _own(step)
-        own.pop("config", None)
-        if config:
-            own["config"] = config
+        if own.get("config") == ANALYSIS_CONFIG:
+            del own["config"]
         return {**body, **own}
     if isinstance(step, DefaultStep):
         body = {"goal": step.bundle.goal}

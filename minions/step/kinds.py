@@ -192,6 +192,14 @@ def _absorb(execution: StepExecution, parts: Iterable[StepExecution]) -> None:
         execution.turns += part.turns
 
 
+ANALYSIS_SYSTEM = (
+    "You analyse data carefully and answer with JSON only, following the rules you are given."
+)
+"""An analysis step's system prompt unless it gives its own."""
+ANALYSIS_CONFIG: Mapping[str, Any] = {"max_model_calls_per_step": 1}
+"""An analysis step's config unless it gives its own: one structured call."""
+
+
 class AnalysisStep(DefaultStep):
     """One structured model call over given data.
 
@@ -220,14 +228,12 @@ class AnalysisStep(DefaultStep):
             if isinstance(output, OutputInstructions)
             else OutputInstructions(schema_from_example(output), name=f"{id}_result")
         )
-        options.setdefault("config", {"max_model_calls_per_step": 1})
+        options.setdefault("config", ANALYSIS_CONFIG)
         super().__init__(
             id,
             MessageBundle(
                 goal=goal,
-                system=system
-                or "You analyse data carefully and answer with JSON only, following the rules "
-                "you are given.",
+                system=system or ANALYSIS_SYSTEM,
             ),
             output=instructions,
             **options,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
-from agent_helpers import step
+from agent_helpers import FAST, Recorder, step
 
-from minions import AgentExecutor, AgentRecipe, DefaultStep, MessageBundle, StepStatus
+from minions import AgentExecutor, AgentRecipe, DefaultStep, MessageBundle, ModelError, StepStatus
 from minions.errors import UnknownRecipeError
-from minions.events import RunCompleted, RunStarted, event_from_json, event_to_json
+from minions.events import RunCompleted, RunStarted, StepFailed, event_from_json, event_to_json
 from minions.testing import ScriptedModel
 
 
@@ -85,11 +86,29 @@ async def test_stream_yields_events_in_order_and_ends_with_the_run() -> None:
 
 
 async def test_leaving_a_stream_early_cancels_the_run() -> None:
+    recorder = Recorder()
     slow = step("slow", delay=30)
     recipe = AgentRecipe(id="left", steps=[slow])
-    stream = AgentExecutor().stream(recipe)
-    async for event in stream:
-        if event.kind == "model_call_started":
-            break
-    await stream.aclose()
+    executor = AgentExecutor(listeners=[recorder])
+    started = time.perf_counter()
+    async with executor.stream(recipe) as stream:
+        async for event in stream:
+            if event.kind == "model_call_started":
+                break
+    assert time.perf_counter() - started < 5
     assert stream.result is None
+    assert recorder.events[-1].kind == "run_failed"
+    assert "cancelled" in recorder.events[-1].error
+    assert [e.step_id for e in recorder.of(StepFailed)] == ["slow"]
+
+
+async def test_a_failing_run_streams_to_its_failure_event() -> None:
+    recipe = AgentRecipe(
+        id="bad", steps=[step("a", ModelError("down")), step("b", depends_on=["a"])]
+    )
+    stream = AgentExecutor(config=FAST).stream(recipe)
+    events = [event async for event in stream]
+    assert events[-1].kind == "run_failed"
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
+    assert stream.result is not None
+    assert stream.result.status is StepStatus.FAILED

@@ -210,7 +210,14 @@ class AgentExecutor:
                 print(event.kind, event.step_id)
             print(stream.result.output)
 
-        Leaving the loop early cancels the run.
+        To stop early, leave an ``async with`` block around the stream, or call
+        ``await stream.aclose()``: either cancels a run still going (a bare ``break`` only
+        stops reading; the run goes on until the stream is closed or garbage collected)::
+
+            async with executor.stream(recipe) as stream:
+                async for event in stream:
+                    if event.kind == "step_failed":
+                        break
         """
         return RunStream(self, recipe, inputs, run_id=run_id)
 
@@ -248,6 +255,12 @@ class RunStream:
         """Stop reading; a run still going is cancelled."""
         if self._events is not None:
             await self._events.aclose()
+
+    async def __aenter__(self) -> RunStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def _generate(self) -> AsyncGenerator[Any, None]:
         queue: asyncio.Queue[Any] = asyncio.Queue()

@@ -158,7 +158,7 @@ def test_routing_and_sequential_mode(tmp_path: Path) -> None:
           - {id: billing, goal: Bill.}
           - {id: other, goal: Other.}
           - {id: x, goal: X.}
-          - {id: y, goal: Y.}
+          - {id: y, goal: "Y after {{ x.output }}."}
         """,
     )
     recipe = AgentRecipe.from_yaml(path)
@@ -182,7 +182,11 @@ def test_routing_and_sequential_mode(tmp_path: Path) -> None:
             peak = max(peak, running)
         elif event.kind in ("step_completed", "step_failed"):
             running -= 1
-    assert peak == 1  # sequential: one at a time, in file order
+    assert peak == 1  # sequential: one at a time
+    started = [e.step_id for e in events if isinstance(e, StepStarted)]
+    assert started == ["classify", "billing", "x", "y"]  # in file order
+    assert "Y after x." in str(model.requests[-1])  # an earlier step, without depends_on
+    assert yaml.safe_load(recipe.to_yaml())["execution_mode"] == "sequential"
 
 
 def test_a_sub_recipe_runs_as_one_step_and_its_usage_counts(tmp_path: Path) -> None:

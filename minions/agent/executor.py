@@ -296,7 +296,8 @@ class _Run:
         self.context = context
         self.manager = StepManager(graph, context, selection_chain=selection)
         config = context.config
-        self.limit = config.max_parallel_steps
+        sequential = graph.recipe.execution_mode == "sequential"
+        self.limit = 1 if sequential else config.max_parallel_steps
         self.fail_fast = config.fail_fast
         self.grace = config.fire_and_forget_grace
         self.running: dict[str, tuple[asyncio.Task[tuple[StepExecution, Any]], StepExecutor]] = {}

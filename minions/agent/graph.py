@@ -13,6 +13,7 @@ been through) and which are *forward* (their targets run only when chosen).
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -410,12 +411,12 @@ class _Analysis:
     def _check_templates(self) -> None:
         before = self._runs_before()
         aliases = self.recipe.aliases
+        state_roots = self._state_roots()
         for step_id, step in self.steps.items():
-            fields = step.templates()
-            for field, value in fields.items():
-                roots = self._state_roots()
+            for field, value in step.templates().items():
+                roots = state_roots
                 if isinstance(step, LoopStep) and field != "loop":
-                    roots.append("loop")
+                    roots = [*state_roots, "loop"]
                 for text in check_template(value, roots):
                     self._add(text, step_id, field)
                 self._check_order(step_id, field, value, before, aliases)
@@ -447,11 +448,15 @@ class _Analysis:
 
     def _runs_before(self) -> dict[str, frozenset[str]]:
         """For each step, the steps that may have run before it: everything it is reachable
-        from through dependencies and transitions (loops included)."""
+        from through dependencies and transitions (loops included), and in a sequential
+        recipe every earlier step."""
         incoming: dict[str, set[str]] = {s: set() for s in self.steps}
         for step_id in self.steps:
             for following, _ in self._successors(step_id):
                 incoming[following].add(step_id)
+        if self.recipe.execution_mode == "sequential":
+            for earlier, later in itertools.pairwise(self.steps):
+                incoming[later].add(earlier)
         before: dict[str, frozenset[str]] = {}
         for step_id in self.steps:
             seen: set[str] = set()

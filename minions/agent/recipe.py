@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from minions.config import ExecutionConfig
 from minions.models.base import Model
@@ -94,6 +94,9 @@ class AgentRecipe:
             last step to complete among those nothing comes after.
         completion_chain: the completion chain of its steps (unless a step has its own).
         selection_chain: how the next step is chosen after each step with transitions.
+        execution_mode: ``"planned"`` runs each step once its `depends_on` are done, several at
+            once; ``"sequential"`` runs the steps one at a time in their order, and a step's
+            templates may read any earlier step.
         input_specs: the declared inputs (name -> `minions.recipes.schema.InputSpec` or its
             fields as a mapping); when given, a run's inputs are checked and converted against
             them before anything runs.
@@ -113,6 +116,7 @@ class AgentRecipe:
     output_step: str | None = None
     completion_chain: StepCompletionChain | None = None
     selection_chain: StepSelectionChain | None = None
+    execution_mode: Literal["planned", "sequential"] = "planned"
     input_specs: Mapping[str, Any] = field(default_factory=dict)
     source: Any = field(default=None, repr=False)
 

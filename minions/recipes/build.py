@@ -101,8 +101,6 @@ def build_recipe(
                 problem(f"save_as {step_spec.save_as!r} is used twice", index, "save_as")
             aliases[step_spec.save_as] = step_spec.id
     config = dict(spec.config)
-    if spec.execution_mode == "sequential":
-        config["max_parallel_steps"] = 1
     defaults = {name: i.default for name, i in spec.inputs.items() if i.default is not None}
     if len(steps) < len(spec.steps):
         raise RecipeError(problems)  # the recipe checks below need every step
@@ -117,6 +115,7 @@ def build_recipe(
         tools=tools,
         aliases=aliases,
         input_specs=spec.inputs,
+        execution_mode=spec.execution_mode,
     )
     from minions.tools import ToolRegistry
 

@@ -48,6 +48,8 @@ def recipe_to_data(recipe: AgentRecipe) -> dict[str, Any]:
     config = _config(recipe.config)
     if config:
         data["config"] = config
+    if recipe.execution_mode != "planned":
+        data["execution_mode"] = recipe.execution_mode
     inputs = dict(recipe.input_specs) or {
         name: {"default": value} for name, value in recipe.inputs.items()
     }

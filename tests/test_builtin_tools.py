@@ -81,6 +81,18 @@ def test_list_files_skips_symlinks_leading_out(tmp_path: Path) -> None:
 def web() -> Iterator[str]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path.startswith("/away"):
+                self.send_response(302)
+                self.send_header("Location", "http://example.org/elsewhere")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if self.path.startswith("/here"):
+                self.send_response(302)
+                self.send_header("Location", "/page")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             body = b"hello from the test server"
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -113,3 +125,12 @@ def test_http_get_allowed_hosts(web: str) -> None:
     registry = ToolRegistry([http_get_tool(allowed_hosts=["example.org"])])
     _, error = call(registry, "http_get", url=web)
     assert error == "Host '127.0.0.1' is not allowed; allowed: ['example.org']."
+
+
+def test_http_get_follows_redirects_only_to_allowed_hosts(web: str) -> None:
+    registry = ToolRegistry([http_get_tool(allowed_hosts=["127.0.0.1"])])
+    result, error = call(registry, "http_get", url=f"{web}/here")
+    assert error is None
+    assert result["url"] == f"{web}/page"
+    _, error = call(registry, "http_get", url=f"{web}/away")
+    assert error == "Host 'example.org' is not allowed; allowed: ['127.0.0.1']."

@@ -15,9 +15,8 @@ from typing import Any
 from minions.errors import ToolError
 from minions.tools import Tool, tool
 
-__all__ = ["BUILTIN_TOOL_NAMES", "builtin_tools", "current_datetime", "file_tools", "http_get_tool"]
+__all__ = ["builtin_tools", "current_datetime", "file_tools", "http_get_tool"]
 
-BUILTIN_TOOL_NAMES = ("current_datetime", "read_file", "write_file", "list_files", "http_get")
 _MAX_READ = 1_000_000
 
 
@@ -129,14 +128,29 @@ def http_get_tool(*, allowed_hosts: Iterable[str] | None = None, timeout: float 
         import urllib.parse
         import urllib.request
 
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ToolError(f"Not an http(s) URL: {url!r}.")
-        if hosts is not None and parsed.hostname.lower() not in hosts:
-            raise ToolError(f"Host {parsed.hostname!r} is not allowed; allowed: {sorted(hosts)}.")
+        def check(target: str) -> None:
+            parsed = urllib.parse.urlparse(target)
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                raise ToolError(f"Not an http(s) URL: {target!r}.")
+            if hosts is not None and parsed.hostname.lower() not in hosts:
+                raise ToolError(
+                    f"Host {parsed.hostname!r} is not allowed; allowed: {sorted(hosts)}."
+                )
+
+        class Redirects(urllib.request.HTTPRedirectHandler):
+            """Follows a redirect only where the URL itself could go."""
+
+            def redirect_request(
+                self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+            ) -> Any:
+                check(newurl)
+                return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+        check(url)
+        opener = urllib.request.build_opener(Redirects)
         request = urllib.request.Request(url, headers={"User-Agent": "minions"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with opener.open(request, timeout=timeout) as response:
                 body = response.read(max_chars * 4).decode("utf-8", errors="replace")
                 return {"status": response.status, "url": response.url, "text": body[:max_chars]}
         except urllib.error.HTTPError as exc:

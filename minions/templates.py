@@ -27,6 +27,7 @@ from minions.errors import TemplateError, TemplateSyntaxError
 __all__ = [
     "check_template",
     "has_template",
+    "jsonable",
     "quoted_outputs",
     "render",
     "render_text",
@@ -157,6 +158,16 @@ def _roots(node: Mapping[str, Any]) -> set[str]:
     for child in children:
         found |= _roots(child)
     return found
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON data, as templates read it: pydantic models, dataclasses and tuples
+    become dicts and lists at every depth; what has no JSON form becomes its repr."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value, fallback=repr)
 
 
 def quoted_outputs(value: Any) -> set[str]:

@@ -148,3 +148,22 @@ async def test_an_output_quoted_by_the_goal_is_not_shown_twice() -> None:
     partial = str(model_of(part).requests[0])
     assert "[plan]" in partial  # only a field is quoted: the whole output is still there
     assert "Owner: Ada" in partial
+
+
+async def test_templates_read_nested_models_and_tuples_in_outputs() -> None:
+    from minions import ToolStep, tool
+
+    @tool(run_in_thread=False)
+    def plans() -> tuple[Plan, ...]:
+        """Two plans."""
+        return (Plan(topics=["bees"], owner="Ada"), Plan(topics=["ants"], owner="Bo"))
+
+    use = step(
+        "use",
+        goal="First owner {{ plans.output[0].owner }} of {{ length(plans.output) }}.",
+        depends_on=["plans"],
+    )
+    recipe = AgentRecipe(id="nested", steps=[ToolStep("plans", "plans"), use], tools=[plans])
+    result = await AgentExecutor().execute(recipe)
+    assert result.ok, result.error
+    assert "First owner Ada of 2." in str(model_of(use).requests[0])

@@ -28,11 +28,11 @@ from minions.agent.selection import (
     Routing,
     SelectionRequest,
     StepSelectionChain,
-    jsonable,
 )
 from minions.events import RoutingDecided, StepSkipped
 from minions.step.execution import StepExecution, StepStatus
 from minions.step.executor import StepExecutor
+from minions.templates import jsonable
 
 if TYPE_CHECKING:
     from minions.agent.graph import StepGraph

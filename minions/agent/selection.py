@@ -30,7 +30,7 @@ from minions._chain import LinkChain, NamedLink
 from minions.errors import MinionsError, TemplateError, TemplateSyntaxError
 from minions.messages import Message, Prompt, ToolSpec
 from minions.step.step import output_text
-from minions.templates import render
+from minions.templates import jsonable, render
 
 if TYPE_CHECKING:
     from minions.agent.recipe import Transition
@@ -195,18 +195,6 @@ def _routing(
 
 
 # -- conditions --------------------------------------------------------------------------------
-
-
-def jsonable(value: Any) -> Any:
-    """`value` as templates can read it: pydantic models and dataclasses become dicts."""
-    if value is None or isinstance(value, str | int | float | bool | list | dict):
-        return value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return value
 
 
 def condition_state(execution: StepExecution, state: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 from minions.errors import MinionsError, ModelError, ModelOutputError, TransientModelError
 from minions.messages import Message, ModelCallResponse, Prompt, ToolCall, Usage
 from minions.models.base import Model, TokenCallback
+from minions.templates import jsonable
 
 __all__ = ["Recording", "RecordingModel", "ReplayMissError", "ReplayModel"]
 
@@ -42,13 +43,6 @@ def _digest(prompt: Prompt) -> str:
 
 def _scope(prompt: Prompt) -> str:
     return prompt.scope or prompt.step_id or "_"
-
-
-def _jsonable(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    return value
 
 
 @dataclass
@@ -110,7 +104,7 @@ def _encode_response(response: ModelCallResponse) -> dict[str, Any]:
         "usage": asdict(response.usage),
         "finish_reason": response.finish_reason,
         "model": response.model,
-        "output": _jsonable(response.output),
+        "output": jsonable(response.output),
         "output_mode": response.output_mode,
     }
 

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from minions.messages import Message
 
 __all__ = ["InMemoryModelMemory", "MemorySnapshot", "ModelMemory"]
 
 
-class MemorySnapshot(NamedTuple):
+@dataclass(frozen=True, slots=True, eq=False)
+class MemorySnapshot:
     """An immutable view of a conversation at one moment.
 
     It holds a reference to a message list and a length. Memories only ever append past the
     length a snapshot saw, and copy before writing into a shared prefix, so later writes never
-    change what a snapshot holds. (A named tuple: creating one is as cheap as it gets.)
+    change what a snapshot holds. ``len(snapshot)`` is its number of messages.
     """
 
     conversation_id: str
@@ -26,6 +27,21 @@ class MemorySnapshot(NamedTuple):
     @property
     def messages(self) -> tuple[Message, ...]:
         return tuple(self.store[: self.length])
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MemorySnapshot):
+            return NotImplemented
+        return (
+            self.conversation_id == other.conversation_id
+            and self.length == other.length
+            and (self.store is other.store or self.messages == other.messages)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.conversation_id, self.length))
 
     def __repr__(self) -> str:
         return f"MemorySnapshot({self.conversation_id!r}, length={self.length})"

@@ -98,3 +98,15 @@ def test_memory_matches_a_model_of_immutable_lists(ops: list[tuple[str, int, str
             assert tuple(m.content for m in memory.messages(other)) == expected
         for snapshot, expected in snapshots:
             assert tuple(m.content for m in snapshot.messages) == expected
+
+
+def test_a_snapshot_is_a_value_of_its_messages() -> None:
+    memory = InMemoryModelMemory()
+    memory.append("c", Message.user("a"), Message.assistant("b"))
+    first = memory.snapshot("c")
+    assert len(first) == 2
+    assert first == memory.snapshot("c")
+    memory.append("c", Message.user("c"))
+    assert len(first) == 2
+    assert first != memory.snapshot("c")
+    assert "store" not in repr(first)

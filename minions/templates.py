@@ -86,9 +86,15 @@ def _compile(expression: str) -> _Compiled:
         ) from None
     negated = _negated_path(parsed.parsed)
     if negated:
+        text = expression.strip()
+        fix = (
+            f"write !({text[1:].strip()}) instead"
+            if text.startswith("!")
+            else f"put the whole path in parentheses: !({negated}...)"
+        )
         raise TemplateSyntaxError(
             f"template {{{{ {expression} }}}} negates {negated!r} before reading the rest of the "
-            f"path (JMESPath binds '!' tightly); write !({expression.strip()[1:].strip()}) instead",
+            f"path (JMESPath binds '!' tightly); {fix}",
             expression=expression,
         )
     return _Compiled(
@@ -100,7 +106,7 @@ def _negated_path(node: Mapping[str, Any]) -> str | None:
     """The operand of a ``!`` that a path continues from (``!a.b`` reads ``(!a).b``), if any."""
     kind = node["type"]
     children = node.get("children", [])
-    if kind in {"subexpression", "index_expression"} and children:
+    if kind == "subexpression" and children:
         first = children[0]
         if first["type"] == "not_expression":
             operand = first["children"][0]

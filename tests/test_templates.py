@@ -143,3 +143,7 @@ def test_a_negated_path_is_rejected_with_the_fix() -> None:
         render("{{ !output.ok }}", {"output": {"ok": False}})
     assert render("{{ !(output.ok) }}", {"output": {"ok": False}}) is True
     assert check_template("{{ !inputs.flag }}", ["inputs"])
+    with pytest.raises(
+        TemplateSyntaxError, match=r"put the whole path in parentheses: !\(x\.\.\.\)"
+    ):
+        render("{{ a && !x.y }}", {"a": True, "x": {"y": False}})

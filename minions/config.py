@@ -80,11 +80,19 @@ class ExecutionConfig:
             return self
         if isinstance(overrides, ExecutionConfig):
             return overrides
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise StepDefinitionError(
-                f"unknown config field(s) {', '.join(map(repr, unknown))}; "
-                f"known fields: {', '.join(sorted(names))}"
-            )
+        problem = self.unknown_fields(overrides)
+        if problem:
+            raise StepDefinitionError(problem)
         return dataclasses.replace(self, **overrides)
+
+    @classmethod
+    def unknown_fields(cls, overrides: Mapping[str, Any]) -> str | None:
+        """What is wrong with the names in `overrides`, or ``None`` when all are fields."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - names)
+        if not unknown:
+            return None
+        return (
+            f"unknown config field(s) {', '.join(map(repr, unknown))}; "
+            f"known fields: {', '.join(sorted(names))}"
+        )

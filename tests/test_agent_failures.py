@@ -105,8 +105,10 @@ async def test_a_step_timeout_cancels_the_step_and_its_tool_calls() -> None:
         started.set()
         try:
             await asyncio.sleep(10)
-        finally:
-            finished.append("cancelled" if not started.is_set() else "ended")
+        except asyncio.CancelledError:
+            finished.append("cancelled")
+            raise
+        finished.append("ended")
         return "page"
 
     slow = DefaultStep(
@@ -122,7 +124,7 @@ async def test_a_step_timeout_cancels_the_step_and_its_tool_calls() -> None:
     result = await AgentExecutor(config=FAST).execute(recipe)
     assert result.step("crawl").status is StepStatus.FAILED
     assert "timed out after 0.1" in (result.step("crawl").error or "")
-    assert finished == ["ended"]  # the tool call was cancelled, its finally ran
+    assert finished == ["cancelled"]  # the tool call itself was cancelled, not left running
     assert statuses(result)["after"] == "skipped"
     assert statuses(result)["free"] == "completed"
     assert result.duration < 2.0
@@ -194,3 +196,15 @@ async def test_an_exception_escaping_a_listener_does_not_hang_the_run() -> None:
         AgentExecutor(config=ExecutionConfig()).execute(recipe, listeners=[bad_listener]), 5
     )
     assert result.status is StepStatus.COMPLETED
+
+
+async def test_the_run_budget_also_stops_retries() -> None:
+    from minions import ModelOutputError, Usage
+
+    costly = ModelOutputError("not JSON", usage=Usage.of_call(150, 50))
+    flaky = step("flaky", costly, "ok")
+    result = await run([flaky], config=dataclasses.replace(FAST, run_token_budget=100))
+    assert result.step("flaky").status is StepStatus.FAILED
+    assert "token budget" in (result.step("flaky").error or "")
+    assert len(model_of(flaky).requests) == 1  # the re-ask was refused before it was sent
+    assert result.usage.total_tokens == 200  # the failed attempt still counts

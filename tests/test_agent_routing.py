@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from agent_helpers import Recorder, model_of, run, statuses, step
 
 from minions import (
@@ -290,6 +289,34 @@ async def test_review_loop_hits_max_visits_and_fails_the_run() -> None:
     assert statuses(result)["publish"] == "skipped"
 
 
+async def test_max_visits_defaults_to_ten() -> None:
+    draft = DefaultStep("draft", "Write.", model=ScriptedModel([f"v{i}" for i in range(10)]))
+    review = DefaultStep(
+        "review", "Review {{ draft.output }}.", depends_on=["draft"], output=VERDICT,
+        model=ScriptedModel(['{"approved": false}'] * 10),
+    )  # fmt: skip
+    result = await run(
+        [draft, review],
+        transitions=[Transition("review", "draft", when="!(output.approved)")],
+    )
+    assert result.status is StepStatus.FAILED
+    assert "step 'draft' reached its max_visits (10)" in (result.error or "")
+    assert [v.status for v in result.visits("draft")][:10] == [StepStatus.COMPLETED] * 10
+
+
+async def test_a_single_unconditional_transition_is_taken_without_asking() -> None:
+    recorder = Recorder()
+    result = await run(
+        [step("a"), step("b"), step("c")],
+        transitions=[Transition("a", "b")],
+        recorder=recorder,
+    )
+    assert result.ok
+    [routing] = recorder.of(RoutingDecided)
+    assert routing.selector == "single_candidate"
+    assert routing.chosen == ("b",)
+
+
 async def test_a_loop_reruns_what_follows_the_loop_target() -> None:
     # gather -> analyse -> check; check loops back to gather; analyse must run again too.
     check = DefaultStep(
@@ -404,10 +431,10 @@ async def test_a_link_choosing_a_non_candidate_fails_the_run_clearly() -> None:
     assert statuses(result)["b"] == "skipped"
 
 
-@pytest.mark.parametrize("kind", ["choose", "end"])
-def test_selection_decisions(kind: str) -> None:
-    decision = (
-        SelectionDecision.choose("x", reason="r") if kind == "choose" else SelectionDecision.end()
-    )
-    assert decision.kind == "choose"
-    assert decision.targets == (("x",) if kind == "choose" else ())
+def test_selection_decisions() -> None:
+    chosen = SelectionDecision.choose("x", reason="r")
+    assert (chosen.kind, chosen.targets, chosen.reason) == ("choose", ("x",), "r")
+    ended = SelectionDecision.end("no way on")
+    assert (ended.kind, ended.targets) == ("choose", ())  # choosing nothing ends the branch
+    narrowed = SelectionDecision.narrow("x", "y")
+    assert (narrowed.kind, narrowed.targets) == ("narrow", ("x", "y"))

@@ -174,7 +174,9 @@ def test_call_limit_link_fails_when_reached() -> None:
     model = ScriptedModel([[("lookup", {"key": "a"})]] * 2)
     step = DefaultStep("s", "x", tools={"lookup"}, config={"max_model_calls_per_step": 2})
     execution = run(step, model)
-    assert execution.decisions[-1].link == "call_limit"
+    decision = execution.decisions[-1]
+    assert (decision.link, decision.kind, decision.turn) == ("call_limit", "fail", 2)
+    assert decision.reason == "reached max_model_calls_per_step (2) without completing"
     assert execution.error == "reached max_model_calls_per_step (2) without completing"
 
 

@@ -15,6 +15,15 @@ CORE_NAMES = {
     "CompletionDecision", "OutputInstructions", "ExecutionConfig", "AgentContext",
     "StepExecutor", "MinionsError",
 }  # fmt: skip
+AGENT_NAMES = {
+    "AgentRecipe", "AgentExecutor", "AgentResult", "StepGraph", "StepManager", "Transition",
+}  # fmt: skip
+EVENT_NAMES = {
+    "RunStarted", "RunCompleted", "RunFailed", "StepStarted", "StepCompleted", "StepFailed",
+    "StepSkipped", "ModelCallStarted", "ModelCallCompleted", "ToolCallStarted",
+    "ToolCallCompleted", "ToolCallFailed", "RetryScheduled", "CompletionDecided",
+    "RoutingDecided", "event_to_json", "event_from_json",
+}  # fmt: skip
 
 
 def test_all_names_are_importable_and_unique() -> None:
@@ -25,6 +34,13 @@ def test_all_names_are_importable_and_unique() -> None:
 
 def test_core_names_are_public() -> None:
     assert set(minions.__all__) >= CORE_NAMES
+
+
+def test_agent_names_and_event_types_are_public() -> None:
+    import minions.events
+
+    assert set(minions.__all__) >= AGENT_NAMES
+    assert set(minions.events.__all__) >= EVENT_NAMES
 
 
 def test_step_status_values() -> None:
@@ -45,7 +61,7 @@ def test_import_stays_light() -> None:
     code = (
         "import sys, minions; "
         "heavy = ['openai', 'instructor', 'pydantic', 'structlog', 'jmespath', 'yaml', "
-        "'jsonschema', 'tenacity', 'httpx2', 'rich', 'typer']; "
+        "'jsonschema', 'tenacity', 'httpx', 'httpx2', 'rich', 'typer']; "
         "print(','.join(m for m in heavy if m in sys.modules))"
     )
     loaded = subprocess.run(

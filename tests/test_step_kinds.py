@@ -74,8 +74,13 @@ def test_fill_missing_asks_the_model_for_just_those_parameters() -> None:
 
 def test_fill_missing_results_are_validated_against_the_tool() -> None:
     step = ToolStep("sum", "add", {"a": 1, "b": "{{ inputs.nope }}"}, fill_missing="model")
-    execution = run(step, ScriptedModel(['{"b": "lots"}'] * 3))
+    model = ScriptedModel(['{"b": "lots"}'] * 3)
+    execution = run(step, model)
     assert execution.status is StepStatus.FAILED
+    assert "could not fill the missing parameters b" in (execution.error or "")
+    assert "'lots' is not of type 'integer'" in (execution.error or "")  # the tool's schema
+    assert execution.tool_calls == []  # the tool was never called with a bad value
+    assert len(model.requests) == 3
 
 
 def test_schema_from_example() -> None:

@@ -13,6 +13,7 @@ from minions import (
     DefaultStep,
     ExecutionConfig,
     MessageBundle,
+    StepDefinitionError,
     StepExecutor,
     StepStatus,
     tool,
@@ -124,7 +125,9 @@ def test_step_config_overrides_the_context_config() -> None:
 
 def test_unknown_config_field_is_named() -> None:
     step = DefaultStep("s", "x", config={"max_model_call": 2})
-    with pytest.raises(Exception, match="max_model_call"):
+    with pytest.raises(
+        StepDefinitionError, match=r"step 's': unknown config field.*'max_model_call'"
+    ):
         StepExecutor(step, AgentContext(model=ScriptedModel([])))
 
 

@@ -305,7 +305,7 @@ class _Run:
         """Running steps that are not fire-and-forget."""
         self.sync_running = False
         self.error: str | None = None
-        self.stopping = False
+        """Why the run stopped early (set once, by `_stop`); ``None`` while it goes on."""
         self.done: asyncio.Future[None] | None = None
         self.grace_timer: asyncio.TimerHandle | None = None
         self.grace_expired = False
@@ -319,14 +319,17 @@ class _Run:
         try:
             self._pump()
             await self.done
-        except asyncio.CancelledError:
-            self._stop("the run was cancelled")
-            await self._drain()
-            self._end(started_at, started)
-            raise
         except BaseException as exc:
-            self._stop(f"the run failed: {type(exc).__name__}: {exc}")
-            await self._drain()
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            self._stop(
+                "the run was cancelled"
+                if cancelled
+                else f"the run failed: {type(exc).__name__}: {exc}"
+            )
+            # Wait for the cancelled steps: each task's done callback records its end.
+            await asyncio.gather(
+                *(task for task, _ in self.running.values()), return_exceptions=True
+            )
             self._end(started_at, started)
             raise
         return self._end(started_at, started)
@@ -336,7 +339,8 @@ class _Run:
     def _pump(self) -> None:
         """Start ready steps while there is room; finish the run when nothing is left."""
         manager = self.manager
-        if not self.stopping:
+        stopping = self.error is not None
+        if not stopping:
             while not self.sync_running and len(self.running) < self.limit:
                 step = manager.peek()
                 if step is None:
@@ -348,9 +352,10 @@ class _Run:
                 self._launch(step.id)
             if manager.error is not None:
                 self._stop(manager.error)
-        if self.busy or (manager.peek() is not None and not self.stopping):
+        stopping = self.error is not None
+        if self.busy or (manager.peek() is not None and not stopping):
             return
-        if self.running and not self.stopping:
+        if self.running and not stopping:
             # Only fire-and-forget steps are left: wait for them, within the grace period.
             if self.grace_timer is None:
                 loop = asyncio.get_running_loop()
@@ -373,16 +378,12 @@ class _Run:
                 self.grace_timer = None
 
     async def _run_step(self, executor: StepExecutor) -> tuple[StepExecution, Any]:
-        manager = self.manager
         execution = await executor.execute()
-        routing = await manager.route(execution) if manager.needs_routing(execution) else None
-        return execution, routing
+        return execution, await self.manager.route(execution)
 
     def _task_done(
         self, step_id: str, executor: StepExecutor, task: asyncio.Task[tuple[StepExecution, Any]]
     ) -> None:
-        if step_id not in self.running or self.running[step_id][0] is not task:
-            return
         if task.cancelled():
             execution = executor.execution
             if not execution.status.terminal:
@@ -412,13 +413,9 @@ class _Run:
                     f"step {step_id!r} was cancelled: still running {self.grace}s after the "
                     "rest of the run ended (fire_and_forget_grace)"
                 )
+            failures = self.manager.failures
             self.manager.advance(execution, routing)
-            if (
-                self.fail_fast
-                and not self.stopping
-                and self.manager.failures
-                and self.manager.failures[-1] == step_id
-            ):
+            if self.fail_fast and failures and failures[-1] is execution:
                 self._stop(f"step {step_id!r} failed and fail_fast is set: {execution.error}")
             self._pump()
         except Exception as exc:  # A bug must end the run, not leave it waiting forever.
@@ -427,9 +424,8 @@ class _Run:
 
     def _stop(self, reason: str) -> None:
         """The run cannot go on: cancel what runs, start nothing new."""
-        if self.stopping:
+        if self.error is not None:
             return
-        self.stopping = True
         self.error = reason
         current = asyncio.current_task()
         for task, _ in self.running.values():
@@ -440,18 +436,6 @@ class _Run:
         self.grace_expired = True
         for task, _ in self.running.values():
             task.cancel()
-
-    async def _drain(self) -> None:
-        """Wait for cancelled steps; record those cancelled before they even started."""
-        tasks = [task for task, _ in self.running.values()]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for step_id, (_, executor) in list(self.running.items()):
-            execution = executor.execution
-            if not execution.status.terminal:
-                execution.status = StepStatus.FAILED
-                execution.error = f"step {step_id!r} was cancelled before it started"
-            self._finished(step_id, execution)
 
     # -- the result ----------------------------------------------------------------------------
 
@@ -464,8 +448,7 @@ class _Run:
         context = self.context
         error = self.error
         if error is None and manager.failures:
-            failed = {e.step_id: e for e in manager.executions if e.step_id in manager.failures}
-            error = "; ".join(f"step {s!r} failed: {e.error}" for s, e in failed.items())
+            error = "; ".join(f"step {e.step_id!r} failed: {e.error}" for e in manager.failures)
         status = StepStatus.FAILED if error is not None else StepStatus.COMPLETED
         duration = time.perf_counter() - started
         result = AgentResult(

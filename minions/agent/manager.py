@@ -101,7 +101,7 @@ class StepManager:
             ``status``, ``error``, ``visit``) and the recipe's aliases.
         executions: every `StepExecution` of the run, in completion order (skipped steps
             included, as SKIPPED executions with the reason in `error`).
-        failures: ids of the steps whose failure fails the run.
+        failures: the executions whose failure fails the run, in the order they ended.
         error: set when the run cannot go on (a step would exceed `max_visits`).
     """
 
@@ -118,7 +118,7 @@ class StepManager:
         self.state: dict[str, Any] = {"inputs": context.inputs}
         self._state_view: Mapping[str, Any] = MappingProxyType(self.state)
         self.executions: list[StepExecution] = []
-        self.failures: list[str] = []
+        self.failures: list[StepExecution] = []
         self.error: str | None = None
         self._aliases: dict[str, list[str]] = {}
         for alias, step_id in graph.recipe.aliases.items():
@@ -145,11 +145,6 @@ class StepManager:
     def status(self, step_id: str) -> NodeStatus:
         """Where a step stands in the run."""
         return self._nodes[step_id].status
-
-    @property
-    def state_view(self) -> Mapping[str, Any]:
-        """The template state, read-only."""
-        return self._state_view
 
     def start(self, step_id: str) -> StepExecutor:
         """Mark a ready step as running and prepare its `StepExecutor`.
@@ -200,7 +195,7 @@ class StepManager:
             self._propagate(self.graph.dependents[step_id])
         return executor
 
-    def needs_routing(self, execution: StepExecution) -> bool:
+    def _needs_routing(self, execution: StepExecution) -> bool:
         """Whether `route` has anything to decide after this execution."""
         if not self.graph.outgoing[execution.step_id]:
             return False
@@ -211,9 +206,9 @@ class StepManager:
 
     async def route(self, execution: StepExecution) -> Routing | None:
         """Ask the selection chain where the run goes after `execution` (``None``: the step
-        has no transitions, or failed). It may call a model, so it runs before `advance`,
-        in the step's own task."""
-        if not self.needs_routing(execution):
+        has no transitions, or failed and is not optional). It may call a model, so it runs
+        before `advance`, in the step's own task."""
+        if not self._needs_routing(execution):
             return None
         step_id = execution.step_id
         request = SelectionRequest(
@@ -246,7 +241,7 @@ class StepManager:
         if completed and node.step.memory == "agent":
             self.context.memory.append(self._shared, *execution.messages[node.fork_base :])
         if not completed and not node.optional and not node.fire_and_forget:
-            self.failures.append(node.id)
+            self.failures.append(execution)
         if routing is not None:
             self._apply(node, routing)
         self._propagate(self.graph.followers[node.id])

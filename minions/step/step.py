@@ -149,6 +149,10 @@ class Step(ABC):
             problems.append(f"{where}: timeout must be positive, not {self.timeout!r}")
         if not isinstance(self.max_visits, int) or self.max_visits < 1:
             problems.append(f"{where}: max_visits must be at least 1, not {self.max_visits!r}")
+        if isinstance(self.config, Mapping):
+            unknown = ExecutionConfig.unknown_fields(self.config)
+            if unknown:
+                problems.append(f"{where}: {unknown}")
         if self.output is not None:
             problems.extend(f"{where}: {p}" for p in self.output.problems())
         if tools is not None:

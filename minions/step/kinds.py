@@ -16,8 +16,8 @@ from minions.messages import Message, MessageBundle, ToolCall
 from minions.output import OutputInstructions
 from minions.step.execution import StepExecution, StepStatus
 from minions.step.executor import StepExecutor
-from minions.step.step import DefaultStep, Step, StepInput, format_dependencies
-from minions.templates import render, template_roots
+from minions.step.step import DefaultStep, Step, StepInput
+from minions.templates import render
 
 __all__ = ["AnalysisStep", "LoopStep", "ToolStep", "schema_from_example"]
 
@@ -243,28 +243,13 @@ class AnalysisStep(DefaultStep):
     def templates(self) -> Mapping[str, Any]:
         return {**super().templates(), "input": self.input}
 
-    def build_messages(self, step_input: StepInput) -> list[Message]:
-        """System prompt; the outputs of dependencies the data does not already hold; the task;
-        the data (JSON, or text as it is); then the output instructions, last, where small
-        models heed them best."""
-        state = step_input.state
-        messages = super().build_messages(StepInput(context=step_input.context, state=state))
-        goal = messages[-1].content
-        instructions = self.output.instructions if self.output is not None else ""
-        if instructions and goal.endswith(instructions):
-            goal = goal[: -len(instructions)].rstrip()
-        data = render(self.input, state)
-        in_data = template_roots(self.input)
-        others = {k: v for k, v in step_input.dependencies.items() if k not in in_data}
-        parts = [format_dependencies(others), f"Task: {goal}"] if others else [goal]
+    def extra_parts(self, step_input: StepInput) -> list[str]:
+        """The data, once: JSON, or text as it is."""
+        data = render(self.input, step_input.state)
         if isinstance(data, str):
-            parts.append(f"The data:\n```\n{data}\n```")
-        else:
-            text = json.dumps(data, ensure_ascii=False, indent=1, default=str)
-            parts.append(f"The data:\n```json\n{text}\n```")
-        if instructions:
-            parts.append(instructions)
-        return [*messages[:-1], Message.user("\n\n".join(parts))]
+            return [f"The data:\n```\n{data}\n```"]
+        text = json.dumps(data, ensure_ascii=False, indent=1, default=str)
+        return [f"The data:\n```json\n{text}\n```"]
 
 
 class LoopStep(Step):

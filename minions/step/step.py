@@ -276,21 +276,25 @@ class DefaultStep(Step):
         if dependencies:
             parts.append(format_dependencies(dependencies))
         parts.append(f"Task: {goal}" if dependencies else goal)
+        parts.extend(self.extra_parts(step_input))
         if self.output is not None and self.output.instructions:
             parts.append(self.output.instructions)
         messages.append(Message.user("\n\n".join(parts)))
         return messages
 
+    def extra_parts(self, step_input: StepInput) -> list[str]:
+        """More of the task message, after the goal and before the output instructions (which
+        come last, where small models heed them best). None by default."""
+        return []
+
     def _unquoted(self, dependencies: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The dependencies whose output the goal or system prompt does not already quote
-        through a template: an output is never shown to the model twice."""
+        """The dependencies whose output the step's templates (goal, system prompt, data) do
+        not already quote whole: an output is never shown to the model twice."""
         if not dependencies:
             return dependencies
         quoted = self._quoted
         if quoted is None:
-            quoted = self._quoted = frozenset(
-                quoted_outputs([self.bundle.goal, self.bundle.system or ""])
-            )
+            quoted = self._quoted = frozenset(quoted_outputs(list(self.templates().values())))
         if not quoted.intersection(dependencies):
             return dependencies
         return {k: v for k, v in dependencies.items() if k not in quoted}

@@ -8,12 +8,12 @@ editing; each chain adds its own walk.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from collections.abc import Awaitable, Iterable
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
 from minions.errors import StepDefinitionError
 
-__all__ = ["LinkChain", "NamedLink"]
+__all__ = ["LinkChain", "NamedLink", "answer_of"]
 
 
 class NamedLink:
@@ -35,6 +35,15 @@ class NamedLink:
 
 
 L = TypeVar("L", bound=NamedLink)
+D = TypeVar("D")
+
+
+async def answer_of(value: D | Awaitable[D | None] | None, kind: type[D]) -> D | None:
+    """A link's answer, awaited when the link is async (checked cheaply: links are on the
+    step loop's path)."""
+    if value is None or isinstance(value, kind):
+        return value
+    return await cast("Awaitable[D | None]", value)
 
 
 class LinkChain(Generic[L]):

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from minions._chain import LinkChain, NamedLink
+from minions._chain import LinkChain, NamedLink, answer_of
 from minions.errors import MinionsError, TemplateError, TemplateSyntaxError
 from minions.messages import Message, Prompt, ToolSpec
 from minions.step.step import output_text
@@ -153,9 +153,7 @@ class StepSelectionChain(LinkChain[StepSelectionLink]):
         for link in self.links:
             if not request.candidates:
                 break
-            decision = link.select(request)
-            if inspect.isawaitable(decision):
-                decision = await decision
+            decision = await answer_of(link.select(request), SelectionDecision)
             if decision is None:
                 continue
             unknown = [t for t in decision.targets if t not in request.targets]

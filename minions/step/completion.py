@@ -13,7 +13,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from minions._chain import LinkChain, NamedLink
+from minions._chain import LinkChain, NamedLink, answer_of
 from minions.errors import OutputValidationError
 
 if TYPE_CHECKING:
@@ -250,9 +250,7 @@ class StepCompletionChain(LinkChain[StepCompletionLink]):
     ) -> tuple[StepCompletionLink, CompletionDecision] | None:
         """Walk the links in order; the first decision wins. ``None``: nobody decided."""
         for link in self.links:
-            decision = link.check(execution, context)
-            if decision is not None and not isinstance(decision, CompletionDecision):
-                decision = await decision  # an async link
+            decision = await answer_of(link.check(execution, context), CompletionDecision)
             if decision is not None:
                 return link, decision
         return None

@@ -309,9 +309,8 @@ class LoopStep(Step):
                 f"{type(items).__name__}"
             )
         limit = asyncio.Semaphore(self.parallel)
-        results: list[StepExecution | None] = [None] * len(items)
 
-        async def run_item(index: int, item: Any) -> None:
+        async def run_item(index: int, item: Any) -> StepExecution:
             async with limit:
                 state = {**executor.state, "loop": {"item": item, "index": index}}
                 inner = StepExecutor(
@@ -323,12 +322,11 @@ class LoopStep(Step):
                     item=index,
                     checked=True,  # checked with the loop step
                 )
-                results[index] = await inner.execute()
+                return await inner.execute()
 
         async with asyncio.TaskGroup() as group:
-            for index, item in enumerate(items):
-                group.create_task(run_item(index, item))
-        done = [r for r in results if r is not None]
+            tasks = [group.create_task(run_item(i, item)) for i, item in enumerate(items)]
+        done = [task.result() for task in tasks]
         execution = executor.execution
         execution.items = done
         _absorb(execution, done)

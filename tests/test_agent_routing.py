@@ -3,6 +3,7 @@ candidate; skipping what only unchosen branches lead to; loops bounded by max_vi
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from agent_helpers import Recorder, model_of, run, statuses, step
@@ -438,3 +439,18 @@ def test_selection_decisions() -> None:
     assert (ended.kind, ended.targets) == ("choose", ())  # choosing nothing ends the branch
     narrowed = SelectionDecision.narrow("x", "y")
     assert (narrowed.kind, narrowed.targets) == ("narrow", ("x", "y"))
+
+
+class AsyncChooser(StepSelectionLink):
+    async def select(self, request: SelectionRequest) -> SelectionDecision | None:
+        await asyncio.sleep(0)
+        return SelectionDecision.choose(request.targets[-1], reason="the last, asynchronously")
+
+
+async def test_an_async_selection_link_decides() -> None:
+    result = await run(
+        [step("a"), step("b"), step("c")],
+        transitions=[Transition("a", "b"), Transition("a", "c")],
+        selection_chain=StepSelectionChain([AsyncChooser()]),
+    )
+    assert statuses(result) == {"a": "completed", "b": "skipped", "c": "completed"}

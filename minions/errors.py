@@ -11,6 +11,7 @@ Two families matter to users:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -126,3 +127,11 @@ class ScriptExhaustedError(ModelError):
 
 class UnknownRecipeError(MinionsError, LookupError):
     """No recipe is registered under the id asked for."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a wrong one, else ``""``."""
+    import difflib
+
+    match = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from minions.errors import TemplateError, TemplateSyntaxError
+from minions.errors import TemplateError, TemplateSyntaxError, did_you_mean
 
 __all__ = [
     "check_template",
@@ -216,19 +216,12 @@ def check_template(value: Any, known_roots: Sequence[str] | set[str]) -> list[st
             problems.append(str(exc))
             continue
         for root in sorted(compiled.roots - known):
-            hint = _closest(root, known)
+            hint = did_you_mean(root, sorted(known))
             problems.append(
                 f"template {{{{ {expression} }}}} refers to {root!r}, which is not an input, "
                 f"a step or a saved result{hint}"
             )
     return problems
-
-
-def _closest(name: str, known: set[str]) -> str:
-    import difflib
-
-    match = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def _lookup(state: Any, path: tuple[Any, ...]) -> Any:

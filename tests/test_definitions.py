@@ -23,7 +23,7 @@ def test_unknown_tool_is_named_with_the_known_ones() -> None:
     step = DefaultStep("sum", "Add.", tools={"add", "multiply"})
     with pytest.raises(StepDefinitionError) as raised:
         StepExecutor(step, AgentContext(model=model, tools=[add]))
-    assert str(raised.value) == "step 'sum': unknown tool 'multiply' (known tools: add)"
+    assert str(raised.value) == "step 'sum': unknown tool 'multiply'; known tools: add"
     assert isinstance(raised.value, MinionsError)
     assert model.requests == []
 

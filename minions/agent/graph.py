@@ -12,7 +12,6 @@ been through) and which are *forward* (their targets run only when chosen).
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import re
 from collections.abc import Iterable, Mapping
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from minions.agent.recipe import AgentRecipe, Transition
 from minions.agent.selection import as_template
+from minions.errors import did_you_mean
 from minions.recipes.errors import RecipeError
 from minions.recipes.source import Problem
 from minions.step.kinds import LoopStep
@@ -194,9 +194,7 @@ class _Analysis:
             self._add("a recipe needs at least one step", field="steps")
 
     def _unknown(self, name: str) -> str:
-        match = difflib.get_close_matches(name, list(self.steps), n=1)
-        hint = f" (did you mean {match[0]!r}?)" if match else ""
-        return f"unknown step {name!r}{hint}"
+        return f"unknown step {name!r}{did_you_mean(name, self.steps)}"
 
     def _check_dependencies(self) -> None:
         dependents: dict[str, list[str]] = {s: [] for s in self.steps}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from minions.errors import did_you_mean
 from minions.recipes.errors import InputError, RecipeError
 from minions.recipes.schema import InputSpec, RecipeSpec, StepSpec
 from minions.recipes.source import Located, Problem, load_yaml
@@ -87,8 +87,7 @@ def _suggest(name: str, inner: Sequence[Any], step: str | None) -> str:
         known = list(RecipeSpec.model_fields)
     else:
         known = []
-    match = difflib.get_close_matches(name, known, n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+    return did_you_mean(name, known)
 
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
@@ -116,10 +115,10 @@ def coerce_inputs(
     result: dict[str, Any] = {}
     for name in given:
         if name not in specs:
-            hint = difflib.get_close_matches(name, list(specs), n=1)
-            known = f" (did you mean {hint[0]!r}?)" if hint else ""
             listing = ", ".join(specs) or "none"
-            problems.append(f"unknown input {name!r}{known}; the recipe's inputs: {listing}")
+            problems.append(
+                f"unknown input {name!r}{did_you_mean(name, specs)}; the recipe's inputs: {listing}"
+            )
     for name, spec in specs.items():
         required = spec.required if spec.required is not None else spec.default is None
         if name not in given:

@@ -198,8 +198,7 @@ class StepExecutor:
     # -- the loop ------------------------------------------------------------------------------
 
     def _tool_specs(self) -> tuple[ToolSpec, ...]:
-        registry = self.context.tools
-        specs = [registry.require(name).spec for name in sorted(self.step.tool_names())]
+        specs = [tool.spec for tool in self.tools.registry]  # the step's own tools, sorted
         if getattr(self.step, "completion_tool", False):
             specs.append(_completion_tool_spec(self.step))
         return tuple(specs)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from minions.config import ExecutionConfig
-from minions.errors import StepDefinitionError, TemplateError
+from minions.errors import StepDefinitionError, TemplateError, did_you_mean
 from minions.messages import Message, MessageBundle
 from minions.models.base import Model
 from minions.output import OutputInstructions
@@ -159,12 +159,9 @@ class Step(ABC):
             for name in sorted(self.tool_names()):
                 found = tools.get(name)
                 if found is None:
-                    import difflib
-
-                    close = difflib.get_close_matches(name, list(tools.names), n=1)
-                    hint = f"did you mean {close[0]!r}? " if close else ""
                     known = ", ".join(tools.names) or "none are registered"
-                    problems.append(f"{where}: unknown tool {name!r} ({hint}known tools: {known})")
+                    hint = did_you_mean(name, tools.names)
+                    problems.append(f"{where}: unknown tool {name!r}{hint}; known tools: {known}")
                 else:
                     problems.extend(f"{where}: {p}" for p in found.problems())
         return problems

@@ -169,11 +169,12 @@ def _body(spec: StepSpec, base: Path, stack: tuple[Path, ...], options: dict[str
         )
     if spec.kind == "analysis":
         goal = spec.analyze if spec.analyze is not None else spec.context
+        if goal:
+            own["goal"] = goal
         return AnalysisStep(
             spec.id,
             input=spec.input,
             output=output if output is not None else {"result": ""},
-            goal=goal or "Analyse the data.",
             system=spec.system,
             **own,
         )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from minions.config import ExecutionConfig
 from minions.recipes.errors import RecipeError
+from minions.recipes.schema import StepSpec
 from minions.recipes.source import Problem
 from minions.step.kinds import ANALYSIS_CONFIG, ANALYSIS_SYSTEM, AnalysisStep, LoopStep, ToolStep
 from minions.step.step import DefaultStep, Step
@@ -120,15 +121,9 @@ def _options(step: Step) -> dict[str, Any]:
         found["description"] = step.description
     if step.depends_on:
         found["depends_on"] = list(step.depends_on)
-    for name, default in (
-        ("mode", "async"),
-        ("optional", False),
-        ("timeout", None),
-        ("max_visits", 10),
-        ("memory", "step"),
-    ):
+    for name in ("mode", "optional", "timeout", "max_visits", "memory"):
         value = getattr(step, name)
-        if value != default:
+        if value != StepSpec.model_fields[name].default:
             found[name] = value
     return found
 

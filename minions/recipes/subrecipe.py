@@ -10,6 +10,7 @@ from minions.errors import MinionsError
 from minions.messages import Message, ModelCallResponse, Prompt
 from minions.models.base import Model
 from minions.step.execution import StepStatus
+from minions.step.kinds import absorb
 from minions.step.step import Step, StepInput
 from minions.templates import render
 
@@ -92,11 +93,7 @@ class RecipeStep(Step):
         )
         execution = executor.execution
         execution.items = list(result.executions)
-        for part in result.executions:
-            execution.model_calls.extend(part.model_calls)
-            execution.tool_calls.extend(part.tool_calls)
-            execution.turns += part.turns
-        execution.usage = execution.usage + result.usage
+        absorb(execution, result.executions)  # routing calls are in their step's execution
         outer.record_usage(result.usage)
         if result.status is not StepStatus.COMPLETED:
             execution.output = result.output

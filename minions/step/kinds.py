@@ -19,7 +19,7 @@ from minions.step.executor import StepExecutor
 from minions.step.step import DefaultStep, Step, StepInput
 from minions.templates import render
 
-__all__ = ["AnalysisStep", "LoopStep", "ToolStep", "schema_from_example"]
+__all__ = ["AnalysisStep", "LoopStep", "ToolStep", "absorb", "schema_from_example"]
 
 _SCHEMA_KEYS = {"properties", "$schema", "anyOf", "oneOf", "allOf", "enum", "$ref", "items"}
 _JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
@@ -32,14 +32,10 @@ def schema_from_example(example: Any) -> dict[str, Any]:
     string ``reasoning``. A mapping that already is a JSON Schema (it has a ``type`` naming a
     JSON type, or ``properties``, ``anyOf``...) is returned as it is.
     """
-    if isinstance(example, Mapping):
-        if _SCHEMA_KEYS & set(example) or example.get("type") in _JSON_TYPES:
-            return dict(example)
-        return {
-            "type": "object",
-            "properties": {str(k): _infer(v) for k, v in example.items()},
-            "required": [str(k) for k in example],
-        }
+    if isinstance(example, Mapping) and (
+        _SCHEMA_KEYS & set(example) or example.get("type") in _JSON_TYPES
+    ):
+        return dict(example)
     return _infer(example)
 
 
@@ -167,7 +163,7 @@ class ToolStep(Step):
             scope=f"{executor.scope}/fill",
         )
         result = await inner.execute()
-        _absorb(executor.execution, [result])
+        absorb(executor.execution, [result])
         if result.status is not StepStatus.COMPLETED:
             raise MinionsError(
                 f"step {self.id!r}: could not fill the missing parameters "
@@ -183,7 +179,7 @@ def _state_text(state: Mapping[str, Any]) -> str:
     return text if len(text) <= 8000 else text[:8000] + "\n... (truncated)"
 
 
-def _absorb(execution: StepExecution, parts: Iterable[StepExecution]) -> None:
+def absorb(execution: StepExecution, parts: Iterable[StepExecution]) -> None:
     """Count the model calls, tool calls and usage of inner executions in `execution`."""
     for part in parts:
         execution.model_calls.extend(part.model_calls)
@@ -329,7 +325,7 @@ class LoopStep(Step):
         done = [task.result() for task in tasks]
         execution = executor.execution
         execution.items = done
-        _absorb(execution, done)
+        absorb(execution, done)
         failed = [r for r in done if r.status is not StepStatus.COMPLETED]
         outputs = [r.output if r.status is StepStatus.COMPLETED else None for r in done]
         if failed and not self.continue_on_error:

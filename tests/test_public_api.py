@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import minions
 
 CORE_NAMES = {
@@ -61,10 +63,18 @@ def test_import_stays_light() -> None:
     code = (
         "import sys, minions; "
         "heavy = ['openai', 'instructor', 'pydantic', 'structlog', 'jmespath', 'yaml', "
-        "'jsonschema', 'tenacity', 'httpx', 'httpx2', 'rich', 'typer']; "
+        "'jsonschema', 'tenacity', 'httpx', 'httpx2', 'rich', 'typer', 'minions.agent']; "
         "print(','.join(m for m in heavy if m in sys.modules))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert loaded.stdout.strip() == ""
+
+
+def test_lazy_names_resolve_once_and_are_listed() -> None:
+    assert "AgentRecipe" in dir(minions)
+    assert minions.AgentRecipe is minions.agent.AgentRecipe
+    assert "AgentRecipe" in vars(minions)  # cached after the first lookup
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        minions.NoSuchName  # noqa: B018

@@ -231,14 +231,16 @@ async def evaluate_condition(
 ) -> bool:
     """Whether `transition`'s condition holds after `execution` (true without a condition).
 
-    A JMESPath condition over a value that is missing is false.
+    `state` is what expressions read: `condition_state` of the execution and the run state,
+    built once for all the transitions of one step. A JMESPath condition over a value that is
+    missing is false.
     """
     when = transition.when
     if when is None:
         return True
     if isinstance(when, str):
         try:
-            value = render(as_template(when), condition_state(execution, state))
+            value = render(as_template(when), state)
         except TemplateSyntaxError:
             raise
         except TemplateError:
@@ -274,9 +276,8 @@ class ConditionLink(StepSelectionLink):
         conditional = [t for t in request.candidates if t.when is not None]
         if not conditional:
             return None
-        held = [
-            t for t in conditional if await evaluate_condition(t, request.execution, request.state)
-        ]
+        state = condition_state(request.execution, request.state)
+        held = [t for t in conditional if await evaluate_condition(t, request.execution, state)]
         if held:
             return SelectionDecision.choose(
                 *(t.target for t in held),

@@ -366,7 +366,7 @@ class ModelChoiceLink(StepSelectionLink):
                 model,
                 context=context,
                 execution=execution,
-                config=context.config.merged(request.step.config),
+                config=execution.config or context.config.merged(request.step.config),
             )
             response = await calls.call(self.prompt(request), turn=execution.turns + 1)
         except MinionsError:

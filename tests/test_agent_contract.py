@@ -112,3 +112,12 @@ async def test_a_failing_run_streams_to_its_failure_event() -> None:
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     assert stream.result is not None
     assert stream.result.status is StepStatus.FAILED
+
+
+def test_an_executor_caches_graphs_of_recent_recipes_only() -> None:
+    executor = AgentExecutor()
+    recipe = AgentRecipe(id="kept", steps=[step("a")])
+    assert executor.graph(recipe) is executor.graph(recipe)  # validated once
+    for i in range(100):
+        executor.graph(AgentRecipe(id=f"r{i}", steps=[step("a")]))
+    assert len(executor._graphs) <= 32  # ad-hoc recipes do not pile up

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
@@ -25,6 +26,10 @@ from minions.step.model_call import usage_record
 from minions.tools import Tool, ToolRegistry
 
 __all__ = ["AgentExecutor", "RunStream"]
+
+
+_GRAPH_CACHE = 32
+"""How many graphs of unregistered recipes an executor keeps."""
 
 
 class AgentExecutor:
@@ -67,7 +72,9 @@ class AgentExecutor:
         self.selection_chain = selection_chain
         self.model_wrapper = model_wrapper
         self.recipes: dict[str, AgentRecipe] = {}
-        self._graphs: dict[int, tuple[AgentRecipe, StepGraph]] = {}
+        # The graphs of the recipes run lately, by recipe identity (a graph holds its recipe,
+        # so an id cannot be reused while cached); bounded, so ad-hoc recipes do not pile up.
+        self._graphs: OrderedDict[int, StepGraph] = OrderedDict()
         for recipe in recipes:
             self.register(recipe)
 
@@ -108,11 +115,13 @@ class AgentExecutor:
             RecipeError: every problem of the recipe.
         """
         recipe = self.recipe(recipe)
-        cached = self._graphs.get(id(recipe))
-        if cached is not None and cached[0] is recipe:
-            return cached[1]
-        graph = StepGraph(recipe, tools=self._registry(recipe))
-        self._graphs[id(recipe)] = (recipe, graph)
+        graph = self._graphs.get(id(recipe))
+        if graph is not None:
+            self._graphs.move_to_end(id(recipe))
+            return graph
+        graph = self._graphs[id(recipe)] = StepGraph(recipe, tools=self._registry(recipe))
+        while len(self._graphs) > _GRAPH_CACHE + len(self.recipes):
+            self._graphs.popitem(last=False)
         return graph
 
     def _registry(self, recipe: AgentRecipe) -> ToolRegistry:

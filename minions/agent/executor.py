@@ -42,7 +42,12 @@ class AgentExecutor:
         recipes: recipes to run by id.
         completion_chain: the completion chain of steps (unless a recipe or step has one).
         selection_chain: how next steps are chosen (unless a recipe has its own).
-        model_wrapper: applied once to every model a run uses (recording, replay...).
+        model_resolver: turns each model a run names (the recipe's or a step's `Model` or
+            model string, ``None`` when none is named) into the model to call; by default
+            `infer_model`. ``lambda _spec: ReplayModel(...)`` replays every model, the ones
+            recipes and steps name included.
+        model_wrapper: applied once to every model a run uses, after `model_resolver`
+            (recording...).
     """
 
     def __init__(
@@ -56,6 +61,7 @@ class AgentExecutor:
         recipes: Iterable[AgentRecipe] = (),
         completion_chain: StepCompletionChain | None = None,
         selection_chain: StepSelectionChain | None = None,
+        model_resolver: Callable[[Model | str | None], Model] | None = None,
         model_wrapper: Callable[[Model], Model] | None = None,
     ) -> None:
         self.model = model
@@ -65,6 +71,7 @@ class AgentExecutor:
         self.listeners: list[EventListener] = list(listeners)
         self.completion_chain = completion_chain
         self.selection_chain = selection_chain
+        self.model_resolver = model_resolver
         self.model_wrapper = model_wrapper
         self.recipes: dict[str, AgentRecipe] = {}
         self._graphs: dict[int, tuple[AgentRecipe, StepGraph]] = {}
@@ -153,6 +160,7 @@ class AgentExecutor:
             listeners=[*self.listeners, *listeners],
             completion_chain=recipe.completion_chain or self.completion_chain,
             run_id=run_id,
+            model_resolver=self.model_resolver,
             model_wrapper=self.model_wrapper,
         )
 

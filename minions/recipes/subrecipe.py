@@ -41,9 +41,9 @@ class _Scoped(Model):
 class RecipeStep(Step):
     """Runs another recipe as one step; its output is that run's output.
 
-    The inner run uses the outer run's model (unless the inner recipe names its own), memory,
-    configuration and remaining token budget; its usage counts in this step's and the outer
-    run's usage, and its step executions are this step's `items`.
+    The inner run uses the outer run's model (unless the inner recipe names its own), model
+    resolver and wrapper, memory, configuration and remaining token budget; its usage counts
+    in this step's and the outer run's usage, and its step executions are this step's `items`.
 
     Args:
         id: the step's id.
@@ -85,6 +85,7 @@ class RecipeStep(Step):
             model=self.model if self.model is not None else outer.model_spec,
             memory=outer.memory,
             config=config,
+            model_resolver=outer.model_resolver,
             model_wrapper=_wrapper(outer, prefix),
         )
         result = await inner_executor.execute(

@@ -363,17 +363,37 @@ def test_record_then_replay_gives_the_same_result(tmp_path: Path) -> None:
     assert [s["output"] for s in after["steps"]] == [s["output"] for s in before["steps"]]
 
 
+NAMED = "model: openai:gpt-4o-mini\n" + AGENTS.replace(
+    "    goal: Say goodbye", "    model: openai:gpt-4o\n    goal: Say goodbye"
+)
+"""`AGENTS` with a model of its own and a step naming another (neither usable: no API key)."""
+
+
+def test_the_command_resolves_the_models_steps_name(tmp_path: Path) -> None:
+    """`--model` replaces the recipe's model; a step's own model string goes through the same
+    resolver (here the stand-in), not straight to the provider."""
+    asked: list[str] = []
+
+    def resolve(spec: str) -> Any:
+        asked.append(spec)
+        return SETTINGS.resolve_model(spec)
+
+    recipe = write_recipe(tmp_path, NAMED)
+    result = invoke(["run", str(recipe), "--model", "test"], Settings(resolve_model=resolve))
+    assert result.exit_code == 0, result.stderr
+    assert asked == ["test", "openai:gpt-4o"]
+    assert result.stdout.startswith("bye: ")
+
+
 def test_replay_covers_every_model_the_recipe_names(tmp_path: Path) -> None:
     """Models named by the recipe and by a step are replayed too: no key or server needed."""
+    recipe = write_recipe(tmp_path, NAMED)
     recording = tmp_path / "run.recording.json"
-    record(write_recipe(tmp_path / "plain", AGENTS), recording)
-    named = AGENTS.replace(
-        "    goal: Say goodbye", "    model: ollama:llama3.2:3b\n    goal: Say goodbye"
-    )
-    recipe = write_recipe(tmp_path / "named", "model: openai:gpt-4o-mini\n" + named)
-    result = invoke(["run", str(recipe), "--replay", str(recording)], settings=None)
+    recorded = record(recipe, recording, "--json")
+    result = invoke(["run", str(recipe), "--replay", str(recording), "--json"], settings=None)
     assert result.exit_code == 0, result.stderr
-    assert "bye: " in result.stdout
+    assert json.loads(result.stdout)["output"] == json.loads(recorded.stdout)["output"]
+    assert "prompts differ" not in result.stderr
 
 
 def test_a_replay_miss_names_the_step_and_the_call(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minions.errors import MinionsError
-from minions.models import MODEL_ENV
+from minions.models import MODEL_ENV, infer_model
 from minions.models.base import Model
 from minions.models.recording import Recording, RecordingModel, ReplayModel
 from minions.step.kinds import LoopStep, ToolStep
@@ -53,6 +53,7 @@ class ModelChoice:
         replay: the model answering from a recording, when the run replays one.
         recording: where the run records replies (with `--record`).
         note: one line to tell the user (the run replays a recording nobody named).
+        resolve: turns the model strings the recipe and its steps name into models.
     """
 
     model: Model | None
@@ -60,22 +61,33 @@ class ModelChoice:
     replay: ReplayModel | None = None
     recording: Recording | None = None
     note: str | None = None
+    resolve: Callable[[str], Model] = infer_model
+
+    @property
+    def resolver(self) -> Callable[[Model | str | None], Model]:
+        """The executor's `model_resolver`: for a replay, the replay answers for every model,
+        whatever the recipe or a step names (no provider, key or server is needed);
+        otherwise every model string goes through `resolve`."""
+        replay, resolve = self.replay, self.resolve
+        if replay is not None:
+            return lambda _spec: replay
+
+        def resolver(spec: Model | str | None) -> Model:
+            return resolve(spec) if isinstance(spec, str) else infer_model(spec)
+
+        return resolver
 
     @property
     def wrapper(self) -> Callable[[Model], Model] | None:
-        """The executor's `model_wrapper`: every model a run resolves goes through it."""
-        replay, recording = self.replay, self.recording
-        if replay is not None:
-            return lambda _model: replay
-        if recording is not None:
-            return lambda model: RecordingModel(model, recording)
-        return None
+        """The executor's `model_wrapper`: with `--record`, every model the run uses records
+        its replies."""
+        recording = self.recording
+        if recording is None:
+            return None
+        return lambda model: RecordingModel(model, recording)
 
     def prepare(self, recipe: AgentRecipe) -> AgentRecipe:
-        """The recipe to run: its default model replaced by the chosen one, and, for a replay,
-        every step's own model too (a replay must not need a provider, a key or a server)."""
-        if self.replay is not None:
-            return _without_models(recipe)
+        """The recipe to run: its default model replaced by the chosen one."""
         return dataclasses.replace(recipe, model=self.model)
 
 
@@ -153,7 +165,8 @@ def choose_model(
         source: from `model_source`.
         recipe: the loaded recipe (whether a step needs a model at all).
         record: the `--record` option.
-        resolve: turns a model string into a `Model` (`minions.models.infer_model`).
+        resolve: turns a model string into a `Model` (`minions.models.infer_model`): the
+            run's, and each one the recipe or a step names.
         meta: stored in a new recording's metadata.
 
     Raises:
@@ -183,10 +196,10 @@ def choose_model(
             recording = Recording(
                 meta={**(meta or {}), "model": source.spec, "recorded_at": _now()}
             )
-        return ModelChoice(model=chosen, label=source.spec, recording=recording)
+        return ModelChoice(model=chosen, label=source.spec, recording=recording, resolve=resolve)
     if record is not None or needs_model(recipe.steps):
         raise UsageError(HOW_TO_SET_A_MODEL)
-    return ModelChoice(model=None, label="none (no step needs a model)")
+    return ModelChoice(model=None, label="none (no step needs a model)", resolve=resolve)
 
 
 def _replay(path: Path) -> ModelChoice:
@@ -223,21 +236,3 @@ def needs_model(steps: Iterable[Step]) -> bool:
         if found:
             return True
     return False
-
-
-def _without_models(recipe: AgentRecipe) -> AgentRecipe:
-    """`recipe` with no model anywhere, so every step uses the run's model (a replay).
-
-    The recipe was loaded by this command and is run once, so its steps are changed in place.
-    """
-    from minions.recipes.subrecipe import RecipeStep
-
-    todo: list[Step] = list(recipe.steps)
-    while todo:
-        step = todo.pop()
-        step.model = None
-        if isinstance(step, LoopStep):
-            todo.append(step.body)
-        elif isinstance(step, RecipeStep):
-            step.recipe = _without_models(step.recipe)
-    return dataclasses.replace(recipe, model=None)

@@ -137,7 +137,7 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     choice = choose_model(source, recipe, record=options.record, resolve=resolve, meta=meta)
     if choice.note is not None:
         err.print(choice.note, markup=False, highlight=False)
-    executor = AgentExecutor(model=choice.model, model_wrapper=choice.wrapper)
+    executor = AgentExecutor(model_resolver=choice.resolver, model_wrapper=choice.wrapper)
     recipe = choice.prepare(recipe)
     graph = executor.graph(recipe)
     view = LiveView(

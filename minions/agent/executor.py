@@ -138,25 +138,20 @@ class AgentExecutor:
         listeners: Iterable[EventListener] = (),
     ) -> AgentContext:
         """The context of a new run of `recipe`: its model, tools, memory, config, inputs
-        (the recipe's defaults under the given ones) and event listeners."""
-        graph = self.graph(recipe)
-        given = dict(inputs or {})
-        if recipe.input_specs:
-            from minions.recipes.loader import coerce_inputs
-            from minions.recipes.schema import InputSpec
+        (`AgentRecipe.check_inputs`: the recipe's defaults under the given ones) and event
+        listeners.
 
-            specs = {
-                name: spec if isinstance(spec, InputSpec) else InputSpec.model_validate(spec)
-                for name, spec in recipe.input_specs.items()
-            }
-            source = getattr(recipe.source, "path", None)
-            given = coerce_inputs(specs, given, file=str(source or ""))
+        Raises:
+            RecipeError: the recipe is invalid.
+            InputError: the inputs are not what the recipe declares.
+        """
+        graph = self.graph(recipe)
         return AgentContext(
             model=recipe.model if recipe.model is not None else self.model,
             tools=graph.tools if graph.tools is not None else self._registry(recipe),
             memory=self.memory,
             config=self.config.merged(recipe.config),
-            inputs={**recipe.inputs, **given},
+            inputs=recipe.check_inputs(inputs or {}),
             listeners=[*self.listeners, *listeners],
             completion_chain=recipe.completion_chain or self.completion_chain,
             run_id=run_id,

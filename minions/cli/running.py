@@ -45,7 +45,7 @@ from minions.cli.report import (
     summarize_rows,
     summary_table,
 )
-from minions.events import event_to_json
+from minions.events import EventListener, event_to_json
 from minions.models.base import Model
 from minions.models.recording import Recording
 from minions.recipes.build import load_recipe
@@ -129,7 +129,7 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     given = parse_inputs(options.inputs)
     loaded = load_recipe(options.recipe)
     recipe = loaded.recipe
-    inputs = dict(AgentExecutor().create_context(recipe, given).inputs)
+    inputs = recipe.check_inputs(given)
     source = model_source(recipe, options.recipe, model=options.model, replay=options.replay)
     if options.dry_run:
         return _dry_run(recipe, inputs, source, as_json=options.json)
@@ -143,10 +143,9 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     view = LiveView(
         err, [s.id for s in recipe.steps], title=recipe.id, mode="off" if options.quiet else None
     )
-    context = executor.create_context(recipe, inputs, listeners=[view])
     events = EventsFile(options.events) if options.events is not None else None
-    if events is not None:
-        context.events.add_listener(events)
+    listeners: list[EventListener] = [view] if events is None else [view, events]
+    context = executor.create_context(recipe, inputs, listeners=listeners)
     if view.mode == "lines":
         # An implicit replay has said so already, in its one line.
         model = "" if choice.note is not None else f", model {choice.label}"

@@ -511,12 +511,13 @@ def test_python_dash_m() -> None:
     assert done.stdout.strip() == f"minions {__version__}"
 
 
-def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -> None:
+def interrupt_slow_run(tmp_path: Path, *extra: str) -> tuple[int, str, str]:
+    """Run the `SLOW` recipe in a process, send it SIGINT once its slow step has started, and
+    return its exit code, stdout and stderr. Its events go to ``events.jsonl``."""
     recipe = write_recipe(tmp_path, SLOW)
     events = tmp_path / "events.jsonl"
-    recording = tmp_path / "run.recording.json"
     command = [sys.executable, str(HELPERS), "run", str(recipe), "--model", "test"]
-    command += ["--events", str(events), "--record", str(recording)]
+    command += ["--events", str(events), *extra]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -525,11 +526,18 @@ def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -
             assert time.monotonic() < deadline, "the slow step never started"
             time.sleep(0.05)
         process.send_signal(signal.SIGINT)
-        _out, err = process.communicate(timeout=30)
+        out, err = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130, err
+    return process.returncode, out, err
+
+
+def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -> None:
+    recording = tmp_path / "run.recording.json"
+    code, _out, err = interrupt_slow_run(tmp_path, "--record", str(recording))
+    events = tmp_path / "events.jsonl"
+    assert code == 130, err
     assert "Traceback" not in err
     assert "interrupted" in err
     assert "Finished: first" in err
@@ -539,6 +547,24 @@ def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -
     assert kinds[-1] == "run_failed"
     assert "step_failed" in kinds
     assert set(Recording.load(recording).entries) == {"first#1/1"}
+
+
+def test_ctrl_c_with_json_prints_the_cancelled_run(tmp_path: Path) -> None:
+    code, out, err = interrupt_slow_run(tmp_path, "--json")
+    assert code == 130, err
+    data = json.loads(out)
+    started = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[0])
+    assert data["run_id"] == started["run_id"]
+    assert data["recipe_id"] == "slow"
+    assert data["status"] == "cancelled"
+    assert data["error"] == "cancelled by Ctrl-C"
+    assert [(s["id"], s["status"]) for s in data["steps"]] == [
+        ("first", "completed"),
+        ("nap", "cancelled"),
+    ]
+    assert data["steps"][0]["model_calls"] == 1
+    assert data["steps"][0]["tokens"] > 0
+    assert data["steps"][1]["tool_calls"] == 0
 
 
 def test_a_live_run_over_http_records_and_replays_offline(tmp_path: Path) -> None:

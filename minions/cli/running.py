@@ -165,7 +165,8 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
             if choice.recording is not None and options.record is not None:
                 _save_recording(choice.recording, options.record, err, quiet=options.quiet)
         if result is None:
-            return _report_interrupted(view, options, err, time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            return _report_interrupted(view, options, err, elapsed, run_id=context.run_id)
         if choice.replay is not None and choice.replay.changed_prompts:
             changed = choice.replay.changed_prompts
             err.print(
@@ -218,7 +219,9 @@ def _report(result: AgentResult, options: RunOptions, err: Console) -> int:
     return EXIT_OK
 
 
-def _report_interrupted(view: LiveView, options: RunOptions, err: Console, elapsed: float) -> int:
+def _report_interrupted(
+    view: LiveView, options: RunOptions, err: Console, elapsed: float, *, run_id: str
+) -> int:
     summaries = [
         # A step cut short by the Ctrl-C failed "was cancelled": say so.
         dataclasses.replace(s, status="cancelled")
@@ -230,7 +233,7 @@ def _report_interrupted(view: LiveView, options: RunOptions, err: Console, elaps
     cancelled = [s.id for s in summaries if s.status == "cancelled"]
     if options.json:
         data = {
-            "run_id": None,
+            "run_id": run_id,
             "recipe_id": view.title,
             "status": "cancelled",
             "error": "cancelled by Ctrl-C",

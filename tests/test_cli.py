@@ -18,11 +18,14 @@ from typing import Any
 
 import pytest
 from cli_helpers import AGENTS, FAILING, SETTINGS, SLOW, TOOL_ONLY, write_recipe
+from conftest import Lookup, Offline
 from typer.testing import CliRunner, Result
 
-from minions import __version__
+from minions import AgentRecipe, __version__
 from minions.cli.app import Settings, app
 from minions.cli.live import LiveView
+from minions.cli.model_choice import needs_model
+from minions.cli.plan import make_plan
 from minions.events import event_from_json
 from minions.models.recording import Recording
 
@@ -296,6 +299,17 @@ def test_dry_run_prints_the_plan_and_calls_nothing(tmp_path: Path) -> None:
 def test_dry_run_checks_inputs(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path, TOOL_ONLY)
     assert invoke(["run", str(recipe), "--dry-run"]).exit_code == 2
+
+
+def test_a_step_class_of_ones_own_says_its_kind_and_whether_it_needs_a_model() -> None:
+    """The plan and the model choice ask the step (`kind`, `uses_model`), so a step class of
+    one's own is not taken for an agent step needing a model."""
+    offline = AgentRecipe(id="offline", steps=[Offline("look")])
+    assert not needs_model(offline.steps)
+    [planned] = make_plan(offline.validate(), {}, model="none").steps
+    assert (planned.kind, planned.uses_model) == ("offline", False)
+    assert needs_model([Offline("look"), Lookup("think")])
+    assert not needs_model([Lookup("think", model="openai:gpt-4o")])
 
 
 # -- models: choice, record, replay ------------------------------------------------------------

@@ -14,7 +14,6 @@ from minions.errors import MinionsError
 from minions.models import MODEL_ENV, infer_model
 from minions.models.base import Model
 from minions.models.recording import Recording, RecordingModel, ReplayModel
-from minions.step.kinds import LoopStep, ToolStep
 
 if TYPE_CHECKING:
     from minions.agent.recipe import AgentRecipe
@@ -215,24 +214,6 @@ def _now() -> str:
 
 
 def needs_model(steps: Iterable[Step]) -> bool:
-    """Whether a step without a model of its own may call the run's model.
-
-    Tool steps call none (unless they may fill missing parameters with one); loops need one if
-    their body does; sub-recipe steps if one of their steps does.
-    """
-    from minions.recipes.subrecipe import RecipeStep
-
-    for step in steps:
-        if step.model is not None:
-            continue
-        if isinstance(step, LoopStep):
-            found = needs_model([step.body])
-        elif isinstance(step, ToolStep):
-            found = step.fill_missing == "model"
-        elif isinstance(step, RecipeStep):
-            found = step.recipe.model is None and needs_model(step.recipe.steps)
-        else:
-            found = True
-        if found:
-            return True
-    return False
+    """Whether a step may call the run's model: one that names no model of its own and may
+    call one (`Step.uses_model`)."""
+    return any(step.model is None and step.uses_model() for step in steps)

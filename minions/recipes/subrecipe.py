@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from minions.errors import MinionsError
 from minions.messages import Message, ModelCallResponse, Prompt
@@ -52,6 +52,8 @@ class RecipeStep(Step):
         **options: the `Step` options.
     """
 
+    kind: ClassVar[str] = "recipe"
+
     def __init__(
         self,
         id: str,
@@ -67,6 +69,13 @@ class RecipeStep(Step):
 
     def templates(self) -> Mapping[str, Any]:
         return {"inputs": self.inputs}
+
+    def uses_model(self) -> bool:
+        # The inner run's default model is this step's (unless the recipe names its own).
+        recipe = self.recipe
+        return recipe.model is None and any(
+            s.model is None and s.uses_model() for s in recipe.steps
+        )
 
     def build_messages(self, step_input: StepInput) -> list[Message]:
         return []

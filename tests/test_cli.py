@@ -435,6 +435,16 @@ def test_a_recording_beside_the_recipe_is_replayed_and_said_so(tmp_path: Path) -
     assert result.stdout.startswith("bye: ")
 
 
+def test_quiet_leaves_out_notes_too(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    record(recipe, tmp_path / "recipe.recording.json")
+    result = invoke(["run", str(recipe), "-q", "-i", "name=Bo"], settings=None)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("bye: ")
+    # What the shout tool prints, and no note: neither the implicit replay nor changed prompts.
+    assert result.stderr == "shouting!\n"
+
+
 def test_record_and_replay_options_conflict(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path, AGENTS)
     recording = tmp_path / "run.recording.json"

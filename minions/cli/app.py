@@ -172,7 +172,9 @@ def run(
     ] = None,
     quiet: Annotated[
         bool,
-        typer.Option("--quiet", "-q", help="No live view, progress or summary: the output only."),
+        typer.Option(
+            "--quiet", "-q", help="No live view, progress, notes or summary: the output only."
+        ),
     ] = False,
 ) -> None:
     """Run a recipe.

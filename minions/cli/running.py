@@ -135,7 +135,7 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
         return _dry_run(recipe, inputs, source, as_json=options.json)
     meta = {"recipe": recipe.id, "inputs": jsonable(inputs)}
     choice = choose_model(source, recipe, record=options.record, resolve=resolve, meta=meta)
-    if choice.note is not None:
+    if choice.note is not None and not options.quiet:
         err.print(choice.note, markup=False, highlight=False)
     executor = AgentExecutor(model_resolver=choice.resolver, model_wrapper=choice.wrapper)
     recipe = choice.prepare(recipe)
@@ -167,7 +167,7 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
         if result is None:
             elapsed = time.monotonic() - started
             return _report_interrupted(view, options, err, elapsed, run_id=context.run_id)
-        if choice.replay is not None and choice.replay.changed_prompts:
+        if choice.replay is not None and choice.replay.changed_prompts and not options.quiet:
             changed = choice.replay.changed_prompts
             err.print(
                 f"note: {len(changed)} prompts differ from the recording ({', '.join(changed[:5])}"

@@ -360,21 +360,73 @@ def test_minions_model_and_the_recipe_model_are_used_in_order(
     assert asked == ["env:model", "recipe:model", "option:model"]
 
 
-def test_record_then_replay_gives_the_same_result(tmp_path: Path) -> None:
+def events_by_step(path: Path) -> dict[str, list[str]]:
+    """The events of an events file, in order, per step (``""`` for the run's own): parallel
+    steps interleave differently from run to run, a step's own events do not.
+
+    Each event is its kind, except that a reply's token deltas are one ``tokens: TEXT`` entry:
+    a replay streams a recorded reply in one piece, not in the model's chunks.
+    """
+    events: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        kinds = events.setdefault(event.get("step_id") or "", [])
+        if event["kind"] != "token_delta":
+            kinds.append(event["kind"])
+        elif kinds[-1].startswith("tokens: "):
+            kinds[-1] += event["text"]
+        else:
+            kinds.append(f"tokens: {event['text']}")
+    return events
+
+
+def test_record_then_replay_gives_the_same_result_and_events(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path, AGENTS)
     recording = tmp_path / "run.recording.json"
-    recorded = record(recipe, recording, "--json")
+    live_events, replay_events = tmp_path / "live.jsonl", tmp_path / "replay.jsonl"
+    recorded = record(recipe, recording, "--json", "--events", str(live_events))
     saved = Recording.load(recording)
     assert set(saved.entries) == {"hello#1/1", "bye#1/1"}
     assert saved.meta["recipe"] == "greetings"
     assert saved.meta["model"] == "test"
 
-    replayed = invoke(["run", str(recipe), "--replay", str(recording), "--json"], settings=None)
+    replayed = invoke(
+        ["run", str(recipe), "--replay", str(recording), "--json", "--events", str(replay_events)],
+        settings=None,
+    )
     assert replayed.exit_code == 0, replayed.stderr
     before, after = json.loads(recorded.stdout), json.loads(replayed.stdout)
     assert after["output"] == before["output"]
     assert after["usage"] == before["usage"]
     assert [s["output"] for s in after["steps"]] == [s["output"] for s in before["steps"]]
+    assert events_by_step(replay_events) == events_by_step(live_events)
+    assert events_by_step(live_events)["hello"] == [
+        "step_started",
+        "model_call_started",
+        "tokens: hello: Say hello to Ada.",
+        "model_call_completed",
+        "completion_decided",
+        "step_completed",
+    ]
+
+
+def test_a_replay_notes_prompts_that_changed_since_the_recording(tmp_path: Path) -> None:
+    recording = tmp_path / "run.recording.json"
+    record(write_recipe(tmp_path / "before", AGENTS), recording)
+    changed = AGENTS.replace("goal: Say hello to", "goal: Warmly greet")
+    recipe = write_recipe(tmp_path / "after", changed)
+    result = invoke(["run", str(recipe), "--replay", str(recording)], settings=None)
+    assert result.exit_code == 0, result.stderr
+    assert (
+        "note: 1 prompts differ from the recording (hello#1/1): the recipe or the inputs changed "
+        "since it was recorded"
+    ) in result.stderr
+    unchanged = invoke(
+        ["run", str(write_recipe(tmp_path / "before", AGENTS)), "--replay", str(recording)],
+        settings=None,
+    )
+    assert unchanged.exit_code == 0, unchanged.stderr
+    assert "differ" not in unchanged.stderr
 
 
 NAMED = "model: openai:gpt-4o-mini\n" + AGENTS.replace(
@@ -481,6 +533,26 @@ def test_record_is_saved_when_the_run_fails(tmp_path: Path) -> None:
 
 
 # -- the live view -----------------------------------------------------------------------------
+
+
+def test_progress_lines_name_the_steps_running_alongside(tmp_path: Path) -> None:
+    """Off a terminal the live view prints a line per step; one starting while others run
+    names them."""
+    recipe = write_recipe(
+        tmp_path,
+        """\
+        id: side
+        tools: [tools]
+        steps:
+          - {id: slow, tool: nap, params: {seconds: 0.2}}
+          - {id: quick, goal: Be quick.}
+          - {id: last, depends_on: [slow, quick], goal: Sum up.}
+        """,
+    )
+    result = invoke(["run", str(recipe), "--model", "test"])
+    assert result.exit_code == 0, result.stderr
+    started = [line for line in result.stderr.splitlines() if line.startswith("▶")]
+    assert started == ["▶ slow", "▶ quick (alongside slow)", "▶ last"]
 
 
 def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:

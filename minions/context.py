@@ -33,8 +33,13 @@ class AgentContext:
         listeners: callables receiving every event, in order.
         completion_chain: the chain steps use unless they carry their own.
         run_id: defaults to a new random id.
+        model_resolver: turns the model a recipe or step names (a `Model`, a model string, or
+            ``None`` when none is named anywhere) into the model to call; the default is
+            `minions.models.infer_model` (a `Model` as it is, ``None`` for `MINIONS_MODEL`).
+            Give one to replay every model from a recording (``lambda _spec: replay``) or to
+            map model strings to test doubles. Each string or object is resolved once per run.
         model_wrapper: applied once to every model the run uses (the default and each step's
-            own), e.g. to record replies (`RecordingModel`) or to replay them.
+            own), after `model_resolver`, e.g. to record replies (`RecordingModel`).
     """
 
     def __init__(
@@ -48,14 +53,18 @@ class AgentContext:
         listeners: Iterable[EventListener] = (),
         completion_chain: StepCompletionChain | None = None,
         run_id: str | None = None,
+        model_resolver: Callable[[Model | str | None], Model] | None = None,
         model_wrapper: Callable[[Model], Model] | None = None,
     ) -> None:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self._model_spec = model
         self._model: Model | None = None
+        self.model_resolver = model_resolver
+        """The resolver given (``None``: `infer_model`); a sub-recipe's run uses it too."""
+        self._resolver = model_resolver or resolve_model
         self._wrapper = model_wrapper
         self._wrapped: dict[int, tuple[Model, Model]] = {}
-        self._by_name: dict[str, Model] = {}
+        self._resolved: dict[str | int, tuple[Model | str | None, Model]] = {}
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.memory: ModelMemory = memory if memory is not None else InMemoryModelMemory()
         self.config = config or ExecutionConfig()
@@ -67,22 +76,25 @@ class AgentContext:
 
     @property
     def model(self) -> Model:
-        """The run's default model, resolved from a string or `MINIONS_MODEL` on first use."""
+        """The run's default model, resolved by the `model_resolver` on first use."""
         if self._model is None:
-            self._model = self._wrap(resolve_model(self._model_spec))
+            self._model = self._resolve(self._model_spec)
         return self._model
 
     def resolve_model(self, override: Model | str | None) -> Model:
         """A step's model: its own override, else the run's model."""
         if override is None:
             return self.model
-        if isinstance(override, str):
-            # Resolve each model string once per run: one client, one wrapper.
-            found = self._by_name.get(override)
-            if found is None:
-                found = self._by_name[override] = self._wrap(resolve_model(override))
-            return found
-        return self._wrap(override)
+        return self._resolve(override)
+
+    def _resolve(self, spec: Model | str | None) -> Model:
+        # Resolve each model string or object once per run: one client, one wrapper. The entry
+        # holds the object, so its id cannot be reused while it is cached.
+        key = spec if isinstance(spec, str) else id(spec)
+        found = self._resolved.get(key)
+        if found is None:
+            found = self._resolved[key] = (spec, self._wrap(self._resolver(spec)))
+        return found[1]
 
     @property
     def model_spec(self) -> Model | str | None:
@@ -119,6 +131,7 @@ class AgentContext:
 
 
 def resolve_model(spec: Model | str | None) -> Model:
+    """The default `model_resolver`: `infer_model`, imported on first use."""
     if isinstance(spec, Model):
         return spec
     from minions.models import infer_model

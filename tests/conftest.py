@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from minions import ExecutionConfig, Message, tool
+from minions import ExecutionConfig, Message, Step, tool
+from minions.step.step import StepInput
 
 FAST = ExecutionConfig(retry_initial_delay=0.0, tool_retry_initial_delay=0.0)
 """Retries without waiting, for tests."""
@@ -16,6 +17,22 @@ FAST = ExecutionConfig(retry_initial_delay=0.0, tool_retry_initial_delay=0.0)
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
+
+
+class Lookup(Step):
+    """A step class of a user's own that names no `kind`: it calls its model like any step."""
+
+    def build_messages(self, step_input: StepInput) -> list[Message]:
+        return []
+
+
+class Offline(Lookup):
+    """A step class of a user's own that calls no model."""
+
+    kind = "offline"
+
+    def uses_model(self) -> bool:
+        return False
 
 
 def assert_tool_invariant(messages: Sequence[Message]) -> None:

@@ -18,11 +18,14 @@ from typing import Any
 
 import pytest
 from cli_helpers import AGENTS, FAILING, SETTINGS, SLOW, TOOL_ONLY, write_recipe
+from conftest import Lookup, Offline
 from typer.testing import CliRunner, Result
 
-from minions import __version__
+from minions import AgentRecipe, __version__
 from minions.cli.app import Settings, app
 from minions.cli.live import LiveView
+from minions.cli.model_choice import needs_model
+from minions.cli.plan import make_plan
 from minions.events import event_from_json
 from minions.models.recording import Recording
 
@@ -298,6 +301,17 @@ def test_dry_run_checks_inputs(tmp_path: Path) -> None:
     assert invoke(["run", str(recipe), "--dry-run"]).exit_code == 2
 
 
+def test_a_step_class_of_ones_own_says_its_kind_and_whether_it_needs_a_model() -> None:
+    """The plan and the model choice ask the step (`kind`, `uses_model`), so a step class of
+    one's own is not taken for an agent step needing a model."""
+    offline = AgentRecipe(id="offline", steps=[Offline("look")])
+    assert not needs_model(offline.steps)
+    [planned] = make_plan(offline.validate(), {}, model="none").steps
+    assert (planned.kind, planned.uses_model) == ("offline", False)
+    assert needs_model([Offline("look"), Lookup("think")])
+    assert not needs_model([Lookup("think", model="openai:gpt-4o")])
+
+
 # -- models: choice, record, replay ------------------------------------------------------------
 
 
@@ -346,34 +360,106 @@ def test_minions_model_and_the_recipe_model_are_used_in_order(
     assert asked == ["env:model", "recipe:model", "option:model"]
 
 
-def test_record_then_replay_gives_the_same_result(tmp_path: Path) -> None:
+def events_by_step(path: Path) -> dict[str, list[str]]:
+    """The events of an events file, in order, per step (``""`` for the run's own): parallel
+    steps interleave differently from run to run, a step's own events do not.
+
+    Each event is its kind, except that a reply's token deltas are one ``tokens: TEXT`` entry:
+    a replay streams a recorded reply in one piece, not in the model's chunks.
+    """
+    events: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        kinds = events.setdefault(event.get("step_id") or "", [])
+        if event["kind"] != "token_delta":
+            kinds.append(event["kind"])
+        elif kinds[-1].startswith("tokens: "):
+            kinds[-1] += event["text"]
+        else:
+            kinds.append(f"tokens: {event['text']}")
+    return events
+
+
+def test_record_then_replay_gives_the_same_result_and_events(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path, AGENTS)
     recording = tmp_path / "run.recording.json"
-    recorded = record(recipe, recording, "--json")
+    live_events, replay_events = tmp_path / "live.jsonl", tmp_path / "replay.jsonl"
+    recorded = record(recipe, recording, "--json", "--events", str(live_events))
     saved = Recording.load(recording)
     assert set(saved.entries) == {"hello#1/1", "bye#1/1"}
     assert saved.meta["recipe"] == "greetings"
     assert saved.meta["model"] == "test"
 
-    replayed = invoke(["run", str(recipe), "--replay", str(recording), "--json"], settings=None)
+    replayed = invoke(
+        ["run", str(recipe), "--replay", str(recording), "--json", "--events", str(replay_events)],
+        settings=None,
+    )
     assert replayed.exit_code == 0, replayed.stderr
     before, after = json.loads(recorded.stdout), json.loads(replayed.stdout)
     assert after["output"] == before["output"]
     assert after["usage"] == before["usage"]
     assert [s["output"] for s in after["steps"]] == [s["output"] for s in before["steps"]]
+    assert events_by_step(replay_events) == events_by_step(live_events)
+    assert events_by_step(live_events)["hello"] == [
+        "step_started",
+        "model_call_started",
+        "tokens: hello: Say hello to Ada.",
+        "model_call_completed",
+        "completion_decided",
+        "step_completed",
+    ]
+
+
+def test_a_replay_notes_prompts_that_changed_since_the_recording(tmp_path: Path) -> None:
+    recording = tmp_path / "run.recording.json"
+    record(write_recipe(tmp_path / "before", AGENTS), recording)
+    changed = AGENTS.replace("goal: Say hello to", "goal: Warmly greet")
+    recipe = write_recipe(tmp_path / "after", changed)
+    result = invoke(["run", str(recipe), "--replay", str(recording)], settings=None)
+    assert result.exit_code == 0, result.stderr
+    assert (
+        "note: 1 prompts differ from the recording (hello#1/1): the recipe or the inputs changed "
+        "since it was recorded"
+    ) in result.stderr
+    unchanged = invoke(
+        ["run", str(write_recipe(tmp_path / "before", AGENTS)), "--replay", str(recording)],
+        settings=None,
+    )
+    assert unchanged.exit_code == 0, unchanged.stderr
+    assert "differ" not in unchanged.stderr
+
+
+NAMED = "model: openai:gpt-4o-mini\n" + AGENTS.replace(
+    "    goal: Say goodbye", "    model: openai:gpt-4o\n    goal: Say goodbye"
+)
+"""`AGENTS` with a model of its own and a step naming another (neither usable: no API key)."""
+
+
+def test_the_command_resolves_the_models_steps_name(tmp_path: Path) -> None:
+    """`--model` replaces the recipe's model; a step's own model string goes through the same
+    resolver (here the stand-in), not straight to the provider."""
+    asked: list[str] = []
+
+    def resolve(spec: str) -> Any:
+        asked.append(spec)
+        return SETTINGS.resolve_model(spec)
+
+    recipe = write_recipe(tmp_path, NAMED)
+    result = invoke(["run", str(recipe), "--model", "test"], Settings(resolve_model=resolve))
+    assert result.exit_code == 0, result.stderr
+    assert asked == ["test", "openai:gpt-4o"]
+    assert result.stdout.startswith("bye: ")
 
 
 def test_replay_covers_every_model_the_recipe_names(tmp_path: Path) -> None:
     """Models named by the recipe and by a step are replayed too: no key or server needed."""
+    recipe = write_recipe(tmp_path, NAMED)
     recording = tmp_path / "run.recording.json"
-    record(write_recipe(tmp_path / "plain", AGENTS), recording)
-    named = AGENTS.replace(
-        "    goal: Say goodbye", "    model: ollama:llama3.2:3b\n    goal: Say goodbye"
-    )
-    recipe = write_recipe(tmp_path / "named", "model: openai:gpt-4o-mini\n" + named)
-    result = invoke(["run", str(recipe), "--replay", str(recording)], settings=None)
+    recorded = record(recipe, recording, "--json")
+    result = invoke(["run", str(recipe), "--replay", str(recording), "--json"], settings=None)
     assert result.exit_code == 0, result.stderr
-    assert "bye: " in result.stdout
+    assert json.loads(result.stdout)["output"] == json.loads(recorded.stdout)["output"]
+    assert "prompts differ" not in result.stderr
 
 
 def test_a_replay_miss_names_the_step_and_the_call(tmp_path: Path) -> None:
@@ -399,6 +485,16 @@ def test_a_recording_beside_the_recipe_is_replayed_and_said_so(tmp_path: Path) -
     assert "replaying" in lines[0]
     assert "--model" in lines[0]
     assert result.stdout.startswith("bye: ")
+
+
+def test_quiet_leaves_out_notes_too(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, AGENTS)
+    record(recipe, tmp_path / "recipe.recording.json")
+    result = invoke(["run", str(recipe), "-q", "-i", "name=Bo"], settings=None)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("bye: ")
+    # What the shout tool prints, and no note: neither the implicit replay nor changed prompts.
+    assert result.stderr == "shouting!\n"
 
 
 def test_record_and_replay_options_conflict(tmp_path: Path) -> None:
@@ -437,6 +533,26 @@ def test_record_is_saved_when_the_run_fails(tmp_path: Path) -> None:
 
 
 # -- the live view -----------------------------------------------------------------------------
+
+
+def test_progress_lines_name_the_steps_running_alongside(tmp_path: Path) -> None:
+    """Off a terminal the live view prints a line per step; one starting while others run
+    names them."""
+    recipe = write_recipe(
+        tmp_path,
+        """\
+        id: side
+        tools: [tools]
+        steps:
+          - {id: slow, tool: nap, params: {seconds: 0.2}}
+          - {id: quick, goal: Be quick.}
+          - {id: last, depends_on: [slow, quick], goal: Sum up.}
+        """,
+    )
+    result = invoke(["run", str(recipe), "--model", "test"])
+    assert result.exit_code == 0, result.stderr
+    started = [line for line in result.stderr.splitlines() if line.startswith("▶")]
+    assert started == ["▶ slow", "▶ quick (alongside slow)", "▶ last"]
 
 
 def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
@@ -491,12 +607,13 @@ def test_python_dash_m() -> None:
     assert done.stdout.strip() == f"minions {__version__}"
 
 
-def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -> None:
+def interrupt_slow_run(tmp_path: Path, *extra: str) -> tuple[int, str, str]:
+    """Run the `SLOW` recipe in a process, send it SIGINT once its slow step has started, and
+    return its exit code, stdout and stderr. Its events go to ``events.jsonl``."""
     recipe = write_recipe(tmp_path, SLOW)
     events = tmp_path / "events.jsonl"
-    recording = tmp_path / "run.recording.json"
     command = [sys.executable, str(HELPERS), "run", str(recipe), "--model", "test"]
-    command += ["--events", str(events), "--record", str(recording)]
+    command += ["--events", str(events), *extra]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -505,11 +622,18 @@ def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -
             assert time.monotonic() < deadline, "the slow step never started"
             time.sleep(0.05)
         process.send_signal(signal.SIGINT)
-        _out, err = process.communicate(timeout=30)
+        out, err = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130, err
+    return process.returncode, out, err
+
+
+def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -> None:
+    recording = tmp_path / "run.recording.json"
+    code, _out, err = interrupt_slow_run(tmp_path, "--record", str(recording))
+    events = tmp_path / "events.jsonl"
+    assert code == 130, err
     assert "Traceback" not in err
     assert "interrupted" in err
     assert "Finished: first" in err
@@ -519,6 +643,24 @@ def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -
     assert kinds[-1] == "run_failed"
     assert "step_failed" in kinds
     assert set(Recording.load(recording).entries) == {"first#1/1"}
+
+
+def test_ctrl_c_with_json_prints_the_cancelled_run(tmp_path: Path) -> None:
+    code, out, err = interrupt_slow_run(tmp_path, "--json")
+    assert code == 130, err
+    data = json.loads(out)
+    started = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[0])
+    assert data["run_id"] == started["run_id"]
+    assert data["recipe_id"] == "slow"
+    assert data["status"] == "cancelled"
+    assert data["error"] == "cancelled by Ctrl-C"
+    assert [(s["id"], s["status"]) for s in data["steps"]] == [
+        ("first", "completed"),
+        ("nap", "cancelled"),
+    ]
+    assert data["steps"][0]["model_calls"] == 1
+    assert data["steps"][0]["tokens"] > 0
+    assert data["steps"][1]["tool_calls"] == 0
 
 
 def test_a_live_run_over_http_records_and_replays_offline(tmp_path: Path) -> None:

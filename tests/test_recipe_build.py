@@ -140,6 +140,11 @@ def test_inputs_are_checked_when_a_run_starts(tmp_path: Path) -> None:
     assert "count" in text
     assert "unknown input 'extra'" in text
     assert model.requests == []  # nothing ran
+    # The same check without running: defaults filled in, text converted.
+    assert recipe.check_inputs({"topic": "bees", "count": "3"}) == {"topic": "bees", "count": 3}
+    assert recipe.check_inputs({"topic": "bees"}) == {"topic": "bees", "count": 1}
+    with pytest.raises(InputError):
+        recipe.check_inputs({})
 
 
 def test_routing_and_sequential_mode(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from pydantic import BaseModel
 
 from minions import (
     AgentContext,
+    AgentExecutor,
+    AgentRecipe,
     DefaultStep,
     MinionsError,
     OutputInstructions,
@@ -20,8 +22,10 @@ from minions import (
     StepStatus,
     TransientModelError,
 )
+from minions.models.base import Model
 from minions.models.recording import Recording, RecordingModel, ReplayMissError, ReplayModel
-from minions.testing import ScriptedModel
+from minions.recipes.subrecipe import RecipeStep
+from minions.testing import FunctionModel, ScriptedModel
 
 
 class Total(BaseModel):
@@ -134,6 +138,69 @@ def test_the_context_wraps_every_model_once() -> None:
         "from default",
         "from own model",
     ]
+
+
+def named_models() -> AgentRecipe:
+    """A recipe naming a model of its own, with a step and a sub-recipe naming others."""
+    inner = AgentRecipe(
+        id="inner", model="openai:gpt-4.1", steps=[DefaultStep("deep", "Think deeply.")]
+    )
+    return AgentRecipe(
+        id="named",
+        model="openai:gpt-4o-mini",
+        steps=[
+            DefaultStep("hello", "Say hello."),
+            DefaultStep("bye", "Say bye.", model="openai:gpt-4o", depends_on=["hello"]),
+            RecipeStep("sub", inner, depends_on=["bye"]),
+        ],
+    )
+
+
+def test_a_model_resolver_replays_every_model_a_recipe_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Replaying needs no key: the resolver, not `infer_model`, turns each model string into a
+    model, for the recipe, its steps and its sub-recipes alike."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    asked: list[Model | str | None] = []
+
+    def stand_in(spec: Model | str | None) -> Model:
+        asked.append(spec)
+        return FunctionModel(lambda prompt: f"{prompt.step_id} via {spec}")
+
+    recording = Recording()
+    recorded = AgentExecutor(
+        model_resolver=stand_in, model_wrapper=lambda model: RecordingModel(model, recording)
+    ).execute_sync(named_models())
+    assert recorded.ok, recorded.error
+    assert sorted(map(str, asked)) == ["openai:gpt-4.1", "openai:gpt-4o", "openai:gpt-4o-mini"]
+
+    # A default model alone does not cover the models the recipe names.
+    default_only = AgentExecutor(model=ReplayModel(recording)).execute_sync(named_models())
+    assert default_only.error is not None
+    assert "API key" in default_only.error
+
+    replay = ReplayModel(recording)
+    replayed = AgentExecutor(model_resolver=lambda _spec: replay).execute_sync(named_models())
+    assert replayed.ok, replayed.error
+    assert replayed.output == recorded.output == "deep via openai:gpt-4.1"
+    assert [e.output for e in replayed.executions] == [e.output for e in recorded.executions]
+    assert replay.changed_prompts == []
+
+
+def test_each_model_is_resolved_once_per_run() -> None:
+    own = ScriptedModel(["a", "b"])
+    resolved: list[Model | str | None] = []
+
+    def resolver(spec: Model | str | None) -> Model:
+        resolved.append(spec)
+        return own if isinstance(spec, Model) else ScriptedModel(["x", "y"])
+
+    context = AgentContext(model="some:model", model_resolver=resolver)
+    assert context.resolve_model("other:model") is context.resolve_model("other:model")
+    assert context.resolve_model(own) is own
+    assert context.resolve_model(None) is context.model is context.resolve_model("some:model")
+    assert resolved == ["other:model", own, "some:model"]
 
 
 def test_bad_recording_files_are_named(tmp_path: Path) -> None:

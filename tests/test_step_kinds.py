@@ -1,4 +1,4 @@
-"""Tool steps, analysis steps and loop steps."""
+"""Tool steps, analysis steps and loop steps; every step's `kind` and `uses_model`."""
 
 from __future__ import annotations
 
@@ -6,11 +6,20 @@ import asyncio
 import json
 from typing import Any
 
-from conftest import FAST, add
+from conftest import FAST, Lookup, Offline, add
 
-from minions import AgentContext, Prompt, StepExecution, StepExecutor, StepStatus, tool
+from minions import (
+    AgentContext,
+    AgentRecipe,
+    Prompt,
+    StepExecution,
+    StepExecutor,
+    StepStatus,
+    tool,
+)
+from minions.recipes.subrecipe import RecipeStep
 from minions.step.kinds import AnalysisStep, LoopStep, ToolStep, schema_from_example
-from minions.step.step import DefaultStep
+from minions.step.step import DefaultStep, Step
 from minions.testing import FunctionModel, ScriptedModel
 
 STATE = {"inputs": {"a": 2, "items": [3, 1, 2]}, "prev": {"output": {"b": 5}}}
@@ -226,3 +235,26 @@ def test_analysis_data_from_a_dependency_is_shown_once_and_text_is_not_called_js
     assert "The data:\n```\nDOC TEXT\n```" in prompt
     assert "[other]\nOTHER RESULT" in prompt
     assert prompt.index("Task: Count the words.") < prompt.index("The data:")
+
+
+def test_steps_say_their_kind_and_whether_they_may_call_their_model() -> None:
+    agent = DefaultStep("a", "Say hi.")
+    named = DefaultStep("n", "Say hi.", model="openai:gpt-4o")
+    tool = ToolStep("t", "add", {"a": 1, "b": 2})
+    cases: list[tuple[Step, str, bool]] = [
+        (agent, "agent", True),
+        (named, "agent", True),
+        (AnalysisStep("an", input="x", output={"ok": True}), "analysis", True),
+        (tool, "tool", False),
+        (ToolStep("f", "add", fill_missing="model"), "tool", True),
+        (LoopStep(agent, [1]), "loop", True),
+        # A body naming its own model does not call the one the loop is given.
+        (LoopStep(named, [1]), "loop", False),
+        (LoopStep(tool, [1]), "loop", False),
+        (RecipeStep("r", AgentRecipe(id="inner", steps=[agent])), "recipe", True),
+        (RecipeStep("r", AgentRecipe(id="inner", steps=[agent], model="x:y")), "recipe", False),
+        (RecipeStep("r", AgentRecipe(id="inner", steps=[named, tool])), "recipe", False),
+        (Lookup("l"), "custom", True),
+        (Offline("o"), "offline", False),
+    ]
+    assert [(s.kind, s.uses_model()) for s, _, _ in cases] == [(k, u) for _, k, u in cases]

@@ -47,7 +47,12 @@ class AgentExecutor:
         recipes: recipes to run by id.
         completion_chain: the completion chain of steps (unless a recipe or step has one).
         selection_chain: how next steps are chosen (unless a recipe has its own).
-        model_wrapper: applied once to every model a run uses (recording, replay...).
+        model_resolver: turns each model a run names (the recipe's or a step's `Model` or
+            model string, ``None`` when none is named) into the model to call; by default
+            `infer_model`. ``lambda _spec: ReplayModel(...)`` replays every model, the ones
+            recipes and steps name included.
+        model_wrapper: applied once to every model a run uses, after `model_resolver`
+            (recording...).
     """
 
     def __init__(
@@ -61,6 +66,7 @@ class AgentExecutor:
         recipes: Iterable[AgentRecipe] = (),
         completion_chain: StepCompletionChain | None = None,
         selection_chain: StepSelectionChain | None = None,
+        model_resolver: Callable[[Model | str | None], Model] | None = None,
         model_wrapper: Callable[[Model], Model] | None = None,
     ) -> None:
         self.model = model
@@ -70,6 +76,7 @@ class AgentExecutor:
         self.listeners: list[EventListener] = list(listeners)
         self.completion_chain = completion_chain
         self.selection_chain = selection_chain
+        self.model_resolver = model_resolver
         self.model_wrapper = model_wrapper
         self.recipes: dict[str, AgentRecipe] = {}
         # The graphs of the recipes run lately, by recipe identity (a graph holds its recipe,
@@ -140,28 +147,24 @@ class AgentExecutor:
         listeners: Iterable[EventListener] = (),
     ) -> AgentContext:
         """The context of a new run of `recipe`: its model, tools, memory, config, inputs
-        (the recipe's defaults under the given ones) and event listeners."""
-        graph = self.graph(recipe)
-        given = dict(inputs or {})
-        if recipe.input_specs:
-            from minions.recipes.loader import coerce_inputs
-            from minions.recipes.schema import InputSpec
+        (`AgentRecipe.check_inputs`: the recipe's defaults under the given ones) and event
+        listeners.
 
-            specs = {
-                name: spec if isinstance(spec, InputSpec) else InputSpec.model_validate(spec)
-                for name, spec in recipe.input_specs.items()
-            }
-            source = getattr(recipe.source, "path", None)
-            given = coerce_inputs(specs, given, file=str(source or ""))
+        Raises:
+            RecipeError: the recipe is invalid.
+            InputError: the inputs are not what the recipe declares.
+        """
+        graph = self.graph(recipe)
         return AgentContext(
             model=recipe.model if recipe.model is not None else self.model,
             tools=graph.tools if graph.tools is not None else self._registry(recipe),
             memory=self.memory,
             config=self.config.merged(recipe.config),
-            inputs={**recipe.inputs, **given},
+            inputs=recipe.check_inputs(inputs or {}),
             listeners=[*self.listeners, *listeners],
             completion_chain=recipe.completion_chain or self.completion_chain,
             run_id=run_id,
+            model_resolver=self.model_resolver,
             model_wrapper=self.model_wrapper,
         )
 

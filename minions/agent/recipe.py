@@ -165,6 +165,27 @@ class AgentRecipe:
             return to_yaml_text(self.source.spec.model_dump(mode="json", exclude_defaults=True))
         return to_yaml_text(recipe_to_data(self))
 
+    def check_inputs(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The inputs of a run given `given`: the recipe's default `inputs` under the given
+        ones, checked and converted against `input_specs` when the recipe declares them (text
+        from a command line becomes the declared type).
+
+        Raises:
+            InputError: naming every unknown, missing or ill-typed input.
+        """
+        checked = dict(given)
+        if self.input_specs:
+            from minions.recipes.loader import coerce_inputs
+            from minions.recipes.schema import InputSpec
+
+            specs = {
+                name: spec if isinstance(spec, InputSpec) else InputSpec.model_validate(spec)
+                for name, spec in self.input_specs.items()
+            }
+            source = getattr(self.source, "path", None)
+            checked = coerce_inputs(specs, checked, file=str(source or ""))
+        return {**self.inputs, **checked}
+
     def step(self, step_id: str) -> Step:
         """The step with this id.
 

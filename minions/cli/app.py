@@ -39,7 +39,8 @@ class Settings:
     command with, say, a test model.
 
     Attributes:
-        resolve_model: turns the run's model string into a `Model`.
+        resolve_model: turns a model string into a `Model`: the run's, and each one the recipe
+            or a step names.
     """
 
     resolve_model: Callable[[str], Model] = _infer_model
@@ -171,7 +172,9 @@ def run(
     ] = None,
     quiet: Annotated[
         bool,
-        typer.Option("--quiet", "-q", help="No live view, progress or summary: the output only."),
+        typer.Option(
+            "--quiet", "-q", help="No live view, progress, notes or summary: the output only."
+        ),
     ] = False,
 ) -> None:
     """Run a recipe.

@@ -79,8 +79,6 @@ class LiveView:
         self.title = title
         self.rows: dict[str, StepRow] = {step: StepRow(step) for step in steps}
         self.run_status = "running"
-        self.running_together = 0
-        """The most steps seen running at the same time."""
         self.mode: ViewMode = mode or ("live" if console.is_terminal else "lines")
         self._live: Live | None = None
         self._started = time.monotonic()
@@ -126,7 +124,6 @@ class LiveView:
                 others = [
                     r.id for r in self.rows.values() if r.status == "running" and r is not row
                 ]
-                self.running_together = max(self.running_together, len(others) + 1)
                 self._line(f"▶ {base}" + (f" (alongside {', '.join(others)})" if others else ""))
         elif isinstance(event, ev.StepCompleted | ev.StepFailed):
             row = self._row(base)

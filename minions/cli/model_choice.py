@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minions.errors import MinionsError
-from minions.models import MODEL_ENV
+from minions.models import MODEL_ENV, infer_model
 from minions.models.base import Model
 from minions.models.recording import Recording, RecordingModel, ReplayModel
-from minions.step.kinds import LoopStep, ToolStep
 
 if TYPE_CHECKING:
     from minions.agent.recipe import AgentRecipe
@@ -53,6 +52,7 @@ class ModelChoice:
         replay: the model answering from a recording, when the run replays one.
         recording: where the run records replies (with `--record`).
         note: one line to tell the user (the run replays a recording nobody named).
+        resolve: turns the model strings the recipe and its steps name into models.
     """
 
     model: Model | None
@@ -60,22 +60,33 @@ class ModelChoice:
     replay: ReplayModel | None = None
     recording: Recording | None = None
     note: str | None = None
+    resolve: Callable[[str], Model] = infer_model
+
+    @property
+    def resolver(self) -> Callable[[Model | str | None], Model]:
+        """The executor's `model_resolver`: for a replay, the replay answers for every model,
+        whatever the recipe or a step names (no provider, key or server is needed);
+        otherwise every model string goes through `resolve`."""
+        replay, resolve = self.replay, self.resolve
+        if replay is not None:
+            return lambda _spec: replay
+
+        def resolver(spec: Model | str | None) -> Model:
+            return resolve(spec) if isinstance(spec, str) else infer_model(spec)
+
+        return resolver
 
     @property
     def wrapper(self) -> Callable[[Model], Model] | None:
-        """The executor's `model_wrapper`: every model a run resolves goes through it."""
-        replay, recording = self.replay, self.recording
-        if replay is not None:
-            return lambda _model: replay
-        if recording is not None:
-            return lambda model: RecordingModel(model, recording)
-        return None
+        """The executor's `model_wrapper`: with `--record`, every model the run uses records
+        its replies."""
+        recording = self.recording
+        if recording is None:
+            return None
+        return lambda model: RecordingModel(model, recording)
 
     def prepare(self, recipe: AgentRecipe) -> AgentRecipe:
-        """The recipe to run: its default model replaced by the chosen one, and, for a replay,
-        every step's own model too (a replay must not need a provider, a key or a server)."""
-        if self.replay is not None:
-            return _without_models(recipe)
+        """The recipe to run: its default model replaced by the chosen one."""
         return dataclasses.replace(recipe, model=self.model)
 
 
@@ -153,7 +164,8 @@ def choose_model(
         source: from `model_source`.
         recipe: the loaded recipe (whether a step needs a model at all).
         record: the `--record` option.
-        resolve: turns a model string into a `Model` (`minions.models.infer_model`).
+        resolve: turns a model string into a `Model` (`minions.models.infer_model`): the
+            run's, and each one the recipe or a step names.
         meta: stored in a new recording's metadata.
 
     Raises:
@@ -183,10 +195,10 @@ def choose_model(
             recording = Recording(
                 meta={**(meta or {}), "model": source.spec, "recorded_at": _now()}
             )
-        return ModelChoice(model=chosen, label=source.spec, recording=recording)
+        return ModelChoice(model=chosen, label=source.spec, recording=recording, resolve=resolve)
     if record is not None or needs_model(recipe.steps):
         raise UsageError(HOW_TO_SET_A_MODEL)
-    return ModelChoice(model=None, label="none (no step needs a model)")
+    return ModelChoice(model=None, label="none (no step needs a model)", resolve=resolve)
 
 
 def _replay(path: Path) -> ModelChoice:
@@ -202,42 +214,6 @@ def _now() -> str:
 
 
 def needs_model(steps: Iterable[Step]) -> bool:
-    """Whether a step without a model of its own may call the run's model.
-
-    Tool steps call none (unless they may fill missing parameters with one); loops need one if
-    their body does; sub-recipe steps if one of their steps does.
-    """
-    from minions.recipes.subrecipe import RecipeStep
-
-    for step in steps:
-        if step.model is not None:
-            continue
-        if isinstance(step, LoopStep):
-            found = needs_model([step.body])
-        elif isinstance(step, ToolStep):
-            found = step.fill_missing == "model"
-        elif isinstance(step, RecipeStep):
-            found = step.recipe.model is None and needs_model(step.recipe.steps)
-        else:
-            found = True
-        if found:
-            return True
-    return False
-
-
-def _without_models(recipe: AgentRecipe) -> AgentRecipe:
-    """`recipe` with no model anywhere, so every step uses the run's model (a replay).
-
-    The recipe was loaded by this command and is run once, so its steps are changed in place.
-    """
-    from minions.recipes.subrecipe import RecipeStep
-
-    todo: list[Step] = list(recipe.steps)
-    while todo:
-        step = todo.pop()
-        step.model = None
-        if isinstance(step, LoopStep):
-            todo.append(step.body)
-        elif isinstance(step, RecipeStep):
-            step.recipe = _without_models(step.recipe)
-    return dataclasses.replace(recipe, model=None)
+    """Whether a step may call the run's model: one that names no model of its own and may
+    call one (`Step.uses_model`)."""
+    return any(step.model is None and step.uses_model() for step in steps)

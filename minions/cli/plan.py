@@ -13,8 +13,8 @@ from typing import Any
 from minions.agent.graph import StepGraph
 from minions.config import ExecutionConfig
 from minions.errors import TemplateError
-from minions.step.kinds import AnalysisStep, LoopStep, ToolStep
-from minions.step.step import DefaultStep, Step
+from minions.step.kinds import LoopStep
+from minions.step.step import Step
 from minions.templates import has_template, render, template_roots
 
 __all__ = ["Plan", "PlannedStep", "RenderedField", "make_plan"]
@@ -38,12 +38,13 @@ class RenderedField:
 class PlannedStep:
     id: str
     kind: str
-    """``agent``, ``analysis``, ``tool``, ``recipe`` or another step class's name; ``loop of
-    ...`` for a loop step."""
+    """The step's `Step.kind` (``agent``, ``analysis``, ``tool``, ``custom``...); ``recipe ID``
+    for a sub-recipe step, ``loop of ...`` for a loop step."""
     description: str = ""
     depends_on: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     uses_model: bool = False
+    """The step may call a model (`Step.uses_model`)."""
     model: str | None = None
     """The step's own model, when it has one."""
     notes: tuple[str, ...] = ()
@@ -140,26 +141,19 @@ def _waves(graph: StepGraph) -> list[list[str]]:
 
 
 def _kind(step: Step) -> str:
+    """The step's `kind`, with what a loop repeats and which recipe a sub-recipe step runs."""
     from minions.recipes.subrecipe import RecipeStep
 
     if isinstance(step, LoopStep):
         return f"loop of {_kind(step.body)}"
-    if isinstance(step, ToolStep):
-        return "tool"
-    if isinstance(step, AnalysisStep):
-        return "analysis"
     if isinstance(step, RecipeStep):
         return f"recipe {step.recipe.id}"
-    if isinstance(step, DefaultStep):
-        return "agent"
-    return type(step).__name__
+    return step.kind
 
 
 def _planned(
     step: Step, state: Mapping[str, Any], aliases: Mapping[str, str], graph: StepGraph
 ) -> PlannedStep:
-    from minions.cli.model_choice import needs_model
-
     notes: list[str] = []
     if step.mode != "async":
         notes.append(step.mode)
@@ -179,7 +173,7 @@ def _planned(
         description=step.description,
         depends_on=step.depends_on,
         tools=tuple(sorted(step.tool_names())),
-        uses_model=needs_model([step]) or model is not None,
+        uses_model=step.uses_model(),
         model=model,
         notes=tuple(notes),
         fields=tuple(

@@ -3,6 +3,7 @@ and the `--dry-run` plan."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,13 +38,7 @@ def jsonable(value: Any) -> Any:
 
 
 def _usage(usage: Usage) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-        "calls": usage.calls,
-        "unknown_calls": usage.unknown_calls,
-    }
+    return {**dataclasses.asdict(usage), "total_tokens": usage.total_tokens}
 
 
 def _duration(seconds: float | None) -> float | None:
@@ -169,10 +164,10 @@ def _tokens(usage: Usage) -> str:
     return f"{usage.total_tokens}{'+?' if usage.unknown_calls else ''}"
 
 
-def summary_table(steps: Iterable[StepSummary], *, title: str = "") -> Table:
+def summary_table(steps: Iterable[StepSummary]) -> Table:
     """Steps with their status, time, model calls, tool calls and tokens (loop items and
     retries when there are any), and a total line."""
-    table = Table(title=title or None, show_edge=False, pad_edge=False, show_footer=True)
+    table = Table(show_edge=False, pad_edge=False, show_footer=True)
     steps = list(steps)
     total = sum((s.usage for s in steps), Usage())
     items = any(s.items for s in steps)

@@ -45,7 +45,7 @@ from minions.cli.report import (
     summarize_rows,
     summary_table,
 )
-from minions.events import event_to_json
+from minions.events import EventListener, event_to_json
 from minions.models.base import Model
 from minions.models.recording import Recording
 from minions.recipes.build import load_recipe
@@ -129,24 +129,23 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     given = parse_inputs(options.inputs)
     loaded = load_recipe(options.recipe)
     recipe = loaded.recipe
-    inputs = dict(AgentExecutor().create_context(recipe, given).inputs)
+    inputs = recipe.check_inputs(given)
     source = model_source(recipe, options.recipe, model=options.model, replay=options.replay)
     if options.dry_run:
         return _dry_run(recipe, inputs, source, as_json=options.json)
     meta = {"recipe": recipe.id, "inputs": jsonable(inputs)}
     choice = choose_model(source, recipe, record=options.record, resolve=resolve, meta=meta)
-    if choice.note is not None:
+    if choice.note is not None and not options.quiet:
         err.print(choice.note, markup=False, highlight=False)
-    executor = AgentExecutor(model=choice.model, model_wrapper=choice.wrapper)
+    executor = AgentExecutor(model_resolver=choice.resolver, model_wrapper=choice.wrapper)
     recipe = choice.prepare(recipe)
     graph = executor.graph(recipe)
     view = LiveView(
         err, [s.id for s in recipe.steps], title=recipe.id, mode="off" if options.quiet else None
     )
-    context = executor.create_context(recipe, inputs, listeners=[view])
     events = EventsFile(options.events) if options.events is not None else None
-    if events is not None:
-        context.events.add_listener(events)
+    listeners: list[EventListener] = [view] if events is None else [view, events]
+    context = executor.create_context(recipe, inputs, listeners=listeners)
     if view.mode == "lines":
         # An implicit replay has said so already, in its one line.
         model = "" if choice.note is not None else f", model {choice.label}"
@@ -166,8 +165,9 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
             if choice.recording is not None and options.record is not None:
                 _save_recording(choice.recording, options.record, err, quiet=options.quiet)
         if result is None:
-            return _report_interrupted(view, options, err, time.monotonic() - started)
-        if choice.replay is not None and choice.replay.changed_prompts:
+            elapsed = time.monotonic() - started
+            return _report_interrupted(view, options, err, elapsed, run_id=context.run_id)
+        if choice.replay is not None and choice.replay.changed_prompts and not options.quiet:
             changed = choice.replay.changed_prompts
             err.print(
                 f"note: {len(changed)} prompts differ from the recording ({', '.join(changed[:5])}"
@@ -219,7 +219,9 @@ def _report(result: AgentResult, options: RunOptions, err: Console) -> int:
     return EXIT_OK
 
 
-def _report_interrupted(view: LiveView, options: RunOptions, err: Console, elapsed: float) -> int:
+def _report_interrupted(
+    view: LiveView, options: RunOptions, err: Console, elapsed: float, *, run_id: str
+) -> int:
     summaries = [
         # A step cut short by the Ctrl-C failed "was cancelled": say so.
         dataclasses.replace(s, status="cancelled")
@@ -231,7 +233,7 @@ def _report_interrupted(view: LiveView, options: RunOptions, err: Console, elaps
     cancelled = [s.id for s in summaries if s.status == "cancelled"]
     if options.json:
         data = {
-            "run_id": None,
+            "run_id": run_id,
             "recipe_id": view.title,
             "status": "cancelled",
             "error": "cancelled by Ctrl-C",

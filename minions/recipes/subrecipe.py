@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from minions.errors import MinionsError
 from minions.messages import Message, ModelCallResponse, Prompt
@@ -42,9 +42,9 @@ class _Scoped(Model):
 class RecipeStep(Step):
     """Runs another recipe as one step; its output is that run's output.
 
-    The inner run uses the outer run's model (unless the inner recipe names its own), memory,
-    configuration and remaining token budget; its usage counts in this step's and the outer
-    run's usage, and its step executions are this step's `items`.
+    The inner run uses the outer run's model (unless the inner recipe names its own), model
+    resolver and wrapper, memory, configuration and remaining token budget; its usage counts
+    in this step's and the outer run's usage, and its step executions are this step's `items`.
 
     Args:
         id: the step's id.
@@ -52,6 +52,8 @@ class RecipeStep(Step):
         inputs: the inner run's inputs; values may be ``{{ templates }}`` over the outer run.
         **options: the `Step` options.
     """
+
+    kind: ClassVar[str] = "recipe"
 
     def __init__(
         self,
@@ -68,6 +70,13 @@ class RecipeStep(Step):
 
     def templates(self) -> Mapping[str, Any]:
         return {"inputs": self.inputs}
+
+    def uses_model(self) -> bool:
+        # The inner run's default model is this step's (unless the recipe names its own).
+        recipe = self.recipe
+        return recipe.model is None and any(
+            s.model is None and s.uses_model() for s in recipe.steps
+        )
 
     def build_messages(self, step_input: StepInput) -> list[Message]:
         return []
@@ -86,6 +95,7 @@ class RecipeStep(Step):
             model=self.model if self.model is not None else outer.model_spec,
             memory=outer.memory,
             config=config,
+            model_resolver=outer.model_resolver,
             model_wrapper=_wrapper(outer, prefix),
         )
         result = await inner_executor.execute(

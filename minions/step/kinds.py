@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from minions.errors import MinionsError, StepDefinitionError, TemplateError, ToolError
 from minions.messages import Message, MessageBundle, ToolCall
@@ -72,6 +72,8 @@ class ToolStep(Step):
         **options: the `Step` options.
     """
 
+    kind: ClassVar[str] = "tool"
+
     def __init__(
         self,
         id: str,
@@ -92,6 +94,9 @@ class ToolStep(Step):
 
     def tool_names(self) -> frozenset[str]:
         return frozenset({self.tool})
+
+    def uses_model(self) -> bool:
+        return self.fill_missing == "model"
 
     def templates(self) -> Mapping[str, Any]:
         return {"params": self.params}
@@ -209,6 +214,8 @@ class AnalysisStep(DefaultStep):
         **options: the `Step` options (`depends_on`, `model`, ...).
     """
 
+    kind: ClassVar[str] = "analysis"
+
     def __init__(
         self,
         id: str,
@@ -265,6 +272,8 @@ class LoopStep(Step):
         **options: the `Step` options; `depends_on`, `mode`, `timeout`... of the loop.
     """
 
+    kind: ClassVar[str] = "loop"
+
     def __init__(
         self,
         body: Step,
@@ -286,6 +295,10 @@ class LoopStep(Step):
 
     def tool_names(self) -> frozenset[str]:
         return self.body.tool_names()
+
+    def uses_model(self) -> bool:
+        # A model the body names is its own; otherwise it calls the one the loop is given.
+        return self.body.model is None and self.body.uses_model()
 
     def templates(self) -> Mapping[str, Any]:
         return {"loop": self.items, **self.body.templates()}

@@ -7,7 +7,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from minions.config import ExecutionConfig
 from minions.errors import StepDefinitionError, TemplateError, did_you_mean
@@ -72,6 +72,9 @@ class Step(ABC):
     """
 
     output: OutputInstructions | None = None
+    kind: ClassVar[str] = "custom"
+    """What kind of step this is (``agent``, ``analysis``, ``tool``, ``loop``, ``recipe``), as
+    `minions run --dry-run` shows it; ``custom`` unless a subclass names its own."""
 
     def __init__(
         self,
@@ -115,6 +118,15 @@ class Step(ABC):
     def tool_names(self) -> frozenset[str]:
         """Names of the registered tools this step may call."""
         return frozenset()
+
+    def uses_model(self) -> bool:
+        """Whether running this step may call its model: its own `model`, else the run's.
+
+        ``True`` unless a subclass knows better: `minions run` asks it so that a run whose steps
+        call no model (tool calls, say) needs none. A step running other steps answers for
+        them: whether one of them may call the model this step is given.
+        """
+        return True
 
     def completion_chain(self, default: StepCompletionChain) -> StepCompletionChain:
         """The chain deciding when this step is done: its own, else `default`."""
@@ -205,6 +217,8 @@ class DefaultStep(Step):
         completion_tool: offer the model a `complete_step` tool to end the step.
         **options: the `Step` options (`depends_on`, `mode`, `timeout`, ...).
     """
+
+    kind: ClassVar[str] = "agent"
 
     def __init__(
         self,

@@ -108,9 +108,10 @@ class AgentContext:
     def _wrap(self, model: Model) -> Model:
         if self._wrapper is None:
             return model
-        # One wrapper per model object, so every step using it shares the same wrapper.
+        # One wrapper per model object, so every step using it shares the same wrapper (the
+        # entry holds the model, so its id is not reused while the run lasts).
         found = self._wrapped.get(id(model))
-        if found is None or found[0] is not model:
+        if found is None:
             found = self._wrapped[id(model)] = (model, self._wrapper(model))
         return found[1]
 

@@ -68,7 +68,7 @@ class Plan:
 
     def to_data(self) -> dict[str, Any]:
         """The plan as JSON-ready data (`--dry-run --json`)."""
-        from minions.cli.report import jsonable
+        from minions.templates import jsonable
 
         return {
             "recipe_id": self.recipe_id,

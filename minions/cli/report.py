@@ -18,23 +18,16 @@ from minions.cli.live import StepRow
 from minions.cli.plan import Plan, RenderedField
 from minions.messages import Usage
 from minions.step.execution import StepExecution
+from minions.templates import jsonable
 
 __all__ = [
     "StepSummary",
-    "jsonable",
     "output_text",
     "plan_view",
     "result_data",
     "summarize",
     "summary_table",
 ]
-
-
-def jsonable(value: Any) -> Any:
-    """`value` as plain JSON data (pydantic models and dataclasses dumped, unknowns as repr)."""
-    from pydantic_core import to_jsonable_python
-
-    return to_jsonable_python(value, fallback=repr)
 
 
 def _usage(usage: Usage) -> dict[str, int]:

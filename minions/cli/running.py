@@ -36,7 +36,6 @@ from minions.cli.model_choice import (
 )
 from minions.cli.plan import make_plan
 from minions.cli.report import (
-    jsonable,
     output_text,
     plan_view,
     result_data,
@@ -49,6 +48,7 @@ from minions.events import EventListener, event_to_json
 from minions.models.base import Model
 from minions.models.recording import Recording
 from minions.recipes.build import load_recipe
+from minions.templates import jsonable
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RunOptions", "run_recipe"]
 

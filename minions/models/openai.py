@@ -78,8 +78,11 @@ def _rejects(error: BaseException, feature: str) -> bool:
         return False
     if error.status_code not in _REJECTION_STATUSES:
         return False
+    words = _REJECTION_WORDS.get(feature)
+    if words is None:  # The last rung (`prompted_json`) asks for no feature to refuse.
+        return False
     text = f"{error.param or ''} {server_message(error)}".lower()
-    return any(word in text for word in _REJECTION_WORDS[feature])
+    return any(word in text for word in words)
 
 
 class OpenAIChatModel(Model):

@@ -167,6 +167,17 @@ async def test_a_400_on_the_last_rung_fails_the_step() -> None:
     assert "response_format" in execution.error
 
 
+async def test_a_400_on_the_prompted_json_rung_fails_the_step_with_the_servers_message() -> None:
+    async with FakeOpenAIServer(
+        [FakeReply.failure(400, "Prompt contains a forbidden word.")]
+    ) as server:
+        execution = await run(server.model(output_modes=("prompted_json",)))
+    assert execution.status is StepStatus.FAILED
+    assert execution.error is not None
+    assert "HTTP 400" in execution.error
+    assert "Prompt contains a forbidden word." in execution.error
+
+
 async def test_unrelated_400_does_not_move_down_the_ladder() -> None:
     async with FakeOpenAIServer(
         [FakeReply.failure(400, "Maximum context length exceeded."), "never"]

@@ -55,7 +55,15 @@ OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
 NO_API_KEY: Final = "no-key"
 """What is sent as the key to local servers that need none (the client insists on one)."""
 
-# Words in a 400's message or `param` that show the server refuses a rung, not the request.
+# The request parameters of each feature: a 400 whose `param` names one (or a part of one, as
+# in ``tools[0].function``) refuses the feature; any other `param` is about the request.
+_REJECTION_PARAMS: Final[Mapping[str, frozenset[str]]] = {
+    "json_schema": frozenset({"response_format"}),
+    "tool": frozenset({"tools", "tool_choice"}),
+    "stream_options": frozenset({"stream_options"}),
+}
+# Words in a 400's message that show the server refuses a feature, for servers that name no
+# `param` (Ollama's "does not support tools", vLLM's guided decoding errors).
 _REJECTION_WORDS: Final[Mapping[str, tuple[str, ...]]] = {
     "json_schema": ("response_format", "json_schema", "json schema", "structured", "guided"),
     "tool": ("tool", "function"),
@@ -74,15 +82,19 @@ class _RungRejected(Exception):
 
 
 def _rejects(error: BaseException, feature: str) -> bool:
+    """Whether `error` refuses `feature` (a rung, or ``stream_options``) rather than the
+    request: decided by the error's `param` when it names one, else by its message. The last
+    rung, ``prompted_json``, asks for no feature a server could refuse."""
     if not isinstance(error, openai.APIStatusError):
         return False
     if error.status_code not in _REJECTION_STATUSES:
         return False
-    words = _REJECTION_WORDS.get(feature)
-    if words is None:  # The last rung (`prompted_json`) asks for no feature to refuse.
-        return False
-    text = f"{error.param or ''} {server_message(error)}".lower()
-    return any(word in text for word in words)
+    param = error.param
+    if isinstance(param, str) and param:
+        root = param.split(".", 1)[0].split("[", 1)[0]
+        return root in _REJECTION_PARAMS.get(feature, ())
+    text = server_message(error).lower()
+    return any(word in text for word in _REJECTION_WORDS.get(feature, ()))
 
 
 class OpenAIChatModel(Model):

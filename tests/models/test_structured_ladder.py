@@ -189,6 +189,39 @@ async def test_unrelated_400_does_not_move_down_the_ladder() -> None:
     assert model.rejected == frozenset()
 
 
+ROLE_ERROR = "messages with role 'tool' must be a response to a preceding 'tool_calls'."
+
+
+@pytest.mark.parametrize(
+    ("refusal", "refused"),
+    [
+        # The parameter a 400 names decides, whatever words its message holds.
+        (FakeReply.failure(400, ROLE_ERROR, param="messages.[2].role"), False),
+        (FakeReply.failure(400, "Invalid value: 'required'.", param="tool_choice"), True),
+        (FakeReply.failure(400, "Invalid schema for function 'Sum'.", param="tools[0]"), True),
+        # Without a parameter, the message's words do (Ollama names none).
+        (FakeReply.failure(400, "llama3.2:1b does not support tools"), True),
+    ],
+)
+async def test_a_400_refuses_a_rung_by_its_param_else_by_its_words(
+    refusal: FakeReply, refused: bool
+) -> None:
+    async with FakeOpenAIServer([refusal, FakeReply.json_in_prose({"total": 5})]) as server:
+        model = server.model(output_modes=("tool", "prompted_json"))
+        execution = await run(model)
+        requests = len(server.chat_requests)
+
+    if refused:
+        assert execution.output == Sum(total=5)
+        assert execution.model_calls[0].output_mode == "prompted_json"
+        assert (requests, model.rejected) == (2, {"tool"})
+    else:
+        assert execution.status is StepStatus.FAILED
+        assert execution.error is not None
+        assert "HTTP 400" in execution.error
+        assert (requests, model.rejected) == (1, frozenset())
+
+
 async def test_raw_json_schema_output_in_each_rung() -> None:
     replies = [FakeReply.structured({"total": 5})] * 2 + [FakeReply.json_in_prose({"total": 5})]
     async with FakeOpenAIServer(replies) as server:

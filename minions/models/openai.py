@@ -9,6 +9,7 @@ translated into `TransientModelError` (retried by the step loop, honouring ``Ret
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -150,15 +151,8 @@ class OpenAIChatModel(Model):
             self.output_modes = check_modes(LADDER if output_modes is None else output_modes)
         except ValueError as exc:
             raise ModelError(f"{self.name}: {exc}") from None
-        if isinstance(client, openai.AsyncOpenAI):
-            self._factory: Callable[[], openai.AsyncOpenAI] | None = None
-            first = client
-            self.base_url = str(first.base_url).rstrip("/")
-        elif client is not None:
-            self._factory = client
-            first = client()
-            self.base_url = str(first.base_url).rstrip("/")
-        else:
+        self._factory: Callable[[], openai.AsyncOpenAI] | None
+        if client is None:
             base_url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
             key = api_key or os.environ.get("OPENAI_API_KEY") or ""
             if not key:
@@ -175,7 +169,13 @@ class OpenAIChatModel(Model):
 
             self._factory = build
             first = build()
-            self.base_url = base_url.rstrip("/")
+        else:
+            # A function is called again for each new event loop; a client is used as it is.
+            self._factory = None if isinstance(client, openai.AsyncOpenAI) else client
+            first = client if isinstance(client, openai.AsyncOpenAI) else client()
+            base_url = str(first.base_url)
+        # As given when the client is built here (the client's copy drops a default port).
+        self.base_url = base_url.rstrip("/")
         self._secret = first.api_key or ""
         self._key = (self.base_url, model)
         self._where = f"{self.name} at {_USERINFO.sub('//', self.base_url)}"
@@ -258,15 +258,7 @@ class OpenAIChatModel(Model):
                 return self._response(completion, message, usage)
             capabilities.record(self._key, mode)
             response = self._response(completion, message, usage)
-            return ModelCallResponse(
-                message=response.message,
-                usage=usage,
-                finish_reason=response.finish_reason,
-                model=response.model,
-                output=value,
-                output_mode=mode,
-                raw=completion,
-            )
+            return dataclasses.replace(response, output=value, output_mode=mode)
         raise AssertionError("unreachable: the ladder is never empty")  # pragma: no cover
 
     def _ladder(self, with_tools: bool) -> tuple[OutputMode, ...]:

@@ -248,7 +248,7 @@ class OpenAIChatModel(Model):
             usage = usage_of(completion)
             message = message_of(completion, usage, mode)
             try:
-                value = read_output(completion, message, output, mode)
+                value = read_output(message, output, mode)
             except ModeIgnoredError as exc:
                 capabilities.reject(self._key, mode)
                 raise ModelOutputError(str(exc), usage=usage, mode=mode) from None

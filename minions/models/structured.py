@@ -13,25 +13,23 @@ A rung the endpoint rejects (HTTP 400 naming the feature) is remembered per (bas
 in `capabilities`, for the life of the process, and the next rung is tried at once.
 
 For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs
-and parses their answers; minions makes the HTTP call and owns every retry, so instructor's
-own retry loop never runs. Anything instructor does not accept (a raw JSON Schema, an answer
-it cannot parse) goes through `OutputInstructions`, which is tolerant and words the note the
-model is re-asked with.
+(a raw JSON Schema is sent as it is). minions makes the HTTP call, owns every retry (so
+instructor's own retry loop never runs) and validates each answer once with
+`OutputInstructions`, which is tolerant of JSON in prose and words the note the model is
+re-asked with.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from minions.errors import OutputValidationError
 from minions.output import extract_json
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletion
-
     from minions.messages import Message
     from minions.output import OutputInstructions
 
@@ -249,13 +247,8 @@ NO_OUTPUT: Final = object()
 """`read_output`'s answer for a reply that calls the step's own tools (no output yet)."""
 
 
-def read_output(
-    completion: ChatCompletion,
-    message: Message,
-    output: OutputInstructions,
-    mode: OutputMode,
-) -> Any:
-    """The validated output in `completion`, or `NO_OUTPUT` when the model called other tools.
+def read_output(message: Message, output: OutputInstructions, mode: OutputMode) -> Any:
+    """The validated output in `message`, or `NO_OUTPUT` when the model called other tools.
 
     Raises:
         OutputValidationError: the answer is not valid output; its message is the note to
@@ -266,17 +259,10 @@ def read_output(
     if mode == "tool":
         mine = [call for call in calls if call.name == name]
         if mine:
-            if len(calls) == 1:
-                parsed = _instructor_parse(completion, output, mode)
-                if parsed is not NO_OUTPUT:
-                    return parsed
+            # `message_of` parsed the arguments already: validated here, once.
             return output.validate_python(dict(mine[0].arguments))
     if calls:
         return NO_OUTPUT
-    if mode == "json_schema":
-        parsed = _instructor_parse(completion, output, mode)
-        if parsed is not NO_OUTPUT:
-            return parsed
     try:
         return output.validate_json(message.content)
     except OutputValidationError as exc:
@@ -300,61 +286,3 @@ def _has_json(text: str) -> bool:
     except OutputValidationError:
         return False
     return True
-
-
-def _instructor_parse(
-    completion: ChatCompletion, output: OutputInstructions, mode: OutputMode
-) -> Any:
-    """instructor's reading of a pydantic output; `NO_OUTPUT` when it cannot read it (the
-    tolerant reader then tries, and words the note)."""
-    parser = _instructor_parser(output, mode)
-    if parser is None:
-        return NO_OUTPUT
-    try:
-        return parser(completion)
-    except Exception:
-        # Validation errors, broken JSON, a refusal: the tolerant reader decides and explains.
-        return NO_OUTPUT
-
-
-def _instructor_parser(
-    output: OutputInstructions, mode: OutputMode
-) -> Callable[[ChatCompletion], Any] | None:
-    """instructor's parser of `mode` answers for a pydantic output, prepared once per output
-    type. instructor's `process_response` looks the parser up and walks the model for async
-    validators on every call (~80 µs); both depend on the type alone."""
-    cache_key = f"openai.instructor.parser.{mode}"
-    if cache_key in output._cache:
-        cached: Callable[[ChatCompletion], Any] | None = output._cache[cache_key]
-        return cached
-    model = _pydantic_model(output)
-    parser: Callable[[ChatCompletion], Any] | None = None
-    if model is not None:
-        try:
-            import instructor.v2  # noqa: F401  (registers the providers' handlers)
-            from instructor.v2.core.providers import Provider
-            from instructor.v2.core.registry import mode_registry
-            from instructor.v2.validation.async_validators import reject_async_validators
-
-            # instructor refuses models with async validators (it cannot run them).
-            reject_async_validators(model)
-            handlers = mode_registry.get_handlers(Provider.OPENAI, _instructor_mode(mode))
-        except Exception:
-            # Such a model, or an instructor that moved these names: the tolerant reader,
-            # which validates with pydantic just the same, reads every answer.
-            pass
-        else:
-            respond = handlers.response_parser
-
-            def parser(completion: ChatCompletion) -> Any:
-                return respond(
-                    response=completion,
-                    response_model=model,
-                    validation_context=None,
-                    strict=None,
-                    stream=False,
-                    is_async=False,
-                )
-
-    output._cache[cache_key] = parser
-    return parser

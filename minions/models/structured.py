@@ -12,8 +12,9 @@ Three modes (rungs), strongest first:
 A rung the endpoint rejects (HTTP 400 naming the feature) is remembered per (base URL, model)
 in `capabilities`, for the life of the process, and the next rung is tried at once.
 
-For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs
-(a raw JSON Schema is sent as it is). minions makes the HTTP call, owns every retry (so
+For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs,
+through the public names of `instructor.v2`; a raw JSON Schema, or a model instructor cannot
+shape (its API moved), is sent as its JSON Schema. minions makes the HTTP call, owns every retry (so
 instructor's own retry loop never runs) and validates each answer once with
 `OutputInstructions`, which is tolerant of JSON in prose and words the note the model is
 re-asked with.
@@ -22,6 +23,7 @@ re-asked with.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
@@ -43,6 +45,8 @@ __all__ = [
     "read_output",
     "shape_request",
 ]
+
+log = logging.getLogger(__name__)
 
 OutputMode = Literal["json_schema", "tool", "prompted_json"]
 """A rung of the structured-output ladder."""
@@ -145,36 +149,54 @@ def _pydantic_model(output: OutputInstructions) -> type[Any] | None:
     return output_type if issubclass(output_type, BaseModel) else None
 
 
-def _instructor_mode(mode: OutputMode) -> Any:
-    from instructor import Mode
+def _instructor_shape(output: OutputInstructions, mode: OutputMode) -> dict[str, Any] | None:
+    """instructor's ``response_format`` (``json_schema``) or output tool (``tool``) for
+    `output`, computed once per output type.
 
-    return Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS
-
-
-def _instructor_kwargs(output: OutputInstructions, mode: OutputMode) -> dict[str, Any] | None:
-    """What instructor adds to a request for `mode`, computed once per output type."""
+    `None` for a raw JSON Schema, and when instructor cannot shape the output type (its public
+    `instructor.v2` API moved, or the type is beyond it): the request is then shaped from
+    `OutputInstructions`, as for a raw JSON Schema, and answers are read the same way.
+    """
     cache_key = f"openai.instructor.{mode}"
     if cache_key in output._cache:
         cached: dict[str, Any] | None = output._cache[cache_key]
         return cached
     model = _pydantic_model(output)
-    kwargs: dict[str, Any] | None = None
+    shape: dict[str, Any] | None = None
     if model is not None:
-        from instructor.processing.response import handle_response_model
+        try:
+            shape = _ask_instructor(model, mode, output.tool_name)
+        except Exception as exc:
+            log.warning(
+                "instructor could not shape %s for the %s rung (%s: %s); "
+                "its JSON Schema is sent as it is",
+                model.__name__,
+                mode,
+                type(exc).__name__,
+                exc,
+            )
+    output._cache[cache_key] = shape
+    return shape
 
-        _, kwargs = handle_response_model(model, mode=_instructor_mode(mode))
-        kwargs.pop("messages", None)
-    output._cache[cache_key] = kwargs
-    return kwargs
+
+def _ask_instructor(model: type[Any], mode: OutputMode, name: str) -> dict[str, Any]:
+    """instructor's shape of `model` for `mode`, named `name`, from `instructor.v2`'s public
+    names (its request handler for OpenAI)."""
+    from instructor.v2 import Mode, Provider, mode_registry
+
+    instructor_mode = Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS
+    handlers = mode_registry.get_handlers(Provider.OPENAI, instructor_mode)
+    _, kwargs = handlers.request_handler(model, {})
+    if mode == "json_schema":
+        fmt = kwargs["response_format"]
+        return {**fmt, "json_schema": {**fmt["json_schema"], "name": name}}
+    function = kwargs["tools"][0]["function"]
+    return {"type": "function", "function": {**function, "name": name}}
 
 
 def response_format(output: OutputInstructions) -> dict[str, Any]:
     """The native ``response_format`` for `output`."""
-    kwargs = _instructor_kwargs(output, "json_schema")
-    if kwargs is not None:
-        fmt = kwargs["response_format"]
-        return {**fmt, "json_schema": {**fmt["json_schema"], "name": output.tool_name}}
-    return {
+    return _instructor_shape(output, "json_schema") or {
         "type": "json_schema",
         "json_schema": {"name": output.tool_name, "schema": dict(output.json_schema())},
     }
@@ -182,11 +204,7 @@ def response_format(output: OutputInstructions) -> dict[str, Any]:
 
 def output_tool(output: OutputInstructions) -> dict[str, Any]:
     """The output tool for `output`, named `output.tool_name` (the name the step loop expects)."""
-    kwargs = _instructor_kwargs(output, "tool")
-    if kwargs is not None:
-        function = kwargs["tools"][0]["function"]
-        return {"type": "function", "function": {**function, "name": output.tool_name}}
-    return {
+    return _instructor_shape(output, "tool") or {
         "type": "function",
         "function": {
             "name": output.tool_name,

@@ -98,6 +98,30 @@ async def test_tool_rung_forces_the_output_tool() -> None:
     assert [m.role for m in execution.messages] == ["system", "user", "assistant", "tool"]
 
 
+async def test_when_instructor_cannot_shape_the_request_its_json_schema_is_sent(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import instructor.v2
+
+    class MovedRegistry:
+        def get_handlers(self, *args: Any) -> Any:
+            raise KeyError("no handlers for (openai, tools)")
+
+    monkeypatch.setattr(instructor.v2, "mode_registry", MovedRegistry())
+    async with FakeOpenAIServer([FakeReply.structured(Sum(total=5))] * 2) as server:
+        results = [await run(server.model(output_modes=(m,))) for m in ("json_schema", "tool")]
+        native, forced = server.chat_requests
+
+    assert [r.output for r in results] == [Sum(total=5)] * 2
+    assert [r.model_calls[0].output_mode for r in results] == ["json_schema", "tool"]
+    schema = Sum.model_json_schema()
+    assert native.response_format["json_schema"] == {"name": "Sum", "schema": schema}
+    function = forced.body["tools"][0]["function"]
+    assert function["description"] == "Give your final answer by calling this tool."
+    assert function["parameters"] == schema
+    assert "instructor could not shape Sum for the tool rung (KeyError" in caplog.text
+
+
 async def test_prompted_json_rung_reads_json_in_prose_and_fences() -> None:
     async with FakeOpenAIServer([FakeReply.json_in_prose({"total": 5})]) as server:
         execution = await run(server.model(output_modes=("prompted_json",)))

@@ -211,7 +211,7 @@ def shape_and_parse_us(mode: OutputMode) -> float:
     def once() -> None:
         shape_request(request, output, mode, with_tools=False)
         message = message_of(completion, usage_of(completion), mode)
-        if read_output(message, output, mode) != BOOK:
+        if read_output(message, output, mode)[0] != BOOK:
             fail(f"W4: {mode} did not read the book back")
 
     runs = []

@@ -248,7 +248,7 @@ class OpenAIChatModel(Model):
             usage = usage_of(completion)
             message = message_of(completion, usage, mode)
             try:
-                value = read_output(message, output, mode)
+                value, produced = read_output(message, output, mode)
             except ModeIgnoredError as exc:
                 capabilities.reject(self._key, mode)
                 raise ModelOutputError(str(exc), usage=usage, mode=mode) from None
@@ -256,9 +256,9 @@ class OpenAIChatModel(Model):
                 raise ModelOutputError(str(exc), usage=usage, mode=mode) from None
             if value is NO_OUTPUT:
                 return self._response(completion, message, usage)
-            capabilities.record(self._key, mode)
+            capabilities.record(self._key, produced)
             response = self._response(completion, message, usage)
-            return dataclasses.replace(response, output=value, output_mode=mode)
+            return dataclasses.replace(response, output=value, output_mode=produced)
         raise AssertionError("unreachable: the ladder is never empty")  # pragma: no cover
 
     def _ladder(self, with_tools: bool) -> tuple[OutputMode, ...]:

@@ -265,8 +265,12 @@ NO_OUTPUT: Final = object()
 """`read_output`'s answer for a reply that calls the step's own tools (no output yet)."""
 
 
-def read_output(message: Message, output: OutputInstructions, mode: OutputMode) -> Any:
-    """The validated output in `message`, or `NO_OUTPUT` when the model called other tools.
+def read_output(
+    message: Message, output: OutputInstructions, mode: OutputMode
+) -> tuple[Any, OutputMode]:
+    """The validated output in `message` (`NO_OUTPUT` when the model called other tools), and
+    the mode that produced it: `mode`, except for JSON read from the text of an answer to the
+    ``tool`` rung, which is ``prompted_json``.
 
     Raises:
         OutputValidationError: the answer is not valid output; its message is the note to
@@ -278,11 +282,11 @@ def read_output(message: Message, output: OutputInstructions, mode: OutputMode) 
         mine = [call for call in calls if call.name == name]
         if mine:
             # `message_of` parsed the arguments already: validated here, once.
-            return output.validate_python(dict(mine[0].arguments))
+            return output.validate_python(dict(mine[0].arguments)), mode
     if calls:
-        return NO_OUTPUT
+        return NO_OUTPUT, mode
     try:
-        return output.validate_json(message.content)
+        value = output.validate_json(message.content)
     except OutputValidationError as exc:
         if _has_json(message.content):
             raise
@@ -296,6 +300,7 @@ def read_output(message: Message, output: OutputInstructions, mode: OutputMode) 
                 f"You did not call the tool {name!r}. Give your final answer by calling it."
             ) from None
         raise exc from None
+    return value, "prompted_json" if mode == "tool" else mode
 
 
 def _has_json(text: str) -> bool:

@@ -338,7 +338,8 @@ async def test_text_instead_of_the_output_tool_is_salvaged_or_reasked() -> None:
         second = server.chat_requests[1]
     assert execution.output == Sum(total=5)
     assert "did not call the tool 'Sum'" in second.messages[-1]["content"]
-    assert execution.model_calls[-1].output_mode == "tool"
+    # Asked on the tool rung, answered in text: the JSON was read as prompted JSON.
+    assert execution.model_calls[-1].output_mode == "prompted_json"
 
 
 @pytest.mark.parametrize("mode", ["json_schema", "tool", "prompted_json"])

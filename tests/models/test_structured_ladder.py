@@ -258,10 +258,12 @@ async def test_raw_json_schema_output_in_each_rung() -> None:
 
 
 async def test_invalid_output_is_reasked_once_through_the_step_loop() -> None:
+    events: list[Any] = []
     async with FakeOpenAIServer(
         [FakeReply.structured({"total": "many"}), FakeReply.structured(Sum(total=5))]
     ) as server:
-        execution = await run(server.model())
+        context = AgentContext(model=server.model(), config=FAST, listeners=[events.append])
+        execution = await StepExecutor(sum_step(), context).execute()
         first, second = server.chat_requests
 
     assert execution.output == Sum(total=5)
@@ -269,6 +271,13 @@ async def test_invalid_output_is_reasked_once_through_the_step_loop() -> None:
     assert len(execution.model_calls) == 2
     assert execution.model_calls[0].error is not None
     assert "total" in execution.model_calls[0].error
+    # Both record their mode, the failed one too, as do their events.
+    assert [c.output_mode for c in execution.model_calls] == ["json_schema", "json_schema"]
+    ended = [e for e in events if e.kind in ("model_call_failed", "model_call_completed")]
+    assert [(e.kind, e.output_mode) for e in ended] == [
+        ("model_call_failed", "json_schema"),
+        ("model_call_completed", "json_schema"),
+    ]
     # The re-ask is the original prompt plus one note, not the failed answer.
     assert second.messages[:-1] == first.messages
     note = second.messages[-1]
@@ -338,8 +347,9 @@ async def test_text_instead_of_the_output_tool_is_salvaged_or_reasked() -> None:
         second = server.chat_requests[1]
     assert execution.output == Sum(total=5)
     assert "did not call the tool 'Sum'" in second.messages[-1]["content"]
-    # Asked on the tool rung, answered in text: the JSON was read as prompted JSON.
-    assert execution.model_calls[-1].output_mode == "prompted_json"
+    # The failed answer is recorded with the rung it was asked in; the second, text asked on
+    # the tool rung, with the mode that read it: prompted JSON.
+    assert [c.output_mode for c in execution.model_calls] == ["tool", "prompted_json"]
 
 
 @pytest.mark.parametrize("mode", ["json_schema", "tool", "prompted_json"])

@@ -14,8 +14,8 @@ in `capabilities`, for the life of the process, and the next rung is tried at on
 
 For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs,
 through the public names of `instructor.v2`; a raw JSON Schema, or a model instructor cannot
-shape (its API moved), is sent as its JSON Schema. minions makes the HTTP call, owns every retry (so
-instructor's own retry loop never runs) and validates each answer once with
+shape (its API moved), is sent as its JSON Schema. minions makes the HTTP call, owns every
+retry (so instructor's own retry loop never runs) and validates each answer once with
 `OutputInstructions`, which is tolerant of JSON in prose and words the note the model is
 re-asked with.
 """
@@ -155,7 +155,8 @@ def _instructor_shape(output: OutputInstructions, mode: OutputMode) -> dict[str,
 
     `None` for a raw JSON Schema, and when instructor cannot shape the output type (its public
     `instructor.v2` API moved, or the type is beyond it): the request is then shaped from
-    `OutputInstructions`, as for a raw JSON Schema, and answers are read the same way.
+    `OutputInstructions`, as for a raw JSON Schema. Answers are read without instructor either
+    way.
     """
     cache_key = f"openai.instructor.{mode}"
     if cache_key in output._cache:

@@ -18,7 +18,7 @@ Variants:
   (``json_schema``, ``tool``, ``prompted_json``). The HTTP round trip is on both sides of the
   difference; what remains is shaping the request (schema in it), the `openai` client's
   handling of the larger request and answer, the server's share (it runs in the same
-  process), and instructor (or the tolerant reader) validating the answer. Each line's
+  process), and `OutputInstructions` validating the answer. Each line's
   ``extra.shape_and_parse_us`` is minions' own part of that, measured without HTTP.
 
     python benchmarks/w4_structured_output.py     # or: python benchmarks/run.py W4
@@ -211,7 +211,7 @@ def shape_and_parse_us(mode: OutputMode) -> float:
     def once() -> None:
         shape_request(request, output, mode, with_tools=False)
         message = message_of(completion, usage_of(completion), mode)
-        if read_output(completion, message, output, mode) != BOOK:
+        if read_output(message, output, mode)[0] != BOOK:
             fail(f"W4: {mode} did not read the book back")
 
     runs = []

@@ -103,7 +103,9 @@ class ModelOutputError(ModelError):
     cut-off, output that fails its schema).
 
     The step loop restores the conversation and re-asks with `note`, one short sentence
-    saying what was wrong. `usage` is what the failed answer cost, counted in the step's usage.
+    saying what was wrong. `usage` is what the failed answer cost, counted in the step's usage;
+    `mode` is the structured-output mode the answer was asked in, recorded on the failed
+    `ModelCall`.
     """
 
     def __init__(self, note: str, *, usage: Usage | None = None, mode: str | None = None) -> None:

@@ -159,6 +159,7 @@ class ModelCallFailed(_EventBase):
     attempt: int = 1
     error: str = ""
     usage: UsageRecord = field(default_factory=UsageRecord)
+    output_mode: str | None = None
     duration: float = 0.0
 
 

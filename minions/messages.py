@@ -248,13 +248,12 @@ class ModelCall:
     response: ModelCallResponse | None = None
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
+    output_mode: str | None = None
+    """The structured-output mode of the answer: the one that produced its output, or, for an
+    answer that failed as output, the one it was asked in; `None` without structured output."""
     started_at: float = 0.0
     duration: float = 0.0
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.response is not None
-
-    @property
-    def output_mode(self) -> str | None:
-        return self.response.output_mode if self.response is not None else None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Literal
+from typing import Annotated, Literal
 
 import pytest
 from conftest import FAST, assert_tool_invariant
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from minions import (
     AgentContext,
@@ -56,6 +56,32 @@ def test_schema_comes_from_type_hints_and_docstring() -> None:
     assert params["properties"]["days"]["default"] == 1
     assert params["properties"]["unit"]["enum"] == ["C", "F"]
     assert params["additionalProperties"] is False
+
+
+DUNE = {"title": "Dune", "year": 1965}
+
+
+class Book(BaseModel):
+    title: str
+    year: int
+
+
+def test_generated_titles_go_but_a_title_in_a_default_or_an_example_stays() -> None:
+    @tool
+    def shelve(
+        book: Annotated[dict[str, object], Field(examples=[DUNE])] = DUNE,
+        first: Book | None = None,
+    ) -> str:
+        """Shelve a book."""
+        return ""
+
+    params = shelve.spec.parameters
+    assert params["properties"]["book"]["default"] == DUNE
+    assert params["properties"]["book"]["examples"] == [DUNE]
+    # pydantic's generated titles are dropped; a property called "title" is not a title.
+    assert "title" not in params["properties"]["book"]
+    assert params["$defs"]["Book"]["properties"]["title"] == {"type": "string"}
+    assert "title" not in params["$defs"]["Book"]
 
 
 def test_tool_is_still_callable_and_options_apply() -> None:

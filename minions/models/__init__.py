@@ -31,10 +31,11 @@ LOCAL_SERVERS: Final = {
 
 FORMS: Final = (
     "'openai:MODEL' (key from OPENAI_API_KEY, endpoint from OPENAI_BASE_URL if set), "
-    "'ollama:MODEL' (http://localhost:11434/v1, or OLLAMA_HOST), "
-    "'vllm:MODEL' (http://localhost:8000/v1), 'llamacpp:MODEL' (http://localhost:8080/v1), "
-    "'lmstudio:MODEL' (http://localhost:1234/v1), "
-    "'openai-compatible:MODEL@BASE_URL' (or with OPENAI_BASE_URL set), "
+    + "".join(
+        f"'{name}:MODEL' ({url}{', or OLLAMA_HOST' if name == 'ollama' else ''}), "
+        for name, url in LOCAL_SERVERS.items()
+    )
+    + "'openai-compatible:MODEL@BASE_URL' (or with OPENAI_BASE_URL set), "
     "'azure:DEPLOYMENT' (AZURE_OPENAI_ENDPOINT, AZURE_OPENAI_API_KEY, OPENAI_API_VERSION); "
     "any form may end in '@BASE_URL', e.g. 'ollama:llama3.2:3b@http://gpu-box:11434/v1'"
 )
@@ -88,7 +89,7 @@ def infer_model(spec: str | Model | None = None, **options: Any) -> Model:
     options.setdefault("provider", provider)
     if url is not None:
         options.setdefault("base_url", url)
-    from minions.models.openai import OpenAIChatModel
+    from minions.models.openai import NO_API_KEY, OpenAIChatModel
 
     if provider == "openai":
         return OpenAIChatModel(name, **options)
@@ -104,7 +105,7 @@ def infer_model(spec: str | Model | None = None, **options: Any) -> Model:
         return _azure(name, options)
     options.setdefault("base_url", _ollama_host() if provider == "ollama" else None)
     options["base_url"] = options["base_url"] or LOCAL_SERVERS[provider]
-    options["api_key"] = options.get("api_key") or "no-key"
+    options["api_key"] = options.get("api_key") or NO_API_KEY
     return OpenAIChatModel(name, **options)
 
 

@@ -9,6 +9,7 @@ translated into `TransientModelError` (retried by the step loop, honouring ``Ret
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -55,7 +56,15 @@ OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
 NO_API_KEY: Final = "no-key"
 """What is sent as the key to local servers that need none (the client insists on one)."""
 
-# Words in a 400's message or `param` that show the server refuses a rung, not the request.
+# The request parameters of each feature: a 400 whose `param` names one (or a part of one, as
+# in ``tools[0].function``) refuses the feature; any other `param` is about the request.
+_REJECTION_PARAMS: Final[Mapping[str, frozenset[str]]] = {
+    "json_schema": frozenset({"response_format"}),
+    "tool": frozenset({"tools", "tool_choice"}),
+    "stream_options": frozenset({"stream_options"}),
+}
+# Words in a 400's message that show the server refuses a feature, for servers that name no
+# `param` (Ollama's "does not support tools", vLLM's guided decoding errors).
 _REJECTION_WORDS: Final[Mapping[str, tuple[str, ...]]] = {
     "json_schema": ("response_format", "json_schema", "json schema", "structured", "guided"),
     "tool": ("tool", "function"),
@@ -74,12 +83,19 @@ class _RungRejected(Exception):
 
 
 def _rejects(error: BaseException, feature: str) -> bool:
+    """Whether `error` refuses `feature` (a rung, or ``stream_options``) rather than the
+    request: decided by the error's `param` when it names one, else by its message. The last
+    rung, ``prompted_json``, asks for no feature a server could refuse."""
     if not isinstance(error, openai.APIStatusError):
         return False
     if error.status_code not in _REJECTION_STATUSES:
         return False
-    text = f"{error.param or ''} {server_message(error)}".lower()
-    return any(word in text for word in _REJECTION_WORDS[feature])
+    param = error.param
+    if isinstance(param, str) and param:
+        root = param.split(".", 1)[0].split("[", 1)[0]
+        return root in _REJECTION_PARAMS.get(feature, ())
+    text = server_message(error).lower()
+    return any(word in text for word in _REJECTION_WORDS.get(feature, ()))
 
 
 class OpenAIChatModel(Model):
@@ -135,15 +151,8 @@ class OpenAIChatModel(Model):
             self.output_modes = check_modes(LADDER if output_modes is None else output_modes)
         except ValueError as exc:
             raise ModelError(f"{self.name}: {exc}") from None
-        if isinstance(client, openai.AsyncOpenAI):
-            self._factory: Callable[[], openai.AsyncOpenAI] | None = None
-            first = client
-            self.base_url = str(first.base_url).rstrip("/")
-        elif client is not None:
-            self._factory = client
-            first = client()
-            self.base_url = str(first.base_url).rstrip("/")
-        else:
+        self._factory: Callable[[], openai.AsyncOpenAI] | None
+        if client is None:
             base_url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
             key = api_key or os.environ.get("OPENAI_API_KEY") or ""
             if not key:
@@ -160,7 +169,13 @@ class OpenAIChatModel(Model):
 
             self._factory = build
             first = build()
-            self.base_url = base_url.rstrip("/")
+        else:
+            # A function is called again for each new event loop; a client is used as it is.
+            self._factory = None if isinstance(client, openai.AsyncOpenAI) else client
+            first = client if isinstance(client, openai.AsyncOpenAI) else client()
+            base_url = str(first.base_url)
+        # As given when the client is built here (the client's copy drops a default port).
+        self.base_url = base_url.rstrip("/")
         self._secret = first.api_key or ""
         self._key = (self.base_url, model)
         self._where = f"{self.name} at {_USERINFO.sub('//', self.base_url)}"
@@ -233,7 +248,7 @@ class OpenAIChatModel(Model):
             usage = usage_of(completion)
             message = message_of(completion, usage, mode)
             try:
-                value = read_output(completion, message, output, mode)
+                value, produced = read_output(message, output, mode)
             except ModeIgnoredError as exc:
                 capabilities.reject(self._key, mode)
                 raise ModelOutputError(str(exc), usage=usage, mode=mode) from None
@@ -241,17 +256,9 @@ class OpenAIChatModel(Model):
                 raise ModelOutputError(str(exc), usage=usage, mode=mode) from None
             if value is NO_OUTPUT:
                 return self._response(completion, message, usage)
-            capabilities.record(self._key, mode)
+            capabilities.record(self._key, produced)
             response = self._response(completion, message, usage)
-            return ModelCallResponse(
-                message=response.message,
-                usage=usage,
-                finish_reason=response.finish_reason,
-                model=response.model,
-                output=value,
-                output_mode=mode,
-                raw=completion,
-            )
+            return dataclasses.replace(response, output=value, output_mode=produced)
         raise AssertionError("unreachable: the ladder is never empty")  # pragma: no cover
 
     def _ladder(self, with_tools: bool) -> tuple[OutputMode, ...]:

@@ -12,26 +12,26 @@ Three modes (rungs), strongest first:
 A rung the endpoint rejects (HTTP 400 naming the feature) is remembered per (base URL, model)
 in `capabilities`, for the life of the process, and the next rung is tried at once.
 
-For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs
-and parses their answers; minions makes the HTTP call and owns every retry, so instructor's
-own retry loop never runs. Anything instructor does not accept (a raw JSON Schema, an answer
-it cannot parse) goes through `OutputInstructions`, which is tolerant and words the note the
-model is re-asked with.
+For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs,
+through the public names of `instructor.v2`; a raw JSON Schema, or a model instructor cannot
+shape (its API moved), is sent as its JSON Schema. minions makes the HTTP call, owns every
+retry (so instructor's own retry loop never runs) and validates each answer once with
+`OutputInstructions`, which is tolerant of JSON in prose and words the note the model is
+re-asked with.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from minions.errors import OutputValidationError
 from minions.output import extract_json
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletion
-
     from minions.messages import Message
     from minions.output import OutputInstructions
 
@@ -45,6 +45,8 @@ __all__ = [
     "read_output",
     "shape_request",
 ]
+
+log = logging.getLogger(__name__)
 
 OutputMode = Literal["json_schema", "tool", "prompted_json"]
 """A rung of the structured-output ladder."""
@@ -147,36 +149,55 @@ def _pydantic_model(output: OutputInstructions) -> type[Any] | None:
     return output_type if issubclass(output_type, BaseModel) else None
 
 
-def _instructor_mode(mode: OutputMode) -> Any:
-    from instructor import Mode
+def _instructor_shape(output: OutputInstructions, mode: OutputMode) -> dict[str, Any] | None:
+    """instructor's ``response_format`` (``json_schema``) or output tool (``tool``) for
+    `output`, computed once per output type.
 
-    return Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS
-
-
-def _instructor_kwargs(output: OutputInstructions, mode: OutputMode) -> dict[str, Any] | None:
-    """What instructor adds to a request for `mode`, computed once per output type."""
+    `None` for a raw JSON Schema, and when instructor cannot shape the output type (its public
+    `instructor.v2` API moved, or the type is beyond it): the request is then shaped from
+    `OutputInstructions`, as for a raw JSON Schema. Answers are read without instructor either
+    way.
+    """
     cache_key = f"openai.instructor.{mode}"
     if cache_key in output._cache:
         cached: dict[str, Any] | None = output._cache[cache_key]
         return cached
     model = _pydantic_model(output)
-    kwargs: dict[str, Any] | None = None
+    shape: dict[str, Any] | None = None
     if model is not None:
-        from instructor.processing.response import handle_response_model
+        try:
+            shape = _ask_instructor(model, mode, output.tool_name)
+        except Exception as exc:
+            log.warning(
+                "instructor could not shape %s for the %s rung (%s: %s); "
+                "its JSON Schema is sent as it is",
+                model.__name__,
+                mode,
+                type(exc).__name__,
+                exc,
+            )
+    output._cache[cache_key] = shape
+    return shape
 
-        _, kwargs = handle_response_model(model, mode=_instructor_mode(mode))
-        kwargs.pop("messages", None)
-    output._cache[cache_key] = kwargs
-    return kwargs
+
+def _ask_instructor(model: type[Any], mode: OutputMode, name: str) -> dict[str, Any]:
+    """instructor's shape of `model` for `mode`, named `name`, from `instructor.v2`'s public
+    names (its request handler for OpenAI)."""
+    from instructor.v2 import Mode, Provider, mode_registry
+
+    instructor_mode = Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS
+    handlers = mode_registry.get_handlers(Provider.OPENAI, instructor_mode)
+    _, kwargs = handlers.request_handler(model, {})
+    if mode == "json_schema":
+        fmt = kwargs["response_format"]
+        return {**fmt, "json_schema": {**fmt["json_schema"], "name": name}}
+    function = kwargs["tools"][0]["function"]
+    return {"type": "function", "function": {**function, "name": name}}
 
 
 def response_format(output: OutputInstructions) -> dict[str, Any]:
     """The native ``response_format`` for `output`."""
-    kwargs = _instructor_kwargs(output, "json_schema")
-    if kwargs is not None:
-        fmt = kwargs["response_format"]
-        return {**fmt, "json_schema": {**fmt["json_schema"], "name": output.tool_name}}
-    return {
+    return _instructor_shape(output, "json_schema") or {
         "type": "json_schema",
         "json_schema": {"name": output.tool_name, "schema": dict(output.json_schema())},
     }
@@ -184,11 +205,7 @@ def response_format(output: OutputInstructions) -> dict[str, Any]:
 
 def output_tool(output: OutputInstructions) -> dict[str, Any]:
     """The output tool for `output`, named `output.tool_name` (the name the step loop expects)."""
-    kwargs = _instructor_kwargs(output, "tool")
-    if kwargs is not None:
-        function = kwargs["tools"][0]["function"]
-        return {"type": "function", "function": {**function, "name": output.tool_name}}
-    return {
+    return _instructor_shape(output, "tool") or {
         "type": "function",
         "function": {
             "name": output.tool_name,
@@ -250,12 +267,11 @@ NO_OUTPUT: Final = object()
 
 
 def read_output(
-    completion: ChatCompletion,
-    message: Message,
-    output: OutputInstructions,
-    mode: OutputMode,
-) -> Any:
-    """The validated output in `completion`, or `NO_OUTPUT` when the model called other tools.
+    message: Message, output: OutputInstructions, mode: OutputMode
+) -> tuple[Any, OutputMode]:
+    """The validated output in `message` (`NO_OUTPUT` when the model called other tools), and
+    the mode that produced it: `mode`, except for JSON read from the text of an answer to the
+    ``tool`` rung, which is ``prompted_json``.
 
     Raises:
         OutputValidationError: the answer is not valid output; its message is the note to
@@ -266,19 +282,12 @@ def read_output(
     if mode == "tool":
         mine = [call for call in calls if call.name == name]
         if mine:
-            if len(calls) == 1:
-                parsed = _instructor_parse(completion, output, mode)
-                if parsed is not NO_OUTPUT:
-                    return parsed
-            return output.validate_python(dict(mine[0].arguments))
+            # `message_of` parsed the arguments already: validated here, once.
+            return output.validate_python(dict(mine[0].arguments)), mode
     if calls:
-        return NO_OUTPUT
-    if mode == "json_schema":
-        parsed = _instructor_parse(completion, output, mode)
-        if parsed is not NO_OUTPUT:
-            return parsed
+        return NO_OUTPUT, mode
     try:
-        return output.validate_json(message.content)
+        value = output.validate_json(message.content)
     except OutputValidationError as exc:
         if _has_json(message.content):
             raise
@@ -292,6 +301,7 @@ def read_output(
                 f"You did not call the tool {name!r}. Give your final answer by calling it."
             ) from None
         raise exc from None
+    return value, "prompted_json" if mode == "tool" else mode
 
 
 def _has_json(text: str) -> bool:
@@ -300,61 +310,3 @@ def _has_json(text: str) -> bool:
     except OutputValidationError:
         return False
     return True
-
-
-def _instructor_parse(
-    completion: ChatCompletion, output: OutputInstructions, mode: OutputMode
-) -> Any:
-    """instructor's reading of a pydantic output; `NO_OUTPUT` when it cannot read it (the
-    tolerant reader then tries, and words the note)."""
-    parser = _instructor_parser(output, mode)
-    if parser is None:
-        return NO_OUTPUT
-    try:
-        return parser(completion)
-    except Exception:
-        # Validation errors, broken JSON, a refusal: the tolerant reader decides and explains.
-        return NO_OUTPUT
-
-
-def _instructor_parser(
-    output: OutputInstructions, mode: OutputMode
-) -> Callable[[ChatCompletion], Any] | None:
-    """instructor's parser of `mode` answers for a pydantic output, prepared once per output
-    type. instructor's `process_response` looks the parser up and walks the model for async
-    validators on every call (~80 µs); both depend on the type alone."""
-    cache_key = f"openai.instructor.parser.{mode}"
-    if cache_key in output._cache:
-        cached: Callable[[ChatCompletion], Any] | None = output._cache[cache_key]
-        return cached
-    model = _pydantic_model(output)
-    parser: Callable[[ChatCompletion], Any] | None = None
-    if model is not None:
-        try:
-            import instructor.v2  # noqa: F401  (registers the providers' handlers)
-            from instructor.v2.core.providers import Provider
-            from instructor.v2.core.registry import mode_registry
-            from instructor.v2.validation.async_validators import reject_async_validators
-
-            # instructor refuses models with async validators (it cannot run them).
-            reject_async_validators(model)
-            handlers = mode_registry.get_handlers(Provider.OPENAI, _instructor_mode(mode))
-        except Exception:
-            # Such a model, or an instructor that moved these names: the tolerant reader,
-            # which validates with pydantic just the same, reads every answer.
-            pass
-        else:
-            respond = handlers.response_parser
-
-            def parser(completion: ChatCompletion) -> Any:
-                return respond(
-                    response=completion,
-                    response_model=model,
-                    validation_context=None,
-                    strict=None,
-                    stream=False,
-                    is_async=False,
-                )
-
-    output._cache[cache_key] = parser
-    return parser

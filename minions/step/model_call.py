@@ -122,7 +122,10 @@ class ModelCallExecutor:
         except Exception as exc:
             duration = time.perf_counter() - started
             usage = _usage_of_failure(exc)
-            error = exc.note if isinstance(exc, ModelOutputError) else _describe(exc, timeout)
+            if isinstance(exc, ModelOutputError):
+                error, mode = exc.note, exc.mode
+            else:
+                error, mode = _describe(exc, timeout), None
             self._record(
                 ModelCall(
                     step_id=step_id,
@@ -131,6 +134,7 @@ class ModelCallExecutor:
                     prompt=prompt,
                     error=error,
                     usage=usage,
+                    output_mode=mode,
                     started_at=started_at,
                     duration=duration,
                 )
@@ -142,6 +146,7 @@ class ModelCallExecutor:
                 attempt=attempt,
                 error=error,
                 usage=usage_record(usage),
+                output_mode=mode,
                 duration=duration,
             )
             if isinstance(exc, TimeoutError) and not str(exc):
@@ -156,6 +161,7 @@ class ModelCallExecutor:
                 prompt=prompt,
                 response=response,
                 usage=response.usage,
+                output_mode=response.output_mode,
                 started_at=started_at,
                 duration=duration,
             )

@@ -170,13 +170,19 @@ class Tool:
         return f"Tool({self.name!r})"
 
 
+# Keywords whose values are data, not schemas: a "title" key in them is the user's.
+_DATA_KEYWORDS = frozenset({"default", "enum", "const", "examples"})
+
+
 def _strip_titles(schema: Mapping[str, Any]) -> dict[str, Any]:
     """Drop the titles pydantic generates: they repeat the names and cost small models tokens."""
     result: dict[str, Any] = {}
     for key, value in schema.items():
         if key == "title" and isinstance(value, str):
             continue
-        if key in ("properties", "$defs", "definitions") and isinstance(value, Mapping):
+        if key in _DATA_KEYWORDS:
+            result[key] = value
+        elif key in ("properties", "$defs", "definitions") and isinstance(value, Mapping):
             result[key] = {
                 k: _strip_titles(v) if isinstance(v, Mapping) else v for k, v in value.items()
             }

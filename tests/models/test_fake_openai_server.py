@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import urllib.request
 from typing import Any
 
@@ -148,11 +150,21 @@ def test_http_faults(reply: FakeReply, error: type[openai.APIStatusError], statu
 
 
 def test_hang_times_out_the_client_and_stop_releases_it() -> None:
+    before = set(threading.enumerate())
     with FakeOpenAIServer([FakeReply.hang(30.0)]) as server:
         slow = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0, timeout=0.2)
         with pytest.raises(openai.APITimeoutError):
             slow.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
-    # Leaving the block stopped the server at once, hanging handler included.
+        # The server's thread, and the handler still hanging on the request.
+        serving = set(threading.enumerate()) - before
+        port = server.port
+    assert len(serving) == 2
+    # Leaving the block stopped the server, hanging handler included: well before its 30 s.
+    for thread in serving:
+        thread.join(timeout=5)
+    assert not any(thread.is_alive() for thread in serving)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=1)
 
 
 def test_cut_off_missing_usage_and_raw_bodies() -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import openai
 import pytest
 
 from minions import (
     AgentContext,
     DefaultStep,
-    ExecutionConfig,
     Message,
     MessageBundle,
     ModelError,
@@ -393,12 +393,21 @@ def test_bad_output_modes_are_named() -> None:
         OpenAIChatModel("m", base_url="http://localhost:1/v1", output_modes=["xml"])  # type: ignore[list-item]
 
 
-async def test_the_client_never_retries_on_its_own() -> None:
-    # One retry boundary: with the step loop's retries off, a 500 is one request, not three.
+@pytest.mark.parametrize("client", ["built", "given", "function"])
+async def test_the_client_never_retries_on_its_own(client: str) -> None:
+    # One retry boundary: with the step loop's retries off, a 500 is one request, not three;
+    # also with a client of the user's own, built with the client's default of 2 retries.
     config = dataclasses.replace(FAST, max_model_retries=0)
     async with FakeOpenAIServer([FakeReply.server_error(), "ok"]) as server:
-        context = AgentContext(model=server.model(), config=config)
+        own = openai.AsyncOpenAI(base_url=server.url, api_key="sk-test")
+        assert own.max_retries == 2
+        model = {
+            "built": server.model(),
+            "given": OpenAIChatModel("fake-model", client=own),
+            "function": OpenAIChatModel("fake-model", client=lambda: own),
+        }[client]
+        context = AgentContext(model=model, config=config)
         execution = await StepExecutor(DefaultStep("s", "go"), context).execute()
         assert len(server.chat_requests) == 1
     assert execution.status is StepStatus.FAILED
-    assert ExecutionConfig().max_model_retries == 3
+    assert "HTTP 500" in (execution.error or "")

@@ -74,12 +74,10 @@ async def test_json_schema_rung() -> None:
     fmt = request.response_format
     assert fmt["type"] == "json_schema"
     assert fmt["json_schema"]["name"] == "Sum"
-    assert fmt["json_schema"]["schema"]["required"] == ["total"]
+    assert fmt["json_schema"]["schema"] == Sum.model_json_schema()
     assert "tools" not in request.body
     assert execution.model_calls[0].output_mode == "json_schema"
     assert model.output_mode == "json_schema"
-    # instructor read the answer: it keeps the completion on the instance.
-    assert getattr(execution.output, "_raw_response", None) is not None
 
 
 async def test_tool_rung_forces_the_output_tool() -> None:
@@ -91,13 +89,37 @@ async def test_tool_rung_forces_the_output_tool() -> None:
     assert execution.output == Sum(total=5)
     assert request.tools == ["Sum"]
     assert request.tool_choice == {"type": "function", "function": {"name": "Sum"}}
-    # instructor's schema carries the field descriptions from the docstring.
-    parameters = request.body["tools"][0]["function"]["parameters"]
-    assert parameters["properties"]["total"]["description"] == "the sum."
+    # instructor shaped the tool: the docstring describes it, and each field from its `Args:`.
+    function = request.body["tools"][0]["function"]
+    assert function["description"].startswith("The sum of the numbers.")
+    assert function["parameters"]["properties"]["total"]["description"] == "the sum."
     assert execution.model_calls[0].output_mode == "tool"
-    assert getattr(execution.output, "_raw_response", None) is not None  # Read by instructor.
     # The output tool call is answered, so the conversation keeps its invariant.
     assert [m.role for m in execution.messages] == ["system", "user", "assistant", "tool"]
+
+
+async def test_when_instructor_cannot_shape_the_request_its_json_schema_is_sent(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import instructor.v2
+
+    class MovedRegistry:
+        def get_handlers(self, *args: Any) -> Any:
+            raise KeyError("no handlers for (openai, tools)")
+
+    monkeypatch.setattr(instructor.v2, "mode_registry", MovedRegistry())
+    async with FakeOpenAIServer([FakeReply.structured(Sum(total=5))] * 2) as server:
+        results = [await run(server.model(output_modes=(m,))) for m in ("json_schema", "tool")]
+        native, forced = server.chat_requests
+
+    assert [r.output for r in results] == [Sum(total=5)] * 2
+    assert [r.model_calls[0].output_mode for r in results] == ["json_schema", "tool"]
+    schema = Sum.model_json_schema()
+    assert native.response_format["json_schema"] == {"name": "Sum", "schema": schema}
+    function = forced.body["tools"][0]["function"]
+    assert function["description"] == "Give your final answer by calling this tool."
+    assert function["parameters"] == schema
+    assert "instructor could not shape Sum for the tool rung (KeyError" in caplog.text
 
 
 async def test_prompted_json_rung_reads_json_in_prose_and_fences() -> None:
@@ -167,6 +189,17 @@ async def test_a_400_on_the_last_rung_fails_the_step() -> None:
     assert "response_format" in execution.error
 
 
+async def test_a_400_on_the_prompted_json_rung_fails_the_step_with_the_servers_message() -> None:
+    async with FakeOpenAIServer(
+        [FakeReply.failure(400, "Prompt contains a forbidden word.")]
+    ) as server:
+        execution = await run(server.model(output_modes=("prompted_json",)))
+    assert execution.status is StepStatus.FAILED
+    assert execution.error is not None
+    assert "HTTP 400" in execution.error
+    assert "Prompt contains a forbidden word." in execution.error
+
+
 async def test_unrelated_400_does_not_move_down_the_ladder() -> None:
     async with FakeOpenAIServer(
         [FakeReply.failure(400, "Maximum context length exceeded."), "never"]
@@ -176,6 +209,39 @@ async def test_unrelated_400_does_not_move_down_the_ladder() -> None:
         assert len(server.chat_requests) == 1
     assert execution.status is StepStatus.FAILED
     assert model.rejected == frozenset()
+
+
+ROLE_ERROR = "messages with role 'tool' must be a response to a preceding 'tool_calls'."
+
+
+@pytest.mark.parametrize(
+    ("refusal", "refused"),
+    [
+        # The parameter a 400 names decides, whatever words its message holds.
+        (FakeReply.failure(400, ROLE_ERROR, param="messages.[2].role"), False),
+        (FakeReply.failure(400, "Invalid value: 'required'.", param="tool_choice"), True),
+        (FakeReply.failure(400, "Invalid schema for function 'Sum'.", param="tools[0]"), True),
+        # Without a parameter, the message's words do (Ollama names none).
+        (FakeReply.failure(400, "llama3.2:1b does not support tools"), True),
+    ],
+)
+async def test_a_400_refuses_a_rung_by_its_param_else_by_its_words(
+    refusal: FakeReply, refused: bool
+) -> None:
+    async with FakeOpenAIServer([refusal, FakeReply.json_in_prose({"total": 5})]) as server:
+        model = server.model(output_modes=("tool", "prompted_json"))
+        execution = await run(model)
+        requests = len(server.chat_requests)
+
+    if refused:
+        assert execution.output == Sum(total=5)
+        assert execution.model_calls[0].output_mode == "prompted_json"
+        assert (requests, model.rejected) == (2, {"tool"})
+    else:
+        assert execution.status is StepStatus.FAILED
+        assert execution.error is not None
+        assert "HTTP 400" in execution.error
+        assert (requests, model.rejected) == (1, frozenset())
 
 
 async def test_raw_json_schema_output_in_each_rung() -> None:
@@ -192,10 +258,12 @@ async def test_raw_json_schema_output_in_each_rung() -> None:
 
 
 async def test_invalid_output_is_reasked_once_through_the_step_loop() -> None:
+    events: list[Any] = []
     async with FakeOpenAIServer(
         [FakeReply.structured({"total": "many"}), FakeReply.structured(Sum(total=5))]
     ) as server:
-        execution = await run(server.model())
+        context = AgentContext(model=server.model(), config=FAST, listeners=[events.append])
+        execution = await StepExecutor(sum_step(), context).execute()
         first, second = server.chat_requests
 
     assert execution.output == Sum(total=5)
@@ -203,6 +271,13 @@ async def test_invalid_output_is_reasked_once_through_the_step_loop() -> None:
     assert len(execution.model_calls) == 2
     assert execution.model_calls[0].error is not None
     assert "total" in execution.model_calls[0].error
+    # Both record their mode, the failed one too, as do their events.
+    assert [c.output_mode for c in execution.model_calls] == ["json_schema", "json_schema"]
+    ended = [e for e in events if e.kind in ("model_call_failed", "model_call_completed")]
+    assert [(e.kind, e.output_mode) for e in ended] == [
+        ("model_call_failed", "json_schema"),
+        ("model_call_completed", "json_schema"),
+    ]
     # The re-ask is the original prompt plus one note, not the failed answer.
     assert second.messages[:-1] == first.messages
     note = second.messages[-1]
@@ -272,7 +347,9 @@ async def test_text_instead_of_the_output_tool_is_salvaged_or_reasked() -> None:
         second = server.chat_requests[1]
     assert execution.output == Sum(total=5)
     assert "did not call the tool 'Sum'" in second.messages[-1]["content"]
-    assert execution.model_calls[-1].output_mode == "tool"
+    # The failed answer is recorded with the rung it was asked in; the second, text asked on
+    # the tool rung, with the mode that read it: prompted JSON.
+    assert [c.output_mode for c in execution.model_calls] == ["tool", "prompted_json"]
 
 
 @pytest.mark.parametrize("mode", ["json_schema", "tool", "prompted_json"])

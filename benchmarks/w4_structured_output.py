@@ -46,7 +46,7 @@ from minions import (
     StepStatus,
     Usage,
 )
-from minions.models.structured import OutputMode
+from minions.models._structured import OutputMode
 from minions.testing import Reply, ScriptedModel
 
 mark_imported()
@@ -185,7 +185,7 @@ def shape_and_parse_us(mode: OutputMode) -> float:
     from openai.types.chat import ChatCompletion
 
     from minions.models._openai_wire import message_of, usage_of
-    from minions.models.structured import read_output, shape_request
+    from minions.models._structured import read_output, shape_request
 
     output = OutputInstructions(Book)
     request = {"model": "m", "messages": [{"role": "user", "content": "Describe the book."}]}
@@ -225,7 +225,7 @@ def shape_and_parse_us(mode: OutputMode) -> float:
 
 
 async def provider_path() -> None:
-    from minions.models.structured import LADDER
+    from minions.models._structured import LADDER
     from minions.testing import FakeOpenAIServer, FakeReply
 
     structured_reply = FakeReply.structured(BOOK)

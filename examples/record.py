@@ -15,8 +15,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from minions import AgentExecutor, AgentRecipe, AgentResult
-from minions.models.recording import Recording, RecordingModel
+from minions import AgentExecutor, AgentResult, load_recipe
+from minions.models._recording import Recording, RecordingModel
 from minions.testing import FunctionModel
 
 
@@ -32,7 +32,7 @@ def record(folder: Path, *, save: bool = True) -> tuple[AgentResult, Recording]:
     prepare = getattr(stand_in, "prepare", None)
     if prepare is not None:
         prepare()  # e.g. start from pristine data
-    recipe = AgentRecipe.from_yaml(folder / "recipe.yaml")
+    recipe = load_recipe(folder / "recipe.yaml")
     recording = Recording(meta={"model": "stand-in (examples/record.py)", "recipe": recipe.id})
     executor = AgentExecutor(
         model=FunctionModel(stand_in.reply, name="stand-in"),

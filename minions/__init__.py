@@ -1,31 +1,18 @@
 """minions: run LLM agents as steps.
 
-The public API is what this module exports; submodules `minions.events`, `minions.testing`,
-`minions.models` and `minions.errors` are public too. Everything else may change.
+The public API is what this module exports, and the public subpackages: `minions.events` (the
+typed events of a run), `minions.errors`, `minions.models` (providers, model strings,
+record/replay), `minions.tools` (tools and the built-in ones), `minions.recipes` (recipes and
+their YAML form) and `minions.testing` (test doubles). Modules and packages whose names start
+with ``_`` are private and may change at any time.
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from minions._version import __version__
-from minions.config import ExecutionConfig
-from minions.context import AgentContext
-from minions.errors import (
-    BudgetExceededError,
-    MinionsError,
-    ModelError,
-    ModelOutputError,
-    OutputValidationError,
-    StepDefinitionError,
-    TemplateError,
-    TemplateSyntaxError,
-    ToolDefinitionError,
-    ToolError,
-    TransientModelError,
-    UnknownRecipeError,
-)
-from minions.memory import InMemoryModelMemory, MemorySnapshot, ModelMemory
-from minions.messages import (
+from minions._config import ExecutionConfig
+from minions._memory import InMemoryModelMemory, MemorySnapshot, ModelMemory
+from minions._messages import (
     Message,
     MessageBundle,
     ModelCall,
@@ -36,9 +23,8 @@ from minions.messages import (
     ToolSpec,
     Usage,
 )
-from minions.models.base import Model
-from minions.output import OutputInstructions
-from minions.step.completion import (
+from minions._output import OutputInstructions
+from minions._step.completion import (
     CallLimitLink,
     CompletionDecision,
     CompletionMarkerLink,
@@ -48,62 +34,88 @@ from minions.step.completion import (
     StructuredOutputLink,
     TextAnswerLink,
 )
-from minions.step.execution import DecisionRecord, StepExecution, StepStatus
-from minions.step.executor import StepExecutor
-from minions.step.model_call import ModelCallExecutor
-from minions.step.step import DefaultStep, Step, StepInput
-from minions.tools import Tool, ToolRegistry, tool
-from minions.tools.executor import ToolCallExecutor
+from minions._step.context import AgentContext
+from minions._step.execution import DecisionRecord, StepExecution, StepStatus
+from minions._step.executor import StepExecutor
+from minions._step.model_call import ModelCallExecutor
+from minions._step.result import AgentResult
+from minions._step.step import DefaultStep, MemoryScope, Step, StepInput, StepMode
+from minions._step.tool_call import ToolCallExecutor
+from minions._version import __version__
+from minions.errors import (
+    BudgetExceededError,
+    InputError,
+    MinionsError,
+    ModelError,
+    ModelOutputError,
+    OutputValidationError,
+    Problem,
+    RecipeError,
+    ScriptExhaustedError,
+    StepDefinitionError,
+    TemplateError,
+    TemplateSyntaxError,
+    ToolDefinitionError,
+    ToolError,
+    TransientModelError,
+    UnknownRecipeError,
+)
+from minions.models._base import Model
+from minions.tools._tool import Tool, ToolRegistry, tool
 
-# The agent layer, step kinds and recipe errors load on first use: `import minions` stays light
-# for code that only runs steps (see `benchmarks/import_time.py`).
+# The agent layer, routing, step kinds and recipes load on first use: `import minions` stays
+# light for code that only runs steps (see `benchmarks/import_time.py`).
 _LAZY: dict[str, str] = {
-    "AgentExecutor": "minions.agent",
-    "AgentRecipe": "minions.agent",
-    "AgentResult": "minions.agent",
-    "ConditionLink": "minions.agent",
-    "FirstCandidateLink": "minions.agent",
-    "ModelChoiceLink": "minions.agent",
-    "Routing": "minions.agent",
-    "RunStream": "minions.agent",
-    "SelectionDecision": "minions.agent",
-    "SelectionRequest": "minions.agent",
-    "SingleCandidateLink": "minions.agent",
-    "StepGraph": "minions.agent",
-    "StepManager": "minions.agent",
-    "StepSelectionChain": "minions.agent",
-    "StepSelectionLink": "minions.agent",
-    "StepSuggestionLink": "minions.agent",
-    "Transition": "minions.agent",
-    "AnalysisStep": "minions.step.kinds",
-    "LoopStep": "minions.step.kinds",
-    "ToolStep": "minions.step.kinds",
-    "InputError": "minions.recipes.errors",
-    "RecipeError": "minions.recipes.errors",
+    "AgentExecutor": "minions._agent.executor",
+    "RunStream": "minions._agent.stream",
+    "StepGraph": "minions._agent.graph",
+    "recipe_problems": "minions.recipes._validation",
+    "StepManager": "minions._agent.manager",
+    "AgentRecipe": "minions.recipes._recipe",
+    "RecipeStep": "minions.recipes._subrecipe",
+    "load_recipe": "minions.recipes._build",
+    "Condition": "minions._routing.transition",
+    "Transition": "minions._routing.transition",
+    "ConditionLink": "minions._routing.selection",
+    "FirstCandidateLink": "minions._routing.selection",
+    "ModelChoiceLink": "minions._routing.selection",
+    "Routing": "minions._routing.selection",
+    "SelectionDecision": "minions._routing.selection",
+    "SelectionRequest": "minions._routing.selection",
+    "SingleCandidateLink": "minions._routing.selection",
+    "StepSelectionChain": "minions._routing.selection",
+    "StepSelectionLink": "minions._routing.selection",
+    "StepSuggestionLink": "minions._routing.selection",
+    "AnalysisStep": "minions._kinds.analysis",
+    "LoopStep": "minions._kinds.loop",
+    "ToolStep": "minions._kinds.tool",
 }
 
 if TYPE_CHECKING:
-    from minions.agent import (
-        AgentExecutor,
-        AgentRecipe,
-        AgentResult,
+    from minions._agent.executor import AgentExecutor
+    from minions._agent.graph import StepGraph
+    from minions._agent.manager import StepManager
+    from minions._agent.stream import RunStream
+    from minions._kinds.analysis import AnalysisStep
+    from minions._kinds.loop import LoopStep
+    from minions._kinds.tool import ToolStep
+    from minions._routing.selection import (
         ConditionLink,
         FirstCandidateLink,
         ModelChoiceLink,
         Routing,
-        RunStream,
         SelectionDecision,
         SelectionRequest,
         SingleCandidateLink,
-        StepGraph,
-        StepManager,
         StepSelectionChain,
         StepSelectionLink,
         StepSuggestionLink,
-        Transition,
     )
-    from minions.recipes.errors import InputError, RecipeError
-    from minions.step.kinds import AnalysisStep, LoopStep, ToolStep
+    from minions._routing.transition import Condition, Transition
+    from minions.recipes._build import load_recipe
+    from minions.recipes._recipe import AgentRecipe
+    from minions.recipes._subrecipe import RecipeStep
+    from minions.recipes._validation import recipe_problems
 
 
 def __getattr__(name: str) -> Any:
@@ -154,8 +166,12 @@ __all__ = [
     "StepExecutor",
     "StepInput",
     "StepStatus",
+    "StepMode",
+    "MemoryScope",
+    # step kinds
     "AnalysisStep",
     "LoopStep",
+    "RecipeStep",
     "ToolStep",
     # completion chain
     "CallLimitLink",
@@ -170,10 +186,13 @@ __all__ = [
     "AgentExecutor",
     "AgentRecipe",
     "AgentResult",
+    "Condition",
     "RunStream",
     "StepGraph",
     "StepManager",
     "Transition",
+    "load_recipe",
+    "recipe_problems",
     # next-step selection chain
     "ConditionLink",
     "FirstCandidateLink",
@@ -192,6 +211,7 @@ __all__ = [
     "ModelOutputError",
     "OutputValidationError",
     "InputError",
+    "Problem",
     "RecipeError",
     "StepDefinitionError",
     "TemplateError",
@@ -199,5 +219,6 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "TransientModelError",
+    "ScriptExhaustedError",
     "UnknownRecipeError",
 ]

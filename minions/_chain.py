@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
 from minions.errors import StepDefinitionError
 
-__all__ = ["LinkChain", "NamedLink", "answer_of"]
+__all__ = []
 
 
 class NamedLink:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from tenacity import AsyncRetrying, RetryCallState
 
-__all__ = ["RetryHook", "RetryPolicy"]
+__all__ = []
 
 T = TypeVar("T")
 RetryHook = Callable[[int, BaseException, float], None]

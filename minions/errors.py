@@ -11,18 +11,20 @@ Two families matter to users:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
-if TYPE_CHECKING:
-    from minions.messages import Usage
+from minions._usage import Usage
 
 __all__ = [
     "BudgetExceededError",
+    "InputError",
     "MinionsError",
     "ModelError",
     "ModelOutputError",
     "OutputValidationError",
+    "Problem",
+    "RecipeError",
     "ScriptExhaustedError",
     "StepDefinitionError",
     "TemplateError",
@@ -129,6 +131,47 @@ class ScriptExhaustedError(ModelError):
 
 class UnknownRecipeError(MinionsError, LookupError):
     """No recipe is registered under the id asked for."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """One thing wrong with a recipe, located as precisely as possible."""
+
+    message: str
+    file: str = ""
+    line: int | None = None
+    step: str | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file or "recipe"
+        if self.line is not None:
+            where += f":{self.line}"
+        parts = []
+        if self.step is not None:
+            parts.append(f"step {self.step!r}")
+        if self.field is not None:
+            parts.append(f"field {self.field!r}")
+        context = ", ".join(parts)
+        return f"{where}: {context + ': ' if context else ''}{self.message}"
+
+
+class RecipeError(MinionsError):
+    """A recipe is invalid. `problems` holds every problem found, not just the first."""
+
+    what = "recipe"
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        count = len(self.problems)
+        head = "1 problem" if count == 1 else f"{count} problems"
+        super().__init__(f"invalid {self.what} ({head}):\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class InputError(RecipeError):
+    """A run's inputs do not match what the recipe declares (nothing has run)."""
+
+    what = "inputs"
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from minions.cli.app import Settings, app
-from minions.messages import Prompt
-from minions.models.base import Model
+from minions._messages import Prompt
+from minions.cli._app import Settings, app
+from minions.models._base import Model
 from minions.testing import FunctionModel
 
 TOOLS = '''\

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from minions import ExecutionConfig, Message, Step, tool
-from minions.step.step import StepInput
+from minions._step.step import StepInput
 
 FAST = ExecutionConfig(retry_initial_delay=0.0, tool_retry_initial_delay=0.0)
 """Retries without waiting, for tests."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from agent_helpers import step
 
-from minions import AgentContext, AgentRecipe, ModelError, StepManager, StepStatus
+from minions import AgentContext, AgentRecipe, ModelError, StepGraph, StepManager, StepStatus
 
 
 def manager_of(*steps: object) -> StepManager:
     recipe = AgentRecipe(id="m", steps=steps)  # type: ignore[arg-type]
-    return StepManager(recipe.validate(), AgentContext())
+    return StepManager(StepGraph(recipe), AgentContext())
 
 
 async def test_ready_start_advance_one_step_at_a_time() -> None:

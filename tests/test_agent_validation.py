@@ -13,18 +13,20 @@ from minions import (
     LoopStep,
     MessageBundle,
     RecipeError,
+    StepGraph,
     ToolRegistry,
     Transition,
+    recipe_problems,
     tool,
 )
-from minions.recipes.source import Problem
+from minions.errors import Problem
 from minions.testing import ScriptedModel
 
 
 def problems(
     recipe: AgentRecipe, tools: ToolRegistry | None = None
 ) -> list[tuple[str | None, str | None, str]]:
-    return [(p.step, p.field, p.message) for p in recipe.problems(tools)]
+    return [(p.step, p.field, p.message) for p in recipe_problems(recipe, tools)]
 
 
 def plain(step_id: str, goal: str = "Do it.", **options: object) -> DefaultStep:
@@ -39,8 +41,8 @@ def test_a_valid_recipe_has_no_problems() -> None:
             plain("b", "{{ a.output }}", depends_on=["a"]),
         ],
     )
-    assert recipe.problems() == []
-    graph = recipe.validate()
+    assert recipe_problems(recipe) == []
+    graph = StepGraph(recipe)
     assert graph.order == ("a", "b")
     assert graph.dependents["a"] == ("b",)
 
@@ -130,7 +132,7 @@ def test_a_loop_with_a_condition_or_a_choice_is_fine(transitions: list[Transitio
         transitions=transitions,
     )
     assert problems(recipe) == []
-    assert recipe.validate().loops == {("review", "draft")}
+    assert StepGraph(recipe).loops == {("review", "draft")}
 
 
 def test_conditions_are_checked() -> None:
@@ -227,7 +229,7 @@ def test_tools_are_checked_against_the_executor_and_recipe_tools() -> None:
     assert AgentExecutor(tools=[search]).graph(recipe).steps["a"].id == "a"
     with_tools = AgentRecipe(id="tools", steps=[plain("a", tools=["search"])], tools=[search])
     assert AgentExecutor().graph(with_tools).tools is not None
-    assert recipe.problems() == []  # without a registry, tool names are not checked
+    assert recipe_problems(recipe) == []  # without a registry, tool names are not checked
 
 
 async def test_nothing_runs_when_a_recipe_is_invalid() -> None:
@@ -260,7 +262,7 @@ def test_mermaid_shows_dependencies_transitions_conditions_and_modes() -> None:
             Transition("review", "publish", description='approved: "ok"'),
         ],
     )
-    chart = recipe.to_mermaid()
+    chart = StepGraph(recipe).to_mermaid()
     assert chart.splitlines()[0] == "flowchart TD"
     assert '    draft["draft"]' in chart
     assert '    review[["review<br/><i>sync</i>"]]' in chart

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from minions import ToolCall, ToolCallExecutor, ToolRegistry
-from minions.tools.builtin import builtin_tools, current_datetime, file_tools, http_get_tool
+from minions.tools._builtin import builtin_tools, current_datetime, file_tools, http_get_tool
 
 
 def call(registry: ToolRegistry, name: str, **arguments: object) -> tuple[object, str | None]:

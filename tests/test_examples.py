@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from minions import AgentExecutor, AgentRecipe, AgentResult, StepStatus
+from minions import AgentExecutor, AgentResult, StepStatus, load_recipe
 from minions.events import StepCompleted, StepStarted
-from minions.models.recording import Recording, ReplayModel
+from minions.models._recording import Recording, ReplayModel
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 RECIPES = sorted(p.parent.name for p in EXAMPLES.glob("*/recipe.yaml"))
@@ -32,7 +32,7 @@ def pristine_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def replay(name: str, events: list[Any] | None = None) -> tuple[AgentResult, ReplayModel]:
     folder = EXAMPLES / name
     model = ReplayModel(folder / "recipe.recording.json")
-    recipe = AgentRecipe.from_yaml(folder / "recipe.yaml")
+    recipe = load_recipe(folder / "recipe.yaml")
     listeners = [events.append] if events is not None else []
     result = AgentExecutor(model=model).execute_sync(recipe, listeners=listeners)
     return result, model

@@ -23,8 +23,8 @@ from minions import (
     StepStatus,
     Usage,
 )
-from minions.messages import Message
-from minions.output import extract_json
+from minions._messages import Message
+from minions._output import extract_json
 from minions.testing import ScriptedModel
 
 

@@ -1,7 +1,11 @@
-"""The public API: names importable from `minions`, and what importing costs."""
+"""The public API: exactly the names each public module exports, private modules private, and
+what importing costs."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 import subprocess
 import sys
 
@@ -9,40 +13,113 @@ import pytest
 
 import minions
 
-CORE_NAMES = {
-    "Message", "MessageBundle", "ModelMemory", "InMemoryModelMemory", "tool", "Tool",
-    "ToolRegistry", "ToolCall", "ToolCallResponse", "ModelCall", "ModelCallResponse", "Prompt",
-    "Usage", "Model", "ModelCallExecutor", "ToolCallExecutor", "Step", "DefaultStep",
-    "StepExecution", "StepStatus", "StepCompletionChain", "StepCompletionLink",
-    "CompletionDecision", "OutputInstructions", "ExecutionConfig", "AgentContext",
-    "StepExecutor", "MinionsError",
+PUBLIC: dict[str, set[str]] = {
+    "minions": {
+        "__version__",
+        # messages and values
+        "Message", "MessageBundle", "ModelCall", "ModelCallResponse", "Prompt", "ToolCall",
+        "ToolCallResponse", "ToolSpec", "Usage",
+        # memory
+        "InMemoryModelMemory", "MemorySnapshot", "ModelMemory",
+        # tools and models
+        "Tool", "ToolCallExecutor", "ToolRegistry", "tool", "Model", "ModelCallExecutor",
+        # steps
+        "AgentContext", "DefaultStep", "DecisionRecord", "ExecutionConfig", "MemoryScope",
+        "OutputInstructions", "Step", "StepExecution", "StepExecutor", "StepInput", "StepMode",
+        "StepStatus",
+        # step kinds
+        "AnalysisStep", "LoopStep", "RecipeStep", "ToolStep",
+        # completion chain
+        "CallLimitLink", "CompletionDecision", "CompletionMarkerLink", "CompletionToolLink",
+        "StepCompletionChain", "StepCompletionLink", "StructuredOutputLink", "TextAnswerLink",
+        # agents
+        "AgentExecutor", "AgentRecipe", "AgentResult", "Condition", "RunStream", "StepGraph",
+        "StepManager", "Transition", "load_recipe", "recipe_problems",
+        # next-step selection
+        "ConditionLink", "FirstCandidateLink", "ModelChoiceLink", "Routing",
+        "SelectionDecision", "SelectionRequest", "SingleCandidateLink", "StepSelectionChain",
+        "StepSelectionLink", "StepSuggestionLink",
+        # errors
+        "BudgetExceededError", "InputError", "MinionsError", "ModelError", "ModelOutputError",
+        "OutputValidationError", "Problem", "RecipeError", "ScriptExhaustedError",
+        "StepDefinitionError", "TemplateError", "TemplateSyntaxError", "ToolDefinitionError",
+        "ToolError", "TransientModelError", "UnknownRecipeError",
+    },
+    "minions.events": {
+        "Event", "EventEmitter", "EventListener", "UsageRecord", "event_from_json",
+        "event_to_json", "RunStarted", "RunCompleted", "RunFailed", "StepStarted",
+        "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallCompleted",
+        "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
+        "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
+    },
+    "minions.errors": {
+        "BudgetExceededError", "InputError", "MinionsError", "ModelError", "ModelOutputError",
+        "OutputValidationError", "Problem", "RecipeError", "ScriptExhaustedError",
+        "StepDefinitionError", "TemplateError", "TemplateSyntaxError", "ToolDefinitionError",
+        "ToolError", "TransientModelError", "UnknownRecipeError",
+    },
+    "minions.models": {
+        "CapabilityMemory", "MODEL_ENV", "Model", "OpenAIChatModel", "OutputMode", "Recording",
+        "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
+    },
+    "minions.tools": {
+        "Tool", "ToolRegistry", "builtin_tools", "current_datetime", "file_tools",
+        "http_get_tool", "tool",
+    },
+    "minions.recipes": {
+        "AgentRecipe", "InputSpec", "RecipeFile", "RecipeStep", "dump_recipe", "load_recipe",
+        "load_recipe_file", "parse_recipe", "recipe_problems",
+    },
+    "minions.testing": {
+        "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "Reply",
+        "ScriptedModel", "estimate_tokens",
+    },
+    "minions.cli": {"app", "main"},
 }  # fmt: skip
-AGENT_NAMES = {
-    "AgentRecipe", "AgentExecutor", "AgentResult", "StepGraph", "StepManager", "Transition",
-}  # fmt: skip
-EVENT_NAMES = {
-    "RunStarted", "RunCompleted", "RunFailed", "StepStarted", "StepCompleted", "StepFailed",
-    "StepSkipped", "ModelCallStarted", "ModelCallCompleted", "ToolCallStarted",
-    "ToolCallCompleted", "ToolCallFailed", "RetryScheduled", "CompletionDecided",
-    "RoutingDecided", "event_to_json", "event_from_json",
-}  # fmt: skip
 
 
-def test_all_names_are_importable_and_unique() -> None:
-    assert len(minions.__all__) == len(set(minions.__all__))
-    for name in minions.__all__:
-        assert hasattr(minions, name), name
+def _private_modules() -> list[str]:
+    names = []
+    for info in pkgutil.walk_packages(minions.__path__, "minions."):
+        if any(part.startswith("_") for part in info.name.split(".")[1:]):
+            names.append(info.name)
+    return sorted(names)
 
 
-def test_core_names_are_public() -> None:
-    assert set(minions.__all__) >= CORE_NAMES
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_each_public_module_exports_exactly_its_names(module: str) -> None:
+    public = importlib.import_module(module)
+    assert sorted(public.__all__) == sorted(PUBLIC[module])
+    assert len(public.__all__) == len(set(public.__all__))
+    for name in public.__all__:
+        assert getattr(public, name) is not None, name
 
 
-def test_agent_names_and_event_types_are_public() -> None:
-    import minions.events
+def test_private_modules_list_only_what_a_public_module_exports() -> None:
+    """A private module's `__all__` names public things (re-exported under a public path),
+    never its helpers."""
+    exported = {
+        id(getattr(importlib.import_module(m), n)) for m, names in PUBLIC.items() for n in names
+    }
+    leaks = []
+    for module_name in _private_modules():
+        if module_name.endswith("__main__"):
+            continue
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            if id(getattr(module, name)) not in exported:
+                leaks.append(f"{module_name}.{name}")
+    assert leaks == []
 
-    assert set(minions.__all__) >= AGENT_NAMES
-    assert set(minions.events.__all__) >= EVENT_NAMES
+
+def test_every_public_name_has_a_docstring() -> None:
+    missing = []
+    for module, names in PUBLIC.items():
+        for name in names:
+            value = getattr(importlib.import_module(module), name)
+            if (inspect.isclass(value) or inspect.isfunction(value)) and not value.__doc__:
+                missing.append(f"{module}.{name}")
+    assert missing == []
 
 
 def test_step_status_values() -> None:
@@ -63,7 +140,8 @@ def test_import_stays_light() -> None:
     code = (
         "import sys, minions; "
         "heavy = ['openai', 'instructor', 'pydantic', 'structlog', 'jmespath', 'yaml', "
-        "'jsonschema', 'tenacity', 'httpx', 'httpx2', 'rich', 'typer', 'minions.agent']; "
+        "'jsonschema', 'tenacity', 'httpx', 'httpx2', 'rich', 'typer', 'minions._agent', "
+        "'minions.recipes']; "
         "print(','.join(m for m in heavy if m in sys.modules))"
     )
     loaded = subprocess.run(
@@ -73,8 +151,10 @@ def test_import_stays_light() -> None:
 
 
 def test_lazy_names_resolve_once_and_are_listed() -> None:
+    from minions.recipes import AgentRecipe
+
     assert "AgentRecipe" in dir(minions)
-    assert minions.AgentRecipe is minions.agent.AgentRecipe
+    assert minions.AgentRecipe is AgentRecipe
     assert "AgentRecipe" in vars(minions)  # cached after the first lookup
     with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
         minions.NoSuchName  # noqa: B018

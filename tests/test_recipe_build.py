@@ -14,16 +14,19 @@ import yaml
 from minions import (
     AgentExecutor,
     AgentRecipe,
+    AnalysisStep,
     DefaultStep,
     ExecutionConfig,
+    LoopStep,
     MessageBundle,
     OutputInstructions,
     StepStatus,
+    ToolStep,
     Transition,
 )
+from minions.errors import InputError, RecipeError
 from minions.events import StepStarted
-from minions.recipes.errors import InputError, RecipeError
-from minions.step.kinds import AnalysisStep, LoopStep, ToolStep
+from minions.recipes import dump_recipe, load_recipe, parse_recipe
 from minions.testing import FunctionModel, ScriptedModel
 
 TOOLS = '''
@@ -82,7 +85,7 @@ def test_tool_loop_analysis_and_agent_steps_run_from_yaml(tmp_path: Path) -> Non
             goal: "Say {{ judge.output.last }}."
         """,
     )
-    recipe = AgentRecipe.from_yaml(path)
+    recipe = load_recipe(path)
     assert isinstance(recipe.step("nums"), ToolStep)
     assert isinstance(recipe.step("loud"), LoopStep)
     assert isinstance(recipe.step("judge"), AnalysisStep)
@@ -111,7 +114,7 @@ def test_an_empty_loop_completes_with_an_empty_result(tmp_path: Path) -> None:
           - {id: loud, depends_on: [nums], loop: "{{ nums.output }}", tool: shout, params: {text: "{{ loop.item }}"}}
         """,
     )
-    result = run(AgentRecipe.from_yaml(path))
+    result = run(load_recipe(path))
     assert result.ok
     assert result.step("loud").output == []
 
@@ -128,7 +131,7 @@ def test_inputs_are_checked_when_a_run_starts(tmp_path: Path) -> None:
           - {id: a, goal: "About {{ inputs.topic }}"}
         """,
     )
-    recipe = AgentRecipe.from_yaml(path)
+    recipe = load_recipe(path)
     model = ScriptedModel([])
     with pytest.raises(InputError) as missing:
         run(recipe, model)
@@ -166,7 +169,7 @@ def test_routing_and_sequential_mode(tmp_path: Path) -> None:
           - {id: y, goal: "Y after {{ x.output }}."}
         """,
     )
-    recipe = AgentRecipe.from_yaml(path)
+    recipe = load_recipe(path)
     assert recipe.transitions == (
         Transition("classify", "billing", when="output.topic == 'billing'"),
         Transition("classify", "other"),
@@ -191,7 +194,7 @@ def test_routing_and_sequential_mode(tmp_path: Path) -> None:
     started = [e.step_id for e in events if isinstance(e, StepStarted)]
     assert started == ["classify", "billing", "x", "y"]  # in file order
     assert "Y after x." in str(model.requests[-1])  # an earlier step, without depends_on
-    assert yaml.safe_load(recipe.to_yaml())["execution_mode"] == "sequential"
+    assert yaml.safe_load(dump_recipe(recipe))["execution_mode"] == "sequential"
 
 
 def test_a_sub_recipe_runs_as_one_step_and_its_usage_counts(tmp_path: Path) -> None:
@@ -219,7 +222,7 @@ def test_a_sub_recipe_runs_as_one_step_and_its_usage_counts(tmp_path: Path) -> N
         """,
     )
     model = FunctionModel(lambda p: f"<{p.step_id}:{p.messages[-1].content[-12:]}>")
-    result = run(AgentRecipe.from_yaml(path), model)
+    result = run(load_recipe(path), model)
     assert result.ok, result.error
     nested = result.step("nested")
     assert [e.step_id for e in nested.items] == ["echo"]
@@ -235,7 +238,7 @@ def test_sub_recipes_that_include_each_other_are_refused(tmp_path: Path) -> None
     with pytest.raises(
         RecipeError, match=r"recipes include each other: a\.yaml -> b\.yaml -> a\.yaml"
     ):
-        AgentRecipe.from_yaml(tmp_path / "a.yaml")
+        load_recipe(tmp_path / "a.yaml")
 
 
 def test_build_errors_name_file_line_step_and_field(tmp_path: Path) -> None:
@@ -252,7 +255,7 @@ def test_build_errors_name_file_line_step_and_field(tmp_path: Path) -> None:
         """,
     )
     with pytest.raises(RecipeError) as caught:
-        AgentRecipe.from_yaml(path)
+        load_recipe(path)
     lines = str(caught.value)
     assert "cannot import tools from 'nowhere.module'" in lines
     assert "'tools' has no 'missing'" in lines
@@ -279,10 +282,10 @@ def test_yaml_round_trips(tmp_path: Path) -> None:
           - {id: say, depends_on: [loud], goal: "Say {{ loud.output }}.", output: {said: ""}}
         """,
     )
-    recipe = AgentRecipe.from_yaml(path)
-    text = recipe.to_yaml()
-    again = AgentRecipe.from_yaml_text(text, base=tmp_path)
-    assert again.to_yaml() == text
+    recipe = load_recipe(path)
+    text = dump_recipe(recipe)
+    again = parse_recipe(text, base=tmp_path)
+    assert dump_recipe(again) == text
     assert [s.id for s in again.steps] == ["nums", "loud", "say"]
 
 
@@ -314,7 +317,7 @@ def test_a_python_recipe_writes_yaml_with_the_same_semantics(tmp_path: Path) -> 
         transitions=[Transition("plan", "check", when="output.ok")],
         inputs={"topic": "bees"},
     )
-    data = yaml.safe_load(recipe.to_yaml())
+    data = yaml.safe_load(dump_recipe(recipe))
     assert data["config"] == {"max_parallel_steps": 2}
     assert data["steps"][0]["system"] == "Be brief."
     assert data["steps"][0]["next"] == [{"step": "check", "when": "output.ok"}]
@@ -322,7 +325,7 @@ def test_a_python_recipe_writes_yaml_with_the_same_semantics(tmp_path: Path) -> 
     assert data["steps"][2]["mode"] == "sync"
     assert data["steps"][2]["config"] == {"max_model_calls_per_step": 3}
     assert "config" not in data["steps"][1]  # an analysis step's own default is not written
-    loaded = AgentRecipe.from_yaml_text(recipe.to_yaml(), base=tmp_path)
+    loaded = parse_recipe(dump_recipe(recipe), base=tmp_path)
 
     def reply(prompt: Any) -> str:
         return {"plan": '{"ok": true}', "check": '{"fine": true}'}.get(prompt.step_id, "end")
@@ -343,7 +346,7 @@ def test_what_has_no_yaml_form_is_named() -> None:
         transitions=[Transition("a", "b", when=lambda output: True)],
     )
     with pytest.raises(RecipeError) as caught:
-        recipe.to_yaml()
+        dump_recipe(recipe)
     text = str(caught.value)
     assert "model object has no YAML form" in text
     assert "Python callable" in text
@@ -363,7 +366,7 @@ def test_a_misspelled_tool_in_a_loop_is_reported_once_at_its_line(tmp_path: Path
         """,
     )
     with pytest.raises(RecipeError) as caught:
-        AgentRecipe.from_yaml(path)
+        load_recipe(path)
     [problem] = caught.value.problems
     assert problem.field == "tool"
     assert problem.line == 7

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from minions.recipes.errors import RecipeError
-from minions.recipes.loader import coerce_inputs, load_spec, parse_spec
-from minions.recipes.schema import InputSpec, RecipeSpec
+from minions.errors import RecipeError
+from minions.recipes._loader import coerce_inputs, load_spec, parse_spec
+from minions.recipes._schema import InputSpec, RecipeSpec
 
 FULL = """\
 id: everything

@@ -22,9 +22,9 @@ from minions import (
     StepStatus,
     TransientModelError,
 )
-from minions.models.base import Model
-from minions.models.recording import Recording, RecordingModel, ReplayMissError, ReplayModel
-from minions.recipes.subrecipe import RecipeStep
+from minions.models._base import Model
+from minions.models._recording import Recording, RecordingModel, ReplayMissError, ReplayModel
+from minions.recipes._subrecipe import RecipeStep
 from minions.testing import FunctionModel, ScriptedModel
 
 

@@ -17,9 +17,12 @@ from minions import (
     StepStatus,
     tool,
 )
-from minions.recipes.subrecipe import RecipeStep
-from minions.step.kinds import AnalysisStep, LoopStep, ToolStep, schema_from_example
-from minions.step.step import DefaultStep, Step
+from minions._kinds.analysis import AnalysisStep
+from minions._kinds.example import schema_from_example
+from minions._kinds.loop import LoopStep
+from minions._kinds.tool import ToolStep
+from minions._step.step import DefaultStep, Step
+from minions.recipes._subrecipe import RecipeStep
 from minions.testing import FunctionModel, ScriptedModel
 
 STATE = {"inputs": {"a": 2, "items": [3, 1, 2]}, "prev": {"output": {"b": 5}}}

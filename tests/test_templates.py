@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minions import AgentContext, DefaultStep, StepExecutor, StepStatus
+from minions._templates import check_template, has_template, render, render_text, template_roots
 from minions.errors import TemplateError, TemplateSyntaxError
-from minions.templates import check_template, has_template, render, render_text, template_roots
 from minions.testing import ScriptedModel
 
 STATE = {

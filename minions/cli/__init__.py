@@ -5,11 +5,28 @@ typer and rich are imported only when the command runs, so `import minions` stay
 
 from __future__ import annotations
 
-__all__ = ["main"]
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typer import Typer
+
+    app: Typer
+    """The typer application (``typer.testing.CliRunner().invoke(app, [...])`` in tests)."""
+
+__all__ = ["app", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    # The typer application loads on first use: `import minions.cli` stays light.
+    if name == "app":
+        from minions.cli._app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     """The `minions` command (the ``[project.scripts]`` entry point)."""
-    from minions.cli.app import app
+    from minions.cli._app import app
 
     app(prog_name="minions")

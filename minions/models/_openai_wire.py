@@ -12,22 +12,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from minions._messages import Message, ToolCall, ToolSpec, Usage
 from minions.errors import ModelError, ModelOutputError, TransientModelError
-from minions.messages import Message, ToolCall, ToolSpec, Usage
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-__all__ = [
-    "StreamAccumulator",
-    "message_of",
-    "retry_after",
-    "split_settings",
-    "to_openai_messages",
-    "to_openai_tools",
-    "translate_error",
-    "usage_of",
-]
+__all__ = []
 
 LENGTH_NOTE = (
     "Your reply was cut off at the length limit before it was complete. Answer again, more briefly."

@@ -11,8 +11,8 @@ Use them in your own tests::
         model = server.model()
 """
 
-from minions.testing.fake_openai import FakeOpenAIServer, FakeReply, FakeRequest, FakeScript
-from minions.testing.scripted import FunctionModel, Reply, ScriptedModel, estimate_tokens
+from minions.testing._fake_openai import FakeOpenAIServer, FakeReply, FakeRequest, FakeScript
+from minions.testing._scripted import FunctionModel, Reply, ScriptedModel, estimate_tokens
 
 __all__ = [
     "FakeOpenAIServer",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from minions import ExecutionConfig
-from minions.models.structured import capabilities
+from minions.models._structured import capabilities
 
 FAST = ExecutionConfig(retry_initial_delay=0.01, retry_max_delay=0.05)
 """Tiny backoff, so retries cost milliseconds."""

@@ -1,0 +1,261 @@
+"""AgentExecutor: runs a whole recipe, steps in parallel as soon as they are ready."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from minions._agent.graph import StepGraph
+from minions._agent.run import Run
+from minions._agent.stream import RunStream
+from minions._config import ExecutionConfig
+from minions._memory import ModelMemory
+from minions._routing.selection import StepSelectionChain
+from minions._step.completion import StepCompletionChain
+from minions._step.context import AgentContext
+from minions._step.result import AgentResult
+from minions.errors import UnknownRecipeError
+from minions.events import EventListener
+from minions.models._base import Model
+from minions.recipes._recipe import AgentRecipe
+from minions.tools._tool import Tool, ToolRegistry
+
+__all__ = ["AgentExecutor"]
+
+
+_GRAPH_CACHE = 32
+"""How many graphs of unregistered recipes an executor keeps."""
+
+
+class AgentExecutor:
+    """Runs recipes: validates each into a `StepGraph`, creates the run's `AgentContext`,
+    starts every step as soon as its own dependencies are done (up to `max_parallel_steps`
+    at once) and returns an `AgentResult`, or streams the run's events.
+
+    Args:
+        model: the default model (a `Model` or a model string); a recipe's or a step's own
+            model wins. ``None``: the `MINIONS_MODEL` environment variable, on first use.
+        tools: tools every recipe may use (plus each recipe's own).
+        memory: where conversations live; a fresh in-process memory per run by default.
+        config: execution settings; a recipe's `config` and each step's override them.
+        listeners: callables receiving every event of every run.
+        recipes: recipes to run by id.
+        completion_chain: the completion chain of steps (unless a recipe or step has one).
+        selection_chain: how next steps are chosen (unless a recipe has its own).
+        model_resolver: turns each model a run names (the recipe's or a step's `Model` or
+            model string, ``None`` when none is named) into the model to call; by default
+            `infer_model`. ``lambda _spec: ReplayModel(...)`` replays every model, the ones
+            recipes and steps name included.
+        model_wrapper: applied once to every model a run uses, after `model_resolver`
+            (recording...).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Model | str | None = None,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        memory: ModelMemory | None = None,
+        config: ExecutionConfig | None = None,
+        listeners: Iterable[EventListener] = (),
+        recipes: Iterable[AgentRecipe] = (),
+        completion_chain: StepCompletionChain | None = None,
+        selection_chain: StepSelectionChain | None = None,
+        model_resolver: Callable[[Model | str | None], Model] | None = None,
+        model_wrapper: Callable[[Model], Model] | None = None,
+    ) -> None:
+        self.model = model
+        self.tools = ToolRegistry(tools)
+        self.memory = memory
+        self.config = config or ExecutionConfig()
+        self.listeners: list[EventListener] = list(listeners)
+        self.completion_chain = completion_chain
+        self.selection_chain = selection_chain
+        self.model_resolver = model_resolver
+        self.model_wrapper = model_wrapper
+        self.recipes: dict[str, AgentRecipe] = {}
+        # The graphs of the recipes run lately, by recipe identity (a graph holds its recipe,
+        # so an id cannot be reused while cached); bounded, so ad-hoc recipes do not pile up.
+        self._graphs: OrderedDict[int, StepGraph] = OrderedDict()
+        for recipe in recipes:
+            self.register(recipe)
+
+    # -- recipes -------------------------------------------------------------------------------
+
+    def register(self, recipe: AgentRecipe) -> StepGraph:
+        """Add a recipe to run by id; it is validated now.
+
+        Raises:
+            RecipeError: the recipe is invalid.
+            ValueError: another recipe has the same id.
+        """
+        existing = self.recipes.get(recipe.id)
+        if existing is not None and existing is not recipe:
+            raise ValueError(f"two different recipes have the id {recipe.id!r}")
+        graph = self.graph(recipe)
+        self.recipes[recipe.id] = recipe
+        return graph
+
+    def recipe(self, recipe: AgentRecipe | str) -> AgentRecipe:
+        """A recipe given as itself or by the id it was registered with.
+
+        Raises:
+            UnknownRecipeError: no registered recipe has this id.
+        """
+        if isinstance(recipe, AgentRecipe):
+            return recipe
+        found = self.recipes.get(recipe)
+        if found is None:
+            known = ", ".join(map(repr, sorted(self.recipes))) or "none are registered"
+            raise UnknownRecipeError(f"unknown recipe {recipe!r} (known recipes: {known})")
+        return found
+
+    def graph(self, recipe: AgentRecipe | str) -> StepGraph:
+        """The recipe's validated graph (checked once per recipe and executor).
+
+        Raises:
+            RecipeError: every problem of the recipe.
+        """
+        recipe = self.recipe(recipe)
+        graph = self._graphs.get(id(recipe))
+        if graph is not None:
+            self._graphs.move_to_end(id(recipe))
+            return graph
+        graph = self._graphs[id(recipe)] = StepGraph(recipe, tools=self._registry(recipe))
+        while len(self._graphs) > _GRAPH_CACHE + len(self.recipes):
+            self._graphs.popitem(last=False)
+        return graph
+
+    def _registry(self, recipe: AgentRecipe) -> ToolRegistry:
+        if not recipe.tools:
+            return self.tools
+        return ToolRegistry([*self.tools, *recipe.tools])
+
+    # -- running -------------------------------------------------------------------------------
+
+    def create_context(
+        self,
+        recipe: AgentRecipe,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        listeners: Iterable[EventListener] = (),
+    ) -> AgentContext:
+        """The context of a new run of `recipe`: its model, tools, memory, config, inputs
+        (`AgentRecipe.check_inputs`: the recipe's defaults under the given ones) and event
+        listeners.
+
+        Raises:
+            RecipeError: the recipe is invalid.
+            InputError: the inputs are not what the recipe declares.
+        """
+        graph = self.graph(recipe)
+        return AgentContext(
+            model=recipe.model if recipe.model is not None else self.model,
+            tools=graph.tools if graph.tools is not None else self._registry(recipe),
+            memory=self.memory,
+            config=self.config.merged(recipe.config),
+            inputs=recipe.check_inputs(inputs or {}),
+            listeners=[*self.listeners, *listeners],
+            completion_chain=recipe.completion_chain or self.completion_chain,
+            run_id=run_id,
+            model_resolver=self.model_resolver,
+            model_wrapper=self.model_wrapper,
+            recipe_runner=run_recipe,
+        )
+
+    async def execute(
+        self,
+        recipe: AgentRecipe | str,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        listeners: Iterable[EventListener] = (),
+    ) -> AgentResult:
+        """Run a recipe (or the registered recipe with this id) to the end.
+
+        A failing step does not raise: the result is FAILED, with every step's execution.
+        Cancelling the call cancels every running step, emits `RunFailed` and re-raises.
+
+        Args:
+            recipe: the recipe, or the id of a registered one.
+            inputs: the run's inputs (templates read them as ``inputs``).
+            run_id: the run's id; a new random one by default.
+            listeners: callables receiving this run's events, in order.
+
+        Raises:
+            RecipeError: the recipe is invalid (nothing has run).
+            UnknownRecipeError: no registered recipe has this id.
+        """
+        found = self.recipe(recipe)
+        graph = self.graph(found)
+        context = self.create_context(found, inputs, run_id=run_id, listeners=listeners)
+        return await self.run(graph, context)
+
+    def execute_sync(
+        self,
+        recipe: AgentRecipe | str,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        listeners: Iterable[EventListener] = (),
+    ) -> AgentResult:
+        """`execute` for code that is not async."""
+        return asyncio.run(self.execute(recipe, inputs, run_id=run_id, listeners=listeners))
+
+    def stream(
+        self,
+        recipe: AgentRecipe | str,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> RunStream:
+        """Run a recipe and iterate its events as they happen, in sequence order, ending with
+        `RunCompleted` or `RunFailed`::
+
+            stream = executor.stream(recipe, inputs={"topic": "bees"})
+            async for event in stream:
+                print(event.kind, event.step_id)
+            print(stream.result.output)
+
+        To stop early, leave an ``async with`` block around the stream, or call
+        ``await stream.aclose()``: either cancels a run still going (a bare ``break`` only
+        stops reading; the run goes on until the stream is closed or garbage collected)::
+
+            async with executor.stream(recipe) as stream:
+                async for event in stream:
+                    if event.kind == "step_failed":
+                        break
+        """
+        return RunStream(
+            lambda listener: self.execute(recipe, inputs, run_id=run_id, listeners=[listener])
+        )
+
+    async def run(self, graph: StepGraph, context: AgentContext) -> AgentResult:
+        """Run a validated graph in a context you built (see `create_context`)."""
+        selection = graph.recipe.selection_chain or self.selection_chain
+        return await Run(graph, context, selection).execute()
+
+
+async def run_recipe(
+    recipe: Any,
+    inputs: Mapping[str, Any],
+    *,
+    run_id: str,
+    model: Model | str | None,
+    memory: ModelMemory,
+    config: ExecutionConfig,
+    model_resolver: Callable[[Model | str | None], Model] | None,
+    model_wrapper: Callable[[Model], Model] | None,
+) -> AgentResult:
+    """The `RecipeRunner` of runs started here: a recipe inside another run."""
+    executor = AgentExecutor(
+        model=model,
+        memory=memory,
+        config=config,
+        model_resolver=model_resolver,
+        model_wrapper=model_wrapper,
+    )
+    return await executor.execute(recipe, inputs, run_id=run_id)

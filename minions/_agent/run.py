@@ -1,0 +1,232 @@
+"""One run's machinery: the tasks of its running steps around a `StepManager`, fail-fast,
+sync steps, fire-and-forget grace, and the run's end."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from minions._agent.graph import StepGraph
+from minions._agent.manager import StepManager
+from minions._routing.selection import StepSelectionChain
+from minions._step.context import AgentContext
+from minions._step.execution import StepExecution, StepStatus
+from minions._step.executor import StepExecutor
+from minions._step.model_call import usage_record
+from minions._step.result import AgentResult
+from minions.events import RunCompleted, RunFailed, RunStarted
+
+__all__ = []
+
+
+class Run:
+    """One run: the tasks of its running steps, around a `StepManager`."""
+
+    def __init__(
+        self, graph: StepGraph, context: AgentContext, selection: StepSelectionChain | None
+    ) -> None:
+        self.graph = graph
+        self.context = context
+        self.manager = StepManager(graph, context, selection_chain=selection)
+        config = context.config
+        sequential = graph.recipe.execution_mode == "sequential"
+        self.limit = 1 if sequential else config.max_parallel_steps
+        self.fail_fast = config.fail_fast
+        self.grace = config.fire_and_forget_grace
+        self.running: dict[str, tuple[asyncio.Task[tuple[StepExecution, Any]], StepExecutor]] = {}
+        self.busy = 0
+        """Running steps that are not fire-and-forget."""
+        self.sync_running = False
+        self.error: str | None = None
+        """Why the run stopped early (set once, by `_stop`); ``None`` while it goes on."""
+        self.done: asyncio.Future[None] | None = None
+        self.grace_timer: asyncio.TimerHandle | None = None
+        self.grace_expired = False
+
+    async def execute(self) -> AgentResult:
+        context = self.context
+        started_at = time.time()
+        started = time.perf_counter()
+        context.events.emit(RunStarted, recipe_id=self.graph.recipe.id, inputs=dict(context.inputs))
+        self.done = asyncio.get_running_loop().create_future()
+        try:
+            self._pump()
+            await self.done
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            self._stop(
+                "the run was cancelled"
+                if cancelled
+                else f"the run failed: {type(exc).__name__}: {exc}"
+            )
+            # Wait for the cancelled steps: each task's done callback records its end.
+            await asyncio.gather(
+                *(task for task, _ in self.running.values()), return_exceptions=True
+            )
+            self._end(started_at, started)
+            raise
+        return self._end(started_at, started)
+
+    # -- scheduling ----------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Start ready steps while there is room; finish the run when nothing is left."""
+        manager = self.manager
+        stopping = self.error is not None
+        if not stopping:
+            while not self.sync_running and len(self.running) < self.limit:
+                step = manager.peek()
+                if step is None:
+                    break
+                if step.mode == "sync":
+                    if self.busy:
+                        break  # It runs alone: wait for the running steps to finish.
+                    self.sync_running = True
+                self._launch(step.id)
+            if manager.error is not None:
+                self._stop(manager.error)
+        stopping = self.error is not None
+        if self.busy or (manager.peek() is not None and not stopping):
+            return
+        if self.running and not stopping:
+            # Only fire-and-forget steps are left: wait for them, within the grace period.
+            if self.grace_timer is None:
+                loop = asyncio.get_running_loop()
+                self.grace_timer = loop.call_later(self.grace, self._end_grace)
+            return
+        if not self.running and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def _launch(self, step_id: str) -> None:
+        executor = self.manager.start(step_id)
+        task = asyncio.create_task(self._run_step(executor))
+        # The callback, not the coroutine, reports the end: a task cancelled before its first
+        # step never runs its coroutine at all.
+        task.add_done_callback(lambda done: self._task_done(step_id, executor, done))
+        self.running[step_id] = (task, executor)
+        if executor.step.mode != "fire_and_forget":
+            self.busy += 1
+            if self.grace_timer is not None:
+                self.grace_timer.cancel()
+                self.grace_timer = None
+
+    async def _run_step(self, executor: StepExecutor) -> tuple[StepExecution, Any]:
+        execution = await executor.execute()
+        return execution, await self.manager.route(execution)
+
+    def _task_done(
+        self, step_id: str, executor: StepExecutor, task: asyncio.Task[tuple[StepExecution, Any]]
+    ) -> None:
+        if task.cancelled():
+            execution = executor.execution
+            if not execution.status.terminal:
+                execution.status = StepStatus.FAILED
+                execution.error = f"step {step_id!r} was cancelled before it started"
+            self._finished(step_id, execution)
+            return
+        exc = task.exception()
+        if exc is not None:
+            # A selection link or a condition raised: the run cannot know where to go.
+            self._stop(f"choosing the step after {step_id!r} failed: {type(exc).__name__}: {exc}")
+            self._finished(step_id, executor.execution)
+            return
+        self._finished(step_id, *task.result())
+
+    def _finished(self, step_id: str, execution: StepExecution, routing: Any = None) -> None:
+        """A step's task ended: hand its execution to the manager, then schedule."""
+        try:
+            _, executor = self.running.pop(step_id)
+            mode = executor.step.mode
+            if mode != "fire_and_forget":
+                self.busy -= 1
+            if mode == "sync":
+                self.sync_running = False
+            if self.grace_expired and mode == "fire_and_forget":
+                execution.error = (
+                    f"step {step_id!r} was cancelled: still running {self.grace}s after the "
+                    "rest of the run ended (fire_and_forget_grace)"
+                )
+            failures = self.manager.failures
+            self.manager.advance(execution, routing)
+            if self.fail_fast and failures and failures[-1] is execution:
+                self._stop(f"step {step_id!r} failed and fail_fast is set: {execution.error}")
+            self._pump()
+        except Exception as exc:  # A bug must end the run, not leave it waiting forever.
+            if self.done is not None and not self.done.done():
+                self.done.set_exception(exc)
+
+    def _stop(self, reason: str) -> None:
+        """The run cannot go on: cancel what runs, start nothing new."""
+        if self.error is not None:
+            return
+        self.error = reason
+        current = asyncio.current_task()
+        for task, _ in self.running.values():
+            if task is not current:
+                task.cancel()
+
+    def _end_grace(self) -> None:
+        self.grace_expired = True
+        for task, _ in self.running.values():
+            task.cancel()
+
+    # -- the result ----------------------------------------------------------------------------
+
+    def _end(self, started_at: float, started: float) -> AgentResult:
+        if self.grace_timer is not None:
+            self.grace_timer.cancel()
+        manager = self.manager
+        reason = None if self.error is None else f"not run: {self.error}"
+        manager.close(reason)
+        context = self.context
+        error = self.error
+        if error is None and manager.failures:
+            error = "; ".join(f"step {e.step_id!r} failed: {e.error}" for e in manager.failures)
+        status = StepStatus.FAILED if error is not None else StepStatus.COMPLETED
+        duration = time.perf_counter() - started
+        result = AgentResult(
+            run_id=context.run_id,
+            recipe_id=self.graph.recipe.id,
+            status=status,
+            executions=tuple(manager.executions),
+            output=self._output(),
+            error=error,
+            usage=context.usage,
+            inputs=context.inputs,
+            state=dict(manager.state),
+            started_at=started_at,
+            finished_at=started_at + duration,
+        )
+        if status is StepStatus.COMPLETED:
+            context.events.emit(
+                RunCompleted,
+                output=result.output,
+                usage=usage_record(result.usage),
+                duration=duration,
+            )
+        else:
+            context.events.emit(
+                RunFailed, error=error or "", usage=usage_record(result.usage), duration=duration
+            )
+        return result
+
+    def _output(self) -> Any:
+        graph, executions = self.graph, self.manager.executions
+        wanted = graph.recipe.output_step
+        fallback = None
+        for execution in reversed(executions):
+            if execution.status is not StepStatus.COMPLETED:
+                continue
+            step_id = execution.step_id
+            if wanted is not None:
+                if step_id == wanted:
+                    return execution.output
+                continue
+            if graph.steps[step_id].mode == "fire_and_forget":
+                continue
+            if step_id in graph.sinks:
+                return execution.output
+            if fallback is None:
+                fallback = execution
+        return fallback.output if fallback is not None else None

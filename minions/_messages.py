@@ -1,0 +1,214 @@
+"""The values that flow through a step: messages, tool calls, model calls, prompts and usage.
+
+All of them are frozen dataclasses; change one with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from minions._usage import Usage
+from minions.errors import ModelOutputError
+
+if TYPE_CHECKING:
+    from minions._output import OutputInstructions
+
+__all__ = [
+    "Message",
+    "MessageBundle",
+    "ModelCall",
+    "ModelCallResponse",
+    "OutputMode",
+    "Prompt",
+    "ToolCall",
+    "ToolCallResponse",
+    "ToolSpec",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+OutputMode = Literal["json_schema", "tool", "prompted_json"]
+"""How a structured answer was asked for: the server's native JSON Schema mode, a forced call
+of the output tool, or JSON asked for in the prompt (and repaired when needed)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallResponse:
+    """The outcome of one tool call: a result, or the error that went back to the model."""
+
+    call_id: str
+    name: str
+    result: Any = None
+    error: str | None = None
+    content: str = ""
+    """The text the model sees as this call's result (the serialized result, or the error)."""
+    attempts: int = 1
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """A tool call the model asked for; `response` is set once it has run."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    response: ToolCallResponse | None = None
+
+    @classmethod
+    def parse(cls, *, id: str, name: str, arguments: str | Mapping[str, Any] | None) -> ToolCall:
+        """Build a call from the model's raw argument JSON.
+
+        Raises:
+            ModelOutputError: the arguments are not a JSON object; the step loop re-asks.
+        """
+        if arguments is None or arguments == "":
+            return cls(id=id, name=name, arguments={})
+        if isinstance(arguments, Mapping):
+            return cls(id=id, name=name, arguments=dict(arguments))
+        try:
+            parsed = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            raise ModelOutputError(
+                f"The arguments of your call to tool {name!r} were not valid JSON ({exc.msg} at "
+                f"position {exc.pos}). Call it again with a JSON object."
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ModelOutputError(
+                f"The arguments of your call to tool {name!r} must be a JSON object, "
+                f"not {type(parsed).__name__}."
+            )
+        return cls(id=id, name=name, arguments=parsed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One message of a conversation, in the OpenAI chat shape."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    """For `role="tool"`: the id of the call this message answers."""
+    name: str | None = None
+    """For `role="tool"`: the name of the tool."""
+
+    @classmethod
+    def system(cls, content: str) -> Message:
+        return cls(role="system", content=content)
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(cls, content: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
+        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, call_id: str, content: str, *, name: str | None = None) -> Message:
+        return cls(role="tool", content=content, tool_call_id=call_id, name=name)
+
+    def __str__(self) -> str:
+        text = f"{self.role}: {self.content}"
+        for call in self.tool_calls:
+            text += f"\n  -> {call.name}({json.dumps(dict(call.arguments), default=str)})"
+        return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageBundle:
+    """What a step says to the model: a system prompt, a goal, and optional extra messages
+    (few-shot examples, fixed context) placed between the two.
+
+    `system` and `goal` may hold `{{ expression }}` templates, rendered from run state.
+    """
+
+    goal: str
+    system: str | None = None
+    messages: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """What a model is told about a tool: its name, description and JSON Schema parameters."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prompt:
+    """One request to a model: the conversation so far, the tools it may call, and the
+    structured output expected (if any)."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    output: OutputInstructions | None = None
+    tool_choice: Literal["auto", "required", "none"] = "auto"
+    step_id: str | None = None
+    scope: str = ""
+    """Which step execution asks: stable across runs of the same recipe (e.g. ``fetch#1`` for
+    the first visit of step ``fetch``, ``apply#1[3]`` for item 3 of a loop). Recording and
+    replay key model calls by it."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Provider settings such as `temperature`, passed through as they are."""
+
+    def __str__(self) -> str:
+        return "\n".join(str(message) for message in self.messages)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCallResponse:
+    """A model's answer: one assistant message with text and/or tool calls."""
+
+    message: Message
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = "stop"
+    model: str | None = None
+    output: Any = None
+    """Structured output the provider already parsed and validated, if it did."""
+    output_mode: str | None = None
+    """How structured output was produced: `json_schema`, `tool`, `prompted_json`, `text`..."""
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def text(self) -> str:
+        return self.message.content
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return self.message.tool_calls
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCall:
+    """The record of one model call attempt: what was asked, what came back or went wrong."""
+
+    step_id: str
+    turn: int
+    """1 for the step's first model call, 2 for the follow-up after tool results, ..."""
+    attempt: int
+    """1 for the first attempt of a turn; retries count up."""
+    prompt: Prompt = field(repr=False)
+    response: ModelCallResponse | None = None
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    output_mode: str | None = None
+    """The structured-output mode of the answer: the one that produced its output, or, for an
+    answer that failed as output, the one it was asked in; `None` without structured output."""
+    started_at: float = 0.0
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.response is not None

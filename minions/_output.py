@@ -1,0 +1,192 @@
+"""Structured output: what shape a step's answer must have, and how to read it from a reply."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from minions.errors import OutputValidationError
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+__all__ = ["OutputInstructions"]
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+_MAX_ERRORS_IN_NOTE = 5
+
+
+def extract_json(text: str) -> Any:
+    """Read a JSON value out of a model's reply.
+
+    Accepts bare JSON, JSON in a ```json fence, JSON surrounded by prose, and trivially broken
+    JSON (trailing commas, a missing closing brace, Python literals), repaired with
+    `json_repair`.
+
+    Raises:
+        OutputValidationError: no JSON object or array could be found.
+    """
+    stripped = text.strip()
+    try:
+        return json.loads(stripped)
+    except json.JSONDecodeError:
+        pass
+    candidates = [match.group(1).strip() for match in _FENCE.finditer(stripped)]
+    candidates.append(stripped)
+    decoder = json.JSONDecoder()
+    for candidate in candidates:
+        for start, char in enumerate(candidate):
+            if char in "{[":
+                try:
+                    return decoder.raw_decode(candidate, start)[0]
+                except json.JSONDecodeError:
+                    break
+    import json_repair
+
+    for candidate in candidates:
+        start = min((i for i in (candidate.find("{"), candidate.find("[")) if i >= 0), default=-1)
+        if start < 0:
+            continue
+        repaired = json_repair.loads(candidate[start:])
+        if isinstance(repaired, dict | list) and repaired:
+            return repaired
+    raise OutputValidationError("Your answer did not contain a JSON object.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Target:
+    """How to validate and describe one output type."""
+
+    name: str
+    schema: Mapping[str, Any]
+    adapter: TypeAdapter[Any] | None
+    raw_schema: bool
+
+
+@dataclass(frozen=True)
+class OutputInstructions:
+    """The structured output a step must produce.
+
+    Args:
+        output_type: a pydantic model class, any type pydantic can validate (`list[str]`, a
+            dataclass, a `TypedDict`), or a raw JSON Schema as a dict.
+        instructions: extra text for the model about the output (appended to the goal).
+        name: the name the output goes by (also the name of the output tool in tool mode);
+            defaults to the model's class name or the schema's `title`.
+
+    The validated output is a model instance for a pydantic model, a dict (or list) for a raw
+    JSON Schema.
+    """
+
+    output_type: Any
+    instructions: str | None = None
+    name: str | None = None
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @cached_property
+    def _target(self) -> _Target:
+        if isinstance(self.output_type, Mapping):
+            schema = dict(self.output_type)
+            name = self.name or str(schema.get("title") or "output")
+            return _Target(name=name, schema=schema, adapter=None, raw_schema=True)
+        from pydantic import BaseModel, TypeAdapter
+
+        if isinstance(self.output_type, type) and issubclass(self.output_type, BaseModel):
+            return _Target(
+                name=self.name or self.output_type.__name__,
+                schema=self.output_type.model_json_schema(),
+                adapter=TypeAdapter(self.output_type),
+                raw_schema=False,
+            )
+        adapter: TypeAdapter[Any] = TypeAdapter(self.output_type)
+        name = self.name or getattr(self.output_type, "__name__", None) or "output"
+        return _Target(name=name, schema=adapter.json_schema(), adapter=adapter, raw_schema=False)
+
+    @property
+    def tool_name(self) -> str:
+        """The name of the output tool, in the form tool names must have."""
+        return re.sub(r"[^A-Za-z0-9_-]", "_", self._target.name)[:64]
+
+    def json_schema(self) -> Mapping[str, Any]:
+        return self._target.schema
+
+    def problems(self) -> list[str]:
+        """What is wrong with these instructions themselves (e.g. a schema that is not valid
+        JSON Schema); empty when they are usable."""
+        try:
+            target = self._target
+        except Exception as exc:
+            return [f"output type {self.output_type!r} cannot be validated: {exc}"]
+        if target.raw_schema:
+            import jsonschema
+
+            try:
+                jsonschema.Draft202012Validator.check_schema(target.schema)
+            except jsonschema.SchemaError as exc:
+                where = "/".join(str(p) for p in exc.path) or "the top level"
+                return [f"output schema is not valid JSON Schema at {where}: {exc.message}"]
+        return []
+
+    def render_instructions(self) -> str:
+        """The prompt text asking for JSON with the schema (for prompted-JSON mode)."""
+        schema = json.dumps(self.json_schema(), separators=(",", ":"))
+        text = f"Reply with only a JSON object that matches this JSON Schema:\n{schema}"
+        if self.instructions:
+            text = f"{self.instructions}\n{text}"
+        return text
+
+    def validate_json(self, text: str) -> Any:
+        """Validate a reply's text: bare JSON, fenced, in prose, or trivially broken.
+
+        Raises:
+            OutputValidationError: with a short message for the model about what was wrong.
+        """
+        target = self._target
+        if target.adapter is not None:
+            try:
+                return target.adapter.validate_json(text)
+            except Exception:
+                pass  # Not clean JSON of the right shape: extract, then report real errors.
+        return self.validate_python(extract_json(text))
+
+    def validate_python(self, value: Any) -> Any:
+        """Validate an already-parsed value (e.g. the arguments of an output tool call)."""
+        target = self._target
+        if target.adapter is None:
+            return self._validate_with_schema(target.schema, value)
+        from pydantic import ValidationError
+
+        try:
+            return target.adapter.validate_python(value)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            lines = [
+                f"{'.'.join(str(p) for p in err['loc']) or 'output'}: {err['msg']}"
+                for err in errors[:_MAX_ERRORS_IN_NOTE]
+            ]
+            raise OutputValidationError(_note(lines, len(errors))) from None
+
+    def _validate_with_schema(self, schema: Mapping[str, Any], value: Any) -> Any:
+        validator = self._cache.get("validator")
+        if validator is None:
+            import jsonschema
+
+            validator = jsonschema.Draft202012Validator(schema)
+            self._cache["validator"] = validator
+        errors = list(validator.iter_errors(value))
+        if errors:
+            lines = [
+                f"{'.'.join(str(p) for p in err.absolute_path) or 'output'}: {err.message}"
+                for err in errors[:_MAX_ERRORS_IN_NOTE]
+            ]
+            raise OutputValidationError(_note(lines, len(errors)))
+        return value
+
+
+def _note(lines: list[str], count: int) -> str:
+    more = f" (and {count - len(lines)} more)" if count > len(lines) else ""
+    return "Your output did not match the required schema: " + "; ".join(lines) + more + "."

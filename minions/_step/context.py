@@ -1,0 +1,165 @@
+"""The context a run (or a single step) executes in."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from minions._config import ExecutionConfig
+from minions._memory import InMemoryModelMemory, ModelMemory
+from minions._messages import Usage
+from minions._step.result import AgentResult
+from minions.errors import BudgetExceededError
+from minions.events import EventEmitter, EventListener
+from minions.models._base import Model
+from minions.models._infer import infer_model
+from minions.tools._tool import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from minions._step.completion import StepCompletionChain
+
+__all__ = ["AgentContext"]
+
+
+class RecipeRunner(Protocol):
+    """Runs a recipe (an `AgentRecipe`) inside another run, and returns its `AgentResult`.
+
+    The arguments are the inner run's: its id, default model, memory, configuration, model
+    resolver and wrapper (see `AgentExecutor`).
+    """
+
+    def __call__(
+        self,
+        recipe: Any,
+        inputs: Mapping[str, Any],
+        *,
+        run_id: str,
+        model: Model | str | None,
+        memory: ModelMemory,
+        config: ExecutionConfig,
+        model_resolver: Callable[[Model | str | None], Model] | None,
+        model_wrapper: Callable[[Model], Model] | None,
+    ) -> Awaitable[AgentResult]: ...
+
+
+class AgentContext:
+    """What steps share during a run: model, tools, memory, config, inputs, events and budgets.
+
+    Args:
+        model: a `Model`, a model string (``"openai:gpt-4o-mini"``, ``"ollama:llama3.2:3b"``),
+            or ``None`` for the `MINIONS_MODEL` environment variable. Resolved on first use.
+        tools: tools or plain functions, or a `ToolRegistry`.
+        memory: where conversations live (in process memory by default).
+        config: execution settings; steps may override fields.
+        inputs: the run's inputs, visible to templates as ``inputs``.
+        listeners: callables receiving every event, in order.
+        completion_chain: the chain steps use unless they carry their own.
+        run_id: defaults to a new random id.
+        model_resolver: turns the model a recipe or step names (a `Model`, a model string, or
+            ``None`` when none is named anywhere) into the model to call; the default is
+            `minions.models.infer_model` (a `Model` as it is, ``None`` for `MINIONS_MODEL`).
+            Give one to replay every model from a recording (``lambda _spec: replay``) or to
+            map model strings to test doubles. Each string or object is resolved once per run.
+        model_wrapper: applied once to every model the run uses (the default and each step's
+            own), after `model_resolver`, e.g. to record replies (`RecordingModel`).
+        recipe_runner: runs a recipe inside this run (what a `RecipeStep` calls); the
+            `AgentExecutor` gives its own. ``None``: recipe steps cannot run in this context.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Model | str | None = None,
+        tools: ToolRegistry | Iterable[Tool | Callable[..., Any]] = (),
+        memory: ModelMemory | None = None,
+        config: ExecutionConfig | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        listeners: Iterable[EventListener] = (),
+        completion_chain: StepCompletionChain | None = None,
+        run_id: str | None = None,
+        model_resolver: Callable[[Model | str | None], Model] | None = None,
+        model_wrapper: Callable[[Model], Model] | None = None,
+        recipe_runner: RecipeRunner | None = None,
+    ) -> None:
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self._model_spec = model
+        self._model: Model | None = None
+        self.model_resolver = model_resolver
+        """The resolver given (``None``: `infer_model`); a sub-recipe's run uses it too."""
+        self._resolver = model_resolver or resolve_model
+        self._wrapper = model_wrapper
+        self._wrapped: dict[int, tuple[Model, Model]] = {}
+        self._resolved: dict[str | int, tuple[Model | str | None, Model]] = {}
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.memory: ModelMemory = memory if memory is not None else InMemoryModelMemory()
+        self.config = config or ExecutionConfig()
+        self.inputs: Mapping[str, Any] = dict(inputs or {})
+        self.events = EventEmitter(self.run_id, listeners)
+        self.completion_chain = completion_chain
+        self.recipe_runner = recipe_runner
+        self.usage = Usage()
+        """Tokens of every model call of the run so far (all steps, all attempts)."""
+
+    @property
+    def model(self) -> Model:
+        """The run's default model, resolved by the `model_resolver` on first use."""
+        if self._model is None:
+            self._model = self._resolve(self._model_spec)
+        return self._model
+
+    def resolve_model(self, override: Model | str | None) -> Model:
+        """A step's model: its own override, else the run's model."""
+        if override is None:
+            return self.model
+        return self._resolve(override)
+
+    def _resolve(self, spec: Model | str | None) -> Model:
+        # Resolve each model string or object once per run: one client, one wrapper. The entry
+        # holds the object, so its id cannot be reused while it is cached.
+        key = spec if isinstance(spec, str) else id(spec)
+        found = self._resolved.get(key)
+        if found is None:
+            found = self._resolved[key] = (spec, self._wrap(self._resolver(spec)))
+        return found[1]
+
+    @property
+    def model_spec(self) -> Model | str | None:
+        """The run's default model as given (an object, a model string, or ``None``)."""
+        return self._model_spec
+
+    def wrap_model(self, model: Model) -> Model:
+        """`model` as this run's steps see it: through the run's model wrapper, if any."""
+        return self._wrap(model)
+
+    def _wrap(self, model: Model) -> Model:
+        if self._wrapper is None:
+            return model
+        # One wrapper per model object, so every step using it shares the same wrapper (the
+        # entry holds the model, so its id is not reused while the run lasts).
+        found = self._wrapped.get(id(model))
+        if found is None:
+            found = self._wrapped[id(model)] = (model, self._wrapper(model))
+        return found[1]
+
+    def record_usage(self, usage: Usage) -> None:
+        self.usage = self.usage + usage
+
+    def check_run_budget(self) -> None:
+        """Raise `BudgetExceededError` when the run has used its token budget."""
+        budget = self.config.run_token_budget
+        if budget is not None and self.usage.total_tokens >= budget:
+            raise BudgetExceededError(
+                f"run token budget of {budget} exhausted: {self.usage.total_tokens} tokens used "
+                f"over {self.usage.calls} model calls"
+            )
+
+    def __repr__(self) -> str:
+        return f"AgentContext(run_id={self.run_id!r}, model={self._model or self._model_spec!r})"
+
+
+def resolve_model(spec: Model | str | None) -> Model:
+    """The default `model_resolver`: `infer_model`, imported on first use."""
+    if isinstance(spec, Model):
+        return spec
+    return infer_model(spec)

@@ -1,0 +1,104 @@
+"""The record of one step's execution."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from minions._messages import Message, ModelCall, ModelCallResponse, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from minions._config import ExecutionConfig
+    from minions._step.step import Step
+
+__all__ = ["DecisionRecord", "StepExecution", "StepStatus"]
+
+
+class StepStatus(enum.Enum):
+    """Where a step is: pending, in progress, or ended (completed, failed or skipped)."""
+
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.SKIPPED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionRecord:
+    """A completion decision as it was taken: by which link, of which kind, and why."""
+
+    link: str
+    kind: Literal["complete", "incomplete", "fail", "reask"]
+    reason: str
+    turn: int
+
+
+@dataclass(kw_only=True, eq=False)
+class StepExecution:
+    """Everything that happened while one step ran.
+
+    The step loop fills it in; once `status` is terminal, treat it as read-only.
+    """
+
+    step_id: str
+    status: StepStatus = StepStatus.PENDING
+    output: Any = None
+    error: str | None = None
+    """Why the step failed or was skipped."""
+    next_step: str | None = None
+    """The step's own suggestion for what runs next (from its completion output)."""
+    visit: int = 1
+    """1 the first time a step runs in a run, 2 when a loop brings it back, ..."""
+    model_calls: list[ModelCall] = field(default_factory=list)
+    """Every model call attempt, retries and re-asks included."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    """Every tool call that ran, with its `response`, in the model's order."""
+    decisions: list[DecisionRecord] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    """Tokens of every model call attempt of the step."""
+    turns: int = 0
+    """Model calls that produced an answer the step used (retries not counted)."""
+    items: list[StepExecution] = field(default_factory=list)
+    """For a loop step: the execution of each item, in item order."""
+    conversation_id: str = ""
+    messages: tuple[Message, ...] = field(default=(), repr=False)
+    """The step's conversation as it ended."""
+    started_at: float | None = None
+    finished_at: float | None = None
+    step: Step | None = field(default=None, repr=False)
+    config: ExecutionConfig | None = field(default=None, repr=False)
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+    @property
+    def last_response(self) -> ModelCallResponse | None:
+        """The newest model answer (of a successful attempt)."""
+        for call in reversed(self.model_calls):
+            if call.response is not None:
+                return call.response
+        return None
+
+    @property
+    def retries(self) -> int:
+        """Model call attempts beyond the first of each turn."""
+        return sum(1 for call in self.model_calls if call.attempt > 1)
+
+    def absorb(self, parts: Iterable[StepExecution]) -> None:
+        """Count the model calls, tool calls, turns and usage of inner executions (a loop's
+        items, a sub-recipe's steps) in this one."""
+        for part in parts:
+            self.model_calls.extend(part.model_calls)
+            self.tool_calls.extend(part.tool_calls)
+            self.usage = self.usage + part.usage
+            self.turns += part.turns

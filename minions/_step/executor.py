@@ -1,0 +1,395 @@
+"""StepExecutor: the model ⇄ tool loop of one step."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from minions._memory import MemorySnapshot
+from minions._messages import Message, Prompt, ToolCall, ToolCallResponse, ToolSpec
+from minions._step.completion import COMPLETION_TOOL, CompletionDecision, StepCompletionChain
+from minions._step.context import AgentContext
+from minions._step.execution import DecisionRecord, StepExecution, StepStatus
+from minions._step.model_call import ModelCallExecutor, usage_record
+from minions._step.step import Step, StepInput
+from minions._step.tool_call import ToolCallExecutor
+from minions.errors import MinionsError, ModelOutputError, StepDefinitionError
+from minions.events import (
+    CompletionDecided,
+    RetryScheduled,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+)
+from minions.models._base import Model
+
+__all__ = ["StepExecutor"]
+
+
+class _StepEnded(Exception):
+    """Internal: the loop has reached a terminal decision."""
+
+
+class StepExecutor:
+    """Runs one step: builds its prompt, calls the model, runs the tools it asks for, and asks
+    the completion chain after every answer, until the step completes or fails.
+
+    Definition problems (unknown tool, empty goal, invalid output schema) raise
+    `StepDefinitionError` here, before any model call. After that, `execute()` never raises
+    for a failure of the step: the returned `StepExecution` is FAILED with a reason. Only
+    cancellation from outside propagates (after the execution is recorded as FAILED).
+
+    Args:
+        step: the step to run.
+        context: the run's context (model, tools, memory, config, events).
+        state: run state for templates; defaults to ``{"inputs": context.inputs}``.
+        dependencies: outputs of the step's direct dependencies, by step id.
+        visit: which visit of this step this is (loops bring steps back).
+        conversation_id: the conversation to use; a fresh one per step and visit by default.
+        scope: a stable name for this execution within a run (``step#visit`` by default; loop
+            items add ``[index]``), carried by its prompts so recordings replay by it.
+        item: for one item of a loop step: its index. The execution and its events are then
+            named ``step[index]``.
+        checked: the step's definition was already checked against these tools (a
+            `StepGraph` checks every step before a run); otherwise it is checked here.
+    """
+
+    def __init__(
+        self,
+        step: Step,
+        context: AgentContext,
+        *,
+        state: Mapping[str, Any] | None = None,
+        dependencies: Mapping[str, Any] | None = None,
+        visit: int = 1,
+        conversation_id: str | None = None,
+        scope: str | None = None,
+        item: int | None = None,
+        checked: bool = False,
+    ) -> None:
+        if not checked:
+            problems = step.problems(context.tools)
+            if problems:
+                raise StepDefinitionError(problems)
+        self.step = step
+        self.context = context
+        self.config = context.config.merged(step.config)
+        self.state: Mapping[str, Any] = state if state is not None else {"inputs": context.inputs}
+        self.dependencies: Mapping[str, Any] = dependencies or {}
+        suffix = "" if item is None else f"[{item}]"
+        self.name = f"{step.id}{suffix}"
+        self.scope = scope or f"{step.id}#{visit}{suffix}"
+        self.conversation_id = conversation_id or f"{context.run_id}/{self.scope}"
+        self.execution = StepExecution(
+            step_id=self.name,
+            visit=visit,
+            conversation_id=self.conversation_id,
+            step=step,
+            config=self.config,
+        )
+        # The model may call only the step's own tools, whatever else the run registered.
+        self.tools = ToolCallExecutor(
+            context.tools.subset(step.tool_names()),
+            config=self.config,
+            emitter=context.events,
+            step_id=self.name,
+        )
+
+    @property
+    def model(self) -> Model:
+        return self.context.resolve_model(self.step.model)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def execute_sync(self) -> StepExecution:
+        """`execute` for code that is not async."""
+        return asyncio.run(self.execute())
+
+    async def execute(self) -> StepExecution:
+        """Run the step to a terminal status and return its execution."""
+        execution = self.execution
+        execution.status = StepStatus.IN_PROGRESS
+        execution.started_at = time.time()
+        self.context.events.emit(StepStarted, step_id=self.name, visit=execution.visit)
+        timeout = self.step.timeout
+        try:
+            if timeout is None:
+                await self.step.run(self)
+            else:
+                async with asyncio.timeout(timeout):
+                    await self.step.run(self)
+        except _StepEnded:
+            pass
+        except TimeoutError as exc:
+            if timeout is not None and not str(exc):
+                self._fail(f"step {self.name!r} timed out after {timeout}s")
+            else:
+                self._fail(_reason(exc))
+        except asyncio.CancelledError:
+            self._fail(f"step {self.name!r} was cancelled")
+            self._finish()
+            raise
+        except Exception as exc:
+            self._fail(_reason(exc))
+        else:
+            if not execution.status.terminal:
+                self._fail(f"step {self.name!r} ended without a decision")
+        self._finish()
+        return execution
+
+    def complete(self, output: Any, *, next_step: str | None = None) -> None:
+        """End the step as COMPLETED with `output` (for `Step.run` overrides)."""
+        self.execution.output = output
+        self.execution.next_step = next_step
+        self.execution.status = StepStatus.COMPLETED
+
+    def _fail(self, reason: str) -> None:
+        self.execution.status = StepStatus.FAILED
+        self.execution.error = reason
+
+    def _finish(self) -> None:
+        execution = self.execution
+        self._close_pending_tool_calls()
+        execution.finished_at = time.time()
+        execution.messages = self.context.memory.messages(self.conversation_id)
+        duration = execution.duration or 0.0
+        events = self.context.events
+        if execution.status is StepStatus.COMPLETED:
+            events.emit(
+                StepCompleted,
+                step_id=self.name,
+                visit=execution.visit,
+                output=execution.output,
+                usage=usage_record(execution.usage),
+                duration=duration,
+            )
+        else:
+            events.emit(
+                StepFailed,
+                step_id=self.name,
+                visit=execution.visit,
+                error=execution.error or "",
+                usage=usage_record(execution.usage),
+                duration=duration,
+            )
+
+    def _close_pending_tool_calls(self) -> None:
+        """Keep the memory invariant on every path: an assistant message asking for tools is
+        followed by one result per call id, even when the step ended before they ran."""
+        memory = self.context.memory
+        messages = memory.messages(self.conversation_id)
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if message.role == "assistant":
+                answered = {m.tool_call_id for m in messages[index + 1 :] if m.role == "tool"}
+                missing = [c for c in message.tool_calls if c.id not in answered]
+                reason = self.execution.error or "the step ended"
+                memory.append(
+                    self.conversation_id,
+                    *(Message.tool(c.id, f"Not executed: {reason}.", name=c.name) for c in missing),
+                )
+                return
+            if message.role != "tool":
+                return
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _tool_specs(self) -> tuple[ToolSpec, ...]:
+        specs = [tool.spec for tool in self.tools.registry]  # the step's own tools, sorted
+        if getattr(self.step, "completion_tool", False):
+            specs.append(_completion_tool_spec(self.step))
+        return tuple(specs)
+
+    def _start_conversation(self) -> None:
+        messages = self.step.build_messages(
+            StepInput(context=self.context, state=self.state, dependencies=self.dependencies)
+        )
+        memory = self.context.memory
+        if memory.messages(self.conversation_id):
+            # A shared conversation already has its system prompt.
+            messages = [m for m in messages if m.role != "system"]
+        memory.append(self.conversation_id, *messages)
+
+    async def run_model_loop(self) -> None:
+        """The model ⇄ tool loop, until the completion chain decides or the call limit."""
+        self._start_conversation()
+        step, config, execution = self.step, self.config, self.execution
+        memory = self.context.memory
+        conversation = self.conversation_id
+        chain = step.completion_chain(
+            self.context.completion_chain or StepCompletionChain.default()
+        )
+        calls = ModelCallExecutor(
+            self.model, context=self.context, execution=execution, config=config
+        )
+        tools = self._tool_specs()
+        limit = config.max_model_calls_per_step
+        while True:
+            if execution.turns >= limit:
+                self._fail(f"reached max_model_calls_per_step ({limit}) without completing")
+                return
+            turn = execution.turns + 1
+            base = memory.snapshot(conversation)
+            reasks = 0
+            note: str | None = None
+            while True:
+                if note is not None:
+                    # Transactional re-ask: back to before the failed answer, plus one note.
+                    memory.restore(base)
+                    memory.append(conversation, Message.user(note))
+                prompt = Prompt(
+                    messages=memory.messages(conversation),
+                    tools=tools,
+                    output=step.output,
+                    step_id=step.id,
+                    scope=self.scope,
+                )
+                try:
+                    response = await calls.call(prompt, turn=turn)
+                except ModelOutputError as exc:
+                    reasks = self._count_reask(reasks, exc.note, base)
+                    note = exc.note
+                    continue
+                execution.turns = turn
+                memory.append(conversation, response.message)
+                if response.tool_calls:
+                    await self._run_tool_calls(response.tool_calls)
+                found = await chain.check(execution, self.context)
+                if found is None:
+                    break
+                link, decision = found
+                self._record_decision(link.name, decision, turn)
+                if decision.kind == "reask":
+                    self._mark_rejected(decision.note or decision.reason)
+                    reasks = self._count_reask(reasks, decision.note or decision.reason, base)
+                    note = decision.note or decision.reason
+                    continue
+                if decision.kind == "complete":
+                    self.complete(decision.output, next_step=decision.next_step)
+                    return
+                if decision.kind == "fail":
+                    self._fail(decision.reason)
+                    return
+                memory.append(conversation, Message.user(decision.note or decision.reason))
+                break
+
+    def _count_reask(self, reasks: int, note: str, base: MemorySnapshot) -> int:
+        reasks += 1
+        if reasks > self.config.max_output_retries:
+            # Giving up: the conversation keeps no trace of the rejected answers either.
+            self.context.memory.restore(base)
+            self._fail(
+                f"invalid output after {reasks} attempts "
+                f"(max_output_retries={self.config.max_output_retries}): {note}"
+            )
+            raise _StepEnded
+        self.context.events.emit(
+            RetryScheduled, step_id=self.name, target="output", attempt=reasks, reason=note
+        )
+        return reasks
+
+    def _mark_rejected(self, note: str) -> None:
+        calls = self.execution.model_calls
+        if calls and calls[-1].error is None:
+            calls[-1] = dataclasses.replace(calls[-1], error=f"rejected: {note}")
+
+    def _record_decision(self, link: str, decision: CompletionDecision, turn: int) -> None:
+        reason = decision.reason or decision.kind
+        self.execution.decisions.append(
+            DecisionRecord(link=link, kind=decision.kind, reason=reason, turn=turn)
+        )
+        self.context.events.emit(
+            CompletionDecided,
+            step_id=self.name,
+            link=link,
+            decision=decision.kind,
+            reason=reason,
+        )
+
+    async def _run_tool_calls(self, calls: Sequence[ToolCall]) -> None:
+        """Run the calls of one answer, each into its own slot, and append one result per call
+        id in the model's order, whatever happens (including cancellation)."""
+        slots: list[ToolCall | None] = [None] * len(calls)
+        control = self._control_tools()
+        ending = next((c.name for c in calls if c.name in control), None)
+
+        async def run(index: int, call: ToolCall) -> None:
+            slots[index] = await self.tools.execute(call)
+
+        try:
+            if ending is not None:
+                # The answer ends the step: acknowledge it and run nothing else.
+                for index, call in enumerate(calls):
+                    text = (
+                        "Received."
+                        if call.name in control
+                        else (f"Not executed: {ending} ended the step.")
+                    )
+                    slots[index] = _answered(call, text)
+            elif self.config.sequential_tool_calls or len(calls) == 1:
+                for index, call in enumerate(calls):
+                    await run(index, call)
+            else:
+                async with asyncio.TaskGroup() as group:
+                    for index, call in enumerate(calls):
+                        group.create_task(run(index, call))
+        finally:
+            results = []
+            for call, done in zip(calls, slots, strict=True):
+                if done is not None and done.response is not None:
+                    if ending is None:
+                        self.execution.tool_calls.append(done)
+                    results.append(Message.tool(call.id, done.response.content, name=call.name))
+                else:
+                    results.append(
+                        Message.tool(call.id, "Not executed: cancelled.", name=call.name)
+                    )
+            self.context.memory.append(self.conversation_id, *results)
+
+    def _control_tools(self) -> frozenset[str]:
+        names = set()
+        if self.step.output is not None:
+            names.add(self.step.output.tool_name)
+        if getattr(self.step, "completion_tool", False):
+            names.add(COMPLETION_TOOL)
+        return frozenset(names)
+
+    def snapshot(self) -> MemorySnapshot:
+        """The step's conversation as it is now."""
+        return self.context.memory.snapshot(self.conversation_id)
+
+
+def _answered(call: ToolCall, text: str) -> ToolCall:
+    return dataclasses.replace(
+        call, response=ToolCallResponse(call_id=call.id, name=call.name, content=text)
+    )
+
+
+def _completion_tool_spec(step: Step) -> ToolSpec:
+    result: Mapping[str, Any]
+    if step.output is not None:
+        result = dict(step.output.json_schema())
+    else:
+        result = {"type": "string", "description": "The step's final result."}
+    return ToolSpec(
+        name=COMPLETION_TOOL,
+        description="Call this when the task is done, with its final result.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "result": result,
+                "next_step": {"type": "string", "description": "Optional: which step runs next."},
+            },
+            "required": ["result"],
+        },
+    )
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, MinionsError):
+        return str(error)
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

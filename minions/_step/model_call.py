@@ -1,0 +1,219 @@
+"""Runs one model call: budgets, timeout, transient-error retries, usage and events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from minions._messages import ModelCall, ModelCallResponse, Prompt, Usage
+from minions._retry import RetryPolicy
+from minions.errors import BudgetExceededError, ModelError, ModelOutputError, TransientModelError
+from minions.events import (
+    ModelCallCompleted,
+    ModelCallFailed,
+    ModelCallStarted,
+    RetryScheduled,
+    TokenDelta,
+    UsageRecord,
+)
+
+if TYPE_CHECKING:
+    from minions._config import ExecutionConfig
+    from minions._step.context import AgentContext
+    from minions._step.execution import StepExecution
+    from minions.models._base import Model
+
+__all__ = ["ModelCallExecutor"]
+
+
+def is_transient(error: BaseException) -> bool:
+    """Errors worth retrying: timeouts, connection errors, 429 and 5xx."""
+    return isinstance(error, TransientModelError | TimeoutError | ConnectionError)
+
+
+def usage_record(usage: Usage) -> UsageRecord:
+    return UsageRecord(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        calls=usage.calls,
+        unknown_calls=usage.unknown_calls,
+    )
+
+
+def _usage_of_failure(error: BaseException) -> Usage:
+    usage = getattr(error, "usage", None)
+    if isinstance(usage, Usage):
+        return usage
+    if getattr(error, "status_code", None) is not None:
+        return Usage(calls=1)  # The server refused the request: nothing was generated.
+    return Usage(calls=1, unknown_calls=1)  # A timeout may have cost tokens nobody reported.
+
+
+class ModelCallExecutor:
+    """Makes the model calls of one step.
+
+    Each attempt is recorded on the execution as a `ModelCall`, with its usage, whether it
+    succeeded or not. Transient errors are retried here with backoff (tenacity), honouring a
+    `retry_after` hint; `ModelOutputError` is raised to the step loop, which re-asks; other
+    errors are raised as they are. Token budgets (step and run) are checked before every
+    attempt.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        context: AgentContext,
+        execution: StepExecution,
+        config: ExecutionConfig,
+    ) -> None:
+        self.model = model
+        self.context = context
+        self.execution = execution
+        self.config = config
+        self._attempts: dict[int, int] = {}
+        self._policy = RetryPolicy(
+            attempts=1 + config.max_model_retries,
+            retry_on=is_transient,
+            initial_delay=config.retry_initial_delay,
+            max_delay=config.retry_max_delay,
+        )
+
+    def _check_budgets(self) -> None:
+        budget = self.config.step_token_budget
+        used = self.execution.usage
+        if budget is not None and used.total_tokens >= budget:
+            raise BudgetExceededError(
+                f"step token budget of {budget} exhausted: {used.total_tokens} tokens used over "
+                f"{used.calls} model calls"
+            )
+        self.context.check_run_budget()
+
+    def _record(self, call: ModelCall) -> None:
+        execution = self.execution
+        execution.model_calls.append(call)
+        execution.usage = execution.usage + call.usage
+        self.context.record_usage(call.usage)
+
+    async def _attempt(self, prompt: Prompt, turn: int) -> ModelCallResponse:
+        self._check_budgets()
+        attempt = self._attempts[turn] = self._attempts.get(turn, 0) + 1
+        step_id = self.execution.step_id
+        events = self.context.events
+        events.emit(
+            ModelCallStarted, step_id=step_id, turn=turn, attempt=attempt, model=self.model.name
+        )
+        on_token = None
+        if events.active:
+
+            def on_token(text: str) -> None:
+                events.emit(TokenDelta, step_id=step_id, turn=turn, text=text)
+
+        started_at = time.time()
+        started = time.perf_counter()
+        timeout = self.config.model_call_timeout
+        try:
+            if timeout is None:
+                response = await self.model.call(prompt, on_token=on_token)
+            else:
+                async with asyncio.timeout(timeout):
+                    response = await self.model.call(prompt, on_token=on_token)
+        except Exception as exc:
+            duration = time.perf_counter() - started
+            usage = _usage_of_failure(exc)
+            if isinstance(exc, ModelOutputError):
+                error, mode = exc.note, exc.mode
+            else:
+                error, mode = _describe(exc, timeout), None
+            self._record(
+                ModelCall(
+                    step_id=step_id,
+                    turn=turn,
+                    attempt=attempt,
+                    prompt=prompt,
+                    error=error,
+                    usage=usage,
+                    output_mode=mode,
+                    started_at=started_at,
+                    duration=duration,
+                )
+            )
+            events.emit(
+                ModelCallFailed,
+                step_id=step_id,
+                turn=turn,
+                attempt=attempt,
+                error=error,
+                usage=usage_record(usage),
+                output_mode=mode,
+                duration=duration,
+            )
+            if isinstance(exc, TimeoutError) and not str(exc):
+                raise TimeoutError(error) from None
+            raise
+        duration = time.perf_counter() - started
+        self._record(
+            ModelCall(
+                step_id=step_id,
+                turn=turn,
+                attempt=attempt,
+                prompt=prompt,
+                response=response,
+                usage=response.usage,
+                output_mode=response.output_mode,
+                started_at=started_at,
+                duration=duration,
+            )
+        )
+        if events.active:
+            events.emit(
+                ModelCallCompleted,
+                step_id=step_id,
+                turn=turn,
+                attempt=attempt,
+                usage=usage_record(response.usage),
+                finish_reason=response.finish_reason,
+                output_mode=response.output_mode,
+                tool_calls=tuple(call.name for call in response.tool_calls),
+                duration=duration,
+            )
+        return response
+
+    async def call(self, prompt: Prompt, *, turn: int) -> ModelCallResponse:
+        """Call the model for `turn`, retrying transient errors.
+
+        Raises:
+            ModelOutputError: the answer is unusable; re-ask with its note.
+            BudgetExceededError: a token budget is used up.
+            ModelError: the model failed for good (retries spent, or not retryable).
+        """
+        try:
+            return await self._policy.run(
+                self._attempt, prompt, turn, before_sleep=self._announce_retry
+            )
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            attempts = self._attempts.get(turn, 1)
+            raise ModelError(
+                f"model call failed after {attempts} attempts: {_describe(exc, None)}",
+                status_code=getattr(exc, "status_code", None),
+            ) from exc
+
+    def _announce_retry(self, attempt: int, error: BaseException, delay: float) -> None:
+        self.context.events.emit(
+            RetryScheduled,
+            step_id=self.execution.step_id,
+            target="model",
+            attempt=attempt,
+            delay=delay,
+            reason=str(error) or type(error).__name__,
+        )
+
+
+def _describe(error: BaseException, timeout: float | None) -> str:
+    if isinstance(error, TimeoutError) and not str(error):
+        return f"model call timed out after {timeout}s" if timeout else "model call timed out"
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,0 +1,303 @@
+"""Steps: what one unit of agent work is, and how its prompt, tools and completion are built."""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+
+from minions._config import ExecutionConfig
+from minions._messages import Message, MessageBundle
+from minions._output import OutputInstructions
+from minions._step.completion import StepCompletionChain
+from minions._templates import quoted_outputs, render_text
+from minions.errors import StepDefinitionError, TemplateError, did_you_mean
+from minions.models._base import Model
+
+if TYPE_CHECKING:
+    from minions._step.context import AgentContext
+    from minions._step.executor import StepExecutor
+    from minions.tools._tool import ToolRegistry
+
+__all__ = ["DefaultStep", "MemoryScope", "Step", "StepInput", "StepMode"]
+
+StepMode = Literal["async", "sync", "fire_and_forget"]
+MemoryScope = Literal["step", "agent"]
+_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepInput:
+    """What a step builds its prompt from."""
+
+    context: AgentContext
+    state: Mapping[str, Any] = field(default_factory=dict)
+    """Run state for templates: ``inputs``, step results by id, ``loop``..."""
+    dependencies: Mapping[str, Any] = field(default_factory=dict)
+    """Outputs of the step's direct dependencies, by step id (``None`` for a failed optional
+    dependency)."""
+
+
+class Step(ABC):
+    """A unit of work in a run.
+
+    Subclass it to change how a step builds its prompt (`build_messages`), which tools it may
+    use (`tool_names`), when it is complete (`completion_chain`) or what it does at all
+    (`run`, which by default is the model and tool loop).
+
+    Args:
+        id: unique within a recipe; letters, digits, ``_`` and ``-``, not starting with a digit.
+        description: what the step does (shown to a model choosing among next steps).
+        depends_on: ids of steps that must finish first; their outputs reach this step.
+        mode: ``async`` runs beside other steps, ``sync`` runs alone, ``fire_and_forget`` does
+            not hold up its dependents and its failure does not fail the run.
+        optional: a failure lets dependents run with this step's output as ``None``.
+        timeout: seconds before the step is cancelled and fails.
+        max_visits: how many times loops may bring the run back to this step.
+        memory: ``step`` gives the step a fresh conversation; ``agent`` shares the run's.
+        model: a model or model string for this step only.
+        config: overrides of the run's `ExecutionConfig` fields for this step.
+        completion: this step's own completion chain.
+    """
+
+    output: OutputInstructions | None = None
+    kind: ClassVar[str] = "custom"
+    """What kind of step this is (``agent``, ``analysis``, ``tool``, ``loop``, ``recipe``), as
+    `minions run --dry-run` shows it; ``custom`` unless a subclass names its own."""
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        description: str = "",
+        depends_on: Iterable[str] = (),
+        mode: StepMode = "async",
+        optional: bool = False,
+        timeout: float | None = None,
+        max_visits: int = 10,
+        memory: MemoryScope = "step",
+        model: Model | str | None = None,
+        config: Mapping[str, Any] | ExecutionConfig | None = None,
+        completion: StepCompletionChain | None = None,
+    ) -> None:
+        self.id = id
+        self.description = description
+        self.depends_on: tuple[str, ...] = (
+            (depends_on,) if isinstance(depends_on, str) else tuple(depends_on)
+        )
+        self.mode: StepMode = mode
+        self.optional = optional
+        self.timeout = timeout
+        self.max_visits = max_visits
+        self.memory: MemoryScope = memory
+        self.model = model
+        self.config = config
+        self.completion = completion
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    @abstractmethod
+    def build_messages(self, step_input: StepInput) -> list[Message]:
+        """The messages that start this step's conversation.
+
+        Raises:
+            TemplateError: a template value is missing (the step fails, naming it).
+        """
+
+    def tool_names(self) -> frozenset[str]:
+        """Names of the registered tools this step may call."""
+        return frozenset()
+
+    def uses_model(self) -> bool:
+        """Whether running this step may call its model: its own `model`, else the run's.
+
+        ``True`` unless a subclass knows better: `minions run` asks it so that a run whose steps
+        call no model (tool calls, say) needs none. A step running other steps answers for
+        them: whether one of them may call the model this step is given.
+        """
+        return True
+
+    def completion_chain(self, default: StepCompletionChain) -> StepCompletionChain:
+        """The chain deciding when this step is done: its own, else `default`."""
+        return self.completion if self.completion is not None else default
+
+    def templates(self) -> Mapping[str, Any]:
+        """Fields holding `{{ templates }}`, by field name, so recipes can check them."""
+        return {}
+
+    async def run(self, executor: StepExecutor) -> None:
+        """Do the step's work. The default is the model and tool loop."""
+        await executor.run_model_loop()
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def problems(self, tools: ToolRegistry | None = None) -> list[str]:
+        """Everything wrong with this step's definition, each message naming the step."""
+        where = f"step {self.id!r}"
+        problems = []
+        if not isinstance(self.id, str) or not _ID.match(self.id):
+            problems.append(
+                f"step id {self.id!r} must be letters, digits, '_' or '-' "
+                "and not start with a digit"
+            )
+        if self.mode not in get_args(StepMode):
+            problems.append(f"{where}: mode must be one of {get_args(StepMode)}, not {self.mode!r}")
+        if self.memory not in get_args(MemoryScope):
+            problems.append(
+                f"{where}: memory must be one of {get_args(MemoryScope)}, not {self.memory!r}"
+            )
+        if self.timeout is not None and not self.timeout > 0:
+            problems.append(f"{where}: timeout must be positive, not {self.timeout!r}")
+        if not isinstance(self.max_visits, int) or self.max_visits < 1:
+            problems.append(f"{where}: max_visits must be at least 1, not {self.max_visits!r}")
+        if isinstance(self.config, Mapping):
+            unknown = ExecutionConfig.unknown_fields(self.config)
+            if unknown:
+                problems.append(f"{where}: {unknown}")
+        if self.output is not None:
+            problems.extend(f"{where}: {p}" for p in self.output.problems())
+        if tools is not None:
+            for name in sorted(self.tool_names()):
+                found = tools.get(name)
+                if found is None:
+                    known = ", ".join(tools.names) or "none are registered"
+                    hint = did_you_mean(name, tools.names)
+                    problems.append(f"{where}: unknown tool {name!r}{hint}; known tools: {known}")
+                else:
+                    problems.extend(f"{where}: {p}" for p in found.problems())
+        return problems
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.id!r})"
+
+
+def format_dependencies(dependencies: Mapping[str, Any]) -> str:
+    """The outputs of a step's dependencies as text, each labelled with its step id."""
+    parts = []
+    for step_id, output in dependencies.items():
+        parts.append(f"[{step_id}]\n{output_text(output)}")
+    return "Results of earlier steps:\n\n" + "\n\n".join(parts)
+
+
+def output_text(value: Any) -> str:
+    """A step output as prompt text: strings as they are, anything else as JSON."""
+    if value is None:
+        return "(no result: this step did not succeed)"
+    if isinstance(value, str):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        value = dump(mode="json")
+    return json.dumps(value, ensure_ascii=False, default=str, indent=1)
+
+
+class DefaultStep(Step):
+    """An agent step: a goal for the model, the tools it may call, and optional structured
+    output.
+
+    Args:
+        id: the step id.
+        bundle: the system prompt and goal (a plain string is the goal).
+        tools: names of registered tools the model may call.
+        output: structured output the step must produce.
+        completion_marker: text that ends the step when the model writes it.
+        completion_pattern: a regex that ends the step when it matches (its ``output`` group,
+            if any, is the output).
+        completion_tool: offer the model a `complete_step` tool to end the step.
+        **options: the `Step` options (`depends_on`, `mode`, `timeout`, ...).
+    """
+
+    kind: ClassVar[str] = "agent"
+
+    def __init__(
+        self,
+        id: str,
+        bundle: MessageBundle | str,
+        *,
+        tools: Iterable[str] = (),
+        output: OutputInstructions | None = None,
+        completion_marker: str | None = None,
+        completion_pattern: str | None = None,
+        completion_tool: bool = False,
+        **options: Any,
+    ) -> None:
+        super().__init__(id, **options)
+        self.bundle = MessageBundle(goal=bundle) if isinstance(bundle, str) else bundle
+        self.tools = frozenset((tools,) if isinstance(tools, str) else tools)
+        self.output = output
+        self.completion_marker = completion_marker
+        self.completion_pattern = completion_pattern
+        self.completion_tool = completion_tool
+        self._quoted: frozenset[str] | None = None
+        problems = self._own_problems()
+        if problems:
+            raise StepDefinitionError(problems)
+
+    def _own_problems(self) -> list[str]:
+        problems = []
+        if not isinstance(self.bundle.goal, str) or not self.bundle.goal.strip():
+            problems.append(f"step {self.id!r}: goal is empty; say what the step must do")
+        output: object = self.output
+        if output is not None and not isinstance(output, OutputInstructions):
+            problems.append(
+                f"step {self.id!r}: output must be OutputInstructions, not {type(output).__name__}"
+            )
+        elif self.output is not None:
+            problems.extend(f"step {self.id!r}: {p}" for p in self.output.problems())
+        if self.completion_pattern is not None:
+            try:
+                re.compile(self.completion_pattern)
+            except re.error as exc:
+                problems.append(f"step {self.id!r}: completion_pattern is not a regex: {exc}")
+        return problems
+
+    def tool_names(self) -> frozenset[str]:
+        return self.tools
+
+    def templates(self) -> Mapping[str, Any]:
+        found: dict[str, Any] = {"goal": self.bundle.goal}
+        if self.bundle.system:
+            found["system"] = self.bundle.system
+        return found
+
+    def build_messages(self, step_input: StepInput) -> list[Message]:
+        state = step_input.state
+        messages = []
+        if self.bundle.system:
+            messages.append(Message.system(render_text(self.bundle.system, state)))
+        messages.extend(self.bundle.messages)
+        goal = render_text(self.bundle.goal, state).strip()
+        if not goal:
+            raise TemplateError(
+                f"step {self.id!r}: the goal rendered to empty text", expression=self.bundle.goal
+            )
+        parts = []
+        dependencies = self._unquoted(step_input.dependencies)
+        if dependencies:
+            parts.append(format_dependencies(dependencies))
+        parts.append(f"Task: {goal}" if dependencies else goal)
+        parts.extend(self.extra_parts(step_input))
+        if self.output is not None and self.output.instructions:
+            parts.append(self.output.instructions)
+        messages.append(Message.user("\n\n".join(parts)))
+        return messages
+
+    def extra_parts(self, step_input: StepInput) -> list[str]:
+        """More of the task message, after the goal and before the output instructions (which
+        come last, where small models heed them best). None by default."""
+        return []
+
+    def _unquoted(self, dependencies: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The dependencies whose output the step's templates (goal, system prompt, data) do
+        not already quote whole: an output is never shown to the model twice."""
+        if not dependencies:
+            return dependencies
+        quoted = self._quoted
+        if quoted is None:
+            quoted = self._quoted = frozenset(quoted_outputs(list(self.templates().values())))
+        if not quoted.intersection(dependencies):
+            return dependencies
+        return {k: v for k, v in dependencies.items() if k not in quoted}

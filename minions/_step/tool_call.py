@@ -1,0 +1,164 @@
+"""Runs one tool call: look the tool up, validate arguments, call it with retries, serialize."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from minions._config import ExecutionConfig
+from minions._messages import ToolCall, ToolCallResponse
+from minions._retry import RetryHook, RetryPolicy
+from minions.errors import ToolError
+from minions.events import (
+    EventEmitter,
+    RetryScheduled,
+    ToolCallCompleted,
+    ToolCallFailed,
+    ToolCallStarted,
+)
+from minions.tools._tool import Tool, ToolRegistry
+
+__all__ = ["ToolCallExecutor"]
+
+
+def serialize_result(name: str, result: Any) -> str:
+    """The text a model sees for a tool's result: strings as they are, the rest as JSON.
+
+    Raises:
+        ToolError: the result cannot be serialized to JSON.
+    """
+    if isinstance(result, str):
+        return result
+    import pydantic_core
+
+    try:
+        return pydantic_core.to_json(result).decode()
+    except pydantic_core.PydanticSerializationError as exc:
+        raise ToolError(
+            f"Tool {name!r} returned a {type(result).__name__}, which is not JSON-serializable "
+            f"({exc})."
+        ) from None
+
+
+def _retryable(error: BaseException) -> bool:
+    # A ToolError is the tool's own answer for the model; everything else may be passing.
+    return not isinstance(error, ToolError) or error.retryable
+
+
+class ToolCallExecutor:
+    """Executes the tool calls of one step.
+
+    A tool that raises is retried up to `max_tool_call_retries` times (a `ToolError` it raises
+    is not retried unless `retryable=True`). An unknown tool, invalid arguments, a tool still
+    failing after its retries, or a result that is not JSON: the error becomes the call's
+    result, so the model can adapt. `execute` never raises except on cancellation.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        config: ExecutionConfig | None = None,
+        emitter: EventEmitter | None = None,
+        step_id: str | None = None,
+    ) -> None:
+        self.registry = registry
+        self.config = config or ExecutionConfig()
+        self.emitter = emitter or EventEmitter("")
+        self.step_id = step_id
+        self._policy = RetryPolicy(
+            attempts=1 + self.config.max_tool_call_retries,
+            retry_on=_retryable,
+            initial_delay=self.config.tool_retry_initial_delay,
+            max_delay=self.config.retry_max_delay,
+        )
+
+    def _announce(self, call: ToolCall) -> RetryHook:
+        def before_sleep(attempt: int, error: BaseException, delay: float) -> None:
+            self.emitter.emit(
+                RetryScheduled,
+                step_id=self.step_id,
+                target="tool",
+                attempt=attempt,
+                delay=delay,
+                reason=f"{call.name} ({call.id}): {type(error).__name__}: {error}",
+            )
+
+        return before_sleep
+
+    async def _invoke(self, tool: Tool, arguments: Mapping[str, Any]) -> Any:
+        timeout = self.config.tool_call_timeout
+        async with asyncio.timeout(timeout) if timeout is not None else contextlib.nullcontext():
+            if tool.is_async:
+                return await tool.fn(**arguments)
+            if tool.run_in_thread:
+                return await asyncio.to_thread(tool.fn, **arguments)
+            return tool.fn(**arguments)
+
+    async def execute(self, call: ToolCall) -> ToolCall:
+        """Run `call` and return it with its `response` set."""
+        emit = self.emitter.emit
+        emit(
+            ToolCallStarted,
+            step_id=self.step_id,
+            call_id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+        )
+        started = time.perf_counter()
+        attempts = 0
+        result: Any = None
+        error: str | None = None
+        content = ""
+        try:
+            tool = self.registry.require(call.name)
+            arguments = tool.validate(call.arguments)
+
+            async def attempt() -> Any:
+                nonlocal attempts
+                attempts += 1
+                return await self._invoke(tool, arguments)
+
+            result = await self._policy.run(attempt, before_sleep=self._announce(call))
+            content = serialize_result(call.name, result)
+        except ToolError as exc:
+            error = content = str(exc)
+        except Exception as exc:
+            tries = f" after {attempts} attempts" if attempts > 1 else ""
+            error = content = f"Tool {call.name!r} failed{tries}: {type(exc).__name__}: {exc}"
+            result = None
+        duration = time.perf_counter() - started
+        response = ToolCallResponse(
+            call_id=call.id,
+            name=call.name,
+            result=result if error is None else None,
+            error=error,
+            content=content,
+            attempts=max(attempts, 1),
+            duration=duration,
+        )
+        if error is None:
+            emit(
+                ToolCallCompleted,
+                step_id=self.step_id,
+                call_id=call.id,
+                name=call.name,
+                content=content,
+                attempts=response.attempts,
+                duration=duration,
+            )
+        else:
+            emit(
+                ToolCallFailed,
+                step_id=self.step_id,
+                call_id=call.id,
+                name=call.name,
+                error=error,
+                attempts=response.attempts,
+                duration=duration,
+            )
+        return dataclasses.replace(call, response=response)

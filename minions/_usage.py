@@ -1,0 +1,58 @@
+"""Token usage: the one value both errors and messages carry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Usage"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token usage of one or more model calls.
+
+    A server that does not report usage is never counted as zero tokens: such a call adds to
+    `unknown_calls`, and `complete` turns false, so totals say honestly what they cover.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    unknown_calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def complete(self) -> bool:
+        """True when every counted call reported its usage."""
+        return self.unknown_calls == 0
+
+    @classmethod
+    def of_call(cls, prompt_tokens: int | None, completion_tokens: int | None) -> Usage:
+        """The usage of one call; `None` for either count means the server did not say."""
+        if prompt_tokens is None or completion_tokens is None:
+            return cls(
+                prompt_tokens=prompt_tokens or 0,
+                completion_tokens=completion_tokens or 0,
+                calls=1,
+                unknown_calls=1,
+            )
+        return cls(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, calls=1)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            calls=self.calls + other.calls,
+            unknown_calls=self.unknown_calls + other.unknown_calls,
+        )
+
+    @staticmethod
+    def total(usages: Sequence[Usage]) -> Usage:
+        result = Usage()
+        for usage in usages:
+            result = result + usage
+        return result

@@ -1,0 +1,242 @@
+"""The `minions` command: `run`, `validate`, `graph`, `schema` and `--version`.
+
+Each command is a thin layer over the library; errors the user can fix (bad options, an invalid
+recipe or inputs) print a readable message on stderr and exit with code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from minions._version import __version__
+from minions.cli._model_choice import UsageError
+from minions.cli._running import EXIT_INTERRUPTED, EXIT_USAGE, RunOptions, run_recipe
+from minions.errors import MinionsError, RecipeError
+from minions.models._base import Model
+
+__all__ = ["app"]
+
+
+def _infer_model(spec: str) -> Model:
+    from minions.models._infer import infer_model
+
+    return infer_model(spec)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What the commands take from their surroundings. Pass another as the click context
+    object (``app(obj=Settings(...))``, ``CliRunner().invoke(app, args, obj=...)``) to run the
+    command with, say, a test model.
+
+    Attributes:
+        resolve_model: turns a model string into a `Model`: the run's, and each one the recipe
+            or a step names.
+    """
+
+    resolve_model: Callable[[str], Model] = _infer_model
+
+
+app = typer.Typer(
+    name="minions",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn the errors a user can fix into a message on stderr and exit code 2."""
+    try:
+        yield
+    except RecipeError as exc:
+        err = _stderr()
+        count = len(exc.problems)
+        err.print(f"invalid {exc.what}: {count} problem{'s' if count != 1 else ''}", style="red")
+        for problem in exc.problems:
+            err.print(f"  {problem}", markup=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except (UsageError, MinionsError) as exc:
+        _stderr().print(f"error: {exc}", markup=False, style="red")
+        raise typer.Exit(EXIT_USAGE) from None
+    except KeyboardInterrupt:
+        # Ctrl-C before the run started (while loading the recipe, say).
+        _stderr().print("interrupted", style="yellow")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"minions {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Run LLM agents as steps: YAML recipes, from the command line.
+
+    Exit codes: 0 the run completed, 1 it failed, 2 bad usage or an invalid recipe or inputs,
+    130 interrupted (Ctrl-C).
+    """
+
+
+RecipeArgument = Annotated[
+    Path, typer.Argument(metavar="RECIPE", help="The recipe file (YAML).", show_default=False)
+]
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    recipe: RecipeArgument,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input",
+            "-i",
+            metavar="NAME=VALUE",
+            help="An input of the recipe (repeat for more); converted to its declared type.",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            metavar="MODEL",
+            help="The model, e.g. openai:gpt-4o-mini or ollama:llama3.2:3b. Default: the "
+            "recipe's model, else $MINIONS_MODEL, else the recording beside the recipe.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Check the recipe and inputs and print the plan; call nothing."
+        ),
+    ] = False,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print the result as JSON, and nothing else, on stdout."),
+    ] = False,
+    events: Annotated[
+        Path | None,
+        typer.Option(
+            "--events",
+            metavar="FILE",
+            help="Write every event as a JSON line to FILE as it happens.",
+            show_default=False,
+        ),
+    ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            "--record",
+            metavar="FILE",
+            help="Save every model reply to FILE (a recording to --replay later).",
+            show_default=False,
+        ),
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(
+            "--replay",
+            metavar="FILE",
+            help="Answer every model call from a recording: offline, no model needed.",
+            show_default=False,
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="No live view, progress, notes or summary: the output only."
+        ),
+    ] = False,
+) -> None:
+    """Run a recipe.
+
+    A live view of the steps on stderr, then the output on stdout and a summary on stderr.
+    """
+    settings = ctx.find_object(Settings) or Settings()
+    options = RunOptions(
+        recipe=recipe,
+        inputs=tuple(inputs or ()),
+        model=model,
+        dry_run=dry_run,
+        json=json_output,
+        events=events,
+        record=record,
+        replay=replay,
+        quiet=quiet,
+    )
+    with _user_errors():
+        code = run_recipe(options, resolve=settings.resolve_model, err=_stderr())
+    raise typer.Exit(code)
+
+
+@app.command()
+def validate(recipe: RecipeArgument) -> None:
+    """Check a recipe.
+
+    Prints OK and its step count, or every problem with its file and line (exit code 2).
+    """
+    from minions.recipes._build import load_recipe_file
+
+    with _user_errors():
+        loaded = load_recipe_file(recipe)
+    steps = len(loaded.recipe.steps)
+    typer.echo(f"OK: {recipe} ({loaded.recipe.id}, {steps} step{'s' if steps != 1 else ''})")
+
+
+@app.command()
+def graph(recipe: RecipeArgument) -> None:
+    """Print a recipe as a Mermaid flowchart."""
+    from minions._agent.graph import StepGraph
+    from minions.recipes._build import load_recipe
+
+    with _user_errors():
+        typer.echo(StepGraph(load_recipe(recipe)).to_mermaid(), nl=False)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the recipe format.
+
+    For editors with the YAML language server: save it, then start recipes with a comment
+    pointing at it:
+
+    \b
+        minions schema > recipe.schema.json
+        # yaml-language-server: $schema=recipe.schema.json
+    """
+    from minions.recipes._schema import RecipeSpec
+
+    data = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "minions recipe",
+        **{k: v for k, v in RecipeSpec.model_json_schema().items() if k != "title"},
+    }
+    typer.echo(json.dumps(data, indent=2))

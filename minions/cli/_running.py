@@ -1,0 +1,309 @@
+"""`minions run`: load, check, choose the model, run with a live view, report.
+
+Ctrl-C cancels the run the way any cancellation does (every running step is cancelled and the
+run ends with `RunFailed`), then the command writes what it has: the events so far, the
+recording so far, and a table of what finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from minions._agent.executor import AgentExecutor
+from minions._step.result import AgentResult
+from minions._templates import jsonable
+from minions.cli._live import LiveView
+from minions.cli._model_choice import (
+    ModelSource,
+    UsageError,
+    choose_model,
+    model_source,
+    needs_model,
+)
+from minions.cli._plan import make_plan
+from minions.cli._report import (
+    output_text,
+    plan_view,
+    result_data,
+    run_line,
+    summarize,
+    summarize_rows,
+    summary_table,
+)
+from minions.events import EventListener, event_to_json
+from minions.models._base import Model
+from minions.models._recording import Recording
+from minions.recipes._build import load_recipe_file
+from minions.recipes._recipe import AgentRecipe
+
+__all__ = []
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""The run failed."""
+EXIT_USAGE = 2
+"""Bad usage, an invalid recipe or invalid inputs: nothing ran."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT, as shells report it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """The options of `minions run` (see docs/cli.md)."""
+
+    recipe: Path
+    inputs: Sequence[str] = ()
+    model: str | None = None
+    dry_run: bool = False
+    json: bool = False
+    events: Path | None = None
+    record: Path | None = None
+    replay: Path | None = None
+    quiet: bool = False
+
+
+def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
+    """``-i name=value`` options as a mapping; values stay text (the recipe's declared input
+    types convert them when the run starts).
+
+    Raises:
+        UsageError: an option is not ``name=value``, or a name is given twice.
+    """
+    inputs: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        name = name.strip()
+        if not equals or not name:
+            raise UsageError(f"bad input {pair!r}: write -i NAME=VALUE, e.g. -i hours=48")
+        if name in inputs:
+            raise UsageError(f"input {name!r} is given twice")
+        inputs[name] = value
+    return inputs
+
+
+class EventsFile:
+    """An event listener writing each event as one JSON line, flushed as it happens."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            self._file: IO[str] = path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write events to {str(path)!r}: {exc.strerror}") from None
+
+    def __call__(self, event: Any) -> None:
+        self._file.write(event_to_json(event) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Console) -> int:
+    """Do what `minions run` was asked; return the exit code.
+
+    The output (or with `json`, the JSON result and nothing else) goes to stdout; the live
+    view, notes, the summary and errors go to `err`.
+
+    Raises:
+        UsageError: bad options (exit code 2).
+        RecipeError: the recipe or the inputs are invalid (exit code 2).
+    """
+    if options.record is not None and not options.record.parent.is_dir():
+        raise UsageError(f"cannot record to {str(options.record)!r}: no such directory")
+    given = parse_inputs(options.inputs)
+    loaded = load_recipe_file(options.recipe)
+    recipe = loaded.recipe
+    inputs = recipe.check_inputs(given)
+    source = model_source(recipe, options.recipe, model=options.model, replay=options.replay)
+    if options.dry_run:
+        return _dry_run(recipe, inputs, source, as_json=options.json)
+    meta = {"recipe": recipe.id, "inputs": jsonable(inputs)}
+    choice = choose_model(source, recipe, record=options.record, resolve=resolve, meta=meta)
+    if choice.note is not None and not options.quiet:
+        err.print(choice.note, markup=False, highlight=False)
+    executor = AgentExecutor(model_resolver=choice.resolver, model_wrapper=choice.wrapper)
+    recipe = choice.prepare(recipe)
+    graph = executor.graph(recipe)
+    view = LiveView(
+        err, [s.id for s in recipe.steps], title=recipe.id, mode="off" if options.quiet else None
+    )
+    events = EventsFile(options.events) if options.events is not None else None
+    listeners: list[EventListener] = [view] if events is None else [view, events]
+    context = executor.create_context(recipe, inputs, listeners=listeners)
+    if view.mode == "lines":
+        # An implicit replay has said so already, in its one line.
+        model = "" if choice.note is not None else f", model {choice.label}"
+        err.print(f"run {recipe.id}: {len(graph.steps)} steps{model}", markup=False)
+    result: AgentResult | None = None
+    started = time.monotonic()
+    with _event_loop(err) as loop:
+        try:
+            view.start()
+            # stdout is for the run's output: whatever tools print goes to stderr.
+            with contextlib.redirect_stdout(sys.stderr):
+                result = loop.run(executor.run(graph, context))
+        finally:
+            view.stop()
+            if events is not None:
+                events.close()
+            if choice.recording is not None and options.record is not None:
+                _save_recording(choice.recording, options.record, err, quiet=options.quiet)
+        if result is None:
+            elapsed = time.monotonic() - started
+            return _report_interrupted(view, options, err, elapsed, run_id=context.run_id)
+        if choice.replay is not None and choice.replay.changed_prompts and not options.quiet:
+            changed = choice.replay.changed_prompts
+            err.print(
+                f"note: {len(changed)} prompts differ from the recording ({', '.join(changed[:5])}"
+                f"{', ...' if len(changed) > 5 else ''}): the recipe or the inputs changed since "
+                "it was recorded",
+                markup=False,
+            )
+        return _report(result, options, err)
+
+
+def _dry_run(
+    recipe: AgentRecipe, inputs: dict[str, Any], source: ModelSource, *, as_json: bool
+) -> int:
+    """Print the plan of a run (`--dry-run`): nothing is resolved, called or written."""
+    model = source.label
+    if source.spec is None and source.replay is None and needs_model(recipe.steps):
+        model = "none configured (a real run would stop here: give --model)"
+    plan = make_plan(AgentExecutor().graph(recipe), inputs, model=model)
+    if as_json:
+        typer.echo(json.dumps(plan.to_data(), indent=2, ensure_ascii=False))
+    else:
+        Console(highlight=False, soft_wrap=True).print(plan_view(plan))
+    return EXIT_OK
+
+
+def _save_recording(recording: Recording, path: Path, err: Console, *, quiet: bool) -> None:
+    try:
+        recording.save(path)
+    except OSError as exc:
+        err.print(f"error: cannot save the recording to {str(path)!r}: {exc}", markup=False)
+        return
+    if not quiet:
+        err.print(f"recorded {len(recording)} model replies to {path}", markup=False)
+
+
+def _report(result: AgentResult, options: RunOptions, err: Console) -> int:
+    if options.json:
+        typer.echo(json.dumps(result_data(result), indent=2, ensure_ascii=False))
+    elif result.output is not None:
+        typer.echo(output_text(result.output))
+    if not options.quiet:
+        summaries = summarize(result)
+        status = result.status.value
+        err.print(summary_table(summaries))
+        err.print(run_line(summaries, status=status, duration=result.duration))
+    if not result.ok:
+        err.print(f"run failed: {result.error}", markup=False, style="red")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _report_interrupted(
+    view: LiveView, options: RunOptions, err: Console, elapsed: float, *, run_id: str
+) -> int:
+    summaries = [
+        # A step cut short by the Ctrl-C failed "was cancelled": say so.
+        dataclasses.replace(s, status="cancelled")
+        if s.status == "failed" and s.error and "was cancelled" in s.error
+        else s
+        for s in summarize_rows(view.rows.values(), time.monotonic())
+    ]
+    finished = [s.id for s in summaries if s.status in ("completed", "failed", "skipped")]
+    cancelled = [s.id for s in summaries if s.status == "cancelled"]
+    if options.json:
+        data = {
+            "run_id": run_id,
+            "recipe_id": view.title,
+            "status": "cancelled",
+            "error": "cancelled by Ctrl-C",
+            "steps": [
+                {
+                    "id": s.id,
+                    "status": s.status,
+                    "model_calls": s.model_calls,
+                    "tool_calls": s.tool_calls,
+                    "tokens": s.usage.total_tokens,
+                }
+                for s in summaries
+            ],
+        }
+        typer.echo(json.dumps(data, indent=2))
+    if not options.quiet:
+        err.print(summary_table(summaries))
+        err.print(run_line(summaries, status="cancelled", duration=elapsed))
+    err.print(
+        f"interrupted: the run was cancelled. Finished: {', '.join(finished) or 'nothing'}"
+        + (f"; cancelled: {', '.join(cancelled)}" if cancelled else ""),
+        markup=False,
+        highlight=False,
+        style="yellow",
+    )
+    return EXIT_INTERRUPTED
+
+
+class _Loop:
+    """An asyncio runner whose SIGINT handler cancels the run on Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner()
+        self.interrupted = False
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T | None:
+        """The coroutine's result, or ``None`` when Ctrl-C cancelled it."""
+        try:
+            return self.runner.run(coroutine)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            self.interrupted = True
+            return None
+
+
+@contextlib.contextmanager
+def _event_loop(err: Console) -> Iterator[_Loop]:
+    """A `_Loop`, closed at the end.
+
+    Closing waits for tool calls still running in threads (a thread cannot be cancelled):
+    after a Ctrl-C, the user is told so, and a second Ctrl-C leaves at once.
+    """
+    loop = _Loop()
+    try:
+        yield loop
+    finally:
+        notice = threading.Timer(
+            1.0,
+            lambda: err.print(
+                "waiting for tool calls still running in threads (Ctrl-C again to quit now)",
+                style="yellow",
+            ),
+        )
+        notice.daemon = True
+        if loop.interrupted:
+            notice.start()
+        try:
+            loop.runner.close()
+        except KeyboardInterrupt:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
+        finally:
+            notice.cancel()

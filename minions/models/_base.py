@@ -1,0 +1,34 @@
+"""The `Model` interface every provider and test double implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from minions._messages import ModelCallResponse, Prompt
+
+__all__ = ["Model", "TokenCallback"]
+
+TokenCallback = Callable[[str], None]
+"""Receives text deltas as a streaming model produces them."""
+
+
+class Model(ABC):
+    """A chat model: takes a `Prompt`, returns one assistant answer.
+
+    Implementations raise `TransientModelError` for errors worth retrying (timeouts, 429,
+    5xx), `ModelOutputError` for an unusable answer (bad tool-argument JSON, a cut-off), and
+    `ModelError` for the rest. They never retry on their own: the step loop is the one retry
+    boundary.
+    """
+
+    name: str = "model"
+
+    @abstractmethod
+    async def call(
+        self, prompt: Prompt, *, on_token: TokenCallback | None = None
+    ) -> ModelCallResponse:
+        """Answer `prompt`. Streaming models call `on_token` with each text delta."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"

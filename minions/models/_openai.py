@@ -1,0 +1,343 @@
+"""`OpenAIChatModel`: any endpoint that speaks the OpenAI chat-completions protocol.
+
+OpenAI, Azure OpenAI, Ollama, vLLM, llama.cpp's server and LM Studio all do. The step loop is
+the one retry boundary: the `openai` client is built with ``max_retries=0`` and errors are
+translated into `TransientModelError` (retried by the step loop, honouring ``Retry-After``),
+`ModelOutputError` (re-asked with a note) or `ModelError` (the step fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import re
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import httpx2
+import openai
+
+from minions._messages import Message, ModelCallResponse, Prompt, Usage
+from minions.errors import ModelError, ModelOutputError, OutputValidationError
+from minions.models._base import Model, TokenCallback
+from minions.models._openai_wire import (
+    StreamAccumulator,
+    message_of,
+    server_message,
+    split_settings,
+    to_openai_messages,
+    to_openai_tools,
+    translate_error,
+    usage_of,
+)
+from minions.models._structured import (
+    LADDER,
+    LADDER_WITH_TOOLS,
+    NO_OUTPUT,
+    ModeIgnoredError,
+    OutputMode,
+    capabilities,
+    check_modes,
+    read_output,
+    shape_request,
+)
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion
+
+__all__ = ["OpenAIChatModel"]
+
+log = logging.getLogger(__name__)
+
+OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
+NO_API_KEY: Final = "no-key"
+"""What is sent as the key to local servers that need none (the client insists on one)."""
+
+# The request parameters of each feature: a 400 whose `param` names one (or a part of one, as
+# in ``tools[0].function``) refuses the feature; any other `param` is about the request.
+_REJECTION_PARAMS: Final[Mapping[str, frozenset[str]]] = {
+    "json_schema": frozenset({"response_format"}),
+    "tool": frozenset({"tools", "tool_choice"}),
+    "stream_options": frozenset({"stream_options"}),
+}
+# Words in a 400's message that show the server refuses a feature, for servers that name no
+# `param` (Ollama's "does not support tools", vLLM's guided decoding errors).
+_REJECTION_WORDS: Final[Mapping[str, tuple[str, ...]]] = {
+    "json_schema": ("response_format", "json_schema", "json schema", "structured", "guided"),
+    "tool": ("tool", "function"),
+    "stream_options": ("stream_options", "include_usage"),
+}
+_REJECTION_STATUSES: Final = frozenset({400, 422, 501})
+_USERINFO = re.compile(r"//[^/@]*@")
+
+
+class _RungRejected(Exception):
+    """Internal: the endpoint refused a rung of the ladder; `error` is the refusal."""
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _rejects(error: BaseException, feature: str) -> bool:
+    """Whether `error` refuses `feature` (a rung, or ``stream_options``) rather than the
+    request: decided by the error's `param` when it names one, else by its message. The last
+    rung, ``prompted_json``, asks for no feature a server could refuse."""
+    if not isinstance(error, openai.APIStatusError):
+        return False
+    if error.status_code not in _REJECTION_STATUSES:
+        return False
+    param = error.param
+    if isinstance(param, str) and param:
+        root = param.split(".", 1)[0].split("[", 1)[0]
+        return root in _REJECTION_PARAMS.get(feature, ())
+    text = server_message(error).lower()
+    return any(word in text for word in _REJECTION_WORDS.get(feature, ()))
+
+
+class OpenAIChatModel(Model):
+    """A chat model behind an OpenAI-compatible endpoint, on `openai.AsyncOpenAI`.
+
+    Args:
+        model: the model id the endpoint knows (``gpt-4o-mini``, ``llama3.2:3b``, ...).
+        base_url: the endpoint, e.g. ``http://localhost:11434/v1``; defaults to
+            ``OPENAI_BASE_URL``, else OpenAI's.
+        api_key: defaults to ``OPENAI_API_KEY``; required for OpenAI's own endpoint, and
+            replaced by a placeholder for other endpoints when missing. Never shown in reprs,
+            errors or logs.
+        client: an `openai.AsyncOpenAI` (or `AsyncAzureOpenAI`) to use instead of building
+            one, or a function making one; a copy with ``max_retries=0`` is used. HTTP
+            connections belong to the event loop that opened them: a function is called again
+            for each new event loop the model is used from (a client given as is is not).
+        timeout: seconds the client waits for the endpoint (per read while streaming);
+            ``None`` waits forever.
+        stream: stream answers over SSE and report each text delta as a `TokenDelta` event
+            (only when somebody listens to events; otherwise a plain request is made).
+        settings: request parameters for every call (``temperature``, ``max_tokens``,
+            ``seed``...); a step's own settings win. Parameters the `openai` client does not
+            know (``top_k``, ``min_p``... for vLLM or llama.cpp) are sent in the request body.
+        output_modes: the structured-output ladder to climb down, a subsequence of
+            ``("json_schema", "tool", "prompted_json")`` (the default, in that order).
+        provider: the label in this model's `name` (``openai``, ``ollama``, ...).
+
+    Raises:
+        ModelError: no API key for OpenAI's endpoint, or a bad `output_modes`.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: openai.AsyncOpenAI | Callable[[], openai.AsyncOpenAI] | None = None,
+        timeout: float | None = 600.0,
+        stream: bool = False,
+        settings: Mapping[str, Any] | None = None,
+        output_modes: Sequence[OutputMode] | None = None,
+        provider: str = "openai",
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ModelError(f"model must be a non-empty model id, not {model!r}")
+        self.model = model
+        self.name = f"{provider}:{model}"
+        self.timeout = timeout
+        self.stream = stream
+        self.settings: Mapping[str, Any] = dict(settings or {})
+        try:
+            self.output_modes = check_modes(LADDER if output_modes is None else output_modes)
+        except ValueError as exc:
+            raise ModelError(f"{self.name}: {exc}") from None
+        self._factory: Callable[[], openai.AsyncOpenAI] | None
+        if client is None:
+            base_url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
+            key = api_key or os.environ.get("OPENAI_API_KEY") or ""
+            if not key:
+                if base_url.rstrip("/") == OPENAI_BASE_URL:
+                    raise ModelError(
+                        f"{self.name} needs an API key: set OPENAI_API_KEY or pass api_key=..."
+                    )
+                key = NO_API_KEY
+
+            def build() -> openai.AsyncOpenAI:
+                return openai.AsyncOpenAI(
+                    api_key=key, base_url=base_url, max_retries=0, timeout=timeout
+                )
+
+            self._factory = build
+            first = build()
+        else:
+            # A function is called again for each new event loop; a client is used as it is.
+            self._factory = None if isinstance(client, openai.AsyncOpenAI) else client
+            first = client if isinstance(client, openai.AsyncOpenAI) else client()
+            base_url = str(first.base_url)
+        # As given when the client is built here (the client's copy drops a default port).
+        self.base_url = base_url.rstrip("/")
+        self._secret = first.api_key or ""
+        self._key = (self.base_url, model)
+        self._where = f"{self.name} at {_USERINFO.sub('//', self.base_url)}"
+        self._use(first)
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+
+    def _use(self, client: openai.AsyncOpenAI) -> None:
+        self._client = client.with_options(max_retries=0)
+        self._create = cast("Callable[..., Awaitable[Any]]", self._client.chat.completions.create)
+
+    def _bind(self) -> Callable[..., Awaitable[Any]]:
+        """`create` of a client whose connections belong to the running event loop."""
+        loop = asyncio.get_running_loop()
+        bound = self._loop
+        if bound is None or bound() is not loop:
+            if bound is not None and self._factory is not None:
+                # Pooled connections belong to the loop that opened them: a model used from a
+                # new loop (`execute_sync` twice, another `asyncio.run`) needs a new client.
+                self._use(self._factory())
+            self._loop = weakref.ref(loop)
+        return self._create
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel({self.model!r}, base_url={_USERINFO.sub('//', self.base_url)!r})"
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections of the client (built here or passed in)."""
+        await self._client.close()
+
+    @property
+    def output_mode(self) -> OutputMode | None:
+        """The structured-output mode that last worked for this endpoint and model, if any."""
+        return capabilities.worked(self._key)
+
+    @property
+    def rejected(self) -> frozenset[str]:
+        """Features this endpoint and model refused so far (rungs, ``stream_options``)."""
+        return capabilities.rejected(self._key)
+
+    # -- one call ------------------------------------------------------------------------------
+
+    async def call(
+        self, prompt: Prompt, *, on_token: TokenCallback | None = None
+    ) -> ModelCallResponse:
+        """Answer `prompt`; with `prompt.output`, climb down the structured-output ladder.
+
+        Raises:
+            TransientModelError: timeout, connection error, 408/409/429 or 5xx.
+            ModelOutputError: a cut-off, bad tool arguments or invalid output (re-ask).
+            ModelError: any other refusal (400, 401, 403, 404, ...).
+        """
+        request = self._request(prompt)
+        output = prompt.output
+        if output is None:
+            completion = await self._send(request, on_token)
+            usage = usage_of(completion)
+            return self._response(completion, message_of(completion, usage, None), usage)
+        with_tools = "tools" in request
+        rungs = capabilities.ladder(self._key, self._ladder(with_tools))
+        for mode in rungs:
+            shaped = shape_request(request, output, mode, with_tools=with_tools)
+            try:
+                completion = await self._send(shaped, on_token, rung=mode)
+            except _RungRejected as rejected:
+                capabilities.reject(self._key, mode)
+                log.info("%s rejected structured output mode %s: %s", self._where, mode, rejected)
+                if mode == rungs[-1]:
+                    raise rejected.error from None
+                continue
+            usage = usage_of(completion)
+            message = message_of(completion, usage, mode)
+            try:
+                value, produced = read_output(message, output, mode)
+            except ModeIgnoredError as exc:
+                capabilities.reject(self._key, mode)
+                raise ModelOutputError(str(exc), usage=usage, mode=mode) from None
+            except OutputValidationError as exc:
+                raise ModelOutputError(str(exc), usage=usage, mode=mode) from None
+            if value is NO_OUTPUT:
+                return self._response(completion, message, usage)
+            capabilities.record(self._key, produced)
+            response = self._response(completion, message, usage)
+            return dataclasses.replace(response, output=value, output_mode=produced)
+        raise AssertionError("unreachable: the ladder is never empty")  # pragma: no cover
+
+    def _ladder(self, with_tools: bool) -> tuple[OutputMode, ...]:
+        if not with_tools:
+            return self.output_modes
+        allowed = [mode for mode in self.output_modes if mode in LADDER_WITH_TOOLS]
+        return tuple(allowed) or ("tool",)
+
+    def _request(self, prompt: Prompt) -> dict[str, Any]:
+        settings = {**self.settings, **prompt.settings}
+        request = split_settings(settings) if settings else {}
+        request["model"] = self.model
+        request["messages"] = to_openai_messages(prompt.messages)
+        if prompt.tools and prompt.tool_choice != "none":
+            request["tools"] = to_openai_tools(prompt.tools)
+            if prompt.tool_choice != "auto":
+                request["tool_choice"] = prompt.tool_choice
+        return request
+
+    def _response(
+        self, completion: ChatCompletion, message: Message, usage: Usage
+    ) -> ModelCallResponse:
+        choice = completion.choices[0]
+        return ModelCallResponse(
+            message=message,
+            usage=usage,
+            finish_reason=choice.finish_reason,
+            model=completion.model or self.model,
+            raw=completion,
+        )
+
+    # -- the HTTP exchange ---------------------------------------------------------------------
+
+    async def _send(
+        self,
+        request: dict[str, Any],
+        on_token: TokenCallback | None,
+        *,
+        rung: OutputMode | None = None,
+    ) -> ChatCompletion:
+        try:
+            if on_token is None or not self.stream:
+                completion: ChatCompletion = await self._bind()(**request)
+                return completion
+            return await self._stream(request, on_token)
+        except (openai.OpenAIError, httpx2.TransportError) as exc:
+            error = translate_error(
+                exc, where=self._where, timeout=self.timeout, redact=self._redact
+            )
+            if rung is not None and _rejects(exc, rung):
+                raise _RungRejected(error) from None
+            # `from None`: the client's exception may quote a server that echoed the key.
+            raise error from None
+
+    async def _stream(self, request: dict[str, Any], on_token: TokenCallback) -> ChatCompletion:
+        kwargs = {**request, "stream": True}
+        if "stream_options" not in capabilities.rejected(self._key):
+            kwargs["stream_options"] = {"include_usage": True}
+        try:
+            stream = await self._bind()(**kwargs)
+        except openai.APIStatusError as exc:
+            if "stream_options" not in kwargs or not _rejects(exc, "stream_options"):
+                raise
+            # Usage in streams is an extension some servers refuse: stream without it.
+            capabilities.reject(self._key, "stream_options")
+            del kwargs["stream_options"]
+            stream = await self._create(**kwargs)
+        accumulator = StreamAccumulator()
+        try:
+            async for chunk in stream:
+                text = accumulator.add(chunk)
+                if text:
+                    on_token(text)
+        finally:
+            await stream.close()
+        return accumulator.completion()
+
+    def _redact(self, text: str) -> str:
+        secret = self._secret
+        if len(secret) >= 6 and secret != NO_API_KEY:
+            text = text.replace(secret, "[redacted]")
+        return text

@@ -1,0 +1,303 @@
+"""Structured output over the OpenAI chat protocol: the ladder of modes, and what each endpoint
+supports.
+
+Three modes (rungs), strongest first:
+
+* ``json_schema``: native structured output, ``response_format={"type": "json_schema", ...}``;
+* ``tool``: a call to an output tool whose parameters are the schema (forced with
+  ``tool_choice`` when the step has no tools of its own);
+* ``prompted_json``: the schema in the system prompt, the answer read from text (bare JSON,
+  fenced, in prose, or trivially broken and repaired).
+
+A rung the endpoint rejects (HTTP 400 naming the feature) is remembered per (base URL, model)
+in `capabilities`, for the life of the process, and the next rung is tried at once.
+
+For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs,
+through the public names of `instructor.v2`; a raw JSON Schema, or a model instructor cannot
+shape (its API moved), is sent as its JSON Schema. minions makes the HTTP call, owns every
+retry (so instructor's own retry loop never runs) and validates each answer once with
+`OutputInstructions`, which is tolerant of JSON in prose and words the note the model is
+re-asked with.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, get_args
+
+from minions._messages import OutputMode
+from minions._output import extract_json
+from minions.errors import OutputValidationError
+
+if TYPE_CHECKING:
+    from minions._messages import Message
+    from minions._output import OutputInstructions
+
+__all__ = ["CapabilityMemory", "OutputMode"]
+
+log = logging.getLogger(__name__)
+
+"""A rung of the structured-output ladder."""
+
+OUTPUT_MODES: Final[tuple[OutputMode, ...]] = get_args(OutputMode)
+LADDER: Final[tuple[OutputMode, ...]] = ("json_schema", "tool", "prompted_json")
+"""The ladder for a call without tools of its own."""
+LADDER_WITH_TOOLS: Final[tuple[OutputMode, ...]] = ("tool", "prompted_json")
+"""The ladder when the step also offers tools. Native ``response_format`` is left out: on
+servers that enforce it with constrained decoding (vLLM, llama.cpp, Ollama) it forbids the
+tool calls the step needs before its final answer."""
+
+EndpointKey = tuple[str, str]
+"""(base URL, model)."""
+
+
+class CapabilityMemory:
+    """What each (base URL, model) rejected, and which output mode last worked.
+
+    Process-wide and thread-safe. Features are rungs of the ladder or request options such as
+    ``stream_options``.
+    """
+
+    def __init__(self) -> None:
+        self._rejected: dict[EndpointKey, frozenset[str]] = {}
+        self._worked: dict[EndpointKey, OutputMode] = {}
+        self._lock = threading.Lock()
+
+    def rejected(self, key: EndpointKey) -> frozenset[str]:
+        """The features `key` rejected so far."""
+        return self._rejected.get(key, frozenset())
+
+    def reject(self, key: EndpointKey, feature: str) -> None:
+        """Remember that `key` does not support `feature`."""
+        with self._lock:
+            self._rejected[key] = self.rejected(key) | {feature}
+
+    def ladder(self, key: EndpointKey, preferred: Sequence[OutputMode]) -> tuple[OutputMode, ...]:
+        """The rungs of `preferred` that `key` has not rejected; never empty (the last rung
+        is always worth a try)."""
+        rejected = self._rejected.get(key)
+        if not rejected:
+            return tuple(preferred)
+        rungs = tuple(mode for mode in preferred if mode not in rejected)
+        return rungs or (preferred[-1],)
+
+    def record(self, key: EndpointKey, mode: OutputMode) -> None:
+        """Remember that `mode` produced valid output for `key`."""
+        if self._worked.get(key) != mode:
+            with self._lock:
+                self._worked[key] = mode
+
+    def worked(self, key: EndpointKey) -> OutputMode | None:
+        """The mode that last produced valid output for `key`, if any did."""
+        return self._worked.get(key)
+
+    def forget(self, key: EndpointKey | None = None) -> None:
+        """Forget what was learned about `key` (about every endpoint when `None`)."""
+        with self._lock:
+            if key is None:
+                self._rejected.clear()
+                self._worked.clear()
+            else:
+                self._rejected.pop(key, None)
+                self._worked.pop(key, None)
+
+
+capabilities: Final = CapabilityMemory()
+"""The process-wide memory of what endpoints support."""
+
+
+def check_modes(modes: Iterable[str]) -> tuple[OutputMode, ...]:
+    """Validate a user's ladder.
+
+    Raises:
+        ValueError: a mode is unknown, or none is given.
+    """
+    result: list[OutputMode] = []
+    for mode in modes:
+        if mode not in OUTPUT_MODES:
+            raise ValueError(
+                f"unknown output mode {mode!r}; the modes are {', '.join(map(repr, OUTPUT_MODES))}"
+            )
+        result.append(mode)
+    if not result:
+        raise ValueError(f"output_modes is empty; give some of {', '.join(OUTPUT_MODES)}")
+    return tuple(result)
+
+
+# -- shaping requests ----------------------------------------------------------------------------
+
+
+def _pydantic_model(output: OutputInstructions) -> type[Any] | None:
+    """The output type when it is a pydantic model (what instructor handles), else `None`."""
+    output_type = output.output_type
+    if not isinstance(output_type, type):
+        return None
+    from pydantic import BaseModel
+
+    return output_type if issubclass(output_type, BaseModel) else None
+
+
+def _instructor_shape(output: OutputInstructions, mode: OutputMode) -> dict[str, Any] | None:
+    """instructor's ``response_format`` (``json_schema``) or output tool (``tool``) for
+    `output`, computed once per output type.
+
+    `None` for a raw JSON Schema, and when instructor cannot shape the output type (its public
+    `instructor.v2` API moved, or the type is beyond it): the request is then shaped from
+    `OutputInstructions`, as for a raw JSON Schema. Answers are read without instructor either
+    way.
+    """
+    cache_key = f"openai.instructor.{mode}"
+    if cache_key in output._cache:
+        cached: dict[str, Any] | None = output._cache[cache_key]
+        return cached
+    model = _pydantic_model(output)
+    shape: dict[str, Any] | None = None
+    if model is not None:
+        try:
+            shape = _ask_instructor(model, mode, output.tool_name)
+        except Exception as exc:
+            log.warning(
+                "instructor could not shape %s for the %s rung (%s: %s); "
+                "its JSON Schema is sent as it is",
+                model.__name__,
+                mode,
+                type(exc).__name__,
+                exc,
+            )
+    output._cache[cache_key] = shape
+    return shape
+
+
+def _ask_instructor(model: type[Any], mode: OutputMode, name: str) -> dict[str, Any]:
+    """instructor's shape of `model` for `mode`, named `name`, from `instructor.v2`'s public
+    names (its request handler for OpenAI)."""
+    from instructor.v2 import Mode, Provider, mode_registry
+
+    instructor_mode = Mode.JSON_SCHEMA if mode == "json_schema" else Mode.TOOLS
+    handlers = mode_registry.get_handlers(Provider.OPENAI, instructor_mode)
+    _, kwargs = handlers.request_handler(model, {})
+    if mode == "json_schema":
+        fmt = kwargs["response_format"]
+        return {**fmt, "json_schema": {**fmt["json_schema"], "name": name}}
+    function = kwargs["tools"][0]["function"]
+    return {"type": "function", "function": {**function, "name": name}}
+
+
+def response_format(output: OutputInstructions) -> dict[str, Any]:
+    """The native ``response_format`` for `output`."""
+    return _instructor_shape(output, "json_schema") or {
+        "type": "json_schema",
+        "json_schema": {"name": output.tool_name, "schema": dict(output.json_schema())},
+    }
+
+
+def output_tool(output: OutputInstructions) -> dict[str, Any]:
+    """The output tool for `output`, named `output.tool_name` (the name the step loop expects)."""
+    return _instructor_shape(output, "tool") or {
+        "type": "function",
+        "function": {
+            "name": output.tool_name,
+            "description": "Give your final answer by calling this tool.",
+            "parameters": dict(output.json_schema()),
+        },
+    }
+
+
+def json_instructions(output: OutputInstructions, *, with_tools: bool) -> str:
+    """The prompt text of the ``prompted_json`` rung: the schema, compact."""
+    schema = output._cache.get("openai.schema_text")
+    if schema is None:
+        schema = json.dumps(output.json_schema(), separators=(",", ":"), ensure_ascii=False)
+        output._cache["openai.schema_text"] = schema
+    lead = "When you have the final answer, reply" if with_tools else "Reply"
+    return f"{lead} with only a JSON object that matches this JSON Schema:\n{schema}"
+
+
+def shape_request(
+    request: Mapping[str, Any], output: OutputInstructions, mode: OutputMode, *, with_tools: bool
+) -> dict[str, Any]:
+    """`request` (OpenAI chat-completion keyword arguments) asking for `output` in `mode`."""
+    shaped = dict(request)
+    if mode == "json_schema":
+        shaped["response_format"] = response_format(output)
+    elif mode == "tool":
+        tool = output_tool(output)
+        shaped["tools"] = [*request.get("tools", ()), tool]
+        # With tools of its own the model must still be free to call them first; "required"
+        # keeps it from ending the step in prose instead of through the output tool.
+        shaped["tool_choice"] = (
+            "required"
+            if with_tools
+            else {"type": "function", "function": {"name": tool["function"]["name"]}}
+        )
+    else:
+        text = json_instructions(output, with_tools=with_tools)
+        messages = list(request["messages"])
+        # Chat templates of many local models accept a system message only in first place,
+        # so the schema joins the existing system prompt instead of adding another one.
+        if messages and messages[0].get("role") == "system":
+            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}
+        else:
+            messages.insert(0, {"role": "system", "content": text})
+        shaped["messages"] = messages
+    return shaped
+
+
+# -- reading answers -----------------------------------------------------------------------------
+
+
+class ModeIgnoredError(OutputValidationError):
+    """The endpoint accepted a mode but ignored it (``json_schema`` answered without JSON)."""
+
+
+NO_OUTPUT: Final = object()
+"""`read_output`'s answer for a reply that calls the step's own tools (no output yet)."""
+
+
+def read_output(
+    message: Message, output: OutputInstructions, mode: OutputMode
+) -> tuple[Any, OutputMode]:
+    """The validated output in `message` (`NO_OUTPUT` when the model called other tools), and
+    the mode that produced it: `mode`, except for JSON read from the text of an answer to the
+    ``tool`` rung, which is ``prompted_json``.
+
+    Raises:
+        OutputValidationError: the answer is not valid output; its message is the note to
+            re-ask with. `ModeIgnoredError` when the endpoint evidently ignored `mode`.
+    """
+    name = output.tool_name
+    calls = message.tool_calls
+    if mode == "tool":
+        mine = [call for call in calls if call.name == name]
+        if mine:
+            # `message_of` parsed the arguments already: validated here, once.
+            return output.validate_python(dict(mine[0].arguments)), mode
+    if calls:
+        return NO_OUTPUT, mode
+    try:
+        value = output.validate_json(message.content)
+    except OutputValidationError as exc:
+        if _has_json(message.content):
+            raise
+        if mode == "json_schema":
+            raise ModeIgnoredError(
+                "Your answer did not contain a JSON object. "
+                + json_instructions(output, with_tools=False)
+            ) from None
+        if mode == "tool":
+            raise OutputValidationError(
+                f"You did not call the tool {name!r}. Give your final answer by calling it."
+            ) from None
+        raise exc from None
+    return value, "prompted_json" if mode == "tool" else mode
+
+
+def _has_json(text: str) -> bool:
+    try:
+        extract_json(text)
+    except OutputValidationError:
+        return False
+    return True

@@ -1,0 +1,149 @@
+"""Loading a YAML recipe file into a checked `RecipeSpec`, with every error located."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from minions.errors import InputError, Problem, RecipeError, did_you_mean
+from minions.recipes._schema import InputSpec, RecipeSpec, StepSpec
+from minions.recipes._source import Located, load_yaml
+
+__all__ = []
+
+
+def load_spec(path: str | Path) -> tuple[RecipeSpec, Located]:
+    """Read and check a recipe file.
+
+    Raises:
+        RecipeError: every problem, each naming the file, line, step and field.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecipeError([Problem(message="no such recipe file", file=str(path))]) from None
+    except OSError as exc:
+        raise RecipeError([Problem(message=f"cannot read: {exc}", file=str(path))]) from None
+    return parse_spec(text, file=str(path))
+
+
+def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:
+    """Check recipe YAML text (see `load_spec`)."""
+    from pydantic import ValidationError
+
+    located = load_yaml(text, file)
+    if not isinstance(located.data, Mapping):
+        raise RecipeError(
+            [Problem(message="a recipe must be a mapping with id and steps", file=file, line=1)]
+        )
+    try:
+        spec = RecipeSpec.model_validate(located.data)
+    except ValidationError as exc:
+        problems = sorted(_problems(exc, located), key=lambda p: p.line or 0)
+        raise RecipeError(problems) from None
+    return spec, located
+
+
+def _step_of(located: Located, loc: Sequence[Any]) -> tuple[str | None, list[Any]]:
+    """The step id a location is in, and the location inside the step."""
+    if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+        steps = located.data.get("steps") if isinstance(located.data, Mapping) else None
+        step_id = None
+        if isinstance(steps, list) and loc[1] < len(steps) and isinstance(steps[loc[1]], Mapping):
+            raw = steps[loc[1]].get("id")
+            step_id = str(raw) if raw is not None else f"#{loc[1] + 1}"
+        return step_id, list(loc[2:])
+    return None, list(loc)
+
+
+def _problems(error: Any, located: Located) -> list[Problem]:
+    problems = []
+    for err in error.errors(include_url=False):
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        # Union branches add the type tried to the location; drop them.
+        loc = [p for p in loc if p not in ("HttpSpec", "bool")]
+        step, inner = _step_of(located, loc)
+        field_path = ".".join(str(p) for p in inner) or None
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            name = str(inner[-1] if inner else loc[-1])
+            message = f"unknown field {name!r}{_suggest(name, inner, step)}"
+        elif err["type"] == "missing":
+            message = "is required"
+        line = located.line(loc)
+        problems.append(
+            Problem(message=message, file=located.file, line=line, step=step, field=field_path)
+        )
+    return problems
+
+
+def _suggest(name: str, inner: Sequence[Any], step: str | None) -> str:
+    if step is not None and len(inner) == 1:
+        known = list(StepSpec.model_fields)
+    elif not inner or len(inner) == 1:
+        known = list(RecipeSpec.model_fields)
+    else:
+        known = []
+    return did_you_mean(name, known)
+
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+def coerce_inputs(
+    specs: Mapping[str, InputSpec], given: Mapping[str, Any], *, file: str = ""
+) -> dict[str, Any]:
+    """Check a run's inputs against the recipe's: required ones given, types right, defaults
+    filled in. Text values (from a command line) are converted to the declared type.
+
+    Raises:
+        InputError: naming every bad or missing input (a `RecipeError`).
+    """
+    import json
+
+    problems = []
+    result: dict[str, Any] = {}
+    for name in given:
+        if name not in specs:
+            listing = ", ".join(specs) or "none"
+            problems.append(
+                f"unknown input {name!r}{did_you_mean(name, specs)}; the recipe's inputs: {listing}"
+            )
+    for name, spec in specs.items():
+        required = spec.required if spec.required is not None else spec.default is None
+        if name not in given:
+            if required:
+                problems.append(f"input {name!r} is required ({spec.type}): {spec.description}")
+            else:
+                result[name] = spec.default
+            continue
+        value = given[name]
+        if isinstance(value, str) and spec.type != "string":
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                if spec.type == "boolean" and value.lower() in ("yes", "no", "on", "off"):
+                    value = value.lower() in ("yes", "on")
+        types = _PY_TYPES[spec.type]
+        wrong_bool = isinstance(value, bool) and spec.type in ("integer", "number")
+        if not isinstance(value, types) or wrong_bool:
+            problems.append(
+                f"input {name!r} must be {spec.type}, got {type(value).__name__} {value!r}"
+            )
+            continue
+        if spec.enum is not None and value not in spec.enum:
+            problems.append(f"input {name!r} must be one of {spec.enum}, got {value!r}")
+            continue
+        result[name] = value
+    if problems:
+        raise InputError([Problem(message=p, file=file) for p in problems])
+    return result

@@ -1,0 +1,182 @@
+"""The YAML recipe format, as pydantic models (and so as a JSON Schema for editors)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["InputSpec"]
+
+InputType = Literal["string", "integer", "number", "boolean", "array", "object"]
+KIND_KEYS = ("goal", "tool", "analyze", "recipe")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class InputSpec(_Strict):
+    """An input of the recipe, checked when a run starts."""
+
+    type: InputType = Field("string", description="The JSON type of the value.")
+    default: Any = Field(None, description="The value when none is given; absent: required.")
+    description: str = ""
+    enum: list[Any] | None = Field(None, description="The only values allowed.")
+    required: bool | None = Field(
+        None, description="Defaults to true without a default, false with one."
+    )
+
+
+class NextSpec(_Strict):
+    """A transition to another step, taken when `when` is true (or always)."""
+
+    step: str = Field(description="The id of the step to go to.")
+    when: str | None = Field(
+        None,
+        description="A JMESPath condition over this step's result, e.g. "
+        '"output.approved == `true`" or a {{ template }}.',
+    )
+
+
+class LoopSpec(_Strict):
+    """Run the step once per item."""
+
+    items: Any = Field(description="A list, or a {{ template }} giving one.")
+    parallel: int = Field(1, ge=1, description="How many items may run at once.")
+    continue_on_error: bool = Field(False, description="Complete even when items failed.")
+
+
+class HttpSpec(_Strict):
+    """Enables the built-in `http_get` tool."""
+
+    enabled: bool = True
+    allowed_hosts: list[str] | None = None
+
+
+class StepSpec(_Strict):
+    """One step. Its kind comes from the key it has: `goal` (agent step), `tool` (tool step),
+    `analyze` (analysis step) or `recipe` (sub-recipe step)."""
+
+    id: str = Field(description="Unique within the recipe.")
+    description: str = ""
+
+    # agent step
+    goal: str | None = Field(None, description="What the model must do (agent step).")
+    system: str | None = Field(None, description="The system prompt.")
+    tools: list[str] = Field(default_factory=list, description="Tools the model may call.")
+    completion_marker: str | None = None
+
+    # tool step
+    tool: str | None = Field(None, description="A tool to call directly (tool step).")
+    params: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments.")
+    fill_missing: Literal["model"] | None = Field(
+        None, description="Let the model extract parameters whose templates have no value."
+    )
+
+    # analysis step (also `tool: llm_analyze` with context / input / output_format)
+    analyze: str | None = Field(None, description="What to work out from `input`.")
+    input: Any = Field(None, description="The data an analysis step works on.")
+    context: str | None = Field(None, description="For `tool: llm_analyze`: the instructions.")
+    output_format: Any = Field(None, description="For `tool: llm_analyze`: the output.")
+
+    # sub-recipe step
+    recipe: str | None = Field(None, description="Another recipe file, run as one step.")
+    inputs: dict[str, Any] = Field(default_factory=dict, description="The sub-recipe's inputs.")
+
+    # every kind
+    output: Any = Field(None, description="A JSON Schema, or an example object to infer one from.")
+    depends_on: list[str] = Field(default_factory=list)
+    next: list[NextSpec] = Field(default_factory=list)
+    save_as: str | None = Field(None, description="Another name for this step's result.")
+    loop: LoopSpec | None = Field(
+        None, description="Run once per item: a list, a {{ template }}, or {items, parallel}."
+    )
+    parallel: int | None = Field(None, ge=1, description="With `loop`: items at once.")
+    optional: bool = False
+    mode: Literal["async", "sync", "fire_and_forget"] = "async"
+    timeout: float | None = Field(None, gt=0, description="Seconds.")
+    memory: Literal["step", "agent"] = "step"
+    model: str | None = None
+    max_visits: int = Field(10, ge=1)
+    config: dict[str, Any] = Field(default_factory=dict, description="ExecutionConfig overrides.")
+
+    @field_validator("depends_on", "tools", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("loop", mode="before")
+    @classmethod
+    def _loop_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str | list):
+            return {"items": value}
+        return value
+
+    @field_validator("next", mode="before")
+    @classmethod
+    def _next_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [{"step": value}]
+        if isinstance(value, list):
+            return [{"step": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> StepSpec:
+        present = [key for key in KIND_KEYS if getattr(self, key) is not None]
+        if len(present) != 1:
+            found = f"it has {', '.join(present)}" if present else "it has none"
+            raise ValueError(
+                f"a step needs exactly one of goal (agent step), tool (tool step), analyze "
+                f"(analysis step) or recipe (sub-recipe step); {found}"
+            )
+        if self.parallel is not None and self.loop is None:
+            raise ValueError("`parallel` needs `loop`")
+        return self
+
+    @property
+    def kind(self) -> Literal["agent", "tool", "analysis", "recipe"]:
+        if self.goal is not None:
+            return "agent"
+        if self.analyze is not None or self.tool == "llm_analyze":
+            return "analysis"
+        if self.tool is not None:
+            return "tool"
+        return "recipe"
+
+
+class RecipeSpec(_Strict):
+    """A recipe file."""
+
+    id: str
+    description: str = ""
+    model: str | None = Field(
+        None, description="Default model, e.g. 'ollama:llama3.2:3b' or 'openai:gpt-4o-mini'."
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="ExecutionConfig fields: max_parallel_steps, fail_fast, budgets, retries...",
+    )
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    tools: list[str] = Field(
+        default_factory=list,
+        description="Python tools as 'package.module:function' (or 'package.module' for all "
+        "tools of a module); built-ins are available by name.",
+    )
+    workspace: str = Field(".", description="The folder file tools may use (relative to the file).")
+    http: HttpSpec | bool = Field(False, description="Enable the http_get tool.")
+    execution_mode: Literal["planned", "sequential"] = Field(
+        "planned",
+        description="planned: follow depends_on, in parallel; sequential: file order, one at a "
+        "time.",
+    )
+    steps: list[StepSpec] = Field(min_length=1)
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _input_shorthand(cls, value: Any) -> Any:
+        # `topic: string` is short for `topic: {type: string}`.
+        if isinstance(value, dict):
+            return {k: {"type": v} if isinstance(v, str) else v for k, v in value.items()}
+        return value

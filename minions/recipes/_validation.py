@@ -1,0 +1,363 @@
+"""Checking a recipe: every problem found, each naming its step and field.
+
+Checks: step definitions (including unknown tools), duplicate ids, unknown ids in
+``depends_on``, transitions, aliases and ``output_step``, cycles among ``depends_on`` (shown as
+a path), loops through transitions that can never end, and templates that refer to nothing, or
+to a step that never runs before. The same pass computes the structure `StepGraph` keeps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from minions._kinds.loop import LoopStep
+from minions._routing.selection import as_template
+from minions._routing.transition import Transition
+from minions._step.step import Step
+from minions._templates import check_template, template_expressions, template_roots
+from minions.errors import Problem, did_you_mean
+from minions.recipes._recipe import AgentRecipe
+
+if TYPE_CHECKING:
+    from minions.tools._tool import ToolRegistry
+
+__all__ = ["recipe_problems"]
+
+RESULT_FIELDS = ("output", "status", "error", "visit")
+"""What a transition's condition reads about its source, besides the run state."""
+_FIELD_OF_PROBLEM = re.compile(r"^(\w+) must\b")
+
+
+def recipe_problems(recipe: AgentRecipe, tools: ToolRegistry | None = None) -> list[Problem]:
+    """Every problem of `recipe` (see the module docstring). Empty when it is valid."""
+    return Analysis(recipe, tools).problems
+
+
+class Analysis:
+    """Checks a recipe and computes its structure in one pass."""
+
+    def __init__(self, recipe: AgentRecipe, tools: ToolRegistry | None) -> None:
+        self.recipe = recipe
+        self.problems: list[Problem] = []
+        self.steps: dict[str, Step] = {}
+        self._check_steps(tools)
+        ids = self.steps
+        self.dependents: dict[str, tuple[str, ...]] = dict.fromkeys(ids, ())
+        self.outgoing: dict[str, tuple[Transition, ...]] = dict.fromkeys(ids, ())
+        self._check_dependencies()
+        self._check_transitions()
+        self._check_names()
+        self.order = self._topological_order()
+        self.loops, self.gates = self._classify_transitions()
+        self.regions = {t: self._reachable(t) for _, t in self.loops}
+        self._check_loops()
+        self._check_templates()
+
+    def _add(self, message: str, step: str | None = None, field: str | None = None) -> None:
+        self.problems.append(Problem(message=message, step=step, field=field))
+
+    # -- steps, names, references ------------------------------------------------------------
+
+    def _check_steps(self, tools: ToolRegistry | None) -> None:
+        seen: dict[str, int] = {}
+        given: tuple[object, ...] = tuple(self.recipe.steps)
+        for position, step in enumerate(given, start=1):
+            if not isinstance(step, Step):
+                self._add(f"step #{position} is a {type(step).__name__}, not a Step")
+                continue
+            if step.id in seen:
+                self._add(
+                    f"duplicate step id (steps #{seen[step.id]} and #{position})",
+                    step.id,
+                    "id",
+                )
+                continue
+            seen[step.id] = position
+            self.steps[step.id] = step
+            prefix = f"step {step.id!r}: "
+            for text in step.problems(tools):
+                message = text.removeprefix(prefix)
+                found = _FIELD_OF_PROBLEM.match(message)
+                field = "tools" if message.startswith("unknown tool") else None
+                if found is not None:
+                    field = found.group(1)
+                self._add(message, step.id, field)
+        if not self.steps and not self.problems:
+            self._add("a recipe needs at least one step", field="steps")
+
+    def _unknown(self, name: str) -> str:
+        return f"unknown step {name!r}{did_you_mean(name, self.steps)}"
+
+    def _check_dependencies(self) -> None:
+        dependents: dict[str, list[str]] = {s: [] for s in self.steps}
+        for step_id, step in self.steps.items():
+            if len(set(step.depends_on)) != len(step.depends_on):
+                self._add("lists a step more than once", step_id, "depends_on")
+            for dependency in dict.fromkeys(step.depends_on):
+                if dependency == step_id:
+                    self._add("a step cannot depend on itself", step_id, "depends_on")
+                elif dependency not in self.steps:
+                    self._add(self._unknown(dependency), step_id, "depends_on")
+                else:
+                    dependents[dependency].append(step_id)
+        self.dependents = {s: tuple(d) for s, d in dependents.items()}
+
+    def _check_transitions(self) -> None:
+        outgoing: dict[str, list[Transition]] = {s: [] for s in self.steps}
+        seen: set[tuple[str, str]] = set()
+        given: tuple[object, ...] = tuple(self.recipe.transitions)
+        for transition in given:
+            if not isinstance(transition, Transition):
+                self._add(f"{transition!r} is not a Transition", field="transitions")
+                continue
+            source, target = transition.source, transition.target
+            known = True
+            if source not in self.steps:
+                self._add(
+                    f"transition {transition}: {self._unknown(source)}", source, "transitions"
+                )
+                known = False
+            if target not in self.steps:
+                self._add(
+                    f"transition {transition}: {self._unknown(target)}", source, "transitions"
+                )
+                known = False
+            if (source, target) in seen:
+                self._add(
+                    f"two transitions lead from {source!r} to {target!r}", source, "transitions"
+                )
+                known = False
+            when: object = transition.when
+            if isinstance(when, str):
+                roots = [*self._state_roots(), *RESULT_FIELDS]
+                for text in check_template(as_template(when), roots):
+                    self._add(f"condition of {source} -> {target}: {text}", source, "transitions")
+            elif when is not None and not callable(when):
+                self._add(
+                    f"condition of {source} -> {target} must be a string or a callable, not "
+                    f"{type(when).__name__}",
+                    source,
+                    "transitions",
+                )
+            if known:
+                seen.add((source, target))
+                outgoing[source].append(transition)
+        self.outgoing = {s: tuple(t) for s, t in outgoing.items()}
+
+    def _state_roots(self) -> list[str]:
+        return ["inputs", *self.steps, *self.recipe.aliases]
+
+    def _check_names(self) -> None:
+        for alias, step_id in self.recipe.aliases.items():
+            if alias in self.steps or alias in ("inputs", "loop", *RESULT_FIELDS):
+                self._add(f"alias {alias!r} is already a name in the run state", field="aliases")
+            if step_id not in self.steps:
+                self._add(f"alias {alias!r}: {self._unknown(step_id)}", field="aliases")
+        output_step = self.recipe.output_step
+        if output_step is not None and output_step not in self.steps:
+            self._add(self._unknown(output_step), field="output_step")
+
+    # -- structure ---------------------------------------------------------------------------
+
+    def _topological_order(self) -> tuple[str, ...]:
+        """Kahn's algorithm, recipe order breaking ties; reports each cycle as a path."""
+        waiting = {
+            s: sum(1 for d in set(step.depends_on) if d in self.steps and d != s)
+            for s, step in self.steps.items()
+        }
+        position = {s: i for i, s in enumerate(self.steps)}
+        ready = [s for s, n in waiting.items() if n == 0]
+        order: list[str] = []
+        while ready:
+            ready.sort(key=position.__getitem__)
+            current = ready.pop(0)
+            order.append(current)
+            for dependent in self.dependents[current]:
+                waiting[dependent] -= 1
+                if waiting[dependent] == 0:
+                    ready.append(dependent)
+        if len(order) < len(self.steps):
+            self._report_cycles({s for s in self.steps if s not in set(order)})
+        return tuple(order)
+
+    def _report_cycles(self, stuck: set[str]) -> None:
+        reported: set[frozenset[str]] = set()
+        for start in self.steps:
+            if start not in stuck:
+                continue
+            path = self._cycle_from(start, stuck)
+            if path is None or frozenset(path) in reported:
+                continue
+            reported.add(frozenset(path))
+            shown = " -> ".join([*path, path[0]])
+            self._add(
+                f"depends_on forms a cycle: {shown} (each step waits for the next)",
+                path[0],
+                "depends_on",
+            )
+
+    def _cycle_from(self, start: str, stuck: set[str]) -> list[str] | None:
+        path = [start]
+        on_path = {start: 0}
+        current = start
+        while True:
+            following = [d for d in self.steps[current].depends_on if d in stuck]
+            if not following:
+                return None
+            current = following[0]
+            if current in on_path:
+                return path[on_path[current] :]
+            on_path[current] = len(path)
+            path.append(current)
+
+    def _successors(self, step_id: str) -> list[tuple[str, bool]]:
+        """``(next step, via a transition)``: dependents first, then transition targets."""
+        return [(d, False) for d in self.dependents[step_id]] + [
+            (t.target, True) for t in self.outgoing[step_id]
+        ]
+
+    def _classify_transitions(
+        self,
+    ) -> tuple[frozenset[tuple[str, str]], dict[str, tuple[str, ...]]]:
+        """Depth-first from the steps in dependency order: a transition to a step still on
+        the path is a loop; the other transitions are forward, and gate their targets."""
+        loops: set[tuple[str, str]] = set()
+        state: dict[str, int] = {}  # 1: on the path, 2: done
+        acyclic = len(self.order) == len(self.steps)  # else the cycles are reported already
+        roots = [*self.order, *(s for s in self.steps if s not in set(self.order))]
+        for root in roots:
+            if root in state:
+                continue
+            state[root] = 1
+            stack = [(root, iter(self._successors(root)))]
+            while stack:
+                current, successors = stack[-1]
+                for successor, via_transition in successors:
+                    seen = state.get(successor)
+                    if seen == 1:
+                        if via_transition:
+                            loops.add((current, successor))
+                        elif acyclic:
+                            self._add(
+                                f"waits for {current!r}, which can only run after "
+                                f"{successor!r} itself (through transitions): neither could "
+                                "start",
+                                successor,
+                                "depends_on",
+                            )
+                    elif seen is None:
+                        state[successor] = 1
+                        stack.append((successor, iter(self._successors(successor))))
+                        break
+                else:
+                    state[current] = 2
+                    stack.pop()
+        gates: dict[str, list[str]] = {}
+        for source, transitions in self.outgoing.items():
+            for transition in transitions:
+                if (source, transition.target) not in loops:
+                    gates.setdefault(transition.target, []).append(source)
+        return frozenset(loops), {t: tuple(dict.fromkeys(s)) for t, s in gates.items()}
+
+    def _reachable(self, start: str, *, edges: Any = None) -> frozenset[str]:
+        """Steps reachable from `start` (itself included) through dependencies and forward
+        transitions; `edges` may restrict which transitions count."""
+        seen = {start}
+        todo = [start]
+        while todo:
+            current = todo.pop()
+            nexts: Iterable[str] = self.dependents[current]
+            targets = [
+                t.target
+                for t in self.outgoing[current]
+                if (current, t.target) not in self.loops and (edges is None or edges(t))
+            ]
+            for following in (*nexts, *targets):
+                if following not in seen:
+                    seen.add(following)
+                    todo.append(following)
+        return frozenset(seen)
+
+    def _check_loops(self) -> None:
+        """A loop whose every transition is its source's only one, without a condition, can
+        only end by exceeding `max_visits`."""
+
+        def always(transition: Transition) -> bool:
+            return transition.when is None and len(self.outgoing[transition.source]) == 1
+
+        for source, target in sorted(self.loops):
+            back = next(t for t in self.outgoing[source] if t.target == target)
+            if always(back) and source in self._reachable(target, edges=always):
+                self._add(
+                    f"the loop {source} -> {target} has no condition and no other way out, so "
+                    f"it could only end by exceeding max_visits; give one of its transitions a "
+                    f"`when`, or add another transition out of it",
+                    source,
+                    "transitions",
+                )
+
+    # -- templates ---------------------------------------------------------------------------
+
+    def _check_templates(self) -> None:
+        before = self._runs_before()
+        aliases = self.recipe.aliases
+        state_roots = self._state_roots()
+        for step_id, step in self.steps.items():
+            for field, value in step.templates().items():
+                roots = state_roots
+                if isinstance(step, LoopStep) and field != "loop":
+                    roots = [*state_roots, "loop"]
+                for text in check_template(value, roots):
+                    self._add(text, step_id, field)
+                self._check_order(step_id, field, value, before, aliases)
+
+    def _check_order(
+        self,
+        step_id: str,
+        field: str,
+        value: Any,
+        before: Mapping[str, frozenset[str]],
+        aliases: Mapping[str, str],
+    ) -> None:
+        try:
+            roots = template_roots(value)
+        except Exception:
+            return  # A syntax error is reported by check_template.
+        for root in sorted(roots):
+            referred = aliases.get(root, root)
+            if referred not in self.steps or referred in before[step_id]:
+                continue
+            expression = next((e for e in template_expressions(value) if root in e), root)
+            what = "its own result" if referred == step_id else f"step {referred!r}"
+            self._add(
+                f"template {{{{ {expression} }}}} refers to {what}, which never runs before "
+                f"{step_id!r}; add {referred!r} to depends_on",
+                step_id,
+                field,
+            )
+
+    def _runs_before(self) -> dict[str, frozenset[str]]:
+        """For each step, the steps that may have run before it: everything it is reachable
+        from through dependencies and transitions (loops included), and in a sequential
+        recipe every earlier step."""
+        incoming: dict[str, set[str]] = {s: set() for s in self.steps}
+        for step_id in self.steps:
+            for following, _ in self._successors(step_id):
+                incoming[following].add(step_id)
+        if self.recipe.execution_mode == "sequential":
+            for earlier, later in itertools.pairwise(self.steps):
+                incoming[later].add(earlier)
+        before: dict[str, frozenset[str]] = {}
+        for step_id in self.steps:
+            seen: set[str] = set()
+            todo = list(incoming[step_id])
+            while todo:
+                current = todo.pop()
+                if current not in seen:
+                    seen.add(current)
+                    todo.extend(incoming[current])
+            before[step_id] = frozenset(seen)
+        return before

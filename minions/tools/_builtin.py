@@ -1,0 +1,174 @@
+"""Built-in tools for recipes: the time, files in a workspace, and (opt-in) HTTP GET.
+
+File tools are confined to one workspace directory: any path that resolves outside it —
+through ``..``, an absolute path or a symlink — is refused. `http_get` is not available unless
+a recipe enables it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from minions.errors import ToolError
+from minions.tools._tool import Tool, tool
+
+__all__ = ["builtin_tools", "current_datetime", "file_tools", "http_get_tool"]
+
+_MAX_READ = 1_000_000
+
+
+@tool(run_in_thread=False)
+def current_datetime(
+    hours_ago: float = 0, days_ago: float = 0, timezone: str = "UTC"
+) -> dict[str, Any]:
+    """The current date and time, or a moment before it (e.g. 24 hours ago).
+
+    Args:
+        hours_ago: how many hours before now (0 for now).
+        days_ago: how many days before now (0 for now).
+        timezone: an IANA time zone name such as "UTC" or "Europe/Oslo".
+    """
+    try:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ToolError(f"Unknown time zone {timezone!r}; use a name such as 'UTC'.") from None
+    moment = dt.datetime.now(zone) - dt.timedelta(hours=hours_ago, days=days_ago)
+    return {
+        "iso": moment.isoformat(timespec="seconds"),
+        "unix": int(moment.timestamp()),
+        "date": moment.date().isoformat(),
+        "time": moment.strftime("%H:%M:%S"),
+        "weekday": moment.strftime("%A"),
+        "timezone": timezone,
+    }
+
+
+class _Workspace:
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def path(self, relative: str) -> Path:
+        candidate = (self.root / relative).resolve()
+        if not candidate.is_relative_to(self.root):
+            raise ToolError(
+                f"Path {relative!r} is outside the workspace; use a path inside it, such as "
+                f"'notes.txt'."
+            )
+        return candidate
+
+    def show(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix() or "."
+
+
+def file_tools(workspace: str | Path) -> list[Tool]:
+    """`read_file`, `write_file` and `list_files`, confined to `workspace`."""
+    space = _Workspace(Path(workspace))
+
+    def read_file(path: str) -> str:
+        """Read a text file of the workspace.
+
+        Args:
+            path: the file's path inside the workspace.
+        """
+        target = space.path(path)
+        if not target.is_file():
+            raise ToolError(f"No file {path!r} in the workspace.")
+        data = target.read_bytes()[:_MAX_READ]
+        return data.decode("utf-8", errors="replace")
+
+    def write_file(path: str, content: str) -> dict[str, Any]:
+        """Write a text file in the workspace (folders are created as needed).
+
+        Args:
+            path: the file's path inside the workspace.
+            content: the text to write.
+        """
+        target = space.path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return {"path": space.show(target), "bytes": len(content.encode("utf-8"))}
+
+    def list_files(path: str = ".", pattern: str = "*") -> list[str]:
+        """List the files of a workspace folder.
+
+        Args:
+            path: the folder inside the workspace.
+            pattern: a glob pattern such as "*.md" ("**/*" to include subfolders).
+        """
+        folder = space.path(path)
+        if not folder.is_dir():
+            raise ToolError(f"No folder {path!r} in the workspace.")
+        found = []
+        for item in sorted(folder.glob(pattern)):
+            resolved = item.resolve()
+            if item.is_file() and resolved.is_relative_to(space.root):
+                found.append(space.show(item))
+        return found
+
+    return [tool(read_file), tool(write_file), tool(list_files)]
+
+
+def http_get_tool(*, allowed_hosts: Iterable[str] | None = None, timeout: float = 20.0) -> Tool:
+    """`http_get`, for recipes that enable it; `allowed_hosts` limits where it may go."""
+    hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
+
+    def http_get(url: str, max_chars: int = 20_000) -> dict[str, Any]:
+        """Fetch a URL with HTTP GET and return its status and text.
+
+        Args:
+            url: an http or https URL.
+            max_chars: the most characters of the body to return.
+        """
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        def check(target: str) -> None:
+            parsed = urllib.parse.urlparse(target)
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                raise ToolError(f"Not an http(s) URL: {target!r}.")
+            if hosts is not None and parsed.hostname.lower() not in hosts:
+                raise ToolError(
+                    f"Host {parsed.hostname!r} is not allowed; allowed: {sorted(hosts)}."
+                )
+
+        class Redirects(urllib.request.HTTPRedirectHandler):
+            """Follows a redirect only where the URL itself could go."""
+
+            def redirect_request(
+                self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+            ) -> Any:
+                check(newurl)
+                return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+        check(url)
+        opener = urllib.request.build_opener(Redirects)
+        request = urllib.request.Request(url, headers={"User-Agent": "minions"})
+        try:
+            with opener.open(request, timeout=timeout) as response:
+                body = response.read(max_chars * 4).decode("utf-8", errors="replace")
+                return {"status": response.status, "url": response.url, "text": body[:max_chars]}
+        except urllib.error.HTTPError as exc:
+            return {"status": exc.code, "url": url, "text": str(exc.reason)}
+        except (urllib.error.URLError, TimeoutError) as exc:
+            raise ToolError(f"Could not fetch {url!r}: {exc}", retryable=True) from None
+
+    return tool(http_get)
+
+
+def builtin_tools(
+    workspace: str | Path = ".",
+    *,
+    http: bool = False,
+    allowed_hosts: Iterable[str] | None = None,
+) -> list[Tool]:
+    """All built-in tools: `current_datetime`, the file tools, and `http_get` if `http`."""
+    tools = [current_datetime, *file_tools(workspace)]
+    if http:
+        tools.append(http_get_tool(allowed_hosts=allowed_hosts))
+    return tools

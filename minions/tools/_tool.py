@@ -1,0 +1,269 @@
+"""Tools: typed Python functions a model may call.
+
+`@tool` turns a sync or async function into a `Tool`. Its JSON Schema comes from the type hints
+and the docstring (Google, NumPy or reST style); its arguments are validated with pydantic
+before it runs. A `Tool` is still callable like the function it wraps.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, overload
+
+from minions._messages import ToolSpec
+from minions.errors import ToolDefinitionError, ToolError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+__all__ = ["Tool", "ToolRegistry", "tool"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class Tool:
+    """A function a model may call, with its name, description and JSON Schema.
+
+    Args:
+        fn: the function, sync or async. Parameters need type hints (unannotated ones accept
+            anything); `*args` and `**kwargs` are not allowed.
+        name: defaults to the function's name.
+        description: defaults to the docstring's summary.
+        run_in_thread: run a sync function in a worker thread (the default, so a blocking
+            tool never stalls other steps); set False for quick, CPU-only functions.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        run_in_thread: bool = True,
+    ) -> None:
+        self.fn = fn
+        self.name: str = name or str(getattr(fn, "__name__", ""))
+        if not _NAME.match(self.name):
+            raise ToolDefinitionError(
+                f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
+            )
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.run_in_thread = run_in_thread and not self.is_async
+        self._signature = inspect.signature(fn)
+        for param in self._signature.parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ToolDefinitionError(
+                    f"tool {self.name!r}: *args and **kwargs cannot be described to a model; "
+                    f"give parameter {param.name!r} a name and a type"
+                )
+        self._description = description
+
+    @cached_property
+    def _doc(self) -> Any:
+        import docstring_parser
+
+        return docstring_parser.parse(inspect.getdoc(self.fn) or "")
+
+    @property
+    def description(self) -> str:
+        if self._description is not None:
+            return self._description
+        doc = self._doc
+        parts = [doc.short_description or "", doc.long_description or ""]
+        return "\n\n".join(p for p in parts if p)
+
+    @cached_property
+    def _arguments_model(self) -> type[BaseModel]:
+        from pydantic import ConfigDict, Field, create_model
+
+        try:
+            hints = inspect.get_annotations(self.fn, eval_str=True)
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: cannot read its type hints ({exc})"
+            ) from None
+        described = {p.arg_name: p.description for p in self._doc.params}
+        fields: dict[str, Any] = {}
+        for pname, param in self._signature.parameters.items():
+            annotation = hints.get(pname, Any)
+            default = ... if param.default is param.empty else param.default
+            fields[pname] = (annotation, Field(default, description=described.get(pname)))
+        try:
+            return create_model(
+                f"{self.name}_arguments",
+                __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+                **fields,
+            )
+        except Exception as exc:
+            raise ToolDefinitionError(f"tool {self.name!r}: invalid parameters: {exc}") from None
+
+    @cached_property
+    def parameters(self) -> Mapping[str, Any]:
+        """The JSON Schema of the tool's arguments."""
+        schema = _strip_titles(self._arguments_model.model_json_schema())
+        schema.setdefault("properties", {})
+        return schema
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def problems(self) -> list[str]:
+        """What is wrong with this tool's definition (empty when it is usable)."""
+        return list(self._problems)
+
+    @cached_property
+    def _problems(self) -> tuple[str, ...]:
+        problems = []
+        try:
+            self.parameters  # noqa: B018 - building the schema is the check.
+        except Exception as exc:
+            problems.append(str(exc))
+        returns = self._signature.return_annotation
+        if returns is not inspect.Signature.empty:
+            try:
+                hints = inspect.get_annotations(self.fn, eval_str=True)
+                from pydantic import TypeAdapter
+
+                TypeAdapter(hints.get("return", Any)).json_schema(mode="serialization")
+            except Exception:
+                problems.append(
+                    f"tool {self.name!r} returns {returns!r}, which cannot be serialized to "
+                    f"JSON for the model; return a str, number, bool, list, dict, dataclass or "
+                    f"pydantic model"
+                )
+        return tuple(problems)
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Check arguments against the schema and convert them to the parameters' types.
+
+        Raises:
+            ToolError: naming each invalid argument, for the model to correct.
+        """
+        from pydantic import ValidationError
+
+        model = self._arguments_model
+        try:
+            validated = model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors(include_url=False):
+                where = ".".join(str(p) for p in err["loc"]) or "arguments"
+                problems.append(f"{where}: {err['msg']}")
+            expected = ", ".join(
+                f"{name}: {prop.get('type', 'any')}"
+                for name, prop in self.parameters.get("properties", {}).items()
+            )
+            raise ToolError(
+                f"Invalid arguments for tool {self.name!r}: {'; '.join(problems)}. "
+                f"Expected ({expected})."
+            ) from None
+        return {name: getattr(validated, name) for name in model.model_fields}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+# Keywords whose values are data, not schemas: a "title" key in them is the user's.
+_DATA_KEYWORDS = frozenset({"default", "enum", "const", "examples"})
+
+
+def _strip_titles(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop the titles pydantic generates: they repeat the names and cost small models tokens."""
+    result: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _DATA_KEYWORDS:
+            result[key] = value
+        elif key in ("properties", "$defs", "definitions") and isinstance(value, Mapping):
+            result[key] = {
+                k: _strip_titles(v) if isinstance(v, Mapping) else v for k, v in value.items()
+            }
+        elif isinstance(value, Mapping):
+            result[key] = _strip_titles(value)
+        elif isinstance(value, list):
+            result[key] = [_strip_titles(v) if isinstance(v, Mapping) else v for v in value]
+        else:
+            result[key] = value
+    return result
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, run_in_thread: bool = True
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    run_in_thread: bool = True,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a `Tool` from a function; use as `@tool` or `@tool(name=..., ...)`."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, run_in_thread=run_in_thread)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolRegistry:
+    """The tools known to a run, by name."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            self.register(item)
+
+    def register(self, item: Tool | Callable[..., Any]) -> Tool:
+        """Add a tool (a plain function is wrapped with `tool`)."""
+        added = item if isinstance(item, Tool) else Tool(item)
+        existing = self._tools.get(added.name)
+        if existing is not None and existing is not added:
+            raise ToolDefinitionError(f"two different tools are named {added.name!r}")
+        self._tools[added.name] = added
+        return added
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def require(self, name: str) -> Tool:
+        found = self._tools.get(name)
+        if found is None:
+            raise ToolError(f"Unknown tool {name!r}. Available tools: {self._available()}.")
+        return found
+
+    def _available(self) -> str:
+        return ", ".join(sorted(self._tools)) or "none"
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def subset(self, names: Iterable[str]) -> ToolRegistry:
+        """A registry of only the named tools (unknown names are ignored)."""
+        subset = ToolRegistry()
+        subset._tools = {n: self._tools[n] for n in sorted(names) if n in self._tools}
+        return subset
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({self.names})"

@@ -19,8 +19,6 @@ No candidate left, or no decision: the branch ends there.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
@@ -28,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from minions._chain import LinkChain, NamedLink, answer_of
 from minions._messages import Message, Prompt, ToolSpec
+from minions._routing.conditions import condition_state, evaluate_condition
 from minions._step.step import output_text
-from minions._templates import jsonable, render
-from minions.errors import MinionsError, TemplateError, TemplateSyntaxError
+from minions.errors import MinionsError
 
 if TYPE_CHECKING:
     from minions._routing.transition import Transition
@@ -187,66 +185,6 @@ def _routing(
         selector=" > ".join(names),
         reason="; ".join(reasons),
     )
-
-
-# -- conditions --------------------------------------------------------------------------------
-
-
-def condition_state(execution: StepExecution, state: Mapping[str, Any]) -> dict[str, Any]:
-    """What a transition's condition reads: the run state, plus the source step's ``output``,
-    ``status``, ``error`` and ``visit`` at the top level."""
-    return {
-        **state,
-        "output": _readable(execution.output),
-        "status": execution.status.value,
-        "error": execution.error,
-        "visit": execution.visit,
-    }
-
-
-def _readable(output: Any) -> Any:
-    """The output a condition reads: a text reply that is a JSON object or array (what a model
-    answers without an output schema) is read as that value, so ``output.topic`` works."""
-    if isinstance(output, str):
-        text = output.strip()
-        if text[:1] in ("{", "["):
-            try:
-                return json.loads(text)
-            except ValueError:
-                return output
-        return output
-    return jsonable(output)
-
-
-def as_template(condition: str) -> str:
-    """A condition as a template: a bare JMESPath expression is wrapped in ``{{ }}``."""
-    return condition if "{{" in condition else "{{ " + condition + " }}"
-
-
-async def evaluate_condition(
-    transition: Transition, execution: StepExecution, state: Mapping[str, Any]
-) -> bool:
-    """Whether `transition`'s condition holds after `execution` (true without a condition).
-
-    `state` is what expressions read: `condition_state` of the execution and the run state,
-    built once for all the transitions of one step. A JMESPath condition over a value that is
-    missing is false.
-    """
-    when = transition.when
-    if when is None:
-        return True
-    if isinstance(when, str):
-        try:
-            value = render(as_template(when), state)
-        except TemplateSyntaxError:
-            raise
-        except TemplateError:
-            return False
-        return bool(value)
-    value = when(execution.output)
-    if inspect.isawaitable(value):
-        value = await value
-    return bool(value)
 
 
 # -- the default links -------------------------------------------------------------------------

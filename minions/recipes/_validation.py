@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from minions._kinds.loop import LoopStep
-from minions._routing.selection import as_template
+from minions._routing.conditions import as_template
 from minions._routing.transition import Transition
 from minions._step.step import Step
 from minions._templates import check_template, template_expressions, template_roots

@@ -31,7 +31,7 @@ from minions import (
     Usage,
     tool,
 )
-from minions.models._base import Model, TokenCallback
+from minions.models import Model, TokenCallback
 
 mark_imported()
 

@@ -46,7 +46,7 @@ from minions import (
     StepStatus,
     Usage,
 )
-from minions.models._structured import OutputMode
+from minions.models import OutputMode
 from minions.testing import Reply, ScriptedModel
 
 mark_imported()

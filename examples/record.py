@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from minions import AgentExecutor, AgentResult, load_recipe
-from minions.models._recording import Recording, RecordingModel
+from minions.models import Recording, RecordingModel
 from minions.testing import FunctionModel
 
 

@@ -140,8 +140,8 @@ def test_import_stays_light() -> None:
     code = (
         "import sys, minions; "
         "heavy = ['openai', 'instructor', 'pydantic', 'structlog', 'jmespath', 'yaml', "
-        "'jsonschema', 'tenacity', 'httpx', 'httpx2', 'rich', 'typer', 'minions._agent', "
-        "'minions.recipes']; "
+        "'jsonschema', 'tenacity', 'httpx', 'httpx2', 'rich', 'typer', "
+        "'minions.recipes._build']; "
         "print(','.join(m for m in heavy if m in sys.modules))"
     )
     loaded = subprocess.run(
@@ -151,10 +151,10 @@ def test_import_stays_light() -> None:
 
 
 def test_lazy_names_resolve_once_and_are_listed() -> None:
-    from minions.recipes import AgentRecipe
+    from minions.recipes import load_recipe
 
-    assert "AgentRecipe" in dir(minions)
-    assert minions.AgentRecipe is AgentRecipe
-    assert "AgentRecipe" in vars(minions)  # cached after the first lookup
+    assert "load_recipe" in dir(minions)
+    assert minions.load_recipe is load_recipe
+    assert "load_recipe" in vars(minions)  # cached after the first lookup
     with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
         minions.NoSuchName  # noqa: B018

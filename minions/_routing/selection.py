@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from minions._chain import LinkChain, NamedLink, answer_of
 from minions._messages import Message, Prompt, ToolSpec
 from minions._routing.conditions import condition_state, evaluate_condition
+from minions._step.model_call import ModelCallExecutor
 from minions._step.step import output_text
 from minions.errors import MinionsError
 
@@ -292,8 +293,6 @@ class ModelChoiceLink(StepSelectionLink):
         )
 
     async def select(self, request: SelectionRequest) -> SelectionDecision | None:
-        from minions._step.model_call import ModelCallExecutor
-
         context, execution = request.context, request.execution
         try:
             model = context.resolve_model(request.step.model)

@@ -14,8 +14,9 @@ from minions._agent.graph import StepGraph
 from minions._config import ExecutionConfig
 from minions._kinds.loop import LoopStep
 from minions._step.step import Step
-from minions._templates import has_template, render, template_roots
+from minions._templates import has_template, jsonable, render, template_roots
 from minions.errors import TemplateError
+from minions.recipes._subrecipe import RecipeStep
 
 __all__ = []
 
@@ -68,8 +69,6 @@ class Plan:
 
     def to_data(self) -> dict[str, Any]:
         """The plan as JSON-ready data (`--dry-run --json`)."""
-        from minions._templates import jsonable
-
         return {
             "recipe_id": self.recipe_id,
             "model": self.model,
@@ -142,8 +141,6 @@ def _waves(graph: StepGraph) -> list[list[str]]:
 
 def _kind(step: Step) -> str:
     """The step's `kind`, with what a loop repeats and which recipe a sub-recipe step runs."""
-    from minions.recipes._subrecipe import RecipeStep
-
     if isinstance(step, LoopStep):
         return f"loop of {_kind(step.body)}"
     if isinstance(step, RecipeStep):

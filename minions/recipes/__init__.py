@@ -1,16 +1,48 @@
 """Recipes: an agent as data, in code or YAML.
 
-`AgentRecipe` holds the steps, transitions and run defaults; `load_recipe` / `parse_recipe` read
-the YAML format (see docs/recipes.md) and `dump_recipe` writes it; `RecipeStep` runs a whole
-recipe as one step of another; `InputSpec` declares a recipe's inputs.
+`AgentRecipe` holds the steps, transitions and run defaults; `recipe_problems` lists what is
+wrong with one; `RecipeStep` runs a whole recipe as one step of another. `load_recipe` /
+`parse_recipe` read the YAML format (see docs/recipes.md), `dump_recipe` writes it, and
+`InputSpec` declares a recipe's inputs; those load pydantic and PyYAML on first use.
 """
 
-from minions.recipes._build import RecipeFile, load_recipe, load_recipe_file, parse_recipe
-from minions.recipes._dump import dump_recipe
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from minions.recipes._recipe import AgentRecipe
-from minions.recipes._schema import InputSpec
 from minions.recipes._subrecipe import RecipeStep
 from minions.recipes._validation import recipe_problems
+
+if TYPE_CHECKING:
+    from minions.recipes._build import RecipeFile, load_recipe, load_recipe_file, parse_recipe
+    from minions.recipes._dump import dump_recipe
+    from minions.recipes._schema import InputSpec
+
+# The YAML side needs pydantic and PyYAML: it loads on first use, so `import minions` does not.
+_YAML: dict[str, str] = {
+    "RecipeFile": "minions.recipes._build",
+    "load_recipe": "minions.recipes._build",
+    "load_recipe_file": "minions.recipes._build",
+    "parse_recipe": "minions.recipes._build",
+    "dump_recipe": "minions.recipes._dump",
+    "InputSpec": "minions.recipes._schema",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _YAML.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_YAML})
+
 
 __all__ = [
     "AgentRecipe",

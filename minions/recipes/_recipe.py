@@ -12,8 +12,6 @@ from minions._routing.transition import Transition
 from minions._step.completion import StepCompletionChain
 from minions._step.step import Step
 from minions.models._base import Model
-from minions.recipes._loader import coerce_inputs
-from minions.recipes._schema import InputSpec
 from minions.tools._tool import Tool
 
 __all__ = ["AgentRecipe"]
@@ -90,6 +88,10 @@ class AgentRecipe:
         """
         checked = dict(given)
         if self.input_specs:
+            # The declared inputs are pydantic models: loaded only for recipes that have some.
+            from minions.recipes._loader import coerce_inputs
+            from minions.recipes._schema import InputSpec
+
             specs = {
                 name: spec if isinstance(spec, InputSpec) else InputSpec.model_validate(spec)
                 for name, spec in self.input_specs.items()

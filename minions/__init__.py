@@ -63,6 +63,7 @@ from minions._step.tool_call import ToolCallExecutor
 from minions._version import __version__
 from minions.errors import (
     BudgetExceededError,
+    ConfigError,
     InputError,
     MinionsError,
     ModelError,
@@ -70,6 +71,7 @@ from minions.errors import (
     OutputValidationError,
     Problem,
     RecipeError,
+    RecordingError,
     ScriptExhaustedError,
     StepDefinitionError,
     TemplateError,
@@ -77,6 +79,7 @@ from minions.errors import (
     ToolDefinitionError,
     ToolError,
     TransientModelError,
+    UnknownLinkError,
     UnknownRecipeError,
 )
 from minions.models._base import Model
@@ -179,6 +182,7 @@ __all__ = [
     "StepSuggestionLink",
     # errors
     "BudgetExceededError",
+    "ConfigError",
     "MinionsError",
     "ModelError",
     "ModelOutputError",
@@ -186,6 +190,7 @@ __all__ = [
     "InputError",
     "Problem",
     "RecipeError",
+    "RecordingError",
     "StepDefinitionError",
     "TemplateError",
     "TemplateSyntaxError",
@@ -193,5 +198,6 @@ __all__ = [
     "ToolError",
     "TransientModelError",
     "ScriptExhaustedError",
+    "UnknownLinkError",
     "UnknownRecipeError",
 ]

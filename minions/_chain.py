@@ -11,7 +11,7 @@ import re
 from collections.abc import Awaitable, Iterable
 from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
-from minions.errors import StepDefinitionError
+from minions.errors import UnknownLinkError
 
 __all__ = []
 
@@ -71,7 +71,7 @@ class LinkChain(Generic[L]):
             ):
                 return i
         name = ref if isinstance(ref, str) else ref.__name__
-        raise StepDefinitionError(
+        raise UnknownLinkError(
             f"no {self.kind} {name!r} in the chain (links: {', '.join(self.names) or 'none'})"
         )
 

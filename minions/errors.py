@@ -18,6 +18,7 @@ from minions._usage import Usage
 
 __all__ = [
     "BudgetExceededError",
+    "ConfigError",
     "InputError",
     "MinionsError",
     "ModelError",
@@ -25,6 +26,7 @@ __all__ = [
     "OutputValidationError",
     "Problem",
     "RecipeError",
+    "RecordingError",
     "ScriptExhaustedError",
     "StepDefinitionError",
     "TemplateError",
@@ -32,6 +34,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "TransientModelError",
+    "UnknownLinkError",
     "UnknownRecipeError",
 ]
 
@@ -49,6 +52,18 @@ class StepDefinitionError(MinionsError):
     def __init__(self, problems: list[str] | str) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("; ".join(self.problems))
+
+
+class ConfigError(MinionsError, ValueError):
+    """An `ExecutionConfig` value is out of range, or an override names no config field."""
+
+
+class UnknownLinkError(MinionsError, LookupError):
+    """A completion or selection chain has no link with the name (or class) asked for."""
+
+
+class RecordingError(MinionsError):
+    """A recording file cannot be used: missing, not JSON, or not in the recording format."""
 
 
 class ToolDefinitionError(MinionsError):

@@ -15,11 +15,11 @@ from minions import (
     Message,
     StepCompletionChain,
     StepCompletionLink,
-    StepDefinitionError,
     StepExecution,
     StepExecutor,
     StepInput,
     StepStatus,
+    UnknownLinkError,
     tool,
 )
 from minions.events import CompletionDecided
@@ -90,7 +90,7 @@ def test_editing_returns_new_chains() -> None:
     assert edited.add_after(Pass, RequireLookup()).names[3] == "require_lookup"
     assert edited.replace("pass", RequireLookup()).names[2] == "require_lookup"
     assert edited.add_last(Pass()).names[-1] == "pass"
-    with pytest.raises(StepDefinitionError, match="no completion link 'nope'"):
+    with pytest.raises(UnknownLinkError, match="no completion link 'nope'"):
         edited.remove("nope")
 
 

@@ -40,10 +40,11 @@ PUBLIC: dict[str, set[str]] = {
         "SelectionDecision", "SelectionRequest", "SingleCandidateLink", "StepSelectionChain",
         "StepSelectionLink", "StepSuggestionLink",
         # errors
-        "BudgetExceededError", "InputError", "MinionsError", "ModelError", "ModelOutputError",
-        "OutputValidationError", "Problem", "RecipeError", "ScriptExhaustedError",
-        "StepDefinitionError", "TemplateError", "TemplateSyntaxError", "ToolDefinitionError",
-        "ToolError", "TransientModelError", "UnknownRecipeError",
+        "BudgetExceededError", "ConfigError", "InputError", "MinionsError", "ModelError",
+        "ModelOutputError", "OutputValidationError", "Problem", "RecipeError", "RecordingError",
+        "ScriptExhaustedError", "StepDefinitionError", "TemplateError", "TemplateSyntaxError",
+        "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
+        "UnknownRecipeError",
     },
     "minions.events": {
         "Event", "EventEmitter", "EventListener", "UsageRecord", "event_from_json",
@@ -53,10 +54,11 @@ PUBLIC: dict[str, set[str]] = {
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
     },
     "minions.errors": {
-        "BudgetExceededError", "InputError", "MinionsError", "ModelError", "ModelOutputError",
-        "OutputValidationError", "Problem", "RecipeError", "ScriptExhaustedError",
-        "StepDefinitionError", "TemplateError", "TemplateSyntaxError", "ToolDefinitionError",
-        "ToolError", "TransientModelError", "UnknownRecipeError",
+        "BudgetExceededError", "ConfigError", "InputError", "MinionsError", "ModelError",
+        "ModelOutputError", "OutputValidationError", "Problem", "RecipeError", "RecordingError",
+        "ScriptExhaustedError", "StepDefinitionError", "TemplateError", "TemplateSyntaxError",
+        "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
+        "UnknownRecipeError",
     },
     "minions.models": {
         "CapabilityMemory", "MODEL_ENV", "Model", "OpenAIChatModel", "OutputMode", "Recording",

@@ -17,6 +17,7 @@ from minions import (
     DefaultStep,
     MinionsError,
     OutputInstructions,
+    RecordingError,
     StepExecution,
     StepExecutor,
     StepStatus,
@@ -204,8 +205,11 @@ def test_each_model_is_resolved_once_per_run() -> None:
 
 
 def test_bad_recording_files_are_named(tmp_path: Path) -> None:
-    with pytest.raises(MinionsError, match="does not exist"):
+    with pytest.raises(RecordingError, match="does not exist"):
         Recording.load(tmp_path / "nope.json")
     (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(MinionsError, match="is not a minions recording"):
+    with pytest.raises(RecordingError, match="is not a minions recording"):
         Recording.load(tmp_path / "bad.json")
+    (tmp_path / "text.json").write_text("not json")
+    with pytest.raises(RecordingError, match="is not valid JSON"):
+        Recording.load(tmp_path / "text.json")

@@ -24,7 +24,12 @@ from typing import Any
 
 from minions._messages import Message, ModelCallResponse, Prompt, ToolCall, Usage
 from minions._templates import jsonable
-from minions.errors import MinionsError, ModelError, ModelOutputError, TransientModelError
+from minions.errors import (
+    ModelError,
+    ModelOutputError,
+    RecordingError,
+    TransientModelError,
+)
 from minions.models._base import Model, TokenCallback
 
 __all__ = ["Recording", "RecordingModel", "ReplayMissError", "ReplayModel"]
@@ -63,11 +68,11 @@ class Recording:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise MinionsError(f"recording {str(file)!r} does not exist") from None
+            raise RecordingError(f"recording {str(file)!r} does not exist") from None
         except json.JSONDecodeError as exc:
-            raise MinionsError(f"recording {str(file)!r} is not valid JSON: {exc}") from None
+            raise RecordingError(f"recording {str(file)!r} is not valid JSON: {exc}") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise MinionsError(f"{str(file)!r} is not a minions recording (format {FORMAT})")
+            raise RecordingError(f"{str(file)!r} is not a minions recording (format {FORMAT})")
         return cls(entries=dict(data.get("calls", {})), meta=dict(data.get("meta", {})))
 
     def save(self, path: str | Path) -> None:

@@ -15,13 +15,13 @@ and reports the roots it refers to, so recipes are checked when they load.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from minions._text import as_text
 from minions.errors import TemplateError, TemplateSyntaxError, did_you_mean
 
 __all__ = []
@@ -157,16 +157,6 @@ def _roots(node: Mapping[str, Any]) -> set[str]:
     return found
 
 
-def jsonable(value: Any) -> Any:
-    """`value` as plain JSON data, as templates read it: pydantic models, dataclasses and tuples
-    become dicts and lists at every depth; what has no JSON form becomes its repr."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    from pydantic_core import to_jsonable_python
-
-    return to_jsonable_python(value, fallback=repr)
-
-
 def quoted_outputs(value: Any) -> set[str]:
     """The names whose whole ``.output`` a value's templates quote (``{{ plan.output }}``, not
     ``{{ plan.output.title }}``): a prompt holding these need not repeat those outputs."""
@@ -257,20 +247,15 @@ def _missing_message(expression: str, state: Mapping[str, Any]) -> str:
     )
 
 
-def _to_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, bool | int | float):
-        return json.dumps(value)
-    return json.dumps(value, ensure_ascii=False, default=str)
+def _embedded(value: Any) -> str:
+    """A value inside text: `as_text`, with a null as nothing."""
+    return "" if value is None else as_text(value)
 
 
 def render_text(text: str, state: Mapping[str, Any]) -> str:
     """Render a string, always returning text."""
     value = render(text, state)
-    return value if isinstance(value, str) else _to_text(value)
+    return _embedded(value)
 
 
 def render(value: Any, state: Mapping[str, Any]) -> Any:
@@ -286,7 +271,7 @@ def render(value: Any, state: Mapping[str, Any]) -> Any:
         whole = _EXPRESSION.fullmatch(value.strip())
         if whole is not None:
             return _evaluate(whole.group(1), state)
-        return _EXPRESSION.sub(lambda m: _to_text(_evaluate(m.group(1), state)), value)
+        return _EXPRESSION.sub(lambda m: _embedded(_evaluate(m.group(1), state)), value)
     if isinstance(value, Mapping):
         return {k: render(v, state) for k, v in value.items()}
     if isinstance(value, list | tuple):

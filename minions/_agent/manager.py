@@ -31,7 +31,7 @@ from minions._routing.selection import (
 )
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.executor import StepExecutor
-from minions._templates import jsonable
+from minions._text import jsonable
 from minions.events import RoutingDecided, StepSkipped
 
 if TYPE_CHECKING:

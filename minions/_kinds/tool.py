@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -12,6 +11,7 @@ from minions._step.execution import StepStatus
 from minions._step.executor import StepExecutor
 from minions._step.step import DefaultStep, Step, StepInput
 from minions._templates import render
+from minions._text import as_text
 from minions.errors import MinionsError, StepDefinitionError, TemplateError, ToolError
 
 __all__ = ["ToolStep"]
@@ -138,5 +138,5 @@ class ToolStep(Step):
 
 
 def _state_text(state: Mapping[str, Any]) -> str:
-    text = json.dumps(state, ensure_ascii=False, default=str, indent=1)
+    text = as_text(state, indent=1)
     return text if len(text) <= 8000 else text[:8000] + "\n... (truncated)"

@@ -8,7 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from minions._templates import jsonable, render
+from minions._templates import render
+from minions._text import jsonable
 from minions.errors import TemplateError, TemplateSyntaxError
 
 if TYPE_CHECKING:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -14,6 +13,7 @@ from minions._messages import Message, MessageBundle
 from minions._output import OutputInstructions
 from minions._step.completion import StepCompletionChain
 from minions._templates import quoted_outputs, render_text
+from minions._text import as_text
 from minions.errors import StepDefinitionError, TemplateError, did_you_mean
 from minions.models._base import Model
 
@@ -186,12 +186,7 @@ def output_text(value: Any) -> str:
     """A step output as prompt text: strings as they are, anything else as JSON."""
     if value is None:
         return "(no result: this step did not succeed)"
-    if isinstance(value, str):
-        return value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        value = dump(mode="json")
-    return json.dumps(value, ensure_ascii=False, default=str, indent=1)
+    return as_text(value, indent=1)
 
 
 class DefaultStep(Step):

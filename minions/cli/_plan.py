@@ -14,7 +14,8 @@ from minions._agent.graph import StepGraph
 from minions._config import ExecutionConfig
 from minions._kinds.loop import LoopStep
 from minions._step.step import Step
-from minions._templates import has_template, jsonable, render, template_roots
+from minions._templates import has_template, render, template_roots
+from minions._text import jsonable
 from minions.errors import TemplateError
 from minions.recipes._subrecipe import RecipeStep
 

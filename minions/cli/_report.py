@@ -16,7 +16,7 @@ from rich.text import Text
 from minions._messages import Usage
 from minions._step.execution import StepExecution
 from minions._step.result import AgentResult
-from minions._templates import jsonable
+from minions._text import as_text, jsonable
 from minions.cli._live import StepRow
 from minions.cli._plan import Plan, RenderedField
 
@@ -66,9 +66,7 @@ def result_data(result: AgentResult) -> dict[str, Any]:
 
 def output_text(output: Any) -> str:
     """A run's output as printed: text as it is, anything else as indented JSON."""
-    if isinstance(output, str):
-        return output
-    return json.dumps(jsonable(output), indent=2, ensure_ascii=False)
+    return as_text(output, indent=2)
 
 
 # -- the summary table -------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from minions._agent.executor import AgentExecutor
 from minions._step.result import AgentResult
-from minions._templates import jsonable
+from minions._text import jsonable
 from minions.cli._live import LiveView
 from minions.cli._model_choice import (
     ModelSource,

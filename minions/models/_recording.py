@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from minions._messages import Message, ModelCallResponse, Prompt, ToolCall, Usage
-from minions._templates import jsonable
+from minions._text import jsonable
 from minions.errors import (
     ModelError,
     ModelOutputError,

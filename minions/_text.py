@@ -1,0 +1,31 @@
+"""Values as text: the one way minions writes a value into a prompt, a template or a report."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__: list[str] = []
+
+
+def as_text(value: Any, *, indent: int | None = None) -> str:
+    """`value` as text: a string as it is, anything else as JSON (pydantic models, dataclasses
+    and tuples as plain JSON data, what has no JSON form as its repr).
+
+    Args:
+        value: the value.
+        indent: JSON indentation (``None``: one line).
+    """
+    if isinstance(value, str):
+        return value
+    return json.dumps(jsonable(value), ensure_ascii=False, indent=indent)
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON data, as templates read it: pydantic models, dataclasses and tuples
+    become dicts and lists at every depth; what has no JSON form becomes its repr."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value, fallback=repr)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from minions._usage import Usage
+from minions._usage import OutputMode, Usage
 from minions.errors import ModelOutputError
 
 if TYPE_CHECKING:
@@ -30,10 +30,6 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
-
-OutputMode = Literal["json_schema", "tool", "prompted_json"]
-"""How a structured answer was asked for: the server's native JSON Schema mode, a forced call
-of the output tool, or JSON asked for in the prompt (and repaired when needed)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,7 +173,7 @@ class ModelCallResponse:
     model: str | None = None
     output: Any = None
     """Structured output the provider already parsed and validated, if it did."""
-    output_mode: str | None = None
+    output_mode: OutputMode | None = None
     """How structured output was produced: `json_schema`, `tool`, `prompted_json`, `text`..."""
     raw: Any = field(default=None, repr=False, compare=False)
 
@@ -203,7 +199,7 @@ class ModelCall:
     response: ModelCallResponse | None = None
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
-    output_mode: str | None = None
+    output_mode: OutputMode | None = None
     """The structured-output mode of the answer: the one that produced its output, or, for an
     answer that failed as output, the one it was asked in; `None` without structured output."""
     started_at: float = 0.0

@@ -1,11 +1,16 @@
-"""Token usage: the one value both errors and messages carry."""
+"""Token usage and output modes: the values both errors and messages carry."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["Usage"]
+__all__ = ["OutputMode", "Usage"]
+
+OutputMode = Literal["json_schema", "tool", "prompted_json"]
+"""How a structured answer was asked for: the server's native JSON Schema mode, a forced call
+of the output tool, or JSON asked for in the prompt (and repaired when needed)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from minions._usage import Usage
+from minions._usage import OutputMode, Usage
 
 __all__ = [
     "BudgetExceededError",
@@ -125,7 +125,9 @@ class ModelOutputError(ModelError):
     `ModelCall`.
     """
 
-    def __init__(self, note: str, *, usage: Usage | None = None, mode: str | None = None) -> None:
+    def __init__(
+        self, note: str, *, usage: Usage | None = None, mode: OutputMode | None = None
+    ) -> None:
         super().__init__(note)
         self.note = note
         self.usage = usage

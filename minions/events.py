@@ -6,7 +6,8 @@ serializes to JSON and parses back with `event_to_json` / `event_from_json`.
 
 Events reach, in order:
 
-* listeners on the `AgentContext` (plain callables, called synchronously as events happen);
+* listeners on the `AgentContext` (`EventListener`: plain callables receiving each `Event`,
+  called synchronously as events happen);
 * structlog, when the application has configured structlog (the library never configures it,
   and stays silent when nobody did).
 """
@@ -14,13 +15,14 @@ Events reach, in order:
 from __future__ import annotations
 
 import itertools
-import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+
+from minions._messages import OutputMode
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -64,7 +66,7 @@ class UsageRecord:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _EventBase:
-    run_id: str
+    run_id: str = ""
     step_id: str | None = None
     seq: int = 0
     timestamp: float = 0.0
@@ -147,7 +149,7 @@ class ModelCallCompleted(_EventBase):
     attempt: int = 1
     usage: UsageRecord = field(default_factory=UsageRecord)
     finish_reason: str | None = None
-    output_mode: str | None = None
+    output_mode: OutputMode | None = None
     tool_calls: tuple[str, ...] = ()
     duration: float = 0.0
 
@@ -159,7 +161,7 @@ class ModelCallFailed(_EventBase):
     attempt: int = 1
     error: str = ""
     usage: UsageRecord = field(default_factory=UsageRecord)
-    output_mode: str | None = None
+    output_mode: OutputMode | None = None
     duration: float = 0.0
 
 
@@ -167,6 +169,8 @@ class ModelCallFailed(_EventBase):
 class TokenDelta(_EventBase):
     kind: Literal["token_delta"] = "token_delta"
     turn: int = 1
+    attempt: int = 1
+    """The model call attempt the text belongs to: a consumer drops a failed attempt's text."""
     text: str = ""
 
 
@@ -175,6 +179,8 @@ class ToolCallStarted(_EventBase):
     kind: Literal["tool_call_started"] = "tool_call_started"
     call_id: str = ""
     name: str = ""
+    attempt: int = 1
+    """1 for the first try of the call; a tool that raised is started again with 2, ..."""
     arguments: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -184,7 +190,8 @@ class ToolCallCompleted(_EventBase):
     call_id: str = ""
     name: str = ""
     content: str = ""
-    attempts: int = 1
+    attempt: int = 1
+    """The attempt that succeeded (the call's attempts so far)."""
     duration: float = 0.0
 
 
@@ -194,7 +201,8 @@ class ToolCallFailed(_EventBase):
     call_id: str = ""
     name: str = ""
     error: str = ""
-    attempts: int = 1
+    attempt: int = 1
+    """The last attempt (the call's attempts in all)."""
     duration: float = 0.0
 
 
@@ -254,27 +262,30 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
 ]
 """Any event (a union discriminated by the `kind` field)."""
 
-EventListener = Callable[[Any], None]
+EventListener = Callable[[Event], None]
 """A callable that receives every event of a run, synchronously, in sequence order."""
-
-E = TypeVar("E", bound=_EventBase)
 
 
 @cache
-def _adapter() -> TypeAdapter[Any]:
+def _adapter() -> TypeAdapter[Event]:
     from pydantic import Discriminator, TypeAdapter
 
     return TypeAdapter(Annotated[Event, Discriminator("kind")])
 
 
-def event_to_json(event: _EventBase) -> str:
+def event_to_json(event: Event) -> str:
     """Serialize an event to one line of JSON."""
     return _adapter().dump_json(event, fallback=repr).decode()
 
 
-def event_from_json(data: str | bytes) -> Any:
-    """Parse an event serialized by `event_to_json` back into its typed record."""
-    return _adapter().validate_json(data)
+def event_from_json(data: str | bytes) -> Event:
+    """Parse an event serialized by `event_to_json` back into its typed record.
+
+    Raises:
+        pydantic.ValidationError: `data` is not an event.
+    """
+    event: Event = _adapter().validate_json(data)
+    return event
 
 
 def _structlog_logger() -> Any | None:
@@ -290,49 +301,40 @@ _QUIET = frozenset({"token_delta", "model_call_started", "tool_call_started"})
 
 
 class EventEmitter:
-    """Numbers events of one run and hands them to its listeners.
+    """Numbers the events of one run and hands them to its listeners.
 
-    Listeners are called in the order added; an exception in a listener is logged and does not
-    stop the run or the other listeners.
+    Build an event without `run_id`, `seq` and `timestamp` and `emit` it: the emitter stamps
+    those. Listeners are called in the order given; an exception in a listener is logged and
+    does not stop the run or the other listeners. Where building an event costs something
+    (one per token), check `active` first.
     """
 
     def __init__(self, run_id: str, listeners: Iterable[EventListener] = ()) -> None:
         self.run_id = run_id
-        self._listeners: list[EventListener] = list(listeners)
+        self._listeners: tuple[EventListener, ...] = tuple(listeners)
         self._seq = itertools.count(1)
 
     @property
     def listeners(self) -> Sequence[EventListener]:
-        return tuple(self._listeners)
-
-    def add_listener(self, listener: EventListener) -> None:
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: EventListener) -> None:
-        self._listeners.remove(listener)
+        return self._listeners
 
     @property
     def active(self) -> bool:
         """Whether anybody receives events (so building them is worth it)."""
         return bool(self._listeners) or _structlog_logger() is not None
 
-    def emit(self, cls: type[E], /, **fields: Any) -> E | None:
-        """Create an event of type `cls` with the next sequence number and deliver it."""
+    def emit(self, event: Event) -> Event | None:
+        """Stamp `event` with the run id, the next sequence number and the time, and deliver
+        it. Returns the delivered event, or ``None`` when nobody listens."""
         logger = _structlog_logger()
         if not self._listeners and logger is None:
             return None
-        event = cls(run_id=self.run_id, seq=next(self._seq), timestamp=time.time(), **fields)
+        event = replace(event, run_id=self.run_id, seq=next(self._seq), timestamp=time.time())
         for listener in self._listeners:
             try:
                 listener(event)
             except Exception:
-                # Through stdlib logging, whose last-resort handler shows it even when the
-                # application configured nothing: a broken listener must not go unnoticed.
-                logging.getLogger("minions").exception(
-                    "event listener %r failed on %s",
-                    listener,
-                    event.kind,  # type: ignore[attr-defined]
-                )
+                _report_listener_failure(listener, event)
         if logger is not None:
             data = asdict(event)
             kind = data.pop("kind")
@@ -341,3 +343,13 @@ class EventEmitter:
             else:
                 logger.info(kind, **data)
         return event
+
+
+def _report_listener_failure(listener: EventListener, event: Event) -> None:
+    # A broken listener must not go unnoticed, even when the application configured no
+    # logging: structlog's default logger prints (the library never configures it).
+    import structlog
+
+    structlog.get_logger("minions").exception(
+        "event listener failed", listener=repr(listener), event_kind=event.kind
+    )

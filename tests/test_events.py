@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
+from collections.abc import Callable
 from typing import Any, get_args
 
 import pytest
 import structlog
 from conftest import FAST, add
 
-from minions import AgentContext, DefaultStep, StepExecutor
+from minions import (
+    AgentContext,
+    DefaultStep,
+    Message,
+    Model,
+    ModelCallResponse,
+    Prompt,
+    StepExecutor,
+    TransientModelError,
+    tool,
+)
 from minions import events as ev
 from minions.testing import ScriptedModel
 
@@ -73,17 +83,18 @@ def test_real_run_events_serialize() -> None:
         assert ev.event_from_json(ev.event_to_json(event)) == event
 
 
-def test_a_failing_listener_does_not_stop_the_run(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_listener_does_not_stop_the_run() -> None:
     received: list[Any] = []
 
     def broken(event: Any) -> None:
         raise RuntimeError("listener bug")
 
-    with caplog.at_level(logging.ERROR, logger="minions"):
+    with structlog.testing.capture_logs() as logs:
         run(ScriptedModel(["done"]), [broken, received.append])
     assert received[-1].kind == "step_completed"
-    assert "event listener" in caplog.text
-    assert "listener bug" in caplog.text
+    failures = [entry for entry in logs if entry["event"] == "event listener failed"]
+    assert [entry["event_kind"] for entry in failures][:1] == ["step_started"]
+    assert all(entry["log_level"] == "error" and entry["exc_info"] for entry in failures)
 
 
 def test_events_go_to_structlog_only_when_the_application_configured_it() -> None:
@@ -91,7 +102,7 @@ def test_events_go_to_structlog_only_when_the_application_configured_it() -> Non
     structlog.reset_defaults()
     assert not structlog.is_configured()
     emitter = ev.EventEmitter("r")
-    assert emitter.emit(ev.StepStarted, step_id="s") is None
+    assert emitter.emit(ev.StepStarted(step_id="s")) is None
     with structlog.testing.capture_logs() as logs:
         run(ScriptedModel(["done"]), [])
     assert [entry["event"] for entry in logs if entry["log_level"] == "info"] == [
@@ -102,3 +113,74 @@ def test_events_go_to_structlog_only_when_the_application_configured_it() -> Non
     ]
     assert logs[-1]["step_id"] == "s"
     assert logs[-1]["run_id"] == "r1"
+
+
+def test_emit_stamps_the_event_it_is_given() -> None:
+    received: list[ev.Event] = []
+    emitter = ev.EventEmitter("r9", [received.append])
+    given = ev.StepStarted(step_id="s")
+    first = emitter.emit(given)
+    second = emitter.emit(ev.StepSkipped(step_id="t", reason="why"))
+    assert received == [first, second]
+    assert [(e.run_id, e.seq) for e in received] == [("r9", 1), ("r9", 2)]
+    assert all(e.timestamp > 0 for e in received)
+    assert (given.run_id, given.seq) == ("", 0)  # the caller's instance is left as it was
+
+
+class _StumblingModel(Model):
+    """Streams part of an answer, then fails transiently; the second attempt answers."""
+
+    name = "stumbling"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def call(
+        self, prompt: Prompt, *, on_token: Callable[[str], None] | None = None
+    ) -> ModelCallResponse:
+        self.calls += 1
+        if on_token is not None:
+            on_token("hal" if self.calls == 1 else "done")
+        if self.calls == 1:
+            raise TransientModelError("HTTP 503", status_code=503)
+        return ModelCallResponse(message=Message(role="assistant", content="done"))
+
+
+def test_a_retried_model_call_numbers_its_events_by_attempt() -> None:
+    events: list[ev.Event] = []
+    context = AgentContext(model=_StumblingModel(), config=FAST, listeners=[events.append])
+    asyncio.run(StepExecutor(DefaultStep("s", "Answer."), context).execute())
+    started = [e.attempt for e in events if isinstance(e, ev.ModelCallStarted)]
+    deltas = [(e.attempt, e.text) for e in events if isinstance(e, ev.TokenDelta)]
+    assert started == [1, 2]
+    assert deltas == [(1, "hal"), (2, "done")]
+    # A consumer keeps the text of the attempt that completed, and only that.
+    completed = {(e.turn, e.attempt) for e in events if isinstance(e, ev.ModelCallCompleted)}
+    kept = [
+        e.text for e in events if isinstance(e, ev.TokenDelta) and (e.turn, e.attempt) in completed
+    ]
+    assert kept == ["done"]
+
+
+def test_a_retried_tool_call_numbers_its_events_by_attempt() -> None:
+    tries = 0
+
+    @tool
+    def flaky(x: int) -> int:
+        """Fails once."""
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            raise RuntimeError("flaky")
+        return x
+
+    events: list[ev.Event] = []
+    model = ScriptedModel([[("flaky", {"x": 4})], "four"])
+    config = dataclasses.replace(FAST, max_tool_call_retries=2)
+    context = AgentContext(model=model, tools=[flaky], config=config, listeners=[events.append])
+    asyncio.run(StepExecutor(DefaultStep("s", "Use it.", tools={"flaky"}), context).execute())
+    started = [e.attempt for e in events if isinstance(e, ev.ToolCallStarted)]
+    done = [e.attempt for e in events if isinstance(e, ev.ToolCallCompleted)]
+    assert (started, done) == ([1, 2], [2])
+    retry = next(e for e in events if isinstance(e, ev.RetryScheduled))
+    assert (retry.target, retry.attempt) == ("tool", 1)

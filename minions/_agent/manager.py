@@ -277,12 +277,13 @@ class StepManager:
     def _apply(self, node: _Node, routing: Routing) -> None:
         node.routing = routing
         self.context.events.emit(
-            RoutingDecided,
-            step_id=node.id,
-            chosen=routing.chosen,
-            skipped=routing.unchosen,
-            selector=routing.selector,
-            reason=routing.reason,
+            RoutingDecided(
+                step_id=node.id,
+                chosen=routing.chosen,
+                skipped=routing.unchosen,
+                selector=routing.selector,
+                reason=routing.reason,
+            )
         )
         for target in routing.chosen:
             if (node.id, target) in self.graph.loops:
@@ -389,5 +390,5 @@ class StepManager:
         )
         self.executions.append(execution)
         self._publish(node, None, execution)
-        self.context.events.emit(StepSkipped, step_id=node.id, reason=reason)
+        self.context.events.emit(StepSkipped(step_id=node.id, reason=reason))
         return True

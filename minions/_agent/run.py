@@ -48,7 +48,7 @@ class Run:
         context = self.context
         started_at = time.time()
         started = time.perf_counter()
-        context.events.emit(RunStarted, recipe_id=self.graph.recipe.id, inputs=dict(context.inputs))
+        context.events.emit(RunStarted(recipe_id=self.graph.recipe.id, inputs=dict(context.inputs)))
         self.done = asyncio.get_running_loop().create_future()
         try:
             self._pump()
@@ -200,14 +200,13 @@ class Run:
         )
         if status is StepStatus.COMPLETED:
             context.events.emit(
-                RunCompleted,
-                output=result.output,
-                usage=usage_record(result.usage),
-                duration=duration,
+                RunCompleted(
+                    output=result.output, usage=usage_record(result.usage), duration=duration
+                )
             )
         else:
             context.events.emit(
-                RunFailed, error=error or "", usage=usage_record(result.usage), duration=duration
+                RunFailed(error=error or "", usage=usage_record(result.usage), duration=duration)
             )
         return result
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from minions._step.result import AgentResult
-from minions.events import EventListener
+from minions.events import Event, EventListener
 
 __all__ = ["RunStream"]
 
@@ -17,11 +17,11 @@ class RunStream:
 
     def __init__(self, start: Callable[[EventListener], Coroutine[Any, Any, AgentResult]]) -> None:
         self._start = start
-        self._events: AsyncGenerator[Any, None] | None = None
+        self._events: AsyncGenerator[Event, None] | None = None
         self.result: AgentResult | None = None
         """The run's result, once the last event has been read."""
 
-    def __aiter__(self) -> AsyncIterator[Any]:
+    def __aiter__(self) -> AsyncIterator[Event]:
         if self._events is None:
             self._events = self._generate()
         return self._events
@@ -37,14 +37,15 @@ class RunStream:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def _generate(self) -> AsyncGenerator[Any, None]:
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+    async def _generate(self) -> AsyncGenerator[Event, None]:
+        # `None` marks the end of the run: no event is ever `None`.
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
         task = asyncio.create_task(self._start(queue.put_nowait))
-        task.add_done_callback(lambda _: queue.put_nowait(_END))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while True:
                 event = await queue.get()
-                if event is _END:
+                if event is None:
                     break
                 yield event
             self.result = task.result()
@@ -52,6 +53,3 @@ class RunStream:
             if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-
-
-_END = object()

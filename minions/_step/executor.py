@@ -113,7 +113,7 @@ class StepExecutor:
         execution = self.execution
         execution.status = StepStatus.IN_PROGRESS
         execution.started_at = time.time()
-        self.context.events.emit(StepStarted, step_id=self.name, visit=execution.visit)
+        self.context.events.emit(StepStarted(step_id=self.name, visit=execution.visit))
         timeout = self.step.timeout
         try:
             if timeout is None:
@@ -159,21 +159,23 @@ class StepExecutor:
         events = self.context.events
         if execution.status is StepStatus.COMPLETED:
             events.emit(
-                StepCompleted,
-                step_id=self.name,
-                visit=execution.visit,
-                output=execution.output,
-                usage=usage_record(execution.usage),
-                duration=duration,
+                StepCompleted(
+                    step_id=self.name,
+                    visit=execution.visit,
+                    output=execution.output,
+                    usage=usage_record(execution.usage),
+                    duration=duration,
+                )
             )
         else:
             events.emit(
-                StepFailed,
-                step_id=self.name,
-                visit=execution.visit,
-                error=execution.error or "",
-                usage=usage_record(execution.usage),
-                duration=duration,
+                StepFailed(
+                    step_id=self.name,
+                    visit=execution.visit,
+                    error=execution.error or "",
+                    usage=usage_record(execution.usage),
+                    duration=duration,
+                )
             )
 
     def _close_pending_tool_calls(self) -> None:
@@ -287,7 +289,7 @@ class StepExecutor:
             )
             raise _StepEnded
         self.context.events.emit(
-            RetryScheduled, step_id=self.name, target="output", attempt=reasks, reason=note
+            RetryScheduled(step_id=self.name, target="output", attempt=reasks, reason=note)
         )
         return reasks
 
@@ -302,11 +304,7 @@ class StepExecutor:
             DecisionRecord(link=link, kind=decision.kind, reason=reason, turn=turn)
         )
         self.context.events.emit(
-            CompletionDecided,
-            step_id=self.name,
-            link=link,
-            decision=decision.kind,
-            reason=reason,
+            CompletionDecided(step_id=self.name, link=link, decision=decision.kind, reason=reason)
         )
 
     async def _run_tool_calls(self, calls: Sequence[ToolCall]) -> None:

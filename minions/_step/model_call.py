@@ -101,14 +101,14 @@ class ModelCallExecutor:
         attempt = self._attempts[turn] = self._attempts.get(turn, 0) + 1
         step_id = self.execution.step_id
         events = self.context.events
-        events.emit(
-            ModelCallStarted, step_id=step_id, turn=turn, attempt=attempt, model=self.model.name
-        )
         on_token = None
         if events.active:
+            events.emit(
+                ModelCallStarted(step_id=step_id, turn=turn, attempt=attempt, model=self.model.name)
+            )
 
             def on_token(text: str) -> None:
-                events.emit(TokenDelta, step_id=step_id, turn=turn, text=text)
+                events.emit(TokenDelta(step_id=step_id, turn=turn, attempt=attempt, text=text))
 
         started_at = time.time()
         started = time.perf_counter()
@@ -140,14 +140,15 @@ class ModelCallExecutor:
                 )
             )
             events.emit(
-                ModelCallFailed,
-                step_id=step_id,
-                turn=turn,
-                attempt=attempt,
-                error=error,
-                usage=usage_record(usage),
-                output_mode=mode,
-                duration=duration,
+                ModelCallFailed(
+                    step_id=step_id,
+                    turn=turn,
+                    attempt=attempt,
+                    error=error,
+                    usage=usage_record(usage),
+                    output_mode=mode,
+                    duration=duration,
+                )
             )
             if isinstance(exc, TimeoutError) and not str(exc):
                 raise TimeoutError(error) from None
@@ -168,15 +169,16 @@ class ModelCallExecutor:
         )
         if events.active:
             events.emit(
-                ModelCallCompleted,
-                step_id=step_id,
-                turn=turn,
-                attempt=attempt,
-                usage=usage_record(response.usage),
-                finish_reason=response.finish_reason,
-                output_mode=response.output_mode,
-                tool_calls=tuple(call.name for call in response.tool_calls),
-                duration=duration,
+                ModelCallCompleted(
+                    step_id=step_id,
+                    turn=turn,
+                    attempt=attempt,
+                    usage=usage_record(response.usage),
+                    finish_reason=response.finish_reason,
+                    output_mode=response.output_mode,
+                    tool_calls=tuple(call.name for call in response.tool_calls),
+                    duration=duration,
+                )
             )
         return response
 
@@ -203,12 +205,13 @@ class ModelCallExecutor:
 
     def _announce_retry(self, attempt: int, error: BaseException, delay: float) -> None:
         self.context.events.emit(
-            RetryScheduled,
-            step_id=self.execution.step_id,
-            target="model",
-            attempt=attempt,
-            delay=delay,
-            reason=str(error) or type(error).__name__,
+            RetryScheduled(
+                step_id=self.execution.step_id,
+                target="model",
+                attempt=attempt,
+                delay=delay,
+                reason=str(error) or type(error).__name__,
+            )
         )
 
 

@@ -80,12 +80,13 @@ class ToolCallExecutor:
     def _announce(self, call: ToolCall) -> RetryHook:
         def before_sleep(attempt: int, error: BaseException, delay: float) -> None:
             self.emitter.emit(
-                RetryScheduled,
-                step_id=self.step_id,
-                target="tool",
-                attempt=attempt,
-                delay=delay,
-                reason=f"{call.name} ({call.id}): {type(error).__name__}: {error}",
+                RetryScheduled(
+                    step_id=self.step_id,
+                    target="tool",
+                    attempt=attempt,
+                    delay=delay,
+                    reason=f"{call.name} ({call.id}): {type(error).__name__}: {error}",
+                )
             )
 
         return before_sleep
@@ -99,16 +100,22 @@ class ToolCallExecutor:
                 return await asyncio.to_thread(tool.fn, **arguments)
             return tool.fn(**arguments)
 
+    def _started(self, call: ToolCall, attempt: int) -> None:
+        if self.emitter.active:
+            self.emitter.emit(
+                ToolCallStarted(
+                    step_id=self.step_id,
+                    call_id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
+                    attempt=attempt,
+                )
+            )
+
     async def execute(self, call: ToolCall) -> ToolCall:
         """Run `call` and return it with its `response` set."""
-        emit = self.emitter.emit
-        emit(
-            ToolCallStarted,
-            step_id=self.step_id,
-            call_id=call.id,
-            name=call.name,
-            arguments=call.arguments,
-        )
+        emitter = self.emitter
+        self._started(call, 1)
         started = time.perf_counter()
         attempts = 0
         result: Any = None
@@ -121,6 +128,8 @@ class ToolCallExecutor:
             async def attempt() -> Any:
                 nonlocal attempts
                 attempts += 1
+                if attempts > 1:
+                    self._started(call, attempts)
                 return await self._invoke(tool, arguments)
 
             result = await self._policy.run(attempt, before_sleep=self._announce(call))
@@ -142,23 +151,25 @@ class ToolCallExecutor:
             duration=duration,
         )
         if error is None:
-            emit(
-                ToolCallCompleted,
-                step_id=self.step_id,
-                call_id=call.id,
-                name=call.name,
-                content=content,
-                attempts=response.attempts,
-                duration=duration,
+            emitter.emit(
+                ToolCallCompleted(
+                    step_id=self.step_id,
+                    call_id=call.id,
+                    name=call.name,
+                    content=content,
+                    attempt=response.attempts,
+                    duration=duration,
+                )
             )
         else:
-            emit(
-                ToolCallFailed,
-                step_id=self.step_id,
-                call_id=call.id,
-                name=call.name,
-                error=error,
-                attempts=response.attempts,
-                duration=duration,
+            emitter.emit(
+                ToolCallFailed(
+                    step_id=self.step_id,
+                    call_id=call.id,
+                    name=call.name,
+                    error=error,
+                    attempt=response.attempts,
+                    duration=duration,
+                )
             )
         return dataclasses.replace(call, response=response)

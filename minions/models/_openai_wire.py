@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from minions._messages import Message, ToolCall, ToolSpec, Usage
+from minions._messages import Message, OutputMode, ToolCall, ToolSpec, Usage
 from minions.errors import ModelError, ModelOutputError, TransientModelError
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def usage_of(completion: ChatCompletion) -> Usage:
     return Usage.of_call(usage.prompt_tokens, usage.completion_tokens)
 
 
-def message_of(completion: ChatCompletion, usage: Usage, mode: str | None) -> Message:
+def message_of(completion: ChatCompletion, usage: Usage, mode: OutputMode | None) -> Message:
     """The assistant message of the completion's first choice.
 
     Raises:

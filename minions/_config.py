@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from minions.errors import StepDefinitionError
+from minions.errors import ConfigError
 
 __all__ = ["ExecutionConfig"]
 
@@ -63,7 +63,7 @@ class ExecutionConfig:
         if self.max_parallel_steps < 1:
             problems.append("config.max_parallel_steps must be at least 1")
         if problems:
-            raise StepDefinitionError(problems)
+            raise ConfigError("; ".join(problems))
 
     def changes(self) -> dict[str, Any]:
         """The fields that differ from the defaults (what a recipe file needs to say)."""
@@ -75,14 +75,21 @@ class ExecutionConfig:
         }
 
     def merged(self, overrides: Mapping[str, Any] | ExecutionConfig | None) -> ExecutionConfig:
-        """This config with `overrides` applied; an `ExecutionConfig` replaces it whole."""
+        """This config with `overrides` applied: the fields a mapping names, or the fields an
+        `ExecutionConfig` sets to something other than its default (the others keep this
+        config's values).
+
+        Raises:
+            ConfigError: a mapping names a field that does not exist, or a value is invalid.
+        """
         if overrides is None:
             return self
         if isinstance(overrides, ExecutionConfig):
-            return overrides
+            changes = overrides.changes()
+            return dataclasses.replace(self, **changes) if changes else self
         problem = self.unknown_fields(overrides)
         if problem:
-            raise StepDefinitionError(problem)
+            raise ConfigError(problem)
         return dataclasses.replace(self, **overrides)
 
     @classmethod

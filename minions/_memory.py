@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from minions._messages import Message
@@ -74,9 +73,6 @@ class ModelMemory(ABC):
         """Forget a conversation."""
         self.restore(MemorySnapshot(conversation_id, [], 0))
 
-    def __len__(self) -> int:
-        return 0
-
 
 class _Conversation:
     __slots__ = ("length", "messages")
@@ -122,9 +118,3 @@ class InMemoryModelMemory(ModelMemory):
     def restore(self, snapshot: MemorySnapshot, conversation_id: str | None = None) -> None:
         target = snapshot.conversation_id if conversation_id is None else conversation_id
         self._conversations[target] = _Conversation(snapshot.store, snapshot.length)
-
-    def conversation_ids(self) -> Sequence[str]:
-        return list(self._conversations)
-
-    def __len__(self) -> int:
-        return len(self._conversations)

@@ -12,6 +12,7 @@ from minions import (
     AgentContext,
     CompletionDecision,
     DefaultStep,
+    ExecutionConfig,
     Message,
     StepCompletionChain,
     StepCompletionLink,
@@ -180,6 +181,26 @@ def test_call_limit_link_fails_when_reached() -> None:
     assert execution.error == "reached max_model_calls_per_step (2) without completing"
 
 
+def test_a_chain_without_the_limit_link_still_stops_at_the_step_limit() -> None:
+    class GoOn(StepCompletionLink):
+        name = "go_on"
+
+        def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision:
+            return CompletionDecision.incomplete("Keep going.")
+
+    model = ScriptedModel(["one", "two", "three", "four"])
+    step = DefaultStep(
+        "s",
+        "x",
+        config=ExecutionConfig(max_model_calls_per_step=3),
+        completion=StepCompletionChain([GoOn()]),
+    )
+    execution = run(step, model)
+    assert len(model.requests) == 3
+    assert [d.link for d in execution.decisions] == ["go_on", "go_on", "go_on", "call_limit"]
+    assert execution.error == "reached max_model_calls_per_step (3) without completing"
+
+
 def test_empty_answer_is_reasked() -> None:
     execution = run(DefaultStep("s", "x"), ScriptedModel(["  ", "fine"]))
     assert execution.output == "fine"
@@ -205,14 +226,14 @@ def test_a_step_subclass_builds_its_own_prompt_tools_and_chain() -> None:
 
 
 def test_a_step_subclass_can_replace_the_loop() -> None:
-    from minions import Step
+    from minions import Step, StepRun
 
     class Constant(Step):
         def build_messages(self, step_input: StepInput) -> list[Message]:
             return []
 
-        async def run(self, executor: StepExecutor) -> None:
-            executor.complete({"value": 1})
+        async def run(self, run: StepRun) -> None:
+            run.complete({"value": 1})
 
     context = AgentContext(model=ScriptedModel([]))
     execution = asyncio.run(StepExecutor(Constant("c"), context).execute())

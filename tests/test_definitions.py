@@ -7,6 +7,7 @@ from conftest import add
 
 from minions import (
     AgentContext,
+    ConfigError,
     DefaultStep,
     ExecutionConfig,
     MessageBundle,
@@ -58,12 +59,21 @@ def test_step_options_are_checked() -> None:
 
 
 def test_config_values_are_checked() -> None:
-    with pytest.raises(
-        StepDefinitionError, match=r"config\.max_tool_call_retries must not be negative"
-    ):
+    with pytest.raises(ConfigError, match=r"config\.max_tool_call_retries must not be negative"):
         ExecutionConfig(max_tool_call_retries=-1)
-    with pytest.raises(StepDefinitionError, match="max_model_calls_per_step must be at least 1"):
+    with pytest.raises(ConfigError, match="max_model_calls_per_step must be at least 1"):
         ExecutionConfig(max_model_calls_per_step=0)
+
+
+def test_a_step_config_overrides_only_the_fields_it_sets() -> None:
+    run = ExecutionConfig(max_tool_call_retries=0, max_model_calls_per_step=4)
+    step = ExecutionConfig(max_model_calls_per_step=2)
+    merged = run.merged(step)
+    assert (merged.max_model_calls_per_step, merged.max_tool_call_retries) == (2, 0)
+    assert run.merged({"max_output_retries": 5}).max_tool_call_retries == 0
+    assert run.merged(ExecutionConfig()) is run
+    with pytest.raises(ConfigError, match="max_model_call"):
+        run.merged({"max_model_call": 3})
 
 
 def test_no_model_configured_fails_the_step_clearly(monkeypatch: pytest.MonkeyPatch) -> None:

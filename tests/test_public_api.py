@@ -26,7 +26,7 @@ PUBLIC: dict[str, set[str]] = {
         # steps
         "AgentContext", "DefaultStep", "DecisionRecord", "ExecutionConfig", "MemoryScope",
         "OutputInstructions", "Step", "StepExecution", "StepExecutor", "StepInput", "StepMode",
-        "StepStatus",
+        "StepRun", "StepStatus",
         # step kinds
         "AnalysisStep", "LoopStep", "RecipeStep", "ToolStep",
         # completion chain

@@ -8,10 +8,9 @@ from typing import Any, ClassVar
 
 from minions._messages import Message
 from minions._step.execution import StepExecution, StepStatus
-from minions._step.executor import StepExecutor
-from minions._step.step import Step, StepInput
+from minions._step.step import Step, StepInput, StepRun
 from minions._templates import render
-from minions.errors import MinionsError, StepDefinitionError
+from minions.errors import StepDefinitionError
 
 __all__ = ["LoopStep"]
 
@@ -71,10 +70,10 @@ class LoopStep(Step):
     def build_messages(self, step_input: StepInput) -> list[Message]:
         return []
 
-    async def run(self, executor: StepExecutor) -> None:
-        items = render(self.items, executor.state)
+    async def run(self, run: StepRun) -> None:
+        items = render(self.items, run.state)
         if not isinstance(items, list | tuple):
-            raise MinionsError(
+            run.fail(
                 f"step {self.id!r}: loop needs a list, but {self.items!r} gave "
                 f"{type(items).__name__}"
             )
@@ -82,29 +81,20 @@ class LoopStep(Step):
 
         async def run_item(index: int, item: Any) -> StepExecution:
             async with limit:
-                state = {**executor.state, "loop": {"item": item, "index": index}}
-                inner = StepExecutor(
-                    self.body,
-                    executor.context,
-                    state=state,
-                    dependencies=executor.dependencies,
-                    visit=executor.execution.visit,
-                    item=index,
-                    checked=True,  # checked with the loop step
-                )
-                return await inner.execute()
+                state = {**run.state, "loop": {"item": item, "index": index}}
+                # Checked with the loop step.
+                return await run.run_step(self.body, state=state, item=index, checked=True)
 
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(run_item(i, item)) for i, item in enumerate(items)]
         done = [task.result() for task in tasks]
-        execution = executor.execution
-        execution.items = done
-        execution.absorb(done)
+        run.absorb(done, items=True)
         failed = [r for r in done if r.status is not StepStatus.COMPLETED]
         outputs = [r.output if r.status is StepStatus.COMPLETED else None for r in done]
         if failed and not self.continue_on_error:
             details = "; ".join(f"{r.step_id}: {r.error}" for r in failed[:3])
             more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
-            execution.output = outputs
-            raise MinionsError(f"{len(failed)} of {len(done)} loop items failed: {details}{more}")
-        executor.complete(outputs)
+            run.fail(
+                f"{len(failed)} of {len(done)} loop items failed: {details}{more}", output=outputs
+            )
+        run.complete(outputs)

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from minions._messages import Message, MessageBundle, ToolCall
+from minions._messages import Message, MessageBundle
 from minions._output import OutputInstructions
 from minions._step.execution import StepStatus
-from minions._step.executor import StepExecutor
-from minions._step.step import DefaultStep, Step, StepInput
+from minions._step.step import DefaultStep, Step, StepInput, StepRun
 from minions._templates import render
 from minions._text import as_text
-from minions.errors import MinionsError, StepDefinitionError, TemplateError, ToolError
+from minions.errors import StepDefinitionError, TemplateError, ToolError
 
 __all__ = ["ToolStep"]
 
@@ -62,22 +61,19 @@ class ToolStep(Step):
     def build_messages(self, step_input: StepInput) -> list[Message]:
         return []
 
-    async def run(self, executor: StepExecutor) -> None:
-        params, missing = self._render(executor.state)
+    async def run(self, run: StepRun) -> None:
+        params, missing = self._render(run.state)
         if missing:
             if self.fill_missing != "model":
                 name, error = next(iter(missing.items()))
                 raise TemplateError(
                     f"step {self.id!r}, parameter {name!r}: {error}", expression=error.expression
                 )
-            params.update(await self._fill(executor, missing))
-        call = ToolCall(id=f"{executor.name}-call", name=self.tool, arguments=params)
-        done = await executor.tools.execute(call)
-        executor.execution.tool_calls.append(done)
-        assert done.response is not None
-        if done.response.error is not None:
-            raise ToolError(f"step {self.id!r}: {done.response.error}")
-        executor.complete(done.response.result)
+            params.update(await self._fill(run, missing))
+        response = await run.call_tool(self.tool, params)
+        if response.error is not None:
+            raise ToolError(f"step {self.id!r}: {response.error}")
+        run.complete(response.result)
 
     def _render(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, TemplateError]]:
         params: dict[str, Any] = {}
@@ -91,10 +87,8 @@ class ToolStep(Step):
                 missing[name] = exc
         return params, missing
 
-    async def _fill(
-        self, executor: StepExecutor, missing: Mapping[str, TemplateError]
-    ) -> dict[str, Any]:
-        tool = executor.context.tools.require(self.tool)
+    async def _fill(self, run: StepRun, missing: Mapping[str, TemplateError]) -> dict[str, Any]:
+        tool = run.context.tools.require(self.tool)
         properties = tool.parameters.get("properties", {})
         schema = {
             "type": "object",
@@ -106,7 +100,7 @@ class ToolStep(Step):
             f"Give the values of the parameters {', '.join(map(repr, missing))} for a call to "
             f"the tool {self.tool!r} ({tool.description or 'no description'}).\n"
             f"The step: {self.description or self.id}.\n"
-            f"What the run knows so far:\n{_state_text(executor.state)}"
+            f"What the run knows so far:\n{_state_text(run.state)}"
         )
         extractor = DefaultStep(
             self.id,
@@ -119,16 +113,10 @@ class ToolStep(Step):
             config={"max_model_calls_per_step": 1},
             model=self.model,
         )
-        inner = StepExecutor(
-            extractor,
-            executor.context,
-            state=executor.state,
-            scope=f"{executor.scope}/fill",
-        )
-        result = await inner.execute()
-        executor.execution.absorb([result])
+        result = await run.run_step(extractor, dependencies={}, scope=f"{run.scope}/fill")
+        run.absorb([result])
         if result.status is not StepStatus.COMPLETED:
-            raise MinionsError(
+            run.fail(
                 f"step {self.id!r}: could not fill the missing parameters "
                 f"{', '.join(missing)}: {result.error}"
             )

@@ -131,10 +131,11 @@ class CompletionMarkerLink(StepCompletionLink):
 
     def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision | None:
         step = execution.step
-        marker = getattr(step, "completion_marker", None)
-        pattern = getattr(step, "completion_pattern", None)
         response = execution.last_response
-        if (marker is None and pattern is None) or response is None:
+        if step is None or response is None:
+            return None
+        marker, pattern = step.completion_marker, step.completion_pattern
+        if marker is None and pattern is None:
             return None
         text = response.text
         if marker is not None and marker in text:
@@ -212,13 +213,16 @@ class TextAnswerLink(StepCompletionLink):
 
 
 class CallLimitLink(StepCompletionLink):
-    """The step reached `max_model_calls_per_step` without finishing: it fails."""
+    """The step reached its `max_model_calls_per_step` without finishing: it fails.
+
+    The one place the limit is checked: the step loop asks this link too after an answer no
+    link decided on, so a chain without it still stops at the limit.
+    """
 
     name = "call_limit"
 
     def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision | None:
-        config = execution.config
-        limit = config.max_model_calls_per_step if config is not None else 10
+        limit = (execution.config or context.config).max_model_calls_per_step
         if execution.turns >= limit:
             return CompletionDecision.fail(
                 f"reached max_model_calls_per_step ({limit}) without completing"

@@ -6,11 +6,16 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from minions._memory import MemorySnapshot
 from minions._messages import Message, Prompt, ToolCall, ToolCallResponse, ToolSpec
-from minions._step.completion import COMPLETION_TOOL, CompletionDecision, StepCompletionChain
+from minions._step.completion import (
+    COMPLETION_TOOL,
+    CallLimitLink,
+    CompletionDecision,
+    StepCompletionChain,
+)
 from minions._step.context import AgentContext
 from minions._step.execution import DecisionRecord, StepExecution, StepStatus
 from minions._step.model_call import ModelCallExecutor, usage_record
@@ -19,6 +24,7 @@ from minions._step.tool_call import ToolCallExecutor
 from minions.errors import MinionsError, ModelOutputError, StepDefinitionError
 from minions.events import (
     CompletionDecided,
+    Event,
     RetryScheduled,
     StepCompleted,
     StepFailed,
@@ -27,6 +33,9 @@ from minions.events import (
 from minions.models._base import Model
 
 __all__ = ["StepExecutor"]
+
+
+_CALL_LIMIT = CallLimitLink()
 
 
 class _StepEnded(Exception):
@@ -140,11 +149,61 @@ class StepExecutor:
         self._finish()
         return execution
 
+    # -- the StepRun protocol (what `Step.run` works with) -----------------------------------
+
+    @property
+    def visit(self) -> int:
+        return self.execution.visit
+
     def complete(self, output: Any, *, next_step: str | None = None) -> None:
         """End the step as COMPLETED with `output` (for `Step.run` overrides)."""
         self.execution.output = output
         self.execution.next_step = next_step
         self.execution.status = StepStatus.COMPLETED
+
+    def fail(self, reason: str, *, output: Any = None) -> NoReturn:
+        """End the step as FAILED with `reason`, keeping a partial `output`."""
+        self.execution.output = output
+        self._fail(reason)
+        raise _StepEnded
+
+    def emit(self, event: Event) -> None:
+        self.context.events.emit(event)
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolCallResponse:
+        count = len(self.execution.tool_calls)
+        call_id = f"{self.name}-call" + (f"-{count + 1}" if count else "")
+        done = await self.tools.execute(ToolCall(id=call_id, name=name, arguments=dict(arguments)))
+        self.execution.tool_calls.append(done)
+        assert done.response is not None  # `ToolCallExecutor.execute` always sets it
+        return done.response
+
+    async def run_step(
+        self,
+        step: Step,
+        *,
+        state: Mapping[str, Any] | None = None,
+        dependencies: Mapping[str, Any] | None = None,
+        item: int | None = None,
+        scope: str | None = None,
+        checked: bool = False,
+    ) -> StepExecution:
+        inner = StepExecutor(
+            step,
+            self.context,
+            state=self.state if state is None else state,
+            dependencies=self.dependencies if dependencies is None else dependencies,
+            visit=self.execution.visit,
+            scope=scope if scope is not None or item is not None else f"{self.scope}/{step.id}",
+            item=item,
+            checked=checked,
+        )
+        return await inner.execute()
+
+    def absorb(self, executions: Sequence[StepExecution], *, items: bool = False) -> None:
+        self.execution.absorb(executions)
+        if items:
+            self.execution.items = list(executions)
 
     def _fail(self, reason: str) -> None:
         self.execution.status = StepStatus.FAILED
@@ -201,7 +260,7 @@ class StepExecutor:
 
     def _tool_specs(self) -> tuple[ToolSpec, ...]:
         specs = [tool.spec for tool in self.tools.registry]  # the step's own tools, sorted
-        if getattr(self.step, "completion_tool", False):
+        if self.step.completion_tool:
             specs.append(_completion_tool_spec(self.step))
         return tuple(specs)
 
@@ -228,10 +287,13 @@ class StepExecutor:
             self.model, context=self.context, execution=execution, config=config
         )
         tools = self._tool_specs()
-        limit = config.max_model_calls_per_step
         while True:
-            if execution.turns >= limit:
-                self._fail(f"reached max_model_calls_per_step ({limit}) without completing")
+            # The chain's `CallLimitLink` decides at the limit; a chain without it (or whose
+            # links only said "go on") is stopped by the same link here.
+            limited = _CALL_LIMIT.check(execution, self.context)
+            if limited is not None:
+                self._record_decision(_CALL_LIMIT.name, limited, execution.turns)
+                self._fail(limited.reason)
                 return
             turn = execution.turns + 1
             base = memory.snapshot(conversation)
@@ -351,13 +413,9 @@ class StepExecutor:
         names = set()
         if self.step.output is not None:
             names.add(self.step.output.tool_name)
-        if getattr(self.step, "completion_tool", False):
+        if self.step.completion_tool:
             names.add(COMPLETION_TOOL)
         return frozenset(names)
-
-    def snapshot(self) -> MemorySnapshot:
-        """The step's conversation as it is now."""
-        return self.context.memory.snapshot(self.conversation_id)
 
 
 def _answered(call: ToolCall, text: str) -> ToolCall:

@@ -8,14 +8,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from minions._messages import Message, ModelCallResponse, Prompt
 from minions._step.execution import StepStatus
-from minions._step.step import Step, StepInput
+from minions._step.step import Step, StepInput, StepRun
 from minions._templates import render
-from minions.errors import MinionsError
 from minions.models._base import Model
 
 if TYPE_CHECKING:
     from minions._step.context import AgentContext
-    from minions._step.executor import StepExecutor
     from minions.recipes._recipe import AgentRecipe
 
 __all__ = ["RecipeStep"]
@@ -80,19 +78,19 @@ class RecipeStep(Step):
     def build_messages(self, step_input: StepInput) -> list[Message]:
         return []
 
-    async def run(self, executor: StepExecutor) -> None:
-        outer = executor.context
+    async def run(self, run: StepRun) -> None:
+        outer = run.context
         if outer.recipe_runner is None:
-            raise MinionsError(
+            run.fail(
                 f"step {self.id!r}: a recipe step runs in a run of an AgentExecutor (its "
                 "context has no recipe_runner)"
             )
-        inputs = render(self.inputs, executor.state)
+        inputs = render(self.inputs, run.state)
         config = outer.config
         if config.run_token_budget is not None:
             left = max(config.run_token_budget - outer.usage.total_tokens, 0)
             config = dataclasses.replace(config, run_token_budget=left)
-        prefix = f"{self.id}#{executor.execution.visit}"
+        prefix = f"{self.id}#{run.visit}"
         result = await outer.recipe_runner(
             self.recipe,
             inputs,
@@ -103,14 +101,11 @@ class RecipeStep(Step):
             model_resolver=outer.model_resolver,
             model_wrapper=_wrapper(outer, prefix),
         )
-        execution = executor.execution
-        execution.items = list(result.executions)
-        execution.absorb(result.executions)  # routing calls are in their step's execution
+        run.absorb(result.executions, items=True)  # routing calls are in their step's execution
         outer.record_usage(result.usage)
         if result.status is not StepStatus.COMPLETED:
-            execution.output = result.output
-            raise MinionsError(f"recipe {self.recipe.id!r} failed: {result.error}")
-        executor.complete(result.output)
+            run.fail(f"recipe {self.recipe.id!r} failed: {result.error}", output=result.output)
+        run.complete(result.output)
 
 
 def _wrapper(outer: AgentContext, prefix: str) -> Callable[[Model], Model]:

@@ -49,8 +49,9 @@ class StepDefinitionError(MinionsError):
     Raised before any model call. `problems` lists every problem found, each naming the step.
     """
 
-    def __init__(self, problems: list[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
+    def __init__(self, problems: Sequence[str | Problem] | str) -> None:
+        given = [problems] if isinstance(problems, str) else problems
+        self.problems = [p if isinstance(p, str) else p.describe() for p in given]
         super().__init__("; ".join(self.problems))
 
 
@@ -159,6 +160,10 @@ class Problem:
     line: int | None = None
     step: str | None = None
     field: str | None = None
+
+    def describe(self) -> str:
+        """The problem as a step definition error says it: ``step 'x': message``."""
+        return f"step {self.step!r}: {self.message}" if self.step is not None else self.message
 
     def __str__(self) -> str:
         where = self.file or "recipe"

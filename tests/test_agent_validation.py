@@ -214,7 +214,7 @@ def test_step_definition_problems_name_their_field() -> None:
         steps=[plain("a", mode="parallel", timeout=0, max_visits=0), plain("9lives")],
     )
     fields = [(s, f) for s, f, _ in problems(recipe)]
-    assert fields == [("a", "mode"), ("a", "timeout"), ("a", "max_visits"), ("9lives", None)]
+    assert fields == [("a", "mode"), ("a", "timeout"), ("a", "max_visits"), ("9lives", "id")]
 
 
 def test_tools_are_checked_against_the_executor_and_recipe_tools() -> None:

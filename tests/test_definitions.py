@@ -51,7 +51,9 @@ def test_step_options_are_checked() -> None:
     with pytest.raises(StepDefinitionError) as raised:
         StepExecutor(step, AgentContext(model=ScriptedModel([])))
     problems = raised.value.problems
-    assert problems[0].startswith("step id '1bad id' must be letters")
+    assert problems[0] == (
+        "step '1bad id': id must be letters, digits, '_' or '-', not starting with a digit"
+    )
     assert "mode must be one of ('async', 'sync', 'fire_and_forget'), not 'parallel'" in problems[1]
     assert "memory must be one of ('step', 'agent'), not 'global'" in problems[2]
     assert "timeout must be positive" in problems[3]

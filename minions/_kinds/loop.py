@@ -10,7 +10,8 @@ from minions._messages import Message
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.step import Step, StepInput, StepRun
 from minions._templates import render
-from minions.errors import StepDefinitionError
+from minions.errors import Problem, StepDefinitionError
+from minions.tools._tool import ToolRegistry
 
 __all__ = ["LoopStep"]
 
@@ -63,7 +64,7 @@ class LoopStep(Step):
     def templates(self) -> Mapping[str, Any]:
         return {"loop": self.items, **self.body.templates()}
 
-    def problems(self, tools: Any = None) -> list[str]:
+    def problems(self, tools: ToolRegistry | None = None) -> list[Problem]:
         # The body checks the tools; the loop's own checks are its options.
         return [*super().problems(None), *self.body.problems(tools)]
 

@@ -14,7 +14,7 @@ from minions._output import OutputInstructions
 from minions._step.completion import StepCompletionChain
 from minions._templates import quoted_outputs, render_text
 from minions._text import as_text
-from minions.errors import StepDefinitionError, TemplateError, did_you_mean
+from minions.errors import Problem, StepDefinitionError, TemplateError, did_you_mean
 from minions.models._base import Model
 
 if TYPE_CHECKING:
@@ -222,40 +222,41 @@ class Step(ABC):
 
     # -- checks --------------------------------------------------------------------------------
 
-    def problems(self, tools: ToolRegistry | None = None) -> list[str]:
-        """Everything wrong with this step's definition, each message naming the step."""
-        where = f"step {self.id!r}"
-        problems = []
+    def problems(self, tools: ToolRegistry | None = None) -> list[Problem]:
+        """Everything wrong with this step's definition, each problem naming the step and the
+        field it is about."""
+        problems: list[Problem] = []
+
+        def add(field: str, message: str) -> None:
+            problems.append(Problem(message=message, step=self.id, field=field))
+
         if not isinstance(self.id, str) or not _ID.match(self.id):
-            problems.append(
-                f"step id {self.id!r} must be letters, digits, '_' or '-' "
-                "and not start with a digit"
-            )
+            add("id", "id must be letters, digits, '_' or '-', not starting with a digit")
         if self.mode not in get_args(StepMode):
-            problems.append(f"{where}: mode must be one of {get_args(StepMode)}, not {self.mode!r}")
+            add("mode", f"mode must be one of {get_args(StepMode)}, not {self.mode!r}")
         if self.memory not in get_args(MemoryScope):
-            problems.append(
-                f"{where}: memory must be one of {get_args(MemoryScope)}, not {self.memory!r}"
-            )
+            add("memory", f"memory must be one of {get_args(MemoryScope)}, not {self.memory!r}")
         if self.timeout is not None and not self.timeout > 0:
-            problems.append(f"{where}: timeout must be positive, not {self.timeout!r}")
+            add("timeout", f"timeout must be positive, not {self.timeout!r}")
         if not isinstance(self.max_visits, int) or self.max_visits < 1:
-            problems.append(f"{where}: max_visits must be at least 1, not {self.max_visits!r}")
+            add("max_visits", f"max_visits must be at least 1, not {self.max_visits!r}")
         if isinstance(self.config, Mapping):
             unknown = ExecutionConfig.unknown_fields(self.config)
             if unknown:
-                problems.append(f"{where}: {unknown}")
+                add("config", unknown)
         if self.output is not None:
-            problems.extend(f"{where}: {p}" for p in self.output.problems())
+            for text in self.output.problems():
+                add("output", text)
         if tools is not None:
             for name in sorted(self.tool_names()):
                 found = tools.get(name)
                 if found is None:
                     known = ", ".join(tools.names) or "none are registered"
                     hint = did_you_mean(name, tools.names)
-                    problems.append(f"{where}: unknown tool {name!r}{hint}; known tools: {known}")
+                    add("tools", f"unknown tool {name!r}{hint}; known tools: {known}")
                 else:
-                    problems.extend(f"{where}: {p}" for p in found.problems())
+                    for text in found.problems():
+                        add("tools", text)
         return problems
 
     def __repr__(self) -> str:
@@ -319,22 +320,25 @@ class DefaultStep(Step):
         if problems:
             raise StepDefinitionError(problems)
 
-    def _own_problems(self) -> list[str]:
-        problems = []
+    def _own_problems(self) -> list[Problem]:
+        problems: list[Problem] = []
+
+        def add(field: str, message: str) -> None:
+            problems.append(Problem(message=message, step=self.id, field=field))
+
         if not isinstance(self.bundle.goal, str) or not self.bundle.goal.strip():
-            problems.append(f"step {self.id!r}: goal is empty; say what the step must do")
+            add("goal", "goal is empty; say what the step must do")
         output: object = self.output
         if output is not None and not isinstance(output, OutputInstructions):
-            problems.append(
-                f"step {self.id!r}: output must be OutputInstructions, not {type(output).__name__}"
-            )
+            add("output", f"output must be OutputInstructions, not {type(output).__name__}")
         elif self.output is not None:
-            problems.extend(f"step {self.id!r}: {p}" for p in self.output.problems())
+            for text in self.output.problems():
+                add("output", text)
         if self.completion_pattern is not None:
             try:
                 re.compile(self.completion_pattern)
             except re.error as exc:
-                problems.append(f"step {self.id!r}: completion_pattern is not a regex: {exc}")
+                add("completion_pattern", f"completion_pattern is not a regex: {exc}")
         return problems
 
     def tool_names(self) -> frozenset[str]:

@@ -9,7 +9,6 @@ to a step that never runs before. The same pass computes the structure `StepGrap
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,6 @@ __all__ = ["recipe_problems"]
 
 RESULT_FIELDS = ("output", "status", "error", "visit")
 """What a transition's condition reads about its source, besides the run state."""
-_FIELD_OF_PROBLEM = re.compile(r"^(\w+) must\b")
 
 
 def recipe_problems(recipe: AgentRecipe, tools: ToolRegistry | None = None) -> list[Problem]:
@@ -77,14 +75,7 @@ class Analysis:
                 continue
             seen[step.id] = position
             self.steps[step.id] = step
-            prefix = f"step {step.id!r}: "
-            for text in step.problems(tools):
-                message = text.removeprefix(prefix)
-                found = _FIELD_OF_PROBLEM.match(message)
-                field = "tools" if message.startswith("unknown tool") else None
-                if found is not None:
-                    field = found.group(1)
-                self._add(message, step.id, field)
+            self.problems.extend(step.problems(tools))
         if not self.steps and not self.problems:
             self._add("a recipe needs at least one step", field="steps")
 

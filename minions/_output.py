@@ -131,13 +131,20 @@ class OutputInstructions:
                 return [f"output schema is not valid JSON Schema at {where}: {exc.message}"]
         return []
 
-    def render_instructions(self) -> str:
-        """The prompt text asking for JSON with the schema (for prompted-JSON mode)."""
-        schema = json.dumps(self.json_schema(), separators=(",", ":"))
-        text = f"Reply with only a JSON object that matches this JSON Schema:\n{schema}"
-        if self.instructions:
-            text = f"{self.instructions}\n{text}"
-        return text
+    def render_instructions(self, *, with_tools: bool = False) -> str:
+        """The prompt text asking for JSON with the schema, compact (the ``prompted_json``
+        rung, and the note re-asking for it). `instructions` are not part of it: the step's
+        prompt carries them.
+
+        Args:
+            with_tools: the model may call tools first, so the JSON is its final answer.
+        """
+        schema = self._cache.get("schema_text")
+        if schema is None:
+            schema = json.dumps(self.json_schema(), separators=(",", ":"), ensure_ascii=False)
+            self._cache["schema_text"] = schema
+        lead = "When you have the final answer, reply" if with_tools else "Reply"
+        return f"{lead} with only a JSON object that matches this JSON Schema:\n{schema}"
 
     def validate_json(self, text: str) -> Any:
         """Validate a reply's text: bare JSON, fenced, in prose, or trivially broken.

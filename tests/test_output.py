@@ -139,9 +139,13 @@ def test_validation_errors_are_short_and_capped() -> None:
 
 
 def test_render_instructions_holds_the_schema() -> None:
-    text = OutputInstructions(City, instructions="Be exact.").render_instructions()
-    assert text.startswith("Be exact.\nReply with only a JSON object")
+    output = OutputInstructions(City, instructions="Be exact.")
+    text = output.render_instructions()
+    assert text.startswith("Reply with only a JSON object that matches this JSON Schema:\n{")
     assert '"population"' in text
+    assert "Be exact." not in text  # the step's prompt carries the instructions, once
+    after_tools = output.render_instructions(with_tools=True)
+    assert after_tools.startswith("When you have the final answer, reply with only a JSON")
 
 
 @given(

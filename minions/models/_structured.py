@@ -22,7 +22,6 @@ re-asked with.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -206,16 +205,6 @@ def output_tool(output: OutputInstructions) -> dict[str, Any]:
     }
 
 
-def json_instructions(output: OutputInstructions, *, with_tools: bool) -> str:
-    """The prompt text of the ``prompted_json`` rung: the schema, compact."""
-    schema = output._cache.get("openai.schema_text")
-    if schema is None:
-        schema = json.dumps(output.json_schema(), separators=(",", ":"), ensure_ascii=False)
-        output._cache["openai.schema_text"] = schema
-    lead = "When you have the final answer, reply" if with_tools else "Reply"
-    return f"{lead} with only a JSON object that matches this JSON Schema:\n{schema}"
-
-
 def shape_request(
     request: Mapping[str, Any], output: OutputInstructions, mode: OutputMode, *, with_tools: bool
 ) -> dict[str, Any]:
@@ -234,7 +223,7 @@ def shape_request(
             else {"type": "function", "function": {"name": tool["function"]["name"]}}
         )
     else:
-        text = json_instructions(output, with_tools=with_tools)
+        text = output.render_instructions(with_tools=with_tools)
         messages = list(request["messages"])
         # Chat templates of many local models accept a system message only in first place,
         # so the schema joins the existing system prompt instead of adding another one.
@@ -284,8 +273,7 @@ def read_output(
             raise
         if mode == "json_schema":
             raise ModeIgnoredError(
-                "Your answer did not contain a JSON object. "
-                + json_instructions(output, with_tools=False)
+                "Your answer did not contain a JSON object. " + output.render_instructions()
             ) from None
         if mode == "tool":
             raise OutputValidationError(

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from minions._usage import OutputMode, Usage
+from minions._values import ModeDemotion, OutputMode, Usage
 from minions.errors import ModelOutputError
 
 if TYPE_CHECKING:
@@ -175,6 +175,9 @@ class ModelCallResponse:
     """Structured output the provider already parsed and validated, if it did."""
     output_mode: OutputMode | None = None
     """How structured output was produced: `json_schema`, `tool`, `prompted_json`, `text`..."""
+    demoted: tuple[ModeDemotion, ...] = ()
+    """Structured-output modes this call learned the endpoint cannot do (each becomes an
+    `OutputModeDemoted` event)."""
     raw: Any = field(default=None, repr=False, compare=False)
 
     @property

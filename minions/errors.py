@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from minions._usage import OutputMode, Usage
+from minions._values import ModeDemotion, OutputMode, Usage
 
 __all__ = [
     "BudgetExceededError",
@@ -95,11 +95,15 @@ class TemplateSyntaxError(TemplateError):
 
 
 class ModelError(MinionsError):
-    """A model call failed in a way that retrying will not fix (HTTP 400/401/403/404, ...)."""
+    """A model call failed in a way that retrying will not fix (HTTP 400/401/403/404, ...).
+
+    `demoted` lists the structured-output modes the call learned the endpoint cannot do.
+    """
 
     def __init__(self, message: str, *, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.demoted: tuple[ModeDemotion, ...] = ()
 
 
 class TransientModelError(ModelError):

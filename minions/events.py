@@ -15,13 +15,13 @@ Events reach, in order:
 from __future__ import annotations
 
 import itertools
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
+from minions._log import configured_logger
 from minions._messages import OutputMode
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ __all__ = [
     "ModelCallCompleted",
     "ModelCallFailed",
     "ModelCallStarted",
+    "OutputModeDemoted",
     "RetryScheduled",
     "RoutingDecided",
     "RunCompleted",
@@ -219,6 +220,17 @@ class RetryScheduled(_EventBase):
     reason: str = ""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutputModeDemoted(_EventBase):
+    """A model will no longer ask its endpoint for structured output in `mode`: the server
+    refused it, or its answers ignored it several times in a row."""
+
+    kind: Literal["output_mode_demoted"] = "output_mode_demoted"
+    model: str = ""
+    mode: OutputMode = "json_schema"
+    reason: str = ""
+
+
 # -- decisions ---------------------------------------------------------------------------------
 
 
@@ -257,6 +269,7 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
     ToolCallCompleted,
     ToolCallFailed,
     RetryScheduled,
+    OutputModeDemoted,
     CompletionDecided,
     RoutingDecided,
 ]
@@ -288,15 +301,6 @@ def event_from_json(data: str | bytes) -> Event:
     return event
 
 
-def _structlog_logger() -> Any | None:
-    # Only log when the application imported and configured structlog: unconfigured structlog
-    # prints everything to stdout, which a library must not do to its users.
-    structlog = sys.modules.get("structlog")
-    if structlog is None or not structlog.is_configured():
-        return None
-    return structlog.get_logger("minions")
-
-
 _QUIET = frozenset({"token_delta", "model_call_started", "tool_call_started"})
 
 
@@ -321,12 +325,12 @@ class EventEmitter:
     @property
     def active(self) -> bool:
         """Whether anybody receives events (so building them is worth it)."""
-        return bool(self._listeners) or _structlog_logger() is not None
+        return bool(self._listeners) or configured_logger() is not None
 
     def emit(self, event: Event) -> Event | None:
         """Stamp `event` with the run id, the next sequence number and the time, and deliver
         it. Returns the delivered event, or ``None`` when nobody listens."""
-        logger = _structlog_logger()
+        logger = configured_logger()
         if not self._listeners and logger is None:
             return None
         event = replace(event, run_id=self.run_id, seq=next(self._seq), timestamp=time.time())

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
+import structlog
 
-from minions import ExecutionConfig, Message, Step, tool
-from minions._step.step import StepInput
+from minions import ExecutionConfig, Message, Step, StepInput, tool
 
 FAST = ExecutionConfig(retry_initial_delay=0.0, tool_retry_initial_delay=0.0)
 """Retries without waiting, for tests."""
+
+
+@pytest.fixture(autouse=True)
+def _unconfigured_structlog() -> Iterator[None]:
+    # `structlog.testing.capture_logs` leaves structlog "configured" when it restores the
+    # processors; the library logs only for applications that configured structlog, so each
+    # test starts from an application that did not.
+    yield
+    structlog.reset_defaults()
 
 
 @tool

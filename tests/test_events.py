@@ -68,7 +68,7 @@ def test_events_are_frozen() -> None:
 
 def test_every_event_type_round_trips_through_json() -> None:
     samples = [cls(run_id="r", step_id="s", seq=3, timestamp=1.5) for cls in get_args(ev.Event)]
-    assert len(samples) == 17
+    assert len(samples) == 18
     for event in samples:
         assert ev.event_from_json(ev.event_to_json(event)) == event
     usage = ev.UsageRecord(prompt_tokens=1, completion_tokens=2, calls=1)

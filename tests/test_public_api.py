@@ -52,6 +52,7 @@ PUBLIC: dict[str, set[str]] = {
         "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallCompleted",
         "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
+        "OutputModeDemoted",
     },
     "minions.errors": {
         "BudgetExceededError", "ConfigError", "InputError", "MinionsError", "ModelError",
@@ -61,7 +62,7 @@ PUBLIC: dict[str, set[str]] = {
         "UnknownRecipeError",
     },
     "minions.models": {
-        "CapabilityMemory", "MODEL_ENV", "Model", "OpenAIChatModel", "OutputMode", "Recording",
+        "CapabilityMemory", "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },
     "minions.tools": {

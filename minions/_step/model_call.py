@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING
 
 from minions._messages import ModelCall, ModelCallResponse, Prompt, Usage
 from minions._retry import RetryPolicy
+from minions._values import ModeDemotion
 from minions.errors import BudgetExceededError, ModelError, ModelOutputError, TransientModelError
 from minions.events import (
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallStarted,
+    OutputModeDemoted,
     RetryScheduled,
     TokenDelta,
     UsageRecord,
@@ -121,6 +123,8 @@ class ModelCallExecutor:
                     response = await self.model.call(prompt, on_token=on_token)
         except Exception as exc:
             duration = time.perf_counter() - started
+            if isinstance(exc, ModelError):
+                self._announce_demotions(exc.demoted)
             usage = _usage_of_failure(exc)
             if isinstance(exc, ModelOutputError):
                 error, mode = exc.note, exc.mode
@@ -154,6 +158,7 @@ class ModelCallExecutor:
                 raise TimeoutError(error) from None
             raise
         duration = time.perf_counter() - started
+        self._announce_demotions(response.demoted)
         self._record(
             ModelCall(
                 step_id=step_id,
@@ -181,6 +186,17 @@ class ModelCallExecutor:
                 )
             )
         return response
+
+    def _announce_demotions(self, demoted: tuple[ModeDemotion, ...]) -> None:
+        for demotion in demoted:
+            self.context.events.emit(
+                OutputModeDemoted(
+                    step_id=self.execution.step_id,
+                    model=self.model.name,
+                    mode=demotion.mode,
+                    reason=demotion.reason,
+                )
+            )
 
     async def call(self, prompt: Prompt, *, turn: int) -> ModelCallResponse:
         """Call the model for `turn`, retrying transient errors.

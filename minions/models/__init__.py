@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minions._values import ModeDemotion
 from minions.models._base import Model, TokenCallback
 from minions.models._infer import MODEL_ENV, infer_model
 from minions.models._recording import Recording, RecordingModel, ReplayMissError, ReplayModel
@@ -30,6 +31,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "MODEL_ENV",
     "CapabilityMemory",
+    "ModeDemotion",
     "Model",
     "OpenAIChatModel",
     "OutputMode",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import os
 import re
 import weakref
@@ -20,7 +19,9 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import httpx2
 import openai
 
+from minions._log import info
 from minions._messages import Message, ModelCallResponse, Prompt, Usage
+from minions._values import ModeDemotion
 from minions.errors import ModelError, ModelOutputError, OutputValidationError
 from minions.models._base import Model, TokenCallback
 from minions.models._openai_wire import (
@@ -34,12 +35,13 @@ from minions.models._openai_wire import (
     usage_of,
 )
 from minions.models._structured import (
+    IGNORED_BEFORE_DEMOTION,
     LADDER,
     LADDER_WITH_TOOLS,
     NO_OUTPUT,
+    CapabilityMemory,
     ModeIgnoredError,
     OutputMode,
-    capabilities,
     check_modes,
     read_output,
     shape_request,
@@ -50,7 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = ["OpenAIChatModel"]
 
-log = logging.getLogger(__name__)
 
 OPENAI_BASE_URL: Final = "https://api.openai.com/v1"
 NO_API_KEY: Final = "no-key"
@@ -122,6 +123,8 @@ class OpenAIChatModel(Model):
         output_modes: the structured-output ladder to climb down, a subsequence of
             ``("json_schema", "tool", "prompted_json")`` (the default, in that order).
         provider: the label in this model's `name` (``openai``, ``ollama``, ...).
+        capabilities: what this endpoint was found to refuse and which mode worked; each model
+            has its own unless given one (share one among models of the same endpoint).
 
     Raises:
         ModelError: no API key for OpenAI's endpoint, or a bad `output_modes`.
@@ -139,6 +142,7 @@ class OpenAIChatModel(Model):
         settings: Mapping[str, Any] | None = None,
         output_modes: Sequence[OutputMode] | None = None,
         provider: str = "openai",
+        capabilities: CapabilityMemory | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ModelError(f"model must be a non-empty model id, not {model!r}")
@@ -147,6 +151,8 @@ class OpenAIChatModel(Model):
         self.timeout = timeout
         self.stream = stream
         self.settings: Mapping[str, Any] = dict(settings or {})
+        self.capabilities = capabilities if capabilities is not None else CapabilityMemory()
+        """What this model learned about its endpoint (see `CapabilityMemory`)."""
         try:
             self.output_modes = check_modes(LADDER if output_modes is None else output_modes)
         except ValueError as exc:
@@ -208,12 +214,12 @@ class OpenAIChatModel(Model):
     @property
     def output_mode(self) -> OutputMode | None:
         """The structured-output mode that last worked for this endpoint and model, if any."""
-        return capabilities.worked(self._key)
+        return self.capabilities.worked(self._key)
 
     @property
     def rejected(self) -> frozenset[str]:
         """Features this endpoint and model refused so far (rungs, ``stream_options``)."""
-        return capabilities.rejected(self._key)
+        return self.capabilities.rejected(self._key)
 
     # -- one call ------------------------------------------------------------------------------
 
@@ -234,32 +240,43 @@ class OpenAIChatModel(Model):
             usage = usage_of(completion)
             return self._response(completion, message_of(completion, usage, None), usage)
         with_tools = "tools" in request
-        rungs = capabilities.ladder(self._key, self._ladder(with_tools))
+        memory = self.capabilities
+        rungs = memory.ladder(self._key, self._ladder(with_tools))
+        demoted: list[ModeDemotion] = []
         for mode in rungs:
             shaped = shape_request(request, output, mode, with_tools=with_tools)
             try:
                 completion = await self._send(shaped, on_token, rung=mode)
             except _RungRejected as rejected:
-                capabilities.reject(self._key, mode)
-                log.info("%s rejected structured output mode %s: %s", self._where, mode, rejected)
+                memory.reject(self._key, mode)
+                demoted.append(self._demoted(mode, f"the server refused it: {rejected.error}"))
                 if mode == rungs[-1]:
+                    rejected.error.demoted = tuple(demoted)
                     raise rejected.error from None
                 continue
             usage = usage_of(completion)
             message = message_of(completion, usage, mode)
             try:
                 value, produced = read_output(message, output, mode)
-            except ModeIgnoredError as exc:
-                capabilities.reject(self._key, mode)
-                raise ModelOutputError(str(exc), usage=usage, mode=mode) from None
             except OutputValidationError as exc:
-                raise ModelOutputError(str(exc), usage=usage, mode=mode) from None
-            if value is NO_OUTPUT:
-                return self._response(completion, message, usage)
-            capabilities.record(self._key, produced)
+                error = ModelOutputError(str(exc), usage=usage, mode=mode)
+                if isinstance(exc, ModeIgnoredError) and memory.ignored(self._key, mode):
+                    reason = f"{IGNORED_BEFORE_DEMOTION} answers in a row ignored it"
+                    demoted.append(self._demoted(mode, reason))
+                error.demoted = tuple(demoted)
+                raise error from None
             response = self._response(completion, message, usage)
+            if demoted:
+                response = dataclasses.replace(response, demoted=tuple(demoted))
+            if value is NO_OUTPUT:
+                return response
+            memory.record(self._key, produced)
             return dataclasses.replace(response, output=value, output_mode=produced)
         raise AssertionError("unreachable: the ladder is never empty")  # pragma: no cover
+
+    def _demoted(self, mode: OutputMode, reason: str) -> ModeDemotion:
+        info("output mode demoted", model=self.name, where=self._where, mode=mode, reason=reason)
+        return ModeDemotion(mode=mode, reason=reason)
 
     def _ladder(self, with_tools: bool) -> tuple[OutputMode, ...]:
         if not with_tools:
@@ -315,7 +332,7 @@ class OpenAIChatModel(Model):
 
     async def _stream(self, request: dict[str, Any], on_token: TokenCallback) -> ChatCompletion:
         kwargs = {**request, "stream": True}
-        if "stream_options" not in capabilities.rejected(self._key):
+        if "stream_options" not in self.capabilities.rejected(self._key):
             kwargs["stream_options"] = {"include_usage": True}
         try:
             stream = await self._bind()(**kwargs)
@@ -323,7 +340,7 @@ class OpenAIChatModel(Model):
             if "stream_options" not in kwargs or not _rejects(exc, "stream_options"):
                 raise
             # Usage in streams is an extension some servers refuse: stream without it.
-            capabilities.reject(self._key, "stream_options")
+            self.capabilities.reject(self._key, "stream_options")
             del kwargs["stream_options"]
             stream = await self._create(**kwargs)
         accumulator = StreamAccumulator()

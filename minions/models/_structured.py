@@ -9,8 +9,10 @@ Three modes (rungs), strongest first:
 * ``prompted_json``: the schema in the system prompt, the answer read from text (bare JSON,
   fenced, in prose, or trivially broken and repaired).
 
-A rung the endpoint rejects (HTTP 400 naming the feature) is remembered per (base URL, model)
-in `capabilities`, for the life of the process, and the next rung is tried at once.
+A rung the endpoint refuses (HTTP 400 naming the feature) is remembered per (base URL, model)
+in the model's `CapabilityMemory`, and the next rung is tried at once; a rung the endpoint
+accepts but ignores (prose instead of JSON) is re-asked, and demoted only when that happens
+`IGNORED_BEFORE_DEMOTION` times in a row.
 
 For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs,
 through the public names of `instructor.v2`; a raw JSON Schema, or a model instructor cannot
@@ -22,11 +24,11 @@ re-asked with.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, get_args
 
+from minions._log import warn
 from minions._messages import OutputMode
 from minions._output import extract_json
 from minions.errors import OutputValidationError
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CapabilityMemory", "OutputMode"]
 
-log = logging.getLogger(__name__)
 
 """A rung of the structured-output ladder."""
 
@@ -53,20 +54,29 @@ EndpointKey = tuple[str, str]
 """(base URL, model)."""
 
 
-class CapabilityMemory:
-    """What each (base URL, model) rejected, and which output mode last worked.
+IGNORED_BEFORE_DEMOTION: Final = 2
+"""How many answers in a row that ignore a mode (``json_schema`` answered with prose) demote
+it; one such answer is re-asked in the same mode."""
 
-    Process-wide and thread-safe. Features are rungs of the ladder or request options such as
-    ``stream_options``.
+
+class CapabilityMemory:
+    """What endpoints refused, by (base URL, model): rungs of the ladder and request options
+    such as ``stream_options``, and which output mode last worked.
+
+    Each `OpenAIChatModel` has its own unless given one: pass the same memory to several models
+    of one endpoint for them to learn together. A feature is refused when the server answers
+    HTTP 400 naming it, or after `IGNORED_BEFORE_DEMOTION` answers in a row that ignored it;
+    a single unusable answer is only re-asked. Safe to share between threads.
     """
 
     def __init__(self) -> None:
         self._rejected: dict[EndpointKey, frozenset[str]] = {}
         self._worked: dict[EndpointKey, OutputMode] = {}
+        self._ignored: dict[tuple[EndpointKey, OutputMode], int] = {}
         self._lock = threading.Lock()
 
     def rejected(self, key: EndpointKey) -> frozenset[str]:
-        """The features `key` rejected so far."""
+        """The features `key` refused so far."""
         return self._rejected.get(key, frozenset())
 
     def reject(self, key: EndpointKey, feature: str) -> None:
@@ -74,8 +84,19 @@ class CapabilityMemory:
         with self._lock:
             self._rejected[key] = self.rejected(key) | {feature}
 
+    def ignored(self, key: EndpointKey, mode: OutputMode) -> bool:
+        """Count an answer of `key` that ignored `mode`; true when that demotes `mode` (the
+        `IGNORED_BEFORE_DEMOTION`-th in a row), which is then refused."""
+        with self._lock:
+            count = self._ignored.get((key, mode), 0) + 1
+            self._ignored[(key, mode)] = count
+            if count < IGNORED_BEFORE_DEMOTION:
+                return False
+            self._rejected[key] = self._rejected.get(key, frozenset()) | {mode}
+            return True
+
     def ladder(self, key: EndpointKey, preferred: Sequence[OutputMode]) -> tuple[OutputMode, ...]:
-        """The rungs of `preferred` that `key` has not rejected; never empty (the last rung
+        """The rungs of `preferred` that `key` has not refused; never empty (the last rung
         is always worth a try)."""
         rejected = self._rejected.get(key)
         if not rejected:
@@ -84,10 +105,12 @@ class CapabilityMemory:
         return rungs or (preferred[-1],)
 
     def record(self, key: EndpointKey, mode: OutputMode) -> None:
-        """Remember that `mode` produced valid output for `key`."""
-        if self._worked.get(key) != mode:
+        """Remember that `mode` produced valid output for `key` (which also ends a run of
+        answers that ignored it)."""
+        if self._worked.get(key) != mode or (key, mode) in self._ignored:
             with self._lock:
                 self._worked[key] = mode
+                self._ignored.pop((key, mode), None)
 
     def worked(self, key: EndpointKey) -> OutputMode | None:
         """The mode that last produced valid output for `key`, if any did."""
@@ -99,13 +122,12 @@ class CapabilityMemory:
             if key is None:
                 self._rejected.clear()
                 self._worked.clear()
+                self._ignored.clear()
             else:
                 self._rejected.pop(key, None)
                 self._worked.pop(key, None)
-
-
-capabilities: Final = CapabilityMemory()
-"""The process-wide memory of what endpoints support."""
+                for entry in [e for e in self._ignored if e[0] == key]:
+                    del self._ignored[entry]
 
 
 def check_modes(modes: Iterable[str]) -> tuple[OutputMode, ...]:
@@ -158,13 +180,11 @@ def _instructor_shape(output: OutputInstructions, mode: OutputMode) -> dict[str,
         try:
             shape = _ask_instructor(model, mode, output.tool_name)
         except Exception as exc:
-            log.warning(
-                "instructor could not shape %s for the %s rung (%s: %s); "
-                "its JSON Schema is sent as it is",
-                model.__name__,
-                mode,
-                type(exc).__name__,
-                exc,
+            warn(
+                "instructor could not shape the request; its JSON Schema is sent as it is",
+                output_type=model.__name__,
+                mode=mode,
+                error=f"{type(exc).__name__}: {exc}",
             )
     output._cache[cache_key] = shape
     return shape

@@ -4,9 +4,11 @@ through the step loop (one retry boundary)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
+import structlog
 from pydantic import BaseModel
 
 from minions import (
@@ -19,7 +21,9 @@ from minions import (
     StepStatus,
     tool,
 )
-from minions.models import OpenAIChatModel
+from minions import events as ev
+from minions.events import EventListener
+from minions.models import CapabilityMemory, OpenAIChatModel
 from minions.testing import FakeOpenAIServer, FakeReply
 
 from .conftest import FAST
@@ -58,8 +62,13 @@ def sum_step(output: Any = Sum, **options: Any) -> DefaultStep:
     )
 
 
-async def run(model: OpenAIChatModel, step: DefaultStep | None = None) -> StepExecution:
-    context = AgentContext(model=model, tools=[add], config=FAST)
+async def run(
+    model: OpenAIChatModel,
+    step: DefaultStep | None = None,
+    *,
+    listeners: Sequence[EventListener] = (),
+) -> StepExecution:
+    context = AgentContext(model=model, tools=[add], config=FAST, listeners=listeners)
     return await StepExecutor(step or sum_step(), context).execute()
 
 
@@ -99,7 +108,7 @@ async def test_tool_rung_forces_the_output_tool() -> None:
 
 
 async def test_when_instructor_cannot_shape_the_request_its_json_schema_is_sent(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import instructor.v2
 
@@ -108,9 +117,11 @@ async def test_when_instructor_cannot_shape_the_request_its_json_schema_is_sent(
             raise KeyError("no handlers for (openai, tools)")
 
     monkeypatch.setattr(instructor.v2, "mode_registry", MovedRegistry())
-    async with FakeOpenAIServer([FakeReply.structured(Sum(total=5))] * 2) as server:
-        results = [await run(server.model(output_modes=(m,))) for m in ("json_schema", "tool")]
-        native, forced = server.chat_requests
+    with structlog.testing.capture_logs() as logs:
+        async with FakeOpenAIServer([FakeReply.structured(Sum(total=5))] * 2) as server:
+            models = [server.model(output_modes=(m,)) for m in ("json_schema", "tool")]
+            results = [await run(model) for model in models]
+            native, forced = server.chat_requests
 
     assert [r.output for r in results] == [Sum(total=5)] * 2
     assert [r.model_calls[0].output_mode for r in results] == ["json_schema", "tool"]
@@ -119,7 +130,12 @@ async def test_when_instructor_cannot_shape_the_request_its_json_schema_is_sent(
     function = forced.body["tools"][0]["function"]
     assert function["description"] == "Give your final answer by calling this tool."
     assert function["parameters"] == schema
-    assert "instructor could not shape Sum for the tool rung (KeyError" in caplog.text
+    warnings = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert {entry["mode"] for entry in warnings} == {"json_schema", "tool"}
+    for warning in warnings:
+        assert warning["event"].startswith("instructor could not shape the request")
+        assert warning["output_type"] == "Sum"
+        assert warning["error"].startswith("KeyError")
 
 
 async def test_prompted_json_rung_reads_json_in_prose_and_fences() -> None:
@@ -288,22 +304,77 @@ async def test_invalid_output_is_reasked_once_through_the_step_loop() -> None:
     assert execution.usage.calls == 2
 
 
-async def test_json_schema_ignored_by_the_server_moves_down_the_ladder() -> None:
-    # A server that accepts response_format but ignores it answers in prose without JSON.
+async def test_one_answer_ignoring_json_schema_is_reasked_in_json_schema() -> None:
+    # One prose answer is a retry, not a verdict on the endpoint.
+    events: list[ev.Event] = []
     async with FakeOpenAIServer(
         ["The total is five.", FakeReply.structured(Sum(total=5))]
     ) as server:
         model = server.model()
-        execution = await run(model)
+        execution = await run(model, listeners=[events.append])
         first, second = server.chat_requests
 
     assert execution.output == Sum(total=5)
     assert first.response_format is not None
-    assert second.forced_tool == "Sum"
-    assert "json_schema" in model.rejected
+    assert second.response_format is not None
+    assert model.rejected == frozenset()
+    assert model.output_mode == "json_schema"
     # The note tells the model the schema it never saw.
     assert '"total"' in second.messages[-1]["content"]
+    assert not [e for e in events if isinstance(e, ev.OutputModeDemoted)]
+
+
+async def test_json_schema_ignored_twice_in_a_row_moves_down_the_ladder() -> None:
+    events: list[ev.Event] = []
+    async with FakeOpenAIServer(
+        ["The total is five.", "Five, I said.", FakeReply.structured(Sum(total=5))]
+    ) as server:
+        model = server.model()
+        execution = await run(model, listeners=[events.append])
+        first, second, third = server.chat_requests
+
+    assert execution.output == Sum(total=5)
+    assert first.response_format is not None
+    assert second.response_format is not None
+    assert third.forced_tool == "Sum"
+    assert "json_schema" in model.rejected
     assert execution.model_calls[-1].output_mode == "tool"
+    [demoted] = [e for e in events if isinstance(e, ev.OutputModeDemoted)]
+    assert (demoted.mode, demoted.model, demoted.step_id) == ("json_schema", model.name, "sum")
+    assert demoted.reason == "2 answers in a row ignored it"
+
+
+async def test_a_server_refusal_demotes_at_once_with_an_event() -> None:
+    events: list[ev.Event] = []
+    async with FakeOpenAIServer(
+        [FakeReply.structured(Sum(total=5))], reject={"response_format"}
+    ) as server:
+        model = server.model()
+        execution = await run(model, listeners=[events.append])
+
+    assert execution.output == Sum(total=5)
+    assert model.rejected == {"json_schema"}
+    [demoted] = [e for e in events if isinstance(e, ev.OutputModeDemoted)]
+    assert demoted.mode == "json_schema"
+    assert demoted.reason.startswith("the server refused it: ")
+
+
+async def test_what_a_model_learns_is_its_own_unless_it_shares_a_memory() -> None:
+    async with FakeOpenAIServer(
+        [FakeReply.structured(Sum(total=5))] * 3, reject={"response_format"}
+    ) as server:
+        learner, stranger = server.model(), server.model()
+        await run(learner)
+        assert learner.rejected == {"json_schema"}
+        assert stranger.rejected == frozenset()  # same endpoint, a model of its own
+        shared = CapabilityMemory()
+        one = server.model(capabilities=shared)
+        other = server.model(capabilities=shared)
+        await run(one)
+        assert other.rejected == {"json_schema"}
+        await run(other)
+        [*_, last] = server.chat_requests
+    assert last.response_format is None  # `other` skipped the rung `one` saw refused
 
 
 async def test_tools_and_structured_output_offer_the_output_tool_beside_the_tools() -> None:

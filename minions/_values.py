@@ -1,4 +1,4 @@
-"""Token usage and output modes: the values both errors and messages carry."""
+"""Token usage, output modes and their demotions: the values both errors and messages carry."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["OutputMode", "Usage"]
+__all__ = ["ModeDemotion", "OutputMode", "Usage"]
 
 OutputMode = Literal["json_schema", "tool", "prompted_json"]
 """How a structured answer was asked for: the server's native JSON Schema mode, a forced call
@@ -61,3 +61,11 @@ class Usage:
         for usage in usages:
             result = result + usage
         return result
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModeDemotion:
+    """A structured-output mode an endpoint will no longer be asked in, and why."""
+
+    mode: OutputMode
+    reason: str

@@ -1,0 +1,32 @@
+"""Logging through structlog, as a library should: never configured here, and quiet unless the
+application configured structlog (unconfigured structlog prints everything to stdout)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__: list[str] = []
+
+
+def configured_logger(name: str = "minions") -> Any | None:
+    """structlog's logger when the application configured structlog, else ``None``."""
+    structlog = sys.modules.get("structlog")
+    if structlog is None or not structlog.is_configured():
+        return None
+    return structlog.get_logger(name)
+
+
+def info(event: str, **fields: Any) -> None:
+    """Log `event` at info level, only where the application configured structlog."""
+    logger = configured_logger()
+    if logger is not None:
+        logger.info(event, **fields)
+
+
+def warn(event: str, **fields: Any) -> None:
+    """Log `event` as a warning: through structlog, configured or not (a warning is worth
+    printing)."""
+    import structlog
+
+    structlog.get_logger("minions").warning(event, **fields)

@@ -14,17 +14,17 @@ def manager_of(*steps: object) -> StepManager:
 
 async def test_ready_start_advance_one_step_at_a_time() -> None:
     manager = manager_of(step("a"), step("b"), step("c", depends_on=["a", "b"]))
-    assert manager.ready == ("a", "b")
+    assert list(manager.ready) == ["a", "b"]
     assert manager.status("c") == "waiting"
     first = manager.start("a")
     assert manager.status("a") == "running"
-    assert manager.ready == ("b",)
+    assert list(manager.ready) == ["b"]
     manager.advance(await first.execute())
     assert manager.status("a") == "completed"
-    assert manager.ready == ("b",)  # c still waits for b
+    assert list(manager.ready) == ["b"]  # c still waits for b
     second = manager.start("b")
     manager.advance(await second.execute())
-    assert manager.ready == ("c",)
+    assert list(manager.ready) == ["c"]
     last = manager.start("c")
     assert set(last.dependencies) == {"a", "b"}
     manager.advance(await last.execute())

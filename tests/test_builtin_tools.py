@@ -131,6 +131,7 @@ def test_http_get_follows_redirects_only_to_allowed_hosts(web: str) -> None:
     registry = ToolRegistry([http_get_tool(allowed_hosts=["127.0.0.1"])])
     result, error = call(registry, "http_get", url=f"{web}/here")
     assert error is None
+    assert isinstance(result, dict)
     assert result["url"] == f"{web}/page"
     _, error = call(registry, "http_get", url=f"{web}/away")
     assert error == "Host 'example.org' is not allowed; allowed: ['127.0.0.1']."

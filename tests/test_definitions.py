@@ -47,7 +47,7 @@ def test_all_problems_are_collected() -> None:
 
 
 def test_step_options_are_checked() -> None:
-    step = DefaultStep("1bad id", "x", mode="parallel", memory="global", timeout=0, max_visits=0)  # type: ignore[arg-type]
+    step = DefaultStep("1bad id", "x", mode="parallel", memory="global", timeout=0, max_visits=0)
     with pytest.raises(StepDefinitionError) as raised:
         StepExecutor(step, AgentContext(model=ScriptedModel([])))
     problems = raised.value.problems

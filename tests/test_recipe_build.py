@@ -176,7 +176,7 @@ def test_routing_and_sequential_mode(tmp_path: Path) -> None:
     )
     events: list[Any] = []
     model = FunctionModel(
-        lambda p: '{"topic": "billing"}' if p.step_id == "classify" else p.step_id,
+        lambda p: '{"topic": "billing"}' if p.step_id == "classify" else str(p.step_id),
         delay=0.01,
     )
     result = AgentExecutor(model=model).execute_sync(recipe, listeners=[events.append])

@@ -252,7 +252,7 @@ def test_failed_tool_results_reach_the_model_and_the_loop_goes_on() -> None:
 
 def test_the_model_can_only_call_the_steps_own_tools() -> None:
     model = ScriptedModel([[("forecast", {"city": "Oslo"})], "ok"])
-    context = AgentContext(model=model, tools=[forecast, tool(lambda: 1, name="other")])
+    context = AgentContext(model=model, tools=[forecast, tool(name="other")(lambda: 1)])
     step = DefaultStep("s", "x", tools={"other"})
     execution = asyncio.run(StepExecutor(step, context).execute())
     assert execution.tool_calls[0].response is not None

@@ -252,7 +252,7 @@ async def test_a_400_refuses_a_rung_by_its_param_else_by_its_words(
     if refused:
         assert execution.output == Sum(total=5)
         assert execution.model_calls[0].output_mode == "prompted_json"
-        assert (requests, model.rejected) == (2, {"tool"})
+        assert (requests, model.rejected) == (2, frozenset({"tool"}))
     else:
         assert execution.status is StepStatus.FAILED
         assert execution.error is not None

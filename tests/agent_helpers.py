@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from minions import AgentExecutor, AgentRecipe, AgentResult, DefaultStep, ExecutionConfig, Step
@@ -34,9 +35,21 @@ class Recorder:
 
     def __init__(self) -> None:
         self.events: list[Any] = []
+        self._waiting: list[tuple[Callable[[list[Any]], bool], asyncio.Event]] = []
 
     def __call__(self, event: Any) -> None:
         self.events.append(event)
+        for condition, reached in self._waiting:
+            if condition(self.events):
+                reached.set()
+
+    async def until(self, condition: Callable[[list[Any]], bool]) -> None:
+        """Wait until the events received so far satisfy `condition` (no clock involved)."""
+        reached = asyncio.Event()
+        if condition(self.events):
+            return
+        self._waiting.append((condition, reached))
+        await reached.wait()
 
     def kinds(self, step_id: str | None = None) -> list[str]:
         return [e.kind for e in self.events if step_id is None or e.step_id == step_id]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from agent_helpers import FAST, Recorder, step
@@ -90,13 +89,12 @@ async def test_leaving_a_stream_early_cancels_the_run() -> None:
     slow = step("slow", delay=30)
     recipe = AgentRecipe(id="left", steps=[slow])
     executor = AgentExecutor(listeners=[recorder])
-    started = time.perf_counter()
     async with executor.stream(recipe) as stream:
         async for event in stream:
             if event.kind == "model_call_started":
                 break
-    assert time.perf_counter() - started < 5
     assert stream.result is None
+    assert "model_call_completed" not in recorder.kinds()  # the slow answer never came
     assert recorder.events[-1].kind == "run_failed"
     assert "cancelled" in recorder.events[-1].error
     assert [e.step_id for e in recorder.of(StepFailed)] == ["slow"]

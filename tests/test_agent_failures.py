@@ -20,7 +20,7 @@ from minions import (
     StepStatus,
     tool,
 )
-from minions.events import RunFailed, StepFailed, StepSkipped
+from minions.events import ModelCallStarted, RunFailed, StepFailed, StepSkipped
 from minions.testing import ScriptedModel
 
 
@@ -70,7 +70,7 @@ async def test_fail_fast_cancels_running_steps() -> None:
     assert result.step("slow").status is StepStatus.FAILED
     assert "cancelled" in (result.step("slow").error or "")
     assert result.step("later").status is StepStatus.SKIPPED
-    assert result.duration < 2.0
+    assert result.step("slow").model_calls == []  # cancelled before its model answered
 
 
 async def test_without_fail_fast_running_steps_finish() -> None:
@@ -127,7 +127,6 @@ async def test_a_step_timeout_cancels_the_step_and_its_tool_calls() -> None:
     assert finished == ["cancelled"]  # the tool call itself was cancelled, not left running
     assert statuses(result)["after"] == "skipped"
     assert statuses(result)["free"] == "completed"
-    assert result.duration < 2.0
 
 
 async def test_cancelling_the_run_from_outside_cancels_every_step() -> None:
@@ -135,7 +134,8 @@ async def test_cancelling_the_run_from_outside_cancels_every_step() -> None:
     steps = [step("x", delay=10.0), step("y", delay=10.0), step("z", depends_on=["x"])]
     recipe = AgentRecipe(id="cancel-me", steps=steps)
     task = asyncio.create_task(AgentExecutor(config=FAST).execute(recipe, listeners=[recorder]))
-    await asyncio.sleep(0.05)
+    # Cancel once both x and y are waiting on their models.
+    await recorder.until(lambda events: len(recorder.of(ModelCallStarted)) == 2)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -72,27 +72,34 @@ def test_parallel_tool_calls_run_at_the_same_time() -> None:
 
 def test_sequential_tool_calls_run_in_the_models_order() -> None:
     order: list[str] = []
+    running = 0
+    peak = 0
 
     @tool
-    async def record(name: str, pause: float) -> str:
-        """Record a name after a pause."""
-        await asyncio.sleep(pause)
-        order.append(name)
+    async def record(name: str) -> str:
+        """Record a name, giving the other calls a chance to run meanwhile."""
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        order.append(f"start {name}")
+        await asyncio.sleep(0)  # a yield to the event loop, not a wait on the clock
+        order.append(f"end {name}")
+        running -= 1
         return name
 
-    calls = [
-        ("record", {"name": "first", "pause": 0.02}),
-        ("record", {"name": "second", "pause": 0}),
-    ]
+    calls = [("record", {"name": "first"}), ("record", {"name": "second"})]
     model = ScriptedModel([calls, "done"])
     step = DefaultStep("s", "Go.", tools={"record"}, config={"sequential_tool_calls": True})
     assert run(step, model, record).status is StepStatus.COMPLETED
-    assert order == ["first", "second"]
+    assert order == ["start first", "end first", "start second", "end second"]
+    assert peak == 1
 
     order.clear()
+    peak = 0
     parallel = DefaultStep("p", "Go.", tools={"record"})
     assert run(parallel, ScriptedModel([calls, "done"]), record).status is StepStatus.COMPLETED
-    assert order == ["second", "first"]
+    assert peak == 2  # both calls were running at once
+    assert order[:2] == ["start first", "start second"]
 
 
 def test_call_limit_fails_the_step_with_that_reason() -> None:

@@ -7,16 +7,10 @@ their YAML form) and `minions.testing` (test doubles). Modules and packages whos
 with ``_`` are private and may change at any time.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from minions._agent.executor import AgentExecutor
-from minions._agent.graph import StepGraph
-from minions._agent.manager import StepManager
-from minions._agent.stream import RunStream
 from minions._config import ExecutionConfig
-from minions._kinds.analysis import AnalysisStep
-from minions._kinds.loop import LoopStep
-from minions._kinds.tool import ToolStep
 from minions._memory import InMemoryModelMemory, MemorySnapshot, ModelMemory
 from minions._messages import (
     Message,
@@ -30,19 +24,6 @@ from minions._messages import (
     Usage,
 )
 from minions._output import OutputInstructions
-from minions._routing.selection import (
-    ConditionLink,
-    FirstCandidateLink,
-    ModelChoiceLink,
-    Routing,
-    SelectionDecision,
-    SelectionRequest,
-    SingleCandidateLink,
-    StepSelectionChain,
-    StepSelectionLink,
-    StepSuggestionLink,
-)
-from minions._routing.transition import Condition, Transition
 from minions._step.completion import (
     CallLimitLink,
     CompletionDecision,
@@ -83,28 +64,75 @@ from minions.errors import (
     UnknownRecipeError,
 )
 from minions.models._base import Model
-from minions.recipes._recipe import AgentRecipe
-from minions.recipes._subrecipe import RecipeStep
-from minions.recipes._validation import recipe_problems
 from minions.tools._tool import Tool, ToolRegistry, tool
 
+# The agent layer, routing, step kinds and recipes load on first use of one of their names:
+# `import minions` stays light for code that only runs steps (most of its cost is building
+# classes; see `benchmarks/import_time.py`), and `load_recipe` needs pydantic and PyYAML.
+_LAZY: dict[str, str] = {
+    "AgentExecutor": "minions._agent.executor",
+    "RunStream": "minions._agent.stream",
+    "StepGraph": "minions._agent.graph",
+    "StepManager": "minions._agent.manager",
+    "AgentRecipe": "minions.recipes._recipe",
+    "RecipeStep": "minions.recipes._subrecipe",
+    "load_recipe": "minions.recipes._build",
+    "recipe_problems": "minions.recipes._validation",
+    "Condition": "minions._routing.transition",
+    "Transition": "minions._routing.transition",
+    "ConditionLink": "minions._routing.selection",
+    "FirstCandidateLink": "minions._routing.selection",
+    "ModelChoiceLink": "minions._routing.selection",
+    "Routing": "minions._routing.selection",
+    "SelectionDecision": "minions._routing.selection",
+    "SelectionRequest": "minions._routing.selection",
+    "SingleCandidateLink": "minions._routing.selection",
+    "StepSelectionChain": "minions._routing.selection",
+    "StepSelectionLink": "minions._routing.selection",
+    "StepSuggestionLink": "minions._routing.selection",
+    "AnalysisStep": "minions._kinds.analysis",
+    "LoopStep": "minions._kinds.loop",
+    "ToolStep": "minions._kinds.tool",
+}
+
 if TYPE_CHECKING:
+    from minions._agent.executor import AgentExecutor
+    from minions._agent.graph import StepGraph
+    from minions._agent.manager import StepManager
+    from minions._agent.stream import RunStream
+    from minions._kinds.analysis import AnalysisStep
+    from minions._kinds.loop import LoopStep
+    from minions._kinds.tool import ToolStep
+    from minions._routing.selection import (
+        ConditionLink,
+        FirstCandidateLink,
+        ModelChoiceLink,
+        Routing,
+        SelectionDecision,
+        SelectionRequest,
+        SingleCandidateLink,
+        StepSelectionChain,
+        StepSelectionLink,
+        StepSuggestionLink,
+    )
+    from minions._routing.transition import Condition, Transition
     from minions.recipes._build import load_recipe
+    from minions.recipes._recipe import AgentRecipe
+    from minions.recipes._subrecipe import RecipeStep
+    from minions.recipes._validation import recipe_problems
 
 
 def __getattr__(name: str) -> Any:
-    # Reading YAML needs pydantic and PyYAML: `load_recipe` loads them on first use, so
-    # `import minions` does not.
-    if name == "load_recipe":
-        from minions.recipes._build import load_recipe
-
-        globals()[name] = load_recipe
-        return load_recipe
-    raise AttributeError(f"module 'minions' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'minions' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), "load_recipe"})
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [

@@ -144,7 +144,7 @@ def test_import_stays_light() -> None:
         "import sys, minions; "
         "heavy = ['openai', 'instructor', 'pydantic', 'structlog', 'jmespath', 'yaml', "
         "'jsonschema', 'tenacity', 'httpx', 'httpx2', 'rich', 'typer', "
-        "'minions.recipes._build']; "
+        "'minions._agent', 'minions.recipes']; "
         "print(','.join(m for m in heavy if m in sys.modules))"
     )
     loaded = subprocess.run(

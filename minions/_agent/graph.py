@@ -86,7 +86,7 @@ class StepGraph:
         condition (loops back are marked ``loop``). Steps show their mode when it is not
         ``async``, and ``optional`` when they are.
         """
-        return to_mermaid(self)
+        return to_mermaid(self.steps, self.dependencies, self.transitions, self.loops)
 
     def __repr__(self) -> str:
         return f"StepGraph({self.recipe.id!r}, steps={list(self.steps)})"

@@ -1,42 +1,47 @@
-"""A `StepGraph` as a Mermaid flowchart."""
+"""A step graph as a Mermaid flowchart."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping, Sequence
 
-if TYPE_CHECKING:
-    from minions._agent.graph import StepGraph
+from minions._routing.transition import Transition
+from minions._step.step import Step
 
-__all__ = []
+__all__: list[str] = []
 
 
-def to_mermaid(graph: StepGraph) -> str:
-    """The graph as a Mermaid flowchart.
+def to_mermaid(
+    steps: Mapping[str, Step],
+    dependencies: Mapping[str, Sequence[str]],
+    transitions: Sequence[Transition],
+    loops: Collection[tuple[str, str]],
+) -> str:
+    """The graph of `steps` as a Mermaid flowchart.
 
     Solid arrows are dependencies; dotted arrows are transitions, labelled with their
     condition (loops back are marked ``loop``). Steps show their mode when it is not
     ``async``, and ``optional`` when they are.
     """
     lines = ["flowchart TD"]
-    node = {s: _mermaid_id(s) for s in graph.steps}
-    for step_id, step in graph.steps.items():
+    node = {s: _mermaid_id(s) for s in steps}
+    for step_id, step in steps.items():
         notes: list[str] = [step.mode] if step.mode != "async" else []
         if step.optional:
             notes.append("optional")
         label = _mermaid_text(step_id + "".join(f"<br/><i>{n}</i>" for n in notes))
         opening, closing = _SHAPES[step.mode]
         lines.append(f'    {node[step_id]}{opening}"{label}"{closing}')
-    for step_id in graph.steps:
-        for dependency in graph.dependencies[step_id]:
+    for step_id in steps:
+        for dependency in dependencies[step_id]:
             lines.append(f"    {node[dependency]} --> {node[step_id]}")
-    for transition in graph.transitions:
+    for transition in transitions:
         text = transition.condition_text or transition.description
-        if (transition.source, transition.target) in graph.loops:
+        if (transition.source, transition.target) in loops:
             text = f"loop: {text}" if text else "loop"
         label = f'|"{_mermaid_text(text)}"|' if text else ""
         lines.append(f"    {node[transition.source]} -.->{label} {node[transition.target]}")
     for mode, style in _STYLES.items():
-        members = [node[s] for s, step in graph.steps.items() if step.mode == mode]
+        members = [node[s] for s, step in steps.items() if step.mode == mode]
         if members:
             lines.append(f"    classDef {mode.replace('_', '')} {style}")
             lines.append(f"    class {','.join(members)} {mode.replace('_', '')}")

@@ -276,15 +276,16 @@ class StepManager:
 
     def _apply(self, node: _Node, routing: Routing) -> None:
         node.routing = routing
-        self.context.events.emit(
-            RoutingDecided(
-                step_id=node.id,
-                chosen=routing.chosen,
-                skipped=routing.unchosen,
-                selector=routing.selector,
-                reason=routing.reason,
+        if self.context.events.active:
+            self.context.events.emit(
+                RoutingDecided(
+                    step_id=node.id,
+                    chosen=routing.chosen,
+                    skipped=routing.unchosen,
+                    selector=routing.selector,
+                    reason=routing.reason,
+                )
             )
-        )
         for target in routing.chosen:
             if (node.id, target) in self.graph.loops:
                 self._loop_back(node, target)

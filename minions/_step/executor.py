@@ -122,7 +122,8 @@ class StepExecutor:
         execution = self.execution
         execution.status = StepStatus.IN_PROGRESS
         execution.started_at = time.time()
-        self.context.events.emit(StepStarted(step_id=self.name, visit=execution.visit))
+        if self.context.events.active:
+            self.context.events.emit(StepStarted(step_id=self.name, visit=execution.visit))
         timeout = self.step.timeout
         try:
             if timeout is None:
@@ -216,6 +217,8 @@ class StepExecutor:
         execution.messages = self.context.memory.messages(self.conversation_id)
         duration = execution.duration or 0.0
         events = self.context.events
+        if not events.active:
+            return
         if execution.status is StepStatus.COMPLETED:
             events.emit(
                 StepCompleted(
@@ -365,9 +368,12 @@ class StepExecutor:
         self.execution.decisions.append(
             DecisionRecord(link=link, kind=decision.kind, reason=reason, turn=turn)
         )
-        self.context.events.emit(
-            CompletionDecided(step_id=self.name, link=link, decision=decision.kind, reason=reason)
-        )
+        if self.context.events.active:
+            self.context.events.emit(
+                CompletionDecided(
+                    step_id=self.name, link=link, decision=decision.kind, reason=reason
+                )
+            )
 
     async def _run_tool_calls(self, calls: Sequence[ToolCall]) -> None:
         """Run the calls of one answer, each into its own slot, and append one result per call

@@ -150,7 +150,7 @@ class ToolCallExecutor:
             attempts=max(attempts, 1),
             duration=duration,
         )
-        if error is None:
+        if emitter.active and error is None:
             emitter.emit(
                 ToolCallCompleted(
                     step_id=self.step_id,
@@ -161,7 +161,7 @@ class ToolCallExecutor:
                     duration=duration,
                 )
             )
-        else:
+        elif emitter.active and error is not None:
             emitter.emit(
                 ToolCallFailed(
                     step_id=self.step_id,

@@ -13,6 +13,14 @@ import pytest
 
 import minions
 
+ERRORS = {
+    "BudgetExceededError", "ConfigError", "InputError", "MinionsError", "ModelError",
+    "ModelOutputError", "OutputValidationError", "Problem", "RecipeError", "RecordingError",
+    "ScriptExhaustedError", "StepDefinitionError", "TemplateError", "TemplateSyntaxError",
+    "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
+    "UnknownRecipeError",
+}  # fmt: skip
+
 PUBLIC: dict[str, set[str]] = {
     "minions": {
         "__version__",
@@ -39,12 +47,8 @@ PUBLIC: dict[str, set[str]] = {
         "ConditionLink", "FirstCandidateLink", "ModelChoiceLink", "Routing",
         "SelectionDecision", "SelectionRequest", "SingleCandidateLink", "StepSelectionChain",
         "StepSelectionLink", "StepSuggestionLink",
-        # errors
-        "BudgetExceededError", "ConfigError", "InputError", "MinionsError", "ModelError",
-        "ModelOutputError", "OutputValidationError", "Problem", "RecipeError", "RecordingError",
-        "ScriptExhaustedError", "StepDefinitionError", "TemplateError", "TemplateSyntaxError",
-        "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
-        "UnknownRecipeError",
+        # errors: every one of minions.errors
+        *ERRORS,
     },
     "minions.events": {
         "Event", "EventEmitter", "EventListener", "UsageRecord", "event_from_json",
@@ -54,13 +58,7 @@ PUBLIC: dict[str, set[str]] = {
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
         "OutputModeDemoted",
     },
-    "minions.errors": {
-        "BudgetExceededError", "ConfigError", "InputError", "MinionsError", "ModelError",
-        "ModelOutputError", "OutputValidationError", "Problem", "RecipeError", "RecordingError",
-        "ScriptExhaustedError", "StepDefinitionError", "TemplateError", "TemplateSyntaxError",
-        "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
-        "UnknownRecipeError",
-    },
+    "minions.errors": ERRORS,
     "minions.models": {
         "CapabilityMemory", "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",

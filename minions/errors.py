@@ -97,13 +97,16 @@ class TemplateSyntaxError(TemplateError):
 class ModelError(MinionsError):
     """A model call failed in a way that retrying will not fix (HTTP 400/401/403/404, ...).
 
-    `demoted` lists the structured-output modes the call learned the endpoint cannot do.
+    `demoted` lists the structured-output modes the call learned the endpoint cannot do;
+    `usage` is what the failed call cost, when that is known (zero tokens for a request that
+    never reached the server).
     """
 
     def __init__(self, message: str, *, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.demoted: tuple[ModeDemotion, ...] = ()
+        self.usage: Usage | None = None
 
 
 class TransientModelError(ModelError):

@@ -72,8 +72,8 @@ PUBLIC: dict[str, set[str]] = {
         "load_recipe_file", "parse_recipe", "recipe_problems",
     },
     "minions.testing": {
-        "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "Reply",
-        "ScriptedModel", "estimate_tokens",
+        "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "Quirk",
+        "Reply", "ScriptedModel", "estimate_tokens",
     },
     "minions.cli": {"app", "main"},
 }  # fmt: skip

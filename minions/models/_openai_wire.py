@@ -26,7 +26,8 @@ LENGTH_NOTE = (
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Messages in the OpenAI chat shape."""
+    """Messages in the OpenAI chat shape, with no two messages of one role (system, user,
+    plain assistant) in a row: such a message joins the one before it."""
     result: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "tool":
@@ -51,6 +52,12 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                     ],
                 }
             )
+        elif result and result[-1]["role"] == message.role and "tool_calls" not in result[-1]:
+            # Many chat templates (Gemma's, Mistral's, Llama 2's) refuse two messages of one
+            # role in a row: a re-ask's note, or a shared conversation's next goal, joins the
+            # message before it.
+            previous = result[-1]
+            result[-1] = {**previous, "content": f"{previous['content']}\n\n{message.content}"}
         else:
             result.append({"role": message.role, "content": message.content})
     return result
@@ -92,6 +99,17 @@ def split_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _starts_with_json_object(text: str) -> bool:
+    stripped = text.lstrip()
+    if not stripped.startswith("{"):
+        return False
+    try:
+        json.JSONDecoder().raw_decode(stripped)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
 def usage_of(completion: ChatCompletion) -> Usage:
     """The completion's usage; unknown (never zero) when the server did not report it."""
     usage = completion.usage
@@ -104,13 +122,18 @@ def message_of(completion: ChatCompletion, usage: Usage, mode: OutputMode | None
     """The assistant message of the completion's first choice.
 
     Raises:
-        ModelOutputError: no choice, a ``length`` cut-off, or tool arguments that are not a
-            JSON object; with `usage` and `mode`, so the re-ask is counted and attributed.
+        ModelOutputError: no choice, a ``length`` cut-off (unless structured output was asked
+            for and the answer starts with a whole JSON object), or tool arguments that are not
+            a JSON object; with `usage` and `mode`, so the re-ask is counted and attributed.
     """
     if not completion.choices:
         raise ModelOutputError("Your reply was empty. Answer the task.", usage=usage, mode=mode)
     choice = completion.choices[0]
-    if choice.finish_reason == "length":
+    if choice.finish_reason == "length" and not (
+        mode is not None and _starts_with_json_object(choice.message.content or "")
+    ):
+        # A structured answer that starts with a whole JSON object is read (and validated)
+        # although the model went on talking until the limit; small models often do.
         raise ModelOutputError(LENGTH_NOTE, usage=usage, mode=mode)
     reply = choice.message
     calls = []
@@ -237,6 +260,18 @@ def server_message(error: Any) -> str:
     return str(getattr(error, "message", "") or error)
 
 
+def _never_sent(error: BaseException) -> bool:
+    """Whether the request never reached the server (the connection itself failed)."""
+    import httpx2
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, httpx2.ConnectError | httpx2.ConnectTimeout):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 def translate_error(
     error: BaseException, *, where: str, timeout: float | None, redact: Callable[[str], str]
 ) -> ModelError:
@@ -246,13 +281,17 @@ def translate_error(
     import httpx2
     import openai
 
-    if isinstance(error, openai.APITimeoutError | httpx2.TimeoutException):
+    never_sent = _never_sent(error)
+    if isinstance(error, openai.APITimeoutError | httpx2.TimeoutException) and not never_sent:
         limit = f" within the client timeout of {timeout}s" if timeout else ""
         return TransientModelError(f"{where}: no answer{limit}")
     if isinstance(error, openai.APIConnectionError | httpx2.TransportError):
         cause = error.__cause__ or error
         detail = redact(str(cause) or type(cause).__name__)
-        return TransientModelError(f"{where}: connection failed ({detail}); is the server up?")
+        failed = TransientModelError(f"{where}: connection failed ({detail}); is the server up?")
+        if never_sent:
+            failed.usage = Usage(calls=1)  # Nothing reached the server: it cost nothing.
+        return failed
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
         message = redact(server_message(error))

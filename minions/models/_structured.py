@@ -235,13 +235,11 @@ def shape_request(
     elif mode == "tool":
         tool = output_tool(output)
         shaped["tools"] = [*request.get("tools", ()), tool]
-        # With tools of its own the model must still be free to call them first; "required"
-        # keeps it from ending the step in prose instead of through the output tool.
-        shaped["tool_choice"] = (
-            "required"
-            if with_tools
-            else {"type": "function", "function": {"name": tool["function"]["name"]}}
-        )
+        # "required": with tools of its own the model must still be free to call them first,
+        # and it keeps it from ending the step in prose instead of through the output tool;
+        # without, the output tool is the only one, so "required" forces it as a named choice
+        # would, and servers that ignore a named choice (llama.cpp) honour "required".
+        shaped["tool_choice"] = "required"
     else:
         text = output.render_instructions(with_tools=with_tools)
         messages = list(request["messages"])
@@ -259,7 +257,8 @@ def shape_request(
 
 
 class ModeIgnoredError(OutputValidationError):
-    """The endpoint accepted a mode but ignored it (``json_schema`` answered without JSON)."""
+    """The endpoint accepted a mode but the answer ignored it: ``json_schema`` answered without
+    JSON, or a forced output tool answered without calling any tool."""
 
 
 NO_OUTPUT: Final = object()
@@ -296,7 +295,9 @@ def read_output(
                 "Your answer did not contain a JSON object. " + output.render_instructions()
             ) from None
         if mode == "tool":
-            raise OutputValidationError(
+            # The tool was forced ("required"): an answer calling nothing ignored it, as servers
+            # that drop `tools` do (llama.cpp with a template without tool support).
+            raise ModeIgnoredError(
                 f"You did not call the tool {name!r}. Give your final answer by calling it."
             ) from None
         raise exc from None

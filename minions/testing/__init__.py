@@ -11,7 +11,13 @@ Use them in your own tests::
         model = server.model()
 """
 
-from minions.testing._fake_openai import FakeOpenAIServer, FakeReply, FakeRequest, FakeScript
+from minions.testing._fake_openai import (
+    FakeOpenAIServer,
+    FakeReply,
+    FakeRequest,
+    FakeScript,
+    Quirk,
+)
 from minions.testing._scripted import FunctionModel, Reply, ScriptedModel, estimate_tokens
 
 __all__ = [
@@ -20,6 +26,7 @@ __all__ = [
     "FakeRequest",
     "FakeScript",
     "FunctionModel",
+    "Quirk",
     "Reply",
     "ScriptedModel",
     "estimate_tokens",

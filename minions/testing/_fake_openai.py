@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, get_args
 
 from minions.testing._scripted import estimate_tokens
 
@@ -41,6 +41,10 @@ __all__ = ["FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript"]
 _AUTO: Final = "auto"
 _UNSET: Final = object()
 TEST_API_KEY: Final = "sk-fake-test-key"
+
+
+Quirk = Literal["ignores_tools", "ignores_named_tool_choice", "strict_alternation"]
+"""A behaviour of real local servers that `FakeOpenAIServer` can play (see its `quirks`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,10 +89,14 @@ class FakeRequest:
 
     @property
     def forced_tool(self) -> str | None:
-        """The tool `tool_choice` forces, if it names one."""
+        """The tool `tool_choice` forces: the one it names, or the only tool offered when it
+        is ``"required"``."""
         choice = self.tool_choice
         if isinstance(choice, Mapping):
             return str(choice.get("function", {}).get("name")) or None
+        tools = self.tools
+        if choice == "required" and len(tools) == 1:
+            return tools[0]
         return None
 
 
@@ -140,6 +148,12 @@ class FakeReply:
     def cut_off(cls, content: str = '{"partial": "answ') -> FakeReply:
         """An answer cut off at the length limit (``finish_reason="length"``)."""
         return cls(content=content, finish_reason="length")
+
+    @classmethod
+    def json_then_cut_off(cls, value: Any, more: str = " I hope this helps! Let me") -> FakeReply:
+        """A complete JSON object, then more talk cut off at the length limit (what small
+        models do)."""
+        return cls(content=_dump(value) + more, finish_reason="length")
 
     @classmethod
     def rate_limit(
@@ -241,6 +255,12 @@ class FakeOpenAIServer:
         api_key: when set, requests without ``Authorization: Bearer <api_key>`` get a 401.
         reject: request parameters the server refuses with a 400 naming them, every time
             (``{"response_format"}`` plays a server without native structured output).
+        quirks: what real local servers do that no error reports: ``"ignores_tools"`` (drops
+            ``tools`` and ``tool_choice``, as llama.cpp does with a chat template that has no
+            tool support), ``"ignores_named_tool_choice"`` (a ``tool_choice`` naming a function
+            is treated as ``"auto"``; ``"required"`` is honoured) and ``"strict_alternation"``
+            (a 400 for two messages of one role in a row, as Gemma's, Mistral's and Llama 2's
+            chat templates answer).
         delay: seconds every answer takes (latency, for benchmarks).
 
     Start it with ``with`` or ``async with`` (or `start` / `stop`); it listens on a free port
@@ -255,6 +275,7 @@ class FakeOpenAIServer:
         models: Sequence[str] = ("fake-model",),
         api_key: str | None = None,
         reject: Iterable[str] = (),
+        quirks: Iterable[Quirk] = (),
         delay: float = 0.0,
     ) -> None:
         self._function = replies if callable(replies) else None
@@ -263,6 +284,10 @@ class FakeOpenAIServer:
         self.models = tuple(models)
         self.api_key = api_key
         self.reject = frozenset(reject)
+        self.quirks = frozenset(quirks)
+        unknown = self.quirks - set(get_args(Quirk))
+        if unknown:
+            raise ValueError(f"unknown quirks {sorted(unknown)}; known: {get_args(Quirk)}")
         self.delay = delay
         self.requests: list[FakeRequest] = []
         """Every request received, in order."""
@@ -372,7 +397,27 @@ class FakeOpenAIServer:
         # Azure clients send the key in `api-key`, the others as a bearer token.
         return self.api_key in (headers.get("api-key"), headers.get("authorization", "")[7:])
 
+    def _as_seen(self, request: FakeRequest) -> FakeRequest:
+        """The request as a server with these quirks reads it."""
+        body = dict(request.body)
+        if "ignores_tools" in self.quirks:
+            body.pop("tools", None)
+            body.pop("tool_choice", None)
+        if "ignores_named_tool_choice" in self.quirks and isinstance(
+            body.get("tool_choice"), Mapping
+        ):
+            body["tool_choice"] = "auto"
+        return dataclasses.replace(request, body=body) if body != request.body else request
+
     def _reply_for(self, request: FakeRequest) -> FakeReply:
+        if "strict_alternation" in self.quirks:
+            roles = [m.get("role") for m in request.messages]
+            for before, after in itertools.pairwise(roles):
+                if before == after and before != "tool":
+                    return FakeReply.failure(
+                        400,
+                        "Conversation roles must alternate user/assistant/user/assistant/...",
+                    )
         for name in sorted(self.reject):
             if name in request.body:
                 return FakeReply.failure(
@@ -582,7 +627,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.status >= 400:
             self._send_json(reply.status, _error_body(reply.error, reply.param), reply.headers)
             return
-        body = fake._answer(reply, request)
+        body = fake._answer(reply, fake._as_seen(request))
         if not request.stream:
             self._send_json(reply.status, body, reply.headers)
             return

@@ -97,7 +97,9 @@ async def test_tool_rung_forces_the_output_tool() -> None:
 
     assert execution.output == Sum(total=5)
     assert request.tools == ["Sum"]
-    assert request.tool_choice == {"type": "function", "function": {"name": "Sum"}}
+    # The output tool is the only one: "required" forces it, and is what llama.cpp honours.
+    assert request.tool_choice == "required"
+    assert request.forced_tool == "Sum"
     # instructor shaped the tool: the docstring describes it, and each field from its `Args:`.
     function = request.body["tools"][0]["function"]
     assert function["description"].startswith("The sum of the numbers.")
@@ -180,7 +182,7 @@ async def test_fall_through_from_400_and_memory_per_endpoint_and_model() -> None
     # json_schema refused (400), tool refused (400), prompted JSON answered: one model call.
     assert rungs == [
         (True, None),
-        (False, {"type": "function", "function": {"name": "Sum"}}),
+        (False, "required"),
         (False, None),
     ]
     assert len(first.model_calls) == 1
@@ -294,11 +296,12 @@ async def test_invalid_output_is_reasked_once_through_the_step_loop() -> None:
         ("model_call_failed", "json_schema"),
         ("model_call_completed", "json_schema"),
     ]
-    # The re-ask is the original prompt plus one note, not the failed answer.
-    assert second.messages[:-1] == first.messages
-    note = second.messages[-1]
-    assert note["role"] == "user"
-    assert "did not match the required schema" in note["content"]
+    # The re-ask is the original prompt plus one note (joined to the goal: no two user messages
+    # in a row), not the failed answer.
+    assert second.messages[:-1] == first.messages[:-1]
+    goal, note = second.messages[-1]["content"].split("\n\n", 1)
+    assert (second.messages[-1]["role"], goal) == ("user", first.messages[-1]["content"])
+    assert "did not match the required schema" in note
     assert all(m["role"] != "assistant" for m in second.messages)
     assert [m.role for m in execution.messages] == ["system", "user", "user", "assistant"]
     assert execution.usage.calls == 2

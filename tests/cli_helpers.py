@@ -116,7 +116,10 @@ FAILING = """\
 id: failing
 tools: [tools]
 steps:
+  - id: fine
+    tool: current_datetime
   - id: oops
+    depends_on: [fine]
     tool: broken
     params: {reason: on purpose}
 """

@@ -208,3 +208,11 @@ async def test_the_run_budget_also_stops_retries() -> None:
     assert "token budget" in (result.step("flaky").error or "")
     assert len(model_of(flaky).requests) == 1  # the re-ask was refused before it was sent
     assert result.usage.total_tokens == 200  # the failed attempt still counts
+
+
+async def test_a_failed_run_has_no_output_of_its_own() -> None:
+    done, broken = step("done", "done's output"), step("broken", boom(), depends_on=["done"])
+    result = await run([done, broken])
+    assert result.status is StepStatus.FAILED
+    assert result.output is None  # not the output of `done`, which completed before
+    assert result.step("done").output == "done's output"

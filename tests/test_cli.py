@@ -167,6 +167,7 @@ def test_a_failed_run_exits_1(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "run failed" in result.stderr
     assert "broken: on purpose" in result.stderr
+    assert result.stdout == ""  # a failed run has no output (not the output of `fine`)
     assert_no_traceback(result)
 
 
@@ -199,7 +200,10 @@ def test_json_of_a_failed_run(tmp_path: Path) -> None:
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert data["status"] == "failed"
-    assert "on purpose" in data["steps"][0]["error"]
+    assert data["output"] is None
+    steps = {s["id"]: s for s in data["steps"]}
+    assert "on purpose" in steps["oops"]["error"]
+    assert "iso" in steps["fine"]["output"]
 
 
 def test_events_are_written_as_json_lines_in_sequence(tmp_path: Path) -> None:

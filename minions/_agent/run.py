@@ -190,7 +190,8 @@ class Run:
             recipe_id=self.graph.recipe.id,
             status=status,
             executions=tuple(manager.executions),
-            output=self._output(),
+            # A failed run has no output: what its steps produced stays on their executions.
+            output=self._output() if status is StepStatus.COMPLETED else None,
             error=error,
             usage=context.usage,
             inputs=context.inputs,

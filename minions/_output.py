@@ -131,6 +131,26 @@ class OutputInstructions:
                 return [f"output schema is not valid JSON Schema at {where}: {exc.message}"]
         return []
 
+    def field_descriptions(self) -> str:
+        """The described fields of the output, one compact line each (``- name: text``), or
+        ``""`` when no field has a description.
+
+        The ``json_schema`` rung sends it in the prompt: servers that turn the schema into a
+        grammar never show the schema, and so its descriptions, to the model.
+        """
+        found = self._cache.get("field_descriptions")
+        if found is None:
+            properties = self.json_schema().get("properties", {})
+            lines = [
+                f"- {name}: {spec['description']}"
+                for name, spec in properties.items()
+                if isinstance(spec, Mapping) and spec.get("description")
+            ]
+            found = self._cache["field_descriptions"] = (
+                "The fields of your answer:\n" + "\n".join(lines) if lines else ""
+            )
+        return str(found)
+
     def render_instructions(self, *, with_tools: bool = False) -> str:
         """The prompt text asking for JSON with the schema, compact (the ``prompted_json``
         rung, and the note re-asking for it). `instructions` are not part of it: the step's

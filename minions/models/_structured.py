@@ -232,6 +232,11 @@ def shape_request(
     shaped = dict(request)
     if mode == "json_schema":
         shaped["response_format"] = response_format(output)
+        # Servers that enforce the schema with a grammar (llama.cpp, vLLM) never show it to the
+        # model: what its fields mean would be lost without a line of them in the prompt.
+        fields = output.field_descriptions()
+        if fields:
+            shaped["messages"] = _with_system_text(request["messages"], fields)
     elif mode == "tool":
         tool = output_tool(output)
         shaped["tools"] = [*request.get("tools", ()), tool]
@@ -242,15 +247,19 @@ def shape_request(
         shaped["tool_choice"] = "required"
     else:
         text = output.render_instructions(with_tools=with_tools)
-        messages = list(request["messages"])
-        # Chat templates of many local models accept a system message only in first place,
-        # so the schema joins the existing system prompt instead of adding another one.
-        if messages and messages[0].get("role") == "system":
-            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}
-        else:
-            messages.insert(0, {"role": "system", "content": text})
-        shaped["messages"] = messages
+        shaped["messages"] = _with_system_text(request["messages"], text)
     return shaped
+
+
+def _with_system_text(messages: Sequence[Mapping[str, Any]], text: str) -> list[Any]:
+    # Chat templates of many local models accept a system message only in first place, so
+    # the text joins the existing system prompt instead of adding another one.
+    result = list(messages)
+    if result and result[0].get("role") == "system":
+        result[0] = {**result[0], "content": f"{result[0]['content']}\n\n{text}"}
+    else:
+        result.insert(0, {"role": "system", "content": text})
+    return result
 
 
 # -- reading answers -----------------------------------------------------------------------------

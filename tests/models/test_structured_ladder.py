@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import structlog
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from minions import (
     AgentContext,
@@ -87,6 +87,31 @@ async def test_json_schema_rung() -> None:
     assert "tools" not in request.body
     assert execution.model_calls[0].output_mode == "json_schema"
     assert model.output_mode == "json_schema"
+
+
+async def test_the_json_schema_rung_tells_the_model_what_the_fields_mean() -> None:
+    # A server enforcing the schema with a grammar never shows it: the fields' meaning is in
+    # the prompt too, once, in the system message.
+    class Verdict(BaseModel):
+        ok: bool = Field(description="Whether the change can ship.")
+        reason: str
+
+    async with FakeOpenAIServer([FakeReply.structured(Verdict(ok=True, reason="x"))]) as server:
+        execution = await run(server.model(), sum_step(Verdict))
+        (request,) = server.chat_requests
+    assert execution.output == Verdict(ok=True, reason="x")
+    assert request.response_format is not None
+    assert request.messages[0]["content"] == (
+        "You add numbers.\n\nThe fields of your answer:\n- ok: Whether the change can ship."
+    )
+
+
+async def test_a_schema_without_descriptions_adds_nothing_to_the_prompt() -> None:
+    async with FakeOpenAIServer([FakeReply.structured({"n": 5})]) as server:
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        await run(server.model(), sum_step(schema))
+        (request,) = server.chat_requests
+    assert request.messages[0]["content"] == "You add numbers."
 
 
 async def test_tool_rung_forces_the_output_tool() -> None:

@@ -38,7 +38,13 @@ from minions import (
     StepStatus,
     tool,
 )
-from minions.events import ModelCallCompleted, RetryScheduled, TokenDelta, ToolCallCompleted
+from minions.events import (
+    ModelCallCompleted,
+    ModelCallFailed,
+    RetryScheduled,
+    TokenDelta,
+    ToolCallCompleted,
+)
 from minions.models import infer_model
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
@@ -86,20 +92,28 @@ class Console:
     def __init__(self) -> None:
         self.streaming = False
 
+    def end_line(self) -> None:
+        """End a streamed line still open (before printing a result or a failure)."""
+        if self.streaming:
+            print()
+            self.streaming = False
+
     def __call__(self, event: object) -> None:
         if isinstance(event, TokenDelta):
             print(event.text, end="", flush=True)
             self.streaming = True
             return
         if self.streaming and isinstance(
-            event, ToolCallCompleted | RetryScheduled | ModelCallCompleted
+            event, ToolCallCompleted | RetryScheduled | ModelCallCompleted | ModelCallFailed
         ):
-            print()
+            print()  # end the streamed line before anything else
             self.streaming = False
         if isinstance(event, ToolCallCompleted):
             print(f"  tool {event.name} -> {event.content}")
         elif isinstance(event, RetryScheduled):
             print(f"  retry ({event.target}) in {event.delay:.2f}s: {event.reason}")
+        elif isinstance(event, ModelCallFailed):
+            print(f"  model call {event.turn} (attempt {event.attempt}) failed: {event.error}")
         elif isinstance(event, ModelCallCompleted):
             mode = f", output mode {event.output_mode}" if event.output_mode else ""
             tokens = event.usage.prompt_tokens + event.usage.completion_tokens
@@ -129,18 +143,20 @@ async def main() -> int:
         tools={"get_forecast"},
         output=OutputInstructions(Advice),
     )
+    console = Console()
     async with chosen_model() as model:
         context = AgentContext(
             model=model,
             tools=[get_forecast],
             config=ExecutionConfig(model_call_timeout=180.0, max_model_retries=2),
-            listeners=[Console()],
+            listeners=[console],
         )
         print(f"step {step.id!r} on {model!r}")
         execution = await StepExecutor(step, context).execute()
+    console.end_line()
 
     if execution.status is not StepStatus.COMPLETED:
-        print(f"failed: {execution.error}", file=sys.stderr)
+        print(f"the step failed: {execution.error}", file=sys.stderr)
         return 1
     advice = execution.output
     modes = [call.output_mode for call in execution.model_calls if call.output_mode]

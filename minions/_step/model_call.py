@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 from minions._messages import ModelCall, ModelCallResponse, Prompt, Usage
 from minions._retry import RetryPolicy
 from minions._values import ModeDemotion
-from minions.errors import BudgetExceededError, ModelError, ModelOutputError, TransientModelError
+from minions.errors import (
+    BudgetExceededError,
+    MinionsError,
+    ModelError,
+    ModelOutputError,
+    TransientModelError,
+)
 from minions.events import (
     ModelCallCompleted,
     ModelCallFailed,
@@ -235,4 +241,6 @@ def _describe(error: BaseException, timeout: float | None) -> str:
     if isinstance(error, TimeoutError) and not str(error):
         return f"model call timed out after {timeout}s" if timeout else "model call timed out"
     text = str(error)
+    if isinstance(error, MinionsError) and text:
+        return text  # minions' own errors say what happened; their class name adds nothing
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

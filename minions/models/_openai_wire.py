@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import email.utils
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from minions._messages import Message, OutputMode, ToolCall, ToolSpec, Usage
 from minions.errors import ModelError, ModelOutputError, TransientModelError
@@ -260,6 +261,12 @@ def server_message(error: Any) -> str:
     return str(getattr(error, "message", "") or error)
 
 
+_CONTEXT_FULL: Final = re.compile(
+    r"context (length|size|window)|maximum context|too many tokens|exceeds the available", re.I
+)
+"""How servers say a prompt is too long (OpenAI, vLLM, llama.cpp, Ollama)."""
+
+
 def _never_sent(error: BaseException) -> bool:
     """Whether the request never reached the server (the connection itself failed)."""
     import httpx2
@@ -307,5 +314,10 @@ def translate_error(
             )
         elif status == 404:
             text += " (check the model name and the base URL; on Ollama, `ollama pull` it)"
+        elif _CONTEXT_FULL.search(message):
+            text += (
+                " (the prompt does not fit the model's context window: give the step less "
+                "input, keep memory='step', or start the server with a larger context)"
+            )
         return ModelError(text, status_code=status)
     return ModelError(f"{where}: {type(error).__name__}: {redact(str(error))}")

@@ -138,3 +138,13 @@ async def test_a_refused_connection_costs_no_tokens_and_no_unknown_usage() -> No
 def test_an_unknown_quirk_is_named() -> None:
     with pytest.raises(ValueError, match="unknown quirks \\['ignores_everything'\\]"):
         FakeOpenAIServer(quirks={"ignores_everything"})  # type: ignore[arg-type]
+
+
+async def test_a_prompt_too_long_for_the_context_says_what_to_do() -> None:
+    llama = "the request exceeds the available context size, try increasing it"
+    async with FakeOpenAIServer([FakeReply.failure(400, llama)]) as server:
+        execution = await run(server.model(), DefaultStep("s", "Hello."))
+    error = execution.error or ""
+    assert error.startswith("fake:fake-model at http://127.0.0.1:")
+    assert f"HTTP 400: {llama} (the prompt does not fit the model's context window" in error
+    assert "Error:" not in error  # no class names for people to decode

@@ -124,6 +124,19 @@ steps:
     params: {reason: on purpose}
 """
 
+SIDE_EFFECT_THEN_MODEL = """\
+id: kudos
+tools: [tools]
+inputs: {path: {type: string}}
+steps:
+  - id: give
+    tool: touch
+    params: {path: "{{ inputs.path }}"}
+  - id: thank
+    depends_on: [give]
+    goal: Say thank you.
+"""
+
 SLOW = """\
 id: slow
 tools: [tools]

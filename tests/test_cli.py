@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import AGENTS, FAILING, SETTINGS, SLOW, TOOL_ONLY, write_recipe
+from cli_helpers import (
+    AGENTS,
+    FAILING,
+    SETTINGS,
+    SIDE_EFFECT_THEN_MODEL,
+    SLOW,
+    TOOL_ONLY,
+    write_recipe,
+)
 from conftest import Lookup, Offline
 from typer.testing import CliRunner, Result
 
@@ -690,8 +699,30 @@ def test_a_live_run_over_http_records_and_replays_offline(tmp_path: Path) -> Non
             ["run", str(recipe), "--model", model, "--json", "--record", str(recording)], None
         )
         assert live.exit_code == 0, live.stderr
-        assert len(server.requests) == 2
+        # The preflight asked for the models; then one chat request per step.
+        assert [r.path for r in server.requests] == ["/v1/models", *["/v1/chat/completions"] * 2]
     replayed = invoke(["run", str(recipe), "--replay", str(recording), "--json"], None)
     assert replayed.exit_code == 0, replayed.stderr
     assert json.loads(replayed.stdout)["output"] == json.loads(live.stdout)["output"]
     assert json.loads(live.stdout)["output"] == {"about_bees": True}
+
+
+def test_a_run_stops_before_any_step_when_its_model_server_is_down(tmp_path: Path) -> None:
+    # A tool step with a side effect comes first: with the server down it must not run.
+    recipe = write_recipe(tmp_path, SIDE_EFFECT_THEN_MODEL)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = f"openai-compatible:m@http://127.0.0.1:{port}/v1"
+    marker = tmp_path / "kudos.txt"
+    result = invoke(["run", str(recipe), "--model", model, "-i", f"path={marker}"], None)
+    assert result.exit_code == 1
+    assert f"http://127.0.0.1:{port}/v1: connection failed" in result.stderr
+    assert "--no-preflight" in result.stderr
+    assert not marker.exists()  # nothing ran
+    assert_no_traceback(result)
+    skipped = invoke(
+        ["run", str(recipe), "--model", model, "-i", f"path={marker}", "--no-preflight"], None
+    )
+    assert skipped.exit_code == 1
+    assert marker.exists()  # without the check, the tool step ran before the model failed

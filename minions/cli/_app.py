@@ -175,6 +175,13 @@ def run(
             "--quiet", "-q", help="No live view, progress, notes or summary: the output only."
         ),
     ] = False,
+    preflight: Annotated[
+        bool,
+        typer.Option(
+            "--preflight/--no-preflight",
+            help="Check that the model servers answer before the first step runs.",
+        ),
+    ] = True,
 ) -> None:
     """Run a recipe.
 
@@ -191,6 +198,7 @@ def run(
         record=record,
         replay=replay,
         quiet=quiet,
+        preflight=preflight,
     )
     with _user_errors():
         code = run_recipe(options, resolve=settings.resolve_model, err=_stderr())

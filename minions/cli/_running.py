@@ -24,6 +24,8 @@ import typer
 from rich.console import Console
 
 from minions._agent.executor import AgentExecutor
+from minions._agent.graph import StepGraph
+from minions._step.context import AgentContext
 from minions._step.result import AgentResult
 from minions._text import jsonable
 from minions.cli._live import LiveView
@@ -44,6 +46,7 @@ from minions.cli._report import (
     summarize_rows,
     summary_table,
 )
+from minions.errors import ModelError
 from minions.events import EventListener, event_to_json
 from minions.models._base import Model
 from minions.models._recording import Recording
@@ -76,6 +79,7 @@ class RunOptions:
     record: Path | None = None
     replay: Path | None = None
     quiet: bool = False
+    preflight: bool = True
 
 
 def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
@@ -153,6 +157,11 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     result: AgentResult | None = None
     started = time.monotonic()
     with _event_loop(err) as loop:
+        if options.preflight and choice.replay is None:
+            problem = loop.run(_preflight(graph, context))
+            if problem:
+                err.print(f"error: {problem}", markup=False, highlight=False)
+                return EXIT_FAILED
         try:
             view.start()
             # stdout is for the run's output: whatever tools print goes to stderr.
@@ -176,6 +185,20 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
                 markup=False,
             )
         return _report(result, options, err)
+
+
+async def _preflight(graph: StepGraph, context: AgentContext) -> str:
+    """Check that the servers of the models the run will call answer, before any step runs
+    (a tool step's side effects would otherwise happen before the first model step fails).
+    Returns what is wrong, or ``""``."""
+    steps = [step for step in graph.steps.values() if step.uses_model()]
+    try:
+        models = {id(m): m for m in (context.resolve_model(s.model) for s in steps)}
+        for model in models.values():
+            await model.check()
+    except ModelError as exc:
+        return str(exc)
+    return ""
 
 
 def _dry_run(

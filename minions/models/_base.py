@@ -30,5 +30,14 @@ class Model(ABC):
     ) -> ModelCallResponse:
         """Answer `prompt`. Streaming models call `on_token` with each text delta."""
 
+    async def check(self) -> None:
+        """Make sure the model can be called (its server answers), cheaply, before a run
+        starts. Does nothing unless the model has a server to ask.
+
+        Raises:
+            ModelError: the model cannot be reached; the message says where and what to do.
+        """
+        return  # A no-op default: only models with a server override it.
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

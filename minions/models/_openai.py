@@ -221,6 +221,22 @@ class OpenAIChatModel(Model):
         """Features this endpoint and model refused so far (rungs, ``stream_options``)."""
         return self.capabilities.rejected(self._key)
 
+    async def check(self) -> None:
+        """Ask the endpoint for its models (``GET /models``, a few seconds at most).
+
+        Raises:
+            ModelError: the endpoint cannot be reached, or refuses the request, with its URL.
+        """
+        try:
+            await self._client.with_options(timeout=min(self.timeout or 10.0, 10.0)).models.list()
+        except (openai.OpenAIError, httpx2.TransportError) as exc:
+            error = translate_error(exc, where=self._where, timeout=None, redact=self._redact)
+            raise ModelError(
+                f"{error} (checked before the run started, so nothing ran; `minions run "
+                "--no-preflight` skips this check)",
+                status_code=error.status_code,
+            ) from None
+
     # -- one call ------------------------------------------------------------------------------
 
     async def call(

@@ -134,6 +134,9 @@ class RecordingModel(Model):
         self.recording = recording if recording is not None else Recording()
         self._keys = _Keys()
 
+    async def check(self) -> None:
+        await self.model.check()
+
     async def call(
         self, prompt: Prompt, *, on_token: TokenCallback | None = None
     ) -> ModelCallResponse:

@@ -28,6 +28,9 @@ class _Scoped(Model):
         self.prefix = prefix
         self.name = getattr(inner, "name", type(inner).__name__)
 
+    async def check(self) -> None:
+        await self.inner.check()
+
     async def call(
         self, prompt: Prompt, *, on_token: Callable[[str], None] | None = None
     ) -> ModelCallResponse:

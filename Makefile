@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo lint format typecheck test check bench docs clean
+.PHONY: install demo lint format typecheck test test-live check bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,11 @@ typecheck: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -q
+
+## Against real llama.cpp servers and small models (../shared/tools/local-llm, or
+## MINIONS_LIVE_BASE_URL); not part of `check`.
+test-live: $(STAMP)
+	$(BIN)/pytest -q -m live tests/live
 
 ## Lint, type check and the whole test suite (what CI runs).
 check: lint typecheck test

@@ -99,6 +99,16 @@ def _rejects(error: BaseException, feature: str) -> bool:
     return any(word in text for word in _REJECTION_WORDS.get(feature, ()))
 
 
+def _ignored(error: Exception, completion: ChatCompletion, mode: OutputMode) -> bool:
+    """Whether an unusable answer ignored its mode: `read_output` says so, or a forced output
+    tool got an answer (cut off at the length limit, say) that calls no tool at all."""
+    if isinstance(error, ModeIgnoredError):
+        return True
+    if mode != "tool" or not completion.choices:
+        return False
+    return not completion.choices[0].message.tool_calls
+
+
 class OpenAIChatModel(Model):
     """A chat model behind an OpenAI-compatible endpoint, on `openai.AsyncOpenAI`.
 
@@ -271,14 +281,22 @@ class OpenAIChatModel(Model):
                     raise rejected.error from None
                 continue
             usage = usage_of(completion)
-            message = message_of(completion, usage, mode)
             try:
+                message = message_of(completion, usage, mode)
                 value, produced = read_output(message, output, mode)
-            except OutputValidationError as exc:
-                error = ModelOutputError(str(exc), usage=usage, mode=mode)
-                if isinstance(exc, ModeIgnoredError) and memory.ignored(self._key, mode):
+            except (ModelOutputError, OutputValidationError) as exc:
+                error = (
+                    exc
+                    if isinstance(exc, ModelOutputError)
+                    else ModelOutputError(str(exc), usage=usage, mode=mode)
+                )
+                if _ignored(exc, completion, mode) and memory.ignored(self._key, mode):
                     reason = f"{IGNORED_BEFORE_DEMOTION} answers in a row ignored it"
                     demoted.append(self._demoted(mode, reason))
+                    if mode == "tool" and "tools" in request:
+                        # Forced with tools of the step's own offered too: the endpoint
+                        # ignores tools altogether (llama.cpp without a tool template).
+                        memory.reject(self._key, "tools")
                 error.demoted = tuple(demoted)
                 raise error from None
             response = self._response(completion, message, usage)
@@ -295,7 +313,9 @@ class OpenAIChatModel(Model):
         return ModeDemotion(mode=mode, reason=reason)
 
     def _ladder(self, with_tools: bool) -> tuple[OutputMode, ...]:
-        if not with_tools:
+        if not with_tools or "tools" in self.capabilities.rejected(self._key):
+            # An endpoint that ignores tools cannot call the step's tools either: native JSON,
+            # which would forbid tool calls, costs nothing there.
             return self.output_modes
         allowed = [mode for mode in self.output_modes if mode in LADDER_WITH_TOOLS]
         return tuple(allowed) or ("tool",)

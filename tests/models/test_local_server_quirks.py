@@ -81,9 +81,10 @@ async def test_the_output_tool_alone_is_forced_with_required() -> None:
     assert execution.model_calls[0].output_mode == "tool"
 
 
-async def test_a_server_that_ignores_tools_moves_down_to_prompted_json() -> None:
+async def test_a_server_that_ignores_tools_moves_down_the_ladder() -> None:
     # With a chat template without tool support, llama.cpp drops `tools` silently: the model
-    # answers in prose. Two such answers demote the tool rung; prompted JSON then works.
+    # answers in prose. Two such answers demote the tool rung; since the endpoint cannot call
+    # the step's tools either, native JSON (a grammar on llama.cpp) is asked next.
     events: list[ev.Event] = []
     async with FakeOpenAIServer(
         ["Five.", "The sum is five.", '{"total": 5}'], quirks={"ignores_tools"}
@@ -96,9 +97,10 @@ async def test_a_server_that_ignores_tools_moves_down_to_prompted_json() -> None
 
     assert execution.output == Sum(total=5), execution.error
     assert ["Sum" in r.tools for r in requests] == [True, True, False]  # the output tool
-    assert model.rejected == {"tool"}
+    assert model.rejected == {"tool", "tools"}  # the tool rung, and tools altogether
     assert [e.mode for e in events if isinstance(e, ev.OutputModeDemoted)] == ["tool"]
-    assert execution.model_calls[-1].output_mode == "prompted_json"
+    assert execution.model_calls[-1].output_mode == "json_schema"
+    assert requests[-1].response_format is not None
 
 
 async def test_a_complete_json_object_before_a_length_cut_off_is_used() -> None:

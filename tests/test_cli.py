@@ -726,3 +726,24 @@ def test_a_run_stops_before_any_step_when_its_model_server_is_down(tmp_path: Pat
     )
     assert skipped.exit_code == 1
     assert marker.exists()  # without the check, the tool step ran before the model failed
+
+
+def test_a_multi_line_server_error_is_one_line_and_said_once(tmp_path: Path) -> None:
+    from minions.testing import FakeOpenAIServer, FakeReply
+
+    jinja = (
+        "Unable to generate parser for this template.\n------------\n"
+        "While executing CallExpression at line 1\n"
+        "...raise_exception('Conversation roles must alternate user/assistant')\n"
+    )
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("id: r\nsteps:\n  - {id: a, goal: Say hi.}\n")
+    with FakeOpenAIServer([FakeReply.failure(400, jinja)]) as server:
+        result = invoke(["run", str(recipe), "--model", f"openai-compatible:m@{server.url}"], None)
+    assert result.exit_code == 1
+    one_line = (
+        "HTTP 400: Unable to generate parser for this template. While executing CallExpression "
+        "at line 1 ...raise_exception('Conversation roles must alternate user/assistant')"
+    )
+    assert result.stderr.count(one_line) == 1
+    assert "run failed: step 'a' failed (the reason is above)" in result.stderr

@@ -237,7 +237,18 @@ def _report(result: AgentResult, options: RunOptions, err: Console) -> int:
         err.print(summary_table(summaries))
         err.print(run_line(summaries, status=status, duration=result.duration))
     if not result.ok:
-        err.print(f"run failed: {result.error}", markup=False, style="red")
+        failed = result.failed
+        if options.quiet or not failed:
+            err.print(f"run failed: {result.error}", markup=False, style="red")
+        else:
+            # The live view showed each failure with its reason: say which, not it again.
+            names = ", ".join(repr(step_id) for step_id in failed)
+            plural = "s" if len(failed) > 1 else ""
+            err.print(
+                f"run failed: step{plural} {names} failed (the reason is above)",
+                markup=False,
+                style="red",
+            )
         return EXIT_FAILED
     return EXIT_OK
 

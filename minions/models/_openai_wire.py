@@ -250,15 +250,18 @@ def retry_after(headers: Any) -> float | None:
 
 
 def server_message(error: Any) -> str:
-    """What the server said, from an `openai.APIStatusError`'s body."""
+    """What the server said, from an `openai.APIStatusError`'s body, on one line (a chat
+    template's multi-line Jinja error included)."""
     body = getattr(error, "body", None)
+    text = str(getattr(error, "message", "") or error)
     if isinstance(body, dict):
         message = body.get("message") or body.get("detail") or body.get("error")
         if message:
-            return message if isinstance(message, str) else json.dumps(message, default=str)
-    if isinstance(body, str) and body.strip():
-        return body.strip()[:500]
-    return str(getattr(error, "message", "") or error)
+            text = message if isinstance(message, str) else json.dumps(message, default=str)
+    elif isinstance(body, str) and body.strip():
+        text = body
+    lines = [line.strip() for line in text.splitlines()]
+    return " ".join(line for line in lines if line.strip("-=. ")).strip()[:500]
 
 
 _CONTEXT_FULL: Final = re.compile(

@@ -21,6 +21,7 @@ WORKLOADS = {
     "W5": "w5_memory.py",
     "IMPORT": "import_time.py",
     "TOKENS": "tokens.py",
+    "VALIDATE": "validate_big.py",
 }
 
 

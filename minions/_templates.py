@@ -16,7 +16,7 @@ and reports the roots it refers to, so recipes are checked when they load.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -183,13 +183,13 @@ def template_roots(value: Any) -> set[str]:
     return roots
 
 
-def check_template(value: Any, known_roots: Sequence[str] | set[str]) -> list[str]:
+def check_template(value: Any, known_roots: Sequence[str] | Set[str]) -> list[str]:
     """Problems with the expressions of a value: invalid syntax, or roots not in `known_roots`.
 
     Returns one message per problem, empty when all is well.
     """
     problems = []
-    known = set(known_roots)
+    known = known_roots if isinstance(known_roots, Set) else set(known_roots)
     for expression in template_expressions(value):
         try:
             compiled = _compile(expression)

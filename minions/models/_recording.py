@@ -62,18 +62,34 @@ class Recording:
         """Read a recording file.
 
         Raises:
-            MinionsError: the file is missing or is not a minions recording.
+            RecordingError: the file is missing, is not a minions recording, or an entry is
+                malformed (named by its key).
         """
         file = Path(path)
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise RecordingError(f"recording {str(file)!r} does not exist") from None
+        except UnicodeDecodeError as exc:
+            raise RecordingError(
+                f"recording {str(file)!r} is not UTF-8 text (byte {exc.start} cannot be read)"
+            ) from None
         except json.JSONDecodeError as exc:
             raise RecordingError(f"recording {str(file)!r} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise RecordingError(f"recording {str(file)!r} nests too deeply") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise RecordingError(f"{str(file)!r} is not a minions recording (format {FORMAT})")
-        return cls(entries=dict(data.get("calls", {})), meta=dict(data.get("meta", {})))
+        calls, meta = data.get("calls", {}), data.get("meta", {})
+        if not isinstance(calls, dict) or not isinstance(meta, dict):
+            raise RecordingError(
+                f"recording {str(file)!r}: 'calls' and 'meta' must be JSON objects"
+            )
+        for key, entry in calls.items():
+            problem = _entry_problem(entry)
+            if problem:
+                raise RecordingError(f"recording {str(file)!r}, call {key!r}: {problem}")
+        return cls(entries=dict(calls), meta=dict(meta))
 
     def save(self, path: str | Path) -> None:
         ordered = dict(sorted(self.entries.items(), key=lambda item: _sort_key(item[0])))
@@ -82,6 +98,36 @@ class Recording:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+def _entry_problem(entry: Any) -> str:
+    """What is wrong with one recorded call, or ``""``."""
+    if not isinstance(entry, dict):
+        return "must be a JSON object"
+    response, error = entry.get("response"), entry.get("error")
+    if isinstance(error, dict):
+        return ""
+    if not isinstance(response, dict):
+        return "needs a 'response' (or an 'error') object"
+    calls = response.get("tool_calls", [])
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict)
+        and isinstance(c.get("id"), str)
+        and isinstance(c.get("name"), str)
+        and isinstance(c.get("arguments"), dict)
+        for c in calls
+    ):
+        return "'tool_calls' must be a list of objects with an id, a name and arguments"
+    usage = response.get("usage")
+    if usage is not None and not (
+        isinstance(usage, dict)
+        and set(usage) <= {"prompt_tokens", "completion_tokens", "calls", "unknown_calls"}
+        and all(isinstance(v, int) for v in usage.values())
+    ):
+        return "'usage' must map token counts to integers"
+    if not isinstance(response.get("content", ""), str):
+        return "'content' must be text"
+    return ""
 
 
 def _sort_key(key: str) -> tuple[str, int]:

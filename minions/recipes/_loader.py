@@ -24,6 +24,9 @@ def load_spec(path: str | Path) -> tuple[RecipeSpec, Located]:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RecipeError([Problem(message="no such recipe file", file=str(path))]) from None
+    except UnicodeDecodeError as exc:
+        message = f"not UTF-8 text (byte {exc.start} cannot be read); save the recipe as UTF-8"
+        raise RecipeError([Problem(message=message, file=str(path))]) from None
     except OSError as exc:
         raise RecipeError([Problem(message=f"cannot read: {exc}", file=str(path))]) from None
     return parse_spec(text, file=str(path))

@@ -171,7 +171,8 @@ class Analysis:
                 if waiting[dependent] == 0:
                     ready.append(dependent)
         if len(order) < len(self.steps):
-            self._report_cycles({s for s in self.steps if s not in set(order)})
+            placed = set(order)
+            self._report_cycles({s for s in self.steps if s not in placed})
         return tuple(order)
 
     def _report_cycles(self, stuck: set[str]) -> None:
@@ -218,7 +219,8 @@ class Analysis:
         loops: set[tuple[str, str]] = set()
         state: dict[str, int] = {}  # 1: on the path, 2: done
         acyclic = len(self.order) == len(self.steps)  # else the cycles are reported already
-        roots = [*self.order, *(s for s in self.steps if s not in set(self.order))]
+        ordered = set(self.order)
+        roots = [*self.order, *(s for s in self.steps if s not in ordered)]
         for root in roots:
             if root in state:
                 continue
@@ -295,12 +297,11 @@ class Analysis:
     def _check_templates(self) -> None:
         before = self._runs_before()
         aliases = self.recipe.aliases
-        state_roots = self._state_roots()
+        state_roots = frozenset(self._state_roots())
+        with_loop = state_roots | {"loop"}
         for step_id, step in self.steps.items():
             for field, value in step.templates().items():
-                roots = state_roots
-                if isinstance(step, LoopStep) and field != "loop":
-                    roots = [*state_roots, "loop"]
+                roots = with_loop if isinstance(step, LoopStep) and field != "loop" else state_roots
                 for text in check_template(value, roots):
                     self._add(text, step_id, field)
                 self._check_order(step_id, field, value, before, aliases)
@@ -310,7 +311,7 @@ class Analysis:
         step_id: str,
         field: str,
         value: Any,
-        before: Mapping[str, frozenset[str]],
+        before: _RunsBefore,
         aliases: Mapping[str, str],
     ) -> None:
         try:
@@ -319,7 +320,7 @@ class Analysis:
             return  # A syntax error is reported by check_template.
         for root in sorted(roots):
             referred = aliases.get(root, root)
-            if referred not in self.steps or referred in before[step_id]:
+            if referred not in self.steps or before.may_run_before(referred, step_id):
                 continue
             expression = next((e for e in template_expressions(value) if root in e), root)
             what = "its own result" if referred == step_id else f"step {referred!r}"
@@ -330,10 +331,10 @@ class Analysis:
                 field,
             )
 
-    def _runs_before(self) -> dict[str, frozenset[str]]:
-        """For each step, the steps that may have run before it: everything it is reachable
-        from through dependencies and transitions (loops included), and in a sequential
-        recipe every earlier step."""
+    def _runs_before(self) -> _RunsBefore:
+        """Which steps may have run before each step: everything it is reachable from through
+        dependencies and transitions (loops included), and in a sequential recipe every
+        earlier step. Answered per question, so a big recipe is checked in linear time."""
         incoming: dict[str, set[str]] = {s: set() for s in self.steps}
         for step_id in self.steps:
             for following, _ in self._successors(step_id):
@@ -341,14 +342,31 @@ class Analysis:
         if self.recipe.execution_mode == "sequential":
             for earlier, later in itertools.pairwise(self.steps):
                 incoming[later].add(earlier)
-        before: dict[str, frozenset[str]] = {}
-        for step_id in self.steps:
+        return _RunsBefore(incoming)
+
+
+class _RunsBefore:
+    """Whether a step may have run before another, from the steps leading to each one."""
+
+    def __init__(self, incoming: Mapping[str, set[str]]) -> None:
+        self._incoming = incoming
+        self._ancestors: dict[str, frozenset[str]] = {}
+
+    def may_run_before(self, earlier: str, step_id: str) -> bool:
+        # Templates nearly always read a direct dependency: no walk needed for those.
+        if earlier in self._incoming[step_id]:
+            return True
+        return earlier in self._ancestors_of(step_id)
+
+    def _ancestors_of(self, step_id: str) -> frozenset[str]:
+        found = self._ancestors.get(step_id)
+        if found is None:
             seen: set[str] = set()
-            todo = list(incoming[step_id])
+            todo = list(self._incoming[step_id])
             while todo:
                 current = todo.pop()
                 if current not in seen:
                     seen.add(current)
-                    todo.extend(incoming[current])
-            before[step_id] = frozenset(seen)
-        return before
+                    todo.extend(self._incoming[current])
+            found = self._ancestors[step_id] = frozenset(seen)
+        return found

@@ -6,13 +6,14 @@ import asyncio
 import datetime as dt
 import http.server
 import threading
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from minions import ToolCall, ToolCallExecutor, ToolRegistry
-from minions.tools._builtin import builtin_tools, current_datetime, file_tools, http_get_tool
+from minions.tools import builtin_tools, current_datetime, file_tools, http_get_tool
 
 
 def call(registry: ToolRegistry, name: str, **arguments: object) -> tuple[object, str | None]:
@@ -93,7 +94,7 @@ def web() -> Iterator[str]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            body = b"hello from the test server"
+            body = b"x" * 300_000 if self.path.startswith("/big") else b"hello from the test server"
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -135,3 +136,54 @@ def test_http_get_follows_redirects_only_to_allowed_hosts(web: str) -> None:
     assert result["url"] == f"{web}/page"
     _, error = call(registry, "http_get", url=f"{web}/away")
     assert error == "Host 'example.org' is not allowed; allowed: ['127.0.0.1']."
+
+
+def test_http_get_caps_and_checks_max_chars(web: str) -> None:
+    registry = ToolRegistry([http_get_tool(allowed_hosts=["127.0.0.1"])])
+    result, error = call(registry, "http_get", url=f"{web}/big", max_chars=100_000_000)
+    assert error is None
+    assert isinstance(result, dict)
+    assert len(result["text"]) == 200_000  # the ceiling, whatever the model asked
+    executor = ToolCallExecutor(registry)
+    done = asyncio.run(
+        executor.execute(ToolCall(id="1", name="http_get", arguments={"url": web, "max_chars": -1}))
+    )
+    assert done.response is not None
+    assert done.response.error == "max_chars must be a positive number, not -1."
+    assert done.response.attempts == 1  # refused at once, not retried
+
+
+def test_read_file_reads_at_most_its_cap(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.log"
+    with huge.open("wb") as file:  # a sparse 2 GB file: nothing written to disk
+        file.truncate(2_000_000_000)
+    registry = ToolRegistry(file_tools(tmp_path))
+    tracemalloc.start()
+    try:
+        result, error = call(registry, "read_file", path="huge.log")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert error is None
+    assert isinstance(result, str)
+    assert len(result) == 1_000_000
+    assert peak < 50_000_000  # a few MB, not the 2 GB file
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "arguments", "expected"),
+    [
+        ("read_file", {"path": ""}, "The path is empty; give a path inside the workspace."),
+        ("read_file", {"path": "a\x00b"}, "The path 'a\\x00b' holds a NUL character."),
+        ("write_file", {"path": " ", "content": "x"}, "The path is empty"),
+        ("list_files", {"pattern": "/etc/*"}, "The pattern '/etc/*' must be relative"),
+    ],
+)
+def test_bad_file_tool_arguments_are_refused_naming_the_argument(
+    tmp_path: Path, tool_name: str, arguments: dict[str, str], expected: str
+) -> None:
+    registry = ToolRegistry(file_tools(tmp_path))
+    _, error = call(registry, tool_name, **arguments)
+    assert error is not None
+    assert error.startswith(expected)
+    assert str(tmp_path) not in error  # never the host's path

@@ -18,6 +18,8 @@ from minions.tools._tool import Tool, tool
 __all__ = ["builtin_tools", "current_datetime", "file_tools", "http_get_tool"]
 
 _MAX_READ = 1_000_000
+MAX_HTTP_CHARS = 200_000
+"""The most text `http_get` returns, whatever `max_chars` the model asks for."""
 
 
 @tool(run_in_thread=False)
@@ -52,8 +54,15 @@ class _Workspace:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
 
-    def path(self, relative: str) -> Path:
-        candidate = (self.root / relative).resolve()
+    def path(self, relative: str, *, argument: str = "path") -> Path:
+        if not relative.strip():
+            raise ToolError(f"The {argument} is empty; give a path inside the workspace.")
+        if "\x00" in relative:
+            raise ToolError(f"The {argument} {relative!r} holds a NUL character.")
+        try:
+            candidate = (self.root / relative).resolve()
+        except (OSError, ValueError) as exc:
+            raise ToolError(f"The {argument} {relative!r} is not a usable path ({exc}).") from None
         if not candidate.is_relative_to(self.root):
             raise ToolError(
                 f"Path {relative!r} is outside the workspace; use a path inside it, such as "
@@ -78,7 +87,8 @@ def file_tools(workspace: str | Path) -> list[Tool]:
         target = space.path(path)
         if not target.is_file():
             raise ToolError(f"No file {path!r} in the workspace.")
-        data = target.read_bytes()[:_MAX_READ]
+        with target.open("rb") as file:  # at most the cap, however big the file
+            data = file.read(_MAX_READ)
         return data.decode("utf-8", errors="replace")
 
     def write_file(path: str, content: str) -> dict[str, Any]:
@@ -103,8 +113,16 @@ def file_tools(workspace: str | Path) -> list[Tool]:
         folder = space.path(path)
         if not folder.is_dir():
             raise ToolError(f"No folder {path!r} in the workspace.")
+        if not pattern or pattern.startswith(("/", "\\")) or "\x00" in pattern:
+            raise ToolError(
+                f"The pattern {pattern!r} must be relative to the folder, such as '*.md'."
+            )
         found = []
-        for item in sorted(folder.glob(pattern)):
+        try:
+            items = sorted(folder.glob(pattern))
+        except (NotImplementedError, ValueError) as exc:
+            raise ToolError(f"The pattern {pattern!r} cannot be used: {exc}.") from None
+        for item in items:
             resolved = item.resolve()
             if item.is_file() and resolved.is_relative_to(space.root):
                 found.append(space.show(item))
@@ -122,8 +140,11 @@ def http_get_tool(*, allowed_hosts: Iterable[str] | None = None, timeout: float 
 
         Args:
             url: an http or https URL.
-            max_chars: the most characters of the body to return.
+            max_chars: the most characters of the body to return (at most 200,000).
         """
+        if not isinstance(max_chars, int) or max_chars < 1:
+            raise ToolError(f"max_chars must be a positive number, not {max_chars!r}.")
+        max_chars = min(max_chars, MAX_HTTP_CHARS)
         import urllib.error
         import urllib.parse
         import urllib.request

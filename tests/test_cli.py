@@ -431,7 +431,7 @@ def test_a_replay_notes_prompts_that_changed_since_the_recording(tmp_path: Path)
     result = invoke(["run", str(recipe), "--replay", str(recording)], settings=None)
     assert result.exit_code == 0, result.stderr
     assert (
-        "note: 1 prompts differ from the recording (hello#1/1): the recipe or the inputs changed "
+        "note: 1 prompt differs from the recording (hello#1/1): the recipe or the inputs changed "
         "since it was recorded"
     ) in result.stderr
     unchanged = invoke(
@@ -747,3 +747,15 @@ def test_a_multi_line_server_error_is_one_line_and_said_once(tmp_path: Path) -> 
     )
     assert result.stderr.count(one_line) == 1
     assert "run failed: step 'a' failed (the reason is above)" in result.stderr
+
+
+def test_counts_read_as_english_and_python_dash_m_minions_runs(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, "id: one\nsteps:\n  - {id: now, tool: current_datetime}\n")
+    result = invoke(["run", str(recipe)])
+    assert result.exit_code == 0, result.stderr
+    assert "run one: 1 step, model none" in result.stderr
+    assert "· 1 step · 0 model calls · 1 tool call ·" in result.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "minions", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == f"minions {__version__}"

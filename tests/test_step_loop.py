@@ -227,3 +227,12 @@ def test_cancellation_from_outside_is_recorded_then_propagates() -> None:
     assert executor.execution.status is StepStatus.FAILED
     assert executor.execution.error == "step 's' was cancelled"
     assert_tool_invariant(executor.execution.messages)
+
+
+async def test_execute_sync_inside_a_running_loop_says_to_await() -> None:
+    from minions import MinionsError
+
+    executor = StepExecutor(DefaultStep("s", "x"), AgentContext(model=ScriptedModel(["ok"])))
+    with pytest.raises(MinionsError, match=r"use `await step_executor.execute\(\)` there"):
+        executor.execute_sync()
+    assert (await executor.execute()).output == "ok"  # nothing was started or left unawaited

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -16,6 +15,7 @@ from minions._routing.selection import StepSelectionChain
 from minions._step.completion import StepCompletionChain
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
+from minions._sync import run_sync
 from minions.errors import UnknownRecipeError
 from minions.events import EventListener
 from minions.models._base import Model
@@ -202,8 +202,15 @@ class AgentExecutor:
         run_id: str | None = None,
         listeners: Iterable[EventListener] = (),
     ) -> AgentResult:
-        """`execute` for code that is not async."""
-        return asyncio.run(self.execute(recipe, inputs, run_id=run_id, listeners=listeners))
+        """`execute` for code that is not async.
+
+        Raises:
+            MinionsError: called inside a running event loop (use ``await execute(...)``).
+        """
+        return run_sync(
+            lambda: self.execute(recipe, inputs, run_id=run_id, listeners=listeners),
+            instead="executor.execute(...)",
+        )
 
     def stream(
         self,

@@ -21,6 +21,7 @@ from minions._step.execution import DecisionRecord, StepExecution, StepStatus
 from minions._step.model_call import ModelCallExecutor, usage_record
 from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
+from minions._sync import run_sync
 from minions.errors import MinionsError, ModelOutputError, StepDefinitionError
 from minions.events import (
     CompletionDecided,
@@ -114,8 +115,12 @@ class StepExecutor:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def execute_sync(self) -> StepExecution:
-        """`execute` for code that is not async."""
-        return asyncio.run(self.execute())
+        """`execute` for code that is not async.
+
+        Raises:
+            MinionsError: called inside a running event loop (use ``await execute()``).
+        """
+        return run_sync(self.execute, instead="step_executor.execute()")
 
     async def execute(self) -> StepExecution:
         """Run the step to a terminal status and return its execution."""

@@ -23,6 +23,11 @@ from minions.cli._plan import Plan, RenderedField
 __all__ = []
 
 
+def plural(count: int, word: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _usage(usage: Usage) -> dict[str, int]:
     return {**dataclasses.asdict(usage), "total_tokens": usage.total_tokens}
 
@@ -215,7 +220,8 @@ def plan_view(plan: Plan) -> RenderableType:
     steps = plan.steps
     needing = [s.id for s in steps if s.uses_model]
     header = Text(
-        f"Plan of {plan.recipe_id}: {len(steps)} steps in {len(plan.waves)} waves "
+        f"Plan of {plan.recipe_id}: {plural(len(steps), 'step')} in "
+        f"{plural(len(plan.waves), 'wave')} "
         "(a dry run: nothing is called)",
         style="bold",
     )
@@ -264,8 +270,8 @@ def run_line(summaries: list[StepSummary], *, status: str, duration: float | Non
     parts = [f"run {status}"]
     if duration is not None:
         parts[0] += f" in {duration:.2f}s"
-    parts.append(f"{len(summaries)} steps")
-    parts.append(f"{sum(s.model_calls for s in summaries)} model calls")
-    parts.append(f"{sum(s.tool_calls for s in summaries)} tool calls")
+    parts.append(plural(len(summaries), "step"))
+    parts.append(plural(sum(s.model_calls for s in summaries), "model call"))
+    parts.append(plural(sum(s.tool_calls for s in summaries), "tool call"))
     parts.append(f"{_tokens(usage) or 0} tokens")
     return Text(" · ".join(parts), style=_STATUS_STYLE.get(status, "bold"))

@@ -40,6 +40,7 @@ from minions.cli._plan import make_plan
 from minions.cli._report import (
     output_text,
     plan_view,
+    plural,
     result_data,
     run_line,
     summarize,
@@ -153,7 +154,7 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     if view.mode == "lines":
         # An implicit replay has said so already, in its one line.
         model = "" if choice.note is not None else f", model {choice.label}"
-        err.print(f"run {recipe.id}: {len(graph.steps)} steps{model}", markup=False)
+        err.print(f"run {recipe.id}: {plural(len(graph.steps), 'step')}{model}", markup=False)
     result: AgentResult | None = None
     started = time.monotonic()
     with _event_loop(err) as loop:
@@ -179,7 +180,9 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
         if choice.replay is not None and choice.replay.changed_prompts and not options.quiet:
             changed = choice.replay.changed_prompts
             err.print(
-                f"note: {len(changed)} prompts differ from the recording ({', '.join(changed[:5])}"
+                f"note: {plural(len(changed), 'prompt')} "
+                f"{'differs' if len(changed) == 1 else 'differ'} from the recording "
+                f"({', '.join(changed[:5])}"
                 f"{', ...' if len(changed) > 5 else ''}): the recipe or the inputs changed since "
                 "it was recorded",
                 markup=False,

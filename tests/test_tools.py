@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from typing import Annotated, Literal
 
 import pytest
@@ -300,4 +301,32 @@ def test_tool_timeout_counts_as_a_failure() -> None:
     config = dataclasses.replace(FAST, tool_call_timeout=0.01, max_tool_call_retries=1)
     call = execute(ToolCall(id="1", name="slow"), slow, config=config)
     assert call.response is not None
-    assert call.response.error == "Tool 'slow' failed after 2 attempts: TimeoutError: "
+    # An async tool is cancelled at its timeout, so trying it again is safe.
+    assert call.response.error == "Tool 'slow' did not finish within 0.01s."
+    assert call.response.attempts == 2
+
+
+def test_a_threaded_tool_that_timed_out_is_not_run_again() -> None:
+    started = threading.Event()
+    release = threading.Event()
+    runs: list[int] = []
+
+    @tool
+    def blocking() -> str:
+        """Blocks until released (a thread cannot be cancelled)."""
+        runs.append(1)
+        started.set()
+        release.wait(0.5)  # asyncio.run waits for the thread when it closes
+        return "late"
+
+    config = dataclasses.replace(FAST, tool_call_timeout=0.05, max_tool_call_retries=2)
+    try:
+        call = execute(ToolCall(id="1", name="blocking"), blocking, config=config)
+    finally:
+        release.set()
+    assert call.response is not None
+    assert call.response.error == (
+        "Tool 'blocking' did not finish within 0.05s; it may still be running, so it is not "
+        "tried again."
+    )
+    assert (call.response.attempts, len(runs)) == (1, 1)

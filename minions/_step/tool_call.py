@@ -93,12 +93,26 @@ class ToolCallExecutor:
 
     async def _invoke(self, tool: Tool, arguments: Mapping[str, Any]) -> Any:
         timeout = self.config.tool_call_timeout
-        async with asyncio.timeout(timeout) if timeout is not None else contextlib.nullcontext():
-            if tool.is_async:
-                return await tool.fn(**arguments)
-            if tool.run_in_thread:
-                return await asyncio.to_thread(tool.fn, **arguments)
-            return tool.fn(**arguments)
+        try:
+            async with (
+                asyncio.timeout(timeout) if timeout is not None else contextlib.nullcontext()
+            ):
+                if tool.is_async:
+                    return await tool.fn(**arguments)
+                if tool.run_in_thread:
+                    return await asyncio.to_thread(tool.fn, **arguments)
+                return tool.fn(**arguments)
+        except TimeoutError:
+            if not tool.is_async and tool.run_in_thread:
+                # A thread cannot be stopped: running the tool again would run it twice at once
+                # (and its side effects with it).
+                raise ToolError(
+                    f"Tool {tool.name!r} did not finish within {timeout}s; it may still be "
+                    "running, so it is not tried again."
+                ) from None
+            raise ToolError(
+                f"Tool {tool.name!r} did not finish within {timeout}s.", retryable=True
+            ) from None
 
     def _started(self, call: ToolCall, attempt: int) -> None:
         if self.emitter.active:

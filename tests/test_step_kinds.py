@@ -6,12 +6,14 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from conftest import FAST, Lookup, Offline, add
 
 from minions import (
     AgentContext,
     AgentRecipe,
     Prompt,
+    StepDefinitionError,
     StepExecution,
     StepExecutor,
     StepStatus,
@@ -25,7 +27,7 @@ from minions._step.step import DefaultStep, Step
 from minions.recipes._subrecipe import RecipeStep
 from minions.testing import FunctionModel, ScriptedModel
 
-STATE = {"inputs": {"a": 2, "items": [3, 1, 2]}, "prev": {"output": {"b": 5}}}
+STATE = {"inputs": {"a": 2, "items": [3, 1, 2], "word": "x"}, "prev": {"output": {"b": 5}}}
 
 
 def run(
@@ -57,9 +59,20 @@ def test_tool_step_fails_on_a_missing_value_naming_it() -> None:
 
 
 def test_tool_step_fails_when_the_tool_fails() -> None:
-    execution = run(ToolStep("sum", "add", {"a": 1, "b": "x"}))
+    # A rendered value of the wrong type is known only at run time: the step fails.
+    execution = run(ToolStep("sum", "add", {"a": 1, "b": "{{ inputs.word }}"}))
     assert execution.status is StepStatus.FAILED
     assert (execution.error or "").startswith("step 'sum': Invalid arguments for tool 'add'")
+
+
+def test_literal_tool_step_params_are_checked_before_anything_runs() -> None:
+    with pytest.raises(StepDefinitionError) as raised:
+        run(ToolStep("sum", "add", {"a": 1, "b": "x", "c": "{{ inputs.a }}"}))
+    assert raised.value.problems == [
+        "step 'sum': parameter 'b' of tool 'add': Input should be a valid integer, unable to "
+        "parse string as an integer (got 'x')",
+        "step 'sum': tool 'add' has no parameter 'c'; its parameters: a, b",
+    ]
 
 
 def test_fill_missing_asks_the_model_for_just_those_parameters() -> None:

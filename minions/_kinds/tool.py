@@ -9,9 +9,10 @@ from minions._messages import Message, MessageBundle
 from minions._output import OutputInstructions
 from minions._step.execution import StepStatus
 from minions._step.step import DefaultStep, Step, StepInput, StepRun
-from minions._templates import render
+from minions._templates import has_template, render
 from minions._text import as_text
-from minions.errors import StepDefinitionError, TemplateError, ToolError
+from minions.errors import Problem, StepDefinitionError, TemplateError, ToolError
+from minions.tools._tool import ToolRegistry
 
 __all__ = ["ToolStep"]
 
@@ -51,6 +52,19 @@ class ToolStep(Step):
 
     def tool_names(self) -> frozenset[str]:
         return frozenset({self.tool})
+
+    def problems(self, tools: ToolRegistry | None = None) -> list[Problem]:
+        # Literal parameters are checked against the tool's schema now, not at run time.
+        found = super().problems(tools)
+        tool = tools.get(self.tool) if tools is not None else None
+        if tool is None:
+            return found
+        for name, value in self.params.items():
+            literal = not has_template(value)
+            problem = tool.argument_problem(name, value if literal else None)
+            if problem is not None and (literal or "has no parameter" in problem):
+                found.append(Problem(message=problem, step=self.id, field="params"))
+        return found
 
     def uses_model(self) -> bool:
         return self.fill_missing == "model"

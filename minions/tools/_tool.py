@@ -163,6 +163,28 @@ class Tool:
             ) from None
         return {name: getattr(validated, name) for name in model.model_fields}
 
+    def argument_problem(self, name: str, value: Any) -> str | None:
+        """What is wrong with `value` as the argument `name` (an unknown name, or a value of
+        the wrong type), or ``None`` when it is fine. Checks one argument alone, so a call's
+        other arguments may still be unknown (a recipe's templated parameters)."""
+        from pydantic import TypeAdapter, ValidationError
+
+        fields = self._arguments_model.model_fields
+        if name not in fields:
+            from minions.errors import did_you_mean
+
+            known = ", ".join(fields) or "none"
+            return (
+                f"tool {self.name!r} has no parameter {name!r}{did_you_mean(name, fields)}; "
+                f"its parameters: {known}"
+            )
+        try:
+            TypeAdapter(fields[name].annotation or Any).validate_python(value)
+        except ValidationError as exc:
+            reason = "; ".join(err["msg"] for err in exc.errors(include_url=False))
+            return f"parameter {name!r} of tool {self.name!r}: {reason} (got {value!r})"
+        return None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 

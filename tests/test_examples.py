@@ -159,3 +159,19 @@ def test_custom_step_example_reasks_until_cited_and_leaves_no_trace() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "[1]" in done.stdout
+
+
+def test_the_demo_leaves_no_temporary_files_behind(tmp_path: Path) -> None:
+    (tmp_path / "tmp").mkdir()
+    recipe = EXAMPLES / "activity_monitor" / "recipe.yaml"
+    unset = ("MINIONS_MODEL", "TMPDIR", "ACTIVITY_MONITOR_DATA")  # the demo as a user runs it
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    done = subprocess.run(
+        [sys.executable, "-m", "minions", "run", str(recipe), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "TMPDIR": str(tmp_path / "tmp")},
+    )
+    assert done.returncode == 0, done.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []

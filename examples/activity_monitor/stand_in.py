@@ -8,6 +8,7 @@ real run with ``minions run recipe.yaml --model ollama:llama3.2:3b --record reci
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from minions import Prompt
 def prepare() -> None:
     """Start from the pristine account: a fresh copy, as a first run in a new process has."""
     folder = Path(tempfile.mkdtemp(prefix="minions-activity-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # leave nothing behind
     shutil.copy(Path(__file__).parent / "data" / "account.json", folder / "account.json")
     os.environ["ACTIVITY_MONITOR_DATA"] = str(folder / "account.json")
 

@@ -8,6 +8,7 @@ example is reproducible; delete that key to use the real time.
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import json
 import os
@@ -29,7 +30,9 @@ def account_file() -> Path:
     if configured:
         return Path(configured)
     if _copy is None:
-        _copy = Path(tempfile.mkdtemp(prefix="minions-activity-")) / "account.json"
+        folder = Path(tempfile.mkdtemp(prefix="minions-activity-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # leave nothing behind
+        _copy = folder / "account.json"
         shutil.copy(PRISTINE, _copy)
     return _copy
 

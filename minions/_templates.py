@@ -71,7 +71,10 @@ def _compile(expression: str) -> _Compiled:
     try:
         parsed = jmespath.compile(expression)
     except JMESPathError as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        detail = str(exc).splitlines()[0].rstrip(": ") if str(exc) else type(exc).__name__
+        column = getattr(exc, "lex_position", None)
+        if isinstance(column, int):
+            detail += f" at column {column + 1} of the expression"
         raise TemplateSyntaxError(
             f"invalid template expression {{{{ {expression} }}}}: {detail}", expression=expression
         ) from None

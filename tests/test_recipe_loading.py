@@ -206,6 +206,6 @@ def test_inputs_are_checked_and_converted() -> None:
         "unknown input 'topc' (did you mean 'topic'?); the recipe's inputs: n, tags, flag, topic, level",
         "input 'n' must be integer, got str 'five'",
         "input 'flag' must be boolean, got int 1",
-        "input 'topic' is required (string): the topic",
+        "input 'topic' is required (string: the topic); give it, e.g. `-i topic=...` on the command line",
         "input 'level' must be one of ['a', 'b'], got 'c'",
     ]

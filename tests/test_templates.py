@@ -147,3 +147,11 @@ def test_a_negated_path_is_rejected_with_the_fix() -> None:
         TemplateSyntaxError, match=r"put the whole path in parentheses: !\(x\.\.\.\)"
     ):
         render("{{ a && !x.y }}", {"a": True, "x": {"y": False}})
+
+
+def test_a_jmespath_syntax_error_names_its_column() -> None:
+    [problem] = check_template("Hi {{ inputs.[ }}", {"inputs"})
+    assert problem == (
+        "invalid template expression {{ inputs.[ }}: Invalid jmespath expression: Incomplete "
+        "expression at column 9 of the expression"
+    )

@@ -125,7 +125,11 @@ def coerce_inputs(
         required = spec.required if spec.required is not None else spec.default is None
         if name not in given:
             if required:
-                problems.append(f"input {name!r} is required ({spec.type}): {spec.description}")
+                about = f": {spec.description}" if spec.description else ""
+                problems.append(
+                    f"input {name!r} is required ({spec.type}{about}); give it, e.g. "
+                    f"`-i {name}=...` on the command line"
+                )
             else:
                 result[name] = spec.default
             continue

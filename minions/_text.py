@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 __all__: list[str] = []
@@ -29,3 +30,16 @@ def jsonable(value: Any) -> Any:
     from pydantic_core import to_jsonable_python
 
     return to_jsonable_python(value, fallback=repr)
+
+
+_USERINFO = re.compile(r"(?<=//)[^/@\s]*@")
+_SECRET_QUERY = re.compile(
+    r"(?i)([?&](?:[a-z0-9_.-]*(?:key|token|secret|password|passwd|pwd|sig|signature|auth)"
+    r"[a-z0-9_.-]*)=)[^&#\s]*"
+)
+
+
+def redact_url(text: str) -> str:
+    """`text` with the credentials of any URL in it hidden: ``user:pass@`` becomes ``***@``
+    and secret-looking query values (``?key=``, ``&token=``...) become ``***``."""
+    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub("***@", text))

@@ -759,3 +759,20 @@ def test_counts_read_as_english_and_python_dash_m_minions_runs(tmp_path: Path) -
         [sys.executable, "-m", "minions", "--version"], capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == f"minions {__version__}"
+
+
+def test_url_credentials_never_show_in_the_header_dry_run_or_recording(tmp_path: Path) -> None:
+    from minions.testing import FakeOpenAIServer
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("id: r\nsteps:\n  - {id: a, goal: Say hi.}\n")
+    recording = tmp_path / "r.recording.json"
+    with FakeOpenAIServer(["hi"]) as server:
+        url = server.url.replace("http://", "http://ada:hunter2@")
+        model = f"openai-compatible:fake-model@{url}"
+        live = invoke(["run", str(recipe), "--model", model, "--record", str(recording)], None)
+        plan = invoke(["run", str(recipe), "--model", model, "--dry-run", "--json"], None)
+    assert live.exit_code == 0, live.stderr
+    for text in (live.stderr, live.stdout, plan.stdout, recording.read_text()):
+        assert "hunter2" not in text
+    assert "http://***@127.0.0.1" in live.stderr

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minions._text import redact_url
 from minions.errors import MinionsError
 from minions.models._base import Model
 from minions.models._infer import MODEL_ENV, infer_model
@@ -105,7 +106,7 @@ class ModelSource:
         if self.replay is not None:
             return f"replay of {self.replay}"
         if self.spec is not None:
-            return self.spec
+            return redact_url(self.spec)
         return "none"
 
     @property
@@ -184,9 +185,11 @@ def choose_model(
         recording = None
         if record is not None:
             recording = Recording(
-                meta={**(meta or {}), "model": source.spec, "recorded_at": _now()}
+                meta={**(meta or {}), "model": redact_url(source.spec), "recorded_at": _now()}
             )
-        return ModelChoice(model=chosen, label=source.spec, recording=recording, resolve=resolve)
+        return ModelChoice(
+            model=chosen, label=redact_url(source.spec), recording=recording, resolve=resolve
+        )
     if record is not None or needs_model(recipe.steps):
         raise UsageError(HOW_TO_SET_A_MODEL)
     return ModelChoice(model=None, label="none (no step needs a model)", resolve=resolve)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import re
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -21,6 +20,7 @@ import openai
 
 from minions._log import info
 from minions._messages import Message, ModelCallResponse, Prompt, Usage
+from minions._text import redact_url
 from minions._values import ModeDemotion
 from minions.errors import ModelError, ModelOutputError, OutputValidationError
 from minions.models._base import Model, TokenCallback
@@ -72,7 +72,6 @@ _REJECTION_WORDS: Final[Mapping[str, tuple[str, ...]]] = {
     "stream_options": ("stream_options", "include_usage"),
 }
 _REJECTION_STATUSES: Final = frozenset({400, 422, 501})
-_USERINFO = re.compile(r"//[^/@]*@")
 
 
 class _RungRejected(Exception):
@@ -194,7 +193,7 @@ class OpenAIChatModel(Model):
         self.base_url = base_url.rstrip("/")
         self._secret = first.api_key or ""
         self._key = (self.base_url, model)
-        self._where = f"{self.name} at {_USERINFO.sub('//', self.base_url)}"
+        self._where = redact_url(f"{self.name} at {self.base_url}")
         self._use(first)
         self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
@@ -215,7 +214,7 @@ class OpenAIChatModel(Model):
         return self._create
 
     def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model!r}, base_url={_USERINFO.sub('//', self.base_url)!r})"
+        return f"OpenAIChatModel({self.model!r}, base_url={redact_url(self.base_url)!r})"
 
     async def aclose(self) -> None:
         """Close the HTTP connections of the client (built here or passed in)."""
@@ -393,4 +392,4 @@ class OpenAIChatModel(Model):
         secret = self._secret
         if len(secret) >= 6 and secret != NO_API_KEY:
             text = text.replace(secret, "[redacted]")
-        return text
+        return redact_url(text)

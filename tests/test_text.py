@@ -1,0 +1,27 @@
+"""Values as text, and URLs without their credentials."""
+
+from __future__ import annotations
+
+import pytest
+
+from minions._text import as_text, redact_url
+
+
+def test_as_text_writes_strings_as_they_are_and_the_rest_as_json() -> None:
+    assert as_text("plain") == "plain"
+    assert as_text({"a": (1, 2)}) == '{"a": [1, 2]}'
+    assert as_text([1], indent=1) == "[\n 1\n]"
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("http://user:pass@host:8080/v1", "http://***@host:8080/v1"),
+        ("ollama:m@https://tok@gpu-box/v1", "ollama:m@https://***@gpu-box/v1"),
+        ("http://h/v1?key=abc&model=m", "http://h/v1?key=***&model=m"),
+        ("http://h/v1?model=m&access_token=abc#x", "http://h/v1?model=m&access_token=***#x"),
+        ("http://h/v1?model=m", "http://h/v1?model=m"),
+    ],
+)
+def test_redact_url_hides_credentials(given: str, shown: str) -> None:
+    assert redact_url(given) == shown

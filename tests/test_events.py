@@ -51,7 +51,7 @@ def test_events_of_a_step_in_order() -> None:
     ]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert all(e.run_id == "r1" and e.step_id == "s" for e in events)
-    assert [e.timestamp for e in events] == sorted(e.timestamp for e in events)
+    assert all(e.timestamp > 0 for e in events)  # stamped (the wall clock may step back)
     completed = events[-1]
     assert completed.output == "three"
     assert completed.usage.calls == 3
@@ -66,14 +66,26 @@ def test_events_are_frozen() -> None:
         event.step_id = "t"  # type: ignore[misc]
 
 
-def test_every_event_type_round_trips_through_json() -> None:
-    samples = [cls(run_id="r", step_id="s", seq=3, timestamp=1.5) for cls in get_args(ev.Event)]
-    assert len(samples) == 18
-    for event in samples:
-        assert ev.event_from_json(ev.event_to_json(event)) == event
+@pytest.mark.parametrize("cls", get_args(ev.Event), ids=lambda cls: cls.__name__)
+def test_every_event_type_round_trips_through_json(cls: type[ev.Event]) -> None:
+    event = cls(run_id="r", step_id="s", seq=3, timestamp=1.5)
+    parsed = ev.event_from_json(ev.event_to_json(event))
+    assert parsed == event
+    assert type(parsed) is cls
+
+
+def test_the_event_union_has_every_event_type() -> None:
+    kinds = {cls.__name__: cls().kind for cls in get_args(ev.Event)}
+    assert len(kinds) == len(set(kinds.values())) == 18
+    assert set(kinds) <= set(ev.__all__)
+
+
+def test_an_event_with_values_round_trips_through_json() -> None:
     usage = ev.UsageRecord(prompt_tokens=1, completion_tokens=2, calls=1)
     done = ev.StepCompleted(run_id="r", step_id="s", output={"a": [1]}, usage=usage)
     assert ev.event_from_json(ev.event_to_json(done)) == done
+    failed = ev.ModelCallFailed(turn=2, attempt=3, error="bad", output_mode="prompted_json")
+    assert ev.event_from_json(ev.event_to_json(failed)) == failed
 
 
 def test_real_run_events_serialize() -> None:
@@ -125,6 +137,34 @@ def test_emit_stamps_the_event_it_is_given() -> None:
     assert [(e.run_id, e.seq) for e in received] == [("r9", 1), ("r9", 2)]
     assert all(e.timestamp > 0 for e in received)
     assert (given.run_id, given.seq) == ("", 0)  # the caller's instance is left as it was
+
+
+def test_a_listener_is_a_callable_taking_an_event() -> None:
+    assert ev.EventListener == Callable[[ev.Event], None]
+    kinds: list[str] = []
+
+    def on_event(event: ev.Event) -> None:
+        kinds.append(event.kind)  # `kind` is typed on every member of the union
+
+    listener: ev.EventListener = on_event  # mypy checks the listener's signature here
+    emitter = ev.EventEmitter("r", [listener])
+    assert emitter.listeners == (listener,)
+    delivered = emitter.emit(ev.RoutingDecided(step_id="s", chosen=("t",)))
+    assert kinds == ["routing_decided"]
+    assert isinstance(delivered, ev.RoutingDecided)
+    assert delivered.chosen == ("t",)
+
+
+def test_emit_is_skipped_when_nobody_listens() -> None:
+    emitter = ev.EventEmitter("r")
+    assert not emitter.active
+    assert emitter.emit(ev.StepStarted(step_id="s")) is None
+    # Nothing was numbered: the first event delivered later is still number 1.
+    received: list[ev.Event] = []
+    listening = ev.EventEmitter("r", [received.append])
+    assert listening.active
+    assert listening.emit(ev.StepStarted(step_id="s")) is not None
+    assert [e.seq for e in received] == [1]
 
 
 class _StumblingModel(Model):
@@ -184,3 +224,25 @@ def test_a_retried_tool_call_numbers_its_events_by_attempt() -> None:
     assert (started, done) == ([1, 2], [2])
     retry = next(e for e in events if isinstance(e, ev.RetryScheduled))
     assert (retry.target, retry.attempt) == ("tool", 1)
+
+
+def test_a_tool_call_failing_every_attempt_numbers_its_events_by_attempt() -> None:
+    @tool
+    def broken(x: int) -> int:
+        """Always fails."""
+        raise RuntimeError(f"broken {x}")
+
+    events: list[ev.Event] = []
+    model = ScriptedModel([[("broken", {"x": 1})], "gave up"])
+    config = dataclasses.replace(FAST, max_tool_call_retries=2)
+    context = AgentContext(model=model, tools=[broken], config=config, listeners=[events.append])
+    asyncio.run(StepExecutor(DefaultStep("s", "Use it.", tools={"broken"}), context).execute())
+    started = [e.attempt for e in events if isinstance(e, ev.ToolCallStarted)]
+    failed = [(e.attempt, e.error) for e in events if isinstance(e, ev.ToolCallFailed)]
+    retries = [e.attempt for e in events if isinstance(e, ev.RetryScheduled)]
+    assert started == [1, 2, 3]
+    assert retries == [1, 2]
+    assert len(failed) == 1
+    assert failed[0][0] == 3
+    assert "after 3 attempts" in failed[0][1]
+    assert not any(isinstance(e, ev.ToolCallCompleted) for e in events)

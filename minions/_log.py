@@ -24,9 +24,21 @@ def info(event: str, **fields: Any) -> None:
         logger.info(event, **fields)
 
 
-def warn(event: str, **fields: Any) -> None:
-    """Log `event` as a warning: through structlog, configured or not (a warning is worth
-    printing)."""
+def loud_logger(name: str = "minions") -> Any:
+    """A logger for what must be seen even when the application configured nothing: structlog's
+    logger when it is configured, else structlog's default rendering on stderr.
+
+    Unconfigured structlog prints to stdout, which may carry a program's output (`minions run`
+    prints the run's output there); stdlib logging's last-resort handler writes to stderr too.
+    """
     import structlog
 
-    structlog.get_logger("minions").warning(event, **fields)
+    if structlog.is_configured():
+        return structlog.get_logger(name)
+    return structlog.wrap_logger(structlog.PrintLogger(sys.stderr))
+
+
+def warn(event: str, **fields: Any) -> None:
+    """Log `event` as a warning: through structlog, configured or not (a warning is worth
+    printing; on stderr when the application configured nothing)."""
+    loud_logger().warning(event, **fields)

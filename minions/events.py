@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from minions._log import configured_logger
+from minions._log import configured_logger, loud_logger
 from minions._messages import OutputMode
 
 if TYPE_CHECKING:
@@ -351,9 +351,5 @@ class EventEmitter:
 
 def _report_listener_failure(listener: EventListener, event: Event) -> None:
     # A broken listener must not go unnoticed, even when the application configured no
-    # logging: structlog's default logger prints (the library never configures it).
-    import structlog
-
-    structlog.get_logger("minions").exception(
-        "event listener failed", listener=repr(listener), event_kind=event.kind
-    )
+    # logging: then the report goes to stderr (the library never configures structlog).
+    loud_logger().exception("event listener failed", listener=repr(listener), event_kind=event.kind)

@@ -109,6 +109,22 @@ def test_a_failing_listener_does_not_stop_the_run() -> None:
     assert all(entry["log_level"] == "error" and entry["exc_info"] for entry in failures)
 
 
+def test_a_failing_listener_is_reported_on_stderr_when_nothing_is_configured(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # stdout may carry the program's output (`minions run` prints the run's output there).
+    assert not structlog.is_configured()
+
+    def broken(event: ev.Event) -> None:
+        raise RuntimeError("listener bug")
+
+    ev.EventEmitter("r", [broken]).emit(ev.StepStarted(step_id="s"))
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "event listener failed" in err
+    assert "listener bug" in err
+
+
 def test_events_go_to_structlog_only_when_the_application_configured_it() -> None:
     # Unconfigured structlog would print to stdout: the library must stay silent then.
     structlog.reset_defaults()

@@ -6,23 +6,92 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from minions import AgentExecutor, AgentRecipe, AgentResult, DefaultStep, ExecutionConfig, Step
-from minions.events import StepCompleted, StepFailed, StepStarted
+from minions import (
+    AgentExecutor,
+    AgentRecipe,
+    AgentResult,
+    DefaultStep,
+    ExecutionConfig,
+    ModelCallResponse,
+    Prompt,
+    Step,
+)
+from minions.events import ModelCallStarted, StepCompleted, StepFailed, StepStarted
+from minions.models import TokenCallback
 from minions.testing import Reply, ScriptedModel
 
 FAST = ExecutionConfig(retry_initial_delay=0.0, tool_retry_initial_delay=0.0)
+
+HANG_GUARD = 20.0
+"""Seconds after which `run` gives up. Not a time budget: when the code under test never opens
+a barrier a test waits on, the test fails instead of hanging the suite."""
+
+Condition = Callable[[list[Any]], bool]
+"""A test on the events received so far."""
+
+
+class GatedModel(ScriptedModel):
+    """A scripted model whose every answer first waits for `gate` to open, then for `turns`
+    turns of the event loop: ordering by barriers and latency without a clock."""
+
+    def __init__(
+        self,
+        replies: Sequence[Reply],
+        *,
+        name: str,
+        gate: asyncio.Event | None = None,
+        turns: int = 0,
+        delay: float = 0.0,
+    ) -> None:
+        super().__init__(replies, name=name, delay=delay)
+        self.gate = gate
+        self.turns = turns
+
+    async def call(
+        self, prompt: Prompt, *, on_token: TokenCallback | None = None
+    ) -> ModelCallResponse:
+        if self.gate is not None:
+            await self.gate.wait()
+        for _ in range(self.turns):
+            await asyncio.sleep(0)  # a turn of the event loop, not a wait on the clock
+        return await super().call(prompt, on_token=on_token)
 
 
 def step(
     step_id: str,
     *replies: Reply,
+    gate: asyncio.Event | None = None,
+    turns: int = 0,
     delay: float = 0.0,
     goal: str | None = None,
     **options: Any,
 ) -> DefaultStep:
-    """A step with its own scripted model (default reply: ``"<id> done"``)."""
-    model = ScriptedModel(list(replies) or [f"{step_id} done"], name=step_id, delay=delay)
+    """A step with its own scripted model (default reply: ``"<id> done"``).
+
+    Its model answers once `gate` is set and `turns` event-loop turns have passed. `delay` (a
+    real sleep) is only for keeping a step busy until something cancels it.
+    """
+    model = GatedModel(
+        list(replies) or [f"{step_id} done"], name=step_id, gate=gate, turns=turns, delay=delay
+    )
     return DefaultStep(step_id, goal or f"Do {step_id}.", model=model, **options)
+
+
+def step_started(step_id: str) -> Condition:
+    """The step has started (any visit)."""
+    return lambda events: any(isinstance(e, StepStarted) and e.step_id == step_id for e in events)
+
+
+def step_finished(step_id: str) -> Condition:
+    """The step has completed or failed (its first visit or any later one)."""
+    return lambda events: any(
+        isinstance(e, StepCompleted | StepFailed) and e.step_id == step_id for e in events
+    )
+
+
+def model_calls_started(count: int) -> Condition:
+    """At least `count` model calls have started, in any steps."""
+    return lambda events: sum(isinstance(e, ModelCallStarted) for e in events) >= count
 
 
 def model_of(s: Step) -> ScriptedModel:
@@ -35,7 +104,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.events: list[Any] = []
-        self._waiting: list[tuple[Callable[[list[Any]], bool], asyncio.Event]] = []
+        self._waiting: list[tuple[Condition, asyncio.Event]] = []
 
     def __call__(self, event: Any) -> None:
         self.events.append(event)
@@ -43,13 +112,19 @@ class Recorder:
             if condition(self.events):
                 reached.set()
 
-    async def until(self, condition: Callable[[list[Any]], bool]) -> None:
-        """Wait until the events received so far satisfy `condition` (no clock involved)."""
+    def event_when(self, condition: Condition) -> asyncio.Event:
+        """An `asyncio.Event` set as soon as the events received satisfy `condition`: a
+        barrier to gate a step's model on what other steps have done."""
         reached = asyncio.Event()
         if condition(self.events):
-            return
-        self._waiting.append((condition, reached))
-        await reached.wait()
+            reached.set()
+        else:
+            self._waiting.append((condition, reached))
+        return reached
+
+    async def until(self, condition: Condition) -> None:
+        """Wait until the events received so far satisfy `condition` (no clock involved)."""
+        await self.event_when(condition).wait()
 
     def kinds(self, step_id: str | None = None) -> list[str]:
         return [e.kind for e in self.events if step_id is None or e.step_id == step_id]
@@ -100,7 +175,8 @@ async def run(
     recipe = AgentRecipe(id="test", steps=steps, **recipe_options)
     executor = AgentExecutor(config=config or FAST)
     listeners = [recorder] if recorder is not None else []
-    return await executor.execute(recipe, inputs, listeners=listeners)
+    async with asyncio.timeout(HANG_GUARD):
+        return await executor.execute(recipe, inputs, listeners=listeners)
 
 
 def statuses(result: AgentResult) -> dict[str, str]:

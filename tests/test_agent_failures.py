@@ -8,7 +8,17 @@ import asyncio
 import dataclasses
 
 import pytest
-from agent_helpers import FAST, Recorder, model_of, run, statuses, step
+from agent_helpers import (
+    FAST,
+    Recorder,
+    model_calls_started,
+    model_of,
+    run,
+    statuses,
+    step,
+    step_finished,
+    step_started,
+)
 
 from minions import (
     AgentExecutor,
@@ -35,7 +45,8 @@ async def test_a_failed_step_skips_its_dependents_and_independent_branches_go_on
             step("a", boom()),
             step("b", depends_on=["a"]),
             step("c", depends_on=["b"]),
-            step("other", delay=0.01),
+            # The independent branch is still running when "a" fails.
+            step("other", gate=recorder.event_when(step_finished("a"))),
             step("after_other", depends_on=["other"]),
         ],
         recorder=recorder,
@@ -56,6 +67,7 @@ async def test_a_failed_step_skips_its_dependents_and_independent_branches_go_on
     [failed] = recorder.of(RunFailed)
     assert failed.error == result.error
     assert [e.step_id for e in recorder.of(StepSkipped)] == ["b", "c"]
+    assert recorder.finished("a") < recorder.started("after_other")
 
 
 async def test_fail_fast_cancels_running_steps() -> None:
@@ -74,9 +86,13 @@ async def test_fail_fast_cancels_running_steps() -> None:
 
 
 async def test_without_fail_fast_running_steps_finish() -> None:
-    result = await run(
-        [step("bad", boom()), step("slow", delay=0.05), step("later", depends_on=["slow"])]
-    )
+    recorder = Recorder()
+    # "bad" fails only once "slow" has started, and "slow" answers only after that failure:
+    # it is running when the failure comes.
+    bad = step("bad", boom(), gate=recorder.event_when(step_started("slow")))
+    slow = step("slow", gate=recorder.event_when(step_finished("bad")))
+    result = await run([bad, slow, step("later", depends_on=["slow"])], recorder=recorder)
+    assert recorder.started("slow") < recorder.finished("bad") < recorder.finished("slow")
     assert statuses(result) == {"bad": "failed", "slow": "completed", "later": "completed"}
     assert result.status is StepStatus.FAILED
 
@@ -148,11 +164,16 @@ async def test_cancelling_the_run_from_outside_cancels_every_step() -> None:
 
 
 async def test_the_run_token_budget_holds_across_parallel_steps() -> None:
-    steps = [step(name, delay=0.01) for name in ("a", "b", "c")]
+    recorder = Recorder()
+    all_three = recorder.event_when(model_calls_started(3))
+    steps = [step(name, gate=all_three) for name in ("a", "b", "c")]
     steps.append(step("d", depends_on=["a", "b", "c"]))
     # The budget is checked before each call: the three parallel calls start with nothing
-    # spent yet, and once they have spent more than the budget the join's call is refused.
-    result = await run(steps, config=dataclasses.replace(FAST, run_token_budget=1))
+    # spent yet (none answers before all three have started), and once they have spent more
+    # than the budget the join's call is refused.
+    result = await run(
+        steps, config=dataclasses.replace(FAST, run_token_budget=1), recorder=recorder
+    )
     assert result.status is StepStatus.FAILED
     assert statuses(result) == {"a": "completed", "b": "completed", "c": "completed", "d": "failed"}
     assert "token budget" in (result.step("d").error or "")

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from agent_helpers import step
 
-from minions import AgentContext, AgentRecipe, ModelError, StepGraph, StepManager, StepStatus
+from minions import (
+    AgentContext,
+    AgentRecipe,
+    ModelError,
+    Step,
+    StepGraph,
+    StepManager,
+    StepStatus,
+)
 
 
-def manager_of(*steps: object) -> StepManager:
-    recipe = AgentRecipe(id="m", steps=steps)  # type: ignore[arg-type]
+def manager_of(*steps: Step) -> StepManager:
+    recipe = AgentRecipe(id="m", steps=steps)
     return StepManager(StepGraph(recipe), AgentContext())
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent_helpers import Recorder, model_of, run, statuses, step
+from agent_helpers import Recorder, model_of, run, statuses, step, step_finished
 
 from minions import (
     AgentExecutor,
@@ -420,10 +420,13 @@ class Broken(StepSelectionLink):
 
 
 async def test_a_link_choosing_a_non_candidate_fails_the_run_clearly() -> None:
+    recorder = Recorder()
     result = await run(
-        [step("a"), step("b"), step("c", delay=0.01)],
+        # "c", on a branch of its own, is still running when the link fails.
+        [step("a"), step("b"), step("c", gate=recorder.event_when(step_finished("a")))],
         transitions=[Transition("a", "b")],
         selection_chain=StepSelectionChain([Broken()]),
+        recorder=recorder,
     )
     assert result.status is StepStatus.FAILED
     assert result.error is not None

@@ -3,9 +3,20 @@ max_parallel_steps; sync steps run alone; fire-and-forget steps hold nobody up."
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
-from agent_helpers import FAST, Recorder, model_of, run, statuses, step
+from agent_helpers import (
+    FAST,
+    HANG_GUARD,
+    Recorder,
+    model_calls_started,
+    model_of,
+    run,
+    statuses,
+    step,
+    step_finished,
+)
 
 from minions import AgentExecutor, AgentRecipe, DefaultStep, ModelError, StepStatus
 from minions.events import StepCompleted, StepSkipped, StepStarted
@@ -48,9 +59,11 @@ async def test_long_chain_passes_outputs_along_templates() -> None:
 
 async def test_fan_out_and_join() -> None:
     recorder = Recorder()
+    # b, c and d answer only once all three are waiting on their models: they must run at once.
+    all_three = recorder.event_when(model_calls_started(4))  # plan's call and theirs
     steps = [
         step("plan"),
-        *(step(name, delay=0.02, depends_on=["plan"]) for name in ("b", "c", "d")),
+        *(step(name, gate=all_three, depends_on=["plan"]) for name in ("b", "c", "d")),
         step("join", depends_on=["b", "c", "d"]),
     ]
     result = await run(steps, recorder=recorder)
@@ -69,7 +82,8 @@ async def test_a_step_starts_when_its_own_dependencies_are_done_not_a_wave() -> 
     recorder = Recorder()
     steps = [
         step("fast"),
-        step("slow", delay=0.05),
+        # A wave scheduler would wait for "slow" before starting "after_fast": a deadlock.
+        step("slow", gate=recorder.event_when(step_finished("after_fast"))),
         step("after_fast", depends_on=["fast"]),
         step("after_slow", depends_on=["slow"]),
     ]
@@ -81,7 +95,10 @@ async def test_a_step_starts_when_its_own_dependencies_are_done_not_a_wave() -> 
 
 async def test_max_parallel_steps_bounds_concurrency() -> None:
     recorder = Recorder()
-    steps = [step(f"s{i}", delay=0.01) for i in range(6)]
+    # Nobody answers before two steps are waiting at once, and answers take a few event-loop
+    # turns, in which more steps would start if the bound let them.
+    two_running = recorder.event_when(model_calls_started(2))
+    steps = [step(f"s{i}", gate=two_running, turns=3) for i in range(6)]
     config = dataclasses.replace(FAST, max_parallel_steps=2)
     result = await run(steps, recorder=recorder, config=config)
     assert result.ok
@@ -93,21 +110,26 @@ async def test_max_parallel_steps_bounds_concurrency() -> None:
 
 async def test_recipe_config_overrides_the_executor_config() -> None:
     recorder = Recorder()
-    steps = [step(f"s{i}", delay=0.01) for i in range(4)]
+    # Each answer takes a few event-loop turns, in which other steps would start if allowed.
+    steps = [step(f"s{i}", turns=3) for i in range(4)]
     recipe = AgentRecipe(id="one", steps=steps, config={"max_parallel_steps": 1})
-    result = await AgentExecutor(config=FAST).execute(recipe, listeners=[recorder])
+    async with asyncio.timeout(HANG_GUARD):
+        result = await AgentExecutor(config=FAST).execute(recipe, listeners=[recorder])
     assert result.ok
     assert recorder.max_concurrency() == 1
 
 
 async def test_a_sync_step_runs_alone() -> None:
     recorder = Recorder()
+    # a and b answer only once both are running; each answer takes a few event-loop turns,
+    # in which other steps would start if the sync step let them.
+    both = recorder.event_when(model_calls_started(2))
     steps = [
-        step("a", delay=0.02),
-        step("b", delay=0.02),
-        step("alone", delay=0.02, mode="sync"),
-        step("c", delay=0.02),
-        step("d", delay=0.02),
+        step("a", gate=both, turns=3),
+        step("b", gate=both, turns=3),
+        step("alone", turns=3, mode="sync"),
+        step("c", turns=3),
+        step("d", turns=3),
     ]
     result = await run(steps, recorder=recorder)
     assert result.ok
@@ -131,7 +153,8 @@ async def test_a_sync_step_runs_alone() -> None:
 async def test_fire_and_forget_holds_nobody_up_and_its_outcome_is_recorded() -> None:
     recorder = Recorder()
     steps = [
-        step("notify", delay=0.05, mode="fire_and_forget"),
+        # It answers only after the last step finished: nobody may wait for it.
+        step("notify", gate=recorder.event_when(step_finished("last")), mode="fire_and_forget"),
         step("next", depends_on=["notify"]),
         step("last", depends_on=["next"]),
     ]
@@ -147,11 +170,14 @@ async def test_fire_and_forget_holds_nobody_up_and_its_outcome_is_recorded() -> 
 
 
 async def test_a_failing_fire_and_forget_step_does_not_fail_the_run() -> None:
+    recorder = Recorder()
+    after_work = recorder.event_when(step_finished("work"))
     steps = [
-        step("notify", ModelError("mail server down"), delay=0.01, mode="fire_and_forget"),
+        step("notify", ModelError("mail server down"), gate=after_work, mode="fire_and_forget"),
         step("work", depends_on=["notify"]),
     ]
-    result = await run(steps)
+    result = await run(steps, recorder=recorder)
+    assert recorder.finished("work") < recorder.finished("notify")
     assert result.status is StepStatus.COMPLETED
     assert statuses(result) == {"work": "completed", "notify": "failed"}
     assert "mail server down" in (result.step("notify").error or "")

@@ -576,7 +576,8 @@ def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path, AGENTS)
     events = tmp_path / "events.jsonl"
     invoke(["run", str(recipe), "--model", "test", "--events", str(events)])
-    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=120)
     view = LiveView(console, ["hello", "loud", "bye"], mode="live")
     assert view.mode == "live"
     seen_running = False
@@ -589,7 +590,7 @@ def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
     assert view.rows["loud"].tool_calls == 1
     assert view.run_status == "completed"
     console.print(view.render())
-    assert "bye" in console.file.getvalue()  # type: ignore[attr-defined]
+    assert "bye" in screen.getvalue()
 
 
 # -- the process: entry point and Ctrl-C -------------------------------------------------------

@@ -4,6 +4,9 @@ Blocks of one file run in order in one namespace, so a page can build on earlier
 A block whose first line is `# doc: no-run` (one needing a real model, say) is skipped.
 A block that prints is followed by a ```text block holding exactly what it prints; ``...`` in
 that text stands for any text (a time, an id).
+
+The ```text blocks of docs/cli.md that show what a command prints are checked the same way,
+against the command run in process (`CLI_OUTPUTS` names the command of each).
 """
 
 from __future__ import annotations
@@ -11,9 +14,14 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shutil
+import textwrap
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from minions.cli._app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
@@ -64,3 +72,57 @@ def test_the_quickstart_is_two_commands_and_ci_runs_the_second() -> None:
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     commands = [line.strip() for line in ci if line.strip() and not line.startswith("#")]
     assert commands[-1] == check
+
+
+EXAMPLE = ROOT / "examples" / "activity_monitor"
+BROKEN_RECIPE = """\
+id: broken
+steps:
+  - id: a
+    goal: Do a.
+    colour: red
+  - id: b
+"""
+CLI_OUTPUTS: dict[str, tuple[list[str], str]] = {
+    # The first line of a ```text block on the page: the command's arguments (run in a copy of
+    # the activity-monitor example, beside `recipe.yaml`) and which stream the block shows.
+    "Plan of activity_monitor": (
+        ["run", "recipe.yaml", "--dry-run", "-m", "ollama:llama3.2:3b"],
+        "stdout",
+    ),
+    "no model set: replaying": (["run", "recipe.yaml"], "first stderr line"),
+    "error: no model is configured": (["run", "recipe.yaml"], "stderr, without a recording"),
+    "invalid recipe: 2 problems": (["validate", "recipe.yaml"], "stderr, of BROKEN_RECIPE"),
+}
+
+
+def _text_blocks(page: Path) -> dict[str, str]:
+    """The page's ```text blocks (indented ones too, dedented), by their first line."""
+    found = re.finditer(r"^( *)```text\n(.*?)^\1```", page.read_text(), re.DOTALL | re.MULTILINE)
+    blocks = [textwrap.dedent(m[2]) for m in found]
+    return {block.splitlines()[0]: block for block in blocks}
+
+
+@pytest.mark.parametrize("first_line", CLI_OUTPUTS)
+def test_the_cli_page_shows_what_commands_print(
+    first_line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocks = _text_blocks(ROOT / "docs" / "cli.md")
+    [expected] = [text for line, text in blocks.items() if line.startswith(first_line)]
+    args, shows = CLI_OUTPUTS[first_line]
+    shutil.copytree(EXAMPLE, tmp_path / "example")
+    monkeypatch.chdir(tmp_path / "example")
+    for name in ("MINIONS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "200")  # no wrapping of long lines
+    if "without a recording" in shows:
+        Path("recipe.recording.json").unlink()
+    if "BROKEN_RECIPE" in shows:
+        Path("recipe.yaml").write_text(BROKEN_RECIPE)
+    result = CliRunner().invoke(app, args)
+    printed = result.stdout if shows == "stdout" else result.stderr
+    if shows == "first stderr line":
+        printed = printed.splitlines(keepends=True)[0]
+    assert _matches(printed, expected), (
+        f"the command printed:\n{printed}\nthe page says:\n{expected}"
+    )

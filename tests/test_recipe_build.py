@@ -4,6 +4,7 @@ checked when a run starts, located build errors, and to_yaml / from_yaml round t
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from minions import (
     LoopStep,
     MessageBundle,
     OutputInstructions,
+    Prompt,
     StepStatus,
     ToolStep,
     Transition,
@@ -175,10 +177,14 @@ def test_routing_and_sequential_mode(tmp_path: Path) -> None:
         Transition("classify", "other"),
     )
     events: list[Any] = []
-    model = FunctionModel(
-        lambda p: '{"topic": "billing"}' if p.step_id == "classify" else str(p.step_id),
-        delay=0.01,
-    )
+
+    async def answer(prompt: Prompt) -> str:
+        # A few turns of the event loop, in which other steps would start if they could.
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return '{"topic": "billing"}' if prompt.step_id == "classify" else str(prompt.step_id)
+
+    model = FunctionModel(answer)
     result = AgentExecutor(model=model).execute_sync(recipe, listeners=[events.append])
     assert result.ok
     assert result.step("other").status is StepStatus.SKIPPED

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from agent_helpers import GatedModel
 from conftest import FAST, add
 from pydantic import BaseModel
 
@@ -46,14 +47,16 @@ async def run_all(context: AgentContext) -> list[StepExecution]:
 
 
 def test_record_then_replay_gives_the_same_result(tmp_path: Path) -> None:
-    real = ScriptedModel(
+    # Each answer takes an event-loop turn, so the two steps' calls interleave.
+    real = GatedModel(
         [
             [("add", {"a": 1, "b": 2})],
             "hi!",
             TransientModelError("503", status_code=503),
             '{"total": 3}',
         ],
-        delay=0.001,
+        name="scripted",
+        turns=1,
     )
     recording = Recording()
     recorded = asyncio.run(

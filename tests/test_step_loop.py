@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from conftest import FAST, add, assert_tool_invariant
@@ -13,16 +15,24 @@ from minions import (
     DefaultStep,
     ExecutionConfig,
     MessageBundle,
+    Model,
     StepDefinitionError,
+    StepExecution,
     StepExecutor,
     StepStatus,
+    Tool,
     tool,
 )
 from minions.testing import FunctionModel, ScriptedModel
 
 
-def run(step: DefaultStep, model: object, *tools: object, **context: object):  # type: ignore[no-untyped-def]
-    ctx = AgentContext(model=model, tools=list(tools) or [add], config=FAST, **context)  # type: ignore[arg-type]
+def run(
+    step: DefaultStep,
+    model: Model,
+    *tools: Tool | Callable[..., Any],
+    **context: Any,
+) -> StepExecution:
+    ctx = AgentContext(model=model, tools=list(tools) or [add], config=FAST, **context)
     return asyncio.run(StepExecutor(step, ctx).execute())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -28,8 +29,8 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def sum_step(**options: object) -> DefaultStep:
-    return DefaultStep("sum", "What is 2+3?", output=OutputInstructions(Sum), **options)  # type: ignore[arg-type]
+def sum_step(**options: Any) -> DefaultStep:
+    return DefaultStep("sum", "What is 2+3?", output=OutputInstructions(Sum), **options)
 
 
 async def run(

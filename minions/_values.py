@@ -69,3 +69,5 @@ class ModeDemotion:
 
     mode: OutputMode
     reason: str
+    base_url: str = ""
+    """The endpoint, without credentials."""

@@ -229,6 +229,8 @@ class OutputModeDemoted(_EventBase):
     model: str = ""
     mode: OutputMode = "json_schema"
     reason: str = ""
+    base_url: str = ""
+    """The endpoint, without credentials (empty for models that have none)."""
 
 
 # -- decisions ---------------------------------------------------------------------------------

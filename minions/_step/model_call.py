@@ -201,6 +201,7 @@ class ModelCallExecutor:
                     model=self.model.name,
                     mode=demotion.mode,
                     reason=demotion.reason,
+                    base_url=demotion.base_url,
                 )
             )
 

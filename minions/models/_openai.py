@@ -35,7 +35,6 @@ from minions.models._openai_wire import (
     usage_of,
 )
 from minions.models._structured import (
-    IGNORED_BEFORE_DEMOTION,
     LADDER,
     LADDER_WITH_TOOLS,
     NO_OUTPUT,
@@ -132,8 +131,9 @@ class OpenAIChatModel(Model):
         output_modes: the structured-output ladder to climb down, a subsequence of
             ``("json_schema", "tool", "prompted_json")`` (the default, in that order).
         provider: the label in this model's `name` (``openai``, ``ollama``, ...).
-        capabilities: what this endpoint was found to refuse and which mode worked; each model
-            has its own unless given one (share one among models of the same endpoint).
+        capabilities: what this endpoint was found to refuse and which mode worked, and how
+            many ignored answers demote a mode; each model has its own `CapabilityMemory`
+            unless given one (share one among models of the same endpoint).
 
     Raises:
         ModelError: no API key for OpenAI's endpoint, or a bad `output_modes`.
@@ -290,7 +290,7 @@ class OpenAIChatModel(Model):
                     else ModelOutputError(str(exc), usage=usage, mode=mode)
                 )
                 if _ignored(exc, completion, mode) and memory.ignored(self._key, mode):
-                    reason = f"{IGNORED_BEFORE_DEMOTION} answers in a row ignored it"
+                    reason = f"{memory.demote_after} answers in a row ignored it"
                     demoted.append(self._demoted(mode, reason))
                     if mode == "tool" and "tools" in request:
                         # Forced with tools of the step's own offered too: the endpoint
@@ -308,8 +308,9 @@ class OpenAIChatModel(Model):
         raise AssertionError("unreachable: the ladder is never empty")  # pragma: no cover
 
     def _demoted(self, mode: OutputMode, reason: str) -> ModeDemotion:
-        info("output mode demoted", model=self.name, where=self._where, mode=mode, reason=reason)
-        return ModeDemotion(mode=mode, reason=reason)
+        base_url = redact_url(self.base_url)
+        info("output mode demoted", model=self.name, base_url=base_url, mode=mode, reason=reason)
+        return ModeDemotion(mode=mode, reason=reason, base_url=base_url)
 
     def _ladder(self, with_tools: bool) -> tuple[OutputMode, ...]:
         if not with_tools or "tools" in self.capabilities.rejected(self._key):

@@ -12,7 +12,7 @@ Three modes (rungs), strongest first:
 A rung the endpoint refuses (HTTP 400 naming the feature) is remembered per (base URL, model)
 in the model's `CapabilityMemory`, and the next rung is tried at once; a rung the endpoint
 accepts but ignores (prose instead of JSON) is re-asked, and demoted only when that happens
-`IGNORED_BEFORE_DEMOTION` times in a row.
+`CapabilityMemory.demote_after` (`IGNORED_BEFORE_DEMOTION`, 2) times in a row.
 
 For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs,
 through the public names of `instructor.v2`; a raw JSON Schema, or a model instructor cannot
@@ -56,20 +56,40 @@ EndpointKey = tuple[str, str]
 
 IGNORED_BEFORE_DEMOTION: Final = 2
 """How many answers in a row that ignore a mode (``json_schema`` answered with prose) demote
-it; one such answer is re-asked in the same mode."""
+it, unless a `CapabilityMemory` says otherwise; one such answer is re-asked in the same mode."""
 
 
 class CapabilityMemory:
-    """What endpoints refused, by (base URL, model): rungs of the ladder and request options
-    such as ``stream_options``, and which output mode last worked.
+    """What endpoints were found to refuse, and which structured-output mode last worked.
 
-    Each `OpenAIChatModel` has its own unless given one: pass the same memory to several models
-    of one endpoint for them to learn together. A feature is refused when the server answers
-    HTTP 400 naming it, or after `IGNORED_BEFORE_DEMOTION` answers in a row that ignored it;
-    a single unusable answer is only re-asked. Safe to share between threads.
+    Keyed by endpoint, a (base URL, model id) pair: the rungs of the ladder an endpoint refused
+    (``json_schema``, ``tool``, ``prompted_json``), request options it refused
+    (``stream_options``, and ``tools`` for one that ignores tools altogether), the mode that
+    last produced valid output, and how many answers in a row ignored each mode.
+
+    A feature is refused when the server answers HTTP 400 naming it (`reject`), or after
+    `demote_after` answers in a row ignored it (`ignored`); a single unusable answer is only
+    re-asked, and a valid answer in that mode (`record`) starts the count again.
+
+    Each `OpenAIChatModel` has its own memory unless given one: pass the same memory to
+    several models of one endpoint for them to learn together. Nothing is shared between
+    models otherwise, nor kept past the memory's life. Safe to share between threads and
+    event loops: writes take a lock, and each entry a read sees is replaced whole.
+
+    Args:
+        demote_after: how many answers in a row that ignore a mode demote it (at least 1;
+            `IGNORED_BEFORE_DEMOTION`, 2, by default).
+
+    Raises:
+        ValueError: `demote_after` is below 1.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, demote_after: int = IGNORED_BEFORE_DEMOTION) -> None:
+        if isinstance(demote_after, bool) or not isinstance(demote_after, int) or demote_after < 1:
+            raise ValueError(
+                f"demote_after must be a whole number of at least 1, not {demote_after!r}"
+            )
+        self.demote_after: Final = demote_after
         self._rejected: dict[EndpointKey, frozenset[str]] = {}
         self._worked: dict[EndpointKey, OutputMode] = {}
         self._ignored: dict[tuple[EndpointKey, OutputMode], int] = {}
@@ -86,11 +106,11 @@ class CapabilityMemory:
 
     def ignored(self, key: EndpointKey, mode: OutputMode) -> bool:
         """Count an answer of `key` that ignored `mode`; true when that demotes `mode` (the
-        `IGNORED_BEFORE_DEMOTION`-th in a row), which is then refused."""
+        `demote_after`-th in a row), which is then refused."""
         with self._lock:
             count = self._ignored.get((key, mode), 0) + 1
             self._ignored[(key, mode)] = count
-            if count < IGNORED_BEFORE_DEMOTION:
+            if count < self.demote_after:
                 return False
             self._rejected[key] = self._rejected.get(key, frozenset()) | {mode}
             return True

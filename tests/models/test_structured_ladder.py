@@ -5,6 +5,7 @@ through the step loop (one retry boundary)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -370,6 +371,47 @@ async def test_json_schema_ignored_twice_in_a_row_moves_down_the_ladder() -> Non
     [demoted] = [e for e in events if isinstance(e, ev.OutputModeDemoted)]
     assert (demoted.mode, demoted.model, demoted.step_id) == ("json_schema", model.name, "sum")
     assert demoted.reason == "2 answers in a row ignored it"
+    assert demoted.base_url == model.base_url
+
+
+async def test_ignored_answers_demote_only_in_a_row() -> None:
+    # A valid answer in the mode starts the count again: two prose answers, each followed by a
+    # valid one (two steps), demote nothing.
+    prose, valid = "The total is five.", FakeReply.structured(Sum(total=5))
+    events: list[ev.Event] = []
+    async with FakeOpenAIServer([prose, valid, prose, valid]) as server:
+        model = server.model()
+        executions = [await run(model, listeners=[events.append]) for _ in range(2)]
+        requests = server.chat_requests
+
+    assert [e.output for e in executions] == [Sum(total=5)] * 2
+    assert [r.response_format is not None for r in requests] == [True] * 4
+    assert model.rejected == frozenset()
+    assert not [e for e in events if isinstance(e, ev.OutputModeDemoted)]
+
+
+@pytest.mark.parametrize("demote_after", [1, 3])
+async def test_how_many_ignored_answers_demote_is_the_memorys_to_say(demote_after: int) -> None:
+    events: list[ev.Event] = []
+    replies: list[Any] = [*["Five."] * demote_after, FakeReply.structured(Sum(total=5))]
+    config = replace(FAST, max_output_retries=demote_after)
+    async with FakeOpenAIServer(replies) as server:
+        model = server.model(capabilities=CapabilityMemory(demote_after=demote_after))
+        context = AgentContext(model=model, config=config, listeners=[events.append])
+        execution = await StepExecutor(sum_step(), context).execute()
+        requests = server.chat_requests
+
+    assert execution.output == Sum(total=5), execution.error
+    assert [r.response_format is not None for r in requests] == [True] * demote_after + [False]
+    assert requests[-1].forced_tool == "Sum"
+    [demoted] = [e for e in events if isinstance(e, ev.OutputModeDemoted)]
+    assert demoted.reason == f"{demote_after} answers in a row ignored it"
+
+
+@pytest.mark.parametrize("demote_after", [0, -1, True, 1.5])
+def test_a_memory_demotes_after_one_answer_at_least(demote_after: Any) -> None:
+    with pytest.raises(ValueError, match="demote_after"):
+        CapabilityMemory(demote_after=demote_after)
 
 
 async def test_a_server_refusal_demotes_at_once_with_an_event() -> None:
@@ -385,6 +427,27 @@ async def test_a_server_refusal_demotes_at_once_with_an_event() -> None:
     [demoted] = [e for e in events if isinstance(e, ev.OutputModeDemoted)]
     assert demoted.mode == "json_schema"
     assert demoted.reason.startswith("the server refused it: ")
+    assert demoted.base_url == model.base_url
+
+
+async def test_a_demotion_names_the_endpoint_without_its_credentials() -> None:
+    events: list[ev.Event] = []
+    async with FakeOpenAIServer(
+        [FakeReply.structured(Sum(total=5))], reject={"response_format"}
+    ) as server:
+        url = server.url.replace("http://", "http://user:hunter22@", 1)
+        redacted = server.url.replace("http://", "http://***@", 1)
+        model = OpenAIChatModel(server.models[0], base_url=url, api_key="sk-test-key")
+        with structlog.testing.capture_logs() as logs:
+            execution = await run(model, listeners=[events.append])
+
+    assert execution.output == Sum(total=5), execution.error
+    [demoted] = [e for e in events if isinstance(e, ev.OutputModeDemoted)]
+    assert demoted.base_url == redacted
+    # Logged by the model too (where structlog is configured), with the same fields.
+    [logged] = [log for log in logs if log["event"] == "output mode demoted"]
+    assert (logged["base_url"], logged["mode"]) == (redacted, "json_schema")
+    assert "hunter22" not in repr(events) + repr(logs)
 
 
 async def test_what_a_model_learns_is_its_own_unless_it_shares_a_memory() -> None:

@@ -39,7 +39,8 @@ from minions._step.execution import DecisionRecord, StepExecution, StepStatus
 from minions._step.executor import StepExecutor
 from minions._step.model_call import ModelCallExecutor
 from minions._step.result import AgentResult
-from minions._step.step import DefaultStep, MemoryScope, Step, StepInput, StepMode, StepRun
+from minions._step.run import StepRun
+from minions._step.step import DefaultStep, MemoryScope, Step, StepInput, StepMode
 from minions._step.tool_call import ToolCallExecutor
 from minions._version import __version__
 from minions.errors import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Self
 
 from minions.errors import ConfigError
 
@@ -49,10 +49,19 @@ class ExecutionConfig:
     """Cancel every running step as soon as one step fails."""
     fire_and_forget_grace: float = 30.0
     """Seconds a finished run waits for its fire-and-forget steps before cancelling them."""
+    _set: frozenset[str] = field(init=False, repr=False, compare=False)
+    """The fields given to the constructor: what this config overrides in `merged`."""
+
+    def __new__(cls, **fields: Any) -> Self:
+        # The generated `__init__` does not say which fields were given, but the keywords
+        # reach `__new__` too.
+        config = object.__new__(cls)
+        object.__setattr__(config, "_set", frozenset(fields))
+        return config
 
     def __post_init__(self) -> None:
         problems = []
-        for f in dataclasses.fields(self):
+        for f in _FIELDS:
             value = getattr(self, f.name)
             if isinstance(value, bool) or value is None:
                 continue
@@ -66,18 +75,34 @@ class ExecutionConfig:
             raise ConfigError("; ".join(problems))
 
     def changes(self) -> dict[str, Any]:
-        """The fields that differ from the defaults (what a recipe file needs to say)."""
+        """The fields that differ from the defaults."""
         default = type(self)()
         return {
             f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
+            for f in _FIELDS
             if getattr(self, f.name) != getattr(default, f.name)
+        }
+
+    def overrides(self) -> dict[str, Any]:
+        """The fields this config sets, in field order: those given to its constructor, even
+        at their default value, and any that differ from the defaults. What it overrides as a
+        step's or recipe's config (see `merged`), and what a recipe file needs to say.
+
+        `dataclasses.replace` gives the constructor every field: a config made with it sets
+        them all.
+        """
+        changed = self.changes()
+        return {
+            f.name: getattr(self, f.name)
+            for f in _FIELDS
+            if f.name in self._set or f.name in changed
         }
 
     def merged(self, overrides: Mapping[str, Any] | ExecutionConfig | None) -> ExecutionConfig:
         """This config with `overrides` applied: the fields a mapping names, or the fields an
-        `ExecutionConfig` sets to something other than its default (the others keep this
-        config's values).
+        `ExecutionConfig` sets (see `overrides`); the others keep this config's values. So a
+        step's ``ExecutionConfig(max_model_calls_per_step=3)`` keeps the run's
+        `max_tool_call_retries`.
 
         Raises:
             ConfigError: a mapping names a field that does not exist, or a value is invalid.
@@ -85,17 +110,23 @@ class ExecutionConfig:
         if overrides is None:
             return self
         if isinstance(overrides, ExecutionConfig):
-            changes = overrides.changes()
-            return dataclasses.replace(self, **changes) if changes else self
-        problem = self.unknown_fields(overrides)
-        if problem:
-            raise ConfigError(problem)
-        return dataclasses.replace(self, **overrides)
+            changes = overrides.overrides()
+        else:
+            problem = self.unknown_fields(overrides)
+            if problem:
+                raise ConfigError(problem)
+            changes = dict(overrides)
+        if not changes:
+            return self
+        merged = dataclasses.replace(self, **changes)
+        # `replace` gave every field; what the result sets is what either config set.
+        object.__setattr__(merged, "_set", self._set.union(changes))
+        return merged
 
     @classmethod
     def unknown_fields(cls, overrides: Mapping[str, Any]) -> str | None:
         """What is wrong with the names in `overrides`, or ``None`` when all are fields."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in _FIELDS}
         unknown = sorted(set(overrides) - names)
         if not unknown:
             return None
@@ -103,3 +134,9 @@ class ExecutionConfig:
             f"unknown config field(s) {', '.join(map(repr, unknown))}; "
             f"known fields: {', '.join(sorted(names))}"
         )
+
+
+_FIELDS: tuple[dataclasses.Field[Any], ...] = tuple(
+    f for f in dataclasses.fields(ExecutionConfig) if f.init
+)
+"""The fields of `ExecutionConfig` its constructor takes (not the private `_set`)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from conftest import add
 
@@ -14,7 +16,11 @@ from minions import (
     MinionsError,
     OutputInstructions,
     StepDefinitionError,
+    StepExecution,
     StepExecutor,
+    StepStatus,
+    ToolStep,
+    tool,
 )
 from minions.testing import ScriptedModel
 
@@ -76,6 +82,48 @@ def test_a_step_config_overrides_only_the_fields_it_sets() -> None:
     assert run.merged(ExecutionConfig()) is run
     with pytest.raises(ConfigError, match="max_model_call"):
         run.merged({"max_model_call": 3})
+
+
+def test_a_field_a_step_config_gives_overrides_the_run_even_at_its_default() -> None:
+    run = ExecutionConfig(max_tool_call_retries=0, max_model_calls_per_step=4)
+    step = ExecutionConfig(max_tool_call_retries=2)  # 2 is the default, said on purpose
+    assert step.overrides() == {"max_tool_call_retries": 2}
+    merged = run.merged(step)
+    assert (merged.max_model_calls_per_step, merged.max_tool_call_retries) == (4, 2)
+    assert ExecutionConfig().overrides() == {}
+
+
+def _run_flaky(step_config: ExecutionConfig) -> tuple[StepExecution, int]:
+    """A tool step whose tool fails the first time, in a run that allows no tool retry."""
+    attempts = 0
+
+    @tool
+    def flaky() -> str:
+        """Fails the first time."""
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise RuntimeError("not yet")
+        return "done"
+
+    run_config = ExecutionConfig(max_tool_call_retries=0, tool_retry_initial_delay=0.0)
+    context = AgentContext(tools=[flaky], config=run_config)
+    step = ToolStep("t", "flaky", config=step_config)
+    return asyncio.run(StepExecutor(step, context).execute()), attempts
+
+
+def test_a_step_config_keeps_the_run_fields_it_does_not_give() -> None:
+    execution, attempts = _run_flaky(ExecutionConfig(max_model_calls_per_step=3))
+    assert execution.status is StepStatus.FAILED
+    assert execution.error == "step 't': Tool 'flaky' failed: RuntimeError: not yet"
+    assert attempts == 1
+
+
+def test_a_step_config_field_at_its_default_still_overrides_the_run() -> None:
+    execution, attempts = _run_flaky(ExecutionConfig(max_tool_call_retries=2))
+    assert execution.status is StepStatus.COMPLETED
+    assert execution.output == "done"
+    assert attempts == 2
 
 
 def test_no_model_configured_fails_the_step_clearly(monkeypatch: pytest.MonkeyPatch) -> None:

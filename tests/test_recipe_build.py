@@ -317,7 +317,8 @@ def test_a_python_recipe_writes_yaml_with_the_same_semantics(tmp_path: Path) -> 
                 depends_on=["check"],
                 mode="sync",
                 timeout=5,
-                config=ExecutionConfig(max_model_calls_per_step=3),
+                # A field given at its default value is written too: it overrides the run's.
+                config=ExecutionConfig(max_model_calls_per_step=3, max_tool_call_retries=2),
             ),
         ],
         transitions=[Transition("plan", "check", when="output.ok")],
@@ -329,7 +330,7 @@ def test_a_python_recipe_writes_yaml_with_the_same_semantics(tmp_path: Path) -> 
     assert data["steps"][0]["next"] == [{"step": "check", "when": "output.ok"}]
     assert data["steps"][1]["analyze"] == "Analyse the data."
     assert data["steps"][2]["mode"] == "sync"
-    assert data["steps"][2]["config"] == {"max_model_calls_per_step": 3}
+    assert data["steps"][2]["config"] == {"max_model_calls_per_step": 3, "max_tool_call_retries": 2}
     assert "config" not in data["steps"][1]  # an analysis step's own default is not written
     loaded = parse_recipe(dump_recipe(recipe), base=tmp_path)
 

@@ -12,10 +12,12 @@ from conftest import FAST, Lookup, Offline, add
 from minions import (
     AgentContext,
     AgentRecipe,
+    Message,
     Prompt,
     StepDefinitionError,
     StepExecution,
     StepExecutor,
+    StepRun,
     StepStatus,
     tool,
 )
@@ -23,7 +25,7 @@ from minions._kinds.analysis import AnalysisStep
 from minions._kinds.example import schema_from_example
 from minions._kinds.loop import LoopStep
 from minions._kinds.tool import ToolStep
-from minions._step.step import DefaultStep, Step
+from minions._step.step import DefaultStep, Step, StepInput
 from minions.recipes._subrecipe import RecipeStep
 from minions.testing import FunctionModel, ScriptedModel
 
@@ -189,6 +191,40 @@ def test_loop_index_and_sequential_order() -> None:
     execution = run(LoopStep(body, ["x", "y"]), FunctionModel(reply))
     assert execution.output == ["ok", "ok"]
     assert seen == ["Item 0 is x.", "Item 1 is y."]
+
+
+class _Adding(Step):
+    """A kind of its own: adds the loop item to itself through a tool, and reports what its
+    `StepRun` says about the execution."""
+
+    def tool_names(self) -> frozenset[str]:
+        return frozenset({"add"})
+
+    def build_messages(self, step_input: StepInput) -> list[Message]:
+        return []
+
+    async def run(self, run: StepRun) -> None:
+        n = run.state["loop"]["item"]
+        response = await run.call_tool("add", {"a": n, "b": n})
+        run.complete(
+            {
+                "sum": response.result,
+                "step": run.step.id,
+                "item": run.item,
+                "name": run.name,
+                "calls": [call.name for call in run.execution.tool_calls],
+            }
+        )
+
+
+def test_a_kind_of_its_own_sees_its_step_item_and_execution() -> None:
+    execution = run(LoopStep(_Adding("adding"), [3, 4]))
+    assert execution.status is StepStatus.COMPLETED
+    assert execution.output == [
+        {"sum": 6, "step": "adding", "item": 0, "name": "adding[0]", "calls": ["add"]},
+        {"sum": 8, "step": "adding", "item": 1, "name": "adding[1]", "calls": ["add"]},
+    ]
+    assert [call.name for call in execution.tool_calls] == ["add", "add"]
 
 
 def test_empty_loop_completes_with_an_empty_result() -> None:

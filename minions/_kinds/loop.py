@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 
 from minions._messages import Message
 from minions._step.execution import StepExecution, StepStatus
-from minions._step.step import Step, StepInput, StepRun
+from minions._step.run import StepRun
+from minions._step.step import Step, StepInput
 from minions._templates import render
 from minions.errors import Problem, StepDefinitionError
 from minions.tools._tool import ToolRegistry

@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 from minions._messages import Message, MessageBundle
 from minions._output import OutputInstructions
 from minions._step.execution import StepStatus
-from minions._step.step import DefaultStep, Step, StepInput, StepRun
+from minions._step.run import StepRun
+from minions._step.step import DefaultStep, Step, StepInput
 from minions._templates import has_template, render
 from minions._text import as_text
 from minions.errors import Problem, StepDefinitionError, TemplateError, ToolError

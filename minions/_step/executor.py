@@ -89,6 +89,7 @@ class StepExecutor:
         self.config = context.config.merged(step.config)
         self.state: Mapping[str, Any] = state if state is not None else {"inputs": context.inputs}
         self.dependencies: Mapping[str, Any] = dependencies or {}
+        self.item = item
         suffix = "" if item is None else f"[{item}]"
         self.name = f"{step.id}{suffix}"
         self.scope = scope or f"{step.id}#{visit}{suffix}"

@@ -160,7 +160,7 @@ def _own(step: Step) -> dict[str, Any]:
 def _config(config: Mapping[str, Any] | ExecutionConfig | None) -> dict[str, Any]:
     if config is None:
         return {}
-    return config.changes() if isinstance(config, ExecutionConfig) else dict(config)
+    return config.overrides() if isinstance(config, ExecutionConfig) else dict(config)
 
 
 def _body(step: Step) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from minions._messages import Message, ModelCallResponse, Prompt
 from minions._step.execution import StepStatus
-from minions._step.step import Step, StepInput, StepRun
+from minions._step.run import StepRun
+from minions._step.step import Step, StepInput
 from minions._templates import render
 from minions.models._base import Model
 

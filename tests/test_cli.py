@@ -598,8 +598,7 @@ def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
 
 def test_the_installed_entry_point(tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("minions")
-    if not script.exists():
-        pytest.skip("the package is not installed with its scripts")
+    assert script.exists(), "`make install` installs the `minions` script beside the interpreter"
     recipe = write_recipe(tmp_path, TOOL_ONLY)
     done = subprocess.run(
         [str(script), "run", str(recipe), "-i", "n=3", "--json"],

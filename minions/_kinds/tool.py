@@ -60,10 +60,13 @@ class ToolStep(Step):
         tool = tools.get(self.tool) if tools is not None else None
         if tool is None:
             return found
+        known = tool.parameters["properties"]
         for name, value in self.params.items():
-            literal = not has_template(value)
-            problem = tool.argument_problem(name, value if literal else None)
-            if problem is not None and (literal or "has no parameter" in problem):
+            # A templated value is known only at run time; its name can be checked now.
+            if name in known and has_template(value):
+                continue
+            problem = tool.argument_problem(name, value)
+            if problem is not None:
                 found.append(Problem(message=problem, step=self.id, field="params"))
         return found
 

@@ -137,6 +137,26 @@ def test_schema_is_the_recipe_json_schema() -> None:
     assert "StepSpec" in schema["$defs"]
 
 
+@pytest.mark.parametrize(
+    "recipe", sorted(Path(__file__).parent.parent.glob("examples/**/*.yaml")), ids=str
+)
+def test_the_schema_accepts_the_examples_and_the_documented_shorthands(recipe: Path) -> None:
+    # An editor with the schema must not flag what the loader accepts (`loop: "{{ ... }}"`).
+    import jsonschema
+    import yaml
+
+    schema = json.loads(invoke(["schema"]).stdout)
+    jsonschema.validate(yaml.safe_load(recipe.read_text()), schema)
+    shorthands = """\
+id: short
+steps:
+  - {id: a, goal: list, loop: "{{ inputs.items }}", tools: read_file}
+  - {id: b, goal: b, loop: [1, 2], depends_on: a, next: c}
+  - {id: c, goal: c}
+"""
+    jsonschema.validate(yaml.safe_load(shorthands), schema)
+
+
 def test_a_missing_recipe_file_is_a_usage_error(tmp_path: Path) -> None:
     result = invoke(["run", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 2
@@ -238,6 +258,29 @@ def test_an_unwritable_events_file_is_a_usage_error(tmp_path: Path) -> None:
     result = invoke(["run", str(recipe), "-i", "n=1", "--events", str(tmp_path / "no" / "e")])
     assert result.exit_code == 2
     assert "cannot write events" in result.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_for_events_is_said_once_and_the_run_goes_on(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, TOOL_ONLY)
+    result = invoke(["run", str(recipe), "-i", "n=3", "--json", "--events", "/dev/full"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["output"] == 12
+    assert result.stderr.count("cannot write events to '/dev/full'") == 1
+    assert "the run goes on without them" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("target", ["recipe.yaml", "tools.py", "run.recording.json"])
+def test_events_never_overwrite_the_recipe_or_the_recording(tmp_path: Path, target: str) -> None:
+    recipe = write_recipe(tmp_path, TOOL_ONLY)
+    (tmp_path / "run.recording.json").write_text("{}")
+    before = (tmp_path / target).read_text()
+    args = ["run", str(recipe), "-i", "n=1", "--events", str(tmp_path / target)]
+    result = invoke([*args, "--record", str(tmp_path / "run.recording.json")])
+    assert result.exit_code == 2
+    assert f"--events {str(tmp_path / target)!r}" in " ".join(result.stderr.split())
+    assert (tmp_path / target).read_text() == before
 
 
 # -- inputs ------------------------------------------------------------------------------------
@@ -620,9 +663,11 @@ def test_python_dash_m() -> None:
     assert done.stdout.strip() == f"minions {__version__}"
 
 
-def interrupt_slow_run(tmp_path: Path, *extra: str) -> tuple[int, str, str]:
-    """Run the `SLOW` recipe in a process, send it SIGINT once its slow step has started, and
-    return its exit code, stdout and stderr. Its events go to ``events.jsonl``."""
+def interrupt_slow_run(
+    tmp_path: Path, *extra: str, signum: int = signal.SIGINT
+) -> tuple[int, str, str]:
+    """Run the `SLOW` recipe in a process, send it `signum` once its slow step has started,
+    and return its exit code, stdout and stderr. Its events go to ``events.jsonl``."""
     recipe = write_recipe(tmp_path, SLOW)
     events = tmp_path / "events.jsonl"
     command = [sys.executable, str(HELPERS), "run", str(recipe), "--model", "test"]
@@ -634,7 +679,7 @@ def interrupt_slow_run(tmp_path: Path, *extra: str) -> tuple[int, str, str]:
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the slow step never started"
             time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         out, err = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
@@ -656,6 +701,17 @@ def test_ctrl_c_cancels_cleanly_and_keeps_events_and_recording(tmp_path: Path) -
     assert kinds[-1] == "run_failed"
     assert "step_failed" in kinds
     assert set(Recording.load(recording).entries) == {"first#1/1"}
+
+
+def test_sigterm_ends_the_run_like_ctrl_c(tmp_path: Path) -> None:
+    # What `docker stop`, Kubernetes and CI timeouts send: a run_failed event and a summary.
+    code, out, err = interrupt_slow_run(tmp_path, "--json", signum=signal.SIGTERM)
+    assert code == 143, err
+    assert "Traceback" not in err
+    assert "terminated: the run was cancelled. Finished: first; cancelled: nap" in err
+    assert json.loads(out)["error"] == "cancelled by SIGTERM"
+    events = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert json.loads(events[-1])["kind"] == "run_failed"
 
 
 def test_ctrl_c_with_json_prints_the_cancelled_run(tmp_path: Path) -> None:

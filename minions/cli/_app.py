@@ -18,6 +18,7 @@ from rich.console import Console
 
 from minions._version import __version__
 from minions.cli._model_choice import UsageError
+from minions.cli._report import plural
 from minions.cli._running import EXIT_INTERRUPTED, EXIT_USAGE, RunOptions, run_recipe
 from minions.errors import MinionsError, RecipeError
 from minions.models._base import Model
@@ -98,7 +99,7 @@ def _main(
     """Run LLM agents as steps: YAML recipes, from the command line.
 
     Exit codes: 0 the run completed, 1 it failed, 2 bad usage or an invalid recipe or inputs,
-    130 interrupted (Ctrl-C).
+    130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
 
 
@@ -182,6 +183,16 @@ def run(
             help="Check that the model servers answer before the first step runs.",
         ),
     ] = True,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            metavar="DIR",
+            help="The folder the file tools work in. Default: the recipe's `workspace:`, "
+            "else .minions/workspace/<recipe id> here.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a recipe.
 
@@ -197,6 +208,7 @@ def run(
         events=events,
         record=record,
         replay=replay,
+        workspace=workspace,
         quiet=quiet,
         preflight=preflight,
     )
@@ -206,17 +218,31 @@ def run(
 
 
 @app.command()
-def validate(recipe: RecipeArgument) -> None:
+def validate(
+    recipe: RecipeArgument,
+    no_import: Annotated[
+        bool,
+        typer.Option(
+            "--no-import",
+            help="Run none of the recipe's code: check that its tool modules exist without "
+            "importing them (tool names and parameters are then not checked).",
+        ),
+    ] = False,
+) -> None:
     """Check a recipe.
 
     Prints OK and its step count, or every problem with its file and line (exit code 2).
+    A recipe is code: its `tools:` modules are imported, unless --no-import.
     """
     from minions.recipes._build import load_recipe_file
 
     with _user_errors():
-        loaded = load_recipe_file(recipe)
+        loaded = load_recipe_file(recipe, import_tools=not no_import)
     steps = len(loaded.recipe.steps)
-    typer.echo(f"OK: {recipe} ({loaded.recipe.id}, {steps} step{'s' if steps != 1 else ''})")
+    note = ""
+    if no_import and loaded.spec.tools:
+        note = f"; {plural(len(loaded.spec.tools), 'tool module')} found, not imported"
+    typer.echo(f"OK: {recipe} ({loaded.recipe.id}, {plural(steps, 'step')}{note})")
 
 
 @app.command()

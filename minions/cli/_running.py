@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -51,7 +52,7 @@ from minions.errors import ModelError
 from minions.events import EventListener, event_to_json
 from minions.models._base import Model
 from minions.models._recording import Recording
-from minions.recipes._build import load_recipe_file
+from minions.recipes._build import RecipeFile, load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 
 __all__ = []
@@ -65,6 +66,8 @@ EXIT_USAGE = 2
 """Bad usage, an invalid recipe or invalid inputs: nothing ran."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, as shells report it)."""
+EXIT_TERMINATED = 143
+"""SIGTERM (128 + 15): `docker stop`, Kubernetes, a CI timeout. Handled like Ctrl-C."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +84,7 @@ class RunOptions:
     replay: Path | None = None
     quiet: bool = False
     preflight: bool = True
+    workspace: Path | None = None
 
 
 def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
@@ -103,20 +107,42 @@ def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
 
 
 class EventsFile:
-    """An event listener writing each event as one JSON line, flushed as it happens."""
+    """An event listener writing each event as one JSON line, flushed as it happens.
 
-    def __init__(self, path: Path) -> None:
+    A write that fails (a full disk) is said once on `err`; the run and its output go on, and
+    the file keeps the events written before.
+    """
+
+    def __init__(self, path: Path, err: Console) -> None:
+        self.path = path
+        self._err = err
+        self.failed = False
         try:
             self._file: IO[str] = path.open("w", encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot write events to {str(path)!r}: {exc.strerror}") from None
 
     def __call__(self, event: Any) -> None:
-        self._file.write(event_to_json(event) + "\n")
-        self._file.flush()
+        if self.failed:
+            return
+        try:
+            self._file.write(event_to_json(event) + "\n")
+            self._file.flush()
+        except OSError as exc:
+            self.failed = True
+            self._err.print(
+                f"warning: cannot write events to {str(self.path)!r} ({exc.strerror or exc}); "
+                "the run goes on without them",
+                markup=False,
+                highlight=False,
+                style="yellow",
+            )
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:
+            pass  # said already, or the last flush failed: the run's result matters more
 
 
 def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Console) -> int:
@@ -132,8 +158,13 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     if options.record is not None and not options.record.parent.is_dir():
         raise UsageError(f"cannot record to {str(options.record)!r}: no such directory")
     given = parse_inputs(options.inputs)
-    loaded = load_recipe_file(options.recipe)
+    workspace = options.workspace
+    if workspace is not None and workspace.exists() and not workspace.is_dir():
+        raise UsageError(f"--workspace {str(options.workspace)!r} is not a folder")
+    loaded = load_recipe_file(options.recipe, workspace=options.workspace)
     recipe = loaded.recipe
+    if options.events is not None:
+        _refuse_overwriting(options.events, loaded, options)
     inputs = recipe.check_inputs(given)
     source = model_source(recipe, options.recipe, model=options.model, replay=options.replay)
     if options.dry_run:
@@ -148,7 +179,7 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     view = LiveView(
         err, [s.id for s in recipe.steps], title=recipe.id, mode="off" if options.quiet else None
     )
-    events = EventsFile(options.events) if options.events is not None else None
+    events = EventsFile(options.events, err) if options.events is not None else None
     listeners: list[EventListener] = [view] if events is None else [view, events]
     context = executor.create_context(recipe, inputs, listeners=listeners)
     if view.mode == "lines":
@@ -176,7 +207,9 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
                 _save_recording(choice.recording, options.record, err, quiet=options.quiet)
         if result is None:
             elapsed = time.monotonic() - started
-            return _report_interrupted(view, options, err, elapsed, run_id=context.run_id)
+            return _report_interrupted(
+                view, options, err, elapsed, run_id=context.run_id, terminated=loop.terminated
+            )
         if choice.replay is not None and choice.replay.changed_prompts and not options.quiet:
             changed = choice.replay.changed_prompts
             err.print(
@@ -219,6 +252,20 @@ def _dry_run(
     return EXIT_OK
 
 
+def _refuse_overwriting(events: Path, loaded: RecipeFile, options: RunOptions) -> None:
+    """`--events` must not name a file the run reads or writes otherwise."""
+    given = events.resolve()
+    inputs = {"the recipe": loaded.path, "--replay": options.replay, "--record": options.record}
+    for what, path in inputs.items():
+        if path is not None and Path(path).resolve() == given:
+            raise UsageError(f"--events {str(events)!r} is {what}: give another file")
+    if given.suffix in {".yaml", ".yml", ".py"} and given.exists():
+        raise UsageError(
+            f"--events {str(events)!r} would overwrite a {given.suffix} file: event logs are "
+            "JSON lines (.jsonl)"
+        )
+
+
 def _save_recording(recording: Recording, path: Path, err: Console, *, quiet: bool) -> None:
     try:
         recording.save(path)
@@ -257,8 +304,15 @@ def _report(result: AgentResult, options: RunOptions, err: Console) -> int:
 
 
 def _report_interrupted(
-    view: LiveView, options: RunOptions, err: Console, elapsed: float, *, run_id: str
+    view: LiveView,
+    options: RunOptions,
+    err: Console,
+    elapsed: float,
+    *,
+    run_id: str,
+    terminated: bool = False,
 ) -> int:
+    cause = "SIGTERM" if terminated else "Ctrl-C"
     summaries = [
         # A step cut short by the Ctrl-C failed "was cancelled": say so.
         dataclasses.replace(s, status="cancelled")
@@ -273,7 +327,7 @@ def _report_interrupted(
             "run_id": run_id,
             "recipe_id": view.title,
             "status": "cancelled",
-            "error": "cancelled by Ctrl-C",
+            "error": f"cancelled by {cause}",
             "steps": [
                 {
                     "id": s.id,
@@ -290,21 +344,28 @@ def _report_interrupted(
         err.print(summary_table(summaries))
         err.print(run_line(summaries, status="cancelled", duration=elapsed))
     err.print(
-        f"interrupted: the run was cancelled. Finished: {', '.join(finished) or 'nothing'}"
+        f"{'terminated' if terminated else 'interrupted'}: the run was cancelled. "
+        f"Finished: {', '.join(finished) or 'nothing'}"
         + (f"; cancelled: {', '.join(cancelled)}" if cancelled else ""),
         markup=False,
         highlight=False,
         style="yellow",
     )
-    return EXIT_INTERRUPTED
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 class _Loop:
-    """An asyncio runner whose SIGINT handler cancels the run on Ctrl-C."""
+    """An asyncio runner whose SIGINT handler cancels the run on Ctrl-C; SIGTERM does the
+    same (it is turned into a SIGINT), so a stopped container still ends its run cleanly."""
 
     def __init__(self) -> None:
         self.runner = asyncio.Runner()
         self.interrupted = False
+        self.terminated = False
+
+    def on_sigterm(self, signum: int, frame: object) -> None:
+        self.terminated = True
+        signal.raise_signal(signal.SIGINT)
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T | None:
         """The coroutine's result, or ``None`` when Ctrl-C cancelled it."""
@@ -323,9 +384,14 @@ def _event_loop(err: Console) -> Iterator[_Loop]:
     after a Ctrl-C, the user is told so, and a second Ctrl-C leaves at once.
     """
     loop = _Loop()
+    previous: Any = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, loop.on_sigterm)
     try:
         yield loop
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         notice = threading.Timer(
             1.0,
             lambda: err.print(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -42,18 +45,59 @@ class RecipeFile:
     located: Located
 
 
-def load_recipe_file(path: str | Path, *, _stack: tuple[Path, ...] = ()) -> RecipeFile:
+@dataclass(frozen=True, kw_only=True)
+class _Load:
+    """What one load shares with the recipes it includes."""
+
+    stack: tuple[Path, ...] = ()
+    import_tools: bool = True
+    workspace: Path | None = None
+    """The file tools' folder, when the caller chose it: it overrides every recipe's."""
+    inherited: Path | None = None
+    """The including recipe's workspace, for an included recipe that names none."""
+    protected: set[Path] = dataclasses.field(default_factory=set)
+    """The files the load read: recipes and tool modules, which file tools never write."""
+
+    def enter(self, file: Path) -> _Load:
+        return dataclasses.replace(self, stack=(*self.stack, file))
+
+
+def default_workspace(recipe_id: str) -> Path:
+    """Where a recipe's file tools work unless it says otherwise: a folder of its own,
+    ``.minions/workspace/<recipe id>`` in the current directory (created by the first write)."""
+    return Path.cwd() / ".minions" / "workspace" / recipe_id
+
+
+def load_recipe_file(
+    path: str | Path,
+    *,
+    import_tools: bool = True,
+    workspace: str | Path | None = None,
+    _load: _Load | None = None,
+) -> RecipeFile:
     """Load, check and build a YAML recipe file.
+
+    `workspace` is the folder of the file tools (``read_file``, ``write_file``,
+    ``list_files``), overriding the recipe's ``workspace:``; by default a recipe that names
+    none works in `default_workspace`. With ``import_tools=False`` no code of the recipe runs:
+    each module in ``tools:`` is only checked to exist, and the steps' tool names and
+    parameters are not checked against it (for a recipe you do not trust; see
+    docs/recipes.md, "Recipes are code").
 
     Raises:
         RecipeError: every problem found, each with file, line, step and field.
     """
+    load = _load or _Load(
+        import_tools=import_tools,
+        workspace=Path(workspace).resolve() if workspace is not None else None,
+    )
     file = Path(path).resolve()
-    if file in _stack:
-        chain = " -> ".join(p.name for p in (*_stack, file))
+    if file in load.stack:
+        chain = " -> ".join(p.name for p in (*load.stack, file))
         raise RecipeError([Problem(message=f"recipes include each other: {chain}", file=str(path))])
     spec, located = load_spec(path)
-    return build_recipe(spec, located, base=file.parent, path=file, stack=(*_stack, file))
+    load.protected.add(file)
+    return build_recipe(spec, located, base=file.parent, path=file, _load=load.enter(file))
 
 
 def load_recipe(path: str | Path) -> AgentRecipe:
@@ -82,9 +126,17 @@ def build_recipe(
     *,
     base: Path,
     path: Path | None = None,
-    stack: tuple[Path, ...] = (),
+    _load: _Load | None = None,
 ) -> RecipeFile:
     """Build the `AgentRecipe` a spec describes, and check it whole."""
+    load = _load or _Load()
+    if load.workspace is not None:
+        workspace = load.workspace
+    elif spec.workspace is not None:
+        workspace = (base / spec.workspace).resolve()
+    else:
+        workspace = load.inherited or default_workspace(spec.id)
+    load = dataclasses.replace(load, inherited=workspace)
     problems: list[Problem] = []
 
     def problem(message: str, index: int | None = None, field: str | None = None) -> None:
@@ -102,13 +154,13 @@ def build_recipe(
             )
         )
 
-    tools = _tools(spec, base, problem)
+    tools = _tools(spec, base, problem, load, workspace)
     steps: list[Step] = []
     transitions = []
     aliases: dict[str, str] = {}
     for index, step_spec in enumerate(spec.steps):
         try:
-            steps.append(_step(step_spec, base, stack))
+            steps.append(_step(step_spec, base, load))
         except RecipeError as exc:
             for p in exc.problems:
                 problem(f"in {p.file}: {p}" if p.file else p.message, index, "recipe")
@@ -138,7 +190,9 @@ def build_recipe(
         input_specs=spec.inputs,
         execution_mode=spec.execution_mode,
     )
-    for issue in recipe_problems(recipe, ToolRegistry(tools)):
+    # Without the imports, a step's tool may come from a module nobody looked into.
+    registry = ToolRegistry(tools) if load.import_tools or not spec.tools else None
+    for issue in recipe_problems(recipe, registry):
         at = next((i for i, s in enumerate(spec.steps) if s.id == issue.step), None)
         field = _yaml_field(issue.field)
         if field == "tools" and at is not None and spec.steps[at].kind == "tool":
@@ -173,7 +227,7 @@ def _options(spec: StepSpec) -> dict[str, Any]:
     }
 
 
-def _body(spec: StepSpec, base: Path, stack: tuple[Path, ...], options: dict[str, Any]) -> Step:
+def _body(spec: StepSpec, base: Path, load: _Load, options: dict[str, Any]) -> Step:
     own: dict[str, Any] = {"model": spec.model, "config": spec.config or None, **options}
     output = spec.output if spec.output is not None else spec.output_format
     if spec.kind == "agent":
@@ -201,15 +255,15 @@ def _body(spec: StepSpec, base: Path, stack: tuple[Path, ...], options: dict[str
         assert spec.tool is not None
         return ToolStep(spec.id, spec.tool, spec.params, fill_missing=spec.fill_missing, **own)
     assert spec.recipe is not None
-    child = load_recipe_file(base / spec.recipe, _stack=stack)
+    child = load_recipe_file(base / spec.recipe, _load=load)
     return RecipeStep(spec.id, child.recipe, inputs=spec.inputs, **own)
 
 
-def _step(spec: StepSpec, base: Path, stack: tuple[Path, ...]) -> Step:
+def _step(spec: StepSpec, base: Path, load: _Load) -> Step:
     if spec.loop is None:
-        return _body(spec, base, stack, _options(spec))
+        return _body(spec, base, load, _options(spec))
     # The loop carries the scheduling options; the body runs once per item.
-    body = _body(spec, base, stack, {"description": spec.description})
+    body = _body(spec, base, load, {"description": spec.description})
     return LoopStep(
         body,
         spec.loop.items,
@@ -225,23 +279,29 @@ def _instructions(step_id: str, output: Any) -> OutputInstructions | None:
     return OutputInstructions(schema_from_example(output), name=f"{step_id}_output")
 
 
-def _tools(spec: RecipeSpec, base: Path, problem: Any) -> list[Tool]:
+def _tools(spec: RecipeSpec, base: Path, problem: Any, load: _Load, workspace: Path) -> list[Tool]:
     found: dict[str, Tool] = {}
     for index, reference in enumerate(spec.tools):
         try:
-            for item in _import_tools(reference, base):
+            if not load.import_tools:
+                _locate_tools(reference, base)
+                continue
+            for item in _import_tools(reference, base, load.protected):
                 found.setdefault(item.name, item)
         except MinionsError as exc:
             problem(str(exc), None, f"tools.{index}")
     http = spec.http if isinstance(spec.http, HttpSpec) else HttpSpec(enabled=spec.http)
     for builtin in builtin_tools(
-        base / spec.workspace, http=http.enabled, allowed_hosts=http.allowed_hosts
+        workspace,
+        http=http.enabled,
+        allowed_hosts=http.allowed_hosts,
+        protected=load.protected,
     ):
         found.setdefault(builtin.name, builtin)
     return list(found.values())
 
 
-def _import_tools(reference: str, base: Path) -> list[Tool]:
+def _import_tools(reference: str, base: Path, protected: set[Path]) -> list[Tool]:
     """Tools from ``package.module:name`` or every tool of ``package.module``.
 
     A module beside the recipe file (``tools`` for ``tools.py``) is loaded from there under a
@@ -249,6 +309,8 @@ def _import_tools(reference: str, base: Path) -> list[Tool]:
     """
     module_name, _, attribute = reference.partition(":")
     module = _import_module(module_name, base)
+    if module.__file__ is not None:
+        protected.add(Path(module.__file__).resolve())
     if attribute:
         value = getattr(module, attribute, None)
         if value is None:
@@ -262,6 +324,64 @@ def _import_tools(reference: str, base: Path) -> list[Tool]:
     if not tools:
         raise MinionsError(f"module {module_name!r} defines no tools (functions with @tool)")
     return tools
+
+
+def _locate_tools(reference: str, base: Path) -> None:
+    """Check that ``module[:name]`` can be found, without running any of its code."""
+    module_name, _, attribute = reference.partition(":")
+    local = base.joinpath(*module_name.split(".")).with_suffix(".py")
+    if local.is_file():
+        source: Path | None = local
+    else:
+        source = _find_module(module_name)
+    if not attribute or source is None or source.suffix != ".py":
+        return
+    try:
+        tree = ast.parse(source.read_bytes(), filename=str(source))
+    except (SyntaxError, ValueError) as exc:
+        raise MinionsError(f"{str(source)!r} is not valid Python: {exc}") from None
+    names = _top_level_names(tree)
+    # A star import or a module __getattr__ may define any name: only an import would tell.
+    if attribute not in names and "*" not in names and "__getattr__" not in names:
+        raise MinionsError(f"{module_name!r} has no {attribute!r}")
+
+
+def _find_module(name: str) -> Path | None:
+    """Where module `name` lives, found the way `import` would, without importing anything
+    (not even its parent packages). None for a module without a file (built into Python)."""
+    if name in sys.builtin_module_names:
+        return None
+    search: list[str] | None = None
+    spec = None
+    for depth, part in enumerate(name.split(".")):
+        spec = importlib.machinery.PathFinder.find_spec(part, search)
+        if spec is None:
+            missing = ".".join(name.split(".")[: depth + 1])
+            raise MinionsError(f"cannot find module {missing!r} (tools from {name!r})")
+        search = list(spec.submodule_search_locations or [])
+    if spec is None or spec.origin is None or not spec.has_location:
+        return None
+    return Path(spec.origin)
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)  # "*" too
+        else:
+            # Names bound under `if`/`try` at the top level count too.
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    names.add(inner.name)
+                elif isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
+                    names.add(inner.id)
+    return names
 
 
 def _import_module(name: str, base: Path) -> ModuleType:
@@ -279,15 +399,19 @@ def _import_module(name: str, base: Path) -> ModuleType:
         sys.modules[unique] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             del sys.modules[unique]
-            raise MinionsError(
-                f"importing {str(local)!r} failed: {type(exc).__name__}: {exc}"
-            ) from None
+            raise MinionsError(f"importing {str(local)!r} failed: {_failure(exc)}") from None
         return module
     try:
         return importlib.import_module(name)
     except ImportError as exc:
         raise MinionsError(f"cannot import tools from {name!r}: {exc}") from None
-    except Exception as exc:
-        raise MinionsError(f"importing {name!r} failed: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:
+        raise MinionsError(f"importing {name!r} failed: {_failure(exc)}") from None
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"

@@ -54,9 +54,25 @@ class HttpSpec(_Strict):
     allowed_hosts: list[str] | None = None
 
 
+def _shorthands(schema: dict[str, Any]) -> None:
+    """The JSON Schema says what the loader accepts: the one-string and list shorthands the
+    validators below turn into the full form."""
+    properties = schema["properties"]
+    properties["loop"]["anyOf"][1:1] = [
+        {"type": "string", "description": "A {{ template }} giving the items."},
+        {"type": "array", "description": "The items."},
+    ]
+    for name in ("depends_on", "tools", "next"):
+        full = properties[name]
+        kept = {key: full[key] for key in ("title", "description") if key in full}
+        properties[name] = {"anyOf": [{"type": "string"}, full], **kept}
+
+
 class StepSpec(_Strict):
     """One step. Its kind comes from the key it has: `goal` (agent step), `tool` (tool step),
     `analyze` (analysis step) or `recipe` (sub-recipe step)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_shorthands)
 
     id: str = Field(description="Unique within the recipe.")
     description: str = ""
@@ -164,7 +180,11 @@ class RecipeSpec(_Strict):
         description="Python tools as 'package.module:function' (or 'package.module' for all "
         "tools of a module); built-ins are available by name.",
     )
-    workspace: str = Field(".", description="The folder file tools may use (relative to the file).")
+    workspace: str | None = Field(
+        None,
+        description="The folder file tools may use (relative to the file); by default the "
+        "run's own folder .minions/workspace/<recipe id> in the current directory.",
+    )
     http: HttpSpec | bool = Field(False, description="Enable the http_get tool.")
     execution_mode: Literal["planned", "sequential"] = Field(
         "planned",

@@ -8,7 +8,7 @@ a recipe enables it.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,9 @@ def current_datetime(
 
 
 class _Workspace:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, protected: Collection[Path]) -> None:
         self.root = root.resolve()
+        self.protected = protected
 
     def path(self, relative: str, *, argument: str = "path") -> Path:
         if not relative.strip():
@@ -70,13 +71,27 @@ class _Workspace:
             )
         return candidate
 
+    def writable(self, relative: str) -> Path:
+        target = self.path(relative)
+        if target in self.protected:
+            raise ToolError(
+                f"{relative!r} is part of the recipe (its YAML or a tools module); file tools "
+                f"never write it. Use another name."
+            )
+        return target
+
     def show(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix() or "."
 
 
-def file_tools(workspace: str | Path) -> list[Tool]:
-    """`read_file`, `write_file` and `list_files`, confined to `workspace`."""
-    space = _Workspace(Path(workspace))
+def file_tools(workspace: str | Path, *, protected: Collection[Path] = ()) -> list[Tool]:
+    """`read_file`, `write_file` and `list_files`, confined to `workspace`.
+
+    `write_file` never writes a `protected` path (a recipe loaded from YAML protects its own
+    files and the tool modules it imports), and `read_file` never reads a `.env` file. The
+    workspace folder is created by the first write.
+    """
+    space = _Workspace(Path(workspace), protected)
 
     def read_file(path: str) -> str:
         """Read a text file of the workspace.
@@ -85,6 +100,8 @@ def file_tools(workspace: str | Path) -> list[Tool]:
             path: the file's path inside the workspace.
         """
         target = space.path(path)
+        if target.name == ".env" or target.name.startswith(".env."):
+            raise ToolError(f"{path!r} holds secrets (a .env file); file tools never read it.")
         if not target.is_file():
             raise ToolError(f"No file {path!r} in the workspace.")
         with target.open("rb") as file:  # at most the cap, however big the file
@@ -98,7 +115,7 @@ def file_tools(workspace: str | Path) -> list[Tool]:
             path: the file's path inside the workspace.
             content: the text to write.
         """
-        target = space.path(path)
+        target = space.writable(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         return {"path": space.show(target), "bytes": len(content.encode("utf-8"))}
@@ -111,6 +128,8 @@ def file_tools(workspace: str | Path) -> list[Tool]:
             pattern: a glob pattern such as "*.md" ("**/*" to include subfolders).
         """
         folder = space.path(path)
+        if folder == space.root and not folder.exists():
+            return []  # nothing written yet
         if not folder.is_dir():
             raise ToolError(f"No folder {path!r} in the workspace.")
         if not pattern or pattern.startswith(("/", "\\")) or "\x00" in pattern:
@@ -187,9 +206,10 @@ def builtin_tools(
     *,
     http: bool = False,
     allowed_hosts: Iterable[str] | None = None,
+    protected: Collection[Path] = (),
 ) -> list[Tool]:
     """All built-in tools: `current_datetime`, the file tools, and `http_get` if `http`."""
-    tools = [current_datetime, *file_tools(workspace)]
+    tools = [current_datetime, *file_tools(workspace, protected=protected)]
     if http:
         tools.append(http_get_tool(allowed_hosts=allowed_hosts))
     return tools

@@ -160,6 +160,90 @@ def _roots(node: Mapping[str, Any]) -> set[str]:
     return found
 
 
+def _field_paths(node: Mapping[str, Any]) -> set[tuple[str, ...]]:
+    """The chains of field names an expression reads from run state, from the root (for
+    ``output.a.b[0].c == x.d``: ``(output, a, b)`` and ``(x, d)``)."""
+    kind = node["type"]
+    children = node.get("children", [])
+    if kind in {"field", "subexpression", "index_expression"}:
+        leading = _leading_fields(node)
+        return {leading} if leading else set()
+    if kind in {
+        "projection",
+        "value_projection",
+        "filter_projection",
+        "flatten",
+        "pipe",
+    }:
+        return _field_paths(children[0]) if children else set()
+    if kind in {"expref", "literal", "current", "identity", "index", "slice", "key_val_pair"}:
+        return set()
+    found: set[tuple[str, ...]] = set()
+    for child in children:
+        if isinstance(child, Mapping):
+            found |= _field_paths(child)
+    return found
+
+
+def _leading_fields(node: Mapping[str, Any]) -> tuple[str, ...]:
+    """``a.b[0].c`` gives ``(a, b)``: the fields before anything but a field."""
+    kind = node["type"]
+    if kind == "field":
+        return (str(node["value"]),)
+    if kind == "index_expression":
+        return _leading_fields(node["children"][0])
+    if kind != "subexpression":
+        return ()
+    fields: tuple[str, ...] = ()
+    for child in node["children"]:
+        if child["type"] == "field":
+            fields += (str(child["value"]),)
+            continue
+        if child["type"] == "index_expression" or not fields:
+            fields += _leading_fields(child)
+        elif child["type"] in {"projection", "filter_projection", "flatten"}:
+            fields += _leading_fields(child["children"][0])
+        break
+    return fields
+
+
+def field_paths(expression: str) -> set[tuple[str, ...]]:
+    """The field chains `expression` reads from run state (see `_field_paths`); empty for an
+    invalid expression."""
+    try:
+        return _field_paths(_compile(expression).parsed.parsed)
+    except TemplateSyntaxError:
+        return set()
+
+
+def missing_fields(expression: str, state: Mapping[str, Any]) -> list[str]:
+    """The field chains of `expression` that `state` does not have, as dotted text."""
+    return sorted(
+        ".".join(path) for path in field_paths(expression) if _lookup(state, path) is _MISSING
+    )
+
+
+def bare_comparands(expression: str) -> set[str]:
+    """Names compared as a whole (``output.topic == billing`` gives ``billing``): in a
+    condition, usually a literal someone forgot to quote."""
+    try:
+        tree = _compile(expression).parsed.parsed
+    except TemplateSyntaxError:
+        return set()
+    found: set[str] = set()
+
+    def walk(node: Mapping[str, Any]) -> None:
+        children = node.get("children", [])
+        if node["type"] == "comparator":
+            found.update(str(c["value"]) for c in children if c["type"] == "field")
+        for child in children:
+            if isinstance(child, Mapping):
+                walk(child)
+
+    walk(tree)
+    return found
+
+
 def quoted_outputs(value: Any) -> set[str]:
     """The names whose whole ``.output`` a value's templates quote (``{{ plan.output }}``, not
     ``{{ plan.output.title }}``): a prompt holding these need not repeat those outputs."""
@@ -227,7 +311,9 @@ def _evaluate(expression: str, state: Mapping[str, Any]) -> Any:
     if compiled.path is not None:
         value = _lookup(state, compiled.path)
         if value is _MISSING:
-            raise TemplateError(_missing_message(expression, state), expression=expression)
+            raise TemplateError(
+                _missing_message(expression, state), expression=expression, missing=True
+            )
         return value
     from jmespath.exceptions import JMESPathError
 
@@ -238,7 +324,9 @@ def _evaluate(expression: str, state: Mapping[str, Any]) -> Any:
             f"template {{{{ {expression} }}}} failed: {exc}", expression=expression
         ) from None
     if value is None:
-        raise TemplateError(_missing_message(expression, state), expression=expression)
+        raise TemplateError(
+            _missing_message(expression, state), expression=expression, missing=True
+        )
     return value
 
 

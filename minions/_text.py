@@ -43,3 +43,11 @@ def redact_url(text: str) -> str:
     """`text` with the credentials of any URL in it hidden: ``user:pass@`` becomes ``***@``
     and secret-looking query values (``?key=``, ``&token=``...) become ``***``."""
     return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub("***@", text))
+
+
+def token_count(total: int, *, unreported: bool = False) -> str:
+    """A token count for people: ``n/a`` when no call reported usage, ``≥N`` when some did
+    not (the provider sent no usage; never ``0+?``)."""
+    if not unreported:
+        return str(total)
+    return f"≥{total}" if total else "n/a"

@@ -85,9 +85,11 @@ class ToolError(MinionsError):
 class TemplateError(MinionsError):
     """A `{{ expression }}` could not be rendered, e.g. its value is missing from run state."""
 
-    def __init__(self, message: str, *, expression: str) -> None:
+    def __init__(self, message: str, *, expression: str, missing: bool = False) -> None:
         super().__init__(message)
         self.expression = expression
+        self.missing = missing
+        """The expression has no value (rather than failing to evaluate)."""
 
 
 class TemplateSyntaxError(TemplateError):

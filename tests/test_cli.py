@@ -7,6 +7,7 @@ stand-in of `cli_helpers` or replays of recordings made here.
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import socket
@@ -28,6 +29,7 @@ from cli_helpers import (
     write_recipe,
 )
 from conftest import Lookup, Offline
+from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from minions import AgentRecipe, StepGraph, __version__
@@ -612,10 +614,6 @@ def test_progress_lines_name_the_steps_running_alongside(tmp_path: Path) -> None
 
 
 def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
-    import io
-
-    from rich.console import Console
-
     recipe = write_recipe(tmp_path, AGENTS)
     events = tmp_path / "events.jsonl"
     invoke(["run", str(recipe), "--model", "test", "--events", str(events)])
@@ -634,6 +632,36 @@ def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
     assert view.run_status == "completed"
     console.print(view.render())
     assert "bye" in screen.getvalue()
+
+
+def test_the_live_view_and_the_summary_name_their_columns_alike() -> None:
+    from rich.console import Group
+    from rich.table import Table
+
+    from minions.cli._report import StepSummary, summary_table
+
+    view = LiveView(Console(file=io.StringIO()), ["a"], mode="live")
+    rendered = view.render()
+    assert isinstance(rendered, Group)
+    live_table = rendered.renderables[0]
+    assert isinstance(live_table, Table)
+    live = [str(c.header) for c in live_table.columns if c.header not in ("", "note")]
+    summary = [
+        str(c.header) for c in summary_table([StepSummary(id="a", status="completed")]).columns
+    ]
+    assert live == ["step", "status", "time", "model calls", "tool calls", "retries", "tokens"]
+    assert [name for name in live if name in summary] == summary
+
+
+@pytest.mark.parametrize(
+    ("total", "unreported", "shown"), [(12, False, "12"), (12, True, "≥12"), (0, True, "n/a")]
+)
+def test_token_counts_never_read_0_plus_question_mark(
+    total: int, unreported: bool, shown: str
+) -> None:
+    from minions._text import token_count
+
+    assert token_count(total, unreported=unreported) == shown
 
 
 # -- the process: entry point and Ctrl-C -------------------------------------------------------

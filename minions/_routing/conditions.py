@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from minions._templates import render
 from minions._text import jsonable
-from minions.errors import TemplateError, TemplateSyntaxError
 
 if TYPE_CHECKING:
     from minions._routing.transition import Transition
@@ -56,20 +55,17 @@ async def evaluate_condition(
     """Whether `transition`'s condition holds after `execution` (true without a condition).
 
     `state` is what expressions read: `condition_state` of the execution and the run state,
-    built once for all the transitions of one step. A JMESPath condition over a value that is
-    missing is false.
+    built once for all the transitions of one step.
+
+    Raises:
+        TemplateError: the expression failed (a JMESPath function given the wrong type, say),
+            or has no value (`missing`; the caller reads that as false, and says so).
     """
     when = transition.when
     if when is None:
         return True
     if isinstance(when, str):
-        try:
-            value = render(as_template(when), state)
-        except TemplateSyntaxError:
-            raise
-        except TemplateError:
-            return False
-        return bool(value)
+        return bool(render(as_template(when), state))
     value = when(execution.output)
     if inspect.isawaitable(value):
         value = await value

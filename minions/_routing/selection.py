@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from minions._chain import LinkChain, NamedLink, answer_of
 from minions._messages import Message, Prompt, ToolSpec
-from minions._routing.conditions import condition_state, evaluate_condition
+from minions._routing.conditions import as_template, condition_state, evaluate_condition
 from minions._step.model_call import ModelCallExecutor
 from minions._step.step import output_text
-from minions.errors import MinionsError
+from minions._templates import missing_fields, template_expressions
+from minions.errors import MinionsError, TemplateError
 
 if TYPE_CHECKING:
     from minions._routing.transition import Transition
@@ -213,21 +214,38 @@ class ConditionLink(StepSelectionLink):
         if not conditional:
             return None
         state = condition_state(request.execution, request.state)
-        held = [t for t in conditional if await evaluate_condition(t, request.execution, state)]
+        held = []
+        absent: dict[str, None] = {}  # values a condition read that do not exist: said
+        for transition in conditional:
+            try:
+                if await evaluate_condition(transition, request.execution, state):
+                    held.append(transition)
+                    continue
+            except TemplateError as exc:
+                if not exc.missing:
+                    raise MinionsError(
+                        f"the condition of {transition.source} -> {transition.target} failed: {exc}"
+                    ) from None
+            if isinstance(transition.when, str):
+                for expression in template_expressions(as_template(transition.when)):
+                    absent.update(dict.fromkeys(missing_fields(expression, state)))
         if held:
             return SelectionDecision.choose(
                 *(t.target for t in held),
                 reason="condition held: " + "; ".join(t.condition_text for t in held),
             )
+        none_held = "no condition held"
+        if absent:
+            none_held += f"; no value for {', '.join(absent)}"
         others = [t.target for t in request.candidates if t.when is None]
         if len(others) == 1:
             return SelectionDecision.choose(
-                others[0], reason="no condition held; the one unconditional transition"
+                others[0], reason=f"{none_held}; the one unconditional transition"
             )
         if not others:
-            return SelectionDecision.end(reason="no condition held")
+            return SelectionDecision.end(reason=none_held)
         return SelectionDecision.narrow(
-            *others, reason="no condition held; choosing among the unconditional transitions"
+            *others, reason=f"{none_held}; choosing among the unconditional transitions"
         )
 
 

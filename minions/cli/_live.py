@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from minions import events as ev
+from minions._text import token_count
 
 __all__ = []
 
@@ -173,14 +174,15 @@ class LiveView:
     def render(self) -> RenderableType:
         now = time.monotonic()
         table = Table(title=self.title or None, expand=False, show_edge=False, pad_edge=False)
+        # The summary table's names, in its order (it replaces this one at the end).
         table.add_column("", width=1)
         table.add_column("step")
         table.add_column("status")
-        table.add_column("elapsed", justify="right")
-        table.add_column("tokens", justify="right")
-        table.add_column("calls", justify="right")
-        table.add_column("tools", justify="right")
+        table.add_column("time", justify="right")
+        table.add_column("model calls", justify="right")
+        table.add_column("tool calls", justify="right")
         table.add_column("retries", justify="right")
+        table.add_column("tokens", justify="right")
         table.add_column("note", overflow="ellipsis", max_width=50)
         for row in list(self.rows.values()):
             mark, style = _STYLE[row.status]
@@ -188,16 +190,18 @@ class LiveView:
             status = row.status
             if row.items_started:
                 status += f" {row.items_done}/{row.items_started} items"
-            tokens = f"{row.tokens}{'+?' if row.unknown_usage else ''}" if row.model_calls else ""
+            tokens = (
+                token_count(row.tokens, unreported=row.unknown_usage) if row.model_calls else ""
+            )
             table.add_row(
                 Text(mark, style=style),
                 row.id,
                 Text(status, style=style),
                 f"{elapsed:.1f}s" if elapsed is not None else "",
-                tokens,
                 str(row.model_calls or ""),
                 str(row.tool_calls or ""),
                 str(row.retries or ""),
+                tokens,
                 row.note,
             )
         running = [r.id for r in list(self.rows.values()) if r.status == "running"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from rich.text import Text
 from minions._messages import Usage
 from minions._step.execution import StepExecution
 from minions._step.result import AgentResult
-from minions._text import as_text, jsonable
+from minions._text import as_text, jsonable, token_count
 from minions.cli._live import StepRow
 from minions.cli._plan import Plan, RenderedField
 
@@ -150,7 +151,7 @@ _STATUS_STYLE = {
 def _tokens(usage: Usage) -> str:
     if not usage.calls:
         return ""
-    return f"{usage.total_tokens}{'+?' if usage.unknown_calls else ''}"
+    return token_count(usage.total_tokens, unreported=usage.unknown_calls > 0)
 
 
 def summary_table(steps: Iterable[StepSummary]) -> Table:
@@ -264,6 +265,26 @@ def plan_view(plan: Plan) -> RenderableType:
     return Group(*lines)
 
 
+_CHOSE_NOTHING = re.compile(r"'(?P<source>[^']+)' chose nothing \((?P<why>.*)\)$")
+
+
+def routing_notes(summaries: list[StepSummary]) -> list[str]:
+    """One line per step whose transitions chose nothing, naming what did not run because
+    of it: a run can complete with the real work never done, and the table alone hides it."""
+    skipped: dict[tuple[str, str], list[str]] = {}
+    for summary in summaries:
+        if summary.status != "skipped" or not summary.error:
+            continue
+        for part in summary.error.removeprefix("not chosen: ").split("; '"):
+            found = _CHOSE_NOTHING.search(part if part.startswith("'") else f"'{part}")
+            if found:
+                skipped.setdefault((found["source"], found["why"]), []).append(summary.id)
+    return [
+        f"note: {source!r} chose no next step ({why}), so {', '.join(ids)} did not run"
+        for (source, why), ids in skipped.items()
+    ]
+
+
 def run_line(summaries: list[StepSummary], *, status: str, duration: float | None) -> Text:
     """One line under the table: how the run ended, how long it took, what it used."""
     usage = sum((s.usage for s in summaries), Usage())
@@ -273,5 +294,13 @@ def run_line(summaries: list[StepSummary], *, status: str, duration: float | Non
     parts.append(plural(len(summaries), "step"))
     parts.append(plural(sum(s.model_calls for s in summaries), "model call"))
     parts.append(plural(sum(s.tool_calls for s in summaries), "tool call"))
-    parts.append(f"{_tokens(usage) or 0} tokens")
+    if usage.unknown_calls:
+        unreported = plural(usage.unknown_calls, "call")
+        parts.append(
+            f"{usage.total_tokens} tokens + what {unreported} did not report"
+            if usage.total_tokens
+            else "tokens not reported"
+        )
+    else:
+        parts.append(f"{usage.total_tokens} tokens")
     return Text(" · ".join(parts), style=_STATUS_STYLE.get(status, "bold"))

@@ -43,6 +43,7 @@ from minions.cli._report import (
     plan_view,
     plural,
     result_data,
+    routing_notes,
     run_line,
     summarize,
     summarize_rows,
@@ -286,6 +287,8 @@ def _report(result: AgentResult, options: RunOptions, err: Console) -> int:
         status = result.status.value
         err.print(summary_table(summaries))
         err.print(run_line(summaries, status=status, duration=result.duration))
+        for note in routing_notes(summaries):
+            err.print(note, markup=False, highlight=False, style="yellow")
     if not result.ok:
         failed = result.failed
         if options.quiet or not failed:

@@ -13,10 +13,17 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from minions._kinds.loop import LoopStep
+from minions._output import OutputInstructions
 from minions._routing.conditions import as_template
 from minions._routing.transition import Transition
 from minions._step.step import Step
-from minions._templates import check_template, template_expressions, template_roots
+from minions._templates import (
+    bare_comparands,
+    check_template,
+    field_paths,
+    template_expressions,
+    template_roots,
+)
 from minions.errors import Problem, did_you_mean
 from minions.recipes._recipe import AgentRecipe
 
@@ -58,6 +65,29 @@ class Analysis:
         self.problems.append(Problem(message=message, step=step, field=field))
 
     # -- steps, names, references ------------------------------------------------------------
+
+    def _condition_problems(self, when: str, source: Step | None) -> list[str]:
+        """A condition that reads a field the source's output schema does not have, or that
+        compares with a whole step (an unquoted literal), can never hold as meant."""
+        problems = []
+        schema = None
+        if source is not None and not isinstance(source, LoopStep):
+            output = getattr(source, "output", None)
+            schema = output.json_schema() if isinstance(output, OutputInstructions) else None
+        for expression in template_expressions(as_template(when)):
+            for name in sorted(bare_comparands(expression) & self.steps.keys()):
+                problems.append(
+                    f"{{{{ {expression} }}}} compares with the whole step {name!r}; to compare "
+                    f"with the text, quote it: '{name}'"
+                )
+            if schema is None:
+                continue
+            for path in sorted(field_paths(expression)):
+                if path[0] == "output" and len(path) > 1:
+                    problem = _schema_field_problem(schema, path[1:])
+                    if problem:
+                        problems.append(f"{{{{ {expression} }}}}: {problem}")
+        return problems
 
     def _check_steps(self, tools: ToolRegistry | None) -> None:
         seen: dict[str, int] = {}
@@ -124,7 +154,10 @@ class Analysis:
             when: object = transition.when
             if isinstance(when, str):
                 roots = [*self._state_roots(), *RESULT_FIELDS]
-                for text in check_template(as_template(when), roots):
+                problems = check_template(as_template(when), roots)
+                if not problems:
+                    problems = self._condition_problems(when, self.steps.get(source))
+                for text in problems:
                     self._add(f"condition of {source} -> {target}: {text}", source, "transitions")
             elif when is not None and not callable(when):
                 self._add(
@@ -370,3 +403,42 @@ class _RunsBefore:
                     todo.extend(self._incoming[current])
             found = self._ancestors[step_id] = frozenset(seen)
         return found
+
+
+def _schema_field_problem(schema: Mapping[str, Any], fields: tuple[str, ...]) -> str | None:
+    """Why `output.<fields>` cannot exist in a value of `schema`, if it is sure: only objects
+    with listed properties, no extra properties and no combinators are checked."""
+    node: Any = schema
+    for depth, name in enumerate(fields):
+        node = _resolve(node, schema)
+        if not isinstance(node, Mapping):
+            return None
+        properties = node.get("properties")
+        open_ended = node.get("additionalProperties") not in (None, False)
+        combined = any(k in node for k in ("anyOf", "oneOf", "allOf", "patternProperties"))
+        if not isinstance(properties, Mapping) or open_ended or combined:
+            return None
+        if name not in properties:
+            where = ".".join(("output", *fields[:depth]))
+            known = sorted(map(str, properties))
+            return (
+                f"{where} has no field {name!r}{did_you_mean(name, known)}; its fields: "
+                f"{', '.join(known) or 'none'}"
+            )
+        node = properties[name]
+    return None
+
+
+def _resolve(node: Any, root: Mapping[str, Any]) -> Any:
+    """A local ``$ref`` (``#/$defs/Name``) followed, a few levels at most."""
+    for _ in range(8):
+        if not isinstance(node, Mapping) or not isinstance(node.get("$ref"), str):
+            return node
+        reference = node["$ref"]
+        if not reference.startswith("#/"):
+            return None
+        target: Any = root
+        for part in reference[2:].split("/"):
+            target = target.get(part) if isinstance(target, Mapping) else None
+        node = target
+    return None

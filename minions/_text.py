@@ -51,3 +51,24 @@ def token_count(total: int, *, unreported: bool = False) -> str:
     if not unreported:
         return str(total)
     return f"≥{total}" if total else "n/a"
+
+
+class Secret:
+    """A secret (an API key) that never shows: its repr and str are stars, it has no
+    `__dict__` for `vars()` to print, and `get()` is the only way to read it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get(self) -> str:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('**********')" if self._value else "Secret('')"
+
+    __str__ = __repr__

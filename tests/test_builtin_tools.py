@@ -9,6 +9,7 @@ import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +89,12 @@ def web() -> Iterator[str]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            if self.path.startswith("/inside?to="):
+                self.send_response(302)
+                self.send_header("Location", self.path.split("=", 1)[1])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if self.path.startswith("/here"):
                 self.send_response(302)
                 self.send_header("Location", "/page")
@@ -110,12 +117,44 @@ def web() -> Iterator[str]:
     server.shutdown()
 
 
-def test_http_get_is_off_unless_enabled(tmp_path: Path, web: str) -> None:
+PUBLIC_IP = "93.184.216.34"
+
+
+@pytest.fixture
+def public(web: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """`web` under the name ``public.test``, which resolves to a public address; connections
+    to that address reach the local test server."""
+    import socket
+
+    from minions.tools import _builtin
+
+    port = int(web.rsplit(":", 1)[1])
+    real_getaddrinfo = socket.getaddrinfo
+    real_connect = _builtin._connect
+
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host == "public.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (PUBLIC_IP, args[0]))]
+        if host == "sneaky.test":  # a public-looking name pointing at the metadata service
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("169.254.169.254", args[0]))]
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def connect(address: Any, timeout: Any, family: int) -> Any:
+        if address[0] == PUBLIC_IP:
+            address = ("127.0.0.1", port)
+        return real_connect(address, timeout, family)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(_builtin, "_connect", connect)
+    return f"http://public.test:{port}"
+
+
+def test_http_get_is_off_unless_enabled(tmp_path: Path, public: str) -> None:
     assert "http_get" not in {t.name for t in builtin_tools(tmp_path)}
     registry = ToolRegistry(builtin_tools(tmp_path, http=True))
-    result, error = call(registry, "http_get", url=f"{web}/page", max_chars=10)
+    result, error = call(registry, "http_get", url=f"{public}/page", max_chars=10)
     assert error is None
-    assert result == {"status": 200, "url": f"{web}/page", "text": "hello from"}
+    assert result == {"status": 200, "url": f"{public}/page", "text": "hello from"}
     assert (
         call(registry, "http_get", url="file:///etc/passwd")[1]
         == "Not an http(s) URL: 'file:///etc/passwd'."
@@ -125,7 +164,8 @@ def test_http_get_is_off_unless_enabled(tmp_path: Path, web: str) -> None:
 def test_http_get_allowed_hosts(web: str) -> None:
     registry = ToolRegistry([http_get_tool(allowed_hosts=["example.org"])])
     _, error = call(registry, "http_get", url=web)
-    assert error == "Host '127.0.0.1' is not allowed; allowed: ['example.org']."
+    port = web.rsplit(":", 1)[1]
+    assert error == f"Host '127.0.0.1:{port}' is not allowed; allowed: ['example.org']."
 
 
 def test_http_get_follows_redirects_only_to_allowed_hosts(web: str) -> None:
@@ -187,3 +227,64 @@ def test_bad_file_tool_arguments_are_refused_naming_the_argument(
     assert error is not None
     assert error.startswith(expected)
     assert str(tmp_path) not in error  # never the host's path
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:{port}/page", "a loopback address"),
+        ("http://localhost:{port}/page", "a loopback address"),
+        ("http://[::1]:{port}/page", "a loopback address"),
+        ("http://[::ffff:127.0.0.1]:{port}/page", "a loopback address"),
+        ("http://10.0.0.1:{port}/", "a private address"),
+        ("http://169.254.169.254/latest/meta-data/", "a link-local address"),
+        ("http://sneaky.test/", "a link-local address"),
+        ("http://0.0.0.0:{port}/", "an unspecified address"),
+    ],
+)
+def test_http_get_never_goes_to_private_addresses_by_default(
+    public: str, url: str, reason: str
+) -> None:
+    port = public.rsplit(":", 1)[1]
+    executor = ToolCallExecutor(ToolRegistry([http_get_tool()]))
+    call_ = ToolCall(id="1", name="http_get", arguments={"url": url.format(port=port)})
+    done = asyncio.run(executor.execute(call_))
+    assert done.response is not None
+    assert reason in (done.response.error or "")
+    assert "http_get does not go there unless the recipe allows it" in (done.response.error or "")
+    assert done.response.attempts == 1  # refused at once, not retried
+
+
+def test_http_get_allows_a_private_host_named_with_its_port(web: str) -> None:
+    port = int(web.rsplit(":", 1)[1])
+    allowed = ToolRegistry([http_get_tool(allowed_hosts=[f"127.0.0.1:{port}"])])
+    result, error = call(allowed, "http_get", url=f"{web}/page")
+    assert error is None
+    assert isinstance(result, dict)
+    assert result["status"] == 200
+    other = ToolRegistry([http_get_tool(allowed_hosts=[f"127.0.0.1:{port + 1}"])])
+    _, error = call(other, "http_get", url=f"{web}/page")
+    assert error == f"Host '127.0.0.1:{port}' is not allowed; allowed: ['127.0.0.1:{port + 1}']."
+
+
+def test_http_get_checks_every_redirect_after_resolving_it(public: str) -> None:
+    # A public page that redirects to the local network is refused at the redirect.
+    registry = ToolRegistry([http_get_tool()])
+    port = public.rsplit(":", 1)[1]
+    result, error = call(
+        registry, "http_get", url=f"{public}/inside?to=http://127.0.0.1:{port}/page"
+    )
+    assert result is None
+    assert error is not None
+    assert "resolves to 127.0.0.1, a loopback address" in error
+
+
+def test_http_get_ignores_proxies_from_the_environment(
+    public: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("http_proxy", "http://10.9.9.9:3128")
+    monkeypatch.setenv("HTTP_PROXY", "http://10.9.9.9:3128")
+    result, error = call(ToolRegistry([http_get_tool()]), "http_get", url=f"{public}/page")
+    assert error is None
+    assert isinstance(result, dict)
+    assert result["text"] == "hello from the test server"

@@ -55,6 +55,14 @@ def test_a_recipe_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     assert problem == f"{path}: not UTF-8 text (byte 7 cannot be read); save the recipe as UTF-8"
 
 
+def test_a_character_yaml_does_not_allow_is_named_with_its_line(tmp_path: Path) -> None:
+    # Found by tests/test_fuzz.py: a NUL byte raised yaml's ReaderError past the loader.
+    path = tmp_path / "nul.yaml"
+    path.write_bytes(b"id: a\nsteps:\n  - {id: s, goal: \x00}\n")
+    [problem] = problems_of(path)
+    assert problem == f"{path}:3: invalid YAML: character '\\x00' is not allowed in YAML text"
+
+
 @pytest.mark.parametrize(
     ("text", "key", "lines"),
     [

@@ -20,7 +20,7 @@ import openai
 
 from minions._log import info
 from minions._messages import Message, ModelCallResponse, Prompt, Usage
-from minions._text import redact_url
+from minions._text import Secret, redact_url
 from minions._values import ModeDemotion
 from minions.errors import ModelError, ModelOutputError, OutputValidationError
 from minions.models._base import Model, TokenCallback
@@ -191,7 +191,7 @@ class OpenAIChatModel(Model):
             base_url = str(first.base_url)
         # As given when the client is built here (the client's copy drops a default port).
         self.base_url = base_url.rstrip("/")
-        self._secret = first.api_key or ""
+        self._secret = Secret(first.api_key or "")  # never a plain attribute: vars() shows it
         self._key = (self.base_url, model)
         self._where = redact_url(f"{self.name} at {self.base_url}")
         self._use(first)
@@ -390,7 +390,7 @@ class OpenAIChatModel(Model):
         return accumulator.completion()
 
     def _redact(self, text: str) -> str:
-        secret = self._secret
+        secret = self._secret.get()
         if len(secret) >= 6 and secret != NO_API_KEY:
             text = text.replace(secret, "[redacted]")
         return redact_url(text)

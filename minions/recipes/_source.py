@@ -52,7 +52,13 @@ def load_yaml(text: str, file: str = "") -> Located:
     """
     import yaml
 
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (a NUL byte)
+        where = text.count("\n", 0, max(exc.position, 0)) + 1
+        character = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        message = f"invalid YAML: character {character!r} is not allowed in YAML text"
+        raise RecipeError([Problem(message=message, file=file, line=where)]) from None
     try:
         node = loader.get_single_node()
         located = Located(data=None, file=file)

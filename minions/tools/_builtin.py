@@ -150,9 +150,103 @@ def file_tools(workspace: str | Path, *, protected: Collection[Path] = ()) -> li
     return [tool(read_file), tool(write_file), tool(list_files)]
 
 
+_SCHEME_PORTS = {"http": 80, "https": 443}
+
+
+def _host_and_port(entry: str) -> tuple[str, int | None]:
+    """``example.com`` (any port), ``example.com:8080``, ``[::1]:8000`` or ``::1``."""
+    text = entry.strip().lower()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        if port.isdigit():
+            return host, int(port)
+    return text, None
+
+
+def _private_reason(address: str) -> str | None:
+    """Why an IP address is not for `http_get` by default (loopback, private, link-local...),
+    or None for a public one."""
+    import ipaddress
+
+    try:
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(
+            address.split("%")[0]
+        )
+    except ValueError:
+        return "not an IP address"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for reason, flag in (
+        ("a loopback address", ip.is_loopback),
+        ("an unspecified address", ip.is_unspecified),
+        ("a link-local address (cloud metadata lives there)", ip.is_link_local),
+        ("a multicast address", ip.is_multicast),
+        ("a private address", ip.is_private),
+        ("a reserved address", ip.is_reserved),
+    ):
+        if flag:
+            return reason
+    if not ip.is_global:
+        return "not a public address"
+    return None
+
+
+def _connect(address: Any, timeout: float | None, family: int) -> Any:
+    """Open a TCP connection to one resolved address (tests reroute it)."""
+    import socket
+
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if timeout is not None:
+            sock.settimeout(timeout)
+        sock.connect(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def http_get_tool(*, allowed_hosts: Iterable[str] | None = None, timeout: float = 20.0) -> Tool:
-    """`http_get`, for recipes that enable it; `allowed_hosts` limits where it may go."""
-    hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
+    """`http_get`, for recipes that enable it.
+
+    It never fetches a loopback, private, link-local (cloud metadata), multicast or reserved
+    address: each host is resolved and every address it connects to is checked, on the first
+    request and on every redirect, so a name cannot point somewhere else between check and
+    connect. `allowed_hosts` limits where it may go: ``"example.com"`` (any port) or
+    ``"example.com:8080"`` (that port only); a host named there explicitly may be private
+    (``"127.0.0.1:8000"`` for a local service). No proxy from the environment is used.
+    """
+    allowed = [_host_and_port(h) for h in allowed_hosts] if allowed_hosts is not None else None
+
+    def explicitly_allowed(host: str, port: int) -> bool:
+        return allowed is not None and any(h == host and p in (None, port) for h, p in allowed)
+
+    def guarded_connection(address: tuple[str, int], timeout: Any = None, *_: Any) -> Any:
+        import socket
+
+        host, port = address[0].lower(), int(address[1])
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise ToolError(f"Could not resolve {host!r}: {exc}", retryable=True) from None
+        trusted = explicitly_allowed(host, port)
+        last: OSError | None = None
+        for family, _kind, _proto, _name, sockaddr in found:
+            reason = None if trusted else _private_reason(str(sockaddr[0]))
+            if reason is not None:
+                raise ToolError(
+                    f"Host {host!r} resolves to {sockaddr[0]}, {reason}: http_get does not "
+                    f"go there unless the recipe allows it (http: {{allowed_hosts: "
+                    f"['{host}:{port}']}})."
+                )
+            try:
+                return _connect(sockaddr, timeout, family)
+            except OSError as exc:
+                last = exc
+        raise last or OSError(f"no address for {host!r}")
 
     def http_get(url: str, max_chars: int = 20_000) -> dict[str, Any]:
         """Fetch a URL with HTTP GET and return its status and text.
@@ -164,17 +258,25 @@ def http_get_tool(*, allowed_hosts: Iterable[str] | None = None, timeout: float 
         if not isinstance(max_chars, int) or max_chars < 1:
             raise ToolError(f"max_chars must be a positive number, not {max_chars!r}.")
         max_chars = min(max_chars, MAX_HTTP_CHARS)
+        import http.client
         import urllib.error
         import urllib.parse
         import urllib.request
 
         def check(target: str) -> None:
             parsed = urllib.parse.urlparse(target)
-            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            if parsed.scheme not in _SCHEME_PORTS or not parsed.hostname:
                 raise ToolError(f"Not an http(s) URL: {target!r}.")
-            if hosts is not None and parsed.hostname.lower() not in hosts:
+            try:
+                port = parsed.port or _SCHEME_PORTS[parsed.scheme]
+            except ValueError:
+                raise ToolError(f"Not a usable port in {target!r}.") from None
+            host = parsed.hostname.lower()
+            if allowed is not None and not explicitly_allowed(host, port):
+                shown = sorted(h if p is None else f"{h}:{p}" for h, p in allowed)
                 raise ToolError(
-                    f"Host {parsed.hostname!r} is not allowed; allowed: {sorted(hosts)}."
+                    f"Host {host if parsed.port is None else f'{host}:{port}'!r} is not "
+                    f"allowed; allowed: {shown}."
                 )
 
         class Redirects(urllib.request.HTTPRedirectHandler):
@@ -186,8 +288,28 @@ def http_get_tool(*, allowed_hosts: Iterable[str] | None = None, timeout: float 
                 check(newurl)
                 return super().redirect_request(req, fp, code, msg, headers, newurl)
 
+        class Guarded(http.client.HTTPConnection):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self._create_connection = guarded_connection
+
+        class GuardedTLS(http.client.HTTPSConnection):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self._create_connection = guarded_connection
+
+        class Plain(urllib.request.HTTPHandler):
+            def http_open(self, req: Any) -> Any:
+                return self.do_open(Guarded, req)
+
+        class Secure(urllib.request.HTTPSHandler):
+            def https_open(self, req: Any) -> Any:
+                return self.do_open(GuardedTLS, req, context=getattr(self, "_context", None))
+
         check(url)
-        opener = urllib.request.build_opener(Redirects)
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), Redirects, Plain, Secure
+        )
         request = urllib.request.Request(url, headers={"User-Agent": "minions"})
         try:
             with opener.open(request, timeout=timeout) as response:

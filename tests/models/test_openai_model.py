@@ -411,3 +411,35 @@ async def test_the_client_never_retries_on_its_own(client: str) -> None:
         assert len(server.chat_requests) == 1
     assert execution.status is StepStatus.FAILED
     assert "HTTP 500" in (execution.error or "")
+
+
+def test_the_api_key_is_in_no_plain_attribute_repr_or_traceback() -> None:
+    import traceback
+
+    from minions._text import Secret
+
+    sentinel = "sk-SENTINEL-0123456789"
+    model = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", api_key=sentinel)
+    assert sentinel not in repr(model)
+    assert sentinel not in repr(vars(model))
+    assert sentinel not in str(vars(model))
+    plain = [v for v in vars(model).values() if isinstance(v, str | bytes | list | dict | tuple)]
+    assert all(sentinel not in repr(v) for v in plain)
+    secret = vars(model)["_secret"]
+    assert isinstance(secret, Secret)
+    assert repr(secret) == str(secret) == "Secret('**********')"
+    assert secret.get() == sentinel
+
+    # A traceback printing the locals of a frame that holds the model (not the key itself).
+    def failing(model: OpenAIChatModel) -> None:
+        client = vars(model)["_client"]
+        raise RuntimeError(f"failed with {model!r} and {client!r}")
+
+    with pytest.raises(RuntimeError) as raised:
+        failing(model)
+    assert raised.tb is not None
+    inner = traceback.walk_tb(raised.tb.tb_next)  # not this test's own frame
+    shown = "".join(traceback.StackSummary.extract(inner, capture_locals=True).format())
+    shown += str(raised.value)
+    assert "failing" in shown
+    assert sentinel not in shown

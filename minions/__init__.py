@@ -54,8 +54,10 @@ from minions.errors import (
     Problem,
     RecipeError,
     RecordingError,
+    RunStateError,
     ScriptExhaustedError,
     StepDefinitionError,
+    StoreError,
     TemplateError,
     TemplateSyntaxError,
     ToolDefinitionError,
@@ -63,6 +65,7 @@ from minions.errors import (
     TransientModelError,
     UnknownLinkError,
     UnknownRecipeError,
+    UnknownRunError,
 )
 from minions.models._base import Model
 from minions.tools._tool import Tool, ToolRegistry, tool
@@ -221,7 +224,9 @@ __all__ = [
     "Problem",
     "RecipeError",
     "RecordingError",
+    "RunStateError",
     "StepDefinitionError",
+    "StoreError",
     "TemplateError",
     "TemplateSyntaxError",
     "ToolDefinitionError",
@@ -230,4 +235,5 @@ __all__ = [
     "ScriptExhaustedError",
     "UnknownLinkError",
     "UnknownRecipeError",
+    "UnknownRunError",
 ]

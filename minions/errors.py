@@ -27,8 +27,10 @@ __all__ = [
     "Problem",
     "RecipeError",
     "RecordingError",
+    "RunStateError",
     "ScriptExhaustedError",
     "StepDefinitionError",
+    "StoreError",
     "TemplateError",
     "TemplateSyntaxError",
     "ToolDefinitionError",
@@ -36,6 +38,7 @@ __all__ = [
     "TransientModelError",
     "UnknownLinkError",
     "UnknownRecipeError",
+    "UnknownRunError",
 ]
 
 
@@ -211,3 +214,21 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
     match = difflib.get_close_matches(name, list(known), n=1)
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+class StoreError(MinionsError):
+    """The run store cannot be used: unreachable, not a minions store, or made by a newer
+    minions."""
+
+
+class UnknownRunError(MinionsError):
+    """No run has this id."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r}")
+        self.run_id = run_id
+
+
+class RunStateError(MinionsError):
+    """The run is in the wrong state for what was asked (resume a completed run, approve a
+    run that waits for nothing)."""

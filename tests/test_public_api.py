@@ -18,7 +18,7 @@ ERRORS = {
     "ModelOutputError", "OutputValidationError", "Problem", "RecipeError", "RecordingError",
     "ScriptExhaustedError", "StepDefinitionError", "TemplateError", "TemplateSyntaxError",
     "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
-    "UnknownRecipeError",
+    "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -64,8 +64,11 @@ PUBLIC: dict[str, set[str]] = {
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },
     "minions.tools": {
-        "Tool", "ToolRegistry", "builtin_tools", "current_datetime", "file_tools",
-        "http_get_tool", "tool",
+        "Tool", "ToolContext", "ToolRegistry", "builtin_tools", "current_datetime",
+        "file_tools", "http_get_tool", "tool", "tool_context",
+    },
+    "minions.runs": {
+        "ApprovalRecord", "RunRecord", "RunStore", "StepRecord", "WorkerRecord", "database_url",
     },
     "minions.recipes": {
         "AgentRecipe", "InputSpec", "RecipeFile", "RecipeStep", "dump_recipe", "load_recipe",

@@ -6,6 +6,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from minions._agent.checkpoints import StepCheckpoints
 from minions._agent.graph import StepGraph
 from minions._agent.run import Run
 from minions._agent.stream import RunStream
@@ -240,10 +241,19 @@ class AgentExecutor:
             lambda listener: self.execute(recipe, inputs, run_id=run_id, listeners=[listener])
         )
 
-    async def run(self, graph: StepGraph, context: AgentContext) -> AgentResult:
-        """Run a validated graph in a context you built (see `create_context`)."""
+    async def run(
+        self,
+        graph: StepGraph,
+        context: AgentContext,
+        *,
+        checkpoints: StepCheckpoints | None = None,
+    ) -> AgentResult:
+        """Run a validated graph in a context you built (see `create_context`).
+
+        `checkpoints` (durable runs): steps it has a finished execution of are not run again.
+        """
         selection = graph.recipe.selection_chain or self.selection_chain
-        return await Run(graph, context, selection).execute()
+        return await Run(graph, context, selection, checkpoints).execute()
 
 
 async def run_recipe(

@@ -223,8 +223,12 @@ class StepManager:
 
     # -- the one place a run moves on ----------------------------------------------------------
 
-    def advance(self, execution: StepExecution, routing: Routing | None = None) -> None:
-        """Record a finished execution, apply its routing, and settle what follows it."""
+    def advance(
+        self, execution: StepExecution, routing: Routing | None = None, *, quiet: bool = False
+    ) -> None:
+        """Record a finished execution, apply its routing, and settle what follows it.
+        `quiet`: the execution was restored from a checkpoint, and its routing decision was
+        said when it was first made."""
         node = self._nodes[execution.step_id]
         if node.status != "running":
             raise RuntimeError(f"step {node.id!r} is {node.status}, not running")
@@ -243,7 +247,7 @@ class StepManager:
         if not completed and not node.optional and not node.fire_and_forget:
             self.failures.append(execution)
         if routing is not None:
-            self._apply(node, routing)
+            self._apply(node, routing, quiet=quiet)
         self._propagate(self.graph.followers[node.id])
 
     def close(self, reason: str | None = None) -> None:
@@ -274,9 +278,9 @@ class StepManager:
         for alias in self._aliases.get(node.id, ()):
             self.state[alias] = self.state[node.id]["output"]
 
-    def _apply(self, node: _Node, routing: Routing) -> None:
+    def _apply(self, node: _Node, routing: Routing, *, quiet: bool = False) -> None:
         node.routing = routing
-        if self.context.events.active:
+        if self.context.events.active and not quiet:
             self.context.events.emit(
                 RoutingDecided(
                     step_id=node.id,

@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Any
 
+from minions._agent.checkpoints import StepCheckpoints
 from minions._agent.graph import StepGraph
 from minions._agent.manager import StepManager
 from minions._routing.selection import StepSelectionChain
@@ -24,10 +25,15 @@ class Run:
     """One run: the tasks of its running steps, around a `StepManager`."""
 
     def __init__(
-        self, graph: StepGraph, context: AgentContext, selection: StepSelectionChain | None
+        self,
+        graph: StepGraph,
+        context: AgentContext,
+        selection: StepSelectionChain | None,
+        checkpoints: StepCheckpoints | None = None,
     ) -> None:
         self.graph = graph
         self.context = context
+        self.checkpoints = checkpoints
         self.manager = StepManager(graph, context, selection_chain=selection)
         config = context.config
         sequential = graph.recipe.execution_mode == "sequential"
@@ -112,8 +118,22 @@ class Run:
                 self.grace_timer = None
 
     async def _run_step(self, executor: StepExecutor) -> tuple[StepExecution, Any]:
+        checkpoints = self.checkpoints
+        if checkpoints is None:
+            execution = await executor.execute()
+            return execution, await self.manager.route(execution)
+        step_id, visit = executor.step.id, executor.execution.visit
+        restored = await checkpoints.restore(step_id, visit)
+        if restored is not None:
+            # Done before a crash or a resume: its result as it was, nothing run or said again.
+            execution, routing = restored
+            self.context.record_usage(execution.usage)
+            return execution, (routing, True)
         execution = await executor.execute()
-        return execution, await self.manager.route(execution)
+        routing = await self.manager.route(execution)
+        if execution.status is StepStatus.COMPLETED:
+            await checkpoints.save(execution, routing)
+        return execution, routing
 
     def _task_done(
         self, step_id: str, executor: StepExecutor, task: asyncio.Task[tuple[StepExecution, Any]]
@@ -131,9 +151,15 @@ class Run:
             self._stop(f"choosing the step after {step_id!r} failed: {type(exc).__name__}: {exc}")
             self._finished(step_id, executor.execution)
             return
-        self._finished(step_id, *task.result())
+        execution, routing = task.result()
+        if isinstance(routing, tuple):  # restored from a checkpoint: its routing is not news
+            self._finished(step_id, execution, routing[0], quiet=True)
+        else:
+            self._finished(step_id, execution, routing)
 
-    def _finished(self, step_id: str, execution: StepExecution, routing: Any = None) -> None:
+    def _finished(
+        self, step_id: str, execution: StepExecution, routing: Any = None, *, quiet: bool = False
+    ) -> None:
         """A step's task ended: hand its execution to the manager, then schedule."""
         try:
             _, executor = self.running.pop(step_id)
@@ -148,7 +174,7 @@ class Run:
                     "rest of the run ended (fire_and_forget_grace)"
                 )
             failures = self.manager.failures
-            self.manager.advance(execution, routing)
+            self.manager.advance(execution, routing, quiet=quiet)
             if self.fail_fast and failures and failures[-1] is execution:
                 self._stop(f"step {step_id!r} failed and fail_fast is set: {execution.error}")
             self._pump()

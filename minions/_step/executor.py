@@ -107,6 +107,7 @@ class StepExecutor:
             config=self.config,
             emitter=context.events,
             step_id=self.name,
+            scope=self.scope,
         )
 
     @property

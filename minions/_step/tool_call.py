@@ -20,6 +20,7 @@ from minions.events import (
     ToolCallFailed,
     ToolCallStarted,
 )
+from minions.tools._context import ToolContext, enter, leave
 from minions.tools._tool import Tool, ToolRegistry
 
 __all__ = ["ToolCallExecutor"]
@@ -65,11 +66,15 @@ class ToolCallExecutor:
         config: ExecutionConfig | None = None,
         emitter: EventEmitter | None = None,
         step_id: str | None = None,
+        scope: str | None = None,
     ) -> None:
         self.registry = registry
         self.config = config or ExecutionConfig()
         self.emitter = emitter or EventEmitter("")
         self.step_id = step_id
+        self.scope = scope or f"{step_id}#1"
+        """The step execution the calls belong to (``step#visit[item]``), for their
+        idempotency keys."""
         self._policy = RetryPolicy(
             attempts=1 + self.config.max_tool_call_retries,
             retry_on=_retryable,
@@ -144,7 +149,19 @@ class ToolCallExecutor:
                 attempts += 1
                 if attempts > 1:
                     self._started(call, attempts)
-                return await self._invoke(tool, arguments)
+                token = enter(
+                    ToolContext(
+                        run_id=emitter.run_id,
+                        step_id=self.step_id,
+                        scope=self.scope,
+                        call_id=call.id,
+                        attempt=attempts,
+                    )
+                )
+                try:
+                    return await self._invoke(tool, arguments)
+                finally:
+                    leave(token)
 
             result = await self._policy.run(attempt, before_sleep=self._announce(call))
             content = serialize_result(call.name, result)

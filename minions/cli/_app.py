@@ -19,7 +19,13 @@ from rich.console import Console
 from minions._version import __version__
 from minions.cli._model_choice import UsageError
 from minions.cli._report import plural
-from minions.cli._running import EXIT_INTERRUPTED, EXIT_USAGE, RunOptions, run_recipe
+from minions.cli._running import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    InputsOption,
+    RunOptions,
+    run_recipe,
+)
 from minions.errors import MinionsError, RecipeError
 from minions.models._base import Model
 
@@ -112,16 +118,7 @@ RecipeArgument = Annotated[
 def run(
     ctx: typer.Context,
     recipe: RecipeArgument,
-    inputs: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--input",
-            "-i",
-            metavar="NAME=VALUE",
-            help="An input of the recipe (repeat for more); converted to its declared type.",
-            show_default=False,
-        ),
-    ] = None,
+    inputs: InputsOption = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -274,3 +271,29 @@ def schema() -> None:
         **{k: v for k, v in RecipeSpec.model_json_schema().items() if k != "title"},
     }
     typer.echo(json.dumps(data, indent=2))
+
+
+def _register_runs() -> None:
+    from minions.cli import _runs
+
+    app.command(name="worker")(_user_errors_of(_runs.worker))
+    app.command(name="submit")(_user_errors_of(_runs.submit))
+    for command in _runs.runs_app.registered_commands:
+        assert command.callback is not None
+        command.callback = _user_errors_of(command.callback)
+    app.add_typer(_runs.runs_app, name="runs")
+
+
+def _user_errors_of(function: Callable[..., None]) -> Callable[..., None]:
+    """`function`, with `_user_errors` around it (signature kept for typer)."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapped(*args: object, **kwargs: object) -> None:
+        with _user_errors():
+            function(*args, **kwargs)
+
+    return wrapped
+
+
+_register_runs()

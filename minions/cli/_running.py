@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -86,6 +86,18 @@ class RunOptions:
     quiet: bool = False
     preflight: bool = True
     workspace: Path | None = None
+
+
+InputsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--input",
+        "-i",
+        metavar="NAME=VALUE",
+        help="An input of the recipe (repeat for more); converted to its declared type.",
+        show_default=False,
+    ),
+]
 
 
 def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:

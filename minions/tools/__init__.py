@@ -6,14 +6,17 @@ and the opt-in `http_get_tool`.
 """
 
 from minions.tools._builtin import builtin_tools, current_datetime, file_tools, http_get_tool
+from minions.tools._context import ToolContext, tool_context
 from minions.tools._tool import Tool, ToolRegistry, tool
 
 __all__ = [
     "Tool",
+    "ToolContext",
     "ToolRegistry",
     "builtin_tools",
     "current_datetime",
     "file_tools",
     "http_get_tool",
     "tool",
+    "tool_context",
 ]

@@ -1,0 +1,28 @@
+"""The seam durable runs use: a store of finished step executions, asked before each step.
+
+A run given `StepCheckpoints` asks it, before a step runs, for a finished execution of that
+step and visit: one found is used as it is (its output, usage and the routing it chose), and
+the step does not run again; nothing else of it is emitted again. A step that completes is
+handed to `save` before the run moves on.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from minions._routing.selection import Routing
+from minions._step.execution import StepExecution
+
+__all__: list[str] = []
+
+
+class StepCheckpoints(Protocol):
+    async def restore(
+        self, step_id: str, visit: int
+    ) -> tuple[StepExecution, Routing | None] | None:
+        """The finished execution of `step_id`'s `visit` and its routing, if saved."""
+        ...
+
+    async def save(self, execution: StepExecution, routing: Routing | None) -> None:
+        """Keep a completed execution (and the routing it chose) for a later restore."""
+        ...

@@ -1,0 +1,164 @@
+"""Durable runs in tests: a recipe whose tool steps append to a ledger (fsynced), and worker
+processes (`minions worker`) against a store in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from minions.runs import RunStore
+
+TOOLS = '''\
+import asyncio
+import os
+
+from minions import tool
+from minions.tools import tool_context
+
+
+def _append(line: str) -> None:
+    with open(os.environ["LEDGER"], "a") as ledger:
+        ledger.write(line + "\\n")
+        ledger.flush()
+        os.fsync(ledger.fileno())
+
+
+@tool
+async def mark(run: str, step: str, seconds: float = 0.0) -> str:
+    """Append (run, step) to the ledger, after `seconds`."""
+    if seconds:
+        await asyncio.sleep(seconds)
+    context = tool_context()
+    key = context.idempotency_key if context is not None else "-"
+    _append(f"{run} {step} {key}")
+    if os.environ.get("PAUSE_AFTER_EFFECT"):
+        await asyncio.sleep(float(os.environ["PAUSE_AFTER_EFFECT"]))
+    return f"{run}:{step}"
+'''
+
+STEPS = ["one", "two", "three", "four", "five"]
+
+
+def chain(seconds: float = 0.0, steps: list[str] = STEPS) -> str:
+    lines = ["id: ledger", "tools: [tools]", "inputs: {tag: {type: string}}", "steps:"]
+    previous = None
+    for step in steps:
+        depends = f", depends_on: [{previous}]" if previous else ""
+        lines.append(
+            f"  - {{id: {step}{depends}, tool: mark, "
+            f'params: {{run: "{{{{ inputs.tag }}}}", step: {step}, seconds: {seconds}}}}}'
+        )
+        previous = step
+    return "\n".join(lines) + "\n"
+
+
+def write_ledger_recipe(folder: Path, seconds: float = 0.0, name: str = "recipe.yaml") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tools.py").write_text(TOOLS)
+    path = folder / name
+    path.write_text(chain(seconds))
+    return path
+
+
+def ledger_lines(path: Path) -> list[tuple[str, str, str]]:
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text().splitlines():
+        run, step, key = line.split(" ")
+        found.append((run, step, key))
+    return found
+
+
+WORKER_ENV = {
+    "MINIONS_WORKER_HEARTBEAT": "0.3",
+    "MINIONS_WORKER_DEAD_AFTER": "2",
+}
+
+
+class WorkerProcess:
+    """`minions worker` in a process of its own."""
+
+    def __init__(self, url: str, folder: Path, executor_id: str, ledger: Path, **env: str) -> None:
+        self.url = url
+        self.executor_id = executor_id
+        self.log = folder / f"worker-{executor_id}-{time.monotonic_ns()}.log"
+        environment = {**os.environ, **WORKER_ENV, "LEDGER": str(ledger), **env}
+        command = [
+            sys.executable, "-m", "minions", "worker",
+            "--database-url", url, "--executor-id", executor_id, "--concurrency", "4",
+        ]  # fmt: skip
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                command, cwd=folder, env=environment, stdout=log, stderr=subprocess.STDOUT
+            )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while "running queued runs" not in self.log.read_text():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the worker exited: {self.log.read_text()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the worker did not start: {self.log.read_text()}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+@contextmanager
+def worker(
+    url: str, folder: Path, executor_id: str, ledger: Path, **env: str
+) -> Iterator[WorkerProcess]:
+    process = WorkerProcess(url, folder, executor_id, ledger, **env)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+async def until(condition: Callable[[], bool], within: float = 60) -> None:
+    """Wait for `condition` (polled): for things only the file system or another process
+    can tell, such as a line in the ledger."""
+    import asyncio
+
+    for _ in range(int(within / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the condition never held")
+
+
+async def finished(store: RunStore, run_id: str, within: float = 60) -> str:
+    """The run's final status, waiting for it (by following its events to the end)."""
+    import asyncio
+
+    async def follow() -> None:
+        async for _ in store.follow(run_id, poll=0.05):
+            pass
+
+    await asyncio.wait_for(follow(), within)
+    for _ in range(100):  # the terminal event and the status are written together
+        record = await store.get(run_id)
+        if record.terminal:
+            return record.status
+        await asyncio.sleep(0.05)
+    return (await store.get(run_id)).status

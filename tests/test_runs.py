@@ -1,0 +1,223 @@
+"""Durable runs on SQLite: submit, workers, the event log, cancel, resume, recovery after a
+SIGKILL, idempotent submit, recipe snapshots, and bad input. Workers are real `minions worker`
+processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from runs_helpers import STEPS, finished, ledger_lines, until, worker, write_ledger_recipe
+
+from minions.errors import RunStateError, StoreError, UnknownRunError
+from minions.runs import RunStore
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+
+
+def minions(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "minions", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def events_of(store: RunStore, run_id: str) -> list[dict[str, object]]:
+    return asyncio.run(store.events(run_id))
+
+
+async def test_a_submitted_run_completes_with_contiguous_events(tmp_path: Path, url: str) -> None:
+    recipe = write_ledger_recipe(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    run_id, created = await store.submit(recipe, {"tag": "r1"})
+    assert created
+    assert (await store.get(run_id)).status == "queued"
+    with worker(url, tmp_path, "w1", ledger):
+        assert await finished(store, run_id) == "completed"
+    record = await store.get(run_id)
+    assert record.output == "r1:five"
+    assert [(s.step_id, s.visit, s.status) for s in record.steps] == [
+        (s, 1, "completed") for s in STEPS
+    ]
+    events = await store.events(run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[0]["kind"] == "run_started"
+    assert events[-1]["kind"] == "run_completed"
+    assert all(e["kind"] != "token_delta" for e in events)
+    # Each tool call got an idempotency key naming the run, the step execution and the call.
+    keys = [key for _, _, key in ledger_lines(ledger)]
+    assert keys[0].startswith(f"{run_id}/one#1/")
+    assert len(set(keys)) == 5
+
+
+async def test_submitting_twice_with_one_key_gives_one_run(tmp_path: Path, url: str) -> None:
+    recipe = write_ledger_recipe(tmp_path)
+    store = RunStore(url, create=True)
+    first = await store.submit(recipe, {"tag": "x"}, idempotency_key="k")
+    again = await store.submit(recipe, {"tag": "x"}, idempotency_key="k")
+    assert first == (first[0], True)
+    assert again == (first[0], False)
+    assert len(await store.list_runs()) == 1
+
+
+async def test_the_recipe_is_snapshotted_at_submission(tmp_path: Path, url: str) -> None:
+    recipe = write_ledger_recipe(tmp_path)
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "snap"})
+    recipe.write_text(recipe.read_text().replace("step: five", "step: EDITED"))
+    with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
+        assert await finished(store, run_id) == "completed"
+    assert (await store.get(run_id)).output == "snap:five"
+
+
+async def test_a_run_killed_mid_way_resumes_after_its_last_completed_step(
+    tmp_path: Path, url: str
+) -> None:
+    recipe = write_ledger_recipe(tmp_path, seconds=0.4)
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "k"})
+    first = worker(url, tmp_path, "w1", ledger)
+    process = first.__enter__()
+    await until(lambda: len(ledger_lines(ledger)) >= 2)
+    process.kill()
+    done_before = [step for _, step, _ in ledger_lines(ledger)]
+    with worker(url, tmp_path, "w1", ledger):  # the same executor id recovers its runs
+        assert await finished(store, run_id) == "completed"
+    steps = [step for _, step, _ in ledger_lines(ledger)]
+    # Completed steps ran once; the one in flight at the kill at most twice.
+    for step in STEPS:
+        assert 1 <= steps.count(step) <= (2 if step not in done_before[:-1] else 1)
+    events = await store.events(run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["kind"] for e in events].count("run_started") == 1
+    assert events[-1]["kind"] == "run_completed"
+
+
+async def test_cancel_a_running_run_then_resume_it(tmp_path: Path, url: str) -> None:
+    recipe = write_ledger_recipe(tmp_path, seconds=0.5)
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "c"})
+    with worker(url, tmp_path, "w1", ledger):
+        await until(lambda: len(ledger_lines(ledger)) >= 1)
+        cancelled = await store.cancel(run_id)
+        assert cancelled.status == "cancelled"
+        events = await store.events(run_id)
+        assert events[-1]["kind"] == "run_failed"
+        with pytest.raises(RunStateError, match="nothing to cancel"):
+            await store.cancel(run_id)
+        done = {step for _, step, _ in ledger_lines(ledger)}
+        assert done != set(STEPS)
+        resumed = await store.resume(run_id)
+        assert resumed.status == "queued"
+        assert await finished(store, run_id) == "completed"
+    steps = [step for _, step, _ in ledger_lines(ledger)]
+    assert sorted(set(steps)) == sorted(STEPS)
+    assert steps.count("one") == 1  # completed before the cancel: not run again
+
+
+async def test_a_queued_run_is_cancelled_at_once(tmp_path: Path, url: str) -> None:
+    recipe = write_ledger_recipe(tmp_path)
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "q"})
+    record = await store.cancel(run_id)
+    assert record.status == "cancelled"
+    assert [e["kind"] for e in await store.events(run_id)] == ["run_failed"]
+    with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
+        await asyncio.sleep(1)
+    assert (await store.get(run_id)).status == "cancelled"
+    assert ledger_lines(tmp_path / "ledger.txt") == []
+
+
+async def test_wrong_states_and_unknown_runs(tmp_path: Path, url: str) -> None:
+    recipe = write_ledger_recipe(tmp_path)
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "w"})
+    with pytest.raises(RunStateError, match="only a failed or cancelled run resumes"):
+        await store.resume(run_id)
+    with pytest.raises(RunStateError, match="waits for no approval"):
+        await store.approve(run_id)
+    for operation in (store.get, store.cancel, store.resume, store.events):
+        with pytest.raises(UnknownRunError, match="no run 'nope'"):
+            await operation("nope")
+
+
+def test_reading_a_store_that_is_not_there_writes_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing.db"
+    with pytest.raises(StoreError, match="no run store at"):
+        RunStore(f"sqlite:///{missing}")
+    assert not missing.exists()
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="is not a minions run store"):
+        RunStore(f"sqlite:///{garbage}")
+    with pytest.raises(StoreError, match="unsupported database URL"):
+        RunStore("mysql://x/y")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["runs", "show", "nope"], "error: no run 'nope'"),
+        (["runs", "cancel", "nope"], "error: no run 'nope'"),
+        (["runs", "list", "--status", "lost"], "unknown status 'lost'"),
+        (["submit", "missing.yaml"], "no such recipe file"),
+        (
+            ["runs", "list", "--database-url", "postgresql://u:pw@127.0.0.1:1/x"],
+            "cannot use the run store 'postgresql://***@127.0.0.1:1/x'",
+        ),
+    ],
+)
+def test_the_cli_says_bad_input_with_exit_2(
+    tmp_path: Path, url: str, args: list[str], message: str
+) -> None:
+    write_ledger_recipe(tmp_path)
+    RunStore(url, create=True).close()
+    if "--database-url" not in args:
+        args = [*args, "--database-url", url]
+    done = minions(*args, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert message in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
+    assert "pw" not in done.stderr
+
+
+def test_the_cli_end_to_end(tmp_path: Path, url: str) -> None:
+    recipe = write_ledger_recipe(tmp_path)
+    submitted = minions("submit", str(recipe), "-i", "tag=cli", "--json", "--database-url", url)
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = json.loads(submitted.stdout)["run_id"]
+    again = minions(
+        "submit", str(recipe), "-i", "tag=cli", "--idempotency-key", "x", "--database-url", url
+    )
+    assert again.returncode == 0
+    with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
+        followed = minions("runs", "events", run_id, "--follow", "--json", "--database-url", url)
+    lines = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
+    assert lines[-1]["kind"] == "run_completed"
+    after = minions(
+        "runs", "events", run_id, "--after", str(len(lines) - 1), "--json", "--database-url", url
+    )
+    assert [json.loads(x)["seq"] for x in after.stdout.splitlines()] == [len(lines)]
+    shown = json.loads(minions("runs", "show", run_id, "--json", "--database-url", url).stdout)
+    assert shown["status"] == "completed"
+    assert [s["step_id"] for s in shown["steps"]] == STEPS
+    listed = minions("runs", "list", "--status", "completed", "--database-url", url)
+    assert run_id in listed.stdout
+    text = minions("runs", "show", run_id, "--database-url", url).stdout
+    assert f"run {run_id}: completed (ledger)" in text

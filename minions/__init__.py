@@ -44,6 +44,7 @@ from minions._step.step import DefaultStep, MemoryScope, Step, StepInput, StepMo
 from minions._step.tool_call import ToolCallExecutor
 from minions._version import __version__
 from minions.errors import (
+    ApprovalRequiredError,
     BudgetExceededError,
     ConfigError,
     InputError,
@@ -214,6 +215,7 @@ __all__ = [
     "StepSelectionLink",
     "StepSuggestionLink",
     # errors
+    "ApprovalRequiredError",
     "BudgetExceededError",
     "ConfigError",
     "MinionsError",

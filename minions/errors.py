@@ -25,6 +25,7 @@ __all__ = [
     "ModelOutputError",
     "OutputValidationError",
     "Problem",
+    "ApprovalRequiredError",
     "RecipeError",
     "RecordingError",
     "RunStateError",
@@ -232,3 +233,8 @@ class UnknownRunError(MinionsError):
 class RunStateError(MinionsError):
     """The run is in the wrong state for what was asked (resume a completed run, approve a
     run that waits for nothing)."""
+
+
+class ApprovalRequiredError(MinionsError):
+    """A tool needs a person's approval and the run has no way to ask for it (no approver:
+    `minions run` asks on a terminal, or takes `--approve-all`)."""

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
 __all__ = [
+    "ApprovalRequested",
+    "ApprovalResolved",
     "CompletionDecided",
     "Event",
     "EventEmitter",
@@ -233,6 +235,28 @@ class OutputModeDemoted(_EventBase):
     """The endpoint, without credentials (empty for models that have none)."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalRequested(_EventBase):
+    """A tool call waits for a person's approval (the run is `waiting`)."""
+
+    kind: Literal["approval_requested"] = "approval_requested"
+    call_id: str = ""
+    """Names the call in the run: ``step#visit[item]/id``; `minions runs approve` takes it."""
+    name: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalResolved(_EventBase):
+    """A person approved or rejected a call."""
+
+    kind: Literal["approval_resolved"] = "approval_resolved"
+    call_id: str = ""
+    name: str = ""
+    approved: bool = True
+    reason: str | None = None
+
+
 # -- decisions ---------------------------------------------------------------------------------
 
 
@@ -272,6 +296,8 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
     ToolCallFailed,
     RetryScheduled,
     OutputModeDemoted,
+    ApprovalRequested,
+    ApprovalResolved,
     CompletionDecided,
     RoutingDecided,
 ]

@@ -19,6 +19,7 @@ ERRORS = {
     "ScriptExhaustedError", "StepDefinitionError", "TemplateError", "TemplateSyntaxError",
     "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
+    "ApprovalRequiredError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -56,7 +57,7 @@ PUBLIC: dict[str, set[str]] = {
         "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallCompleted",
         "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
-        "OutputModeDemoted",
+        "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved",
     },
     "minions.errors": ERRORS,
     "minions.models": {
@@ -64,6 +65,7 @@ PUBLIC: dict[str, set[str]] = {
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },
     "minions.tools": {
+        "ApprovalDecision", "ApprovalRequest", "Approver",
         "Tool", "ToolContext", "ToolRegistry", "builtin_tools", "current_datetime",
         "file_tools", "http_get_tool", "tool", "tool_context",
     },

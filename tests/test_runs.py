@@ -221,3 +221,79 @@ def test_the_cli_end_to_end(tmp_path: Path, url: str) -> None:
     assert run_id in listed.stdout
     text = minions("runs", "show", run_id, "--database-url", url).stdout
     assert f"run {run_id}: completed (ledger)" in text
+
+
+APPROVAL = """\
+id: gated
+tools: [tools]
+inputs: {tag: {type: string}}
+steps:
+  - {id: before, tool: mark, params: {run: "{{ inputs.tag }}", step: before}}
+  - id: ship
+    depends_on: [before]
+    tool: mark
+    params: {run: "{{ inputs.tag }}", step: ship}
+    requires_approval: true
+"""
+
+
+async def waiting_call(store: RunStore, run_id: str) -> str:
+    for _ in range(600):
+        record = await store.get(run_id)
+        if record.status == "waiting" and record.approvals:
+            return record.approvals[0].call_id
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the run never waited: {record.status}")
+
+
+async def test_a_run_waits_durably_for_approval_across_a_worker_restart(
+    tmp_path: Path, url: str
+) -> None:
+    write_ledger_recipe(tmp_path)
+    recipe = tmp_path / "gated.yaml"
+    recipe.write_text(APPROVAL)
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "g"})
+    first = worker(url, tmp_path, "w1", ledger)
+    process = first.__enter__()
+    call_id = await waiting_call(store, run_id)
+    assert call_id == "ship#1/ship-call"
+    [approval] = (await store.get(run_id)).approvals
+    assert (approval.tool, approval.arguments) == (
+        "mark",
+        {"run": "g", "step": "ship", "seconds": 0.0},
+    )
+    process.kill()  # the wait survives the worker
+    with worker(url, tmp_path, "w1", ledger):
+        assert await waiting_call(store, run_id) == call_id
+        await store.approve(run_id)
+        assert await finished(store, run_id) == "completed"
+    assert [step for _, step, _ in ledger_lines(ledger)] == ["before", "ship"]
+    kinds = [e["kind"] for e in await store.events(run_id)]
+    assert "approval_requested" in kinds
+    assert "approval_resolved" in kinds
+    with pytest.raises(RunStateError, match="waits for no approval"):
+        await store.approve(run_id)
+
+
+async def test_a_rejected_call_fails_the_tool_step_with_the_reason(
+    tmp_path: Path, url: str
+) -> None:
+    write_ledger_recipe(tmp_path)
+    recipe = tmp_path / "gated.yaml"
+    recipe.write_text(APPROVAL)
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "r"})
+    with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
+        call_id = await waiting_call(store, run_id)
+        with pytest.raises(RunStateError, match="does not wait for call 'other'"):
+            await store.approve(run_id, "other")
+        done = minions(
+            "runs", "approve", run_id, call_id, "--reject", "not today", "--database-url", url
+        )
+        assert done.returncode == 0, done.stderr
+        assert await finished(store, run_id) == "failed"
+    record = await store.get(run_id)
+    assert "not today" in (record.error or "")
+    assert [step for _, step, _ in ledger_lines(tmp_path / "ledger.txt")] == ["before"]

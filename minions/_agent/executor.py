@@ -21,6 +21,7 @@ from minions.errors import UnknownRecipeError
 from minions.events import EventListener
 from minions.models._base import Model
 from minions.recipes._recipe import AgentRecipe
+from minions.tools._approval import Approver
 from minions.tools._tool import Tool, ToolRegistry
 
 __all__ = ["AgentExecutor"]
@@ -51,6 +52,9 @@ class AgentExecutor:
             recipes and steps name included.
         model_wrapper: applied once to every model a run uses, after `model_resolver`
             (recording...).
+        approver: answers for tools that need a person's approval
+            (`@tool(requires_approval=True)`, a YAML tool step's ``requires_approval``); without
+            one, such a call fails its step with `ApprovalRequiredError`.
     """
 
     def __init__(
@@ -66,8 +70,10 @@ class AgentExecutor:
         selection_chain: StepSelectionChain | None = None,
         model_resolver: Callable[[Model | str | None], Model] | None = None,
         model_wrapper: Callable[[Model], Model] | None = None,
+        approver: Approver | None = None,
     ) -> None:
         self.model = model
+        self.approver = approver
         self.tools = ToolRegistry(tools)
         self.memory = memory
         self.config = config or ExecutionConfig()
@@ -165,6 +171,7 @@ class AgentExecutor:
             model_resolver=self.model_resolver,
             model_wrapper=self.model_wrapper,
             recipe_runner=run_recipe,
+            approver=self.approver,
         )
 
     async def execute(
@@ -266,6 +273,7 @@ async def run_recipe(
     config: ExecutionConfig,
     model_resolver: Callable[[Model | str | None], Model] | None,
     model_wrapper: Callable[[Model], Model] | None,
+    approver: Approver | None = None,
 ) -> AgentResult:
     """The `RecipeRunner` of runs started here: a recipe inside another run."""
     executor = AgentExecutor(
@@ -274,5 +282,6 @@ async def run_recipe(
         config=config,
         model_resolver=model_resolver,
         model_wrapper=model_wrapper,
+        approver=approver,
     )
     return await executor.execute(recipe, inputs, run_id=run_id)

@@ -40,12 +40,14 @@ class ToolStep(Step):
         params: Mapping[str, Any] | None = None,
         *,
         fill_missing: str | None = None,
+        requires_approval: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(id, **options)
         self.tool = tool
         self.params = dict(params or {})
         self.fill_missing = fill_missing
+        self.requires_approval = requires_approval
         if fill_missing not in (None, "model"):
             raise StepDefinitionError(
                 f"step {id!r}: fill_missing must be 'model' or absent, not {fill_missing!r}"

@@ -14,6 +14,7 @@ from minions.errors import BudgetExceededError
 from minions.events import EventEmitter, EventListener
 from minions.models._base import Model
 from minions.models._infer import infer_model
+from minions.tools._approval import Approver
 from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class RecipeRunner(Protocol):
     """Runs a recipe (an `AgentRecipe`) inside another run, and returns its `AgentResult`.
 
     The arguments are the inner run's: its id, default model, memory, configuration, model
-    resolver and wrapper (see `AgentExecutor`).
+    resolver and wrapper, and approver (see `AgentExecutor`).
     """
 
     def __call__(
@@ -40,6 +41,7 @@ class RecipeRunner(Protocol):
         config: ExecutionConfig,
         model_resolver: Callable[[Model | str | None], Model] | None,
         model_wrapper: Callable[[Model], Model] | None,
+        approver: Approver | None = None,
     ) -> Awaitable[AgentResult]: ...
 
 
@@ -65,6 +67,8 @@ class AgentContext:
             own), after `model_resolver`, e.g. to record replies (`RecordingModel`).
         recipe_runner: runs a recipe inside this run (what a `RecipeStep` calls); the
             `AgentExecutor` gives its own. ``None``: recipe steps cannot run in this context.
+        approver: answers the approval requests of tools that need a person's say
+            (`minions.tools.Approver`).
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class AgentContext:
         model_resolver: Callable[[Model | str | None], Model] | None = None,
         model_wrapper: Callable[[Model], Model] | None = None,
         recipe_runner: RecipeRunner | None = None,
+        approver: Approver | None = None,
     ) -> None:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self._model_spec = model
@@ -98,6 +103,8 @@ class AgentContext:
         self.events = EventEmitter(self.run_id, listeners)
         self.completion_chain = completion_chain
         self.recipe_runner = recipe_runner
+        self.approver = approver
+        """Who approves calls of tools that need it (``None``: such a call fails the step)."""
         self.usage = Usage()
         """Tokens of every model call of the run so far (all steps, all attempts)."""
 

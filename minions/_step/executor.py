@@ -108,6 +108,10 @@ class StepExecutor:
             emitter=context.events,
             step_id=self.name,
             scope=self.scope,
+            approver=context.approver,
+            visit=visit,
+            item=item,
+            approve_every_call=bool(getattr(step, "requires_approval", False)),
         )
 
     @property

@@ -12,14 +12,17 @@ from typing import Any
 from minions._config import ExecutionConfig
 from minions._messages import ToolCall, ToolCallResponse
 from minions._retry import RetryHook, RetryPolicy
-from minions.errors import ToolError
+from minions.errors import ApprovalRequiredError, ToolError
 from minions.events import (
+    ApprovalRequested,
+    ApprovalResolved,
     EventEmitter,
     RetryScheduled,
     ToolCallCompleted,
     ToolCallFailed,
     ToolCallStarted,
 )
+from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
 from minions.tools._context import ToolContext, enter, leave
 from minions.tools._tool import Tool, ToolRegistry
 
@@ -67,6 +70,10 @@ class ToolCallExecutor:
         emitter: EventEmitter | None = None,
         step_id: str | None = None,
         scope: str | None = None,
+        approver: Approver | None = None,
+        visit: int = 1,
+        item: int | None = None,
+        approve_every_call: bool = False,
     ) -> None:
         self.registry = registry
         self.config = config or ExecutionConfig()
@@ -75,6 +82,11 @@ class ToolCallExecutor:
         self.scope = scope or f"{step_id}#1"
         """The step execution the calls belong to (``step#visit[item]``), for their
         idempotency keys."""
+        self.approver = approver
+        self.visit = visit
+        self.item = item
+        self.approve_every_call = approve_every_call
+        """Every call needs approval (a YAML tool step with ``requires_approval: true``)."""
         self._policy = RetryPolicy(
             attempts=1 + self.config.max_tool_call_retries,
             retry_on=_retryable,
@@ -131,6 +143,50 @@ class ToolCallExecutor:
                 )
             )
 
+    async def _approval(self, call: ToolCall, arguments: dict[str, Any]) -> ApprovalDecision:
+        """Ask the approver about `call`, saying so in events."""
+        call_id = f"{self.scope}/{call.id}"
+        if self.approver is None:
+            raise ApprovalRequiredError(
+                f"tool {call.name!r} (step {self.step_id!r}) needs a person's approval, and "
+                "nobody can be asked: run it on a terminal, pass --approve-all, or give the "
+                "executor an approver"
+            )
+        emitter = self.emitter
+        if emitter.active:
+            emitter.emit(
+                ApprovalRequested(
+                    step_id=self.step_id, call_id=call_id, name=call.name, arguments=arguments
+                )
+            )
+        request = ApprovalRequest(
+            run_id=emitter.run_id,
+            step_id=self.step_id or "",
+            visit=self.visit,
+            item=self.item,
+            call_id=call_id,
+            tool=call.name,
+            arguments=dict(arguments),
+        )
+        try:
+            decision = await self.approver(request)
+        except Exception as exc:
+            raise ApprovalRequiredError(
+                f"asking for approval of {call.name!r} (step {self.step_id!r}) failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if emitter.active:
+            emitter.emit(
+                ApprovalResolved(
+                    step_id=self.step_id,
+                    call_id=call_id,
+                    name=call.name,
+                    approved=decision.approved,
+                    reason=decision.reason,
+                )
+            )
+        return decision
+
     async def execute(self, call: ToolCall) -> ToolCall:
         """Run `call` and return it with its `response` set."""
         emitter = self.emitter
@@ -143,6 +199,13 @@ class ToolCallExecutor:
         try:
             tool = self.registry.require(call.name)
             arguments = tool.validate(call.arguments)
+            if tool.requires_approval or self.approve_every_call:
+                decision = await self._approval(call, arguments)
+                if not decision.approved:
+                    raise ToolError(
+                        f"A person rejected this call to {call.name!r}: "
+                        f"{decision.reason or 'no reason given'}. Do not make it again as it was."
+                    )
 
             async def attempt() -> Any:
                 nonlocal attempts
@@ -165,6 +228,8 @@ class ToolCallExecutor:
 
             result = await self._policy.run(attempt, before_sleep=self._announce(call))
             content = serialize_result(call.name, result)
+        except ApprovalRequiredError:
+            raise  # not the model's to handle: the run cannot ask anybody
         except ToolError as exc:
             error = content = str(exc)
         except Exception as exc:

@@ -7,6 +7,7 @@ recipe or inputs) print a readable message on stderr and exit with code 2, never
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ class Settings:
     """
 
     resolve_model: Callable[[str], Model] = _infer_model
+    ask: Callable[[str], str] | None = None
+    """Asks a person a question (approvals); by default `input` when stdin and stderr are a
+    terminal, else nobody can be asked."""
 
 
 app = typer.Typer(
@@ -85,6 +89,13 @@ def _user_errors() -> Iterator[None]:
         # Ctrl-C before the run started (while loading the recipe, say).
         _stderr().print("interrupted", style="yellow")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _ask_on_terminal(question: str) -> str:
+    """A question on stderr (stdout holds the run's output), the answer from stdin."""
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    return sys.stdin.readline()
 
 
 def _version(value: bool) -> None:
@@ -180,6 +191,14 @@ def run(
             help="Check that the model servers answer before the first step runs.",
         ),
     ] = True,
+    approve_all: Annotated[
+        bool,
+        typer.Option(
+            "--approve-all",
+            help="Approve every call of tools that need a person's approval (otherwise a "
+            "terminal asks, and without one the run does not start).",
+        ),
+    ] = False,
     workspace: Annotated[
         Path | None,
         typer.Option(
@@ -206,11 +225,15 @@ def run(
         record=record,
         replay=replay,
         workspace=workspace,
+        approve_all=approve_all,
         quiet=quiet,
         preflight=preflight,
     )
+    ask = settings.ask
+    if ask is None and sys.stdin.isatty() and sys.stderr.isatty():
+        ask = _ask_on_terminal
     with _user_errors():
-        code = run_recipe(options, resolve=settings.resolve_model, err=_stderr())
+        code = run_recipe(options, resolve=settings.resolve_model, err=_stderr(), ask=ask)
     raise typer.Exit(code)
 
 

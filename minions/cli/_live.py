@@ -150,6 +150,15 @@ class LiveView:
             self._row(base).tool_calls += 1
         elif isinstance(event, ev.RetryScheduled):
             self._row(base).retries += 1
+        elif isinstance(event, ev.ApprovalRequested):
+            row = self._row(base)
+            row.note = f"waiting for approval of {event.name}"
+            self._line(f"? {base} waits for approval: {event.name} ({event.call_id})")
+        elif isinstance(event, ev.ApprovalResolved):
+            row = self._row(base)
+            row.note = "" if event.approved else f"{event.name} rejected"
+            verdict = "approved" if event.approved else f"rejected: {event.reason or ''}"
+            self._line(f"  {base}: {event.name} {verdict}".rstrip())
         elif isinstance(event, ev.RunCompleted):
             self.run_status = "completed"
         elif isinstance(event, ev.RunFailed):

@@ -55,6 +55,8 @@ from minions.models._base import Model
 from minions.models._recording import Recording
 from minions.recipes._build import RecipeFile, load_recipe_file
 from minions.recipes._recipe import AgentRecipe
+from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
+from minions.tools._tool import ToolRegistry
 
 __all__ = []
 
@@ -86,6 +88,7 @@ class RunOptions:
     quiet: bool = False
     preflight: bool = True
     workspace: Path | None = None
+    approve_all: bool = False
 
 
 InputsOption = Annotated[
@@ -158,11 +161,62 @@ class EventsFile:
             pass  # said already, or the last flush failed: the run's result matters more
 
 
-def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Console) -> int:
+def approvals_needed(recipe: AgentRecipe, tools: Any) -> list[tuple[str, str]]:
+    """(step, tool) pairs whose calls need a person's approval."""
+    found = []
+    for step in recipe.steps:
+        body = getattr(step, "body", step)  # a loop's body makes the calls
+        every = bool(getattr(body, "requires_approval", False))
+        for name in sorted(body.tool_names()):
+            tool = tools.get(name) if tools is not None else None
+            if every or (tool is not None and tool.requires_approval):
+                found.append((step.id, name))
+    return found
+
+
+def terminal_approver(ask: Callable[[str], str], err: Console, view: LiveView) -> Approver:
+    """Asks on the terminal, one call at a time (the live view pauses meanwhile)."""
+    lock = asyncio.Lock()
+
+    async def approve(request: ApprovalRequest) -> ApprovalDecision:
+        async with lock:
+            view.stop()
+            try:
+                arguments = json.dumps(request.arguments, ensure_ascii=False)
+                err.print(
+                    f"step {request.step_id!r} wants to call {request.tool}({arguments})",
+                    markup=False,
+                    highlight=False,
+                )
+                answer = await asyncio.to_thread(ask, "approve? [y/N] ")
+                if answer.strip().lower() in ("y", "yes"):
+                    return ApprovalDecision(approved=True)
+                reason = await asyncio.to_thread(ask, "why not (told to the model)? ")
+                return ApprovalDecision(approved=False, reason=reason.strip() or None)
+            finally:
+                view.start()
+
+    return approve
+
+
+async def _approve_everything(request: ApprovalRequest) -> ApprovalDecision:
+    return ApprovalDecision(approved=True, reason="--approve-all")
+
+
+def run_recipe(
+    options: RunOptions,
+    *,
+    resolve: Callable[[str], Model],
+    err: Console,
+    ask: Callable[[str], str] | None = None,
+) -> int:
     """Do what `minions run` was asked; return the exit code.
 
     The output (or with `json`, the JSON result and nothing else) goes to stdout; the live
     view, notes, the summary and errors go to `err`.
+
+    `ask` prompts a person (on a terminal) for approvals; without it, a recipe whose tools
+    need approval runs only with `approve_all`.
 
     Raises:
         UsageError: bad options (exit code 2).
@@ -179,6 +233,14 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     if options.events is not None:
         _refuse_overwriting(options.events, loaded, options)
     inputs = recipe.check_inputs(given)
+    needing = approvals_needed(recipe, ToolRegistry(recipe.tools))
+    if needing and ask is None and not options.approve_all and not options.dry_run:
+        step_id, tool_name = needing[0]
+        raise UsageError(
+            f"step {step_id!r} calls {tool_name!r}, which needs a person's approval, and "
+            "nobody can be asked here (no terminal): run it on a terminal, or pass "
+            "--approve-all to approve every call"
+        )
     source = model_source(recipe, options.recipe, model=options.model, replay=options.replay)
     if options.dry_run:
         return _dry_run(recipe, inputs, source, as_json=options.json)
@@ -186,12 +248,19 @@ def run_recipe(options: RunOptions, *, resolve: Callable[[str], Model], err: Con
     choice = choose_model(source, recipe, record=options.record, resolve=resolve, meta=meta)
     if choice.note is not None and not options.quiet:
         err.print(choice.note, markup=False, highlight=False)
-    executor = AgentExecutor(model_resolver=choice.resolver, model_wrapper=choice.wrapper)
     recipe = choice.prepare(recipe)
-    graph = executor.graph(recipe)
     view = LiveView(
         err, [s.id for s in recipe.steps], title=recipe.id, mode="off" if options.quiet else None
     )
+    approver: Approver | None = None
+    if options.approve_all:
+        approver = _approve_everything
+    elif ask is not None:
+        approver = terminal_approver(ask, err, view)
+    executor = AgentExecutor(
+        model_resolver=choice.resolver, model_wrapper=choice.wrapper, approver=approver
+    )
+    graph = executor.graph(recipe)
     events = EventsFile(options.events, err) if options.events is not None else None
     listeners: list[EventListener] = [view] if events is None else [view, events]
     context = executor.create_context(recipe, inputs, listeners=listeners)

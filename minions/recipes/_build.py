@@ -253,7 +253,14 @@ def _body(spec: StepSpec, base: Path, load: _Load, options: dict[str, Any]) -> S
         )
     if spec.kind == "tool":
         assert spec.tool is not None
-        return ToolStep(spec.id, spec.tool, spec.params, fill_missing=spec.fill_missing, **own)
+        return ToolStep(
+            spec.id,
+            spec.tool,
+            spec.params,
+            fill_missing=spec.fill_missing,
+            requires_approval=spec.requires_approval,
+            **own,
+        )
     assert spec.recipe is not None
     child = load_recipe_file(base / spec.recipe, _load=load)
     return RecipeStep(spec.id, child.recipe, inputs=spec.inputs, **own)

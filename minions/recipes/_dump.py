@@ -191,6 +191,8 @@ def _body(step: Step) -> dict[str, Any]:
             body["params"] = dict(step.params)
         if step.fill_missing:
             body["fill_missing"] = step.fill_missing
+        if step.requires_approval:
+            body["requires_approval"] = True
         return {**body, **_own(step)}
     source = inspect.getmodule(type(step))
     raise RecipeError(

@@ -86,6 +86,9 @@ class StepSpec(_Strict):
     # tool step
     tool: str | None = Field(None, description="A tool to call directly (tool step).")
     params: dict[str, Any] = Field(default_factory=dict, description="The tool's arguments.")
+    requires_approval: bool = Field(
+        False, description="A person approves the call first (tool step); see docs/runs.md."
+    )
     fill_missing: Literal["model"] | None = Field(
         None, description="Let the model extract parameters whose templates have no value."
     )
@@ -149,6 +152,11 @@ class StepSpec(_Strict):
             )
         if self.parallel is not None and self.loop is None:
             raise ValueError("`parallel` needs `loop`")
+        if self.requires_approval and self.kind != "tool":
+            raise ValueError(
+                "`requires_approval` is for tool steps; for a tool an agent step may call, "
+                "declare it with @tool(requires_approval=True)"
+            )
         return self
 
     @property

@@ -104,6 +104,7 @@ class RecipeStep(Step):
             config=config,
             model_resolver=outer.model_resolver,
             model_wrapper=_wrapper(outer, prefix),
+            approver=outer.approver,
         )
         run.absorb(result.executions, items=True)  # routing calls are in their step's execution
         outer.record_usage(result.usage)

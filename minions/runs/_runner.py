@@ -24,6 +24,7 @@ from minions.recipes._build import build_recipe
 from minions.recipes._loader import parse_spec
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._store import Store, dumps
+from minions.tools._approval import ApprovalDecision, ApprovalRequest
 
 __all__: list[str] = []
 
@@ -235,6 +236,8 @@ class DurableRunner:
         self.hub = hub
         self.cancel_poll = cancel_poll
         self.running: dict[str, asyncio.Task[Any]] = {}
+        self._waiting: dict[str, int] = {}
+        """Calls each run waits on (the run is `waiting` while there is one)."""
 
     async def execute(self, run_id: str) -> None:
         store = self.store
@@ -257,7 +260,9 @@ class DurableRunner:
             finished_at=None,
             error=None,
         )
-        executor = AgentExecutor(model=self.model, model_resolver=self.resolver)
+        executor = AgentExecutor(
+            model=self.model, model_resolver=self.resolver, approver=self.approve
+        )
         graph = executor.graph(recipe)
         context = executor.create_context(
             recipe, inputs, run_id=run_id, listeners=[recorder.on_event]
@@ -290,6 +295,35 @@ class DurableRunner:
         )
         if not result.ok:
             raise RunFailedError(result.error or "the run failed")
+
+    async def approve(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Wait durably for a person's decision: the request is stored, the run is `waiting`
+        until `minions runs approve` decides it (a step run again after a restart finds the
+        same request, or its decision)."""
+        store, run_id = self.store, request.run_id
+        record = await asyncio.to_thread(
+            store.request_approval,
+            run_id,
+            call_id=request.call_id,
+            step_id=request.step_id,
+            tool=request.tool,
+            arguments=request.arguments,
+        )
+        self._waiting[run_id] = self._waiting.get(run_id, 0) + 1
+        try:
+            if record.decided_at is None:
+                await asyncio.to_thread(store.update_run, run_id, status="waiting")
+            while record.decided_at is None:
+                await asyncio.sleep(self.cancel_poll)
+                found = await asyncio.to_thread(store.approval, run_id, request.call_id)
+                assert found is not None
+                record = found
+        finally:
+            self._waiting[run_id] -= 1
+            if not self._waiting[run_id]:
+                del self._waiting[run_id]
+                await asyncio.to_thread(store.update_run, run_id, status="running")
+        return ApprovalDecision(approved=bool(record.approved), reason=record.reason)
 
     async def _watch(self, run_id: str, task: asyncio.Task[Any]) -> bool:
         """Cancel the run's task when a cancel is requested; True when it did."""

@@ -5,11 +5,15 @@ tools (`file_tools`: ``read_file``, ``write_file``, ``list_files``, confined to 
 and the opt-in `http_get_tool`.
 """
 
+from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
 from minions.tools._builtin import builtin_tools, current_datetime, file_tools, http_get_tool
 from minions.tools._context import ToolContext, tool_context
 from minions.tools._tool import Tool, ToolRegistry, tool
 
 __all__ = [
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "Approver",
     "Tool",
     "ToolContext",
     "ToolRegistry",

@@ -34,6 +34,8 @@ class Tool:
         description: defaults to the docstring's summary.
         run_in_thread: run a sync function in a worker thread (the default, so a blocking
             tool never stalls other steps); set False for quick, CPU-only functions.
+        requires_approval: a person approves each call first (the run asks its approver;
+            see `minions.tools.Approver`); a rejected call is not made.
     """
 
     def __init__(
@@ -43,8 +45,10 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         run_in_thread: bool = True,
+        requires_approval: bool = False,
     ) -> None:
         self.fn = fn
+        self.requires_approval = requires_approval
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
             raise ToolDefinitionError(
@@ -221,7 +225,11 @@ def _strip_titles(schema: Mapping[str, Any]) -> dict[str, Any]:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, run_in_thread: bool = True
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    run_in_thread: bool = True,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -230,11 +238,18 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     run_in_thread: bool = True,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a function; use as `@tool` or `@tool(name=..., ...)`."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, run_in_thread=run_in_thread)
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            run_in_thread=run_in_thread,
+            requires_approval=requires_approval,
+        )
 
     return wrap(fn) if fn is not None else wrap
 

@@ -8,9 +8,12 @@ import asyncio
 import json
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from postgres import cluster, fresh_database
 from runs_helpers import STEPS, finished, ledger_lines, until, worker, write_ledger_recipe
 
 from minions.errors import RunStateError, StoreError, UnknownRunError
@@ -19,9 +22,19 @@ from minions.runs import RunStore
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    with cluster() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store: SQLite in a temporary folder, or a new database on a real Postgres."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    server: str = request.getfixturevalue("postgres")
+    return fresh_database(server, f"t{uuid.uuid4().hex[:12]}")
 
 
 def minions(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -297,3 +310,34 @@ async def test_a_rejected_call_fails_the_tool_step_with_the_reason(
     record = await store.get(run_id)
     assert "not today" in (record.error or "")
     assert [step for _, step, _ in ledger_lines(tmp_path / "ledger.txt")] == ["before"]
+
+
+async def test_a_live_worker_recovers_the_runs_of_a_worker_killed_for_good(
+    tmp_path: Path, url: str
+) -> None:
+    recipe = write_ledger_recipe(tmp_path, seconds=0.3)
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    run_ids = [(await store.submit(recipe, {"tag": f"m{i}"}))[0] for i in range(6)]
+    with worker(url, tmp_path, "w1", ledger) as doomed, worker(url, tmp_path, "w2", ledger):
+
+        async def doomed_is_busy() -> bool:
+            runs = [await store.get(r) for r in run_ids]
+            return any(r.executor_id == "w1" and r.status == "running" for r in runs)
+
+        for _ in range(600):
+            if await doomed_is_busy():
+                break
+            await asyncio.sleep(0.05)
+        doomed.kill()  # never comes back
+        statuses = [await finished(store, r, within=120) for r in run_ids]
+    assert statuses == ["completed"] * 6
+    for run_id in run_ids:
+        events = await store.events(run_id)
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert events[-1]["kind"] == "run_completed"
+    lines = ledger_lines(ledger)
+    for i in range(6):
+        steps = [step for run, step, _ in lines if run == f"m{i}"]
+        assert sorted(set(steps)) == sorted(STEPS)
+        assert all(steps.count(s) <= 2 for s in STEPS)  # at most the step in flight twice

@@ -15,11 +15,12 @@ machines (``postgresql://...``). See docs/runs.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -142,15 +143,42 @@ class RunStore:
         terminal event."""
         await self.get(run_id)
         last = after
-        while True:
-            batch = await asyncio.to_thread(self._store.events, run_id, after=last, limit=500)
-            for event in batch:
-                last = event["seq"]
-                yield event
-                if event["kind"] in TERMINAL_KINDS:
-                    return
-            if not batch:
+        async with self._listener() as wait:
+            while True:
+                batch = await asyncio.to_thread(self._store.events, run_id, after=last, limit=500)
+                for event in batch:
+                    last = event["seq"]
+                    yield event
+                    if event["kind"] in TERMINAL_KINDS:
+                        return
+                if not batch:
+                    await wait(run_id, poll)
+
+    @contextlib.asynccontextmanager
+    async def _listener(self) -> AsyncIterator[Callable[[str, float], Awaitable[None]]]:
+        """A wait for a run's next events: LISTEN/NOTIFY on Postgres (a poll at most every
+        second as a safety net), a short sleep on SQLite."""
+        if not self.url.startswith(("postgresql://", "postgres://")):
+
+            async def sleep(run_id: str, poll: float) -> None:
                 await asyncio.sleep(poll)
+
+            yield sleep
+            return
+        import psycopg
+
+        connection = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        try:
+            await connection.execute("LISTEN minions_events")
+
+            async def notified(run_id: str, poll: float) -> None:
+                async for note in connection.notifies(timeout=1.0):
+                    if note.payload == run_id:
+                        return
+
+            yield notified
+        finally:
+            await connection.close()
 
     async def cancel(self, run_id: str, *, wait: float = 10.0) -> RunRecord:
         """Cancel the run: a queued one at once, a running one at its next step boundary (its

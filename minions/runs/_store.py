@@ -425,6 +425,9 @@ class Store:
                 )
             if step is not None:
                 db.execute(steps_table.insert().values(run_id=run_id, **step))
+            if events and self.engine.dialect.name == "postgresql":
+                # Followers LISTEN: they learn of new events at this commit, not at a poll.
+                db.execute(sa.text("SELECT pg_notify('minions_events', :run)"), {"run": run_id})
             if run is not None:
                 values = _encoded(dict(run))
                 db.execute(

@@ -1,0 +1,96 @@
+"""A throwaway PostgreSQL cluster for tests: initdb in a temporary folder, on 127.0.0.1 and a
+free port, stopped at the end. `initdb` refuses root: as root the cluster belongs to the
+`postgres` user of the Debian package. Skips when the binaries are not installed (`.ci/run`
+installs them)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+def binaries() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).resolve().parent if initdb else None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def cluster() -> Iterator[str]:
+    """A running cluster; yields the URL of a database named ``minions``."""
+    bin_dir = binaries()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (the Debian package `postgresql`)")
+    folder = Path(tempfile.mkdtemp(prefix="minions-pg-"))
+    data = folder / "data"
+    as_root = os.geteuid() == 0
+    prefix: list[str] = []
+    if as_root:
+        shutil.chown(folder, "postgres", "postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+
+    def run(*command: str) -> None:
+        subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=120)
+
+    run(str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "minions", "-E", "UTF8")
+    options = f"-p {port} -k {folder} -h 127.0.0.1 -c fsync=on -c max_connections=200"
+    run(
+        str(bin_dir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-o",
+        options,
+        "-l",
+        str(folder / "log"),
+        "-w",
+        "start",
+    )
+    try:
+        run(
+            str(bin_dir / "createdb"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-U",
+            "minions",
+            "minions",
+        )
+        yield f"postgresql://minions@127.0.0.1:{port}/minions"
+    finally:
+        subprocess.run(
+            [*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+            timeout=120,
+        )
+        time.sleep(0.1)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def fresh_database(url: str, name: str) -> str:
+    """A new empty database in the cluster of `url`."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return url.rsplit("/", 1)[0] + f"/{name}"

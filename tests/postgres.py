@@ -1,7 +1,7 @@
 """A throwaway PostgreSQL cluster for tests: initdb in a temporary folder, on 127.0.0.1 and a
 free port, stopped at the end. `initdb` refuses root: as root the cluster belongs to the
-`postgres` user of the Debian package. Skips when the binaries are not installed (`.ci/run`
-installs them)."""
+`postgres` user of the Debian package. The binaries must be installed (`.ci/run` installs the
+Debian package `postgresql`): a test that needs them fails without them, it never skips."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import pytest
 
 
 def binaries() -> Path | None:
@@ -39,7 +37,10 @@ def cluster() -> Iterator[str]:
     """A running cluster; yields the URL of a database named ``minions``."""
     bin_dir = binaries()
     if bin_dir is None:
-        pytest.skip("PostgreSQL is not installed (the Debian package `postgresql`)")
+        raise RuntimeError(
+            "PostgreSQL is not installed: install the Debian package `postgresql` "
+            "(`.ci/run` does)"
+        )
     folder = Path(tempfile.mkdtemp(prefix="minions-pg-"))
     data = folder / "data"
     as_root = os.geteuid() == 0

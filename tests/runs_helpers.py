@@ -131,6 +131,10 @@ def worker(
     process = WorkerProcess(url, folder, executor_id, ledger, **env)
     try:
         yield process
+    except BaseException:
+        # What the worker said, in the failing test's report.
+        print(f"--- log of worker {executor_id}:\n{process.log.read_text()[-4000:]}")
+        raise
     finally:
         process.stop()
 
@@ -155,7 +159,16 @@ async def finished(store: RunStore, run_id: str, within: float = 60) -> str:
         async for _ in store.follow(run_id, poll=0.05):
             pass
 
-    await asyncio.wait_for(follow(), within)
+    try:
+        await asyncio.wait_for(follow(), within)
+    except TimeoutError:
+        record = await store.get(run_id)
+        events = await store.events(run_id)
+        last = [(e["seq"], e["kind"], e.get("step_id")) for e in events[-5:]]
+        raise AssertionError(
+            f"run {run_id} did not finish within {within}s: {record.status}, "
+            f"worker {record.executor_id}, last events {last}"
+        ) from None
     for _ in range(100):  # the terminal event and the status are written together
         record = await store.get(run_id)
         if record.terminal:

@@ -341,3 +341,34 @@ async def test_a_live_worker_recovers_the_runs_of_a_worker_killed_for_good(
         steps = [step for run, step, _ in lines if run == f"m{i}"]
         assert sorted(set(steps)) == sorted(STEPS)
         assert all(steps.count(s) <= 2 for s in STEPS)  # at most the step in flight twice
+
+
+async def test_a_run_taken_from_the_queue_by_a_worker_that_died_before_starting_it(
+    tmp_path: Path,
+) -> None:
+    """The dead worker had dequeued the run (pending in DBOS) but not started it (still
+    `queued` in minions' tables): a live worker recovers it all the same."""
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    recipe = write_ledger_recipe(tmp_path)
+    hold, importing = tmp_path / "hold", tmp_path / "importing"
+    # The tools module waits while `hold` exists, after saying it is being imported: the
+    # first worker is stuck between taking the run and starting it.
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "import os, pathlib, time\n"
+        "if os.environ.get('HOLD'):\n"
+        "    pathlib.Path(os.environ['IMPORTING']).touch()\n"
+        "    while pathlib.Path(os.environ['HOLD']).exists():\n"
+        "        time.sleep(0.02)\n" + tools.read_text()
+    )
+    hold.touch()
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "q"})
+    ledger = tmp_path / "ledger.txt"
+    with worker(url, tmp_path, "w1", ledger, HOLD=str(hold), IMPORTING=str(importing)) as stuck:
+        await until(importing.exists)
+        stuck.kill()
+    assert (await store.get(run_id)).status == "queued"
+    with worker(url, tmp_path, "w2", ledger):
+        assert await finished(store, run_id, within=120) == "completed"
+    assert [step for _, step, _ in ledger_lines(ledger)] == STEPS

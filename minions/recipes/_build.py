@@ -73,9 +73,13 @@ def load_recipe_file(
     *,
     import_tools: bool = True,
     workspace: str | Path | None = None,
+    text: str | None = None,
     _load: _Load | None = None,
 ) -> RecipeFile:
     """Load, check and build a YAML recipe file.
+
+    `text` is the file's content when the caller has it already (a durable run's snapshot):
+    the file is then not read, but tools and included recipes are still found beside it.
 
     `workspace` is the folder of the file tools (``read_file``, ``write_file``,
     ``list_files``), overriding the recipe's ``workspace:``; by default a recipe that names
@@ -95,7 +99,7 @@ def load_recipe_file(
     if file in load.stack:
         chain = " -> ".join(p.name for p in (*load.stack, file))
         raise RecipeError([Problem(message=f"recipes include each other: {chain}", file=str(path))])
-    spec, located = load_spec(path)
+    spec, located = load_spec(path) if text is None else parse_spec(text, file=str(path))
     load.protected.add(file)
     return build_recipe(spec, located, base=file.parent, path=file, _load=load.enter(file))
 

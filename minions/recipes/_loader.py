@@ -19,6 +19,15 @@ def load_spec(path: str | Path) -> tuple[RecipeSpec, Located]:
     Raises:
         RecipeError: every problem, each naming the file, line, step and field.
     """
+    return parse_spec(read_recipe_text(path), file=str(path))
+
+
+def read_recipe_text(path: str | Path) -> str:
+    """A recipe file's text.
+
+    Raises:
+        RecipeError: the file is missing, unreadable or not UTF-8.
+    """
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -29,7 +38,7 @@ def load_spec(path: str | Path) -> tuple[RecipeSpec, Located]:
         raise RecipeError([Problem(message=message, file=str(path))]) from None
     except OSError as exc:
         raise RecipeError([Problem(message=f"cannot read: {exc}", file=str(path))]) from None
-    return parse_spec(text, file=str(path))
+    return text
 
 
 def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:

@@ -67,9 +67,20 @@ class RunStore:
     def __init__(self, url: str | None = None, *, create: bool = False) -> None:
         self.url = database_url(url)
         self._store = Store(self.url, create=create)
+        self._queue: Any = None
 
     def close(self) -> None:
+        if self._queue is not None:
+            self._queue.close()
         self._store.close()
+
+    def _dbos(self) -> Any:
+        """The DBOS queue (imported on first use: DBOS is heavy to import)."""
+        if self._queue is None:
+            from minions.runs._durable import Queue
+
+            self._queue = Queue(self.url)
+        return self._queue
 
     async def submit(
         self,
@@ -84,16 +95,17 @@ class RunStore:
         Raises:
             RecipeError: the recipe or the inputs are invalid (nothing is queued).
         """
-        from minions.recipes._build import load_recipe_file
+        from minions.recipes._loader import read_recipe_text
+        from minions.runs._runner import recipe_of
 
         path = await asyncio.to_thread(Path(recipe).resolve)
-        loaded = await asyncio.to_thread(load_recipe_file, path)
-        checked = loaded.recipe.check_inputs(dict(inputs or {}))
-        text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+        text = await asyncio.to_thread(read_recipe_text, path)
+        built = await asyncio.to_thread(recipe_of, text, str(path))
+        checked = built.check_inputs(dict(inputs or {}))
         run_id, created = await asyncio.to_thread(
             self._store.insert_run,
             run_id=uuid.uuid4().hex,
-            recipe_id=loaded.recipe.id,
+            recipe_id=built.id,
             recipe_yaml=text,
             recipe_path=str(path),
             recipe_hash=hashlib.sha256(text.encode()).hexdigest(),
@@ -101,9 +113,7 @@ class RunStore:
             idempotency_key=idempotency_key,
         )
         if created:
-            from minions.runs import _durable
-
-            await asyncio.to_thread(_durable.enqueue, self.url, run_id)
+            await asyncio.to_thread(self._dbos().enqueue, run_id)
         return run_id, created
 
     async def get(self, run_id: str) -> RunRecord:
@@ -187,13 +197,11 @@ class RunStore:
         Raises:
             RunStateError: the run has ended already.
         """
-        from minions.runs import _durable
-
         record = await self.get(run_id)
         if record.terminal:
             raise RunStateError(f"run {run_id} is {record.status}: there is nothing to cancel")
         await asyncio.to_thread(self._store.update_run, run_id, cancel_requested=True)
-        await asyncio.to_thread(_durable.cancel, self.url, run_id)
+        await asyncio.to_thread(self._dbos().cancel, run_id)
         if record.status == "queued" or not await self._worker_alive(record.executor_id):
             await self._end_cancelled(run_id)
         deadline = time.monotonic() + wait
@@ -246,8 +254,6 @@ class RunStore:
         Raises:
             RunStateError: the run did not fail and was not cancelled.
         """
-        from minions.runs import _durable
-
         record = await self.get(run_id)
         if record.status not in ("failed", "cancelled"):
             raise RunStateError(
@@ -261,7 +267,7 @@ class RunStore:
             finished_at=None,
             error=None,
         )
-        await asyncio.to_thread(_durable.resume, self.url, run_id)
+        await asyncio.to_thread(self._dbos().resume, run_id)
         return await self.get(run_id)
 
     async def approve(

@@ -55,24 +55,25 @@ def _client_url(url: str) -> str:
 _MIGRATED: set[str] = set()
 
 
-@contextlib.contextmanager
-def client(url: str) -> Any:
-    """A DBOS client of the store's database (to enqueue, cancel, resume); DBOS's tables are
-    made first when no worker made them yet."""
-    logging.getLogger("dbos").setLevel(logging.WARNING)
-    if url not in _MIGRATED:
-        DBOS.migrate(_client_url(url))
-        _MIGRATED.add(url)
-    dbos_client = DBOSClient(system_database_url=_client_url(url))
-    try:
-        yield dbos_client
-    finally:
-        dbos_client.destroy()
+class Queue:
+    """The store's DBOS queue seen from outside a worker: enqueue, cancel, resume. One DBOS
+    client, made on first use; DBOS's tables are made first when no worker made them yet."""
 
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._client: DBOSClient | None = None
 
-def enqueue(url: str, run_id: str) -> None:
-    with client(url) as dbos_client:
-        dbos_client.enqueue(
+    def _dbos(self) -> DBOSClient:
+        if self._client is None:
+            logging.getLogger("dbos").setLevel(logging.WARNING)
+            if self.url not in _MIGRATED:
+                DBOS.migrate(_client_url(self.url))
+                _MIGRATED.add(self.url)
+            self._client = DBOSClient(system_database_url=_client_url(self.url))
+        return self._client
+
+    def enqueue(self, run_id: str) -> None:
+        self._dbos().enqueue(
             {
                 "queue_name": QUEUE,
                 "workflow_name": WORKFLOW,
@@ -82,15 +83,16 @@ def enqueue(url: str, run_id: str) -> None:
             run_id,
         )
 
+    def cancel(self, run_id: str) -> None:
+        self._dbos().cancel_workflow(run_id)
 
-def cancel(url: str, run_id: str) -> None:
-    with client(url) as dbos_client:
-        dbos_client.cancel_workflow(run_id)
+    def resume(self, run_id: str) -> None:
+        self._dbos().resume_workflow(run_id)
 
-
-def resume(url: str, run_id: str) -> None:
-    with client(url) as dbos_client:
-        dbos_client.resume_workflow(run_id)
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.destroy()
+            self._client = None
 
 
 def default_executor_id() -> str:
@@ -122,6 +124,7 @@ class Worker:
         )
         self.on_ready = on_ready
         self._stop = threading.Event()
+        self._recovered: set[tuple[str, float]] = set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -170,8 +173,13 @@ class Worker:
             if worker.executor_id == self.executor_id:
                 continue
             gone = worker.stopped_at is not None or now - worker.heartbeat_at > DEAD_AFTER
-            if gone and self.store.runs_of(worker.executor_id, ("running", "waiting")):
-                # Idempotent: DBOS re-enqueues each pending run once, for one runner.
+            # Once per incarnation (a worker restarted with its id beats anew). DBOS is asked,
+            # not minions' tables: a run the dead worker had taken from the queue but not yet
+            # started is pending in DBOS while still `queued` here. Idempotent: DBOS hands
+            # each pending run to one recoverer.
+            incarnation = (worker.executor_id, worker.heartbeat_at)
+            if gone and incarnation not in self._recovered:
                 DBOS._recover_pending_workflows([worker.executor_id])
+                self._recovered.add(incarnation)
                 if worker.stopped_at is None:
                     self.store.stopped(worker.executor_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -20,8 +21,7 @@ from minions._values import Usage
 from minions.errors import MinionsError, RecipeError
 from minions.events import Event, event_to_json
 from minions.models._base import Model
-from minions.recipes._build import build_recipe
-from minions.recipes._loader import parse_spec
+from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._store import Store, dumps
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
@@ -128,6 +128,10 @@ class RunRecorder:
         self.last = store.last_seq(run_id)
         self.resumed = self.last > 0
         self.pending: list[dict[str, Any]] = []
+        self.saved: dict[tuple[str, int], tuple[str, str | None]] | None = (
+            None if self.resumed else {}
+        )
+        """The run's finished steps, read once when it resumes (a new run has none)."""
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -176,7 +180,9 @@ class RunRecorder:
     async def restore(
         self, step_id: str, visit: int
     ) -> tuple[StepExecution, Routing | None] | None:
-        saved = await asyncio.to_thread(self.store.saved_step, self.run_id, step_id, visit)
+        if self.saved is None:
+            self.saved = await asyncio.to_thread(self.store.saved_steps, self.run_id)
+        saved = self.saved.get((step_id, visit))
         if saved is None:
             return None
         execution, routing = saved
@@ -196,16 +202,18 @@ class RunRecorder:
             await asyncio.to_thread(self.store.write, self.run_id, events, step=step)
 
 
+@functools.lru_cache(maxsize=32)
 def recipe_of(yaml_text: str, path: str | None) -> AgentRecipe:
-    """The run's recipe from its snapshot; tools and included recipes are found beside the
-    file it came from, as `minions run` would.
+    """The run's recipe from its snapshot, built as `minions run` would build the file it came
+    from (tools and included recipes found beside it, its files protected from the file
+    tools). Built once per snapshot and process: a recipe is immutable, and a tools module is
+    imported once per process anyway.
 
     Raises:
-        RecipeError: the snapshot no longer builds (a tools module beside it changed...).
+        RecipeError: the snapshot does not build (a tools module beside it changed...).
     """
-    base = Path(path).parent if path else Path.cwd()
-    spec, located = parse_spec(yaml_text, file=path or "")
-    return build_recipe(spec, located, base=base, path=Path(path) if path else None).recipe
+    file = Path(path) if path else Path.cwd() / "recipe.yaml"
+    return load_recipe_file(file, text=yaml_text).recipe
 
 
 class RunCancelled(Exception):
@@ -238,6 +246,8 @@ class DurableRunner:
         self.running: dict[str, asyncio.Task[Any]] = {}
         self._waiting: dict[str, int] = {}
         """Calls each run waits on (the run is `waiting` while there is one)."""
+        self.executor = AgentExecutor(model=model, model_resolver=resolver, approver=self.approve)
+        """One for every run: it validates each recipe snapshot once."""
 
     async def execute(self, run_id: str) -> None:
         store = self.store
@@ -260,9 +270,7 @@ class DurableRunner:
             finished_at=None,
             error=None,
         )
-        executor = AgentExecutor(
-            model=self.model, model_resolver=self.resolver, approver=self.approve
-        )
+        executor = self.executor
         graph = executor.graph(recipe)
         context = executor.create_context(
             recipe, inputs, run_id=run_id, listeners=[recorder.on_event]

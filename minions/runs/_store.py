@@ -8,6 +8,7 @@ fsynced); Postgres through psycopg. Blocking calls run in a worker thread for th
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -219,6 +220,8 @@ class Store:
             self.engine = sa.create_engine(
                 sqlalchemy_url(url), pool_pre_ping=True, connect_args={"connect_timeout": 10}
             )
+        self._postgres = self.engine.dialect.name == "postgresql"
+        self._turns = _SQLITE_TURNS.setdefault(str(path and path.resolve()), threading.RLock())
         try:
             self._migrate(create)
         except sa.exc.OperationalError as exc:
@@ -272,7 +275,14 @@ class Store:
 
     @contextmanager
     def begin(self) -> Iterator[sa.Connection]:
-        with self.engine.begin() as db:
+        if self._postgres:
+            with self.engine.begin() as db:
+                yield db
+            return
+        # SQLite has one writer at a time, and a connection that finds the file locked backs
+        # off in sleeps of up to 100 ms: this process's own transactions take turns here
+        # instead (8 runs at a time went 5x faster).
+        with self._turns, self.engine.begin() as db:
             yield db
 
     # -- runs --------------------------------------------------------------------------------
@@ -409,41 +419,54 @@ class Store:
         if not events and step is None and run is None:
             return
         with self.begin() as db:
+            # The step loop waits on this commit: the inserts go straight to the driver
+            # (psycopg pipelines an executemany into one round trip), which halves the cost
+            # of a checkpoint on Postgres against SQLAlchemy's compiled inserts.
+            cursor = db.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            mark = "%s" if self._postgres else "?"
             if events:
-                db.execute(
-                    events_table.insert(),
-                    [
-                        {
-                            "run_id": run_id,
-                            "seq": e["seq"],
-                            "kind": e["kind"],
-                            "step_id": e.get("step_id"),
-                            "data": dumps(e),
-                        }
-                        for e in events
-                    ],
+                cursor.executemany(
+                    "INSERT INTO minions_events (run_id, seq, kind, step_id, data) "
+                    f"VALUES ({mark}, {mark}, {mark}, {mark}, {mark})",
+                    [(run_id, e["seq"], e["kind"], e.get("step_id"), dumps(e)) for e in events],
                 )
             if step is not None:
-                db.execute(steps_table.insert().values(run_id=run_id, **step))
-            if events and self.engine.dialect.name == "postgresql":
+                cursor.execute(
+                    "INSERT INTO minions_steps (run_id, step_id, visit, status, execution, "
+                    f"routing, saved_at) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, "
+                    f"{mark}, {mark})",
+                    (
+                        run_id,
+                        step["step_id"],
+                        step["visit"],
+                        step["status"],
+                        step["execution"],
+                        step["routing"],
+                        step["saved_at"],
+                    ),
+                )
+            if events and self._postgres:
                 # Followers LISTEN: they learn of new events at this commit, not at a poll.
-                db.execute(sa.text("SELECT pg_notify('minions_events', :run)"), {"run": run_id})
+                cursor.execute("SELECT pg_notify('minions_events', %s)", (run_id,))
+            cursor.close()
             if run is not None:
                 values = _encoded(dict(run))
                 db.execute(
                     runs_table.update().where(runs_table.c.run_id == run_id).values(**values)
                 )
 
-    def saved_step(self, run_id: str, step_id: str, visit: int) -> tuple[str, str | None] | None:
+    def saved_steps(self, run_id: str) -> dict[tuple[str, int], tuple[str, str | None]]:
+        """Every finished step of the run, by step id and visit (one query, to resume)."""
         with self.begin() as db:
-            row = db.execute(
-                sa.select(steps_table.c.execution, steps_table.c.routing).where(
-                    steps_table.c.run_id == run_id,
-                    steps_table.c.step_id == step_id,
-                    steps_table.c.visit == visit,
-                )
-            ).one_or_none()
-        return None if row is None else (row.execution, row.routing)
+            rows = db.execute(
+                sa.select(
+                    steps_table.c.step_id,
+                    steps_table.c.visit,
+                    steps_table.c.execution,
+                    steps_table.c.routing,
+                ).where(steps_table.c.run_id == run_id)
+            )
+            return {(r.step_id, r.visit): (r.execution, r.routing) for r in rows}
 
     def events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
@@ -552,17 +575,9 @@ class Store:
                 for r in db.execute(sa.select(workers_table).order_by(workers_table.c.started_at))
             ]
 
-    def runs_of(self, executor_id: str, statuses: Sequence[str]) -> list[str]:
-        with self.begin() as db:
-            return [
-                r.run_id
-                for r in db.execute(
-                    sa.select(runs_table.c.run_id).where(
-                        runs_table.c.executor_id == executor_id,
-                        runs_table.c.status.in_(list(statuses)),
-                    )
-                )
-            ]
+
+_SQLITE_TURNS: dict[str, threading.RLock] = {}
+"""One lock per SQLite file, shared by the stores of a process (a service and its worker)."""
 
 
 def _encoded(values: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,269 @@
+"""W6 — durable runs: what surviving a crash costs per step, and runs per second through the
+queue.
+
+- W6a: a 20-step linear chain (W1's shape, the zero-latency model answering ``"ok"``) run as
+  a durable run: one DBOS workflow whose id is the run id, each finished step checkpointed in
+  the store with its events (one commit per step). The same chain runs in memory
+  (`AgentExecutor.execute`) interleaved; `durable_overhead_us_per_step` = (durable -
+  in-memory) / 20, paired per repetition. 2 warm-ups, 20 timed; a fresh run each repetition.
+- W6b: 200 runs of a 5-step chain submitted at once (`RunStore.submit`, the recipe snapshotted
+  into each run) to the queue, one worker running 8 at a time; `runs_per_s` = 200 / wall time
+  from the first submission to the last run finished. 1 warm-up, 5 timed.
+
+Variants: `sqlite` (a file in WAL mode, synchronous FULL) and `postgres` (a throwaway cluster
+on 127.0.0.1, fsync on; needs the Debian `postgresql` package). Each (part, store) runs in a
+process of its own, as DBOS is one per process.
+
+    python benchmarks/w6_durable.py                 # all four
+    python benchmarks/w6_durable.py W6a sqlite      # one
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from _common import emit, fail, mark_imported, summary, time_async
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent / "tests"))  # the throwaway Postgres cluster of the tests
+
+from minions import AgentExecutor, Prompt, StepStatus  # noqa: E402
+from minions.models import Model  # noqa: E402
+from minions.recipes import load_recipe  # noqa: E402
+from minions.testing import FunctionModel  # noqa: E402
+
+mark_imported()
+
+
+def chain(steps: int) -> str:
+    lines = ["id: w6-chain", "steps:", '  - {id: step_0, goal: "start"}']
+    for i in range(1, steps):
+        goal = f'"step {i}: {{{{ step_{i - 1}.output }}}}"'
+        lines.append(f"  - {{id: step_{i}, goal: {goal}, depends_on: [step_{i - 1}]}}")
+    return "\n".join(lines) + "\n"
+
+
+def fan_out_join() -> str:
+    """W3a's shape: 8 independent steps, then a join depending on all 8."""
+    lines = ["id: w6-fan", "steps:"]
+    lines += [f'  - {{id: fan_{i}, goal: "fan {i}"}}' for i in range(8)]
+    joined = ", ".join(f"fan_{i}" for i in range(8))
+    lines.append(f'  - {{id: join, goal: "fan join", depends_on: [{joined}]}}')
+    return "\n".join(lines) + "\n"
+
+
+async def answer(prompt: Prompt) -> str:
+    """ "ok" at once, or after 100 ms for the steps of the W3a shape (goals "fan ...")."""
+    if any("fan " in (message.content or "") for message in prompt.messages):
+        await asyncio.sleep(0.1)
+    return "ok"
+
+
+def resolver(model: FunctionModel) -> Any:
+    def resolve(_: Model | str | None) -> Model:
+        return model
+
+    return resolve
+
+
+def start_worker(url: str, model: FunctionModel, concurrency: int) -> tuple[Any, threading.Thread]:
+    """A worker in a thread of this process (DBOS launched in it), once it is ready."""
+    from minions.runs._durable import Worker
+
+    ready = threading.Event()
+    worker = Worker(
+        url,
+        concurrency=concurrency,
+        executor_id=f"bench-{uuid.uuid4().hex[:6]}",
+        resolver=resolver(model),
+        on_ready=lambda _: ready.set(),
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)
+    thread.start()
+    if not ready.wait(60):
+        fail("W6: the worker did not start")
+    return worker, thread
+
+
+def w6a(url: str, folder: Path, variant: str) -> None:
+    from dbos import SetWorkflowID
+
+    from minions.runs._durable import minions_run
+    from minions.runs._store import Store
+
+    steps = 20
+    text = chain(steps)
+    path = folder / "chain.yaml"
+    path.write_text(text)
+    model = FunctionModel(answer, name="zero-latency")
+    worker, thread = start_worker(url, model, concurrency=1)
+    store = Store(url)
+    recipe = load_recipe(path)
+    executor = AgentExecutor(model=model)
+    executor.graph(recipe)
+    durable_times: list[float] = []
+    memory: list[float] = []
+    run_ids: list[str] = []
+
+    async def durable(text: str, path: Path) -> tuple[str, float]:
+        run_id = uuid.uuid4().hex
+        store.insert_run(
+            run_id=run_id,
+            recipe_id="w6",
+            recipe_yaml=text,
+            recipe_path=str(path),
+            recipe_hash="-",
+            inputs={},
+            idempotency_key=None,
+        )
+        started = time.perf_counter()
+        with SetWorkflowID(run_id):
+            await minions_run(run_id)
+        return run_id, time.perf_counter() - started
+
+    async def durable_run() -> None:
+        run_id, seconds = await durable(text, path)
+        durable_times.append(seconds)
+        run_ids.append(run_id)
+
+    async def memory_run() -> None:
+        started = time.perf_counter()
+        result = await executor.execute(recipe)
+        memory.append(time.perf_counter() - started)
+        if result.status is not StepStatus.COMPLETED:
+            fail(f"W6a: the in-memory run failed: {result.error}")
+
+    async def pair() -> None:
+        await durable_run()
+        await memory_run()
+
+    time_async(pair, warmups=2, repetitions=20)
+    fan = folder / "fan.yaml"
+    fan.write_text(fan_out_join())
+    makespans: list[float] = []
+
+    async def fan_run() -> None:
+        makespans.append((await durable(fan.read_text(), fan))[1])
+
+    time_async(fan_run, warmups=2, repetitions=20)
+    worker.stop()
+    thread.join(30)
+    durable_times, memory, makespans = durable_times[2:], memory[2:], makespans[2:]
+    last = store.get_run(run_ids[-1])
+    if last.status != "completed" or len(last.steps) != steps:
+        fail(f"W6a: the durable run ended {last.status} with {len(last.steps)} steps")
+    events = store.events(run_ids[-1])
+    if [e["seq"] for e in events] != list(range(1, len(events) + 1)):
+        fail("W6a: the event log is not contiguous")
+    overhead = [(d - m) / steps * 1e6 for d, m in zip(durable_times, memory, strict=True)]
+    emit(
+        "W6a",
+        variant,
+        primary="durable_overhead_us_per_step",
+        metrics={
+            "durable_overhead_us_per_step": summary(overhead, "us"),
+            "us_per_step": summary([d / steps * 1e6 for d in durable_times], "us"),
+            "in_memory_us_per_step": summary([m / steps * 1e6 for m in memory], "us"),
+        },
+        extra={
+            "steps": steps,
+            "events_per_run": len(events),
+            "store": variant,
+            "what": "one DBOS workflow per run; per step one commit of its checkpoint and events",
+        },
+    )
+    emit(
+        "W6a",
+        f"{variant}, W3a's shape",
+        headline=False,
+        primary="ratio_to_ideal",
+        metrics={
+            "makespan_ms": summary([m * 1e3 for m in makespans], "ms"),
+            "ratio_to_ideal": summary([m / 0.2 for m in makespans], "x"),
+        },
+        extra={"shape": "8 parallel 100 ms steps, then a 100 ms join, run durably"},
+    )
+
+
+def w6b(url: str, folder: Path, variant: str) -> None:
+    from minions.runs import RunStore
+
+    runs, concurrency = 200, 8
+    path = folder / "five.yaml"
+    path.write_text(chain(5))
+    model = FunctionModel(lambda prompt: "ok", name="zero-latency")
+    worker, thread = start_worker(url, model, concurrency=concurrency)
+    times: list[float] = []
+
+    async def batch(count: int) -> list[str]:
+        store = RunStore(url)
+        try:
+            started = time.perf_counter()
+            submitted = await asyncio.gather(*(store.submit(path) for _ in range(count)))
+            ids = [run_id for run_id, _ in submitted]
+            while True:
+                records = await store.list_runs(limit=count)
+                mine = [r for r in records if r.run_id in set(ids)]
+                if len(mine) == count and all(r.terminal for r in mine):
+                    break
+                await asyncio.sleep(0.005)
+            times.append(time.perf_counter() - started)
+            if any(r.status != "completed" for r in mine):
+                fail(f"W6b: runs ended {sorted({r.status for r in mine})}")
+            return ids
+        finally:
+            store.close()
+
+    asyncio.run(batch(runs))  # warm-up
+    times.clear()
+    for _ in range(5):
+        asyncio.run(batch(runs))
+    worker.stop()
+    thread.join(30)
+    emit(
+        "W6b",
+        variant,
+        primary="runs_per_s",
+        metrics={"runs_per_s": summary([runs / t for t in times], "runs/s", digits=1)},
+        extra={"runs": runs, "steps": 5, "concurrency": concurrency, "workers": 1},
+    )
+
+
+def one(part: str, variant: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="minions-w6-") as name:
+        folder = Path(name)
+        if variant == "sqlite":
+            url = f"sqlite:///{folder / 'minions.db'}"
+            (w6a if part == "W6a" else w6b)(url, folder, variant)
+            return
+        from postgres import binaries, cluster
+
+        if binaries() is None:
+            print("W6 postgres: PostgreSQL is not installed; skipped", file=sys.stderr)
+            return
+        with cluster() as url:
+            (w6a if part == "W6a" else w6b)(url, folder, variant)
+
+
+def main(argv: list[str]) -> int:
+    if argv:
+        one(argv[0], argv[1])
+        return 0
+    status = 0
+    for part in ("W6a", "W6b"):
+        for variant in ("sqlite", "postgres"):
+            done = subprocess.run([sys.executable, __file__, part, variant], check=False)
+            status = status or done.returncode
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

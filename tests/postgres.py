@@ -38,8 +38,7 @@ def cluster() -> Iterator[str]:
     bin_dir = binaries()
     if bin_dir is None:
         raise RuntimeError(
-            "PostgreSQL is not installed: install the Debian package `postgresql` "
-            "(`.ci/run` does)"
+            "PostgreSQL is not installed: install the Debian package `postgresql` (`.ci/run` does)"
         )
     folder = Path(tempfile.mkdtemp(prefix="minions-pg-"))
     data = folder / "data"

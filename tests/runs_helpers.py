@@ -45,24 +45,34 @@ async def mark(run: str, step: str, seconds: float = 0.0) -> str:
 STEPS = ["one", "two", "three", "four", "five"]
 
 
-def chain(seconds: float = 0.0, steps: list[str] = STEPS) -> str:
+def chain(seconds: float = 0.0, steps: list[str] = STEPS, agent: str | None = None) -> str:
+    """Tool steps in a line, each marking the ledger; `agent` is an agent step instead, whose
+    model is asked to mark the ledger through the same tool."""
     lines = ["id: ledger", "tools: [tools]", "inputs: {tag: {type: string}}", "steps:"]
     previous = None
     for step in steps:
         depends = f", depends_on: [{previous}]" if previous else ""
-        lines.append(
-            f"  - {{id: {step}{depends}, tool: mark, "
-            f'params: {{run: "{{{{ inputs.tag }}}}", step: {step}, seconds: {seconds}}}}}'
-        )
+        if step == agent:
+            lines.append(
+                f'  - {{id: {step}{depends}, tools: [mark], goal: "mark run '
+                f'{{{{ inputs.tag }}}} step {step}"}}'
+            )
+        else:
+            lines.append(
+                f"  - {{id: {step}{depends}, tool: mark, "
+                f'params: {{run: "{{{{ inputs.tag }}}}", step: {step}, seconds: {seconds}}}}}'
+            )
         previous = step
     return "\n".join(lines) + "\n"
 
 
-def write_ledger_recipe(folder: Path, seconds: float = 0.0, name: str = "recipe.yaml") -> Path:
+def write_ledger_recipe(
+    folder: Path, seconds: float = 0.0, name: str = "recipe.yaml", agent: str | None = None
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "tools.py").write_text(TOOLS)
     path = folder / name
-    path.write_text(chain(seconds))
+    path.write_text(chain(seconds, agent=agent))
     return path
 
 

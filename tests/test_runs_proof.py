@@ -1,14 +1,21 @@
 """The proof of durable runs: 20 five-step runs while workers are SIGKILLed at random moments
 (between a tool's side effect and its checkpoint included) and a reader of the event stream
-reconnects at random. Every run completes; every run's events are contiguous, without a gap
-or a duplicate, and are what the reader received; a step completes once and is never run
-again after it completed; a step in flight at a kill runs again (once per kill that caught it,
-each time a new `step_started`) under one idempotency key."""
+reconnects at random. Step `three` is an agent step: its model (a real HTTP server answering
+with a tool call, then text, and a 429 to every fourth request) marks the ledger through the
+same tool. Every run completes; every run's events are contiguous, without a gap or a
+duplicate, and are what the reader received; a step completes once and is never run again
+after it completed; a tool step in flight at a kill runs again (once per kill that caught it,
+each time a new `step_started`) under one idempotency key; the run's usage is the sum of its
+steps', and the agent step's is the sum of the model calls of its last execution, retried
+attempts included."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
+import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +25,7 @@ from postgres import cluster
 from runs_helpers import STEPS, WorkerProcess, finished, ledger_lines, write_ledger_recipe
 
 from minions.runs import RunStore
+from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
 pytestmark = pytest.mark.slow
 
@@ -39,11 +47,46 @@ async def read_everything(store: RunStore, run_id: str, rng: random.Random) -> l
     return received
 
 
+AGENT = "three"
+
+
+def model_server() -> FakeOpenAIServer:
+    """Asked to mark the ledger, it calls `mark`; given the result, it answers in text. Every
+    fourth request is refused with a 429 (retried after 10 ms)."""
+    count = itertools.count(1)
+    lock = threading.Lock()
+
+    def reply(request: FakeRequest) -> FakeReply:
+        with lock:
+            number = next(count)
+        if number % 4 == 0:
+            return FakeReply.rate_limit(retry_after=0.01)
+        if request.last_message.get("role") == "tool":
+            return FakeReply.text("marked")
+        text = " ".join(str(m.get("content") or "") for m in request.messages)
+        tag = re.search(r"mark run (\S+) step", text)
+        assert tag is not None, text
+        return FakeReply.calls(("mark", {"run": tag[1], "step": AGENT}))
+
+    return FakeOpenAIServer(reply)
+
+
 async def prove(url: str, folder: Path, workers: int, kill_for_good: bool) -> None:
+    with model_server() as server:
+        await _prove(url, folder, workers, kill_for_good, server)
+
+
+async def _prove(
+    url: str, folder: Path, workers: int, kill_for_good: bool, server: FakeOpenAIServer
+) -> None:
     rng = random.Random(1234)
-    recipe = write_ledger_recipe(folder, seconds=0.05)
+    recipe = write_ledger_recipe(folder, seconds=0.05, agent=AGENT)
     ledger = folder / "ledger.txt"
-    env = {"PAUSE_AFTER_EFFECT": "0.05"}  # a window between a side effect and its checkpoint
+    env = {
+        "PAUSE_AFTER_EFFECT": "0.05",  # a window between a side effect and its checkpoint
+        "MINIONS_MODEL": f"openai-compatible:fake-model@{server.url}",
+        "OPENAI_API_KEY": "sk-test",
+    }
     store = RunStore(url, create=True)
     run_ids = [(await store.submit(recipe, {"tag": f"p{i}"}))[0] for i in range(RUNS)]
     readers = [asyncio.create_task(read_everything(store, r, rng)) for r in run_ids]
@@ -80,12 +123,30 @@ async def prove(url: str, folder: Path, workers: int, kill_for_good: bool) -> No
                 e for e in stored if e["kind"] == "step_completed" and e["step_id"] == step
             ]
             # Completed once; run again only while in flight at a kill (each such execution
-            # started anew), and then under the same idempotency key.
+            # started anew), and a tool step then under the same idempotency key (an agent
+            # step's key holds the call id its model gave, new on each execution).
             assert len(completed) == 1, (tag, step)
             assert 1 <= len(entries) <= len(started), (tag, step, entries, len(started))
-            assert len(set(entries)) == 1
-        # Usage is the sum of the attempts' usage (tool steps only here: none reported).
-        assert record.usage.get("calls", 0) == sum(s.usage.get("calls", 0) for s in record.steps)
+            if step != AGENT:
+                assert len(set(entries)) == 1
+        # Usage: the run's is the sum of its steps'; the agent step's is the sum of the model
+        # calls of its last execution (after its last `step_started`), every attempt counted.
+        for key in ("prompt_tokens", "completion_tokens", "calls"):
+            assert record.usage[key] == sum(s.usage.get(key, 0) for s in record.steps), key
+        last_start = max(
+            i for i, e in enumerate(stored) if e["kind"] == "step_started" and e["step_id"] == AGENT
+        )
+        calls = [
+            e
+            for e in stored[last_start:]
+            if e["step_id"] == AGENT and e["kind"] in ("model_call_completed", "model_call_failed")
+        ]
+        agent_usage = next(s.usage for s in record.steps if s.step_id == AGENT)
+        assert agent_usage["calls"] == sum(e["usage"]["calls"] for e in calls) >= 2
+        assert agent_usage["prompt_tokens"] == sum(e["usage"]["prompt_tokens"] for e in calls) > 0
+    assert any(r.path.endswith("/chat/completions") for r in server.requests)
+    retried = [e for r in run_ids for e in await store.events(r) if e["kind"] == "retry_scheduled"]
+    assert retried, "no model call was retried: the 429s never happened"
 
 
 async def test_sqlite_one_worker_killed_again_and_again(tmp_path: Path) -> None:

@@ -372,3 +372,29 @@ async def test_a_run_taken_from_the_queue_by_a_worker_that_died_before_starting_
     with worker(url, tmp_path, "w2", ledger):
         assert await finished(store, run_id, within=120) == "completed"
     assert [step for _, step, _ in ledger_lines(ledger)] == STEPS
+
+
+async def test_a_worker_says_which_runs_belong_to_another_minions_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run queued by another minions version is not taken (DBOS's application version),
+    and a worker that starts says so instead of leaving it stranded in silence."""
+    from minions.runs import _durable
+
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    recipe = write_ledger_recipe(tmp_path)
+    store = RunStore(url, create=True)
+    monkeypatch.setattr(_durable, "APP_VERSION", "minions-0.0.1")
+    old, _ = await store.submit(recipe, {"tag": "old"})
+    monkeypatch.undo()
+    store.close()
+    store = RunStore(url)
+    current, _ = await store.submit(recipe, {"tag": "new"})
+    with worker(url, tmp_path, "w1", tmp_path / "ledger.txt") as process:
+        assert await finished(store, current) == "completed"
+        said = process.log.read_text()
+    assert (
+        f"1 queued or unfinished run(s) belong to minions-0.0.1, not {_durable.APP_VERSION}" in said
+    )
+    assert old in said
+    assert (await store.get(old)).status == "queued"

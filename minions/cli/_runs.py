@@ -114,7 +114,7 @@ def worker(
     completed step.
     """
     from minions.runs import database_url as resolve
-    from minions.runs._durable import Worker
+    from minions.runs._durable import APP_VERSION, Worker
 
     url = resolve(database_url)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -127,6 +127,13 @@ def worker(
             f"({worker.concurrency} at a time); Ctrl-C or SIGTERM stops it",
             markup=False,
         )
+        for version, runs in sorted(worker.stranded.items()):
+            err.print(
+                f"warning: {len(runs)} queued or unfinished run(s) belong to {version}, "
+                f"not {APP_VERSION}: only a worker of that version runs them "
+                f"(e.g. {', '.join(runs[:3])})",
+                markup=False,
+            )
 
     import os
 

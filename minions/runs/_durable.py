@@ -95,6 +95,18 @@ class Queue:
             self._client = None
 
 
+def stranded_runs() -> dict[str, list[str]]:
+    """Runs waiting in the queue (or left running) under another minions version, by version:
+    no worker of this version takes them, so a worker says so when it starts."""
+    found: dict[str, list[str]] = {}
+    for workflow in DBOS.list_workflows(
+        status=["ENQUEUED", "PENDING"], queue_name=QUEUE, load_input=False, load_output=False
+    ):
+        if workflow.app_version != APP_VERSION:
+            found.setdefault(workflow.app_version or "?", []).append(workflow.workflow_id)
+    return found
+
+
 def default_executor_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -125,6 +137,8 @@ class Worker:
         self.on_ready = on_ready
         self._stop = threading.Event()
         self._recovered: set[tuple[str, float]] = set()
+        self.stranded: dict[str, list[str]] = {}
+        """Runs of other minions versions found when the worker started (see `stranded_runs`)."""
 
     def stop(self) -> None:
         self._stop.set()
@@ -153,6 +167,7 @@ class Worker:
                 QUEUE, worker_concurrency=self.concurrency, polling_interval_sec=POLLING
             )
             self.store.heartbeat(self.executor_id, version=APP_VERSION, runs=[])
+            self.stranded = stranded_runs()
             if self.on_ready is not None:
                 self.on_ready(self)
             while not self._stop.wait(HEARTBEAT):

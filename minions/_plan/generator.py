@@ -99,7 +99,11 @@ class PlanGenerator:
         """
         if not isinstance(requirements, str) or not requirements.strip():
             raise PlanError(
-                [Problem(message="the requirements are empty: say what to build or do")]
+                [
+                    Problem(
+                        file="plan", message="the requirements are empty: say what to build or do"
+                    )
+                ]
             )
         names, objects = _tool_choice(tools)
         files = _workspace_files(workspace)
@@ -185,7 +189,13 @@ class PlanGenerator:
         )
         if execution.status is not StepStatus.COMPLETED:
             raise PlanError(
-                [Problem(message=f"the planner gave no valid plan: {execution.error}", step=label)]
+                [
+                    Problem(
+                        file="plan",
+                        message=f"the planner gave no valid plan: {execution.error}",
+                        step=label,
+                    )
+                ]
             )
         plan = execution.output
         assert isinstance(plan, Plan)
@@ -225,7 +235,7 @@ class PlanGenerator:
                 does not exist.
         """
         if max_replans < 0:
-            raise PlanError([Problem(message="max_replans must not be negative")])
+            raise PlanError([Problem(file="plan", message="max_replans must not be negative")])
         _workspace_files(workspace)
         listeners = list(listeners)
         executor = executor or AgentExecutor(model=self.model, model_wrapper=self.model_wrapper)
@@ -397,6 +407,7 @@ def _tool_choice(tools: Sequence[str | ToolLike]) -> tuple[list[str], list[ToolL
             if item not in builtin:
                 problems.append(
                     Problem(
+                        file="plan",
                         message=f"unknown tool {item!r}; built-in tools: "
                         + ", ".join(sorted(builtin)),
                         field="tools",
@@ -423,7 +434,9 @@ def _workspace_files(workspace: str | Path | None, limit: int = 200) -> list[str
     root = Path(workspace)
     if not root.is_dir():
         what = "is not a folder" if root.exists() else "does not exist"
-        raise PlanError([Problem(message=f"the workspace {str(root)!r} {what}", field="workspace")])
+        raise PlanError(
+            [Problem(file="plan", message=f"the workspace {str(root)!r} {what}", field="workspace")]
+        )
     found = sorted(
         str(p.relative_to(root))
         for p in root.rglob("*")

@@ -484,3 +484,31 @@ def test_random_valid_plans_run_each_step_once_after_its_dependencies(
             for dependency in dict(shape)[str(event.step_id)]:
                 assert dependency in completed
     assert len(model.requests) == len(shape)  # each step called its model exactly once
+
+
+def test_a_plan_run_reads_existing_inputs_up_front_and_takes_new_files_from_dependencies(
+    project: Path,
+) -> None:
+    plan = Plan.model_validate_json(
+        plan_json(
+            step("a", artifacts=["app/new.py"]),
+            step("b", "validate", inputs=["app/new.py", "README.md"], depends_on=["a"]),
+        )
+    )
+    prompts: dict[str, str] = {}
+
+    def model(prompt: Prompt) -> str:
+        prompts[prompt.step_id or ""] = str(prompt)
+        files = [{"path": "app/new.py", "content": "NEW = 1\n"}] if prompt.step_id == "a" else []
+        return json.dumps({"text": "ok", "files": files})
+
+    result = asyncio.run(
+        PlanGenerator(ScriptedModel([])).execute(
+            plan, executor=AgentExecutor(model=FunctionModel(model)), workspace=project
+        )
+    )
+    assert result.ok, result.error
+    assert prompts["b"].count("NEW = 1") == 1  # the new file, once, from its dependency
+    assert "A small web app." in prompts["b"]  # read before the run started
+    assert [c.name for c in result.executions["b"].tool_calls] == []
+    assert (project / "app" / "new.py").read_text() == "NEW = 1\n"

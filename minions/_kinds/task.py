@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,6 +64,23 @@ class Artifacts(BaseModel):
 
 
 _ARTIFACTS = OutputInstructions(Artifacts, name="artifacts")
+
+_STAGED: ContextVar[Mapping[str, str] | None] = ContextVar("minions_staged_files", default=None)
+
+
+@contextmanager
+def staged_files(files: Mapping[str, str] | None) -> Iterator[None]:
+    """Task steps run inside this block take these workspace files' content as read already.
+
+    A plan runner reads the inputs that exist before the run (and that no step of the plan
+    produces) once, up front and at the same time, instead of each step reading its own
+    when its dependencies are done.
+    """
+    token = _STAGED.set(files)
+    try:
+        yield
+    finally:
+        _STAGED.reset(token)
 
 
 class _TaskCall(Step):
@@ -148,11 +167,21 @@ class TaskStep(Step):
         return task_messages(self, {}, step_input.dependencies)
 
     async def run(self, run: StepRun) -> None:
+        # A file a dependency just wrote is taken from its artifacts; one read up front by
+        # the plan's runner from what it read; any other is read now, all at once.
+        produced = {
+            str(file["path"]): str(file["content"])
+            for output in run.dependencies.values()
+            if isinstance(output, Mapping)
+            for file in output.get("files") or ()
+        }
+        staged = _STAGED.get() or {}
+        files = {p: produced[p] if p in produced else staged.get(p) for p in self.reads}
+        missing = [p for p, content in files.items() if content is None]
         responses = await asyncio.gather(
-            *(run.call_tool(READ_TOOL, {"path": path}) for path in self.reads)
+            *(run.call_tool(READ_TOOL, {"path": path}) for path in missing)
         )
-        files: dict[str, str] = {}
-        for path, response in zip(self.reads, responses, strict=True):
+        for path, response in zip(missing, responses, strict=True):
             if response.error is not None:
                 run.fail(f"step {self.id!r}: cannot read its input {path!r}: {response.error}")
             files[path] = str(response.result)
@@ -179,22 +208,23 @@ class TaskStep(Step):
 
 
 def task_messages(
-    step: TaskStep, files: Mapping[str, str], dependencies: Mapping[str, Any]
+    step: TaskStep, files: Mapping[str, str | None], dependencies: Mapping[str, Any]
 ) -> list[Message]:
     """The conversation a task step starts with: its goal, its files, its dependencies'
-    artifacts and what to produce; nothing else."""
+    artifacts and what to produce; nothing else, and nothing twice."""
     parts = [f"Step ({step.type}): {step.goal.strip()}"]
     for path, content in files.items():
-        parts.append(f"File {path}:\n```\n{content.rstrip()}\n```")
+        parts.append(f"File {path}:\n```\n{(content or '').rstrip()}\n```")
     for step_id, output in dependencies.items():
-        parts.append(artifacts_text(step_id, output))
+        parts.append(artifacts_text(step_id, output, shown=files.keys()))
     if step.artifacts:
         parts.append(f"Produce: {', '.join(step.artifacts)}.")
     return [Message.system(TASK_SYSTEM), Message.user("\n\n".join(parts))]
 
 
-def artifacts_text(step_id: str, output: Any) -> str:
-    """A dependency's artifacts as prompt text: its text, its files, its data."""
+def artifacts_text(step_id: str, output: Any, *, shown: Iterable[str] = ()) -> str:
+    """A dependency's artifacts as prompt text: its text, its files (but those `shown`
+    already), its data."""
     if output is None:
         return f"From step {step_id}: (no result: it did not succeed)"
     if not isinstance(output, Mapping):
@@ -203,7 +233,11 @@ def artifacts_text(step_id: str, output: Any) -> str:
     text = str(output.get("text") or "").strip()
     if text:
         lines.append(text)
+    skip = set(shown)
     for file in output.get("files") or ():
+        if file["path"] in skip:
+            lines.append(f"(wrote {file['path']}, shown above)")
+            continue
         lines.append(f"File {file['path']}:\n```\n{str(file['content']).rstrip()}\n```")
     data = output.get("data")
     if data:

@@ -3,6 +3,7 @@ rest when a step fails."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -11,8 +12,8 @@ from typing import Any, ClassVar
 
 from minions._agent.executor import AgentExecutor
 from minions._config import ExecutionConfig
-from minions._kinds.task import artifacts_text
-from minions._messages import Message
+from minions._kinds.task import READ_TOOL, artifacts_text, staged_files
+from minions._messages import Message, ToolCall
 from minions._output import OutputInstructions
 from minions._plan.plan import Plan, PlanStep, TokenLine, ToolLike
 from minions._plan.result import PlanResult, token_line
@@ -25,6 +26,7 @@ from minions._step.completion import (
 from minions._step.context import AgentContext
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.step import Step, StepInput
+from minions._step.tool_call import ToolCallExecutor
 from minions.errors import PlanError, Problem
 from minions.events import EventEmitter, EventListener, PlanRevised, UsageRecord
 from minions.models._base import Model
@@ -252,7 +254,9 @@ class PlanGenerator:
             recipe = current.to_recipe(workspace=workspace, tools=objects)
             graph = executor.graph(recipe)
             context: AgentContext = executor.create_context(recipe, listeners=listeners)
-            result = await executor.run(graph, context, checkpoints=_Kept(kept))
+            staged = await _stage(current, kept, workspace, context)
+            with staged_files(staged):
+                result = await executor.run(graph, context, checkpoints=_Kept(kept))
             runs.append(result)
             for execution in result.executions:
                 restored = kept.get(execution.step_id) is execution
@@ -378,6 +382,40 @@ def _merged(revised: Plan, kept: Sequence[PlanStep]) -> Plan:
     )
     merged._tokens = list(revised._tokens)
     return merged
+
+
+async def _stage(
+    plan: Plan, kept: Mapping[str, Any], workspace: str | Path | None, context: AgentContext
+) -> dict[str, str]:
+    """Read, once and at the same time, the inputs of the steps still to run that exist
+    already and that no step of the plan produces (through the run's ``read_file`` tool): a
+    step then waits for its dependencies, not for its reads as well. A file that cannot be
+    read here is left for its step, which fails naming it."""
+    produced = {a for s in plan.steps for a in s.artifacts}
+    root = Path(workspace) if workspace is not None else Path.cwd()
+    paths = sorted(
+        {
+            p
+            for s in plan.steps
+            if s.id not in kept
+            for p in s.inputs
+            if p not in produced and (root / p).is_file()
+        }
+    )
+    if not paths or READ_TOOL not in context.tools:
+        return {}
+    tools = ToolCallExecutor(context.tools.subset([READ_TOOL]), config=context.config)
+    calls = await asyncio.gather(
+        *(
+            tools.execute(ToolCall(id=f"stage-{i}", name=READ_TOOL, arguments={"path": p}))
+            for i, p in enumerate(paths)
+        )
+    )
+    return {
+        p: str(c.response.result)
+        for p, c in zip(paths, calls, strict=True)
+        if c.response is not None and c.response.error is None
+    }
 
 
 class _Kept:

@@ -258,7 +258,9 @@ class PlanGenerator:
             with staged_files(staged):
                 result = await executor.run(graph, context, checkpoints=_Kept(kept))
             runs.append(result)
-            for execution in result.executions:
+            order = {s.id: i for i, s in enumerate(current.steps)}
+            ran = sorted(result.executions, key=lambda e: order.get(e.step_id, len(order)))
+            for execution in ran:
                 restored = kept.get(execution.step_id) is execution
                 if restored:
                     continue

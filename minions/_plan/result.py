@@ -69,7 +69,7 @@ class PlanResult:
 
     def token_report(self) -> str:
         """The token report as aligned text: a line per planner call, replan and step."""
-        rows = [("part", "prompt", "completion", "calls", "tokens", "status")]
+        rows = [("part", "prompt", "completion", "calls", "counted", "status")]
         for line in (*self.tokens, self.total()):
             rows.append(
                 (

@@ -30,7 +30,7 @@ from minions._messages import Message
 from minions.cli._app import Settings, app
 from minions.events import Event, PlanRevised, StepCompleted, StepStarted
 from minions.recipes import load_recipe, parse_recipe
-from minions.testing import FunctionModel, ScriptedModel
+from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest, FunctionModel, ScriptedModel
 
 
 def step(id: str, type: str = "generate", **fields: Any) -> dict[str, Any]:
@@ -512,3 +512,35 @@ def test_a_plan_run_reads_existing_inputs_up_front_and_takes_new_files_from_depe
     assert "A small web app." in prompts["b"]  # read before the run started
     assert [c.name for c in result.executions["b"].tool_calls] == []
     assert (project / "app" / "new.py").read_text() == "NEW = 1\n"
+
+
+@pytest.mark.parametrize("reject", [(), ("response_format",), ("response_format", "tools")])
+def test_plans_work_over_http_in_every_rung_of_the_output_ladder(
+    project: Path, reject: tuple[str, ...]
+) -> None:
+    """The planner and the steps answer through the real provider (the `openai` client over
+    HTTP), whether the server takes a JSON Schema, only tool calls, or neither."""
+    small = plan_json(
+        step("analyze", "analyze", inputs=["README.md"]),
+        step("user_model", inputs=["app/models.py"], depends_on=["analyze"]),
+    )
+
+    def reply(request: FakeRequest) -> FakeReply:
+        text = json.dumps(request.body.get("messages"))
+        if "Requirements:" in text:
+            return FakeReply.structured(json.loads(small))
+        step_id = "user_model" if "Step (generate)" in text else "analyze"
+        return FakeReply.structured(
+            {"text": f"{step_id} done", "files": [{"path": f"{step_id}.md", "content": "x"}]}
+        )
+
+    with FakeOpenAIServer(reply, reject=set(reject)) as server:
+        generator = PlanGenerator(server.model())
+        plan = asyncio.run(generator.generate("Users", workspace=project))
+        result = asyncio.run(
+            generator.execute(plan, executor=AgentExecutor(model=server.model()), workspace=project)
+        )
+    assert result.ok, result.error
+    assert result.artifacts["user_model"]["text"] == "user_model done"
+    assert (project / "user_model.md").read_text() == "x"
+    assert all(line.source == "reported" for line in result.tokens)

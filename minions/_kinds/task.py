@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from minions._messages import Message
 from minions._output import OutputInstructions
@@ -43,7 +43,7 @@ TASK_SYSTEM = (
 class FileArtifact(BaseModel):
     """A file a step wrote: its path in the workspace and its whole content."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
 
     path: str = Field(description="The file's path inside the workspace.")
     content: str = Field(description="The whole content of the file.")
@@ -52,7 +52,7 @@ class FileArtifact(BaseModel):
 class Artifacts(BaseModel):
     """What a step of a plan produced: text, files (written to the workspace) and data."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
 
     text: str = Field("", description="Findings, decisions or a short summary, as text.")
     files: list[FileArtifact] = Field(
@@ -63,7 +63,27 @@ class Artifacts(BaseModel):
     )
 
 
-_ARTIFACTS = OutputInstructions(Artifacts, name="artifacts")
+_STRING = {"type": "string"}
+ARTIFACTS_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": _STRING,
+        "files": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"path": _STRING, "content": _STRING},
+                "required": ["path", "content"],
+            },
+        },
+        "data": {"type": "object"},
+    },
+    "required": ["text"],
+}
+"""The schema the model answers in: `Artifacts`, kept small (it may be sent with every
+request); the answer is then validated as `Artifacts`."""
+
+_ARTIFACTS = OutputInstructions(ARTIFACTS_SCHEMA, name="artifacts")
 
 _STAGED: ContextVar[Mapping[str, str] | None] = ContextVar("minions_staged_files", default=None)
 
@@ -197,9 +217,10 @@ class TaskStep(Step):
         run.absorb([done])
         if done.status is not StepStatus.COMPLETED:
             run.fail(done.error or f"step {self.id!r} did not complete")
-        artifacts = done.output
-        if not isinstance(artifacts, Artifacts):
-            artifacts = Artifacts.model_validate(artifacts)
+        try:
+            artifacts = Artifacts.model_validate(done.output)
+        except ValidationError as exc:
+            run.fail(f"step {self.id!r}: its answer is not artifacts: {exc}")
         for file in artifacts.files:
             written = await run.call_tool(WRITE_TOOL, {"path": file.path, "content": file.content})
             if written.error is not None:

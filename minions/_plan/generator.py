@@ -27,7 +27,7 @@ from minions._step.context import AgentContext
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
-from minions.errors import PlanError, Problem
+from minions.errors import OutputValidationError, PlanError, Problem
 from minions.events import EventEmitter, EventListener, PlanRevised, UsageRecord
 from minions.models._base import Model
 from minions.recipes._recipe import AgentRecipe
@@ -338,7 +338,38 @@ class _PlannerStep(Step):
         return list(self.messages)
 
 
-_PLAN_OUTPUT = OutputInstructions(Plan, name="plan")
+_LIST = {"type": "array", "items": {"type": "string"}}
+PLAN_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "description": {"type": "string"},
+        "steps": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "type": {"enum": ["analyze", "generate", "modify", "validate", "cleanup"]},
+                    "goal": {"type": "string"},
+                    "inputs": _LIST,
+                    "depends_on": _LIST,
+                    "artifacts": _LIST,
+                    "tools": _LIST,
+                },
+                "required": ["id", "type", "goal"],
+            },
+        },
+    },
+    "required": ["id", "description", "steps"],
+}
+"""The schema the planner answers in: `Plan`, kept small for small models (the rules are in
+the prompt); the answer is then validated as a `Plan`."""
+
+_PLAN_OUTPUT = OutputInstructions(PLAN_SCHEMA, name="plan")
+_PLAN_MODEL = OutputInstructions(Plan, name="plan")
+"""Validates an answer as a `Plan`, with a short note for the model when it is not one."""
 
 
 class _PlanCheck(StructuredOutputLink):
@@ -357,9 +388,10 @@ class _PlanCheck(StructuredOutputLink):
         decision = super().check(execution, context)
         if decision is None or decision.kind != "complete":
             return decision
-        plan = decision.output
-        if not isinstance(plan, Plan):
-            plan = Plan.model_validate(plan)
+        try:
+            plan = _PLAN_MODEL.validate_python(decision.output)
+        except OutputValidationError as exc:
+            return CompletionDecision.reask(str(exc))
         kept_ids = {s.id for s in self.kept}
         reused = [s.id for s in plan.steps if s.id in kept_ids]
         whole = _merged(plan, self.kept)

@@ -28,6 +28,7 @@ from minions import (
 )
 from minions._messages import Message
 from minions.cli._app import Settings, app
+from minions.errors import RecipeError
 from minions.events import Event, PlanRevised, StepCompleted, StepStarted
 from minions.recipes import load_recipe, parse_recipe
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest, FunctionModel, ScriptedModel
@@ -473,16 +474,14 @@ def test_random_valid_plans_run_each_step_once_after_its_dependencies(
         AgentExecutor(model=model).execute(plan.to_recipe(), listeners=[events.append])
     )
     assert result.ok, result.error
-    started = [e.step_id for e in events if isinstance(e, StepStarted) and "/" not in str(e)]
-    outer = [s for s in started if s in dict(shape)]
-    assert sorted(set(outer)) == sorted(dict(shape))
-    completed: list[str] = []
+    started = [e.step_id for e in events if isinstance(e, StepStarted)]
+    assert sorted(started) == sorted(dict(shape))  # each step once
+    completed: set[str] = set()
     for event in events:
-        if isinstance(event, StepCompleted) and event.step_id not in completed:
-            completed.append(str(event.step_id))
-        if isinstance(event, StepStarted) and event.step_id in dict(shape):
-            for dependency in dict(shape)[str(event.step_id)]:
-                assert dependency in completed
+        if isinstance(event, StepStarted):
+            assert set(dict(shape)[str(event.step_id)]) <= completed
+        if isinstance(event, StepCompleted):
+            completed.add(str(event.step_id))
     assert len(model.requests) == len(shape)  # each step called its model exactly once
 
 
@@ -544,3 +543,15 @@ def test_plans_work_over_http_in_every_rung_of_the_output_ladder(
     assert result.artifacts["user_model"]["text"] == "user_model done"
     assert (project / "user_model.md").read_text() == "x"
     assert all(line.source == "reported" for line in result.tokens)
+
+
+def test_yaml_task_steps_are_checked_like_any_step() -> None:
+    with pytest.raises(RecipeError, match="give the step a `type`"):
+        parse_recipe("id: r\nsteps:\n  - id: a\n    goal: Do a.\n    reads: [x.py]\n")
+    with pytest.raises(RecipeError, match="needs a `goal`"):
+        parse_recipe("id: r\nsteps:\n  - id: a\n    tool: read_file\n    type: analyze\n")
+    recipe = parse_recipe(
+        "id: r\nsteps:\n  - id: a\n    type: modify\n    goal: Fix it.\n    reads: x.py\n"
+        "    artifacts: [x.py]\n"
+    )
+    assert recipe.step("a").kind == "task"

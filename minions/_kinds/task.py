@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from minions._messages import Message
+from minions._messages import Message, ToolCall
 from minions._output import OutputInstructions
-from minions._step.execution import StepStatus
+from minions._step.execution import StepExecution, StepStatus
 from minions._step.run import StepRun
 from minions._step.step import Step, StepInput
+from minions._step.tool_call import ToolCallExecutor
 from minions.errors import Problem
 from minions.tools._tool import ToolRegistry
 
@@ -103,24 +104,8 @@ def staged_files(files: Mapping[str, str] | None) -> Iterator[None]:
         _STAGED.reset(token)
 
 
-class _TaskCall(Step):
-    """The model call of a task step: fixed messages, artifacts as structured output."""
-
-    kind: ClassVar[str] = "task"
-
-    def __init__(
-        self, id: str, messages: Sequence[Message], *, tools: frozenset[str], **options: Any
-    ) -> None:
-        super().__init__(id, **options)
-        self.messages = list(messages)
-        self.tools = tools
-        self.output = _ARTIFACTS
-
-    def tool_names(self) -> frozenset[str]:
-        return self.tools
-
-    def build_messages(self, step_input: StepInput) -> list[Message]:
-        return list(self.messages)
+_FILES: ContextVar[Mapping[str, str | None] | None] = ContextVar("minions_task_files", default=None)
+"""The files of the task step running in this task (each step runs in a task of its own)."""
 
 
 class TaskStep(Step):
@@ -161,9 +146,12 @@ class TaskStep(Step):
         self.reads = tuple(reads)
         self.artifacts = tuple(artifacts)
         self.tools = frozenset(tools)
+        self.output = _ARTIFACTS
 
     def tool_names(self) -> frozenset[str]:
-        return self.tools | {WRITE_TOOL} | ({READ_TOOL} if self.reads else frozenset())
+        """The tools the model may call: the step's own `tools` only. The step reads its
+        inputs and writes its files itself, through the workspace file tools."""
+        return self.tools
 
     def problems(self, tools: ToolRegistry | None = None) -> list[Problem]:
         found = super().problems(tools)
@@ -181,12 +169,42 @@ class TaskStep(Step):
         for path in self.reads:
             if not isinstance(path, str) or not path.strip():
                 found.append(Problem(message="an input path is empty", step=self.id, field="reads"))
+        if tools is not None:
+            for name in (READ_TOOL, WRITE_TOOL) if self.reads else (WRITE_TOOL,):
+                if tools.get(name) is None:
+                    found.append(
+                        Problem(
+                            message=f"a task step needs the {name!r} tool (the built-in file "
+                            "tools of the workspace)",
+                            step=self.id,
+                            field="tools",
+                        )
+                    )
         return found
 
     def build_messages(self, step_input: StepInput) -> list[Message]:
-        return task_messages(self, {}, step_input.dependencies)
+        return task_messages(self, _FILES.get() or {}, step_input.dependencies)
 
     async def run(self, run: StepRun) -> None:
+        files_tools = ToolCallExecutor(
+            run.context.tools.subset(
+                [n for n in (READ_TOOL, WRITE_TOOL) if n in run.context.tools]
+            ),
+            config=run.execution.config or run.context.config,
+            emitter=run.context.events,
+            step_id=run.name,
+            scope=run.scope,
+            approver=run.context.approver,
+            visit=run.visit,
+            item=run.item,
+        )
+
+        async def call(name: str, number: int, arguments: Mapping[str, Any]) -> ToolCall:
+            asked = ToolCall(id=f"{run.name}-{name}-{number}", name=name, arguments=arguments)
+            done = await files_tools.execute(asked)
+            run.absorb([StepExecution(step_id=run.name, tool_calls=[done])])
+            return done
+
         # A file a dependency just wrote is taken from its artifacts; one read up front by
         # the plan's runner from what it read; any other is read now, all at once.
         produced = {
@@ -198,33 +216,30 @@ class TaskStep(Step):
         staged = _STAGED.get() or {}
         files = {p: produced[p] if p in produced else staged.get(p) for p in self.reads}
         missing = [p for p, content in files.items() if content is None]
-        responses = await asyncio.gather(
-            *(run.call_tool(READ_TOOL, {"path": path}) for path in missing)
+        reads = await asyncio.gather(
+            *(call(READ_TOOL, i, {"path": p}) for i, p in enumerate(missing, start=1))
         )
-        for path, response in zip(missing, responses, strict=True):
-            if response.error is not None:
-                run.fail(f"step {self.id!r}: cannot read its input {path!r}: {response.error}")
-            files[path] = str(response.result)
-        call = _TaskCall(
-            self.id,
-            task_messages(self, files, run.dependencies),
-            tools=self.tools,
-            model=self.model,
-            config=self.config,
-            completion=self.completion,
-        )
-        done = await run.run_step(call, dependencies={}, scope=f"{run.scope}/call", checked=True)
-        run.absorb([done])
-        if done.status is not StepStatus.COMPLETED:
-            run.fail(done.error or f"step {self.id!r} did not complete")
+        for path, done in zip(missing, reads, strict=True):
+            assert done.response is not None  # `ToolCallExecutor.execute` always sets it
+            if done.response.error is not None:
+                run.fail(f"step {self.id!r}: cannot read its input {path!r}: {done.response.error}")
+            files[path] = str(done.response.result)
+        token = _FILES.set(files)
         try:
-            artifacts = Artifacts.model_validate(done.output)
+            await run.run_model_loop()
+        finally:
+            _FILES.reset(token)
+        if run.execution.status is not StepStatus.COMPLETED:
+            return
+        try:
+            artifacts = Artifacts.model_validate(run.execution.output)
         except ValidationError as exc:
             run.fail(f"step {self.id!r}: its answer is not artifacts: {exc}")
-        for file in artifacts.files:
-            written = await run.call_tool(WRITE_TOOL, {"path": file.path, "content": file.content})
-            if written.error is not None:
-                run.fail(f"step {self.id!r}: cannot write {file.path!r}: {written.error}")
+        for number, file in enumerate(artifacts.files, start=1):
+            done = await call(WRITE_TOOL, number, {"path": file.path, "content": file.content})
+            assert done.response is not None
+            if done.response.error is not None:
+                run.fail(f"step {self.id!r}: cannot write {file.path!r}: {done.response.error}")
         run.complete(artifacts.model_dump(mode="json"))
 
 

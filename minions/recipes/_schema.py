@@ -62,7 +62,7 @@ def _shorthands(schema: dict[str, Any]) -> None:
         {"type": "string", "description": "A {{ template }} giving the items."},
         {"type": "array", "description": "The items."},
     ]
-    for name in ("depends_on", "tools", "next"):
+    for name in ("depends_on", "tools", "next", "reads", "artifacts"):
         full = properties[name]
         kept = {key: full[key] for key in ("title", "description") if key in full}
         properties[name] = {"anyOf": [{"type": "string"}, full], **kept}
@@ -133,7 +133,7 @@ class StepSpec(_Strict):
     max_visits: int = Field(10, ge=1)
     config: dict[str, Any] = Field(default_factory=dict, description="ExecutionConfig overrides.")
 
-    @field_validator("depends_on", "tools", mode="before")
+    @field_validator("depends_on", "tools", "reads", "artifacts", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value

@@ -20,7 +20,7 @@ plan and execute's prompt tokens by the least any plan-and-execute run of this p
 the planner's request, then for each step one system prompt and one message holding its goal,
 its files and its dependencies' artifacts, nothing else (no labels). ``speedup``: the two runs
 again with every tool call sleeping 100 ms and every model reply 50 ms: full-history makespan /
-plan-and-execute makespan (median of 3 each).
+plan-and-execute makespan (median of 5 each).
 """
 
 from __future__ import annotations
@@ -263,8 +263,8 @@ def main() -> None:
     planned, planner_request, requests, _ = asyncio.run(plan_and_execute(delay=False))
     history, history_calls, _ = asyncio.run(full_history(delay=False))
     least = minimum(planner_request)
-    plan_times = [asyncio.run(plan_and_execute(delay=True))[3] for _ in range(3)]
-    history_times = [asyncio.run(full_history(delay=True))[2] for _ in range(3)]
+    plan_times = [asyncio.run(plan_and_execute(delay=True))[3] for _ in range(5)]
+    history_times = [asyncio.run(full_history(delay=True))[2] for _ in range(5)]
     speedup = statistics.median(history_times) / statistics.median(plan_times)
     emit(
         "PLAN",

@@ -474,7 +474,7 @@ def test_random_valid_plans_run_each_step_once_after_its_dependencies(
         AgentExecutor(model=model).execute(plan.to_recipe(), listeners=[events.append])
     )
     assert result.ok, result.error
-    started = [e.step_id for e in events if isinstance(e, StepStarted)]
+    started = [str(e.step_id) for e in events if isinstance(e, StepStarted)]
     assert sorted(started) == sorted(dict(shape))  # each step once
     completed: set[str] = set()
     for event in events:

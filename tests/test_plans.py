@@ -316,7 +316,7 @@ def test_a_failed_step_is_replanned_and_completed_steps_are_kept(project: Path) 
     revised = plan_json(step("build_again", inputs=["app/models.py"], depends_on=["analyze"]))
     planner = ScriptedModel([first, revised])
     generator = PlanGenerator(planner)
-    plan = asyncio.run(generator.generate("Users", workspace=project))
+    plan = asyncio.run(generator.generate("Users"))  # no workspace: inputs are not checked
     ran: list[str] = []
 
     def model(prompt: Prompt) -> str:
@@ -357,15 +357,19 @@ def test_a_failed_step_is_replanned_and_completed_steps_are_kept(project: Path) 
 
 
 def test_replanning_is_bounded(project: Path) -> None:
-    failing = plan_json(step("a", inputs=["nope.py"]))
+    failing = plan_json(step("a", inputs=["README.md"]))
     planner = ScriptedModel([failing, failing, failing, failing])
     generator = PlanGenerator(planner)
     plan = asyncio.run(generator.generate("Users", workspace=project))
+
+    def broken(prompt: Prompt) -> str:
+        raise RuntimeError("the worker is down")
+
     events: list[Event] = []
     result = asyncio.run(
         generator.execute(
             plan,
-            executor=AgentExecutor(model=ScriptedModel([])),
+            executor=AgentExecutor(model=FunctionModel(broken)),
             workspace=project,
             listeners=[events.append],
         )
@@ -374,13 +378,41 @@ def test_replanning_is_bounded(project: Path) -> None:
     assert result.replans == 2
     assert len([e for e in events if isinstance(e, PlanRevised)]) == 2
     assert planner.remaining == 1
-    assert "nope.py" in (result.error or "")
+    assert "the worker is down" in (result.error or "")
     none = asyncio.run(
         generator.execute(
-            plan, executor=AgentExecutor(model=ScriptedModel([])), workspace=project, max_replans=0
+            plan,
+            executor=AgentExecutor(model=FunctionModel(broken)),
+            workspace=project,
+            max_replans=0,
         )
     )
     assert none.replans == 0
+
+
+def test_a_replan_that_gives_no_valid_plan_ends_the_run_and_says_why(project: Path) -> None:
+    plan = Plan.model_validate_json(plan_json(step("a", inputs=["ghost.py"])))
+    planner = ScriptedModel(["no idea", "still no idea"])
+    result = asyncio.run(
+        PlanGenerator(planner).execute(
+            plan, executor=AgentExecutor(model=ScriptedModel([])), workspace=project
+        )
+    )
+    assert not result.ok
+    assert "ghost.py" in (result.error or "")
+    assert "no valid plan" in (result.error or "")
+    assert [t.name for t in result.tokens] == ["a", "replan 1"]
+
+
+def test_an_input_that_does_not_exist_is_sent_back_to_the_planner(project: Path) -> None:
+    bad = plan_json(step("a", inputs=["app/ghost.py"]))
+    good = plan_json(
+        step("a", artifacts=["app/ghost.py"]), step("b", inputs=["app/ghost.py"], depends_on=["a"])
+    )
+    planner = ScriptedModel([bad, good])
+    plan = generate(planner, project)
+    assert [s.id for s in plan.steps] == ["a", "b"]  # made by a step it waits for: fine
+    assert "input 'app/ghost.py' is not a file of the workspace" in str(planner.requests[1])
 
 
 # -- tokens ------------------------------------------------------------------------------------
@@ -555,3 +587,25 @@ def test_yaml_task_steps_are_checked_like_any_step() -> None:
         "    artifacts: [x.py]\n"
     )
     assert recipe.step("a").kind == "task"
+
+
+def test_tools_from_a_module_reach_the_steps_and_the_yaml(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "shop_tools.py").write_text(
+        "from minions import tool\n\n\n@tool\ndef price(name: str) -> int:\n"
+        '    """The price of a product.\n\n    Args:\n        name: the product.\n    """\n'
+        "    return 3\n"
+    )
+    answer = plan_json(step("a", "analyze", tools=["price"]))
+    file = project / "plan.yaml"
+    monkeypatch.chdir(project)
+    done = CliRunner().invoke(
+        app,
+        ["plan", "Prices", "-m", "m", "--tools", "shop_tools", "-o", str(file)],
+        obj=Settings(resolve_model=lambda spec: ScriptedModel([answer])),
+    )
+    assert done.exit_code == 0, done.output
+    assert "tools:\n- shop_tools\n" in file.read_text()
+    recipe = load_recipe(file)
+    assert recipe.step("a").tool_names() == {"price"}

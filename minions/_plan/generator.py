@@ -114,7 +114,9 @@ class PlanGenerator:
             parts.append("Files in the workspace: " + (", ".join(files) or "none"))
         parts.append("Tools a step may call: " + (", ".join(names) or "none"))
         parts.append(_RULES)
-        plan, line = await self._ask("plan", "planner", "\n\n".join(parts), names, objects, ())
+        plan, line = await self._ask(
+            "plan", "planner", "\n\n".join(parts), names, objects, (), workspace=workspace
+        )
         plan._tokens.append(line)
         return plan
 
@@ -128,6 +130,7 @@ class PlanGenerator:
         reason: str,
         replan: int = 1,
         tools: Sequence[str | ToolLike] = ("read_file", "write_file"),
+        workspace: str | Path | None = None,
         listeners: Iterable[EventListener] = (),
     ) -> tuple[Plan, TokenLine]:
         """A revised plan: the completed steps kept as they are, new steps for the rest.
@@ -156,7 +159,14 @@ class PlanGenerator:
         )
         kept = [s for s in plan.steps if s.id in completed]
         revised, line = await self._ask(
-            f"replan_{replan}", f"replan {replan}", goal, names, objects, kept, listeners
+            f"replan_{replan}",
+            f"replan {replan}",
+            goal,
+            names,
+            objects,
+            kept,
+            listeners,
+            workspace=workspace,
         )
         return _merged(revised, kept), line
 
@@ -169,8 +179,10 @@ class PlanGenerator:
         objects: Sequence[ToolLike],
         kept: Sequence[PlanStep],
         listeners: Iterable[EventListener] = (),
+        *,
+        workspace: str | Path | None = None,
     ) -> tuple[Plan, TokenLine]:
-        check = _PlanCheck(tools=objects, allowed=names, kept=kept)
+        check = _PlanCheck(tools=objects, allowed=names, kept=kept, workspace=workspace)
         step = _PlannerStep(
             step_id,
             [Message.system(PLANNER_SYSTEM), Message.user(goal)],
@@ -190,14 +202,15 @@ class PlanGenerator:
             status=execution.status.value,
         )
         if execution.status is not StepStatus.COMPLETED:
-            raise PlanError(
+            raise _NoPlan(
+                line,
                 [
                     Problem(
                         file="plan",
                         message=f"the planner gave no valid plan: {execution.error}",
                         step=label,
                     )
-                ]
+                ],
             )
         plan = execution.output
         assert isinstance(plan, Plan)
@@ -285,16 +298,23 @@ class PlanGenerator:
             if failed is None or attempt == max_replans:
                 break
             completed = {k: kept[k].output for k in (s.id for s in current.steps) if k in kept}
-            current, line = await self.replan(
-                requirements or plan.description,
-                current,
-                completed=completed,
-                failed=failed.step_id,
-                reason=failed.error or "it failed",
-                replan=attempt + 1,
-                tools=tools,
-                listeners=listeners,
-            )
+            try:
+                current, line = await self.replan(
+                    requirements or plan.description,
+                    current,
+                    completed=completed,
+                    failed=failed.step_id,
+                    reason=failed.error or "it failed",
+                    replan=attempt + 1,
+                    tools=tools,
+                    workspace=workspace,
+                    listeners=listeners,
+                )
+            except _NoPlan as exc:
+                tokens.append(exc.line)
+                problem = exc.problems[0].message if exc.problems else str(exc)
+                error = f"{error or failed.error}; replanning: {problem}"
+                break
             tokens.append(line)
             revisions.append(current)
             events.emit(
@@ -322,6 +342,14 @@ class PlanGenerator:
             tokens=tuple(tokens),
             error=None if ok else (error or "a step of the plan failed"),
         )
+
+
+class _NoPlan(PlanError):
+    """The planner gave no valid plan; `line` holds the tokens it spent."""
+
+    def __init__(self, line: TokenLine, problems: Sequence[Problem]) -> None:
+        super().__init__(problems)
+        self.line = line
 
 
 class _PlannerStep(Step):
@@ -378,11 +406,17 @@ class _PlanCheck(StructuredOutputLink):
     name = "plan_check"
 
     def __init__(
-        self, *, tools: Sequence[ToolLike], allowed: Sequence[str], kept: Sequence[PlanStep]
+        self,
+        *,
+        tools: Sequence[ToolLike],
+        allowed: Sequence[str],
+        kept: Sequence[PlanStep],
+        workspace: str | Path | None = None,
     ) -> None:
         self.tools = tools
         self.allowed = allowed
         self.kept = kept
+        self.workspace = workspace
 
     def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision | None:
         decision = super().check(execution, context)
@@ -396,7 +430,10 @@ class _PlanCheck(StructuredOutputLink):
         reused = [s.id for s in plan.steps if s.id in kept_ids]
         whole = _merged(plan, self.kept)
         problems = [
-            p.describe() for p in whole.problems(tools=self.tools, allowed_tools=self.allowed)
+            p.describe()
+            for p in whole.problems(
+                tools=self.tools, allowed_tools=self.allowed, workspace=self.workspace
+            )
         ]
         problems += [f"step {i!r} is completed already: do not plan it again" for i in reused]
         if problems:

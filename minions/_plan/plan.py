@@ -106,13 +106,21 @@ class Plan(BaseModel):
         raise KeyError(step_id)
 
     def problems(
-        self, *, tools: Sequence[ToolLike] = (), allowed_tools: Sequence[str] | None = None
+        self,
+        *,
+        tools: Sequence[ToolLike] = (),
+        allowed_tools: Sequence[str] | None = None,
+        workspace: str | Path | None = None,
     ) -> list[Problem]:
         """Everything wrong with the plan as a recipe (duplicate or malformed ids, unknown
-        dependencies, cycles, unknown tools), each naming the step and field."""
+        dependencies, cycles, unknown tools), each naming the step and field; with a
+        `workspace`, also every input that is neither a file there nor an artifact of a step
+        it waits for."""
         problems = recipe_problems(
             self._recipe(None, tools), ToolRegistry(self._tools(None, tools))
         )
+        if workspace is not None:
+            problems.extend(self._input_problems(Path(workspace)))
         if allowed_tools is not None:
             allowed = set(allowed_tools)
             for step in self.steps:
@@ -127,6 +135,31 @@ class Plan(BaseModel):
                             )
                         )
         return list(dict.fromkeys(problems))
+
+    def _input_problems(self, root: Path) -> list[Problem]:
+        steps = {s.id: s for s in self.steps}
+        found = []
+        for step in self.steps:
+            before: set[str] = set()
+            waiting = list(step.depends_on)
+            while waiting:
+                current = waiting.pop()
+                if current in before or current not in steps:
+                    continue
+                before.add(current)
+                waiting.extend(steps[current].depends_on)
+            made = {a for s in before for a in steps[s].artifacts}
+            for path in step.inputs:
+                if path not in made and not (root / path).is_file():
+                    found.append(
+                        Problem(
+                            message=f"input {path!r} is not a file of the workspace, nor an "
+                            "artifact of a step it depends on",
+                            step=step.id,
+                            field="inputs",
+                        )
+                    )
+        return found
 
     def to_recipe(
         self, *, workspace: str | Path | None = None, tools: Sequence[ToolLike] = ()
@@ -148,14 +181,21 @@ class Plan(BaseModel):
         return recipe
 
     def to_yaml(
-        self, *, workspace: str | Path | None = None, tools: Sequence[ToolLike] = ()
+        self,
+        *,
+        workspace: str | Path | None = None,
+        tools: Sequence[ToolLike] = (),
+        references: Sequence[str] = (),
     ) -> str:
         """The plan as a YAML recipe (task steps) that ``minions run`` runs.
 
         Args:
             workspace: written as the recipe's ``workspace:`` (relative paths are relative to
                 the YAML file); without it, ``minions run --workspace DIR`` says where.
-            tools: tools the steps may call: written as ``module:function`` references.
+            tools: tools the steps may call, written as ``module:function`` references.
+            references: written as the recipe's ``tools:`` instead (``package.module`` or
+                ``package.module:function``, as ``minions plan --tools`` takes them); `tools`
+                then only checks the plan.
 
         Raises:
             PlanError: the plan is invalid.
@@ -163,11 +203,14 @@ class Plan(BaseModel):
         """
         from minions.recipes._dump import recipe_to_data, to_yaml_text
 
-        data = recipe_to_data(self.to_recipe(workspace=workspace, tools=tools))
+        recipe = self.to_recipe(workspace=workspace, tools=tools)
+        data = recipe_to_data(self._recipe(workspace, ()) if references else recipe)
+        steps = data.pop("steps")
+        if references:
+            data["tools"] = list(references)
         if workspace is not None:
-            steps = data.pop("steps")
             data["workspace"] = str(workspace)
-            data["steps"] = steps
+        data["steps"] = steps
         head = (
             "# A plan made by `minions plan`: review it, edit it, then `minions run` it.\n"
             "# Each step sees only its goal, the files it `reads` and the artifacts of its\n"

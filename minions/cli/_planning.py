@@ -108,7 +108,8 @@ def plan(
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if output is not None:
         where = os.path.relpath(root, output.parent.resolve())
-        output.write_text(made.to_yaml(workspace=where, tools=objects), encoding="utf-8")
+        text = made.to_yaml(workspace=where, tools=objects, references=tools or ())
+        output.write_text(text, encoding="utf-8")
     if not json_output:
         show = err if run else out
         show.print(plan_table(made))

@@ -29,7 +29,14 @@ from minions import (
 from minions._messages import Message
 from minions.cli._app import Settings, app
 from minions.errors import RecipeError
-from minions.events import Event, PlanRevised, StepCompleted, StepStarted
+from minions.events import (
+    Event,
+    PlanRevised,
+    StepCompleted,
+    StepStarted,
+    event_from_json,
+    event_to_json,
+)
 from minions.recipes import load_recipe, parse_recipe
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest, FunctionModel, ScriptedModel
 
@@ -340,6 +347,7 @@ def test_a_failed_step_is_replanned_and_completed_steps_are_kept(project: Path) 
     revisions = [e for e in events if isinstance(e, PlanRevised)]
     assert len(revisions) == 1
     assert revisions[0].step_id == "build"
+    assert event_from_json(event_to_json(revisions[0])) == revisions[0]
     assert revisions[0].kept == ("analyze",)
     assert "missing.py" in revisions[0].reason
     replan = str(planner.requests[1])

@@ -67,6 +67,19 @@ class PlanResult:
         lines = [line for line in self.tokens if part is None or line.part == part]
         return _sum(lines, name=part or "total")
 
+    def full_history_estimate(self) -> int:
+        """About how many prompt tokens the same steps would have sent as one conversation
+        with full history: each step's request carrying every earlier step's request and
+        answer (an estimate from this run's counts, in the order the steps ran; the planner
+        is left out, as full history has none)."""
+        carried = total = 0
+        for line in self.tokens:
+            if line.part != "step":
+                continue
+            total += carried + line.prompt_tokens
+            carried += line.prompt_tokens + line.completion_tokens
+        return total
+
     def token_report(self) -> str:
         """The token report as aligned text: a line per planner call, replan and step."""
         rows = [("part", "prompt", "completion", "calls", "counted", "status")]
@@ -82,9 +95,13 @@ class PlanResult:
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        return "\n".join(
+        table = "\n".join(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
             for row in rows
+        )
+        return (
+            f"{table}\nthe same steps with full history: about "
+            f"{self.full_history_estimate()} prompt tokens (estimated)"
         )
 
     def to_data(self) -> dict[str, Any]:
@@ -103,6 +120,7 @@ class PlanResult:
                 for step_id, e in self.executions.items()
             },
             "tokens": [_line_data(line) for line in (*self.tokens, self.total())],
+            "full_history_estimate": self.full_history_estimate(),
         }
 
     def __repr__(self) -> str:

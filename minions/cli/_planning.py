@@ -160,7 +160,14 @@ def plan_table(plan: Any) -> Table:
 
 def token_table(result: Any) -> Table:
     """The token report: the planner, each replan and each step, and where counts come from."""
-    table = Table(title="tokens", show_edge=False, pad_edge=False, show_footer=True)
+    table = Table(
+        title="tokens",
+        caption=f"the same steps with full history: about {result.full_history_estimate()} "
+        "prompt tokens (estimated)",
+        show_edge=False,
+        pad_edge=False,
+        show_footer=True,
+    )
     total = result.total()
     table.add_column("part", footer="total")
     table.add_column("status")

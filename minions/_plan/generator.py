@@ -245,9 +245,12 @@ class PlanGenerator:
             listeners: callables receiving every event (the steps', the planner's when it
                 replans, and `PlanRevised`).
 
+        A replan that gives no valid plan (after its one re-ask) ends the run: the result is
+        FAILED and its `error` says why.
+
         Raises:
-            PlanError: the plan is invalid, or a replan gave no valid plan; or the workspace
-                does not exist.
+            PlanError: the plan is invalid, the workspace does not exist, or `max_replans` is
+                negative (nothing has run).
         """
         if max_replans < 0:
             raise PlanError([Problem(file="plan", message="max_replans must not be negative")])

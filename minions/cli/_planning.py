@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from minions.cli._model_choice import HOW_TO_SET_A_MODEL, UsageError
 from minions.errors import MinionsError, PlanError, Problem
+from minions.events import Event, PlanRevised, StepCompleted, StepFailed
 from minions.models._base import Model
 from minions.models._infer import MODEL_ENV, infer_model
 
@@ -129,6 +131,7 @@ def plan(
             workspace=root,
             tools=names,
             max_replans=max_replans,
+            listeners=[] if json_output else [_progress(err)],
         )
     )
     if json_output:
@@ -139,6 +142,25 @@ def plan(
         replans = f", {result.replans} replan(s)" if result.replans else ""
         err.print(f"plan {made.id}: {status}{replans}", markup=False)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _progress(err: Console) -> Callable[[Event], None]:
+    """One line on stderr per step that ends, and per replan."""
+
+    def show(event: Event) -> None:
+        if isinstance(event, StepCompleted):
+            err.print(f"✓ {event.step_id}", markup=False)
+        elif isinstance(event, StepFailed):
+            err.print(f"✗ {event.step_id}: {event.error}", markup=False, style="red")
+        elif isinstance(event, PlanRevised):
+            err.print(
+                f"replan {event.replan}: kept {', '.join(event.kept) or 'nothing'}; "
+                f"to run: {', '.join(event.steps)}",
+                markup=False,
+                style="yellow",
+            )
+
+    return show
 
 
 def plan_table(plan: Any) -> Table:

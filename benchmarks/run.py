@@ -23,6 +23,7 @@ WORKLOADS = {
     "TOKENS": "tokens.py",
     "VALIDATE": "validate_big.py",
     "W6": "w6_durable.py",
+    "PLAN": "plan.py",
 }
 
 

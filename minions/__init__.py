@@ -52,6 +52,7 @@ from minions.errors import (
     ModelError,
     ModelOutputError,
     OutputValidationError,
+    PlanError,
     Problem,
     RecipeError,
     RecordingError,
@@ -98,6 +99,12 @@ _LAZY: dict[str, str] = {
     "AnalysisStep": "minions._kinds.analysis",
     "LoopStep": "minions._kinds.loop",
     "ToolStep": "minions._kinds.tool",
+    "TaskStep": "minions._kinds.task",
+    "Plan": "minions._plan.plan",
+    "PlanStep": "minions._plan.plan",
+    "TokenLine": "minions._plan.plan",
+    "PlanGenerator": "minions._plan.generator",
+    "PlanResult": "minions._plan.result",
 }
 
 if TYPE_CHECKING:
@@ -107,7 +114,11 @@ if TYPE_CHECKING:
     from minions._agent.stream import RunStream
     from minions._kinds.analysis import AnalysisStep
     from minions._kinds.loop import LoopStep
+    from minions._kinds.task import TaskStep
     from minions._kinds.tool import ToolStep
+    from minions._plan.generator import PlanGenerator
+    from minions._plan.plan import Plan, PlanStep, TokenLine
+    from minions._plan.result import PlanResult
     from minions._routing.selection import (
         ConditionLink,
         FirstCandidateLink,
@@ -214,6 +225,13 @@ __all__ = [
     "StepSelectionChain",
     "StepSelectionLink",
     "StepSuggestionLink",
+    # plans from requirements
+    "Plan",
+    "PlanGenerator",
+    "PlanResult",
+    "PlanStep",
+    "TaskStep",
+    "TokenLine",
     # errors
     "ApprovalRequiredError",
     "BudgetExceededError",
@@ -223,6 +241,7 @@ __all__ = [
     "ModelOutputError",
     "OutputValidationError",
     "InputError",
+    "PlanError",
     "Problem",
     "RecipeError",
     "RecordingError",

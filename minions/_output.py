@@ -122,13 +122,20 @@ class OutputInstructions:
         except Exception as exc:
             return [f"output type {self.output_type!r} cannot be validated: {exc}"]
         if target.raw_schema:
-            import jsonschema
+            # Checked once: a recipe is validated again on every run, and checking a schema
+            # against the meta-schema costs milliseconds.
+            found = self._cache.get("problems")
+            if found is None:
+                import jsonschema
 
-            try:
-                jsonschema.Draft202012Validator.check_schema(target.schema)
-            except jsonschema.SchemaError as exc:
-                where = "/".join(str(p) for p in exc.path) or "the top level"
-                return [f"output schema is not valid JSON Schema at {where}: {exc.message}"]
+                found = []
+                try:
+                    jsonschema.Draft202012Validator.check_schema(target.schema)
+                except jsonschema.SchemaError as exc:
+                    where = "/".join(str(p) for p in exc.path) or "the top level"
+                    found = [f"output schema is not valid JSON Schema at {where}: {exc.message}"]
+                self._cache["problems"] = found
+            return list(found)
         return []
 
     def field_descriptions(self) -> str:

@@ -24,6 +24,7 @@ __all__ = [
     "ModelError",
     "ModelOutputError",
     "OutputValidationError",
+    "PlanError",
     "Problem",
     "ApprovalRequiredError",
     "RecipeError",
@@ -207,6 +208,14 @@ class InputError(RecipeError):
     """A run's inputs do not match what the recipe declares (nothing has run)."""
 
     what = "inputs"
+
+
+class PlanError(RecipeError):
+    """A plan cannot be made or run: empty requirements, a planner answer that is not a valid
+    plan (after one re-ask with the problems), a tool or a workspace that does not exist.
+    Nothing has run."""
+
+    what = "plan"
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

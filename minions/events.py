@@ -38,6 +38,7 @@ __all__ = [
     "ModelCallFailed",
     "ModelCallStarted",
     "OutputModeDemoted",
+    "PlanRevised",
     "RetryScheduled",
     "RoutingDecided",
     "RunCompleted",
@@ -279,6 +280,26 @@ class RoutingDecided(_EventBase):
     reason: str = ""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRevised(_EventBase):
+    """A step of a plan failed and the planner revised the rest of the plan (a replan).
+
+    `step_id` is the step that failed; completed steps are kept and not run again.
+    """
+
+    kind: Literal["plan_revised"] = "plan_revised"
+    replan: int = 1
+    """1 for the first replan of a run, 2 for the second..."""
+    reason: str = ""
+    """Why the step failed."""
+    kept: tuple[str, ...] = ()
+    """The completed steps kept as they are."""
+    steps: tuple[str, ...] = ()
+    """The ids of the steps of the revised plan still to run."""
+    usage: UsageRecord = field(default_factory=UsageRecord)
+    """The tokens of the planner's call(s) for this replan."""
+
+
 Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain here.
     RunStarted,
     RunCompleted,
@@ -300,6 +321,7 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
     ApprovalResolved,
     CompletionDecided,
     RoutingDecided,
+    PlanRevised,
 ]
 """Any event (a union discriminated by the `kind` field)."""
 

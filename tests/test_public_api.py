@@ -20,6 +20,7 @@ ERRORS = {
     "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError",
+    "PlanError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -48,6 +49,8 @@ PUBLIC: dict[str, set[str]] = {
         "ConditionLink", "FirstCandidateLink", "ModelChoiceLink", "Routing",
         "SelectionDecision", "SelectionRequest", "SingleCandidateLink", "StepSelectionChain",
         "StepSelectionLink", "StepSuggestionLink",
+        # plans from requirements
+        "Plan", "PlanGenerator", "PlanResult", "PlanStep", "TaskStep", "TokenLine",
         # errors: every one of minions.errors
         *ERRORS,
     },
@@ -57,7 +60,7 @@ PUBLIC: dict[str, set[str]] = {
         "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallCompleted",
         "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
-        "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved",
+        "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
     },
     "minions.errors": ERRORS,
     "minions.models": {

@@ -1,4 +1,4 @@
-"""The `minions` command: `run`, `validate`, `graph`, `schema` and `--version`.
+"""The `minions` command: `run`, `validate`, `graph`, `schema`, `plan` and `--version`.
 
 Each command is a thin layer over the library; errors the user can fix (bad options, an invalid
 recipe or inputs) print a readable message on stderr and exit with code 2, never a traceback.
@@ -320,3 +320,12 @@ def _user_errors_of(function: Callable[..., None]) -> Callable[..., None]:
 
 
 _register_runs()
+
+
+def _register_plan() -> None:
+    from minions.cli import _planning
+
+    app.command(name="plan")(_user_errors_of(_planning.plan))
+
+
+_register_plan()

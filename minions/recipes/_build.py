@@ -17,6 +17,7 @@ from typing import Any
 from minions._kinds.analysis import AnalysisStep
 from minions._kinds.example import schema_from_example
 from minions._kinds.loop import LoopStep
+from minions._kinds.task import TaskStep
 from minions._kinds.tool import ToolStep
 from minions._messages import MessageBundle
 from minions._output import OutputInstructions
@@ -234,6 +235,17 @@ def _options(spec: StepSpec) -> dict[str, Any]:
 def _body(spec: StepSpec, base: Path, load: _Load, options: dict[str, Any]) -> Step:
     own: dict[str, Any] = {"model": spec.model, "config": spec.config or None, **options}
     output = spec.output if spec.output is not None else spec.output_format
+    if spec.kind == "agent" and spec.type is not None:
+        assert spec.goal is not None
+        return TaskStep(
+            spec.id,
+            spec.goal,
+            type=spec.type,
+            reads=spec.reads,
+            artifacts=spec.artifacts,
+            tools=spec.tools,
+            **own,
+        )
     if spec.kind == "agent":
         assert spec.goal is not None
         return DefaultStep(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from minions._config import ExecutionConfig
 from minions._kinds.analysis import ANALYSIS_CONFIG, ANALYSIS_SYSTEM, AnalysisStep
 from minions._kinds.loop import LoopStep
+from minions._kinds.task import TaskStep
 from minions._kinds.tool import ToolStep
 from minions._step.step import DefaultStep, Step
 from minions.errors import Problem, RecipeError
@@ -174,6 +175,15 @@ def _body(step: Step) -> dict[str, Any]:
         if own.get("config") == ANALYSIS_CONFIG:
             del own["config"]
         return {**body, **own}
+    if isinstance(step, TaskStep):
+        body = {"type": step.type, "goal": step.goal}
+        if step.reads:
+            body["reads"] = list(step.reads)
+        if step.artifacts:
+            body["artifacts"] = list(step.artifacts)
+        if step.tools:
+            body["tools"] = sorted(step.tools)
+        return {**body, **_own(step)}
     if isinstance(step, DefaultStep):
         body = {"goal": step.bundle.goal}
         if step.bundle.system:

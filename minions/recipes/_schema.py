@@ -62,7 +62,7 @@ def _shorthands(schema: dict[str, Any]) -> None:
         {"type": "string", "description": "A {{ template }} giving the items."},
         {"type": "array", "description": "The items."},
     ]
-    for name in ("depends_on", "tools", "next"):
+    for name in ("depends_on", "tools", "next", "reads", "artifacts"):
         full = properties[name]
         kept = {key: full[key] for key in ("title", "description") if key in full}
         properties[name] = {"anyOf": [{"type": "string"}, full], **kept}
@@ -82,6 +82,19 @@ class StepSpec(_Strict):
     system: str | None = Field(None, description="The system prompt.")
     tools: list[str] = Field(default_factory=list, description="Tools the model may call.")
     completion_marker: str | None = None
+
+    # task step (a step of a plan: an agent step with `type`)
+    type: Literal["analyze", "generate", "modify", "validate", "cleanup"] | None = Field(
+        None,
+        description="Makes an agent step a task step of a plan: its goal, the files in "
+        "`reads` and its dependencies' artifacts, nothing else (see docs/plans.md).",
+    )
+    reads: list[str] = Field(
+        default_factory=list, description="Task step: workspace files whose content it needs."
+    )
+    artifacts: list[str] = Field(
+        default_factory=list, description="Task step: what it produces (file paths, results)."
+    )
 
     # tool step
     tool: str | None = Field(None, description="A tool to call directly (tool step).")
@@ -120,7 +133,7 @@ class StepSpec(_Strict):
     max_visits: int = Field(10, ge=1)
     config: dict[str, Any] = Field(default_factory=dict, description="ExecutionConfig overrides.")
 
-    @field_validator("depends_on", "tools", mode="before")
+    @field_validator("depends_on", "tools", "reads", "artifacts", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
@@ -152,6 +165,10 @@ class StepSpec(_Strict):
             )
         if self.parallel is not None and self.loop is None:
             raise ValueError("`parallel` needs `loop`")
+        if (self.reads or self.artifacts) and self.type is None:
+            raise ValueError("`reads` and `artifacts` are for task steps: give the step a `type`")
+        if self.type is not None and self.goal is None:
+            raise ValueError("`type` makes an agent step a task step: it needs a `goal`")
         if self.requires_approval and self.kind != "tool":
             raise ValueError(
                 "`requires_approval` is for tool steps; for a tool an agent step may call, "

@@ -1,0 +1,43 @@
+"""app/models.py: models of the small shop application used by the PLAN benchmark."""
+
+
+def models_1(record: dict, limit: int = 10) -> dict:
+    """Return the models record 1, checked against its limit."""
+    if len(record) > limit:
+        raise ValueError(f"models record 1 is too large: {len(record)}")
+    return {**record, "checked_1": True}
+
+
+def models_2(record: dict, limit: int = 20) -> dict:
+    """Return the models record 2, checked against its limit."""
+    if len(record) > limit:
+        raise ValueError(f"models record 2 is too large: {len(record)}")
+    return {**record, "checked_2": True}
+
+
+def models_3(record: dict, limit: int = 30) -> dict:
+    """Return the models record 3, checked against its limit."""
+    if len(record) > limit:
+        raise ValueError(f"models record 3 is too large: {len(record)}")
+    return {**record, "checked_3": True}
+
+
+def models_4(record: dict, limit: int = 40) -> dict:
+    """Return the models record 4, checked against its limit."""
+    if len(record) > limit:
+        raise ValueError(f"models record 4 is too large: {len(record)}")
+    return {**record, "checked_4": True}
+
+
+def models_5(record: dict, limit: int = 50) -> dict:
+    """Return the models record 5, checked against its limit."""
+    if len(record) > limit:
+        raise ValueError(f"models record 5 is too large: {len(record)}")
+    return {**record, "checked_5": True}
+
+
+def models_6(record: dict, limit: int = 60) -> dict:
+    """Return the models record 6, checked against its limit."""
+    if len(record) > limit:
+        raise ValueError(f"models record 6 is too large: {len(record)}")
+    return {**record, "checked_6": True}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,8 +24,10 @@ from minions import (
     AgentResult,
     DefaultStep,
     LoopStep,
+    MissingExtraError,
     ModelError,
     OutputInstructions,
+    RecipeStep,
     StepStatus,
     Tool,
     TransientModelError,
@@ -405,3 +409,70 @@ async def test_an_instrumented_run_without_an_exporter_opens_no_socket(
         "left": StepStatus.COMPLETED,
         "right": StepStatus.FAILED,
     }
+
+
+async def test_spans_made_inside_a_tool_nest_under_its_execute_tool_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    provider = provider_for(exporter)
+    tracer = provider.get_tracer("the-application")
+
+    def measure(n: int) -> int:
+        """Measure something, tracing it."""
+        with tracer.start_as_current_span("measuring"):
+            return n + 1
+
+    step = DefaultStep(
+        "count",
+        "Count.",
+        tools=["measure"],
+        model=ScriptedModel([[("measure", {"n": 1})], "2"], name="openai:gpt-test"),
+    )
+    recipe = AgentRecipe(id="nesting", steps=[step], tools=[tool(measure)])
+    result = await AgentExecutor(tracer_provider=provider).execute(recipe)
+    assert result.status is StepStatus.COMPLETED
+    spans = list(exporter.get_finished_spans())
+    assert parent_of(one(spans, "measuring"), spans) is one(spans, "execute_tool measure")
+
+
+async def test_a_recipe_step_runs_its_recipe_as_a_workflow_inside_the_step(
+    exporter: InMemorySpanExporter,
+) -> None:
+    inner = AgentRecipe(
+        id="inner",
+        steps=[DefaultStep("think", "Think.", model=ScriptedModel(["ok"], name="openai:m"))],
+    )
+    recipe = AgentRecipe(id="outer", steps=[RecipeStep("nested", inner)])
+    result, spans = await traced_run(exporter, recipe)
+    assert result.status is StepStatus.COMPLETED, result.error
+    outer_step = one(spans, "invoke_agent nested")
+    assert attrs(outer_step)["minions.step.kind"] == "recipe"
+    inner_run = one(spans, "invoke_workflow inner")
+    assert parent_of(inner_run, spans) is outer_step
+    assert parent_of(one(spans, "invoke_agent think"), spans) is inner_run
+    assert parent_of(outer_step, spans) is one(spans, "invoke_workflow outer")
+
+
+def test_tracing_without_the_opentelemetry_api_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'minions\[otel\]'"):
+        AgentExecutor(tracer_provider=TracerProvider())
+
+
+def test_runs_without_a_tracer_provider_never_import_opentelemetry() -> None:
+    code = (
+        "import sys\n"
+        "from minions import AgentExecutor, AgentRecipe, DefaultStep\n"
+        "from minions.testing import ScriptedModel\n"
+        "step = DefaultStep('a', 'Do a.', model=ScriptedModel(['done']))\n"
+        "result = AgentExecutor().execute_sync(AgentRecipe(id='r', steps=[step]))\n"
+        "assert result.output == 'done', result.error\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

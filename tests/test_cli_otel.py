@@ -66,7 +66,8 @@ def test_otel_sends_the_runs_spans_to_the_configured_endpoint(
     recipe = write_recipe(tmp_path, AGENTS)
     result = invoke(["run", str(recipe), "--model", "test", "--otel", "--quiet"])
     assert result.exit_code == 0, result.stderr
-    assert collector.paths and set(collector.paths) == {"/v1/traces"}
+    assert collector.paths
+    assert set(collector.paths) == {"/v1/traces"}
     names = sorted(name for name, _ in collector.spans)
     assert names == sorted(
         [

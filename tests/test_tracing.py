@@ -170,10 +170,8 @@ async def test_a_run_is_a_tree_of_workflow_agent_chat_and_tool_spans(
         assert attrs(span)["minions.step.visit"] == 1
         assert attrs(span)["minions.step.kind"] == "agent"
     assert steps["invoke_agent fetch"].status.status_code is StatusCode.UNSET
-    assert attrs(steps["invoke_agent fetch"])["minions.status"] == "completed"
     right = steps["invoke_agent right"]
     assert right.status.status_code is StatusCode.ERROR
-    assert attrs(right)["minions.status"] == "failed"
     assert "bad request" in (right.status.description or "")
 
     chats = [s for s in spans if s.name.startswith("chat ")]
@@ -198,7 +196,6 @@ async def test_a_run_is_a_tree_of_workflow_agent_chat_and_tool_spans(
     assert attrs(first)["gen_ai.response.finish_reasons"] == ("tool_calls",)
     assert attrs(first)["gen_ai.usage.input_tokens"] > 0
     assert attrs(first)["gen_ai.usage.output_tokens"] > 0
-    assert attrs(first)["minions.step.id"] == "fetch"
 
     # The 429 is visible: a failed attempt span with error.type, then the attempt that worked.
     failed, retried = sorted(by_step["invoke_agent left"], key=lambda s: s.start_time or 0)
@@ -269,7 +266,7 @@ async def test_content_is_written_when_the_environment_asks(
     monkeypatch.setenv(CAPTURE, "SPAN_ONLY")
     _, spans = await traced_run(exporter, scripted_recipe())
     fetch_chats = sorted(
-        (s for s in spans if s.name == "chat gpt-test" and attrs(s)["minions.step.id"] == "fetch"),
+        (s for s in spans if s.name == "chat gpt-test" and parent_of(s, spans) is one(spans, "invoke_agent fetch")),
         key=lambda s: s.start_time or 0,
     )
     asked = json.loads(attrs(fetch_chats[0])["gen_ai.input.messages"])

@@ -139,11 +139,7 @@ class StepExecutor:
             return await self._execute()
         execution = self.execution
         with tracer.step(
-            self.step.id,
-            kind=self.step.kind,
-            visit=execution.visit,
-            item=self.item,
-            conversation_id=self.conversation_id,
+            self.step.id, kind=self.step.kind, visit=execution.visit, item=self.item
         ) as span:
             try:
                 return await self._execute()
@@ -152,7 +148,6 @@ class StepExecutor:
                     failed=execution.status is not StepStatus.COMPLETED,
                     error=execution.error,
                     error_kind=self._error_kind,
-                    usage=execution.usage,
                 )
 
     async def _execute(self) -> StepExecution:

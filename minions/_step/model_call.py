@@ -124,16 +124,13 @@ class ModelCallExecutor:
         tracer = self.context.tracer
         try:
             if tracer is None:
-                response = await self._call(prompt, on_token, timeout)
+                if timeout is None:
+                    response = await self.model.call(prompt, on_token=on_token)
+                else:
+                    async with asyncio.timeout(timeout):
+                        response = await self.model.call(prompt, on_token=on_token)
             else:
-                with tracer.chat(
-                    self.model,
-                    prompt,
-                    step_id=step_id,
-                    conversation_id=self.execution.conversation_id,
-                    turn=turn,
-                    attempt=attempt,
-                ) as span:
+                with tracer.chat(self.model, prompt, attempt=attempt) as span:
                     response = await self._call(prompt, on_token, timeout)
                     span.answered(response)
         except Exception as exc:

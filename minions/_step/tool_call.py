@@ -201,7 +201,7 @@ class ToolCallExecutor:
     ) -> None:
         """Trace a call that failed before the tool ran (its attempts have their spans)."""
         if self.tracer is not None and attempts == 0:
-            self.tracer.tool_refused(call, step_id=self.step_id, error=error, started_ns=started_ns)
+            self.tracer.tool_refused(call, error=error, started_ns=started_ns)
 
     async def execute(self, call: ToolCall) -> ToolCall:
         """Run `call` and return it with its `response` set."""
@@ -242,10 +242,10 @@ class ToolCallExecutor:
                     tracer = self.tracer
                     if tracer is None:
                         return await self._invoke(tool, arguments)
-                    with tracer.tool(call, step_id=self.step_id, attempt=attempts) as span:
+                    with tracer.tool(call, attempt=attempts) as span:
                         found = await self._invoke(tool, arguments)
                         if tracer.capture_content:
-                            tracer.tool_result(span, serialize_result(call.name, found))
+                            span.result(serialize_result(call.name, found))
                         return found
                 finally:
                     leave(token)

@@ -25,12 +25,10 @@ _NAMES = [
     "MINIONS_OUTPUT_MODE",
     "MINIONS_RECIPE_ID",
     "MINIONS_RUN_ID",
-    "MINIONS_STATUS",
     "MINIONS_STEP_ID",
     "MINIONS_STEP_ITEM",
     "MINIONS_STEP_KIND",
     "MINIONS_STEP_VISIT",
-    "MINIONS_TURN",
     "MINIONS_USAGE_CALLS",
     "MINIONS_USAGE_INPUT_TOKENS",
     "MINIONS_USAGE_OUTPUT_TOKENS",
@@ -112,8 +110,6 @@ MINIONS_STEP_ID: Final = "minions.step.id"
 MINIONS_STEP_VISIT: Final = "minions.step.visit"
 MINIONS_STEP_ITEM: Final = "minions.step.item"
 MINIONS_STEP_KIND: Final = "minions.step.kind"
-MINIONS_STATUS: Final = "minions.status"
-MINIONS_TURN: Final = "minions.turn"
 MINIONS_ATTEMPT: Final = "minions.attempt"
 MINIONS_OUTPUT_MODE: Final = "minions.output_mode"
 MINIONS_USAGE_INPUT_TOKENS: Final = "minions.usage.input_tokens"

@@ -21,7 +21,8 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 from minions._messages import Message, ModelCallResponse, Prompt, ToolCall
@@ -33,7 +34,10 @@ from minions.errors import MissingExtraError
 from minions.models._base import Model
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from contextvars import Token
+
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, SpanKind, Tracer, TracerProvider
 
 __all__: list[str] = []
 
@@ -57,16 +61,6 @@ def capture_from_environment() -> bool:
     return value in ("SPAN_ONLY", "SPAN_AND_EVENT", "TRUE")
 
 
-def _otel_trace() -> Any:
-    try:
-        from opentelemetry import trace
-    except ImportError:
-        raise MissingExtraError(
-            "tracing needs the OpenTelemetry API: pip install 'minions[otel]'"
-        ) from None
-    return trace
-
-
 def error_type(error: BaseException) -> str:
     """A low-cardinality name for what went wrong (the conventions' ``error.type``)."""
     if isinstance(error, asyncio.CancelledError):
@@ -80,10 +74,8 @@ def error_type(error: BaseException) -> str:
 
 
 def _fail(span: Span, kind: str, description: str) -> None:
-    from opentelemetry.trace import StatusCode
-
     span.set_attribute(sc.ERROR_TYPE, kind)
-    span.set_status(StatusCode.ERROR, hide_credentials(redact_url(description))[:1000])
+    span.set_status(_api.error, hide_credentials(redact_url(description))[:1000])
 
 
 def _usage(usage: Usage, input_key: str, output_key: str) -> dict[str, int]:
@@ -156,16 +148,50 @@ def _base_url(model: Model) -> str | None:
     return None
 
 
-class ChatSpan:
+class _SpanScope:
+    """A started span, current from ``with`` until its end; an exception leaving the block
+    marks it failed (`error.type`). A class, not a generator: this runs for every call."""
+
+    __slots__ = ("_token", "span")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self._token: Token[Context] | None = None
+
+    def __enter__(self) -> Self:
+        self._token = _api.attach(_api.set_span_in_context(self.span))
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            if error is not None:
+                self._failed(error)
+        finally:
+            if self._token is not None:
+                _api.detach(self._token)
+            self.span.end()
+
+    def _failed(self, error: BaseException) -> None:
+        _fail(self.span, error_type(error), str(error) or error_type(error))
+
+
+class ChatSpan(_SpanScope):
     """The span of one model call attempt, told about the answer."""
 
-    __slots__ = ("_capture", "span")
+    __slots__ = ("_capture",)
 
     def __init__(self, span: Span, capture: bool) -> None:
-        self.span = span
+        super().__init__(span)
         self._capture = capture
 
     def answered(self, response: ModelCallResponse) -> None:
+        if not self.span.is_recording():
+            return  # sampled out, or a no-op provider: nothing would be kept
         attributes: dict[str, Any] = _usage(
             response.usage, sc.USAGE_INPUT_TOKENS, sc.USAGE_OUTPUT_TOKENS
         )
@@ -181,27 +207,68 @@ class ChatSpan:
             attributes[sc.OUTPUT_MESSAGES] = _json([message])
         self.span.set_attributes(attributes)
 
+    def _failed(self, error: BaseException) -> None:
+        usage = getattr(error, "usage", None)
+        if isinstance(usage, Usage):
+            self.span.set_attributes(_usage(usage, sc.USAGE_INPUT_TOKENS, sc.USAGE_OUTPUT_TOKENS))
+        mode = getattr(error, "mode", None)
+        if isinstance(mode, str):
+            self.span.set_attribute(sc.MINIONS_OUTPUT_MODE, mode)
+        super()._failed(error)
 
-class StepSpan:
+
+class StepSpan(_SpanScope):
     """The span of one step execution, told how it ended."""
 
-    __slots__ = ("span",)
+    __slots__ = ()
 
-    def __init__(self, span: Span) -> None:
-        self.span = span
-
-    def finished(
-        self, *, failed: bool, error: str | None, error_kind: str | None, usage: Usage
-    ) -> None:
-        self.span.set_attributes(
-            {
-                sc.MINIONS_STATUS: "failed" if failed else "completed",
-                sc.MINIONS_USAGE_CALLS: usage.calls,
-                **_usage(usage, sc.MINIONS_USAGE_INPUT_TOKENS, sc.MINIONS_USAGE_OUTPUT_TOKENS),
-            }
-        )
+    def finished(self, *, failed: bool, error: str | None, error_kind: str | None) -> None:
+        # A step's tokens are its chat spans'; only the run has totals (`minions.usage.*`).
         if failed:
             _fail(self.span, error_kind or "step_failed", error or "the step failed")
+
+
+class ToolSpan(_SpanScope):
+    """The span of one tool call attempt."""
+
+    __slots__ = ("_capture",)
+
+    def __init__(self, span: Span, capture: bool) -> None:
+        super().__init__(span)
+        self._capture = capture
+
+    def result(self, content: str) -> None:
+        """The result the model sees (written only when content is captured)."""
+        if self._capture:
+            self.span.set_attribute(sc.TOOL_CALL_RESULT, hide_credentials(content))
+
+
+class _Api:
+    """The few `opentelemetry` functions used on every span, imported once."""
+
+    def __init__(self) -> None:
+        try:
+            from opentelemetry import context, trace
+        except ImportError:
+            raise MissingExtraError(
+                "tracing needs the OpenTelemetry API: pip install 'minions[otel]'"
+            ) from None
+        self.attach = context.attach
+        self.detach = context.detach
+        self.set_span_in_context = trace.set_span_in_context
+        self.kinds = trace.SpanKind
+        self.error = trace.StatusCode.ERROR
+
+
+_api: _Api
+
+
+def _load() -> _Api:
+    """Import the API (again: the import is cached by Python, and a missing package is
+    reported each time a tracer is made)."""
+    global _api
+    _api = _Api()
+    return _api
 
 
 class RunTracer:
@@ -218,41 +285,44 @@ class RunTracer:
     """
 
     def __init__(self, provider: TracerProvider, *, capture_content: bool | None = None) -> None:
-        trace = _otel_trace()
+        api = _load()
         self.provider = provider
         self.capture_content = (
             capture_from_environment() if capture_content is None else capture_content
         )
         self._tracer: Tracer = provider.get_tracer("minions", __version__)
-        self._kinds = trace.SpanKind
+        self._internal = api.kinds.INTERNAL
+        self._client = api.kinds.CLIENT
         self._models: dict[int, ModelDescription] = {}
+
+    def _start(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> Span:
+        return self._tracer.start_span(
+            name,
+            kind=kind,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
 
     # -- runs and steps ------------------------------------------------------------------------
 
     @contextmanager
     def run(self, recipe_id: str, run_id: str) -> Iterator[Span]:
         """The run's span, current while the body runs (steps started inside inherit it)."""
-        with self._tracer.start_as_current_span(
-            f"{sc.OPERATION_INVOKE_WORKFLOW} {recipe_id}",
-            kind=self._kinds.INTERNAL,
-            attributes={
-                sc.OPERATION_NAME: sc.OPERATION_INVOKE_WORKFLOW,
-                sc.MINIONS_RECIPE_ID: recipe_id,
-                sc.MINIONS_RUN_ID: run_id,
-            },
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                yield span
-            except BaseException as exc:
-                _fail(span, error_type(exc), str(exc) or error_type(exc))
-                raise
+        attributes = {
+            sc.OPERATION_NAME: sc.OPERATION_INVOKE_WORKFLOW,
+            sc.MINIONS_RECIPE_ID: recipe_id,
+            sc.MINIONS_RUN_ID: run_id,
+        }
+        span = self._start(
+            f"{sc.OPERATION_INVOKE_WORKFLOW} {recipe_id}", self._internal, attributes
+        )
+        with _SpanScope(span):
+            yield span
 
     def run_finished(self, span: Span, *, error: str | None, usage: Usage) -> None:
         span.set_attributes(
             {
-                sc.MINIONS_STATUS: "failed" if error is not None else "completed",
                 sc.MINIONS_USAGE_CALLS: usage.calls,
                 **_usage(usage, sc.MINIONS_USAGE_INPUT_TOKENS, sc.MINIONS_USAGE_OUTPUT_TOKENS),
             }
@@ -260,29 +330,19 @@ class RunTracer:
         if error is not None:
             _fail(span, "run_failed", error)
 
-    @contextmanager
-    def step(
-        self, step_id: str, *, kind: str, visit: int, item: int | None, conversation_id: str
-    ) -> Iterator[StepSpan]:
-        """One step execution's span, current while it runs."""
+    def step(self, step_id: str, *, kind: str, visit: int, item: int | None) -> StepSpan:
+        """One step execution's span, current inside ``with``."""
         attributes: dict[str, Any] = {
             sc.OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
             sc.AGENT_NAME: step_id,
-            sc.MINIONS_STEP_ID: step_id,
             sc.MINIONS_STEP_KIND: kind,
             sc.MINIONS_STEP_VISIT: visit,
-            sc.CONVERSATION_ID: conversation_id,
         }
         if item is not None:
             attributes[sc.MINIONS_STEP_ITEM] = item
-        with self._tracer.start_as_current_span(
-            f"{sc.OPERATION_INVOKE_AGENT} {step_id}",
-            kind=self._kinds.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            yield StepSpan(span)
+        return StepSpan(
+            self._start(f"{sc.OPERATION_INVOKE_AGENT} {step_id}", self._internal, attributes)
+        )
 
     # -- model and tool calls ------------------------------------------------------------------
 
@@ -292,25 +352,12 @@ class RunTracer:
             found = self._models[id(model)] = ModelDescription(model)
         return found
 
-    @contextmanager
-    def chat(
-        self,
-        model: Model,
-        prompt: Prompt,
-        *,
-        step_id: str,
-        conversation_id: str,
-        turn: int,
-        attempt: int,
-    ) -> Iterator[ChatSpan]:
-        """One model call attempt's CLIENT span; an exception marks it failed (`error.type`)."""
+    def chat(self, model: Model, prompt: Prompt, *, attempt: int) -> ChatSpan:
+        """One model call attempt's CLIENT span, current inside ``with``."""
         described = self._describe(model)
         attributes: dict[str, Any] = {
             **described.attributes,
             sc.OUTPUT_TYPE: "text" if prompt.output is None else "json",
-            sc.CONVERSATION_ID: conversation_id,
-            sc.MINIONS_STEP_ID: step_id,
-            sc.MINIONS_TURN: turn,
             sc.MINIONS_ATTEMPT: attempt,
         }
         if prompt.settings:
@@ -320,56 +367,27 @@ class RunTracer:
                     attributes[key] = value
         if self.capture_content:
             attributes.update(_prompt_content(prompt.messages))
-        with self._tracer.start_as_current_span(
-            f"{sc.OPERATION_CHAT} {described.request_model}",
-            kind=self._kinds.CLIENT,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                yield ChatSpan(span, self.capture_content)
-            except BaseException as exc:
-                usage = getattr(exc, "usage", None)
-                if isinstance(usage, Usage):
-                    span.set_attributes(
-                        _usage(usage, sc.USAGE_INPUT_TOKENS, sc.USAGE_OUTPUT_TOKENS)
-                    )
-                mode = getattr(exc, "mode", None)
-                if isinstance(mode, str):
-                    span.set_attribute(sc.MINIONS_OUTPUT_MODE, mode)
-                _fail(span, error_type(exc), str(exc) or error_type(exc))
-                raise
+        span = self._start(
+            f"{sc.OPERATION_CHAT} {described.request_model}", self._client, attributes
+        )
+        return ChatSpan(span, self.capture_content)
 
-    @contextmanager
-    def tool(self, call: ToolCall, *, step_id: str | None, attempt: int) -> Iterator[Span]:
-        """One tool call attempt's span; an exception marks it failed (`error.type`)."""
-        with self._tracer.start_as_current_span(
+    def tool(self, call: ToolCall, *, attempt: int) -> ToolSpan:
+        """One tool call attempt's span, current inside ``with``."""
+        span = self._start(
             f"{sc.OPERATION_EXECUTE_TOOL} {call.name}",
-            kind=self._kinds.INTERNAL,
-            attributes=self._tool_attributes(call, step_id, attempt),
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                yield span
-            except BaseException as exc:
-                _fail(span, error_type(exc), str(exc) or error_type(exc))
-                raise
+            self._internal,
+            self._tool_attributes(call, attempt),
+        )
+        return ToolSpan(span, self.capture_content)
 
-    def tool_result(self, span: Span, content: str) -> None:
-        if self.capture_content:
-            span.set_attribute(sc.TOOL_CALL_RESULT, hide_credentials(content))
-
-    def tool_refused(
-        self, call: ToolCall, *, step_id: str | None, error: BaseException, started_ns: int
-    ) -> None:
+    def tool_refused(self, call: ToolCall, *, error: BaseException, started_ns: int) -> None:
         """A call that failed before the tool ran (unknown tool, invalid arguments, refused
         approval): one failed span over that time."""
         span = self._tracer.start_span(
             f"{sc.OPERATION_EXECUTE_TOOL} {call.name}",
-            kind=self._kinds.INTERNAL,
-            attributes=self._tool_attributes(call, step_id, 1),
+            kind=self._internal,
+            attributes=self._tool_attributes(call, 1),
             start_time=started_ns,
             record_exception=False,
             set_status_on_exception=False,
@@ -377,7 +395,7 @@ class RunTracer:
         _fail(span, error_type(error), str(error) or error_type(error))
         span.end()
 
-    def _tool_attributes(self, call: ToolCall, step_id: str | None, attempt: int) -> dict[str, Any]:
+    def _tool_attributes(self, call: ToolCall, attempt: int) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             sc.OPERATION_NAME: sc.OPERATION_EXECUTE_TOOL,
             sc.TOOL_NAME: call.name,
@@ -385,8 +403,6 @@ class RunTracer:
             sc.TOOL_TYPE: "function",
             sc.MINIONS_ATTEMPT: attempt,
         }
-        if step_id is not None:
-            attributes[sc.MINIONS_STEP_ID] = step_id
         if self.capture_content:
             attributes[sc.TOOL_CALL_ARGUMENTS] = _json(dict(call.arguments))
         return attributes

@@ -266,7 +266,11 @@ async def test_content_is_written_when_the_environment_asks(
     monkeypatch.setenv(CAPTURE, "SPAN_ONLY")
     _, spans = await traced_run(exporter, scripted_recipe())
     fetch_chats = sorted(
-        (s for s in spans if s.name == "chat gpt-test" and parent_of(s, spans) is one(spans, "invoke_agent fetch")),
+        (
+            s
+            for s in spans
+            if s.name == "chat gpt-test" and parent_of(s, spans) is one(spans, "invoke_agent fetch")
+        ),
         key=lambda s: s.start_time or 0,
     )
     asked = json.loads(attrs(fetch_chats[0])["gen_ai.input.messages"])

@@ -477,3 +477,26 @@ def test_runs_without_a_tracer_provider_never_import_opentelemetry() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+async def test_a_call_refused_before_the_tool_ran_is_one_failed_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    step = DefaultStep(
+        "ask",
+        "Ask.",
+        tools=["lookup"],
+        model=ScriptedModel(
+            [[("lookup", {"wrong": 1}), ("nope", {})], "gave up"], name="openai:gpt-test"
+        ),
+    )
+    recipe = AgentRecipe(id="refusals", steps=[step], tools=[tool(lookup)])
+    result, spans = await traced_run(exporter, recipe)
+    assert result.status is StepStatus.COMPLETED, result.error
+    step_span = one(spans, "invoke_agent ask")
+    for name in ("execute_tool lookup", "execute_tool nope"):
+        refused = one(spans, name)
+        assert refused.status.status_code is StatusCode.ERROR
+        assert attrs(refused)["error.type"] == "minions.errors.ToolError"
+        assert attrs(refused)["minions.attempt"] == 1
+        assert parent_of(refused, spans) is step_span

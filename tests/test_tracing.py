@@ -3,6 +3,7 @@ failed attempt spans, no content unless asked for, no secrets, no sockets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from agent_helpers import FAST
+from agent_helpers import FAST, HANG_GUARD, Recorder, model_calls_started, step
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -500,3 +501,28 @@ async def test_a_call_refused_before_the_tool_ran_is_one_failed_span(
         assert attrs(refused)["error.type"] == "minions.errors.ToolError"
         assert attrs(refused)["minions.attempt"] == 1
         assert parent_of(refused, spans) is step_span
+
+
+async def test_a_cancelled_run_ends_every_span_it_started(exporter: InMemorySpanExporter) -> None:
+    recorder = Recorder()
+    never = asyncio.Event()
+    stuck = step("stuck", gate=never)
+    recipe = AgentRecipe(id="cancelled", steps=[stuck])
+    executor = AgentExecutor(tracer_provider=provider_for(exporter))
+    task = asyncio.create_task(executor.execute(recipe, listeners=[recorder]))
+    await asyncio.wait_for(recorder.until(model_calls_started(1)), HANG_GUARD)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    spans = list(exporter.get_finished_spans())
+    assert sorted(s.name for s in spans) == [
+        "chat stuck",
+        "invoke_agent stuck",
+        "invoke_workflow cancelled",
+    ]
+    for span in spans:
+        assert span.status.status_code is StatusCode.ERROR
+    assert attrs(one(spans, "chat stuck"))["error.type"] == "cancelled"
+    step_span = one(spans, "invoke_agent stuck")
+    assert attrs(step_span)["error.type"] == "cancelled"
+    assert step_span.status.description == "step 'stuck' was cancelled"

@@ -222,6 +222,9 @@ class StepSpan(_SpanScope):
 
     __slots__ = ()
 
+    def _failed(self, error: BaseException) -> None:
+        return  # `finished` said how the step ended (a cancelled step included)
+
     def finished(self, *, failed: bool, error: str | None, error_kind: str | None) -> None:
         # A step's tokens are its chat spans'; only the run has totals (`minions.usage.*`).
         if failed:

@@ -81,7 +81,7 @@ USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 """Was ``gen_ai.usage.completion_tokens``."""
 OUTPUT_TYPE: Final = "gen_ai.output.type"
-"""``text``, or ``json`` for structured output."""
+"""``json`` for structured output (written only when the request asks for a format)."""
 CONVERSATION_ID: Final = "gen_ai.conversation.id"
 AGENT_NAME: Final = "gen_ai.agent.name"
 

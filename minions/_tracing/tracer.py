@@ -358,11 +358,10 @@ class RunTracer:
     def chat(self, model: Model, prompt: Prompt, *, attempt: int) -> ChatSpan:
         """One model call attempt's CLIENT span, current inside ``with``."""
         described = self._describe(model)
-        attributes: dict[str, Any] = {
-            **described.attributes,
-            sc.OUTPUT_TYPE: "text" if prompt.output is None else "json",
-            sc.MINIONS_ATTEMPT: attempt,
-        }
+        attributes: dict[str, Any] = {**described.attributes, sc.MINIONS_ATTEMPT: attempt}
+        if prompt.output is not None:
+            # Only when the request asks for an output format, as the conventions say.
+            attributes[sc.OUTPUT_TYPE] = "json"
         if prompt.settings:
             for setting, key in _SETTINGS:
                 value = prompt.settings.get(setting)

@@ -15,49 +15,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__: list[str] = []
-_NAMES = [
-    "AGENT_NAME",
-    "CONVERSATION_ID",
-    "ERROR_TYPE",
-    "INPUT_MESSAGES",
-    "MINIONS_ATTEMPT",
-    "MINIONS_OUTPUT_MODE",
-    "MINIONS_RECIPE_ID",
-    "MINIONS_RUN_ID",
-    "MINIONS_STEP_ID",
-    "MINIONS_STEP_ITEM",
-    "MINIONS_STEP_KIND",
-    "MINIONS_STEP_VISIT",
-    "MINIONS_USAGE_CALLS",
-    "MINIONS_USAGE_INPUT_TOKENS",
-    "MINIONS_USAGE_OUTPUT_TOKENS",
-    "OPERATION_CHAT",
-    "OPERATION_EXECUTE_TOOL",
-    "OPERATION_INVOKE_AGENT",
-    "OPERATION_INVOKE_WORKFLOW",
-    "OPERATION_NAME",
-    "OUTPUT_MESSAGES",
-    "OUTPUT_TYPE",
-    "PROVIDER_NAME",
-    "REQUEST_MAX_TOKENS",
-    "REQUEST_MODEL",
-    "REQUEST_SEED",
-    "REQUEST_TEMPERATURE",
-    "REQUEST_TOP_P",
-    "RESPONSE_FINISH_REASONS",
-    "RESPONSE_MODEL",
-    "SERVER_ADDRESS",
-    "SERVER_PORT",
-    "SYSTEM_INSTRUCTIONS",
-    "TOOL_CALL_ARGUMENTS",
-    "TOOL_CALL_ID",
-    "TOOL_CALL_RESULT",
-    "TOOL_NAME",
-    "TOOL_TYPE",
-    "USAGE_INPUT_TOKENS",
-    "USAGE_OUTPUT_TOKENS",
-]
+__all__: list[str] = []  # private: the names are for minions._tracing
 
 # -- gen_ai.*: the conventions' own -----------------------------------------------------------
 
@@ -82,7 +40,6 @@ USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 """Was ``gen_ai.usage.completion_tokens``."""
 OUTPUT_TYPE: Final = "gen_ai.output.type"
 """``json`` for structured output (written only when the request asks for a format)."""
-CONVERSATION_ID: Final = "gen_ai.conversation.id"
 AGENT_NAME: Final = "gen_ai.agent.name"
 
 TOOL_NAME: Final = "gen_ai.tool.name"
@@ -106,7 +63,6 @@ ERROR_TYPE: Final = "error.type"
 
 MINIONS_RUN_ID: Final = "minions.run.id"
 MINIONS_RECIPE_ID: Final = "minions.recipe.id"
-MINIONS_STEP_ID: Final = "minions.step.id"
 MINIONS_STEP_VISIT: Final = "minions.step.visit"
 MINIONS_STEP_ITEM: Final = "minions.step.item"
 MINIONS_STEP_KIND: Final = "minions.step.kind"

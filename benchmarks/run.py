@@ -2,6 +2,7 @@
 
     python benchmarks/run.py            # every workload
     python benchmarks/run.py W2 W5      # some of them
+    python benchmarks/run.py W1-OTEL    # W1 with OpenTelemetry tracing on
 
 Workloads are defined in ../shared/benchmarks/WORKLOADS.md (see docs/benchmarks.md).
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 WORKLOADS = {
     "W1": "w1_linear_chain.py",
+    "W1-OTEL": "w1_traced.py",
     "W2": "w2_tool_loop.py",
     "W3": "w3_parallel.py",
     "W4": "w4_structured_output.py",

@@ -21,6 +21,7 @@ __all__ = [
     "ConfigError",
     "InputError",
     "MinionsError",
+    "MissingExtraError",
     "ModelError",
     "ModelOutputError",
     "OutputValidationError",
@@ -46,6 +47,11 @@ __all__ = [
 
 class MinionsError(Exception):
     """The root of every error minions raises on purpose."""
+
+
+class MissingExtraError(MinionsError, ImportError):
+    """A feature needs packages of an optional extra that are not installed; the message
+    says what to install (``pip install 'minions[otel]'``)."""
 
 
 class StepDefinitionError(MinionsError):

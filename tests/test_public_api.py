@@ -19,7 +19,7 @@ ERRORS = {
     "ScriptExhaustedError", "StepDefinitionError", "TemplateError", "TemplateSyntaxError",
     "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
-    "ApprovalRequiredError",
+    "ApprovalRequiredError", "MissingExtraError",
     "PlanError",
 }  # fmt: skip
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minions._agent.checkpoints import StepCheckpoints
 from minions._agent.graph import StepGraph
@@ -17,12 +17,16 @@ from minions._step.completion import StepCompletionChain
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
 from minions._sync import run_sync
+from minions._tracing.tracer import RunTracer
 from minions.errors import UnknownRecipeError
 from minions.events import EventListener
 from minions.models._base import Model
 from minions.recipes._recipe import AgentRecipe
 from minions.tools._approval import Approver
 from minions.tools._tool import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["AgentExecutor"]
 
@@ -55,6 +59,17 @@ class AgentExecutor:
         approver: answers for tools that need a person's approval
             (`@tool(requires_approval=True)`, a YAML tool step's ``requires_approval``); without
             one, such a call fails its step with `ApprovalRequiredError`.
+        tracer_provider: where the OpenTelemetry spans of runs go (GenAI semantic
+            conventions: ``invoke_workflow``, ``invoke_agent``, ``chat``, ``execute_tool``);
+            ``None``: nothing is traced. minions never sets a global provider: pass
+            ``opentelemetry.trace.get_tracer_provider()`` to use the application's. Needs
+            ``minions[otel]``.
+        capture_message_content: write prompts, answers, tool arguments and results on spans
+            (off by default). ``None``: as ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+            says (``SPAN_ONLY`` turns it on).
+
+    Raises:
+        MissingExtraError: a `tracer_provider` is given and ``opentelemetry-api`` is missing.
     """
 
     def __init__(
@@ -71,6 +86,8 @@ class AgentExecutor:
         model_resolver: Callable[[Model | str | None], Model] | None = None,
         model_wrapper: Callable[[Model], Model] | None = None,
         approver: Approver | None = None,
+        tracer_provider: TracerProvider | None = None,
+        capture_message_content: bool | None = None,
     ) -> None:
         self.model = model
         self.approver = approver
@@ -83,6 +100,12 @@ class AgentExecutor:
         self.model_resolver = model_resolver
         self.model_wrapper = model_wrapper
         self.recipes: dict[str, AgentRecipe] = {}
+        self.tracer = (
+            None
+            if tracer_provider is None
+            else RunTracer(tracer_provider, capture_content=capture_message_content)
+        )
+        """Writes the spans of runs (``None`` without a `tracer_provider`)."""
         # The graphs of the recipes run lately, by recipe identity (a graph holds its recipe,
         # so an id cannot be reused while cached); bounded, so ad-hoc recipes do not pile up.
         self._graphs: OrderedDict[int, StepGraph] = OrderedDict()
@@ -172,6 +195,7 @@ class AgentExecutor:
             model_wrapper=self.model_wrapper,
             recipe_runner=run_recipe,
             approver=self.approver,
+            tracer=self.tracer,
         )
 
     async def execute(
@@ -274,6 +298,7 @@ async def run_recipe(
     model_resolver: Callable[[Model | str | None], Model] | None,
     model_wrapper: Callable[[Model], Model] | None,
     approver: Approver | None = None,
+    tracer: RunTracer | None = None,
 ) -> AgentResult:
     """The `RecipeRunner` of runs started here: a recipe inside another run."""
     executor = AgentExecutor(
@@ -284,4 +309,5 @@ async def run_recipe(
         model_wrapper=model_wrapper,
         approver=approver,
     )
+    executor.tracer = tracer  # the same spans: the inner run's nest under the recipe step's
     return await executor.execute(recipe, inputs, run_id=run_id)

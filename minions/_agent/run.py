@@ -51,6 +51,17 @@ class Run:
         self.grace_expired = False
 
     async def execute(self) -> AgentResult:
+        tracer = self.context.tracer
+        if tracer is None:
+            return await self._execute()
+        # The run's span is current while steps are started: their tasks (and the done
+        # callbacks that start the next ones) inherit it, so steps are its children.
+        with tracer.run(self.graph.recipe.id, self.context.run_id) as span:
+            result = await self._execute()
+            tracer.run_finished(span, error=result.error, usage=result.usage)
+            return result
+
+    async def _execute(self) -> AgentResult:
         context = self.context
         started_at = time.time()
         started = time.perf_counter()

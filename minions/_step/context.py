@@ -19,6 +19,7 @@ from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
     from minions._step.completion import StepCompletionChain
+    from minions._tracing.tracer import RunTracer
 
 __all__ = ["AgentContext"]
 
@@ -27,7 +28,7 @@ class RecipeRunner(Protocol):
     """Runs a recipe (an `AgentRecipe`) inside another run, and returns its `AgentResult`.
 
     The arguments are the inner run's: its id, default model, memory, configuration, model
-    resolver and wrapper, and approver (see `AgentExecutor`).
+    resolver and wrapper, approver and tracer (see `AgentExecutor`).
     """
 
     def __call__(
@@ -42,6 +43,7 @@ class RecipeRunner(Protocol):
         model_resolver: Callable[[Model | str | None], Model] | None,
         model_wrapper: Callable[[Model], Model] | None,
         approver: Approver | None = None,
+        tracer: RunTracer | None = None,
     ) -> Awaitable[AgentResult]: ...
 
 
@@ -69,6 +71,8 @@ class AgentContext:
             `AgentExecutor` gives its own. ``None``: recipe steps cannot run in this context.
         approver: answers the approval requests of tools that need a person's say
             (`minions.tools.Approver`).
+        tracer: writes the run's OpenTelemetry spans (``None``: no tracing; the
+            `AgentExecutor` makes one from its `tracer_provider`).
     """
 
     def __init__(
@@ -86,6 +90,7 @@ class AgentContext:
         model_wrapper: Callable[[Model], Model] | None = None,
         recipe_runner: RecipeRunner | None = None,
         approver: Approver | None = None,
+        tracer: RunTracer | None = None,
     ) -> None:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self._model_spec = model
@@ -105,6 +110,8 @@ class AgentContext:
         self.recipe_runner = recipe_runner
         self.approver = approver
         """Who approves calls of tools that need it (``None``: such a call fails the step)."""
+        self.tracer = tracer
+        """Writes the run's spans; ``None`` when nothing is traced."""
         self.usage = Usage()
         """Tokens of every model call of the run so far (all steps, all attempts)."""
 

@@ -22,6 +22,7 @@ from minions._step.model_call import ModelCallExecutor, usage_record
 from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
 from minions._sync import run_sync
+from minions._tracing.tracer import error_type
 from minions.errors import MinionsError, ModelOutputError, StepDefinitionError
 from minions.events import (
     CompletionDecided,
@@ -112,7 +113,10 @@ class StepExecutor:
             visit=visit,
             item=item,
             approve_every_call=bool(getattr(step, "requires_approval", False)),
+            tracer=context.tracer,
         )
+        self._error_kind: str | None = None
+        """What ended the step as failed, for tracing (``error.type``)."""
 
     @property
     def model(self) -> Model:
@@ -130,6 +134,23 @@ class StepExecutor:
 
     async def execute(self) -> StepExecution:
         """Run the step to a terminal status and return its execution."""
+        tracer = self.context.tracer
+        if tracer is None:
+            return await self._execute()
+        execution = self.execution
+        with tracer.step(
+            self.step.id, kind=self.step.kind, visit=execution.visit, item=self.item
+        ) as span:
+            try:
+                return await self._execute()
+            finally:
+                span.finished(
+                    failed=execution.status is not StepStatus.COMPLETED,
+                    error=execution.error,
+                    error_kind=self._error_kind,
+                )
+
+    async def _execute(self) -> StepExecution:
         execution = self.execution
         execution.status = StepStatus.IN_PROGRESS
         execution.started_at = time.time()
@@ -145,15 +166,18 @@ class StepExecutor:
         except _StepEnded:
             pass
         except TimeoutError as exc:
+            self._error_kind = "timeout"
             if timeout is not None and not str(exc):
                 self._fail(f"step {self.name!r} timed out after {timeout}s")
             else:
                 self._fail(_reason(exc))
         except asyncio.CancelledError:
+            self._error_kind = "cancelled"
             self._fail(f"step {self.name!r} was cancelled")
             self._finish()
             raise
         except Exception as exc:
+            self._error_kind = error_type(exc)
             self._fail(_reason(exc))
         else:
             if not execution.status.terminal:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from minions._config import ExecutionConfig
     from minions._step.context import AgentContext
     from minions._step.execution import StepExecution
-    from minions.models._base import Model
+    from minions.models._base import Model, TokenCallback
 
 __all__ = ["ModelCallExecutor"]
 
@@ -121,12 +121,18 @@ class ModelCallExecutor:
         started_at = time.time()
         started = time.perf_counter()
         timeout = self.config.model_call_timeout
+        tracer = self.context.tracer
         try:
-            if timeout is None:
-                response = await self.model.call(prompt, on_token=on_token)
-            else:
-                async with asyncio.timeout(timeout):
+            if tracer is None:
+                if timeout is None:
                     response = await self.model.call(prompt, on_token=on_token)
+                else:
+                    async with asyncio.timeout(timeout):
+                        response = await self.model.call(prompt, on_token=on_token)
+            else:
+                with tracer.chat(self.model, prompt, attempt=attempt) as span:
+                    response = await self._call(prompt, on_token, timeout)
+                    span.answered(response)
         except Exception as exc:
             duration = time.perf_counter() - started
             if isinstance(exc, ModelError):
@@ -192,6 +198,14 @@ class ModelCallExecutor:
                 )
             )
         return response
+
+    async def _call(
+        self, prompt: Prompt, on_token: TokenCallback | None, limit: float | None
+    ) -> ModelCallResponse:
+        if limit is None:
+            return await self.model.call(prompt, on_token=on_token)
+        async with asyncio.timeout(limit):
+            return await self.model.call(prompt, on_token=on_token)
 
     def _announce_demotions(self, demoted: tuple[ModeDemotion, ...]) -> None:
         for demotion in demoted:

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minions._config import ExecutionConfig
 from minions._messages import ToolCall, ToolCallResponse
@@ -25,6 +25,9 @@ from minions.events import (
 from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
 from minions.tools._context import ToolContext, enter, leave
 from minions.tools._tool import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from minions._tracing.tracer import RunTracer
 
 __all__ = ["ToolCallExecutor"]
 
@@ -60,6 +63,10 @@ class ToolCallExecutor:
     is not retried unless `retryable=True`). An unknown tool, invalid arguments, a tool still
     failing after its retries, or a result that is not JSON: the error becomes the call's
     result, so the model can adapt. `execute` never raises except on cancellation.
+
+    With a `tracer`, each attempt is an ``execute_tool {name}`` span (a failed attempt is a
+    failed span, then the next attempt's), and a call that fails before the tool runs is one
+    failed span.
     """
 
     def __init__(
@@ -74,8 +81,10 @@ class ToolCallExecutor:
         visit: int = 1,
         item: int | None = None,
         approve_every_call: bool = False,
+        tracer: RunTracer | None = None,
     ) -> None:
         self.registry = registry
+        self.tracer = tracer
         self.config = config or ExecutionConfig()
         self.emitter = emitter or EventEmitter("")
         self.step_id = step_id
@@ -187,11 +196,19 @@ class ToolCallExecutor:
             )
         return decision
 
+    def _refused(
+        self, call: ToolCall, error: BaseException, attempts: int, started_ns: int
+    ) -> None:
+        """Trace a call that failed before the tool ran (its attempts have their spans)."""
+        if self.tracer is not None and attempts == 0:
+            self.tracer.tool_refused(call, error=error, started_ns=started_ns)
+
     async def execute(self, call: ToolCall) -> ToolCall:
         """Run `call` and return it with its `response` set."""
         emitter = self.emitter
         self._started(call, 1)
         started = time.perf_counter()
+        started_ns = time.time_ns()
         attempts = 0
         result: Any = None
         error: str | None = None
@@ -222,17 +239,27 @@ class ToolCallExecutor:
                     )
                 )
                 try:
-                    return await self._invoke(tool, arguments)
+                    tracer = self.tracer
+                    if tracer is None:
+                        return await self._invoke(tool, arguments)
+                    with tracer.tool(call, attempt=attempts) as span:
+                        found = await self._invoke(tool, arguments)
+                        if tracer.capture_content:
+                            span.result(serialize_result(call.name, found))
+                        return found
                 finally:
                     leave(token)
 
             result = await self._policy.run(attempt, before_sleep=self._announce(call))
             content = serialize_result(call.name, result)
-        except ApprovalRequiredError:
+        except ApprovalRequiredError as exc:
+            self._refused(call, exc, attempts, started_ns)
             raise  # not the model's to handle: the run cannot ask anybody
         except ToolError as exc:
+            self._refused(call, exc, attempts, started_ns)
             error = content = str(exc)
         except Exception as exc:
+            self._refused(call, exc, attempts, started_ns)
             tries = f" after {attempts} attempts" if attempts > 1 else ""
             error = content = f"Tool {call.name!r} failed{tries}: {type(exc).__name__}: {exc}"
             result = None

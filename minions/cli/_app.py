@@ -209,6 +209,15 @@ def run(
             show_default=False,
         ),
     ] = None,
+    otel: Annotated[
+        bool,
+        typer.Option(
+            "--otel",
+            help="Send OpenTelemetry spans of the run (GenAI conventions) to the OTLP endpoint "
+            "of the OTEL_EXPORTER_OTLP_* variables. Needs opentelemetry-sdk and "
+            "opentelemetry-exporter-otlp-proto-http.",
+        ),
+    ] = False,
 ) -> None:
     """Run a recipe.
 
@@ -228,6 +237,7 @@ def run(
         approve_all=approve_all,
         quiet=quiet,
         preflight=preflight,
+        otel=otel,
     )
     ask = settings.ask
     if ask is None and sys.stdin.isatty() and sys.stderr.isatty():

@@ -89,6 +89,7 @@ class RunOptions:
     preflight: bool = True
     workspace: Path | None = None
     approve_all: bool = False
+    otel: bool = False
 
 
 InputsOption = Annotated[
@@ -257,8 +258,16 @@ def run_recipe(
         approver = _approve_everything
     elif ask is not None:
         approver = terminal_approver(ask, err, view)
+    tracer_provider = None
+    if options.otel:
+        from minions.cli._otel import otlp_tracer_provider
+
+        tracer_provider = otlp_tracer_provider()
     executor = AgentExecutor(
-        model_resolver=choice.resolver, model_wrapper=choice.wrapper, approver=approver
+        model_resolver=choice.resolver,
+        model_wrapper=choice.wrapper,
+        approver=approver,
+        tracer_provider=tracer_provider,
     )
     graph = executor.graph(recipe)
     events = EventsFile(options.events, err) if options.events is not None else None
@@ -287,6 +296,8 @@ def run_recipe(
                 events.close()
             if choice.recording is not None and options.record is not None:
                 _save_recording(choice.recording, options.record, err, quiet=options.quiet)
+            if tracer_provider is not None:
+                tracer_provider.shutdown()  # sends the spans still in the batch
         if result is None:
             elapsed = time.monotonic() - started
             return _report_interrupted(

@@ -105,6 +105,7 @@ class RecipeStep(Step):
             model_resolver=outer.model_resolver,
             model_wrapper=_wrapper(outer, prefix),
             approver=outer.approver,
+            tracer=outer.tracer,
         )
         run.absorb(result.executions, items=True)  # routing calls are in their step's execution
         outer.record_usage(result.usage)

@@ -1,0 +1,73 @@
+"""The attribute names and values of the OpenTelemetry GenAI semantic conventions that minions
+writes, in one place.
+
+The conventions are still in development and live in their own repository now; the Python
+``opentelemetry-semantic-conventions`` package marks several of these names as moved, so they
+are spelled out here rather than imported. ``gen_ai.system`` is now ``gen_ai.provider.name``,
+and the prompt and completion token counts are ``gen_ai.usage.input_tokens`` and
+``gen_ai.usage.output_tokens``.
+
+Names under ``minions.`` are minions' own: run totals go there (not under ``gen_ai.usage``), so
+a backend that adds up the model calls' tokens does not count them twice.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__: list[str] = []  # private: the names are for minions._tracing
+
+# -- gen_ai.*: the conventions' own -----------------------------------------------------------
+
+OPERATION_NAME: Final = "gen_ai.operation.name"
+OPERATION_CHAT: Final = "chat"
+OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+OPERATION_INVOKE_AGENT: Final = "invoke_agent"
+OPERATION_INVOKE_WORKFLOW: Final = "invoke_workflow"
+
+PROVIDER_NAME: Final = "gen_ai.provider.name"
+"""Was ``gen_ai.system``."""
+REQUEST_MODEL: Final = "gen_ai.request.model"
+REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+REQUEST_SEED: Final = "gen_ai.request.seed"
+RESPONSE_MODEL: Final = "gen_ai.response.model"
+RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+"""Was ``gen_ai.usage.prompt_tokens``."""
+USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+"""Was ``gen_ai.usage.completion_tokens``."""
+OUTPUT_TYPE: Final = "gen_ai.output.type"
+"""``json`` for structured output (written only when the request asks for a format)."""
+AGENT_NAME: Final = "gen_ai.agent.name"
+
+TOOL_NAME: Final = "gen_ai.tool.name"
+TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+TOOL_TYPE: Final = "gen_ai.tool.type"
+
+# Content: written only when capture is turned on (opt-in), as JSON in the conventions' shape.
+SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+INPUT_MESSAGES: Final = "gen_ai.input.messages"
+OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+
+# -- general conventions ----------------------------------------------------------------------
+
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+ERROR_TYPE: Final = "error.type"
+
+# -- minions.*: minions' own -------------------------------------------------------------------
+
+MINIONS_RUN_ID: Final = "minions.run.id"
+MINIONS_RECIPE_ID: Final = "minions.recipe.id"
+MINIONS_STEP_VISIT: Final = "minions.step.visit"
+MINIONS_STEP_ITEM: Final = "minions.step.item"
+MINIONS_STEP_KIND: Final = "minions.step.kind"
+MINIONS_ATTEMPT: Final = "minions.attempt"
+MINIONS_OUTPUT_MODE: Final = "minions.output_mode"
+MINIONS_USAGE_INPUT_TOKENS: Final = "minions.usage.input_tokens"
+MINIONS_USAGE_OUTPUT_TOKENS: Final = "minions.usage.output_tokens"
+MINIONS_USAGE_CALLS: Final = "minions.usage.calls"

@@ -1,0 +1,63 @@
+"""`minions run --otel`: a tracer provider that exports spans with OTLP, configured by the
+standard ``OTEL_EXPORTER_OTLP_*`` variables (endpoint, headers, protocol, timeout...)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from minions.cli._model_choice import UsageError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+__all__: list[str] = []
+
+_PACKAGES = {
+    "http/protobuf": (
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "opentelemetry-exporter-otlp-proto-http",
+    ),
+    "grpc": (
+        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+        "opentelemetry-exporter-otlp-proto-grpc",
+    ),
+}
+
+
+def otlp_tracer_provider() -> TracerProvider:
+    """A provider that batches spans to the OTLP endpoint the environment names
+    (``http://localhost:4318`` by default, as the exporter says). Shut it down at the end of
+    the run: that sends what is left.
+
+    Raises:
+        UsageError: the SDK or the exporter is not installed, or the protocol is unknown.
+    """
+    protocol = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if protocol not in _PACKAGES:
+        raise UsageError(
+            f"--otel: OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r} is not supported "
+            f"(use {' or '.join(map(repr, _PACKAGES))})"
+        )
+    module, package = _PACKAGES[protocol]
+    try:
+        import importlib
+
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        exporter_module = importlib.import_module(module)
+    except ImportError:
+        raise UsageError(
+            "--otel needs the OpenTelemetry SDK and an OTLP exporter: "
+            f"pip install 'minions[otel]' opentelemetry-sdk {package}"
+        ) from None
+    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "minions"}
+    provider = TracerProvider(resource=Resource.create(attributes))
+    provider.add_span_processor(BatchSpanProcessor(exporter_module.OTLPSpanExporter()))
+    return provider

@@ -48,6 +48,7 @@ from minions.errors import (
     BudgetExceededError,
     ConfigError,
     InputError,
+    MCPServerError,
     MinionsError,
     ModelError,
     ModelOutputError,
@@ -216,6 +217,7 @@ __all__ = [
     "StepSuggestionLink",
     # errors
     "ApprovalRequiredError",
+    "MCPServerError",
     "BudgetExceededError",
     "ConfigError",
     "MinionsError",

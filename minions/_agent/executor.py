@@ -55,6 +55,9 @@ class AgentExecutor:
         approver: answers for tools that need a person's approval
             (`@tool(requires_approval=True)`, a YAML tool step's ``requires_approval``); without
             one, such a call fails its step with `ApprovalRequiredError`.
+        mcp_servers: MCP servers every recipe's steps may use, by name (see
+            `AgentRecipe.mcp_servers`; a recipe's server of the same name wins). Each run
+            connects to the servers of its recipe and of the executor, once.
     """
 
     def __init__(
@@ -71,8 +74,14 @@ class AgentExecutor:
         model_resolver: Callable[[Model | str | None], Model] | None = None,
         model_wrapper: Callable[[Model], Model] | None = None,
         approver: Approver | None = None,
+        mcp_servers: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
+        self.mcp_servers: dict[str, Any] = {}
+        if mcp_servers:
+            from minions.tools._mcp import server_configs
+
+            self.mcp_servers = server_configs(mcp_servers)
         self.approver = approver
         self.tools = ToolRegistry(tools)
         self.memory = memory
@@ -130,7 +139,9 @@ class AgentExecutor:
         if graph is not None:
             self._graphs.move_to_end(id(recipe))
             return graph
-        graph = self._graphs[id(recipe)] = StepGraph(recipe, tools=self._registry(recipe))
+        graph = self._graphs[id(recipe)] = StepGraph(
+            recipe, tools=self._registry(recipe), mcp_servers=self.mcp_servers
+        )
         while len(self._graphs) > _GRAPH_CACHE + len(self.recipes):
             self._graphs.popitem(last=False)
         return graph
@@ -172,6 +183,7 @@ class AgentExecutor:
             model_wrapper=self.model_wrapper,
             recipe_runner=run_recipe,
             approver=self.approver,
+            mcp_servers={**self.mcp_servers, **recipe.mcp_servers},
         )
 
     async def execute(

@@ -69,6 +69,9 @@ class AgentContext:
             `AgentExecutor` gives its own. ``None``: recipe steps cannot run in this context.
         approver: answers the approval requests of tools that need a person's say
             (`minions.tools.Approver`).
+        mcp_servers: the MCP servers of the run, by name (configs of `minions.tools`); a
+            run (`AgentExecutor`) connects to them when it starts and adds their tools to
+            `tools`.
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class AgentContext:
         model_wrapper: Callable[[Model], Model] | None = None,
         recipe_runner: RecipeRunner | None = None,
         approver: Approver | None = None,
+        mcp_servers: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self._model_spec = model
@@ -105,6 +109,7 @@ class AgentContext:
         self.recipe_runner = recipe_runner
         self.approver = approver
         """Who approves calls of tools that need it (``None``: such a call fails the step)."""
+        self.mcp_servers: Mapping[str, Any] = dict(mcp_servers or {})
         self.usage = Usage()
         """Tokens of every model call of the run so far (all steps, all attempts)."""
 

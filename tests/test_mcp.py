@@ -33,7 +33,7 @@ from minions import (
 )
 from minions.cli._app import app
 from minions.events import Event, ToolCallCompleted, ToolCallFailed, ToolCallStarted
-from minions.recipes import load_recipe
+from minions.recipes import dump_recipe, load_recipe, parse_recipe
 from minions.testing import ScriptedModel
 from minions.tools import MCPHttpServer, MCPStdioServer
 from minions.tools._mcp import MCPConnections, exposed_name
@@ -639,3 +639,27 @@ async def test_list_errors_bubble_as_mcp_server_errors() -> None:
     connections = MCPConnections({"t": MCPStdioServer(command="/no/such/mcp-server")})
     with pytest.raises(MCPServerError, match="could not be started"):
         await connections.open()
+
+
+def test_a_python_recipe_with_mcp_servers_dumps_to_yaml_without_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plain = AgentRecipe(
+        id="dump",
+        steps=[DefaultStep("a", "A.", tools=["files.*"])],
+        mcp_servers={"files": {"command": "python", "args": ["files.py"], "timeout": 5}},
+    )
+    again = parse_recipe(dump_recipe(plain))
+    assert again.mcp_servers["files"] == MCPStdioServer(
+        command="python", args=["files.py"], cwd=Path(".").resolve(), timeout=5
+    )
+    monkeypatch.setenv("TOKEN", "s3cret")
+    secret = AgentRecipe(
+        id="dump",
+        steps=[DefaultStep("a", "A.", tools=["web.*"])],
+        mcp_servers={"web": {"url": "http://h/mcp", "headers": {"A": "Bearer ${TOKEN}"}}},
+    )
+    with pytest.raises(RecipeError) as caught:
+        dump_recipe(secret)
+    assert "s3cret" not in str(caught.value)
+    assert "not written" in str(caught.value)

@@ -264,6 +264,36 @@ async def test_the_tool_list_is_refreshed_when_the_server_says_it_changed() -> N
     assert seen == [["g_fresh", "g_grow"]]
 
 
+async def test_older_servers_list_changed_notifications_refresh_the_tools_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server of the 2025 protocol says so with `notifications/tools/list_changed`."""
+    import functools
+
+    import mcp
+
+    monkeypatch.setattr(mcp, "Client", functools.partial(mcp.Client, mode="legacy"))
+    server = MCPServer("old", log_level="ERROR")
+
+    @server.tool()
+    async def grow(ctx: Context) -> str:
+        """Add a tool."""
+        server.add_tool(lambda: "new", name="fresh", description="Just added.")
+        await ctx.session.send_tool_list_changed()
+        return "grown"
+
+    changed = asyncio.Event()
+    connections = MCPConnections({"o": server}, on_change=lambda _registry: changed.set())
+    registry = await connections.open()
+    try:
+        await registry.require("o_grow").fn()
+        async with asyncio.timeout(30):
+            await changed.wait()
+        assert connections.registry().names == ["o_fresh", "o_grow"]
+    finally:
+        await connections.close()
+
+
 def test_without_the_mcp_package_the_error_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -36,7 +36,7 @@ from minions.events import Event, ToolCallCompleted, ToolCallFailed, ToolCallSta
 from minions.recipes import dump_recipe, load_recipe, parse_recipe
 from minions.testing import ScriptedModel
 from minions.tools import MCPHttpServer, MCPStdioServer
-from minions.tools._mcp import MCPConnections, exposed_name
+from minions.tools._mcp import MCPConnections, describe_server, exposed_name
 
 SERVER = Path(__file__).parent / "mcp_test_server.py"
 
@@ -693,3 +693,27 @@ def test_a_python_recipe_with_mcp_servers_dumps_to_yaml_without_secrets(
         dump_recipe(secret)
     assert "s3cret" not in str(caught.value)
     assert "not written" in str(caught.value)
+
+
+def test_server_descriptions_in_errors_and_plans_hide_credentials() -> None:
+    server = MCPHttpServer(url="http://user:pw@127.0.0.1:8000/mcp?token=s3cret#x")
+    assert describe_server(server) == "http: http://127.0.0.1:8000/mcp"
+    assert "s3cret" not in repr(MCPHttpServer(url="http://h/mcp", headers={"A": "s3cret"}))
+    assert "s3cret" not in repr(MCPStdioServer(command="x", env={"TOKEN": "s3cret"}))
+
+
+def test_an_http_server_that_cannot_be_reached_fails_the_run_naming_it() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    recipe = AgentRecipe(
+        id="unreachable",
+        steps=[DefaultStep("use", "Use it.", tools=["web.*"])],
+        mcp_servers={"web": MCPHttpServer(url=f"http://127.0.0.1:{port}/mcp", timeout=10)},
+    )
+    result, _ = run(recipe, ScriptedModel(["never"]))
+    assert result.status is StepStatus.FAILED
+    assert f"MCP server 'web' (http: http://127.0.0.1:{port}/mcp) could not be reached" in (
+        result.error or ""
+    )

@@ -20,6 +20,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -93,14 +94,16 @@ class MCPHttpServer:
 
 
 def _without_credentials(url: str) -> str:
+    """The URL without user, password, query or fragment (where tokens hide)."""
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port is not None else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "(an invalid URL)"
+    netloc = (parts.hostname or "") + (f":{port}" if port is not None else "")
+    return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
 
 
 MCPServerConfig = MCPStdioServer | MCPHttpServer | Any
@@ -349,22 +352,27 @@ class MCPTool(Tool):
         Raises:
             ToolError: naming each invalid argument, for the model to correct.
         """
-        import jsonschema
-
-        validator_class = jsonschema.validators.validator_for(self._schema)
-        try:
-            validator_class.check_schema(self._schema)
-        except jsonschema.SchemaError:
-            return dict(arguments)  # the server's schema is its business: let it judge
-        errors = sorted(
-            validator_class(self._schema).iter_errors(dict(arguments)), key=lambda e: e.path
-        )
+        validator = self._validator
+        if validator is None:
+            return dict(arguments)  # a schema that is not one: the server judges
+        errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.path))
         if errors:
             problems = "; ".join(
                 f"{'.'.join(map(str, e.path)) or 'arguments'}: {e.message}" for e in errors
             )
             raise ToolError(f"Invalid arguments for tool {self.name!r}: {problems}.")
         return dict(arguments)
+
+    @cached_property
+    def _validator(self) -> Any:
+        import jsonschema
+
+        validator_class = jsonschema.validators.validator_for(self._schema)
+        try:
+            validator_class.check_schema(self._schema)
+        except jsonschema.SchemaError:
+            return None
+        return validator_class(self._schema)
 
     def argument_problem(self, name: str, value: Any) -> str | None:
         properties = self._schema.get("properties") or {}
@@ -486,10 +494,11 @@ class MCPConnection:
                 if isinstance(exc, asyncio.CancelledError):
                     ready.cancel()
                 else:
+                    verb = "reached" if isinstance(self.config, MCPHttpServer) else "started"
                     ready.set_exception(
                         MCPServerError(
                             f"MCP server {self.name!r} ({describe_server(self.config)}) could "
-                            f"not be started: {reason}"
+                            f"not be {verb}: {reason}"
                         )
                     )
             elif not self._stop.is_set():

@@ -717,3 +717,36 @@ def test_an_http_server_that_cannot_be_reached_fails_the_run_naming_it() -> None
     assert f"MCP server 'web' (http: http://127.0.0.1:{port}/mcp) could not be reached" in (
         result.error or ""
     )
+
+
+def test_cancelling_a_run_mid_call_closes_the_connection_and_stops_the_child() -> None:
+    model = ScriptedModel([[("t_pid", {})], [("t_hang", {})], "never"])
+    recipe = AgentRecipe(
+        id="cancel",
+        steps=[DefaultStep("use", "Use it.", tools=["t.*"])],
+        mcp_servers={"t": stdio()},
+    )
+
+    async def main() -> int:
+        hanging = asyncio.Event()
+        pids: list[int] = []
+
+        def listen(event: Event) -> None:
+            if isinstance(event, ToolCallCompleted) and event.name == "t_pid":
+                pids.append(int(event.content))
+            if isinstance(event, ToolCallStarted) and event.name == "t_hang":
+                hanging.set()
+
+        running = asyncio.create_task(
+            AgentExecutor(model=model).execute(recipe, listeners=[listen])
+        )
+        async with asyncio.timeout(60):
+            await hanging.wait()
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        return pids[0]
+
+    pid = asyncio.run(main())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the child was stopped and reaped when the run ended

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 
@@ -60,6 +60,13 @@ def make_server(name: str = "test") -> MCPServer:
         """Never answer."""
         await anyio.Event().wait()
         return "unreachable"
+
+    @server.tool()
+    def authorization(ctx: Context) -> str:
+        """The Authorization header of the request (over HTTP), else "none"."""
+        request = ctx.request_context.request
+        headers = getattr(request, "headers", None)
+        return headers.get("authorization", "none") if headers is not None else "none"
 
     @server.tool()
     def pid() -> int:

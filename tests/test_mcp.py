@@ -466,16 +466,20 @@ def http_server() -> Iterator[str]:
     sock.close()
 
 
-def test_a_streamable_http_server_with_headers(http_server: str) -> None:
-    model = ScriptedModel([[("web_add", {"a": 2, "b": 3})], "five"])
+def test_a_streamable_http_server_gets_the_headers(http_server: str) -> None:
+    model = ScriptedModel([[("web_add", {"a": 2, "b": 3}), ("web_authorization", {})], "5"])
     recipe = AgentRecipe(
         id="http",
-        steps=[DefaultStep("sum", "Add.", tools=["web.add"])],
-        mcp_servers={"web": {"url": http_server, "headers": {"Authorization": "Bearer x"}}},
+        steps=[DefaultStep("sum", "Add.", tools=["web.add", "web.authorization"])],
+        mcp_servers={"web": {"url": http_server, "headers": {"Authorization": "Bearer t0ken"}}},
     )
     result, _ = run(recipe, model)
     assert result.ok, result.error
-    assert result.step("sum").tool_calls[0].response.result == 5
+    added, authorization = result.step("sum").tool_calls
+    assert added.response is not None
+    assert added.response.result == 5
+    assert authorization.response is not None
+    assert authorization.response.result == "Bearer t0ken"
 
 
 def test_a_call_that_takes_longer_than_the_timeout_is_a_failure_the_model_sees(
@@ -485,13 +489,13 @@ def test_a_call_that_takes_longer_than_the_timeout_is_a_failure_the_model_sees(
     recipe = AgentRecipe(
         id="slow-call",
         steps=[DefaultStep("wait", "Wait.", tools=["web.*"])],
-        mcp_servers={"web": MCPHttpServer(url=http_server, timeout=0.5)},
+        mcp_servers={"web": MCPHttpServer(url=http_server, timeout=2)},
     )
     result, events = run(recipe, model)
     assert result.ok, result.error
     failed = [e for e in events if isinstance(e, ToolCallFailed)]
     assert [e.name for e in failed] == ["web_hang"]
-    assert "did not answer within 0.5s" in failed[0].error
+    assert "did not answer within 2s" in failed[0].error
     assert result.step("wait").tool_calls[1].response.result == "next"
 
 

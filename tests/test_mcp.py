@@ -754,3 +754,21 @@ def test_cancelling_a_run_mid_call_closes_the_connection_and_stops_the_child() -
     pid = asyncio.run(main())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the child was stopped and reaped when the run ended
+
+
+def test_a_server_without_tools_offers_none() -> None:
+    server = MCPServer("resources", log_level="ERROR")
+
+    @server.resource("note://bees")
+    def bees() -> str:
+        return "bees"
+
+    recipe = AgentRecipe(
+        id="no-tools",
+        steps=[DefaultStep("look", "Look.", tools=["r.*"])],
+        mcp_servers={"r": server},
+    )
+    model = ScriptedModel(["nothing to call"])
+    result, _ = run(recipe, model)
+    assert result.ok, result.error
+    assert model.requests[0].tools == ()

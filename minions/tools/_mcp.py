@@ -526,11 +526,13 @@ class MCPConnection:
             )
             target = stdio_client(parameters, errlog=_errlog())
         elif isinstance(config, MCPHttpServer):
+            import httpx2
             from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
 
+            # The MCP SDK's own timeouts: a response stream may stay open a long time.
+            timeout = httpx2.Timeout(30.0, read=300.0)
             http = await stack.enter_async_context(
-                create_mcp_http_client(headers=dict(config.headers))
+                httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout)
             )
             target = streamable_http_client(config.url, http_client=http)
         else:
@@ -543,6 +545,8 @@ class MCPConnection:
         return await stack.enter_async_context(client)
 
     async def _list(self, client: Any) -> list[MCPTool]:
+        if getattr(client.server_capabilities, "tools", None) is None:
+            return []  # a server of prompts or resources only: it has no tools to list
         listed = []
         cursor = None
         for _ in range(100):  # a server whose pages never end cannot hang the run

@@ -26,6 +26,7 @@ WORKLOADS = {
     "VALIDATE": "validate_big.py",
     "W6": "w6_durable.py",
     "PLAN": "plan.py",
+    "MCP": "mcp_tools.py",
 }
 
 

@@ -48,6 +48,7 @@ from minions.errors import (
     BudgetExceededError,
     ConfigError,
     InputError,
+    MCPServerError,
     MinionsError,
     MissingExtraError,
     ModelError,
@@ -235,6 +236,7 @@ __all__ = [
     "TokenLine",
     # errors
     "ApprovalRequiredError",
+    "MCPServerError",
     "BudgetExceededError",
     "ConfigError",
     "MinionsError",

@@ -20,6 +20,7 @@ __all__ = [
     "BudgetExceededError",
     "ConfigError",
     "InputError",
+    "MCPServerError",
     "MinionsError",
     "MissingExtraError",
     "ModelError",
@@ -253,3 +254,9 @@ class RunStateError(MinionsError):
 class ApprovalRequiredError(MinionsError):
     """A tool needs a person's approval and the run has no way to ask for it (no approver:
     `minions run` asks on a terminal, or takes `--approve-all`)."""
+
+
+class MCPServerError(MinionsError):
+    """An MCP server of a run cannot be used: it did not start or list its tools in time, two
+    tools would reach the model under one name, a step asks for a tool the server does not
+    offer, or the MCP SDK is not installed (``pip install 'minions[mcp]'``)."""

@@ -175,3 +175,34 @@ def test_the_demo_leaves_no_temporary_files_behind(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_mcp_notes_example_uses_its_own_mcp_server_offline() -> None:
+    """examples/mcp_notes: the recipe starts its tiny stdio MCP server, the stand-in model
+    lists and reads the notes through it, and the dry run lists its tools."""
+    env = {k: v for k, v in os.environ.items() if k != "MINIONS_MODEL"}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "mcp_notes" / "run.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert 'notes_list_notes -> \'["bees.md","decline.md"]\'' in done.stdout
+    assert "summary: Bees pollinate about a third" in done.stdout
+    assert "loss of wild flowers" in done.stdout
+    path = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    recipe = str(EXAMPLES / "mcp_notes" / "notes.yaml")
+    planned = subprocess.run(
+        [sys.executable, "-m", "minions", "run", recipe, "--dry-run", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**env, "PATH": path},
+    )
+    assert planned.returncode == 0, planned.stderr
+    tools = json.loads(planned.stdout)["mcp_servers"]["notes"]["tools"]
+    assert [t["name"] for t in tools] == ["notes_list_notes", "notes_read_note"]

@@ -20,7 +20,7 @@ ERRORS = {
     "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
-    "PlanError",
+    "PlanError", "MCPServerError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -71,6 +71,7 @@ PUBLIC: dict[str, set[str]] = {
         "ApprovalDecision", "ApprovalRequest", "Approver",
         "Tool", "ToolContext", "ToolRegistry", "builtin_tools", "current_datetime",
         "file_tools", "http_get_tool", "tool", "tool_context",
+        "MCPHttpServer", "MCPStdioServer",
     },
     "minions.runs": {
         "ApprovalRecord", "RunRecord", "RunStore", "StepRecord", "WorkerRecord", "database_url",

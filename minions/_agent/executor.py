@@ -70,6 +70,9 @@ class AgentExecutor:
 
     Raises:
         MissingExtraError: a `tracer_provider` is given and ``opentelemetry-api`` is missing.
+        mcp_servers: MCP servers every recipe's steps may use, by name (see
+            `AgentRecipe.mcp_servers`; a recipe's server of the same name wins). Each run
+            connects to the servers of its recipe and of the executor, once.
     """
 
     def __init__(
@@ -88,8 +91,14 @@ class AgentExecutor:
         approver: Approver | None = None,
         tracer_provider: TracerProvider | None = None,
         capture_message_content: bool | None = None,
+        mcp_servers: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
+        self.mcp_servers: dict[str, Any] = {}
+        if mcp_servers:
+            from minions.tools._mcp import server_configs
+
+            self.mcp_servers = server_configs(mcp_servers)
         self.approver = approver
         self.tools = ToolRegistry(tools)
         self.memory = memory
@@ -153,7 +162,9 @@ class AgentExecutor:
         if graph is not None:
             self._graphs.move_to_end(id(recipe))
             return graph
-        graph = self._graphs[id(recipe)] = StepGraph(recipe, tools=self._registry(recipe))
+        graph = self._graphs[id(recipe)] = StepGraph(
+            recipe, tools=self._registry(recipe), mcp_servers=self.mcp_servers
+        )
         while len(self._graphs) > _GRAPH_CACHE + len(self.recipes):
             self._graphs.popitem(last=False)
         return graph
@@ -196,6 +207,7 @@ class AgentExecutor:
             recipe_runner=run_recipe,
             approver=self.approver,
             tracer=self.tracer,
+            mcp_servers={**self.mcp_servers, **recipe.mcp_servers},
         )
 
     async def execute(

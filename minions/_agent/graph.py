@@ -12,7 +12,7 @@ been through) and which are *forward* (their targets run only when chosen).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from minions._agent.mermaid import to_mermaid
@@ -36,13 +36,20 @@ class StepGraph:
     Args:
         recipe: the recipe.
         tools: the tools runs will have; when not given, tool names are not checked.
+        mcp_servers: names of MCP servers runs will have besides the recipe's own.
 
     Raises:
         RecipeError: every problem of the recipe, each naming its step and field.
     """
 
-    def __init__(self, recipe: AgentRecipe, *, tools: ToolRegistry | None = None) -> None:
-        analysis = Analysis(recipe, tools)
+    def __init__(
+        self,
+        recipe: AgentRecipe,
+        *,
+        tools: ToolRegistry | None = None,
+        mcp_servers: Collection[str] = (),
+    ) -> None:
+        analysis = Analysis(recipe, tools, mcp_servers)
         if analysis.problems:
             raise RecipeError(analysis.problems)
         self.recipe = recipe

@@ -16,7 +16,10 @@ from minions._step.execution import StepExecution, StepStatus
 from minions._step.executor import StepExecutor
 from minions._step.model_call import usage_record
 from minions._step.result import AgentResult
+from minions.errors import MCPServerError
 from minions.events import RunCompleted, RunFailed, RunStarted
+from minions.tools._mcp import MCPConnections
+from minions.tools._tool import ToolRegistry
 
 __all__ = []
 
@@ -67,9 +70,18 @@ class Run:
         started = time.perf_counter()
         context.events.emit(RunStarted(recipe_id=self.graph.recipe.id, inputs=dict(context.inputs)))
         self.done = asyncio.get_running_loop().create_future()
+        # The run's MCP servers are connected to and closed from this task (see _mcp).
+        tools = context.tools
+        connections = self._mcp_connections() if context.mcp_servers else None
         try:
-            self._pump()
-            await self.done
+            if connections is not None:
+                try:
+                    context.tools = await connections.open()
+                except MCPServerError as exc:
+                    self._stop(str(exc))
+            if self.error is None:
+                self._pump()
+                await self.done
         except BaseException as exc:
             cancelled = isinstance(exc, asyncio.CancelledError)
             self._stop(
@@ -81,9 +93,29 @@ class Run:
             await asyncio.gather(
                 *(task for task, _ in self.running.values()), return_exceptions=True
             )
+            await self._disconnect(connections, tools)
             self._end(started_at, started)
             raise
+        await self._disconnect(connections, tools)
         return self._end(started_at, started)
+
+    def _mcp_connections(self) -> MCPConnections:
+        context = self.context
+
+        def changed(registry: ToolRegistry) -> None:
+            context.tools = registry  # steps that start from now on see the new tools
+
+        return MCPConnections(
+            context.mcp_servers,
+            base=context.tools,
+            references={s: step.tool_names() for s, step in self.graph.steps.items()},
+            on_change=changed,
+        )
+
+    async def _disconnect(self, connections: MCPConnections | None, tools: ToolRegistry) -> None:
+        if connections is not None:
+            await connections.close()
+            self.context.tools = tools
 
     # -- scheduling ----------------------------------------------------------------------------
 

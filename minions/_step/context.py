@@ -73,6 +73,9 @@ class AgentContext:
             (`minions.tools.Approver`).
         tracer: writes the run's OpenTelemetry spans (``None``: no tracing; the
             `AgentExecutor` makes one from its `tracer_provider`).
+        mcp_servers: the MCP servers of the run, by name (configs of `minions.tools`); a
+            run (`AgentExecutor`) connects to them when it starts and adds their tools to
+            `tools`.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class AgentContext:
         recipe_runner: RecipeRunner | None = None,
         approver: Approver | None = None,
         tracer: RunTracer | None = None,
+        mcp_servers: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self._model_spec = model
@@ -112,6 +116,7 @@ class AgentContext:
         """Who approves calls of tools that need it (``None``: such a call fails the step)."""
         self.tracer = tracer
         """Writes the run's spans; ``None`` when nothing is traced."""
+        self.mcp_servers: Mapping[str, Any] = dict(mcp_servers or {})
         self.usage = Usage()
         """Tokens of every model call of the run so far (all steps, all attempts)."""
 

@@ -167,6 +167,8 @@ class Step(ABC):
                 add("output", text)
         if tools is not None:
             for name in sorted(self.tool_names()):
+                if "." in name:
+                    continue  # an MCP tool (`server.tool`): the recipe checks its server
                 found = tools.get(name)
                 if found is None:
                     known = ", ".join(tools.names) or "none are registered"

@@ -54,6 +54,17 @@ class PlannedStep:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PlannedServer:
+    """An MCP server of the run and the tools it listed (listed, never called)."""
+
+    name: str
+    server: str
+    """How it is reached (``stdio: python server.py``, ``http: URL``), without secrets."""
+    tools: tuple[tuple[str, str, str], ...] = ()
+    """``(name the model sees, the server's name, description)`` of each tool."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     recipe_id: str
     inputs: Mapping[str, Any]
@@ -63,6 +74,7 @@ class Plan:
     max_parallel: int = 8
     """How many steps may run at once (`max_parallel_steps`)."""
     transitions: tuple[str, ...] = ()
+    mcp_servers: tuple[PlannedServer, ...] = ()
 
     @property
     def steps(self) -> tuple[PlannedStep, ...]:
@@ -104,11 +116,28 @@ class Plan:
             ],
             "max_parallel_steps": self.max_parallel,
             "transitions": list(self.transitions),
+            "mcp_servers": {
+                server.name: {
+                    "server": server.server,
+                    "tools": [
+                        {"name": name, "mcp_name": remote, "description": description}
+                        for name, remote, description in server.tools
+                    ],
+                }
+                for server in self.mcp_servers
+            },
         }
 
 
-def make_plan(graph: StepGraph, inputs: Mapping[str, Any], *, model: str) -> Plan:
-    """The plan of a run of `graph` with `inputs` (defaults already filled in)."""
+def make_plan(
+    graph: StepGraph,
+    inputs: Mapping[str, Any],
+    *,
+    model: str,
+    mcp_servers: tuple[PlannedServer, ...] = (),
+) -> Plan:
+    """The plan of a run of `graph` with `inputs` (defaults already filled in), and the MCP
+    servers' tools, as listed."""
     waves = _waves(graph)
     aliases = graph.recipe.aliases
     state = {"inputs": dict(inputs)}
@@ -124,6 +153,7 @@ def make_plan(graph: StepGraph, inputs: Mapping[str, Any], *, model: str) -> Pla
         model=model,
         max_parallel=config.max_parallel_steps,
         transitions=tuple(str(t) for t in graph.transitions),
+        mcp_servers=mcp_servers,
     )
 
 

@@ -262,6 +262,21 @@ def plan_view(plan: Plan) -> RenderableType:
     if plan.transitions:
         lines.append(Text("\ntransitions", style="bold"))
         lines.extend(Text(f"  {t}") for t in plan.transitions)
+    if plan.mcp_servers:
+        lines.append(
+            Text("\nMCP tools (listed by connecting to each server; none called)", style="bold")
+        )
+        for server in plan.mcp_servers:
+            lines.append(Text(f"  {server.name} ({server.server})"))
+            for name, remote, description in server.tools:
+                line = Text(f"    {name}")
+                if remote != name:
+                    line.append(f" ({server.name}.{remote})", style="dim")
+                if description:
+                    line.append(f"  {_short(description, 60)}", style="dim")
+                lines.append(line)
+            if not server.tools:
+                lines.append(Text("    (no tools)", style="dim"))
     return Group(*lines)
 
 

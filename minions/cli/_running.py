@@ -37,7 +37,7 @@ from minions.cli._model_choice import (
     model_source,
     needs_model,
 )
-from minions.cli._plan import make_plan
+from minions.cli._plan import PlannedServer, make_plan
 from minions.cli._report import (
     output_text,
     plan_view,
@@ -49,13 +49,14 @@ from minions.cli._report import (
     summarize_rows,
     summary_table,
 )
-from minions.errors import ModelError
+from minions.errors import MCPServerError, ModelError
 from minions.events import EventListener, event_to_json
 from minions.models._base import Model
 from minions.models._recording import Recording
 from minions.recipes._build import RecipeFile, load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
+from minions.tools._mcp import describe_server, list_mcp_tools
 from minions.tools._tool import ToolRegistry
 
 __all__ = []
@@ -337,12 +338,33 @@ def _dry_run(
     model = source.label
     if source.spec is None and source.replay is None and needs_model(recipe.steps):
         model = "none configured (a real run would stop here: give --model)"
-    plan = make_plan(AgentExecutor().graph(recipe), inputs, model=model)
+    try:
+        servers = _mcp_plan(recipe)
+    except MCPServerError as exc:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {exc}", markup=False)
+        return EXIT_FAILED
+    plan = make_plan(AgentExecutor().graph(recipe), inputs, model=model, mcp_servers=servers)
     if as_json:
         typer.echo(json.dumps(plan.to_data(), indent=2, ensure_ascii=False))
     else:
         Console(highlight=False, soft_wrap=True).print(plan_view(plan))
     return EXIT_OK
+
+
+def _mcp_plan(recipe: AgentRecipe) -> tuple[PlannedServer, ...]:
+    """The recipe's MCP servers and their tools: each server is started (or connected to)
+    to list them, and closed again; no tool is called."""
+    if not recipe.mcp_servers:
+        return ()
+    listed = asyncio.run(list_mcp_tools(recipe.mcp_servers))
+    return tuple(
+        PlannedServer(
+            name=name,
+            server=describe_server(recipe.mcp_servers[name]),
+            tools=tuple((t.name, t.origin[1], t.description) for t in tools),
+        )
+        for name, tools in listed.items()
+    )
 
 
 def _refuse_overwriting(events: Path, loaded: RecipeFile, options: RunOptions) -> None:

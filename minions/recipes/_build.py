@@ -160,6 +160,7 @@ def build_recipe(
         )
 
     tools = _tools(spec, base, problem, load, workspace)
+    mcp_servers = _mcp_servers(spec, base, problem)
     steps: list[Step] = []
     transitions = []
     aliases: dict[str, str] = {}
@@ -194,10 +195,11 @@ def build_recipe(
         aliases=aliases,
         input_specs=spec.inputs,
         execution_mode=spec.execution_mode,
+        mcp_servers=mcp_servers,
     )
     # Without the imports, a step's tool may come from a module nobody looked into.
     registry = ToolRegistry(tools) if load.import_tools or not spec.tools else None
-    for issue in recipe_problems(recipe, registry):
+    for issue in recipe_problems(recipe, registry, mcp_servers=list(spec.mcp_servers)):
         at = next((i for i, s in enumerate(spec.steps) if s.id == issue.step), None)
         field = _yaml_field(issue.field)
         if field == "tools" and at is not None and spec.steps[at].kind == "tool":
@@ -322,6 +324,22 @@ def _tools(spec: RecipeSpec, base: Path, problem: Any, load: _Load, workspace: P
     ):
         found.setdefault(builtin.name, builtin)
     return list(found.values())
+
+
+def _mcp_servers(spec: RecipeSpec, base: Path, problem: Any) -> dict[str, Any]:
+    """The recipe's MCP servers, ``${VAR}`` expanded (a variable that is not set is a problem
+    on its line); a stdio server works in the recipe's folder unless it says otherwise."""
+    from minions.tools._mcp import server_config
+
+    servers: dict[str, Any] = {}
+    for name, value in spec.mcp_servers.items():
+        found: list[Problem] = []
+        config = server_config(name, value, found, base=base)
+        for issue in found:
+            problem(issue.message, None, issue.field)
+        if config is not None:
+            servers[name] = config
+    return servers
 
 
 def _import_tools(reference: str, base: Path, protected: set[Path]) -> list[Tool]:

@@ -99,6 +99,9 @@ def recipe_to_data(recipe: AgentRecipe) -> dict[str, Any]:
         tools.append(f"{module}:{qualname}")
     if tools:
         data["tools"] = tools
+    servers = _mcp_servers(recipe.mcp_servers, problem)
+    if servers:
+        data["mcp_servers"] = servers
     aliases = {step_id: alias for alias, step_id in recipe.aliases.items()}
     nexts: dict[str, list[dict[str, Any]]] = {}
     for transition in recipe.transitions:
@@ -129,6 +132,44 @@ def recipe_to_data(recipe: AgentRecipe) -> dict[str, Any]:
     if problems:
         raise RecipeError(problems)
     return data
+
+
+def _mcp_servers(servers: Mapping[str, Any], problem: Any) -> dict[str, Any]:
+    """The YAML form of MCP servers. Their `env` and `headers` hold values already read from
+    the environment (secrets, often): those are not written out."""
+    from minions.tools._mcp import DEFAULT_TIMEOUT, MCPHttpServer, MCPStdioServer
+
+    found: dict[str, Any] = {}
+    for name, server in servers.items():
+        entry: dict[str, Any]
+        if isinstance(server, MCPStdioServer):
+            entry = {"command": server.command}
+            if server.args:
+                entry["args"] = list(server.args)
+            if server.cwd is not None:
+                entry["cwd"] = str(server.cwd)
+            secret = "env" if server.env else None
+        elif isinstance(server, MCPHttpServer):
+            entry = {"url": server.url}
+            secret = "headers" if server.headers else None
+        else:
+            problem(
+                f"MCP server {name!r} is an in-process {type(server).__name__}, which has no "
+                "YAML form",
+                field="mcp_servers",
+            )
+            continue
+        if secret is not None:
+            problem(
+                f"MCP server {name!r}: its {secret} values are read from the environment (and "
+                f"may be secrets), so they are not written; write them in the YAML as ${{VAR}}",
+                field=f"mcp_servers.{name}.{secret}",
+            )
+            continue
+        if server.timeout != DEFAULT_TIMEOUT:
+            entry["timeout"] = server.timeout
+        found[name] = entry
+    return found
 
 
 def _options(step: Step) -> dict[str, Any]:

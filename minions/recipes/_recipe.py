@@ -49,6 +49,13 @@ class AgentRecipe:
         input_specs: the declared inputs (name -> `minions.recipes.InputSpec` or its
             fields as a mapping); when given, a run's inputs are checked and converted against
             them before anything runs.
+        mcp_servers: MCP servers whose tools its steps may call, by name: an
+            `minions.tools.MCPStdioServer`, an `minions.tools.MCPHttpServer`, or the YAML form
+            as a mapping (``{"command": "python", "args": ["server.py"]}``, ``{"url": ...}``),
+            with ``${VAR}`` expanded from the environment now. A step asks for a server's tool
+            as ``server.tool`` (all of them: ``server.*``); the model sees it as
+            ``server_tool``. Each run connects to each server once (``pip install
+            'minions[mcp]'``).
         source: where a recipe loaded from YAML came from (its `RecipeFile`); `dump_recipe` writes
             that file's content back.
     """
@@ -67,6 +74,7 @@ class AgentRecipe:
     selection_chain: StepSelectionChain | None = None
     execution_mode: Literal["planned", "sequential"] = "planned"
     input_specs: Mapping[str, Any] = field(default_factory=dict)
+    mcp_servers: Mapping[str, Any] = field(default_factory=dict)
     source: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -77,6 +85,12 @@ class AgentRecipe:
         object.__setattr__(self, "inputs", dict(self.inputs))
         object.__setattr__(self, "aliases", dict(self.aliases))
         object.__setattr__(self, "input_specs", dict(self.input_specs))
+        if self.mcp_servers:
+            from minions.tools._mcp import server_configs
+
+            object.__setattr__(self, "mcp_servers", server_configs(self.mcp_servers))
+        else:
+            object.__setattr__(self, "mcp_servers", {})
 
     def check_inputs(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The inputs of a run given `given`: the recipe's default `inputs` under the given

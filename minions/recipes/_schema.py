@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    field_validator,
+    model_validator,
+)
 
 __all__ = ["InputSpec"]
 
@@ -54,6 +61,43 @@ class HttpSpec(_Strict):
     allowed_hosts: list[str] | None = None
 
 
+class MCPStdioSpec(_Strict):
+    """An MCP server started as a child process (stdio). `${VAR}` in any value is read from
+    the environment when the recipe loads."""
+
+    command: str = Field(description="The program, e.g. python or npx.")
+    args: list[str] = Field(default_factory=list, description="Its arguments.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Its environment; besides these it gets only HOME, LOGNAME, PATH, SHELL, "
+        "TERM and USER.",
+    )
+    cwd: str | None = Field(None, description="Its folder, relative to the recipe's.")
+    timeout: float = Field(
+        30, gt=0, description="Seconds to start and list its tools, and to answer each call."
+    )
+
+
+class MCPHttpSpec(_Strict):
+    """An MCP server reached over streamable HTTP."""
+
+    url: str = Field(description="Its endpoint, e.g. http://127.0.0.1:8000/mcp.")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Sent with every request (`${TOKEN}` expands)."
+    )
+    timeout: float = Field(
+        30, gt=0, description="Seconds to connect and list its tools, and to answer each call."
+    )
+
+
+def _servers(value: Any) -> Any:
+    # Each server is checked when the recipe is built, where its line is known (see
+    # minions.tools._mcp.server_config); the models above are the JSON Schema of them.
+    if not isinstance(value, dict):
+        raise ValueError("must be a mapping of server names to servers")
+    return value
+
+
 def _shorthands(schema: dict[str, Any]) -> None:
     """The JSON Schema says what the loader accepts: the one-string and list shorthands the
     validators below turn into the full form."""
@@ -80,7 +124,10 @@ class StepSpec(_Strict):
     # agent step
     goal: str | None = Field(None, description="What the model must do (agent step).")
     system: str | None = Field(None, description="The system prompt.")
-    tools: list[str] = Field(default_factory=list, description="Tools the model may call.")
+    tools: list[str] = Field(
+        default_factory=list,
+        description="Tools the model may call: names, or SERVER.TOOL / SERVER.* of an MCP server.",
+    )
     completion_marker: str | None = None
 
     # task step (a step of a plan: an agent step with `type`)
@@ -215,6 +262,14 @@ class RecipeSpec(_Strict):
         "planned",
         description="planned: follow depends_on, in parallel; sequential: file order, one at a "
         "time.",
+    )
+    mcp_servers: Annotated[
+        dict[str, Any],
+        PlainValidator(_servers, json_schema_input_type=dict[str, MCPStdioSpec | MCPHttpSpec]),
+    ] = Field(
+        default_factory=dict,
+        description="MCP servers whose tools steps may call, by name: a step's `tools` names "
+        "one as SERVER.TOOL, or all of them as SERVER.*.",
     )
     steps: list[StepSpec] = Field(min_length=1)
 

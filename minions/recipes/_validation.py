@@ -9,7 +9,7 @@ to a step that never runs before. The same pass computes the structure `StepGrap
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from minions._kinds.loop import LoopStep
@@ -36,19 +36,31 @@ RESULT_FIELDS = ("output", "status", "error", "visit")
 """What a transition's condition reads about its source, besides the run state."""
 
 
-def recipe_problems(recipe: AgentRecipe, tools: ToolRegistry | None = None) -> list[Problem]:
-    """Every problem of `recipe` (see the module docstring). Empty when it is valid."""
-    return Analysis(recipe, tools).problems
+def recipe_problems(
+    recipe: AgentRecipe,
+    tools: ToolRegistry | None = None,
+    *,
+    mcp_servers: Collection[str] = (),
+) -> list[Problem]:
+    """Every problem of `recipe` (see the module docstring). Empty when it is valid.
+
+    `mcp_servers` names MCP servers the run has besides the recipe's own (an executor's): a
+    step's ``server.tool`` must name one of them or of the recipe's.
+    """
+    return Analysis(recipe, tools, mcp_servers).problems
 
 
 class Analysis:
     """Checks a recipe and computes its structure in one pass."""
 
-    def __init__(self, recipe: AgentRecipe, tools: ToolRegistry | None) -> None:
+    def __init__(
+        self, recipe: AgentRecipe, tools: ToolRegistry | None, mcp_servers: Collection[str] = ()
+    ) -> None:
         self.recipe = recipe
         self.problems: list[Problem] = []
         self.steps: dict[str, Step] = {}
         self._check_steps(tools)
+        self._check_mcp_references({*recipe.mcp_servers, *mcp_servers})
         ids = self.steps
         self.dependents: dict[str, tuple[str, ...]] = dict.fromkeys(ids, ())
         self.outgoing: dict[str, tuple[Transition, ...]] = dict.fromkeys(ids, ())
@@ -108,6 +120,30 @@ class Analysis:
             self.problems.extend(step.problems(tools))
         if not self.steps and not self.problems:
             self._add("a recipe needs at least one step", field="steps")
+
+    def _check_mcp_references(self, servers: set[str]) -> None:
+        """A step's ``server.tool`` (or ``server.*``) must name an MCP server of the run (the
+        server's tools are known only once a run connects to it)."""
+        for step_id, step in self.steps.items():
+            for name in sorted(step.tool_names()):
+                if "." not in name:
+                    continue
+                server, _, tool = name.partition(".")
+                if not tool:
+                    self._add(
+                        f"{name!r} names no tool: write {server}.TOOL, or {server}.* for all "
+                        "of its tools",
+                        step_id,
+                        "tools",
+                    )
+                elif server not in servers:
+                    known = ", ".join(sorted(servers)) or "none are declared in mcp_servers"
+                    self._add(
+                        f"{name!r}: unknown MCP server {server!r}"
+                        f"{did_you_mean(server, servers)}; the MCP servers: {known}",
+                        step_id,
+                        "tools",
+                    )
 
     def _unknown(self, name: str) -> str:
         return f"unknown step {name!r}{did_you_mean(name, self.steps)}"

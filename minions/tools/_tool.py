@@ -38,6 +38,10 @@ class Tool:
             see `minions.tools.Approver`); a rejected call is not made.
     """
 
+    origin: tuple[str, str] | None = None
+    """``(server, tool)`` for a tool of an MCP server (steps ask for it as ``server.tool``);
+    ``None`` for a Python function."""
+
     def __init__(
         self,
         fn: Callable[..., Any],
@@ -272,10 +276,15 @@ class ToolRegistry:
         return added
 
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        """The tool named `name`, or the MCP tool `name` refers to (``server.tool``)."""
+        found = self._tools.get(name)
+        if found is None and "." in name:
+            server, _, remote = name.partition(".")
+            found = next((t for t in self._tools.values() if t.origin == (server, remote)), None)
+        return found
 
     def require(self, name: str) -> Tool:
-        found = self._tools.get(name)
+        found = self.get(name)
         if found is None:
             raise ToolError(f"Unknown tool {name!r}. Available tools: {self._available()}.")
         return found
@@ -288,9 +297,24 @@ class ToolRegistry:
         return sorted(self._tools)
 
     def subset(self, names: Iterable[str]) -> ToolRegistry:
-        """A registry of only the named tools (unknown names are ignored)."""
+        """A registry of only the named tools (unknown names are ignored). A name may be an MCP
+        reference: ``server.tool`` for one tool of an MCP server, ``server.*`` for all of
+        them."""
+        wanted = set(names)
+        references = {(s, t) for s, _, t in (n.partition(".") for n in wanted if "." in n)}
         subset = ToolRegistry()
-        subset._tools = {n: self._tools[n] for n in sorted(names) if n in self._tools}
+        subset._tools = {
+            name: tool
+            for name, tool in sorted(self._tools.items())
+            if name in wanted
+            or (
+                tool.origin is not None
+                and (
+                    (tool.origin[0], tool.origin[1]) in references
+                    or (tool.origin[0], "*") in references
+                )
+            )
+        }
         return subset
 
     def __contains__(self, name: object) -> bool:

@@ -772,3 +772,27 @@ def test_a_server_without_tools_offers_none() -> None:
     result, _ = run(recipe, model)
     assert result.ok, result.error
     assert model.requests[0].tools == ()
+
+
+def test_an_mcp_tool_call_is_an_execute_tool_span_naming_its_server() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    model = ScriptedModel([[("files_read_file", {"path": "setup.cfg"})], "It is a config."])
+    recipe = AgentRecipe(
+        id="find",
+        steps=[DefaultStep("find", "Find the config file.", tools=["files.read_file"])],
+        mcp_servers={"files": files_server()},
+    )
+    result, _ = run(recipe, model, tracer_provider=provider)
+    assert result.status is StepStatus.COMPLETED, result.error
+    (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert span.name == "execute_tool files_read_file"
+    assert span.attributes is not None
+    assert span.attributes["mcp.method.name"] == "tools/call"
+    assert span.attributes["minions.mcp.server"] == "files"
+    assert span.attributes["minions.mcp.tool"] == "read_file"

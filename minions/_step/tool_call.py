@@ -242,7 +242,7 @@ class ToolCallExecutor:
                     tracer = self.tracer
                     if tracer is None:
                         return await self._invoke(tool, arguments)
-                    with tracer.tool(call, attempt=attempts) as span:
+                    with tracer.tool(call, attempt=attempts, origin=tool.origin) as span:
                         found = await self._invoke(tool, arguments)
                         if tracer.capture_content:
                             span.result(serialize_result(call.name, found))

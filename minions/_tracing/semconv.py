@@ -53,6 +53,12 @@ OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 
+# MCP (the conventions' `mcp.*` attributes; the server's name is minions' own)
+MCP_METHOD_NAME: Final = "mcp.method.name"
+MCP_TOOLS_CALL: Final = "tools/call"
+MINIONS_MCP_SERVER: Final = "minions.mcp.server"
+MINIONS_MCP_TOOL: Final = "minions.mcp.tool"
+
 # -- general conventions ----------------------------------------------------------------------
 
 SERVER_ADDRESS: Final = "server.address"

@@ -374,13 +374,16 @@ class RunTracer:
         )
         return ChatSpan(span, self.capture_content)
 
-    def tool(self, call: ToolCall, *, attempt: int) -> ToolSpan:
-        """One tool call attempt's span, current inside ``with``."""
-        span = self._start(
-            f"{sc.OPERATION_EXECUTE_TOOL} {call.name}",
-            self._internal,
-            self._tool_attributes(call, attempt),
-        )
+    def tool(
+        self, call: ToolCall, *, attempt: int, origin: tuple[str, str] | None = None
+    ) -> ToolSpan:
+        """One tool call attempt's span, current inside ``with``; `origin` is the MCP server
+        and its own name of the tool, for a tool of an MCP server."""
+        attributes = self._tool_attributes(call, attempt)
+        if origin is not None:
+            attributes[sc.MCP_METHOD_NAME] = sc.MCP_TOOLS_CALL
+            attributes[sc.MINIONS_MCP_SERVER], attributes[sc.MINIONS_MCP_TOOL] = origin
+        span = self._start(f"{sc.OPERATION_EXECUTE_TOOL} {call.name}", self._internal, attributes)
         return ToolSpan(span, self.capture_content)
 
     def tool_refused(self, call: ToolCall, *, error: BaseException, started_ns: int) -> None:

@@ -285,6 +285,12 @@ class Store:
         with self._turns, self.engine.begin() as db:
             yield db
 
+    @contextmanager
+    def read(self) -> Iterator[sa.Connection]:
+        """A read: it takes no turn (in WAL mode readers never wait for the writer)."""
+        with self.engine.connect() as db:
+            yield db
+
     # -- runs --------------------------------------------------------------------------------
 
     def insert_run(
@@ -333,7 +339,7 @@ class Store:
 
     def run_source(self, run_id: str) -> tuple[str, str | None, dict[str, Any]]:
         """The run's recipe YAML, the file it came from, and its inputs."""
-        with self.begin() as db:
+        with self.read() as db:
             row = db.execute(
                 sa.select(
                     runs_table.c.recipe_yaml, runs_table.c.recipe_path, runs_table.c.inputs
@@ -344,7 +350,7 @@ class Store:
         return row.recipe_yaml, row.recipe_path, json.loads(row.inputs)
 
     def get_run(self, run_id: str, *, details: bool = True) -> RunRecord:
-        with self.begin() as db:
+        with self.read() as db:
             row = db.execute(
                 sa.select(runs_table).where(runs_table.c.run_id == run_id)
             ).one_or_none()
@@ -395,13 +401,13 @@ class Store:
                     sa.and_(runs_table.c.created_at == created, runs_table.c.run_id < run_id),
                 )
             )
-        with self.begin() as db:
+        with self.read() as db:
             return [_run_record(r, (), ()) for r in db.execute(query.limit(limit))]
 
     # -- steps and events --------------------------------------------------------------------
 
     def last_seq(self, run_id: str) -> int:
-        with self.begin() as db:
+        with self.read() as db:
             found = db.execute(
                 sa.select(sa.func.max(events_table.c.seq)).where(events_table.c.run_id == run_id)
             ).scalar_one_or_none()
@@ -457,7 +463,7 @@ class Store:
 
     def saved_steps(self, run_id: str) -> dict[tuple[str, int], tuple[str, str | None]]:
         """Every finished step of the run, by step id and visit (one query, to resume)."""
-        with self.begin() as db:
+        with self.read() as db:
             rows = db.execute(
                 sa.select(
                     steps_table.c.step_id,
@@ -478,7 +484,7 @@ class Store:
         )
         if limit is not None:
             query = query.limit(limit)
-        with self.begin() as db:
+        with self.read() as db:
             return [json.loads(row.data) for row in db.execute(query)]
 
     # -- approvals ---------------------------------------------------------------------------
@@ -512,7 +518,7 @@ class Store:
         return _approval_record(row)
 
     def approval(self, run_id: str, call_id: str) -> ApprovalRecord | None:
-        with self.begin() as db:
+        with self.read() as db:
             row = db.execute(
                 sa.select(approvals_table).where(
                     approvals_table.c.run_id == run_id, approvals_table.c.call_id == call_id
@@ -562,7 +568,7 @@ class Store:
             )
 
     def workers(self) -> list[WorkerRecord]:
-        with self.begin() as db:
+        with self.read() as db:
             return [
                 WorkerRecord(
                     executor_id=r.executor_id,

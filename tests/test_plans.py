@@ -617,3 +617,24 @@ def test_tools_from_a_module_reach_the_steps_and_the_yaml(
     assert "tools:\n- shop_tools\n" in file.read_text()
     recipe = load_recipe(file)
     assert recipe.step("a").tool_names() == {"price"}
+
+
+def test_a_plan_is_a_plan_span_holding_the_planners_run() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    planner = ScriptedModel([plan_json(step("analyze", "analyze"), step("write"))])
+    generator = PlanGenerator(planner, tracer_provider=provider)
+    asyncio.run(generator.generate("Create a user management system", tools=[]))
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    plan, run = spans["plan"], spans["invoke_workflow planner"]
+    assert plan.attributes is not None
+    assert plan.attributes["gen_ai.operation.name"] == "plan"
+    assert plan.attributes["minions.plan.request"] == "plan"
+    assert run.parent is not None
+    assert run.parent.span_id == plan.context.span_id
+    assert any(n.startswith("chat ") for n in spans)

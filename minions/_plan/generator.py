@@ -4,11 +4,12 @@ rest when a step fails."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from minions._agent.executor import AgentExecutor
 from minions._config import ExecutionConfig
@@ -32,6 +33,9 @@ from minions.events import EventEmitter, EventListener, PlanRevised, UsageRecord
 from minions.models._base import Model
 from minions.recipes._recipe import AgentRecipe
 from minions.tools._builtin import builtin_tools
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["PlanGenerator"]
 
@@ -67,6 +71,10 @@ class PlanGenerator:
         model: the planner's model (a `Model` or a model string).
         listeners: callables receiving the planner's events.
         model_wrapper: applied to the planner's model (recording...).
+        tracer_provider: where OpenTelemetry spans go (see `AgentExecutor`): each request to
+            the planner is a ``plan`` span holding the planner's run, and `execute` traces
+            the plan's run too. Needs ``minions[otel]``.
+        capture_message_content: write prompts and answers on spans (see `AgentExecutor`).
     """
 
     def __init__(
@@ -75,10 +83,37 @@ class PlanGenerator:
         *,
         listeners: Iterable[EventListener] = (),
         model_wrapper: Callable[[Model], Model] | None = None,
+        tracer_provider: TracerProvider | None = None,
+        capture_message_content: bool | None = None,
     ) -> None:
         self.model = model
         self.listeners = list(listeners)
         self.model_wrapper = model_wrapper
+        self.tracer_provider = tracer_provider
+        self.capture_message_content = capture_message_content
+
+    def _executor(self, listeners: Iterable[EventListener] = ()) -> AgentExecutor:
+        return AgentExecutor(
+            model=self.model,
+            listeners=list(listeners),
+            model_wrapper=self.model_wrapper,
+            tracer_provider=self.tracer_provider,
+            capture_message_content=self.capture_message_content,
+        )
+
+    @contextlib.contextmanager
+    def _plan_span(self, request: str) -> Iterator[None]:
+        """A ``plan`` span around one request to the planner (the first plan or a replan)."""
+        if self.tracer_provider is None:
+            yield
+            return
+        from minions._tracing import semconv as sc
+        from minions._version import __version__
+
+        tracer = self.tracer_provider.get_tracer("minions", __version__)
+        attributes = {sc.OPERATION_NAME: sc.OPERATION_PLAN, sc.MINIONS_PLAN_REQUEST: request}
+        with tracer.start_as_current_span(sc.OPERATION_PLAN, attributes=attributes):
+            yield
 
     async def generate(
         self,
@@ -188,12 +223,9 @@ class PlanGenerator:
             [Message.system(PLANNER_SYSTEM), Message.user(goal)],
             completion=StepCompletionChain.default().replace("structured_output", check),
         )
-        executor = AgentExecutor(
-            model=self.model,
-            listeners=[*self.listeners, *listeners],
-            model_wrapper=self.model_wrapper,
-        )
-        result = await executor.execute(AgentRecipe(id="planner", steps=[step]))
+        executor = self._executor([*self.listeners, *listeners])
+        with self._plan_span(step_id):
+            result = await executor.execute(AgentRecipe(id="planner", steps=[step]))
         execution = result.step(step_id)
         line = token_line(
             label,
@@ -256,7 +288,7 @@ class PlanGenerator:
             raise PlanError([Problem(file="plan", message="max_replans must not be negative")])
         _workspace_files(workspace)
         listeners = list(listeners)
-        executor = executor or AgentExecutor(model=self.model, model_wrapper=self.model_wrapper)
+        executor = executor or self._executor()
         _, objects = _tool_choice(tools)
         events = EventEmitter(f"plan-{uuid.uuid4().hex[:12]}", listeners)
         kept: dict[str, StepExecution] = {}

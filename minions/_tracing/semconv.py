@@ -59,6 +59,10 @@ MCP_TOOLS_CALL: Final = "tools/call"
 MINIONS_MCP_SERVER: Final = "minions.mcp.server"
 MINIONS_MCP_TOOL: Final = "minions.mcp.tool"
 
+# Plans (minions' own: the conventions have no planning operation yet)
+OPERATION_PLAN: Final = "plan"
+MINIONS_PLAN_REQUEST: Final = "minions.plan.request"
+
 # -- general conventions ----------------------------------------------------------------------
 
 SERVER_ADDRESS: Final = "server.address"

@@ -398,3 +398,33 @@ async def test_a_worker_says_which_runs_belong_to_another_minions_version(
     )
     assert old in said
     assert (await store.get(old)).status == "queued"
+
+
+async def test_a_worker_traces_the_runs_it_executes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`minions worker --otel` hands its tracer provider to the runs: a durable run is an
+    `invoke_workflow` span with a child per step, as in the foreground."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from minions.runs._runner import DurableRunner
+    from minions.runs._store import Store
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setenv("LEDGER", str(tmp_path / "ledger.txt"))
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(write_ledger_recipe(tmp_path), {"tag": "t"})
+    await DurableRunner(Store(url), executor_id="t", tracer_provider=provider).execute(run_id)
+    assert (await store.get(run_id)).status == "completed"
+    spans = exporter.get_finished_spans()
+    (run,) = [s for s in spans if s.name == "invoke_workflow ledger"]
+    steps = [s for s in spans if s.name.startswith("invoke_agent ")]
+    assert [s.name for s in steps] == [f"invoke_agent {step}" for step in STEPS]
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in steps)
+    assert run.attributes is not None
+    assert run.attributes["minions.run.id"] == run_id

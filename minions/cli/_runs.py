@@ -107,6 +107,14 @@ def worker(
         ),
     ] = None,
     database_url: DatabaseOption = None,
+    otel: Annotated[
+        bool,
+        typer.Option(
+            "--otel",
+            help="Export the runs' OpenTelemetry spans with OTLP (the standard "
+            "OTEL_EXPORTER_OTLP_* variables; needs minions[otel] and an OTLP exporter).",
+        ),
+    ] = False,
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM).
 
@@ -137,13 +145,28 @@ def worker(
 
     import os
 
-    Worker(
-        url,
-        concurrency=concurrency,
-        executor_id=executor_id,
-        model=os.environ.get("MINIONS_MODEL"),
-        on_ready=ready,
-    ).run()
+    tracer_provider = None
+    if otel:
+        from minions.cli._model_choice import UsageError
+        from minions.cli._otel import otlp_tracer_provider
+
+        try:
+            tracer_provider = otlp_tracer_provider()
+        except UsageError as exc:
+            err.print(f"error: {exc}", markup=False)
+            raise typer.Exit(2) from None
+    try:
+        Worker(
+            url,
+            concurrency=concurrency,
+            executor_id=executor_id,
+            model=os.environ.get("MINIONS_MODEL"),
+            on_ready=ready,
+            tracer_provider=tracer_provider,
+        ).run()
+    finally:
+        if tracer_provider is not None:
+            tracer_provider.shutdown()  # sends the spans still batched
     err.print("worker stopped; its unfinished runs go on in the next worker", markup=False)
 
 

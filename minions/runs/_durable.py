@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dbos import DBOS, DBOSClient
 
@@ -22,6 +22,9 @@ from minions._version import __version__
 from minions.models._base import Model
 from minions.runs._runner import DurableRunner, LiveHub
 from minions.runs._store import Store, sqlalchemy_url
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__: list[str] = []
 
@@ -124,6 +127,7 @@ class Worker:
         resolver: Callable[[Model | str | None], Model] | None = None,
         hub: LiveHub | None = None,
         on_ready: Callable[[Worker], None] | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -132,7 +136,12 @@ class Worker:
         self.executor_id = executor_id or default_executor_id()
         self.store = Store(url, create=True)
         self.runner = DurableRunner(
-            self.store, executor_id=self.executor_id, model=model, resolver=resolver, hub=hub
+            self.store,
+            executor_id=self.executor_id,
+            model=model,
+            resolver=resolver,
+            hub=hub,
+            tracer_provider=tracer_provider,
         )
         self.on_ready = on_ready
         self._stop = threading.Event()

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minions._agent.executor import AgentExecutor
 from minions._routing.selection import Routing
@@ -25,6 +25,9 @@ from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._store import Store, dumps
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__: list[str] = []
 
@@ -236,6 +239,7 @@ class DurableRunner:
         resolver: Callable[[Model | str | None], Model] | None = None,
         hub: LiveHub | None = None,
         cancel_poll: float = 0.2,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.store = store
         self.executor_id = executor_id
@@ -246,7 +250,12 @@ class DurableRunner:
         self.running: dict[str, asyncio.Task[Any]] = {}
         self._waiting: dict[str, int] = {}
         """Calls each run waits on (the run is `waiting` while there is one)."""
-        self.executor = AgentExecutor(model=model, model_resolver=resolver, approver=self.approve)
+        self.executor = AgentExecutor(
+            model=model,
+            model_resolver=resolver,
+            approver=self.approve,
+            tracer_provider=tracer_provider,
+        )
         """One for every run: it validates each recipe snapshot once."""
 
     async def execute(self, run_id: str) -> None:

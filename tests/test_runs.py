@@ -428,3 +428,21 @@ async def test_a_worker_traces_the_runs_it_executes(
     assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in steps)
     assert run.attributes is not None
     assert run.attributes["minions.run.id"] == run_id
+
+
+def test_thousands_of_events_in_one_write_are_stored_in_order(url: str) -> None:
+    """A big loop's events can reach the store at once: more than one statement holds."""
+    from minions.runs._store import Store
+
+    store = Store(url, create=True)
+    store.insert_run(
+        run_id="r", recipe_id="x", recipe_yaml="", recipe_path=None, recipe_hash="-",
+        inputs={}, idempotency_key=None,
+    )  # fmt: skip
+    step = {"step_id": "a", "visit": 1, "status": "completed", "execution": "{}",
+            "routing": None, "saved_at": 0.0}  # fmt: skip
+    store.write("r", [{"seq": i, "kind": "k", "step_id": "a"} for i in range(1, 2501)], step=step)
+    store.write("r", [{"seq": 2501, "kind": "k"}])
+    assert [e["seq"] for e in store.events("r")] == list(range(1, 2502))
+    assert list(store.saved_steps("r")) == [("a", 1)]
+    store.close()

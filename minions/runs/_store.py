@@ -424,36 +424,60 @@ class Store:
         """Events, and a finished step, and a run update, in one transaction (one commit)."""
         if not events and step is None and run is None:
             return
+        rows = [(run_id, e["seq"], e["kind"], e.get("step_id"), dumps(e)) for e in events]
+        step_row = (
+            None
+            if step is None
+            else (
+                run_id,
+                step["step_id"],
+                step["visit"],
+                step["status"],
+                step["execution"],
+                step["routing"],
+                step["saved_at"],
+            )
+        )
         with self.begin() as db:
-            # The step loop waits on this commit: the inserts go straight to the driver
-            # (psycopg pipelines an executemany into one round trip), which halves the cost
-            # of a checkpoint on Postgres against SQLAlchemy's compiled inserts.
+            # The step loop waits on this commit, so its statements go straight to the driver
+            # (SQLAlchemy's compiled inserts cost as much as the commit itself).
             cursor = db.connection.driver_connection.cursor()  # type: ignore[union-attr]
-            mark = "%s" if self._postgres else "?"
-            if events:
-                cursor.executemany(
-                    "INSERT INTO minions_events (run_id, seq, kind, step_id, data) "
-                    f"VALUES ({mark}, {mark}, {mark}, {mark}, {mark})",
-                    [(run_id, e["seq"], e["kind"], e.get("step_id"), dumps(e)) for e in events],
-                )
-            if step is not None:
-                cursor.execute(
-                    "INSERT INTO minions_steps (run_id, step_id, visit, status, execution, "
-                    f"routing, saved_at) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, "
-                    f"{mark}, {mark})",
-                    (
-                        run_id,
-                        step["step_id"],
-                        step["visit"],
-                        step["status"],
-                        step["execution"],
-                        step["routing"],
-                        step["saved_at"],
-                    ),
-                )
-            if events and self._postgres:
-                # Followers LISTEN: they learn of new events at this commit, not at a poll.
-                cursor.execute("SELECT pg_notify('minions_events', %s)", (run_id,))
+            if self._postgres:
+                # One statement, one round trip: the inserts as data-modifying CTEs, and the
+                # notice to followers (they LISTEN, and learn of new events at this commit).
+                parts, params = [], []
+                *before, last = [rows[i : i + 1000] for i in range(0, len(rows), 1000)] or [[]]
+                for chunk in before:  # thousands of events at once (a big loop): a statement
+                    cursor.executemany(  # holds at most 65,535 parameters
+                        f"INSERT INTO minions_events {_EVENT_COLUMNS} VALUES (%s, %s, %s, %s, %s)",
+                        chunk,
+                    )
+                if last:
+                    placeholders = ", ".join(["(%s, %s, %s, %s, %s)"] * len(last))
+                    parts.append(
+                        f"e AS (INSERT INTO minions_events {_EVENT_COLUMNS} VALUES {placeholders})"
+                    )
+                    params += [value for row in last for value in row]
+                if step_row is not None:
+                    parts.append(
+                        f"s AS (INSERT INTO minions_steps {_STEP_COLUMNS} "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s))"
+                    )
+                    params += step_row
+                if parts:
+                    notify = "pg_notify('minions_events', %s)" if rows else "1"
+                    params += [run_id] if rows else []
+                    cursor.execute(f"WITH {', '.join(parts)} SELECT {notify}", params)
+            else:
+                if rows:
+                    cursor.executemany(
+                        f"INSERT INTO minions_events {_EVENT_COLUMNS} VALUES (?, ?, ?, ?, ?)", rows
+                    )
+                if step_row is not None:
+                    cursor.execute(
+                        f"INSERT INTO minions_steps {_STEP_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        step_row,
+                    )
             cursor.close()
             if run is not None:
                 values = _encoded(dict(run))
@@ -581,6 +605,9 @@ class Store:
                 for r in db.execute(sa.select(workers_table).order_by(workers_table.c.started_at))
             ]
 
+
+_EVENT_COLUMNS = "(run_id, seq, kind, step_id, data)"
+_STEP_COLUMNS = "(run_id, step_id, visit, status, execution, routing, saved_at)"
 
 _SQLITE_TURNS: dict[str, threading.RLock] = {}
 """One lock per SQLite file, shared by the stores of a process (a service and its worker)."""

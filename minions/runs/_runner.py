@@ -122,13 +122,20 @@ class RunRecorder:
     number of the last stored event. A restored step writes nothing."""
 
     def __init__(
-        self, store: Store, run_id: str, *, hub: LiveHub | None = None, interval: float = 0.05
+        self,
+        store: Store,
+        run_id: str,
+        *,
+        hub: LiveHub | None = None,
+        interval: float = 0.05,
+        last: int | None = None,
     ) -> None:
         self.store = store
         self.run_id = run_id
         self.hub = hub
         self.interval = interval
-        self.last = store.last_seq(run_id)
+        self.last = store.last_seq(run_id) if last is None else last
+        """The number of the last event stored (read from the store unless given)."""
         self.resumed = self.last > 0
         self.pending: list[dict[str, Any]] = []
         self.saved: dict[tuple[str, int], tuple[str, str | None]] | None = (
@@ -260,12 +267,11 @@ class DurableRunner:
 
     async def execute(self, run_id: str) -> None:
         store = self.store
-        record = await asyncio.to_thread(store.get_run, run_id, details=False)
+        record, yaml_text, path, inputs, last = await asyncio.to_thread(store.run_to_start, run_id)
         if record.terminal:
             return  # finished (or cancelled) already: a duplicate delivery
-        recorder = RunRecorder(store, run_id, hub=self.hub)
+        recorder = RunRecorder(store, run_id, hub=self.hub, last=last)
         try:
-            yaml_text, path, inputs = await asyncio.to_thread(store.run_source, run_id)
             recipe = recipe_of(yaml_text, path)
         except RecipeError as exc:
             await self._fail_before_start(recorder, f"the recipe no longer loads: {exc}")

@@ -349,6 +349,21 @@ class Store:
             raise UnknownRunError(run_id)
         return row.recipe_yaml, row.recipe_path, json.loads(row.inputs)
 
+    def run_to_start(self, run_id: str) -> tuple[RunRecord, str, str | None, dict[str, Any], int]:
+        """What a worker needs to start (or go on with) a run, in one read: the run, its
+        recipe YAML and the file it came from, its inputs, and its last event's number."""
+        with self.read() as db:
+            row = db.execute(
+                sa.select(runs_table).where(runs_table.c.run_id == run_id)
+            ).one_or_none()
+            if row is None:
+                raise UnknownRunError(run_id)
+            last = db.execute(
+                sa.select(sa.func.max(events_table.c.seq)).where(events_table.c.run_id == run_id)
+            ).scalar_one_or_none()
+        record = _run_record(row, (), ())
+        return record, row.recipe_yaml, row.recipe_path, json.loads(row.inputs), int(last or 0)
+
     def get_run(self, run_id: str, *, details: bool = True) -> RunRecord:
         with self.read() as db:
             row = db.execute(

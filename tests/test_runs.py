@@ -446,3 +446,32 @@ def test_thousands_of_events_in_one_write_are_stored_in_order(url: str) -> None:
     assert [e["seq"] for e in store.events("r")] == list(range(1, 2502))
     assert list(store.saved_steps("r")) == [("a", 1)]
     store.close()
+
+
+def test_a_store_survives_its_postgres_connections_being_dropped(
+    postgres: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooled connection that rested is checked before use: one the server dropped (a
+    restart, an idle timeout) is replaced, and the read or write goes through."""
+    import psycopg
+
+    from minions.runs import _store
+
+    url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
+    store = _store.Store(url, create=True)
+    store.insert_run(
+        run_id="r", recipe_id="x", recipe_yaml="", recipe_path=None, recipe_hash="-",
+        inputs={}, idempotency_key=None,
+    )  # fmt: skip
+    monkeypatch.setattr(_store, "IDLE_PING", -1.0)  # every connection counts as rested
+    database = url.rsplit("/", 1)[1]
+    with psycopg.connect(postgres, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        )
+    assert store.get_run("r").status == "queued"
+    store.write("r", [{"seq": 1, "kind": "run_started"}])
+    assert [e["seq"] for e in store.events("r")] == [1]
+    store.close()

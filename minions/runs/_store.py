@@ -218,8 +218,9 @@ class Store:
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
             self.engine = sa.create_engine(
-                sqlalchemy_url(url), pool_pre_ping=True, connect_args={"connect_timeout": 10}
+                sqlalchemy_url(url), connect_args={"connect_timeout": 10}
             )
+            sa.event.listen(self.engine, "checkout", _ping_if_idle)
         self._postgres = self.engine.dialect.name == "postgresql"
         self._turns = _SQLITE_TURNS.setdefault(str(path and path.resolve()), threading.RLock())
         try:
@@ -634,6 +635,27 @@ def _encoded(values: dict[str, Any]) -> dict[str, Any]:
         if key in values:
             values[key] = dumps(values[key])
     return values
+
+
+IDLE_PING = 2.0
+"""Seconds a pooled Postgres connection may rest before it is checked on its next use."""
+
+
+def _ping_if_idle(connection: Any, record: Any, _proxy: Any) -> None:
+    """Check a connection that rested (the server may have restarted or dropped it) before
+    it is used; a busy one is not checked: a ping per checkout is a round trip per step."""
+    now = time.monotonic()
+    rested = now - record.info.get("used", now)
+    record.info["used"] = now
+    if rested <= IDLE_PING:
+        return
+    try:
+        cursor = connection.cursor()
+        cursor.execute("SELECT 1")
+        cursor.close()
+        connection.rollback()
+    except Exception:
+        raise sa.exc.DisconnectionError() from None  # the pool connects anew and retries
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:

@@ -75,7 +75,7 @@ STEPS: list[dict[str, Any]] = [
         "goal": "Write the User model and its storage, following the analysis and app/db.py.",
         "inputs": ["app/db.py"],
         "depends_on": ["analyze"],
-        "artifacts": ["app/users.py"],
+        "artifacts": ["user model"],
     },
     {
         "id": "auth",
@@ -84,7 +84,7 @@ STEPS: list[dict[str, Any]] = [
         "User model, reading its settings as app/config.py does.",
         "inputs": ["app/config.py"],
         "depends_on": ["user_model"],
-        "artifacts": ["app/auth.py"],
+        "artifacts": ["auth service"],
     },
     {
         "id": "api",
@@ -93,7 +93,7 @@ STEPS: list[dict[str, Any]] = [
         "app/api.py.",
         "inputs": ["app/api.py"],
         "depends_on": ["user_model"],
-        "artifacts": ["app/user_routes.py"],
+        "artifacts": ["user routes"],
     },
     {
         "id": "validate",

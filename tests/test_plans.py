@@ -638,3 +638,20 @@ def test_a_plan_is_a_plan_span_holding_the_planners_run() -> None:
     assert run.parent is not None
     assert run.parent.span_id == plan.context.span_id
     assert any(n.startswith("chat ") for n in spans)
+
+
+def test_a_step_that_leaves_out_a_promised_file_is_asked_again_then_fails(project: Path) -> None:
+    plan = Plan.model_validate_json(plan_json(step("user", artifacts=["app/user.py", "notes"])))
+    without = json.dumps({"text": "I thought about it."})
+    with_file = json.dumps(
+        {"text": "done", "files": [{"path": "app/user.py", "content": "class User: ...\n"}]}
+    )
+    model = ScriptedModel([without, with_file])
+    result = asyncio.run(AgentExecutor(model=model).execute(plan.to_recipe(workspace=project)))
+    assert result.ok, result.error
+    assert (project / "app" / "user.py").read_text() == "class User: ...\n"
+    assert "no file 'app/user.py'" in model.requests[1].messages[-1].content  # the re-ask
+    stubborn = ScriptedModel([without, without, without])
+    failed = asyncio.run(AgentExecutor(model=stubborn).execute(plan.to_recipe(workspace=project)))
+    assert failed.step("user").status is StepStatus.FAILED
+    assert "app/user.py" in (failed.step("user").error or "")

@@ -13,12 +13,15 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import PurePosixPath
 from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from minions._messages import Message, ToolCall
 from minions._output import OutputInstructions
+from minions._step.completion import CompletionDecision, StepCompletionChain, StructuredOutputLink
+from minions._step.context import AgentContext
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.run import StepRun
 from minions._step.step import Step, StepInput
@@ -148,6 +151,17 @@ class TaskStep(Step):
         self.tools = frozenset(tools)
         self.output = _ARTIFACTS
 
+    def completion_chain(self, default: StepCompletionChain) -> StepCompletionChain:
+        """`default` (or the step's own chain), with its structured-output link checking that
+        the answer holds every file the step said it will produce."""
+        chain = super().completion_chain(default)
+        return chain.replace("structured_output", _ArtifactsCheck())
+
+    def promised_files(self) -> tuple[str, ...]:
+        """The `artifacts` that are files (a path with a folder or a suffix, ``app/user.py``),
+        not names of results (``analysis``)."""
+        return tuple(a for a in self.artifacts if "/" in a or PurePosixPath(a).suffix)
+
     def tool_names(self) -> frozenset[str]:
         """The tools the model may call: the step's own `tools` only. The step reads its
         inputs and writes its files itself, through the workspace file tools."""
@@ -241,6 +255,32 @@ class TaskStep(Step):
             if done.response.error is not None:
                 run.fail(f"step {self.id!r}: cannot write {file.path!r}: {done.response.error}")
         run.complete(artifacts.model_dump(mode="json"))
+
+
+class _ArtifactsCheck(StructuredOutputLink):
+    """A task step's answer holds the files it promised, or it is asked again naming them (a
+    step that still leaves one out fails, and a plan runner replans)."""
+
+    name = "structured_output"
+
+    def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision | None:
+        decision = super().check(execution, context)
+        step = execution.step
+        if decision is None or decision.kind != "complete" or not isinstance(step, TaskStep):
+            return decision
+        output = decision.output
+        given = {
+            str(f.get("path", "")).strip().lstrip("./")
+            for f in (output.get("files") or [] if isinstance(output, Mapping) else [])
+            if isinstance(f, Mapping)
+        }
+        missing = [p for p in step.promised_files() if p.strip().lstrip("./") not in given]
+        if missing:
+            return CompletionDecision.reask(
+                f"Your answer has no file {', '.join(map(repr, missing))}: give each whole in "
+                '"files", with its "path" and "content".'
+            )
+        return decision
 
 
 def task_messages(

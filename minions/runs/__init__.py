@@ -106,6 +106,52 @@ class RunStore:
             await asyncio.to_thread(_durable.enqueue, self.url, run_id)
         return run_id, created
 
+    async def submit_yaml(
+        self,
+        text: str,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        base: str | Path,
+        idempotency_key: str | None = None,
+    ) -> tuple[str, bool]:
+        """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
+        tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
+
+        Raises:
+            RecipeError: the recipe or the inputs are invalid (nothing is queued).
+        """
+        from minions.recipes._build import build_recipe
+        from minions.recipes._loader import parse_spec
+
+        folder = await asyncio.to_thread(Path(base).resolve)
+        spec, located = parse_spec(text)
+        built = await asyncio.to_thread(build_recipe, spec, located, base=folder)
+        checked = built.recipe.check_inputs(dict(inputs or {}))
+        run_id, created = await asyncio.to_thread(
+            self._store.insert_run,
+            run_id=uuid.uuid4().hex,
+            recipe_id=built.recipe.id,
+            recipe_yaml=text,
+            recipe_path=str(folder / f"{built.recipe.id}.inline.yaml"),
+            recipe_hash=hashlib.sha256(text.encode()).hexdigest(),
+            inputs=checked,
+            idempotency_key=idempotency_key,
+        )
+        if created:
+            from minions.runs import _durable
+
+            await asyncio.to_thread(_durable.enqueue, self.url, run_id)
+        return run_id, created
+
+    async def recipe_yaml(self, run_id: str) -> str:
+        """The recipe YAML snapshotted into the run at submission.
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        text, _path, _inputs = await asyncio.to_thread(self._store.run_source, run_id)
+        return text
+
     async def get(self, run_id: str) -> RunRecord:
         """The run with its finished steps and approvals.
 

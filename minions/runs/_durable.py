@@ -90,7 +90,13 @@ def cancel(url: str, run_id: str) -> None:
 
 def resume(url: str, run_id: str) -> None:
     with client(url) as dbos_client:
-        dbos_client.resume_workflow(run_id)
+        status = dbos_client.retrieve_workflow(run_id).get_status().status
+        if status == "ERROR":
+            # DBOS resumes only unfinished workflows; a failed run's workflow is rewound
+            # (its steps are minions' checkpoints, so it goes on from the last completed one).
+            dbos_client.rewind_workflow(run_id, queue_name=QUEUE, application_version=APP_VERSION)
+        else:
+            dbos_client.resume_workflow(run_id)
 
 
 def default_executor_id() -> str:

@@ -88,6 +88,18 @@ def write_recipes(folder: Path) -> Path:
     return folder
 
 
+ANSWER = "Bees dance to tell the hive where the flowers are."
+
+
+def write_chat_recipe(folder: Path, model_url: str) -> None:
+    """``chat``: one agent step, answered by the model server at `model_url`."""
+    (folder / "chat.yaml").write_text(
+        "id: chat\ndescription: One answer from a model, streamed.\n"
+        f"model: openai-compatible:fake-model@{model_url}/v1\n"
+        "steps:\n  - id: answer\n    goal: How do bees tell where flowers are?\n"
+    )
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
-from service_helpers import server, write_recipes
+from service_helpers import ANSWER, server, write_chat_recipe, write_recipes
 
 from minions.testing import FakeOpenAIServer, FakeRequest
 
@@ -29,7 +29,6 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ANSWER = "Bees dance to tell the hive where the flowers are."
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +37,6 @@ def browser() -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         yield browser
         browser.close()
-
-
-def chat_recipe(folder: Path, model_url: str) -> None:
-    (folder / "chat.yaml").write_text(
-        "id: chat\ndescription: One answer from a model, streamed.\n"
-        f"model: openai-compatible:fake-model@{model_url}/v1\n"
-        "steps:\n  - id: answer\n    goal: How do bees tell where flowers are?\n"
-    )
 
 
 def test_a_person_runs_watches_and_approves_a_run_in_the_console(
@@ -60,7 +51,7 @@ def test_a_person_runs_watches_and_approves_a_run_in_the_console(
     recipes = write_recipes(tmp_path / "recipes")
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     with FakeOpenAIServer(answer) as model:
-        chat_recipe(recipes, model.url)
+        write_chat_recipe(recipes, model.url)
         with server(tmp_path, url, "--recipes", str(recipes), token=None) as service:
             # The token was generated, printed once on stdout, and kept owner-only.
             token = service.out.read_text().strip()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,17 +16,20 @@ from typing import Any
 import httpx2
 import pytest
 from service_helpers import (
+    ANSWER,
     TOKEN,
     ServerProcess,
     app_in_thread,
     auth,
     read_stream,
     server,
+    write_chat_recipe,
     write_recipes,
 )
 
 from minions.errors import MinionsError
 from minions.service import ServiceConfig, create_app, load_token
+from minions.testing import FakeOpenAIServer, FakeRequest
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +45,24 @@ def url(folder: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def service(folder: Path, url: str) -> Iterator[ServerProcess]:
+def model() -> Iterator[tuple[FakeOpenAIServer, threading.Event]]:
+    """A model server whose answer waits for the test's go (token deltas are live only)."""
+    go = threading.Event()
+
+    def answer(request: FakeRequest) -> str:
+        go.wait(60)
+        return ANSWER
+
+    with FakeOpenAIServer(answer) as server:
+        yield server, go
+
+
+@pytest.fixture(scope="module")
+def service(
+    folder: Path, url: str, model: tuple[FakeOpenAIServer, threading.Event]
+) -> Iterator[ServerProcess]:
     recipes = write_recipes(folder / "recipes")
+    write_chat_recipe(recipes, model[0].url)
     with server(
         folder,
         url,
@@ -356,6 +376,27 @@ def test_the_stream_resumes_after_a_dropped_connection_with_nothing_lost_or_repe
     assert stream_to_end(client, run_id, after=len(stored)) == []
 
 
+def test_token_deltas_stream_live_without_ids(
+    client: httpx2.Client, model: tuple[FakeOpenAIServer, threading.Event]
+) -> None:
+    _, go = model
+    run_id = submit(client, "chat")
+    messages = []
+    with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+        for message in read_stream_iter(response):
+            messages.append(message)
+            if message["event"] == "model_call_started":
+                go.set()  # the model answers once this client watches
+    deltas = [m for m in messages if m["event"] == "token_delta"]
+    assert len(deltas) > 1
+    assert "".join(d["data"]["text"] for d in deltas) == ANSWER
+    assert all("id" not in d for d in deltas)  # not stored: nothing to resume from
+    stored = [m for m in messages if m["event"] != "token_delta"]
+    assert [int(m["id"]) for m in stored] == list(range(1, len(stored) + 1))
+    assert stored[-1]["event"] == "run_completed"
+    assert client.get(f"/runs/{run_id}").json()["output"] == ANSWER
+
+
 def test_an_idle_stream_sends_heartbeats_and_ends_with_its_run(
     tmp_path: Path, folder: Path
 ) -> None:
@@ -451,7 +492,7 @@ def test_other_errors_have_the_same_shape(client: httpx2.Client) -> None:
 
 def test_recipes_and_workers_are_listed(client: httpx2.Client) -> None:
     recipes = {r["id"]: r for r in client.get("/recipes").json()}
-    assert set(recipes) == {"ledger", "slow", "release", "flaky"}
+    assert set(recipes) == {"ledger", "slow", "release", "flaky", "chat"}
     assert recipes["release"]["description"] == "Shout, once a person said yes."
     assert recipes["release"]["file"] == "approval.yaml"
     assert recipes["ledger"]["inputs"] == {

@@ -22,6 +22,7 @@ WORKLOADS = {
     "IMPORT": "import_time.py",
     "TOKENS": "tokens.py",
     "VALIDATE": "validate_big.py",
+    "SERVICE": "service.py",
 }
 
 

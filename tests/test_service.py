@@ -571,3 +571,26 @@ def test_the_token_is_generated_once_owner_only_and_the_environment_wins(
     first.file.chmod(0o644)
     with pytest.raises(MinionsError, match="chmod 600"):
         load_token(url)
+
+
+def test_serve_refuses_a_missing_folder_and_a_token_file_others_can_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from minions.cli._app import app
+
+    monkeypatch.delenv("MINIONS_API_TOKEN", raising=False)
+    url = f"sqlite:///{tmp_path / 'db' / 'minions.db'}"
+    missing = CliRunner().invoke(
+        app, ["serve", "--recipes", str(tmp_path / "nope"), "--database-url", url]
+    )
+    assert missing.exit_code == 2
+    assert "--recipes: no such folder" in missing.output
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "api-token").write_text("t0ken\n")
+    (tmp_path / "db" / "api-token").chmod(0o644)
+    exposed = CliRunner().invoke(app, ["serve", "--database-url", url])
+    assert exposed.exit_code == 2
+    assert "chmod 600" in " ".join(exposed.output.split())
+    assert "Traceback" not in exposed.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ class _Feed:
         self.run_id = run_id
         self.last = 0
         self.expected = 0
+        self.expected_at = 0.0
         """The highest sequence number the hub told of (it may not be stored yet)."""
         self.subscribers: set[Subscription] = set()
         self.wake = asyncio.Event()
@@ -66,6 +68,7 @@ class _Feed:
             self.publish(event)
             return
         self.expected = max(self.expected, int(event.get("seq", 0)))
+        self.expected_at = time.monotonic()
         self.wake.set()
 
     async def run(self) -> None:
@@ -84,8 +87,10 @@ class _Feed:
                 if batch:
                     continue
                 self.wake.clear()
-                # The hub told of an event still on its way to the store: look again soon.
-                timeout = 0.01 if self.expected > self.last else poll
+                # The hub told of an event still on its way to the store: look again soon
+                # (for a while: a worker that stopped before its commit never stores it).
+                soon = self.expected > self.last and time.monotonic() - self.expected_at < 2
+                timeout = 0.01 if soon else poll
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout)
         finally:

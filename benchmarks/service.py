@@ -223,7 +223,7 @@ async def delivery(base: str, stamps: Path, clients: int = 100, runs: int = 10) 
     }
 
 
-async def throughput(base: str | None, url: str, n: int) -> float:
+async def throughput(base: str | None, url: str, n: int, recipe: Path) -> float:
     """Runs per second, submitting through the API (`base`) or straight to the store."""
     gate = asyncio.Semaphore(16)
     started = time.perf_counter()
@@ -239,7 +239,6 @@ async def throughput(base: str | None, url: str, n: int) -> float:
         from minions.runs import RunStore
 
         store = RunStore(url, create=True)
-        recipe = Path(url.split("///")[-1]).parent.parent / "recipes" / "fast.yaml"
 
         async def direct(i: int) -> None:
             async with gate:
@@ -282,67 +281,83 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--only", choices=["sqlite", "postgres"], default=None)
+    parser.add_argument("--skip", choices=["latency", "throughput"], default=None)
     options = parser.parse_args()
     kinds = [options.only] if options.only else ["sqlite", "postgres"]
     with ExitStack() as stack:
         for kind in kinds:
             folder = Path(tempfile.mkdtemp(prefix=f"minions-bench-service-{kind}-"))
             recipes(folder / "recipes")
-            url = database(kind, folder, "latency", stack)
-            with serve(folder, url) as (base, stamps):
-                first = asyncio.run(first_event(base))
-                delivered = asyncio.run(delivery(base, stamps))
-            commit = delivered["from_commit"]
-            creation = delivered["from_creation"]
-            emit(
-                "SERVICE",
-                f"latency-{kind}",
-                primary="delivery_p99_ms",
-                metrics={
-                    "submit_to_first_event_ms": {
-                        "median": round(statistics.median(first), 1),
-                        "min": round(min(first), 1),
-                        "max": round(max(first), 1),
-                        "n": len(first),
-                        "unit": "ms",
-                    },
-                    "delivery_p50_ms": {"value": round(percentile(commit, 50), 1), "unit": "ms"},
-                    "delivery_p99_ms": {"value": round(percentile(commit, 99), 1), "unit": "ms"},
-                    "from_creation_p50_ms": {
-                        "value": round(percentile(creation, 50), 1),
-                        "unit": "ms",
-                    },
-                    "from_creation_p99_ms": {
-                        "value": round(percentile(creation, 99), 1),
-                        "unit": "ms",
-                    },
-                },
-                extra={"clients": 100, "live_events": len(commit), "events": delivered["events"]},
+            if options.skip != "latency":
+                latency(kind, folder, stack)
+            if options.skip != "throughput":
+                throughput_variants(kind, folder, stack, options.runs)
+
+
+def latency(kind: str, folder: Path, stack: ExitStack) -> None:
+    url = database(kind, folder, "latency", stack)
+    with serve(folder, url) as (base, stamps):
+        first = asyncio.run(first_event(base))
+        delivered = asyncio.run(delivery(base, stamps))
+    commit = delivered["from_commit"]
+    creation = delivered["from_creation"]
+    emit(
+        "SERVICE",
+        f"latency-{kind}",
+        primary="delivery_p99_ms",
+        metrics={
+            "submit_to_first_event_ms": {
+                "median": round(statistics.median(first), 1),
+                "min": round(min(first), 1),
+                "max": round(max(first), 1),
+                "n": len(first),
+                "unit": "ms",
+            },
+            "delivery_p50_ms": {"value": round(percentile(commit, 50), 1), "unit": "ms"},
+            "delivery_p99_ms": {"value": round(percentile(commit, 99), 1), "unit": "ms"},
+            "from_creation_p50_ms": {
+                "value": round(percentile(creation, 50), 1),
+                "unit": "ms",
+            },
+            "from_creation_p99_ms": {
+                "value": round(percentile(creation, 99), 1),
+                "unit": "ms",
+            },
+        },
+        extra={"clients": 100, "live_events": len(commit), "events": delivered["events"]},
+    )
+
+
+def throughput_variants(kind: str, folder: Path, stack: ExitStack, runs: int) -> None:
+    rates = {}
+    for how in ("api", "direct"):
+        url = database(kind, folder, f"throughput_{how}", stack)
+        with ExitStack() as processes:
+            base, _ = processes.enter_context(serve(folder, url, "--no-worker"))
+            processes.enter_context(worker(folder, url, f"{how}-w1"))
+            processes.enter_context(worker(folder, url, f"{how}-w2"))
+            rates[how] = asyncio.run(
+                throughput(
+                    base if how == "api" else None,
+                    url,
+                    runs,
+                    folder / "recipes" / "fast.yaml",
+                )
             )
-            rates = {}
-            for how in ("api", "direct"):
-                url = database(kind, folder, f"throughput_{how}", stack)
-                with ExitStack() as processes:
-                    base, _ = processes.enter_context(serve(folder, url, "--no-worker"))
-                    processes.enter_context(worker(folder, url, f"{how}-w1"))
-                    processes.enter_context(worker(folder, url, f"{how}-w2"))
-                    rates[how] = asyncio.run(
-                        throughput(base if how == "api" else None, url, options.runs)
-                    )
-            emit(
-                "SERVICE",
-                f"throughput-{kind}",
-                primary="runs_per_s",
-                metrics={
-                    "runs_per_s": {"value": round(rates["api"], 1), "unit": "runs/s"},
-                    "direct_runs_per_s": {"value": round(rates["direct"], 1), "unit": "runs/s"},
-                    "api_overhead": {
-                        "value": round(1 - rates["api"] / rates["direct"], 3),
-                        "unit": "fraction",
-                    },
-                },
-                extra={"runs": options.runs, "workers": 2, "concurrency_per_worker": 4},
-            )
+    emit(
+        "SERVICE",
+        f"throughput-{kind}",
+        primary="runs_per_s",
+        metrics={
+            "runs_per_s": {"value": round(rates["api"], 1), "unit": "runs/s"},
+            "direct_runs_per_s": {"value": round(rates["direct"], 1), "unit": "runs/s"},
+            "api_overhead": {
+                "value": round(1 - rates["api"] / rates["direct"], 3),
+                "unit": "fraction",
+            },
+        },
+        extra={"runs": runs, "workers": 2, "concurrency_per_worker": 4},
+    )
 
 
 if __name__ == "__main__":

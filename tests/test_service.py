@@ -102,7 +102,7 @@ def until_status(client: httpx2.Client, run_id: str, status: str) -> dict[str, A
             for message in read_stream_iter(response):
                 if message["data"]["kind"] == "approval_requested":
                     break
-        for _ in range(200):
+        for _ in range(600):  # the status is written just after the event
             body: dict[str, Any] = client.get(f"/runs/{run_id}").json()
             if body["status"] == "waiting":
                 return body

@@ -125,11 +125,14 @@ def serve(folder: Path, url: str, *args: str) -> Iterator[tuple[str, Path]]:
 
 
 @contextmanager
-def worker(folder: Path, url: str, name: str) -> Iterator[None]:
+def worker(folder: Path, url: str, name: str, stamps: Path | None = None) -> Iterator[None]:
+    """`minions worker` (stamping its commits into `stamps` when given)."""
     log = (folder / f"worker-{name}.log").open("w")
-    command = [sys.executable, "-m", "minions", "worker", "--database-url", url,
+    program = [str(HERE / "_stamped_serve.py")] if stamps is not None else ["-m", "minions"]
+    command = [sys.executable, *program, "worker", "--database-url", url,
                "--executor-id", name, "--concurrency", "4"]  # fmt: skip
-    process = subprocess.Popen(command, cwd=folder, stdout=log, stderr=log)
+    env = {**os.environ, "MINIONS_STAMPS": str(stamps)} if stamps is not None else None
+    process = subprocess.Popen(command, cwd=folder, stdout=log, stderr=log, env=env)
     try:
         deadline = time.monotonic() + 60
         while "running queued runs" not in (folder / f"worker-{name}.log").read_text():
@@ -290,20 +293,27 @@ def main() -> None:
             recipes(folder / "recipes")
             if options.skip != "latency":
                 latency(kind, folder, stack)
+                latency(kind, folder, stack, separate=True)
             if options.skip != "throughput":
                 throughput_variants(kind, folder, stack, options.runs)
 
 
-def latency(kind: str, folder: Path, stack: ExitStack) -> None:
-    url = database(kind, folder, "latency", stack)
-    with serve(folder, url) as (base, stamps):
+def latency(kind: str, folder: Path, stack: ExitStack, *, separate: bool = False) -> None:
+    """With the worker in the API's process, or (`separate`) in a process of its own."""
+    url = database(kind, folder, "latency_separate" if separate else "latency", stack)
+    with ExitStack() as processes:
+        base, stamps = processes.enter_context(
+            serve(folder, url, *(["--no-worker"] if separate else []))
+        )
+        if separate:
+            processes.enter_context(worker(folder, url, "latency-w1", stamps))
         first = asyncio.run(first_event(base))
         delivered = asyncio.run(delivery(base, stamps))
     commit = delivered["from_commit"]
     creation = delivered["from_creation"]
     emit(
         "SERVICE",
-        f"latency-{kind}",
+        f"latency-{kind}" + ("-separate-worker" if separate else ""),
         primary="delivery_p99_ms",
         metrics={
             "submit_to_first_event_ms": {

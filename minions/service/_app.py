@@ -185,7 +185,7 @@ class _Guard:
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": ERROR_TYPES[status]}
-    for status in (400, 401, 404, 409, 413, 422)
+    for status in (400, 401, 403, 404, 409, 413, 422)
 }
 
 

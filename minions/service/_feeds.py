@@ -67,6 +67,8 @@ class _Feed:
         if event.get("kind") == "token_delta":
             self.publish(event)
             return
+        if self.feeds.notified:
+            return  # Postgres tells of the commit itself: no need to look before it
         self.expected = max(self.expected, int(event.get("seq", 0)))
         self.expected_at = time.monotonic()
         self.wake.set()
@@ -78,6 +80,8 @@ class _Feed:
         poll = self.feeds.poll
         try:
             while self.subscribers:
+                # Cleared before the read: a wake-up during the read is not lost.
+                self.wake.clear()
                 batch = await asyncio.to_thread(
                     store.events, self.run_id, after=self.last, limit=500
                 )
@@ -86,7 +90,6 @@ class _Feed:
                     self.publish(event)
                 if batch:
                     continue
-                self.wake.clear()
                 # The hub told of an event still on its way to the store: look again soon
                 # (for a while: a worker that stopped before its commit never stores it).
                 soon = self.expected > self.last and time.monotonic() - self.expected_at < 2
@@ -113,11 +116,14 @@ class Feeds:
         self._feeds: dict[str, _Feed] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: asyncio.Task[None] | None = None
+        self.notified = False
+        """Woken by the database at each commit (Postgres LISTEN/NOTIFY)."""
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self.store.engine.dialect.name == "postgresql":
             self.poll = max(self.poll, 1.0)  # a safety net: NOTIFY wakes the feeds
+            self.notified = True
             self._listener = asyncio.create_task(self._listen())
 
     async def stop(self) -> None:

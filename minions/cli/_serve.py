@@ -23,7 +23,9 @@ def serve(
             help="The address to bind. Keep 127.0.0.1 unless a TLS reverse proxy is in front.",
         ),
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="The port.")] = 8000,
+    port: Annotated[
+        int, typer.Option("--port", min=1, max=65535, metavar="PORT", help="The port.")
+    ] = 8000,
     recipes: Annotated[
         Path | None,
         typer.Option(

@@ -27,6 +27,7 @@ WORKLOADS = {
     "W6": "w6_durable.py",
     "PLAN": "plan.py",
     "MCP": "mcp_tools.py",
+    "SERVICE": "service.py",
 }
 
 

@@ -76,6 +76,9 @@ PUBLIC: dict[str, set[str]] = {
     "minions.runs": {
         "ApprovalRecord", "RunRecord", "RunStore", "StepRecord", "WorkerRecord", "database_url",
     },
+    "minions.service": {
+        "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",
+    },
     "minions.recipes": {
         "AgentRecipe", "InputSpec", "RecipeFile", "RecipeStep", "dump_recipe", "load_recipe",
         "load_recipe_file", "parse_recipe", "recipe_problems",

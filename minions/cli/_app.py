@@ -311,6 +311,9 @@ def _register_runs() -> None:
 
     app.command(name="worker")(_user_errors_of(_runs.worker))
     app.command(name="submit")(_user_errors_of(_runs.submit))
+    from minions.cli import _serve
+
+    app.command(name="serve")(_user_errors_of(_serve.serve))
     for command in _runs.runs_app.registered_commands:
         assert command.callback is not None
         command.callback = _user_errors_of(command.callback)

@@ -9,6 +9,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -425,7 +426,17 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+_IMPORTING = threading.RLock()
+"""Recipes load in threads (the run store, the REST service): a tools module is imported
+whole by one of them before another sees it in `sys.modules`."""
+
+
 def _import_module(name: str, base: Path) -> ModuleType:
+    with _IMPORTING:
+        return _import_module_once(name, base)
+
+
+def _import_module_once(name: str, base: Path) -> ModuleType:
     local = base.joinpath(*name.split(".")).with_suffix(".py")
     if local.is_file():
         digest = hashlib.sha1(str(local).encode()).hexdigest()[:8]

@@ -96,10 +96,44 @@ class RunStore:
             RecipeError: the recipe or the inputs are invalid (nothing is queued).
         """
         from minions.recipes._loader import read_recipe_text
-        from minions.runs._runner import recipe_of
 
         path = await asyncio.to_thread(Path(recipe).resolve)
         text = await asyncio.to_thread(read_recipe_text, path)
+        return await self._queue_run(text, path, inputs, idempotency_key)
+
+    async def submit_yaml(
+        self,
+        text: str,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        base: str | Path,
+        idempotency_key: str | None = None,
+    ) -> tuple[str, bool]:
+        """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
+        tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
+
+        Raises:
+            RecipeError: the recipe or the inputs are invalid (nothing is queued).
+        """
+        from minions.recipes._loader import parse_spec
+
+        folder = await asyncio.to_thread(Path(base).resolve)
+        spec, _ = await asyncio.to_thread(parse_spec, text)
+        return await self._queue_run(
+            text, folder / f"{spec.id}.inline.yaml", inputs, idempotency_key
+        )
+
+    async def _queue_run(
+        self,
+        text: str,
+        path: Path,
+        inputs: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+    ) -> tuple[str, bool]:
+        """Check the recipe snapshot `text` (as the file `path`) and the inputs, store the run
+        and queue it."""
+        from minions.runs._runner import recipe_of
+
         built = await asyncio.to_thread(recipe_of, text, str(path))
         checked = built.check_inputs(dict(inputs or {}))
         run_id, created = await asyncio.to_thread(
@@ -115,6 +149,15 @@ class RunStore:
         if created:
             await asyncio.to_thread(self._dbos().enqueue, run_id)
         return run_id, created
+
+    async def recipe_yaml(self, run_id: str) -> str:
+        """The recipe YAML snapshotted into the run at submission.
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        text, _path, _inputs = await asyncio.to_thread(self._store.run_source, run_id)
+        return text
 
     async def get(self, run_id: str) -> RunRecord:
         """The run with its finished steps and approvals.

@@ -90,7 +90,14 @@ class Queue:
         self._dbos().cancel_workflow(run_id)
 
     def resume(self, run_id: str) -> None:
-        self._dbos().resume_workflow(run_id)
+        dbos_client = self._dbos()
+        status = dbos_client.retrieve_workflow(run_id).get_status().status
+        if status == "ERROR":
+            # DBOS resumes only unfinished workflows; a failed run's workflow is rewound
+            # (its steps are minions' checkpoints, so it goes on from the last completed one).
+            dbos_client.rewind_workflow(run_id, queue_name=QUEUE, application_version=APP_VERSION)
+        else:
+            dbos_client.resume_workflow(run_id)
 
     def close(self) -> None:
         if self._client is not None:

@@ -1,0 +1,107 @@
+"""`minions serve`: the REST API, its event streams and the console, with a worker in the same
+process unless `--no-worker` (see docs/service.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from minions.cli._runs import DatabaseOption
+
+__all__: list[str] = []
+
+
+def serve(
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            metavar="HOST",
+            help="The address to bind. Keep 127.0.0.1 unless a TLS reverse proxy is in front.",
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", min=1, max=65535, metavar="PORT", help="The port.")
+    ] = 8000,
+    recipes: Annotated[
+        Path | None,
+        typer.Option(
+            "--recipes",
+            metavar="DIR",
+            help="The folder of the recipes clients may run, by id (its YAML files, searched "
+            "recursively).",
+            show_default=False,
+        ),
+    ] = None,
+    no_worker: Annotated[
+        bool,
+        typer.Option(
+            "--no-worker",
+            help="Serve only; run the runs in `minions worker` processes on the same database.",
+        ),
+    ] = False,
+    allow_inline_recipes: Annotated[
+        bool,
+        typer.Option(
+            "--allow-inline-recipes",
+            help="Accept recipe YAML in POST /runs (it may name only built-in tools and tools "
+            "modules of --recipes DIR).",
+        ),
+    ] = False,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
+
+    Every endpoint but /health needs "Authorization: Bearer TOKEN": the token is
+    $MINIONS_API_TOKEN, else one generated at the first start and kept beside the database
+    (owner-only), printed once.
+    """
+    from minions.cli._model_choice import UsageError
+
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "minions serve needs FastAPI and uvicorn: pip install 'minions[service]'"
+        ) from None
+    from minions.runs import database_url as resolve
+    from minions.runs._store import describe
+    from minions.service import ServiceConfig, load_token
+    from minions.service import serve as run_service
+
+    if recipes is not None and not recipes.is_dir():
+        raise UsageError(f"--recipes: no such folder: {str(recipes)!r}")
+    url = resolve(database_url)
+    token = load_token(url)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if token.new:
+        err.print(
+            f"API token (printed this once; kept in {token.file}, readable by you only):",
+            markup=False,
+        )
+        typer.echo(token.value)
+    elif token.file is not None:
+        err.print(f"API token: in {token.file}", markup=False)
+    else:
+        err.print("API token: $MINIONS_API_TOKEN", markup=False)
+    shown = f"[{host}]" if ":" in host else host
+
+    def ready(executor_id: str) -> None:
+        worker = f"; worker {executor_id} in this process" if executor_id else "; no worker"
+        err.print(
+            f"minions serve: http://{shown}:{port}/ (console at /, API docs at /openapi.json) "
+            f"over {describe(url)}{worker}; Ctrl-C stops it",
+            markup=False,
+        )
+
+    config = ServiceConfig(
+        token=token.value,
+        database_url=url,
+        recipes=recipes,
+        allow_inline_recipes=allow_inline_recipes,
+    )
+    run_service(config, host=host, port=port, worker=not no_worker, on_ready=ready)

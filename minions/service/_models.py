@@ -1,0 +1,131 @@
+"""The REST bodies: what clients send and what they get back (the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__: list[str] = []
+
+Status = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubmitRequest(_Body):
+    """A run to queue: a recipe of the server's folder by id, or (when the server allows it)
+    recipe YAML inline."""
+
+    recipe: str | None = Field(None, description="The id of a recipe in the server's folder.")
+    recipe_yaml: str | None = Field(
+        None, description="Recipe YAML (only with `minions serve --allow-inline-recipes`)."
+    )
+    inputs: dict[str, Any] = Field(default_factory=dict, description="The run's inputs.")
+    idempotency_key: str | None = Field(
+        None,
+        max_length=200,
+        description="Submitting again with the same key returns the same run.",
+    )
+
+
+class ApprovalRequest(_Body):
+    """A decision on a call the run waits for."""
+
+    approve: bool
+    reason: str | None = Field(None, description="Why not (goes to the model on a rejection).")
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error: a type to branch on and a message for people."""
+
+    error: ErrorDetail
+
+
+class Submitted(BaseModel):
+    run_id: str
+    status: Status
+    created: bool = Field(description="False: the idempotency key named an earlier run.")
+
+
+class StepOut(BaseModel):
+    step_id: str
+    visit: int
+    status: str
+    output: Any = None
+    error: str | None = None
+    usage: dict[str, Any] = Field(default_factory=dict)
+    attempts: int = 1
+    items: int = 0
+
+
+class ApprovalOut(BaseModel):
+    call_id: str
+    step_id: str
+    tool: str
+    arguments: Any = None
+    requested_at: float
+    decided_at: float | None = None
+    approved: bool | None = None
+    reason: str | None = None
+
+
+class GraphNode(BaseModel):
+    id: str
+    kind: str
+    depends_on: list[str] = Field(default_factory=list)
+    next: list[str] = Field(default_factory=list)
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    recipe: str
+    status: Status
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    usage: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    executor_id: str | None = None
+
+
+class RunOut(RunSummary):
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    output: Any = None
+    steps: list[StepOut] = Field(default_factory=list)
+    approvals: list[ApprovalOut] = Field(default_factory=list)
+    graph: list[GraphNode] = Field(default_factory=list, description="The recipe's steps.")
+
+
+class RunPage(BaseModel):
+    runs: list[RunSummary]
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page.")
+
+
+class RecipeOut(BaseModel):
+    id: str
+    description: str = ""
+    file: str = Field(description="The file, relative to the recipes folder.")
+    inputs: dict[str, Any] = Field(description="A JSON Schema of the inputs.")
+
+
+class WorkerOut(BaseModel):
+    executor_id: str
+    started_at: float
+    heartbeat_at: float
+    stopped_at: float | None = None
+    alive: bool
+    version: str
+    runs: list[str]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str

@@ -1,0 +1,104 @@
+"""`minions serve` underneath: uvicorn with the service's app, and (unless told not to) a worker
+in the same process, in a thread of its own, whose live events (token deltas) reach the
+streams."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+
+from minions.models._base import Model
+from minions.service._app import ServiceConfig, create_app
+
+__all__ = ["serve"]
+
+
+def _streaming(spec: Model | str | None) -> Model:
+    """Models named by strings stream their answers: the console shows the text live."""
+    from minions.models._infer import infer_model
+
+    return infer_model(spec, stream=True)
+
+
+def serve(
+    config: ServiceConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    worker: bool = True,
+    concurrency: int = 4,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve until SIGINT or SIGTERM; the in-process worker stops with the server (its
+    unfinished runs go on in the next worker).
+
+    Args:
+        config: what to serve.
+        host: the address to bind (keep 127.0.0.1 unless a TLS proxy is in front).
+        port: the port.
+        worker: run queued runs in this process too.
+        concurrency: runs at a time in that worker.
+        on_ready: told the worker's id (or ``""`` without one) once the server listens.
+    """
+    import uvicorn
+
+    from minions.runs import database_url
+    from minions.runs._runner import LiveHub
+
+    url = database_url(config.database_url)
+    hub = LiveHub() if worker else None
+    running = None
+    thread = None
+    if worker:
+        from minions.runs._durable import Worker
+
+        started = threading.Event()
+        failure: list[BaseException] = []
+        running = Worker(
+            url,
+            concurrency=concurrency,
+            model=os.environ.get("MINIONS_MODEL"),
+            resolver=_streaming,
+            hub=hub,
+            on_ready=lambda _: started.set(),
+        )
+
+        def work() -> None:
+            try:
+                running.run(handle_signals=False)
+            except BaseException as exc:  # told to the main thread
+                failure.append(exc)
+                started.set()
+
+        thread = threading.Thread(target=work, name="minions-worker", daemon=True)
+        thread.start()
+        started.wait()
+        if failure:
+            raise failure[0]
+    app = create_app(config, hub=hub)
+    executor_id = running.executor_id if running is not None else ""
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and on_ready is not None:
+                on_ready(executor_id)
+
+    server = Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=3,
+        )
+    )
+    try:
+        server.run()
+    finally:
+        if running is not None and thread is not None:
+            running.stop()
+            thread.join(timeout=30)

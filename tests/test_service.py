@@ -1,0 +1,596 @@
+"""The REST API through a real `minions serve` (uvicorn, with its in-process worker) on
+127.0.0.1, with httpx: every endpoint and error, auth, idempotent submit, approvals, cancel and
+resume, and the event stream resumed after a dropped connection with no event lost or
+repeated."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from service_helpers import (
+    ANSWER,
+    TOKEN,
+    ServerProcess,
+    app_in_thread,
+    auth,
+    read_stream,
+    server,
+    write_chat_recipe,
+    write_recipes,
+)
+
+from minions.errors import MinionsError
+from minions.service import ServiceConfig, create_app, load_token
+from minions.testing import FakeOpenAIServer, FakeRequest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("service")
+
+
+@pytest.fixture(scope="module")
+def url(folder: Path) -> str:
+    return f"sqlite:///{folder / 'store' / 'minions.db'}"
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[tuple[FakeOpenAIServer, threading.Event]]:
+    """A model server whose answer waits for the test's go (token deltas are live only)."""
+    go = threading.Event()
+
+    def answer(request: FakeRequest) -> str:
+        go.wait(60)
+        return ANSWER
+
+    with FakeOpenAIServer(answer) as server:
+        yield server, go
+
+
+@pytest.fixture(scope="module")
+def service(
+    folder: Path, url: str, model: tuple[FakeOpenAIServer, threading.Event]
+) -> Iterator[ServerProcess]:
+    recipes = write_recipes(folder / "recipes")
+    write_chat_recipe(recipes, model[0].url)
+    with server(
+        folder,
+        url,
+        "--recipes",
+        str(recipes),
+        LEDGER=str(folder / "ledger.txt"),
+        FLAKY_OK=str(folder / "flaky-ok"),
+    ) as process:
+        yield process
+
+
+@pytest.fixture
+def client(service: ServerProcess) -> Iterator[httpx2.Client]:
+    with httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as client:
+        yield client
+
+
+def submit(client: httpx2.Client, recipe: str, **inputs: Any) -> str:
+    response = client.post("/runs", json={"recipe": recipe, "inputs": inputs})
+    assert response.status_code == 201, response.text
+    run_id: str = response.json()["run_id"]
+    return run_id
+
+
+def stream_to_end(client: httpx2.Client, run_id: str, **params: Any) -> list[dict[str, Any]]:
+    with client.stream("GET", f"/runs/{run_id}/events/stream", params=params) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return read_stream(response)
+
+
+def until_status(client: httpx2.Client, run_id: str, status: str) -> dict[str, Any]:
+    """Follow the run's stream until its status is `status` (waiting is told by an
+    approval_requested event; the others by the stream's end)."""
+    if status == "waiting":
+        with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+            for message in read_stream_iter(response):
+                if message["data"]["kind"] == "approval_requested":
+                    break
+        for _ in range(600):  # the status is written just after the event
+            body: dict[str, Any] = client.get(f"/runs/{run_id}").json()
+            if body["status"] == "waiting":
+                return body
+            import time
+
+            time.sleep(0.05)
+        raise AssertionError(f"run {run_id} is not waiting: {body['status']}")
+    stream_to_end(client, run_id)
+    body = client.get(f"/runs/{run_id}").json()
+    assert body["status"] == status, body
+    return body
+
+
+def read_stream_iter(response: httpx2.Response) -> Iterator[dict[str, Any]]:
+    current: dict[str, Any] = {}
+    for line in response.iter_lines():
+        if line == "":
+            if "data" in current:
+                current["data"] = json.loads(current["data"])
+                yield current
+            current = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            current[name] = value.removeprefix(" ")
+
+
+def approval_path(run_id: str, call_id: str) -> str:
+    from urllib.parse import quote
+
+    return f"/runs/{run_id}/approvals/{quote(call_id, safe='/')}"
+
+
+def error_of(response: httpx2.Response, status: int, kind: str | None = None) -> str:
+    """The error's message, after checking the status and the error shape."""
+    assert response.status_code == status, response.text
+    assert "Traceback" not in response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"type", "message"}
+    if kind is not None:
+        assert body["error"]["type"] == kind
+    message: str = body["error"]["message"]
+    return message
+
+
+# -- auth -----------------------------------------------------------------------------------
+
+ENDPOINTS = [
+    ("GET", "/runs"),
+    ("POST", "/runs"),
+    ("GET", "/runs/x"),
+    ("POST", "/runs/x/cancel"),
+    ("POST", "/runs/x/resume"),
+    ("POST", "/runs/x/approvals/c"),
+    ("GET", "/runs/x/events"),
+    ("GET", "/runs/x/events/stream"),
+    ("GET", "/recipes"),
+    ("GET", "/workers"),
+    ("GET", "/openapi.json"),
+    ("GET", "/no/such/endpoint"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+def test_every_endpoint_but_health_needs_the_token(
+    service: ServerProcess, method: str, path: str
+) -> None:
+    missing = httpx2.request(method, service.base + path)
+    assert "Authorization" in error_of(missing, 401, "unauthorized")
+    assert missing.headers["www-authenticate"] == "Bearer"
+    wrong = httpx2.request(method, service.base + path, headers=auth("not-the-token"))
+    assert error_of(wrong, 401) == "the bearer token is wrong"
+    basic = httpx2.request(method, service.base + path, headers={"Authorization": TOKEN})
+    error_of(basic, 401)
+
+
+def test_health_and_the_console_page_need_no_token(service: ServerProcess) -> None:
+    health = httpx2.get(service.base + "/health")
+    assert health.status_code == 200
+    assert health.json()["status"] == "ok"
+    page = httpx2.get(service.base + "/")
+    assert page.status_code == 200
+    assert "<title>minions" in page.text
+    assert httpx2.get(service.base + "/console/console.js").status_code == 200
+
+
+def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
+    schema = client.get("/openapi.json").json()
+    assert set(schema["paths"]) == {
+        "/runs",
+        "/runs/{run_id}",
+        "/runs/{run_id}/cancel",
+        "/runs/{run_id}/resume",
+        "/runs/{run_id}/approvals/{call_id}",
+        "/runs/{run_id}/events",
+        "/runs/{run_id}/events/stream",
+        "/recipes",
+        "/workers",
+        "/health",
+    }
+    assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+def test_a_submitted_run_completes_and_shows_its_steps_graph_and_events(
+    client: httpx2.Client,
+) -> None:
+    response = client.post("/runs", json={"recipe": "ledger", "inputs": {"tag": "t1"}})
+    assert response.status_code == 201
+    body = response.json()
+    assert body["status"] == "queued"
+    assert body["created"] is True
+    run_id = body["run_id"]
+    messages = stream_to_end(client, run_id)
+    assert [int(m["id"]) for m in messages] == list(range(1, len(messages) + 1))
+    assert messages[0]["event"] == "run_started"
+    assert messages[-1]["event"] == "run_completed"
+    run = client.get(f"/runs/{run_id}").json()
+    assert run["status"] == "completed"
+    assert run["recipe"] == "ledger"
+    assert run["output"] == "t1:five"
+    assert [s["step_id"] for s in run["steps"]] == ["one", "two", "three", "four", "five"]
+    assert run["graph"][1] == {"id": "two", "kind": "tool", "depends_on": ["one"], "next": []}
+    assert run["usage"]["calls"] == 0
+    # The JSON events are the stream's, a page at a time.
+    stored = client.get(f"/runs/{run_id}/events").json()
+    assert [e["seq"] for e in stored] == [int(m["id"]) for m in messages]
+    page = client.get(f"/runs/{run_id}/events", params={"after": 2, "limit": 3}).json()
+    assert [e["seq"] for e in page] == [3, 4, 5]
+    assert page == stored[2:5]
+
+
+def test_submitting_again_with_one_key_gives_the_same_run(client: httpx2.Client) -> None:
+    given = {"recipe": "ledger", "inputs": {"tag": "idem"}, "idempotency_key": "key-1"}
+    first = client.post("/runs", json=given)
+    again = client.post("/runs", json=given)
+    assert first.status_code == again.status_code == 201
+    assert again.json()["run_id"] == first.json()["run_id"]
+    assert (first.json()["created"], again.json()["created"]) == (True, False)
+    listed = client.get("/runs", params={"recipe": "ledger", "limit": 500}).json()["runs"]
+    assert [r["run_id"] for r in listed].count(first.json()["run_id"]) == 1
+
+
+def test_runs_are_listed_newest_first_with_filters_and_a_cursor(client: httpx2.Client) -> None:
+    ids = [submit(client, "ledger", tag=f"list{i}") for i in range(3)]
+    for run_id in ids:
+        stream_to_end(client, run_id)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"recipe": "ledger", "limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        page = client.get("/runs", params=params).json()
+        seen += [r["run_id"] for r in page["runs"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen))
+    assert seen[:3] == ids[::-1]
+    completed = client.get("/runs", params={"status": "completed", "limit": 500}).json()
+    assert {r["status"] for r in completed["runs"]} == {"completed"}
+    assert set(ids) <= {r["run_id"] for r in completed["runs"]}
+    assert client.get("/runs", params={"recipe": "nothing-like-it"}).json() == {
+        "runs": [],
+        "next_cursor": None,
+    }
+
+
+def test_a_waiting_call_is_approved_over_the_api(client: httpx2.Client) -> None:
+    run_id = submit(client, "release", text="go")
+    run = until_status(client, run_id, "waiting")
+    [approval] = run["approvals"]
+    assert approval["tool"] == "shout"
+    assert approval["arguments"] == {"text": "go"}
+    assert approval["decided_at"] is None
+    call = approval["call_id"]
+    decided = client.post(approval_path(run_id, call), json={"approve": True})
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["approvals"][0]["approved"] is True
+    run = until_status(client, run_id, "completed")
+    assert run["output"] == "DONE"
+    # Deciding again: the run waits for nothing.
+    again = client.post(approval_path(run_id, call), json={"approve": True})
+    assert "waits for no approval" in error_of(again, 409, "wrong_state")
+
+
+def test_a_rejected_call_fails_the_tool_step_with_the_reason(client: httpx2.Client) -> None:
+    run_id = submit(client, "release")
+    call = until_status(client, run_id, "waiting")["approvals"][0]["call_id"]
+    rejected = client.post(
+        approval_path(run_id, call),
+        json={"approve": False, "reason": "not today"},
+    )
+    assert rejected.status_code == 200
+    run = until_status(client, run_id, "failed")
+    assert "not today" in run["error"]
+
+
+def test_a_run_is_cancelled_and_resumed(client: httpx2.Client) -> None:
+    run_id = submit(client, "release")  # waits for a person: it is still going when cancelled
+    until_status(client, run_id, "waiting")
+    cancelled = client.post(f"/runs/{run_id}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    assert "nothing to cancel" in error_of(client.post(f"/runs/{run_id}/cancel"), 409)
+    resumed = client.post(f"/runs/{run_id}/resume")
+    assert resumed.status_code == 200
+    assert resumed.json()["status"] in ("queued", "running", "waiting")
+    call = until_status(client, run_id, "waiting")["approvals"][0]["call_id"]
+    client.post(approval_path(run_id, call), json={"approve": True})
+    run = until_status(client, run_id, "completed")
+    assert run["output"] == "DONE"
+    assert "only a failed or cancelled run resumes" in error_of(
+        client.post(f"/runs/{run_id}/resume"), 409, "wrong_state"
+    )
+
+
+def test_a_failed_run_resumes_from_its_last_completed_step(
+    client: httpx2.Client, folder: Path
+) -> None:
+    run_id = submit(client, "flaky")
+    failed = until_status(client, run_id, "failed")
+    assert [(s["step_id"], s["status"]) for s in failed["steps"]] == [("first", "completed")]
+    assert "not yet" in failed["error"]
+    (folder / "flaky-ok").touch()
+    assert client.post(f"/runs/{run_id}/resume").status_code == 200
+    run = until_status(client, run_id, "completed")
+    assert run["output"] == "two"
+    events = client.get(f"/runs/{run_id}/events").json()
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    started = [e["step_id"] for e in events if e["kind"] == "step_started"]
+    assert started.count("first") == 1  # not run again
+
+
+# -- the stream -----------------------------------------------------------------------------
+
+
+def test_the_stream_resumes_after_a_dropped_connection_with_nothing_lost_or_repeated(
+    client: httpx2.Client,
+) -> None:
+    run_id = submit(client, "slow", tag="drop")
+    received: list[dict[str, Any]] = []
+    with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+        received += read_stream(response, stop_after=4)
+    # The connection is closed mid-run; the client resumes from the last id it saw.
+    last = received[-1]["id"]
+    assert received[-1]["data"]["kind"] != "run_completed"
+    with client.stream(
+        "GET", f"/runs/{run_id}/events/stream", headers={"Last-Event-ID": last}
+    ) as response:
+        received += read_stream(response)
+    ids = [int(m["id"]) for m in received if "id" in m]
+    stored = client.get(f"/runs/{run_id}/events").json()
+    assert ids == [e["seq"] for e in stored] == list(range(1, len(stored) + 1))
+    assert [m["data"] for m in received if "id" in m] == stored
+    assert received[-1]["data"]["kind"] == "run_completed"
+    # ?after= too, and Last-Event-ID wins over it.
+    tail = stream_to_end(client, run_id, after=len(stored) - 2)
+    assert [int(m["id"]) for m in tail] == [len(stored) - 1, len(stored)]
+    with client.stream(
+        "GET",
+        f"/runs/{run_id}/events/stream",
+        params={"after": 0},
+        headers={"Last-Event-ID": str(len(stored) - 1)},
+    ) as response:
+        assert [int(m["id"]) for m in read_stream(response)] == [len(stored)]
+    # A client that saw the end already gets an empty stream that ends.
+    assert stream_to_end(client, run_id, after=len(stored)) == []
+
+
+def test_token_deltas_stream_live_without_ids(
+    client: httpx2.Client, model: tuple[FakeOpenAIServer, threading.Event]
+) -> None:
+    _, go = model
+    run_id = submit(client, "chat")
+    messages = []
+    with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+        for message in read_stream_iter(response):
+            messages.append(message)
+            if message["event"] == "model_call_started":
+                go.set()  # the model answers once this client watches
+    deltas = [m for m in messages if m["event"] == "token_delta"]
+    assert len(deltas) > 1
+    assert "".join(d["data"]["text"] for d in deltas) == ANSWER
+    assert all("id" not in d for d in deltas)  # not stored: nothing to resume from
+    stored = [m for m in messages if m["event"] != "token_delta"]
+    assert [int(m["id"]) for m in stored] == list(range(1, len(stored) + 1))
+    assert stored[-1]["event"] == "run_completed"
+    assert client.get(f"/runs/{run_id}").json()["output"] == ANSWER
+
+
+def test_an_idle_stream_sends_heartbeats_and_ends_with_its_run(
+    tmp_path: Path, folder: Path
+) -> None:
+    """A store no worker serves: the run stays queued, its stream says it is alive in comment
+    lines, and ends once the run is cancelled."""
+    config = ServiceConfig(
+        token=TOKEN,
+        database_url=f"sqlite:///{tmp_path / 'idle' / 'minions.db'}",
+        recipes=folder / "recipes",
+        heartbeat=0.05,
+    )
+    with (
+        app_in_thread(create_app(config)) as base,
+        httpx2.Client(base_url=base, headers=auth(), timeout=60) as c,
+    ):
+        run_id = submit(c, "ledger", tag="idle")
+        heartbeats = 0
+        with c.stream("GET", f"/runs/{run_id}/events/stream") as response:
+            for line in response.iter_lines():
+                heartbeats += line == ": keep-alive"
+                if heartbeats == 2:
+                    break
+        assert c.post(f"/runs/{run_id}/cancel").json()["status"] == "cancelled"
+        messages = stream_to_end(c, run_id)
+        assert [(m["data"]["kind"], m["data"]["error"]) for m in messages] == [
+            ("run_failed", "cancelled")
+        ]
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_bad_submissions_are_refused_naming_the_field(client: httpx2.Client) -> None:
+    unknown = client.post("/runs", json={"recipe": "nope"})
+    message = error_of(unknown, 400, "unknown_recipe")
+    assert "`recipe`" in message
+    assert "ledger" in message
+    inputs = client.post("/runs", json={"recipe": "ledger", "inputs": {"tga": "x"}})
+    message = error_of(inputs, 400, "invalid_inputs")
+    assert "unknown input 'tga'" in message
+    assert "'tag' is required" in message
+    neither = client.post("/runs", json={"inputs": {}})
+    assert "`recipe`" in error_of(neither, 400)
+    not_json = client.post(
+        "/runs", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    error_of(not_json, 400, "invalid_json")
+    schema = client.post("/runs", json={"recipe": "ledger", "inputs": [1, 2]})
+    assert "body.inputs" in error_of(schema, 422, "invalid_request")
+    extra = client.post("/runs", json={"recipe": "ledger", "colour": "red"})
+    assert "body.colour" in error_of(extra, 422)
+    inline = client.post("/runs", json={"recipe_yaml": "id: x\nsteps: []\n"})
+    assert "--allow-inline-recipes" in error_of(inline, 403, "forbidden")
+    too_big = client.post("/runs", json={"recipe": "ledger", "inputs": {"tag": "x" * 2_000_000}})
+    assert "larger than" in error_of(too_big, 413, "body_too_large")
+    bad_limit = client.get("/runs", params={"limit": 0})
+    assert "query.limit" in error_of(bad_limit, 422)
+    bad_status = client.get("/runs", params={"status": "sleeping"})
+    assert "query.status" in error_of(bad_status, 422)
+    bad_cursor = client.get("/runs", params={"cursor": "%%%"})
+    assert "`cursor`" in error_of(bad_cursor, 400)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/runs/nope"),
+        ("GET", "/runs/nope/events"),
+        ("GET", "/runs/nope/events/stream"),
+        ("POST", "/runs/nope/cancel"),
+        ("POST", "/runs/nope/resume"),
+    ],
+)
+def test_an_unknown_run_is_a_404(client: httpx2.Client, method: str, path: str) -> None:
+    assert "no run 'nope'" in error_of(client.request(method, path), 404, "unknown_run")
+
+
+def test_other_errors_have_the_same_shape(client: httpx2.Client) -> None:
+    approve = client.post("/runs/nope/approvals/c", json={"approve": True})
+    error_of(approve, 404, "unknown_run")
+    no_body = client.post("/runs/nope/approvals/c")
+    error_of(no_body, 422)
+    assert "no endpoint GET /nothing" in error_of(client.get("/nothing"), 404, "not_found")
+    error_of(client.delete("/runs"), 405, "method_not_allowed")
+    bad_id = client.get("/runs/x/events/stream", headers={"Last-Event-ID": "abc"})
+    assert "Last-Event-ID" in error_of(bad_id, 400)
+    error_of(client.get("/runs/x/events", params={"after": -1}), 422)
+    error_of(client.get("/runs/x/events", params={"after": 2**70}), 422)
+
+
+# -- recipes, workers -----------------------------------------------------------------------
+
+
+def test_recipes_and_workers_are_listed(client: httpx2.Client) -> None:
+    recipes = {r["id"]: r for r in client.get("/recipes").json()}
+    assert set(recipes) == {"ledger", "slow", "release", "flaky", "chat"}
+    assert recipes["release"]["description"] == "Shout, once a person said yes."
+    assert recipes["release"]["file"] == "approval.yaml"
+    assert recipes["ledger"]["inputs"] == {
+        "type": "object",
+        "properties": {"tag": {"type": "string"}},
+        "required": ["tag"],
+    }
+    [worker] = [w for w in client.get("/workers").json() if w["alive"]]
+    assert worker["executor_id"]
+    assert isinstance(worker["runs"], list)
+
+
+# -- inline recipes -------------------------------------------------------------------------
+
+
+def test_inline_recipes_name_only_built_in_tools_and_the_servers_own(
+    service: ServerProcess, folder: Path, url: str
+) -> None:
+    """A second server over the same store (its worker is the first server's), taking inline
+    recipes: built-in tools and the folder's own modules pass; anything else is refused
+    before anything is imported."""
+    (folder / "evil.py").write_text("raise SystemExit('imported!')\n")
+    config = ServiceConfig(
+        token=TOKEN, database_url=url, recipes=folder / "recipes", allow_inline_recipes=True
+    )
+    with (
+        app_in_thread(create_app(config)) as base,
+        httpx2.Client(base_url=base, headers=auth(), timeout=60) as c,
+    ):
+        own = "id: own\ntools: [shouting]\nsteps: [{id: a, tool: shout, params: {text: hi}}]\n"
+        accepted = c.post("/runs", json={"recipe_yaml": own})
+        assert accepted.status_code == 201, accepted.text
+        run_id = accepted.json()["run_id"]
+        with httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as main:
+            assert until_status(main, run_id, "completed")["output"] == "HI"
+        for tools, field in [
+            ("[os]", "tools.0"),
+            ("['../evil']", "tools.0"),
+            ("[evil]", "tools.0"),
+            ("['shouting', 'json:loads']", "tools.1"),
+        ]:
+            text = (
+                f"id: bad\ntools: {tools}\nsteps: [{{id: a, tool: shout, params: {{text: hi}}}}]\n"
+            )
+            refused = c.post("/runs", json={"recipe_yaml": text})
+            message = error_of(refused, 400, "invalid_recipe")
+            assert f"field '{field}'" in message
+            assert "recipes folder" in message
+        outside = "id: sub\nsteps: [{id: a, recipe: ../evil.yaml}]\n"
+        assert "include only recipes" in error_of(
+            c.post("/runs", json={"recipe_yaml": outside}), 400
+        )
+        workspace = "id: w\nworkspace: /\nsteps: [{id: a, tool: list_files, params: {}}]\n"
+        assert "workspace" in error_of(c.post("/runs", json={"recipe_yaml": workspace}), 400)
+        broken = c.post("/runs", json={"recipe_yaml": "id: [\n"})
+        error_of(broken, 400, "invalid_recipe")
+
+
+# -- the token ------------------------------------------------------------------------------
+
+
+def test_the_token_is_generated_once_owner_only_and_the_environment_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MINIONS_API_TOKEN", raising=False)
+    url = f"sqlite:///{tmp_path / 'db' / 'minions.db'}"
+    first = load_token(url)
+    assert first.new
+    assert first.file == tmp_path / "db" / "api-token"
+    assert stat.S_IMODE(os.stat(first.file).st_mode) == 0o600
+    again = load_token(url)
+    assert (again.value, again.new) == (first.value, False)
+    monkeypatch.setenv("MINIONS_API_TOKEN", "from-env")
+    assert load_token(url).value == "from-env"
+    monkeypatch.delenv("MINIONS_API_TOKEN")
+    first.file.chmod(0o644)
+    with pytest.raises(MinionsError, match="chmod 600"):
+        load_token(url)
+
+
+def test_serve_refuses_a_missing_folder_and_a_token_file_others_can_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from minions.cli._app import app
+
+    monkeypatch.delenv("MINIONS_API_TOKEN", raising=False)
+    url = f"sqlite:///{tmp_path / 'db' / 'minions.db'}"
+    missing = CliRunner().invoke(
+        app, ["serve", "--recipes", str(tmp_path / "nope"), "--database-url", url]
+    )
+    assert missing.exit_code == 2
+    assert "--recipes: no such folder" in missing.output
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "api-token").write_text("t0ken\n")
+    (tmp_path / "db" / "api-token").chmod(0o644)
+    exposed = CliRunner().invoke(app, ["serve", "--database-url", url])
+    assert exposed.exit_code == 2
+    assert "chmod 600" in " ".join(exposed.output.split())
+    assert "Traceback" not in exposed.output

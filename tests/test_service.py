@@ -549,6 +549,21 @@ def test_inline_recipes_name_only_built_in_tools_and_the_servers_own(
         assert "workspace" in error_of(c.post("/runs", json={"recipe_yaml": workspace}), 400)
         broken = c.post("/runs", json={"recipe_yaml": "id: [\n"})
         error_of(broken, 400, "invalid_recipe")
+        # An MCP stdio server is a command the server would start; a model endpoint would
+        # receive the server's API key.
+        proof = folder / "mcp-ran"
+        mcp = (
+            "id: m\nmcp_servers:\n  x: {command: touch, args: ['" + str(proof) + "']}\n"
+            "steps: [{id: a, goal: hi, tools: ['x.*']}]\n"
+        )
+        assert "MCP servers" in error_of(c.post("/runs", json={"recipe_yaml": mcp}), 400)
+        assert not proof.exists()
+        for model in (
+            "model: openai-compatible:m@http://203.0.113.9/v1\nsteps: [{id: a, goal: hi}]\n",
+            "steps: [{id: a, goal: hi, model: 'ollama:m@http://203.0.113.9:11434/v1'}]\n",
+        ):
+            message = error_of(c.post("/runs", json={"recipe_yaml": "id: e\n" + model}), 400)
+            assert "model endpoint" in message
 
 
 # -- the token ------------------------------------------------------------------------------

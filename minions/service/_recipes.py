@@ -105,8 +105,9 @@ def _inside(folder: Path, path: Path) -> bool:
 def check_inline(text: str, folder: Path | None) -> None:
     """Refuse an inline recipe that could make the server run code it does not already trust:
     its ``tools:`` must be modules (``.py`` files) of the recipes folder, its sub-recipes files
-    of that folder, and it may not choose its own ``workspace:``. Built-in tools are always
-    allowed. Nothing is imported here.
+    of that folder, and it may not choose its own ``workspace:``, declare MCP servers (a
+    command to start, a host to call) or name a model endpoint (which would receive the
+    server's API key). Built-in tools are always allowed. Nothing is imported here.
 
     Raises:
         RecipeError: the recipe does not parse, or names something outside the folder.
@@ -153,6 +154,30 @@ def check_inline(text: str, folder: Path | None) -> None:
                 field="workspace",
             )
         )
+    if spec.mcp_servers:
+        # A stdio server is a program the server would start; an HTTP one, a host it would
+        # call: neither is the request's to choose.
+        problems.append(
+            Problem(
+                message="an inline recipe cannot declare MCP servers (a stdio server is a "
+                "command the server would run); put the recipe in the recipes folder",
+                field="mcp_servers",
+            )
+        )
+    models: list[tuple[str | None, str | None]] = [(None, spec.model)]
+    models += [(step.id, step.model) for step in spec.steps]
+    for step_id, model in models:
+        if model is not None and "@" in model:
+            # A base URL of the request's choosing would receive the server's API key.
+            problems.append(
+                Problem(
+                    message="an inline recipe cannot name a model endpoint (a base URL after "
+                    f"'@' in {model.split('@', 1)[0]!r}@...); name the model only, the "
+                    "server's configuration says where it is served",
+                    step=step_id,
+                    field="model",
+                )
+            )
     if problems:
         raise RecipeError(problems)
 

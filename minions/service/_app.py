@@ -366,8 +366,10 @@ def create_app(config: ServiceConfig, *, hub: LiveHub | None = None) -> FastAPI:
             run_id, created = await store.submit(
                 entry.path, body.inputs, idempotency_key=body.idempotency_key
             )
+        if created:  # just stored as queued: no need to read it back
+            return Submitted(run_id=run_id, status="queued", created=True)
         record = await store.get(run_id)
-        return Submitted(run_id=run_id, status=record.status, created=created)
+        return Submitted(run_id=run_id, status=record.status, created=False)
 
     @app.get("/runs", response_model=RunPage, responses=ERRORS)
     async def list_runs(

@@ -475,3 +475,31 @@ def test_a_store_survives_its_postgres_connections_being_dropped(
     store.write("r", [{"seq": 1, "kind": "run_started"}])
     assert [e["seq"] for e in store.events("r")] == [1]
     store.close()
+
+
+async def test_a_durable_run_calls_the_tools_of_its_recipes_mcp_server(tmp_path: Path) -> None:
+    """A worker connects to the MCP servers of the run's recipe (a stdio child here), once
+    per run, and a tool step calls through it."""
+    from minions.runs._runner import DurableRunner
+    from minions.runs._store import Store
+
+    server = Path(__file__).parent / "mcp_test_server.py"
+    log = tmp_path / "calls.txt"
+    recipe = tmp_path / "mcp.yaml"
+    recipe.write_text(
+        "id: mcp_durable\n"
+        "mcp_servers:\n"
+        f"  test: {{command: {json.dumps(sys.executable)}, args: [{json.dumps(str(server))}],"
+        f" env: {{MCP_CALL_LOG: {json.dumps(str(log))}}}}}\n"
+        "steps:\n"
+        "  - {id: one, tool: test.echo, params: {text: hello}}\n"
+        "  - {id: two, depends_on: [one], tool: test.add, params: {a: 2, b: 3}}\n"
+    )
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe)
+    await DurableRunner(Store(url), executor_id="t").execute(run_id)
+    record = await store.get(run_id)
+    assert record.status == "completed", record.error
+    assert [s.output for s in record.steps] == ["hello", 5]
+    assert log.read_text() == "echo hello\n"

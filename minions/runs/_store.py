@@ -354,11 +354,7 @@ class Store:
         """What a worker needs to start (or go on with) a run, in one read: the run, its
         recipe YAML and the file it came from, its inputs, and its last event's number."""
         with self.read() as db:
-            row = db.execute(
-                sa.select(runs_table).where(runs_table.c.run_id == run_id)
-            ).one_or_none()
-            if row is None:
-                raise UnknownRunError(run_id)
+            row = _run_row(db, run_id)
             last = db.execute(
                 sa.select(sa.func.max(events_table.c.seq)).where(events_table.c.run_id == run_id)
             ).scalar_one_or_none()
@@ -367,11 +363,7 @@ class Store:
 
     def get_run(self, run_id: str, *, details: bool = True) -> RunRecord:
         with self.read() as db:
-            row = db.execute(
-                sa.select(runs_table).where(runs_table.c.run_id == run_id)
-            ).one_or_none()
-            if row is None:
-                raise UnknownRunError(run_id)
+            row = _run_row(db, run_id)
             steps: tuple[StepRecord, ...] = ()
             approvals: tuple[ApprovalRecord, ...] = ()
             if details:
@@ -627,6 +619,18 @@ _STEP_COLUMNS = "(run_id, step_id, visit, status, execution, routing, saved_at)"
 
 _SQLITE_TURNS: dict[str, threading.RLock] = {}
 """One lock per SQLite file, shared by the stores of a process (a service and its worker)."""
+
+
+def _run_row(db: sa.Connection, run_id: str) -> Any:
+    """The run's row.
+
+    Raises:
+        UnknownRunError: no run has this id.
+    """
+    row = db.execute(sa.select(runs_table).where(runs_table.c.run_id == run_id)).one_or_none()
+    if row is None:
+        raise UnknownRunError(run_id)
+    return row
 
 
 def _encoded(values: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,6 @@ and one that fails until a file exists."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from runs_helpers import WORKER_ENV, write_ledger_recipe
+from runs_helpers import WORKER_ENV, stop_process, write_ledger_recipe
 
 TOKEN = "test-token-0123456789"
 
@@ -154,14 +153,7 @@ class ServerProcess:
         wait_healthy(self.base, self.process, self.log)
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process)
 
 
 @contextmanager

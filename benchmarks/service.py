@@ -24,7 +24,6 @@ import asyncio
 import gc
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -42,6 +41,10 @@ from _common import emit, mark_imported
 mark_imported()
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent / "tests"))  # the tests' Postgres cluster and processes
+
+from runs_helpers import stop_process  # noqa: E402
+
 TOKEN = "bench-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 TOOLS = '''\
@@ -87,16 +90,6 @@ def free_port() -> int:
         return port
 
 
-def stop(process: subprocess.Popen[Any]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @contextmanager
 def serve(folder: Path, url: str, *args: str) -> Iterator[tuple[str, Path]]:
     """`minions serve` (stamping its commits); yields its URL and the stamps file."""
@@ -121,7 +114,7 @@ def serve(folder: Path, url: str, *args: str) -> Iterator[tuple[str, Path]]:
             time.sleep(0.05)
         yield base, stamps
     finally:
-        stop(process)
+        stop_process(process)
         log.close()
 
 
@@ -142,7 +135,7 @@ def worker(folder: Path, url: str, name: str, stamps: Path | None = None) -> Ite
             time.sleep(0.05)
         yield
     finally:
-        stop(process)
+        stop_process(process)
         log.close()
 
 
@@ -274,7 +267,6 @@ async def throughput(base: str | None, url: str, n: int, recipe: Path) -> float:
 def database(kind: str, folder: Path, name: str, stack: ExitStack) -> str:
     if kind == "sqlite":
         return f"sqlite:///{folder / name / 'minions.db'}"
-    sys.path.insert(0, str(HERE.parent / "tests"))
     from postgres import cluster, fresh_database
 
     if "postgres" not in _CLUSTER:

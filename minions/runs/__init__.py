@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minions.errors import RunStateError
 from minions.runs._store import (
@@ -34,6 +34,9 @@ from minions.runs._store import (
     Store,
     WorkerRecord,
 )
+
+if TYPE_CHECKING:
+    from minions.runs._durable import Queue
 
 __all__ = [
     "ApprovalRecord",
@@ -67,14 +70,14 @@ class RunStore:
     def __init__(self, url: str | None = None, *, create: bool = False) -> None:
         self.url = database_url(url)
         self._store = Store(self.url, create=create)
-        self._queue: Any = None
+        self._queue: Queue | None = None
 
     def close(self) -> None:
         if self._queue is not None:
             self._queue.close()
         self._store.close()
 
-    def _dbos(self) -> Any:
+    def _dbos(self) -> Queue:
         """The DBOS queue (imported on first use: DBOS is heavy to import)."""
         if self._queue is None:
             from minions.runs._durable import Queue

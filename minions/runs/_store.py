@@ -222,7 +222,9 @@ class Store:
             )
             sa.event.listen(self.engine, "checkout", _ping_if_idle)
         self._postgres = self.engine.dialect.name == "postgresql"
-        self._turns = _SQLITE_TURNS.setdefault(str(path and path.resolve()), threading.RLock())
+        self._turns = _SQLITE_TURNS.setdefault(
+            str(path.resolve()) if path is not None else url, threading.RLock()
+        )
         try:
             self._migrate(create)
         except sa.exc.OperationalError as exc:

@@ -10,22 +10,22 @@ import threading
 import time
 from typing import Any
 
-from minions.runs._store import Store
+from minions.runs._store import Lease, Store
 
-_write = Store.write
+_append = Store.append
 _lock = threading.Lock()
 _file = open(os.environ["MINIONS_STAMPS"], "a", buffering=1)  # noqa: SIM115
 
 
-def write(self: Store, run_id: str, events: Any, **kwargs: Any) -> None:
-    _write(self, run_id, events, **kwargs)
+def append(self: Store, lease: Lease, *, after: int, events: Any, **kwargs: Any) -> None:
+    _append(self, lease, after=after, events=events, **kwargs)
     if events:
         now = time.time()
         with _lock:
-            _file.write("".join(f"{run_id} {e['seq']} {now}\n" for e in events))
+            _file.write("".join(f"{lease.run_id} {e[0]} {now}\n" for e in events))
 
 
-Store.write = write  # type: ignore[method-assign]
+Store.append = append  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     from minions.cli import main

@@ -21,6 +21,7 @@ process of its own, as DBOS is one per process.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import tempfile
@@ -76,14 +77,14 @@ def resolver(model: FunctionModel) -> Any:
 
 def start_worker(url: str, model: FunctionModel, concurrency: int) -> tuple[Any, threading.Thread]:
     """A worker in a thread of this process (DBOS launched in it), once it is ready."""
-    from minions.runs._durable import Worker
+    from minions.runs import Worker
 
     ready = threading.Event()
     worker = Worker(
         url,
         concurrency=concurrency,
         executor_id=f"bench-{uuid.uuid4().hex[:6]}",
-        resolver=resolver(model),
+        model_resolver=resolver(model),
         on_ready=lambda _: ready.set(),
     )
     thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)
@@ -96,8 +97,8 @@ def start_worker(url: str, model: FunctionModel, concurrency: int) -> tuple[Any,
 def w6a(url: str, folder: Path, variant: str) -> None:
     from dbos import SetWorkflowID
 
-    from minions.runs._durable import minions_run
     from minions.runs._store import Store
+    from minions.runs._worker import minions_run
 
     steps = 20
     text = chain(steps)
@@ -123,10 +124,12 @@ def w6a(url: str, folder: Path, variant: str) -> None:
             recipe_hash="-",
             inputs={},
             idempotency_key=None,
+            request_hash="-",
+            enqueue=lambda *_: None,  # run below, as the queue would
         )
         started = time.perf_counter()
         with SetWorkflowID(run_id):
-            await minions_run(run_id)
+            await minions_run(run_id, 1)
         return run_id, time.perf_counter() - started
 
     async def durable_run() -> None:
@@ -160,7 +163,7 @@ def w6a(url: str, folder: Path, variant: str) -> None:
     last = store.get_run(run_ids[-1])
     if last.status != "completed" or len(last.steps) != steps:
         fail(f"W6a: the durable run ended {last.status} with {len(last.steps)} steps")
-    events = store.events(run_ids[-1])
+    events = [json.loads(e) for e in store.events(run_ids[-1])]
     if [e["seq"] for e in events] != list(range(1, len(events) + 1)):
         fail("W6a: the event log is not contiguous")
     overhead = [(d - m) / steps * 1e6 for d, m in zip(durable_times, memory, strict=True)]
@@ -197,7 +200,8 @@ def w6b(url: str, folder: Path, variant: str) -> None:
     import sqlalchemy as sa
 
     from minions.runs import RunStore
-    from minions.runs._store import TERMINAL, Store, runs_table
+    from minions.runs._store import Store
+    from minions.runs._tables import TERMINAL, runs_table
 
     runs, concurrency = 200, 8
     path = folder / "five.yaml"

@@ -21,6 +21,7 @@ __all__ = [
     "ConfigError",
     "InputError",
     "MCPServerError",
+    "IdempotencyConflictError",
     "MinionsError",
     "MissingExtraError",
     "ModelError",
@@ -248,7 +249,24 @@ class UnknownRunError(MinionsError):
 
 class RunStateError(MinionsError):
     """The run is in the wrong state for what was asked (resume a completed run, approve a
-    run that waits for nothing)."""
+    run that waits for nothing, a call decided already). `status` is the run's status then."""
+
+    def __init__(self, message: str, *, status: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class IdempotencyConflictError(MinionsError):
+    """An idempotency key named an earlier request that differs from this one (another
+    recipe, recipe version or inputs): a key names one request."""
+
+    def __init__(self, key: str, run_id: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} was used for run {run_id} with another recipe, recipe "
+            "version or inputs: use a new key for a new request"
+        )
+        self.key = key
+        self.run_id = run_id
 
 
 class ApprovalRequiredError(MinionsError):

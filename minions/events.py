@@ -14,7 +14,6 @@ Events reach, in order:
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -355,7 +354,8 @@ _QUIET = frozenset({"token_delta", "model_call_started", "tool_call_started"})
 
 
 class EventEmitter:
-    """Numbers the events of one run and hands them to its listeners.
+    """Numbers the events of one run and hands them to its listeners: 1, 2, 3... without a
+    gap; a token delta carries the number of the event before it.
 
     Build an event without `run_id`, `seq` and `timestamp` and `emit` it: the emitter stamps
     those. Listeners are called in the order given; an exception in a listener is logged and
@@ -366,7 +366,13 @@ class EventEmitter:
     def __init__(self, run_id: str, listeners: Iterable[EventListener] = ()) -> None:
         self.run_id = run_id
         self._listeners: tuple[EventListener, ...] = tuple(listeners)
-        self._seq = itertools.count(1)
+        self.last = 0
+        """The number of the last event emitted (a token delta takes none of its own)."""
+
+    def continue_after(self, seq: int) -> None:
+        """Number the next event `seq + 1`: a durable run that goes on after its stored
+        events continues their numbering, so every event is numbered once, here."""
+        self.last = seq
 
     @property
     def listeners(self) -> Sequence[EventListener]:
@@ -383,7 +389,11 @@ class EventEmitter:
         logger = configured_logger()
         if not self._listeners and logger is None:
             return None
-        event = replace(event, run_id=self.run_id, seq=next(self._seq), timestamp=time.time())
+        if event.kind != "token_delta":
+            # A token delta is never stored (it is live text): it carries the number of the
+            # event before it, so stored events are numbered without a gap.
+            self.last += 1
+        event = replace(event, run_id=self.run_id, seq=self.last, timestamp=time.time())
         for listener in self._listeners:
             try:
                 listener(event)

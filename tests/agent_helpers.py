@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -182,3 +183,13 @@ async def run(
 def statuses(result: AgentResult) -> dict[str, str]:
     """Each step's latest status, by id."""
     return {e.step_id: e.status.value for e in result.executions}
+
+
+def numbered(events: Sequence[Any]) -> bool:
+    """Whether events are numbered as a run numbers them: 1, 2, 3... without a gap, a token
+    delta carrying the number of the event before it (it is never stored)."""
+    stored = [e.seq for e in events if e.kind != "token_delta"]
+    deltas_follow = all(
+        e.seq == before.seq for before, e in itertools.pairwise(events) if e.kind == "token_delta"
+    )
+    return stored == list(range(1, len(stored) + 1)) and deltas_follow

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from minions.runs import RunStore
 
@@ -100,6 +101,11 @@ class WorkerProcess:
         self.executor_id = executor_id
         self.log = folder / f"worker-{executor_id}-{time.monotonic_ns()}.log"
         environment = {**os.environ, **WORKER_ENV, "LEDGER": str(ledger), **env}
+        # Faults injected by environment variables (tests/inject/sitecustomize.py).
+        inject = str(Path(__file__).parent / "inject")
+        environment["PYTHONPATH"] = os.pathsep.join(
+            p for p in (inject, environment.get("PYTHONPATH")) if p
+        )
         command = [
             sys.executable, "-m", "minions", "worker",
             "--database-url", url, "--executor-id", executor_id, "--concurrency", "4",
@@ -171,7 +177,7 @@ async def finished(store: RunStore, run_id: str, within: float = 60) -> str:
     import asyncio
 
     async def follow() -> None:
-        async for _ in store.follow(run_id, poll=0.05):
+        async for _ in store.follow(run_id):
             pass
 
     try:
@@ -179,7 +185,7 @@ async def finished(store: RunStore, run_id: str, within: float = 60) -> str:
     except TimeoutError:
         record = await store.get(run_id)
         events = await store.events(run_id)
-        last = [(e["seq"], e["kind"], e.get("step_id")) for e in events[-5:]]
+        last = [(e.seq, e.kind, e.step_id) for e in events[-5:]]
         raise AssertionError(
             f"run {run_id} did not finish within {within}s: {record.status}, "
             f"worker {record.executor_id}, last events {last}"
@@ -190,3 +196,25 @@ async def finished(store: RunStore, run_id: str, within: float = 60) -> str:
             return record.status
         await asyncio.sleep(0.05)
     return (await store.get(run_id)).status
+
+
+def insert_run(store: Any, run_id: str) -> None:
+    """A queued run straight into a `Store` (no DBOS queue): for tests of the store itself."""
+    store.insert_run(
+        run_id=run_id, recipe_id="x", recipe_yaml="", recipe_path=None, recipe_hash="-",
+        inputs={}, idempotency_key=None, request_hash="-", enqueue=lambda *_: None,
+    )  # fmt: skip
+
+
+async def run_here(url: str, run_id: str, attempt: int = 1, **options: Any) -> None:
+    """Run a queued run in this process, as a worker's DBOS workflow would."""
+    from minions.runs._async import AsyncStore
+    from minions.runs._runner import DurableRunner
+    from minions.runs._store import Store
+
+    store = AsyncStore(Store(url), patient=True)
+    try:
+        runner = DurableRunner(store, executor_id="here", incarnation="here", **options)
+        await runner.execute(run_id, attempt)
+    finally:
+        store.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_helpers import Recorder, model_of, run, step
+from agent_helpers import Recorder, model_of, numbered, run, step
 from pydantic import BaseModel
 
 from minions import AgentExecutor, AgentRecipe, DefaultStep, MessageBundle, OutputInstructions
@@ -93,7 +93,7 @@ async def test_events_carry_run_id_step_id_sequence_and_round_trip_as_json() -> 
     steps = [step("a"), step("b"), step("c", depends_on=["a", "b"])]
     result = await run(steps, recorder=recorder)
     events = recorder.events
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert numbered(events)
     assert {e.run_id for e in events} == {result.run_id}
     assert events[0].kind == "run_started"
     assert events[-1].kind == "run_completed"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agent_helpers import FAST, Recorder, step
+from agent_helpers import FAST, Recorder, numbered, step
 
 from minions import AgentExecutor, AgentRecipe, DefaultStep, MessageBundle, ModelError, StepStatus
 from minions.errors import UnknownRecipeError
@@ -75,7 +75,7 @@ async def test_stream_yields_events_in_order_and_ends_with_the_run() -> None:
     assert isinstance(events[0], RunStarted)
     assert events[0].inputs == {"x": 1, "y": 2}
     assert isinstance(events[-1], RunCompleted)
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert numbered(events)
     assert len({e.run_id for e in events}) == 1
     assert stream.result is not None
     assert stream.result.output == "b done"

@@ -20,7 +20,7 @@ ERRORS = {
     "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
-    "PlanError", "MCPServerError",
+    "PlanError", "MCPServerError", "IdempotencyConflictError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -75,6 +75,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "minions.runs": {
         "ApprovalRecord", "RunRecord", "RunStore", "StepRecord", "WorkerRecord", "database_url",
+        "EventLog", "LiveHub", "STATUSES", "Worker", "WorkerConflictError",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pytest
 from postgres import cluster, fresh_database
-from runs_helpers import STEPS, finished, ledger_lines, until, worker, write_ledger_recipe
+from runs_helpers import (
+    STEPS,
+    finished,
+    insert_run,
+    ledger_lines,
+    run_here,
+    until,
+    worker,
+    write_ledger_recipe,
+)
 
 from minions.errors import RunStateError, StoreError, UnknownRunError
 from minions.runs import RunStore
@@ -47,10 +56,6 @@ def minions(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
     )
 
 
-def events_of(store: RunStore, run_id: str) -> list[dict[str, object]]:
-    return asyncio.run(store.events(run_id))
-
-
 async def test_a_submitted_run_completes_with_contiguous_events(tmp_path: Path, url: str) -> None:
     recipe = write_ledger_recipe(tmp_path)
     ledger = tmp_path / "ledger.txt"
@@ -66,10 +71,10 @@ async def test_a_submitted_run_completes_with_contiguous_events(tmp_path: Path, 
         (s, 1, "completed") for s in STEPS
     ]
     events = await store.events(run_id)
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert events[0]["kind"] == "run_started"
-    assert events[-1]["kind"] == "run_completed"
-    assert all(e["kind"] != "token_delta" for e in events)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[0].kind == "run_started"
+    assert events[-1].kind == "run_completed"
+    assert all(e.kind != "token_delta" for e in events)
     # Each tool call got an idempotency key naming the run, the step execution and the call.
     keys = [key for _, _, key in ledger_lines(ledger)]
     assert keys[0].startswith(f"{run_id}/one#1/")
@@ -115,9 +120,9 @@ async def test_a_run_killed_mid_way_resumes_after_its_last_completed_step(
     for step in STEPS:
         assert 1 <= steps.count(step) <= (2 if step not in done_before[:-1] else 1)
     events = await store.events(run_id)
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert [e["kind"] for e in events].count("run_started") == 1
-    assert events[-1]["kind"] == "run_completed"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.kind for e in events].count("run_started") == 1
+    assert events[-1].kind == "run_completed"
 
 
 async def test_cancel_a_running_run_then_resume_it(tmp_path: Path, url: str) -> None:
@@ -130,7 +135,7 @@ async def test_cancel_a_running_run_then_resume_it(tmp_path: Path, url: str) -> 
         cancelled = await store.cancel(run_id)
         assert cancelled.status == "cancelled"
         events = await store.events(run_id)
-        assert events[-1]["kind"] == "run_failed"
+        assert events[-1].kind == "run_failed"
         with pytest.raises(RunStateError, match="nothing to cancel"):
             await store.cancel(run_id)
         done = {step for _, step, _ in ledger_lines(ledger)}
@@ -149,7 +154,7 @@ async def test_a_queued_run_is_cancelled_at_once(tmp_path: Path, url: str) -> No
     run_id, _ = await store.submit(recipe, {"tag": "q"})
     record = await store.cancel(run_id)
     assert record.status == "cancelled"
-    assert [e["kind"] for e in await store.events(run_id)] == ["run_failed"]
+    assert [e.kind for e in await store.events(run_id)] == ["run_failed"]
     with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
         await asyncio.sleep(1)
     assert (await store.get(run_id)).status == "cancelled"
@@ -283,7 +288,7 @@ async def test_a_run_waits_durably_for_approval_across_a_worker_restart(
         await store.approve(run_id)
         assert await finished(store, run_id) == "completed"
     assert [step for _, step, _ in ledger_lines(ledger)] == ["before", "ship"]
-    kinds = [e["kind"] for e in await store.events(run_id)]
+    kinds = [e.kind for e in await store.events(run_id)]
     assert "approval_requested" in kinds
     assert "approval_resolved" in kinds
     with pytest.raises(RunStateError, match="waits for no approval"):
@@ -334,8 +339,8 @@ async def test_a_live_worker_recovers_the_runs_of_a_worker_killed_for_good(
     assert statuses == ["completed"] * 6
     for run_id in run_ids:
         events = await store.events(run_id)
-        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-        assert events[-1]["kind"] == "run_completed"
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert events[-1].kind == "run_completed"
     lines = ledger_lines(ledger)
     for i in range(6):
         steps = [step for run, step, _ in lines if run == f"m{i}"]
@@ -350,23 +355,13 @@ async def test_a_run_taken_from_the_queue_by_a_worker_that_died_before_starting_
     `queued` in minions' tables): a live worker recovers it all the same."""
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     recipe = write_ledger_recipe(tmp_path)
-    hold, importing = tmp_path / "hold", tmp_path / "importing"
-    # The tools module waits while `hold` exists, after saying it is being imported: the
-    # first worker is stuck between taking the run and starting it.
-    tools = tmp_path / "tools.py"
-    tools.write_text(
-        "import os, pathlib, time\n"
-        "if os.environ.get('HOLD'):\n"
-        "    pathlib.Path(os.environ['IMPORTING']).touch()\n"
-        "    while pathlib.Path(os.environ['HOLD']).exists():\n"
-        "        time.sleep(0.02)\n" + tools.read_text()
-    )
+    hold = tmp_path / "hold"
     hold.touch()
     store = RunStore(url, create=True)
     run_id, _ = await store.submit(recipe, {"tag": "q"})
     ledger = tmp_path / "ledger.txt"
-    with worker(url, tmp_path, "w1", ledger, HOLD=str(hold), IMPORTING=str(importing)) as stuck:
-        await until(importing.exists)
+    with worker(url, tmp_path, "w1", ledger, HOLD_BEFORE_CLAIM=str(hold)) as stuck:
+        await until(Path(f"{hold}.reached").exists)
         stuck.kill()
     assert (await store.get(run_id)).status == "queued"
     with worker(url, tmp_path, "w2", ledger):
@@ -374,30 +369,49 @@ async def test_a_run_taken_from_the_queue_by_a_worker_that_died_before_starting_
     assert [step for _, step, _ in ledger_lines(ledger)] == STEPS
 
 
-async def test_a_worker_says_which_runs_belong_to_another_minions_version(
+async def test_a_run_queued_by_an_older_minions_is_run_by_todays_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A run queued by another minions version is not taken (DBOS's application version),
-    and a worker that starts says so instead of leaving it stranded in silence."""
-    from minions.runs import _durable
+    """Before the durable format had its own version, DBOS's application version was the
+    package's: a run queued under one is taken over by a worker of today (an upgrade strands
+    nothing)."""
+    from minions.runs import _queue
 
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     recipe = write_ledger_recipe(tmp_path)
     store = RunStore(url, create=True)
-    monkeypatch.setattr(_durable, "APP_VERSION", "minions-0.0.1")
+    monkeypatch.setattr(_queue, "APP_VERSION", "minions-0.0.1")
     old, _ = await store.submit(recipe, {"tag": "old"})
     monkeypatch.undo()
     store.close()
     store = RunStore(url)
-    current, _ = await store.submit(recipe, {"tag": "new"})
+    with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
+        assert await finished(store, old) == "completed"
+    assert (await store.get(old)).attempt == 2
+
+
+async def test_a_worker_says_which_runs_belong_to_a_newer_minions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run queued by a newer durable format is not taken, and a worker that starts says
+    so instead of leaving it stranded in silence."""
+    from minions.runs import _queue
+
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    recipe = write_ledger_recipe(tmp_path)
+    store = RunStore(url, create=True)
+    monkeypatch.setattr(_queue, "APP_VERSION", "minions-durable-99")
+    new, _ = await store.submit(recipe, {"tag": "new"})
+    monkeypatch.undo()
+    store.close()
+    store = RunStore(url)
+    current, _ = await store.submit(recipe, {"tag": "now"})
     with worker(url, tmp_path, "w1", tmp_path / "ledger.txt") as process:
         assert await finished(store, current) == "completed"
         said = process.log.read_text()
-    assert (
-        f"1 queued or unfinished run(s) belong to minions-0.0.1, not {_durable.APP_VERSION}" in said
-    )
-    assert old in said
-    assert (await store.get(old)).status == "queued"
+    assert "1 queued or unfinished run(s) belong to minions-durable-99, a newer minions" in said
+    assert new in said
+    assert (await store.get(new)).status == "queued"
 
 
 async def test_a_worker_traces_the_runs_it_executes(
@@ -409,9 +423,6 @@ async def test_a_worker_traces_the_runs_it_executes(
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from minions.runs._runner import DurableRunner
-    from minions.runs._store import Store
-
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -419,7 +430,7 @@ async def test_a_worker_traces_the_runs_it_executes(
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     store = RunStore(url, create=True)
     run_id, _ = await store.submit(write_ledger_recipe(tmp_path), {"tag": "t"})
-    await DurableRunner(Store(url), executor_id="t", tracer_provider=provider).execute(run_id)
+    await run_here(url, run_id, tracer_provider=provider)
     assert (await store.get(run_id)).status == "completed"
     spans = exporter.get_finished_spans()
     (run,) = [s for s in spans if s.name == "invoke_workflow ledger"]
@@ -432,19 +443,20 @@ async def test_a_worker_traces_the_runs_it_executes(
 
 def test_thousands_of_events_in_one_write_are_stored_in_order(url: str) -> None:
     """A big loop's events can reach the store at once: more than one statement holds."""
-    from minions.runs._store import Store
+    from minions.runs._store import Start, Store
 
     store = Store(url, create=True)
-    store.insert_run(
-        run_id="r", recipe_id="x", recipe_yaml="", recipe_path=None, recipe_hash="-",
-        inputs={}, idempotency_key=None,
-    )  # fmt: skip
+    insert_run(store, "r")
+    start = store.claim("r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0)
+    assert isinstance(start, Start)
     step = {"step_id": "a", "visit": 1, "status": "completed", "execution": "{}",
-            "routing": None, "saved_at": 0.0}  # fmt: skip
-    store.write("r", [{"seq": i, "kind": "k", "step_id": "a"} for i in range(1, 2501)], step=step)
-    store.write("r", [{"seq": 2501, "kind": "k"}])
-    assert [e["seq"] for e in store.events("r")] == list(range(1, 2502))
+            "routing": None, "saved_at": 0.0, "item": None}  # fmt: skip
+    rows = [(i, "k", "a", f'{{"seq": {i}}}') for i in range(1, 2501)]
+    store.append(start.lease, after=0, events=rows, step=step)
+    store.append(start.lease, after=2500, events=[(2501, "k", None, '{"seq": 2501}')])
+    assert [json.loads(e)["seq"] for e in store.events("r")] == list(range(1, 2502))
     assert list(store.saved_steps("r")) == [("a", 1)]
+    assert store.head("r") == ("running", 2501)
     store.close()
 
 
@@ -459,10 +471,9 @@ def test_a_store_survives_its_postgres_connections_being_dropped(
 
     url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
     store = _store.Store(url, create=True)
-    store.insert_run(
-        run_id="r", recipe_id="x", recipe_yaml="", recipe_path=None, recipe_hash="-",
-        inputs={}, idempotency_key=None,
-    )  # fmt: skip
+    insert_run(store, "r")
+    start = store.claim("r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0)
+    assert isinstance(start, _store.Start)
     monkeypatch.setattr(_store, "IDLE_PING", -1.0)  # every connection counts as rested
     database = url.rsplit("/", 1)[1]
     with psycopg.connect(postgres, autocommit=True) as admin:
@@ -471,18 +482,15 @@ def test_a_store_survives_its_postgres_connections_being_dropped(
             "WHERE datname = %s AND pid <> pg_backend_pid()",
             (database,),
         )
-    assert store.get_run("r").status == "queued"
-    store.write("r", [{"seq": 1, "kind": "run_started"}])
-    assert [e["seq"] for e in store.events("r")] == [1]
+    assert store.get_run("r").status == "running"
+    store.append(start.lease, after=0, events=[(1, "run_started", None, '{"seq": 1}')])
+    assert [json.loads(e)["seq"] for e in store.events("r")] == [1]
     store.close()
 
 
 async def test_a_durable_run_calls_the_tools_of_its_recipes_mcp_server(tmp_path: Path) -> None:
     """A worker connects to the MCP servers of the run's recipe (a stdio child here), once
     per run, and a tool step calls through it."""
-    from minions.runs._runner import DurableRunner
-    from minions.runs._store import Store
-
     server = Path(__file__).parent / "mcp_test_server.py"
     log = tmp_path / "calls.txt"
     recipe = tmp_path / "mcp.yaml"
@@ -498,7 +506,7 @@ async def test_a_durable_run_calls_the_tools_of_its_recipes_mcp_server(tmp_path:
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     store = RunStore(url, create=True)
     run_id, _ = await store.submit(recipe)
-    await DurableRunner(Store(url), executor_id="t").execute(run_id)
+    await run_here(url, run_id)
     record = await store.get(run_id)
     assert record.status == "completed", record.error
     assert [s.output for s in record.steps] == ["hello", 5]

@@ -18,12 +18,12 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from postgres import cluster
 from runs_helpers import STEPS, WorkerProcess, finished, ledger_lines, write_ledger_recipe
 
+from minions.events import Event
 from minions.runs import RunStore
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
@@ -32,14 +32,14 @@ pytestmark = pytest.mark.slow
 RUNS = 20
 
 
-async def read_everything(store: RunStore, run_id: str, rng: random.Random) -> list[dict[str, Any]]:
+async def read_everything(store: RunStore, run_id: str, rng: random.Random) -> list[Event]:
     """Follow the run's events to its end, dropping the connection at random and resuming
     from the last sequence number received."""
-    received: list[dict[str, Any]] = []
-    while not received or received[-1]["kind"] not in ("run_completed", "run_failed"):
-        after = received[-1]["seq"] if received else 0
+    received: list[Event] = []
+    while not received or received[-1].kind not in ("run_completed", "run_failed"):
+        after = received[-1].seq if received else 0
         budget = rng.randint(1, 6)
-        async for event in store.follow(run_id, after=after, poll=0.02):
+        async for event in store.follow(run_id, after=after):
             received.append(event)
             budget -= 1
             if budget == 0:
@@ -110,18 +110,16 @@ async def _prove(
     lines = ledger_lines(ledger)
     for run_id, tag, got in zip(run_ids, [f"p{i}" for i in range(RUNS)], received, strict=True):
         stored = await store.events(run_id)
-        assert [e["seq"] for e in stored] == list(range(1, len(stored) + 1)), run_id
+        assert [e.seq for e in stored] == list(range(1, len(stored) + 1)), run_id
         assert got == stored  # the reader saw exactly the log: nothing lost, nothing twice
-        assert stored[-1]["kind"] == "run_completed"
+        assert stored[-1].kind == "run_completed"
         record = await store.get(run_id)
         assert [s.step_id for s in record.steps] == STEPS  # each step checkpointed once
         mine = [(step, key) for run, step, key in lines if run == tag]
         for step in STEPS:
             entries = [key for s, key in mine if s == step]
-            started = [e for e in stored if e["kind"] == "step_started" and e["step_id"] == step]
-            completed = [
-                e for e in stored if e["kind"] == "step_completed" and e["step_id"] == step
-            ]
+            started = [e for e in stored if e.kind == "step_started" and e.step_id == step]
+            completed = [e for e in stored if e.kind == "step_completed" and e.step_id == step]
             # Completed once; run again only while in flight at a kill (each such execution
             # started anew), and a tool step then under the same idempotency key (an agent
             # step's key holds the call id its model gave, new on each execution).
@@ -134,18 +132,18 @@ async def _prove(
         for key in ("prompt_tokens", "completion_tokens", "calls"):
             assert record.usage[key] == sum(s.usage.get(key, 0) for s in record.steps), key
         last_start = max(
-            i for i, e in enumerate(stored) if e["kind"] == "step_started" and e["step_id"] == AGENT
+            i for i, e in enumerate(stored) if e.kind == "step_started" and e.step_id == AGENT
         )
         calls = [
             e
             for e in stored[last_start:]
-            if e["step_id"] == AGENT and e["kind"] in ("model_call_completed", "model_call_failed")
+            if e.step_id == AGENT and e.kind in ("model_call_completed", "model_call_failed")
         ]
         agent_usage = next(s.usage for s in record.steps if s.step_id == AGENT)
-        assert agent_usage["calls"] == sum(e["usage"]["calls"] for e in calls) >= 2
-        assert agent_usage["prompt_tokens"] == sum(e["usage"]["prompt_tokens"] for e in calls) > 0
+        assert agent_usage["calls"] == sum(e.usage.calls for e in calls) >= 2
+        assert agent_usage["prompt_tokens"] == sum(e.usage.prompt_tokens for e in calls) > 0
     assert any(r.path.endswith("/chat/completions") for r in server.requests)
-    retried = [e for r in run_ids for e in await store.events(r) if e["kind"] == "retry_scheduled"]
+    retried = [e for r in run_ids for e in await store.events(r) if e.kind == "retry_scheduled"]
     assert retried, "no model call was retried: the 429s never happened"
 
 

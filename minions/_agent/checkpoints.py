@@ -3,7 +3,9 @@
 A run given `StepCheckpoints` asks it, before a step runs, for a finished execution of that
 step and visit: one found is used as it is (its output, usage and the routing it chose), and
 the step does not run again; nothing else of it is emitted again. A step that completes is
-handed to `save` before the run moves on.
+handed to `save` before the run moves on, and each completed item of its loop steps to
+`save_item` (`minions._step.checkpoints`). A run that `resumed` does not say `RunStarted`
+again.
 """
 
 from __future__ import annotations
@@ -11,12 +13,19 @@ from __future__ import annotations
 from typing import Protocol
 
 from minions._routing.selection import Routing
+from minions._step.checkpoints import ItemCheckpoints
 from minions._step.execution import StepExecution
 
 __all__: list[str] = []
 
 
-class StepCheckpoints(Protocol):
+class StepCheckpoints(ItemCheckpoints, Protocol):
+    @property
+    def resumed(self) -> bool:
+        """The run goes on from stored work (it started before): `RunStarted` is not said
+        again."""
+        ...
+
     async def restore(
         self, step_id: str, visit: int
     ) -> tuple[StepExecution, Routing | None] | None:

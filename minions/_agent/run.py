@@ -68,7 +68,12 @@ class Run:
         context = self.context
         started_at = time.time()
         started = time.perf_counter()
-        context.events.emit(RunStarted(recipe_id=self.graph.recipe.id, inputs=dict(context.inputs)))
+        checkpoints = self.checkpoints
+        context.checkpoints = checkpoints
+        if checkpoints is None or not checkpoints.resumed:
+            context.events.emit(
+                RunStarted(recipe_id=self.graph.recipe.id, inputs=dict(context.inputs))
+            )
         self.done = asyncio.get_running_loop().create_future()
         # The run's MCP servers are connected to and closed from this task (see _mcp).
         tools = context.tools

@@ -527,6 +527,9 @@ async def _stage(
 class _Kept:
     """Checkpoints of the completed steps: a replanned run restores them, never re-runs them."""
 
+    resumed = False
+    """A replanned run is a run of its own: it says `RunStarted`."""
+
     def __init__(self, kept: Mapping[str, StepExecution]) -> None:
         self.kept = kept
 
@@ -537,6 +540,12 @@ class _Kept:
         return (found, None) if found is not None and visit == 1 else None
 
     async def save(self, execution: StepExecution, routing: Routing | None) -> None:
+        return None
+
+    async def restore_item(self, name: str, visit: int) -> StepExecution | None:
+        return None
+
+    async def save_item(self, execution: StepExecution, item: int) -> None:
         return None
 
 

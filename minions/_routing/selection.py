@@ -109,6 +109,25 @@ class Routing:
     selector: str
     reason: str
 
+    def to_data(self) -> dict[str, Any]:
+        """As JSON data (a durable run stores the routing of each finished step)."""
+        return {
+            "chosen": list(self.chosen),
+            "unchosen": list(self.unchosen),
+            "selector": self.selector,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Routing:
+        """A routing stored by `to_data`."""
+        return cls(
+            chosen=tuple(data["chosen"]),
+            unchosen=tuple(data["unchosen"]),
+            selector=data["selector"],
+            reason=data["reason"],
+        )
+
 
 class StepSelectionLink(NamedLink, ABC):
     """One link of a selection chain.

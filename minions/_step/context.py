@@ -18,6 +18,7 @@ from minions.tools._approval import Approver
 from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
+    from minions._step.checkpoints import ItemCheckpoints
     from minions._step.completion import StepCompletionChain
     from minions._tracing.tracer import RunTracer
 
@@ -77,6 +78,9 @@ class AgentContext:
             run (`AgentExecutor`) connects to them when it starts and adds their tools to
             `tools`.
     """
+
+    checkpoints: ItemCheckpoints | None = None
+    """Where a durable run keeps its loop items (``None``: nothing is checkpointed)."""
 
     def __init__(
         self,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -93,6 +94,48 @@ class StepExecution:
     def retries(self) -> int:
         """Model call attempts beyond the first of each turn."""
         return sum(1 for call in self.model_calls if call.attempt > 1)
+
+    def to_data(self) -> dict[str, Any]:
+        """The execution as JSON data: what a durable run stores of a finished step (its
+        status, output, usage, routing suggestion, timings, items), enough to restore it in
+        place of running the step again (`from_data`). Calls and messages are not kept: the
+        event log has them."""
+        from minions._text import jsonable
+
+        calls = self.model_calls
+        return {
+            "step_id": self.step_id,
+            "status": self.status.value,
+            "output": jsonable(self.output),
+            "error": self.error,
+            "next_step": self.next_step,
+            "visit": self.visit,
+            "usage": dataclasses.asdict(self.usage),
+            "turns": self.turns,
+            "attempts": max(1, sum(1 for call in calls if call.attempt == 1)) if calls else 1,
+            "model_calls": len(calls),
+            "tool_calls": len(self.tool_calls),
+            "items": [item.to_data() for item in self.items],
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> StepExecution:
+        """An execution stored by `to_data`."""
+        return cls(
+            step_id=data["step_id"],
+            status=StepStatus(data["status"]),
+            output=data.get("output"),
+            error=data.get("error"),
+            next_step=data.get("next_step"),
+            visit=data.get("visit", 1),
+            usage=Usage(**data.get("usage", {})),
+            turns=data.get("turns", 0),
+            items=[cls.from_data(item) for item in data.get("items", [])],
+            started_at=data.get("started_at"),
+            finished_at=data.get("finished_at"),
+        )
 
     def absorb(self, parts: Iterable[StepExecution]) -> None:
         """Count the model calls, tool calls, turns and usage of inner executions (a loop's

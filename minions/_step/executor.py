@@ -91,6 +91,8 @@ class StepExecutor:
         self.state: Mapping[str, Any] = state if state is not None else {"inputs": context.inputs}
         self.dependencies: Mapping[str, Any] = dependencies or {}
         self.item = item
+        self._top = scope is None and item is None
+        """A step of the run itself (not a loop item or a step inside another step)."""
         suffix = "" if item is None else f"[{item}]"
         self.name = f"{step.id}{suffix}"
         self.scope = scope or f"{step.id}#{visit}{suffix}"
@@ -234,7 +236,18 @@ class StepExecutor:
             item=item,
             checked=checked,
         )
-        return await inner.execute()
+        checkpoints = self.context.checkpoints
+        if checkpoints is None or item is None or not self._top:
+            return await inner.execute()
+        # An item of one of the run's own loop steps: a checkpoint of its own.
+        restored = await checkpoints.restore_item(inner.name, self.execution.visit)
+        if restored is not None:
+            self.context.record_usage(restored.usage)
+            return restored
+        execution = await inner.execute()
+        if execution.status is StepStatus.COMPLETED:
+            await checkpoints.save_item(execution, item)
+        return execution
 
     def absorb(self, executions: Sequence[StepExecution], *, items: bool = False) -> None:
         self.execution.absorb(executions)

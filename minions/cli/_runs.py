@@ -121,15 +121,14 @@ def worker(
     Runs of a worker that died are recovered by another live worker, from their last
     completed step.
     """
+    from minions._text import redact_url as describe
+    from minions.runs import Worker
     from minions.runs import database_url as resolve
-    from minions.runs._durable import APP_VERSION, Worker
 
     url = resolve(database_url)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def ready(worker: Worker) -> None:
-        from minions.runs._store import describe
-
         err.print(
             f"worker {worker.executor_id}: running queued runs of {describe(url)} "
             f"({worker.concurrency} at a time); Ctrl-C or SIGTERM stops it",
@@ -137,8 +136,8 @@ def worker(
         )
         for version, runs in sorted(worker.stranded.items()):
             err.print(
-                f"warning: {len(runs)} queued or unfinished run(s) belong to {version}, "
-                f"not {APP_VERSION}: only a worker of that version runs them "
+                f"warning: {len(runs)} queued or unfinished run(s) belong to {version}, a "
+                f"newer minions: only a worker of that version runs them "
                 f"(e.g. {', '.join(runs[:3])})",
                 markup=False,
             )
@@ -155,18 +154,22 @@ def worker(
         except UsageError as exc:
             err.print(f"error: {exc}", markup=False)
             raise typer.Exit(2) from None
+    running = Worker(
+        url,
+        concurrency=concurrency,
+        executor_id=executor_id,
+        model=os.environ.get("MINIONS_MODEL"),
+        on_ready=ready,
+        tracer_provider=tracer_provider,
+    )
     try:
-        Worker(
-            url,
-            concurrency=concurrency,
-            executor_id=executor_id,
-            model=os.environ.get("MINIONS_MODEL"),
-            on_ready=ready,
-            tracer_provider=tracer_provider,
-        ).run()
+        running.run()
     finally:
         if tracer_provider is not None:
             tracer_provider.shutdown()  # sends the spans still batched
+    if running.state == "failed":
+        err.print(f"error: {running.error}", markup=False)
+        raise typer.Exit(1)
     err.print("worker stopped; its unfinished runs go on in the next worker", markup=False)
 
 
@@ -221,7 +224,7 @@ def list_runs(
 ) -> None:
     """The runs, newest first."""
     from minions.cli._model_choice import UsageError
-    from minions.runs._store import STATUSES
+    from minions.runs import STATUSES
 
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
@@ -329,16 +332,18 @@ def events(
     database_url: DatabaseOption = None,
 ) -> None:
     """A run's stored events, in order (JSON lines with --json)."""
+    from minions.events import Event, event_to_json
+
     store = _store(database_url)
 
-    def show(event: dict[str, Any]) -> None:
+    def show(event: Event) -> None:
         if json_output:
-            typer.echo(json.dumps(event, ensure_ascii=False))
+            typer.echo(event_to_json(event))
             return
-        detail = event.get("error") or event.get("name") or ""
-        step = event.get("step_id") or ""
-        when = _when(event.get("timestamp"))
-        typer.echo(f"{event['seq']:>5} {when} {event['kind']:<22} {step} {detail}".rstrip())
+        detail = getattr(event, "error", None) or getattr(event, "name", None) or ""
+        step = event.step_id or ""
+        when = _when(event.timestamp)
+        typer.echo(f"{event.seq:>5} {when} {event.kind:<22} {step} {detail}".rstrip())
 
     async def read() -> None:
         if follow:

@@ -1,6 +1,8 @@
-"""What a worker does with one run: rebuild its recipe from the snapshot, run it with the store
-as its step checkpoints, and write its events to the log (one commit per finished step, and
-a short interval's worth of events at a time while a step runs)."""
+"""What a worker does with one delivery of a run: claim it under a new epoch, rebuild its recipe
+from the snapshot, run it with the store as its step (and loop item) checkpoints, write its
+events under the lease (one commit per finished step, and a short interval's worth of events at
+a time while a step runs), and end it. A holder that finds its lease gone (declared dead, the
+run cancelled from outside, a second worker with its id) stands down without writing."""
 
 from __future__ import annotations
 
@@ -13,17 +15,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from minions._agent.executor import AgentExecutor
 from minions._routing.selection import Routing
 from minions._step.execution import StepExecution, StepStatus
 from minions._text import jsonable
-from minions._values import Usage
 from minions.errors import MinionsError, RecipeError
-from minions.events import Event, event_to_json
+from minions.events import Event, RunFailed
 from minions.models._base import Model
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
-from minions.runs._store import Store, dumps
+from minions.runs._async import AsyncStore
+from minions.runs._log import LiveHub, event_row
+from minions.runs._queue import workflow_id
+from minions.runs._store import Lease, LeaseLost, Start, dumps
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
 
 if TYPE_CHECKING:
@@ -31,117 +37,44 @@ if TYPE_CHECKING:
 
 __all__: list[str] = []
 
-TERMINAL_KINDS = frozenset({"run_completed", "run_failed"})
-
-
-def execution_data(execution: StepExecution) -> dict[str, Any]:
-    """A finished execution as JSON: enough to restore it in place of running the step."""
-    return {
-        "step_id": execution.step_id,
-        "status": execution.status.value,
-        "output": jsonable(execution.output),
-        "error": execution.error,
-        "next_step": execution.next_step,
-        "visit": execution.visit,
-        "usage": dataclasses.asdict(execution.usage),
-        "turns": execution.turns,
-        "attempts": max(1, sum(1 for call in execution.model_calls if call.attempt == 1))
-        if execution.model_calls
-        else 1,
-        "model_calls": len(execution.model_calls),
-        "tool_calls": len(execution.tool_calls),
-        "items": [execution_data(item) for item in execution.items],
-        "started_at": execution.started_at,
-        "finished_at": execution.finished_at,
-    }
-
-
-def execution_from(data: dict[str, Any]) -> StepExecution:
-    return StepExecution(
-        step_id=data["step_id"],
-        status=StepStatus(data["status"]),
-        output=data.get("output"),
-        error=data.get("error"),
-        next_step=data.get("next_step"),
-        visit=data.get("visit", 1),
-        usage=Usage(**data.get("usage", {})),
-        turns=data.get("turns", 0),
-        items=[execution_from(item) for item in data.get("items", [])],
-        started_at=data.get("started_at"),
-        finished_at=data.get("finished_at"),
-    )
-
-
-def routing_data(routing: Routing | None) -> str | None:
-    return None if routing is None else dumps(dataclasses.asdict(routing))
-
-
-def routing_from(text: str | None) -> Routing | None:
-    if text is None:
-        return None
-    data = json.loads(text)
-    return Routing(
-        chosen=tuple(data["chosen"]),
-        unchosen=tuple(data["unchosen"]),
-        selector=data["selector"],
-        reason=data["reason"],
-    )
-
-
-class LiveHub:
-    """In-process subscribers of runs' events, token deltas included (which are never
-    stored): a service with a worker in its own process streams them live."""
-
-    def __init__(self) -> None:
-        self._subscribers: dict[str, list[Callable[[dict[str, Any]], None]]] = {}
-
-    def subscribe(
-        self, run_id: str, callback: Callable[[dict[str, Any]], None]
-    ) -> Callable[[], None]:
-        self._subscribers.setdefault(run_id, []).append(callback)
-
-        def unsubscribe() -> None:
-            callbacks = self._subscribers.get(run_id, [])
-            if callback in callbacks:
-                callbacks.remove(callback)
-            if not callbacks:
-                self._subscribers.pop(run_id, None)
-
-        return unsubscribe
-
-    def publish(self, run_id: str, event: dict[str, Any]) -> None:
-        for callback in list(self._subscribers.get(run_id, ())):
-            callback(event)
+log = structlog.get_logger(__name__)
 
 
 class RunRecorder:
-    """A run's event listener and step checkpoints, over the store.
+    """A run's event listener and checkpoints, written under its holder's lease.
 
-    Stored events are numbered by the recorder, contiguously after the last one stored (a run
-    resumed or recovered continues its numbering); a token delta is not stored and carries the
-    number of the last stored event. A restored step writes nothing."""
+    Events come numbered by the run's `EventEmitter` (which goes on after the stored ones);
+    they stay pending until a commit stores them, so a failed commit (a database restarting, a
+    full disk) is tried again with the same numbers: the log never has a gap. Token deltas go
+    to the live hub only.
+    """
 
     def __init__(
         self,
-        store: Store,
-        run_id: str,
+        store: AsyncStore,
+        lease: Lease,
         *,
+        last: int,
         hub: LiveHub | None = None,
         interval: float = 0.05,
-        last: int | None = None,
+        on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
-        self.run_id = run_id
+        self.lease = lease
         self.hub = hub
         self.interval = interval
-        self.last = store.last_seq(run_id) if last is None else last
-        """The number of the last event stored (read from the store unless given)."""
-        self.resumed = self.last > 0
-        self.pending: list[dict[str, Any]] = []
+        self.on_lost = on_lost
+        self.stored = last
+        """The number of the last event stored."""
+        self.resumed = last > 0
+        """The run goes on from stored work (it started before this delivery)."""
+        self.lost = False
+        """The lease is gone: nothing more is written."""
+        self.pending: list[Event] = []
         self.saved: dict[tuple[str, int], tuple[str, str | None]] | None = (
             None if self.resumed else {}
         )
-        """The run's finished steps, read once when it resumes (a new run has none)."""
+        """The run's finished steps and items, read once when it goes on from stored work."""
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -149,67 +82,124 @@ class RunRecorder:
     # -- events ------------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        data = json.loads(event_to_json(event))
-        kind = data["kind"]
-        if kind == "token_delta":
-            data["seq"] = self.last
-        elif kind == "run_started" and self.resumed:
-            return  # said when the run first started; a resumed run goes on from there
-        else:
-            self.last += 1
-            data["seq"] = self.last
-            self.pending.append(data)
-            if self._timer is None:
-                loop = asyncio.get_running_loop()
-                self._timer = loop.call_later(self.interval, self._flush_soon)
+        if self.lost:
+            return
         if self.hub is not None:
-            self.hub.publish(self.run_id, data)
+            self.hub.publish(event)
+        if event.kind == "token_delta":
+            return
+        self.pending.append(event)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.interval, self._flush_soon)
 
     def _flush_soon(self) -> None:
         self._timer = None
-        task = asyncio.get_running_loop().create_task(self.flush())
+        task = asyncio.get_running_loop().create_task(self._flush())
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
-    async def flush(self, **run: Any) -> None:
-        """Write what is pending (and `run` values for the run's row) in one commit."""
-        async with self._lock:
-            events, self.pending = self.pending, []
-            await asyncio.to_thread(self.store.write, self.run_id, events, run=run or None)
+    async def _flush(self) -> None:
+        try:
+            await self._write()
+        except LeaseLost:
+            pass  # said by _write: the run's task is being cancelled
 
-    async def close(self, **run: Any) -> None:
+    async def _write(
+        self, *, step: dict[str, Any] | None = None, run: dict[str, Any] | None = None
+    ) -> None:
+        """Store what is pending (and a finished step, and the run's values) in one commit.
+
+        Raises:
+            LeaseLost: the run is no longer this holder's (it stands down).
+        """
+        async with self._lock:
+            if self.lost:
+                raise LeaseLost(self.lease.run_id)
+            events = list(self.pending)
+            if not events and step is None and run is None:
+                return
+            try:
+                await self.store.append(
+                    self.lease,
+                    after=self.stored,
+                    events=[event_row(e) for e in events],
+                    step=step,
+                    run=run,
+                )
+            except LeaseLost:
+                self._lose()
+                raise
+            del self.pending[: len(events)]
+            if events:
+                self.stored = events[-1].seq
+
+    def _lose(self) -> None:
+        if not self.lost:
+            self.lost = True
+            self.pending.clear()
+            log.warning("run taken over elsewhere; standing down", run_id=self.lease.run_id)
+            self.on_lost()
+
+    async def close(self, **run: Any) -> bool:
+        """Store what is pending with the run's final values. False when the lease was lost
+        (nothing was written)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         for task in list(self._flushes):
             await asyncio.gather(task, return_exceptions=True)
-        await self.flush(**run)
+        try:
+            await self._write(run=run)
+        except LeaseLost:
+            return False
+        return True
 
     # -- checkpoints -------------------------------------------------------------------------
+
+    async def _saved(self, name: str, visit: int) -> tuple[str, str | None] | None:
+        if self.saved is None:
+            self.saved = await self.store.saved_steps(self.lease.run_id)
+        return self.saved.get((name, visit))
 
     async def restore(
         self, step_id: str, visit: int
     ) -> tuple[StepExecution, Routing | None] | None:
-        if self.saved is None:
-            self.saved = await asyncio.to_thread(self.store.saved_steps, self.run_id)
-        saved = self.saved.get((step_id, visit))
+        saved = await self._saved(step_id, visit)
         if saved is None:
             return None
         execution, routing = saved
-        return execution_from(json.loads(execution)), routing_from(routing)
+        return (
+            StepExecution.from_data(json.loads(execution)),
+            None if routing is None else Routing.from_data(json.loads(routing)),
+        )
+
+    async def restore_item(self, name: str, visit: int) -> StepExecution | None:
+        saved = await self._saved(name, visit)
+        return None if saved is None else StepExecution.from_data(json.loads(saved[0]))
 
     async def save(self, execution: StepExecution, routing: Routing | None) -> None:
+        await self._checkpoint(execution, None if routing is None else routing.to_data(), None)
+
+    async def save_item(self, execution: StepExecution, item: int) -> None:
+        await self._checkpoint(execution, None, item)
+
+    async def _checkpoint(
+        self, execution: StepExecution, routing: dict[str, Any] | None, item: int | None
+    ) -> None:
         step = {
             "step_id": execution.step_id,
             "visit": execution.visit,
             "status": execution.status.value,
-            "execution": dumps(execution_data(execution)),
-            "routing": routing_data(routing),
+            "execution": dumps(execution.to_data()),
+            "routing": None if routing is None else dumps(routing),
             "saved_at": time.time(),
+            "item": item,
         }
-        async with self._lock:
-            events, self.pending = self.pending, []
-            await asyncio.to_thread(self.store.write, self.run_id, events, step=step)
+        try:
+            await self._write(step=step)
+        except LeaseLost:
+            # The run's task is being cancelled (see _lose): this step goes no further.
+            raise asyncio.CancelledError() from None
 
 
 @functools.lru_cache(maxsize=32)
@@ -226,78 +216,93 @@ def recipe_of(yaml_text: str, path: str | None) -> AgentRecipe:
     return load_recipe_file(file, text=yaml_text).recipe
 
 
-class RunCancelled(Exception):
-    """The run was cancelled on request."""
-
-
 class RunFailedError(MinionsError):
-    """The run failed (DBOS records the workflow as failed, so it can be resumed)."""
+    """The run failed (DBOS records the workflow as failed)."""
 
 
 class DurableRunner:
-    """Runs the runs a worker's queue hands it."""
+    """Runs the runs a worker's queue hands it.
+
+    Args:
+        store: the worker's (patient) store.
+        executor_id: the worker's id.
+        incarnation: this process's incarnation of the worker: the holder of its runs.
+        model, model_resolver, tracer_provider: as `AgentExecutor` takes them.
+        hub: where the events of its runs go live (token deltas included).
+        cancel_poll: seconds between looks at a running run's row (a cancel, a lost lease).
+        lease: seconds a lease lasts without a heartbeat (the worker renews it).
+        heartbeat: seconds between the worker's heartbeats.
+    """
 
     def __init__(
         self,
-        store: Store,
+        store: AsyncStore,
         *,
         executor_id: str,
-        model: str | None = None,
-        resolver: Callable[[Model | str | None], Model] | None = None,
+        incarnation: str,
+        model: str | Model | None = None,
+        model_resolver: Callable[[Model | str | None], Model] | None = None,
         hub: LiveHub | None = None,
         cancel_poll: float = 0.2,
+        lease: float = 10.0,
+        heartbeat: float = 2.0,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.store = store
         self.executor_id = executor_id
-        self.model = model
-        self.resolver = resolver
+        self.incarnation = incarnation
         self.hub = hub
         self.cancel_poll = cancel_poll
+        self.lease = lease
+        self.heartbeat = heartbeat
         self.running: dict[str, asyncio.Task[Any]] = {}
+        self._recorders: dict[str, RunRecorder] = {}
         self._waiting: dict[str, int] = {}
         """Calls each run waits on (the run is `waiting` while there is one)."""
         self.executor = AgentExecutor(
             model=model,
-            model_resolver=resolver,
+            model_resolver=model_resolver,
             approver=self.approve,
             tracer_provider=tracer_provider,
         )
         """One for every run: it validates each recipe snapshot once."""
 
-    async def execute(self, run_id: str) -> None:
-        store = self.store
-        record, yaml_text, path, inputs, last = await asyncio.to_thread(store.run_to_start, run_id)
-        if record.terminal:
-            return  # finished (or cancelled) already: a duplicate delivery
-        recorder = RunRecorder(store, run_id, hub=self.hub, last=last)
+    async def execute(self, run_id: str, attempt: int) -> None:
+        """Run the run's attempt if it is still its current one and nobody else holds it."""
+        start = await self._claim(run_id, attempt)
+        if start is None:
+            return
+        lease = start.lease
+        task: asyncio.Task[Any] | None = None
+
+        def lost() -> None:
+            if task is not None:
+                task.cancel()
+
+        recorder = RunRecorder(self.store, lease, last=start.last_seq, hub=self.hub, on_lost=lost)
         try:
-            recipe = recipe_of(yaml_text, path)
+            recipe = recipe_of(start.recipe_yaml, start.recipe_path)
         except RecipeError as exc:
-            await self._fail_before_start(recorder, f"the recipe no longer loads: {exc}")
+            await self._fail(recorder, f"the recipe no longer loads: {exc}")
             raise RunFailedError(str(exc)) from None
-        await asyncio.to_thread(
-            store.update_run,
-            run_id,
-            status="running",
-            started_at=record.started_at or time.time(),
-            executor_id=self.executor_id,
-            finished_at=None,
-            error=None,
-        )
         executor = self.executor
         graph = executor.graph(recipe)
         context = executor.create_context(
-            recipe, inputs, run_id=run_id, listeners=[recorder.on_event]
+            recipe, start.inputs, run_id=run_id, listeners=[recorder.on_event]
         )
+        context.events.continue_after(start.last_seq)
         task = asyncio.create_task(executor.run(graph, context, checkpoints=recorder))
         self.running[run_id] = task
-        watcher = asyncio.create_task(self._watch(run_id, task))
+        self._recorders[run_id] = recorder
+        cancelled: list[bool] = []
+        watcher = asyncio.create_task(self._watch(lease, task, recorder, cancelled))
         try:
             result = await task
         except asyncio.CancelledError:
-            if not watcher.done() or watcher.cancelled() or not watcher.result():
-                raise  # the worker is stopping: the run stays pending and is recovered
+            if recorder.lost:
+                return  # stood down: the run is someone else's now
+            if not cancelled:
+                raise  # the worker is stopping: the run is taken over from its checkpoint
             await recorder.close(
                 status="cancelled",
                 finished_at=time.time(),
@@ -305,65 +310,113 @@ class DurableRunner:
                 usage=dataclasses.asdict(context.usage),
             )
             return
+        except Exception as exc:  # a bug must end the run, not leave it running
+            log.exception("run crashed", run_id=run_id)
+            await self._fail(recorder, f"the run crashed: {type(exc).__name__}: {exc}")
+            raise RunFailedError(str(exc)) from None
         finally:
             watcher.cancel()
             self.running.pop(run_id, None)
-        status = "completed" if result.ok else "failed"
-        await recorder.close(
-            status=status,
+            self._recorders.pop(run_id, None)
+        ok = result.status is StepStatus.COMPLETED
+        closed = await recorder.close(
+            status="completed" if ok else "failed",
             finished_at=time.time(),
             output=jsonable(result.output),
             error=result.error,
             usage=dataclasses.asdict(result.usage),
         )
-        if not result.ok:
+        if closed and not ok:
             raise RunFailedError(result.error or "the run failed")
+
+    async def _claim(self, run_id: str, attempt: int) -> Start | None:
+        """Take the run, waiting while another holder's lease is alive (the incarnation of
+        this worker that crashed, whose lease has not run out yet). None when there is nothing
+        to run: the attempt is stale, the run ended, or its holder lives on."""
+        deadline = time.monotonic() + self.lease + 2 * self.heartbeat
+        while True:
+            outcome = await self.store.claim(
+                run_id,
+                attempt=attempt,
+                holder=self.incarnation,
+                executor_id=self.executor_id,
+                lease_until=time.time() + self.lease,
+            )
+            if isinstance(outcome, Start):
+                return outcome
+            if outcome != "held" or time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(self.heartbeat)
+
+    async def _watch(
+        self, lease: Lease, task: asyncio.Task[Any], recorder: RunRecorder, cancelled: list[bool]
+    ) -> None:
+        """Cancel the run's task when a cancel is asked (here, or by an operator through
+        DBOS), or when the lease is gone."""
+        workflow = workflow_id(lease.run_id, lease.attempt)
+        while not task.done():
+            await asyncio.sleep(self.cancel_poll)
+            epoch, cancel, dbos_status = await self.store.watch(lease.run_id, workflow)
+            if epoch != lease.epoch:
+                recorder._lose()
+                return
+            if cancel or dbos_status == "CANCELLED":
+                cancelled.append(True)
+                task.cancel()
+                return
+
+    async def _fail(self, recorder: RunRecorder, error: str) -> None:
+        """End the run as failed with `error`, before or after its steps (its terminal event
+        said once)."""
+        said = recorder.pending[-1:] and recorder.pending[-1].kind == "run_failed"
+        if said:
+            await recorder.close(status="failed", finished_at=time.time(), error=error)
+            return
+        event = RunFailed(
+            run_id=recorder.lease.run_id,
+            seq=recorder.stored + len(recorder.pending) + 1,
+            timestamp=time.time(),
+            error=error,
+        )
+        recorder.on_event(event)
+        await recorder.close(status="failed", finished_at=time.time(), error=error)
 
     async def approve(self, request: ApprovalRequest) -> ApprovalDecision:
         """Wait durably for a person's decision: the request is stored, the run is `waiting`
         until `minions runs approve` decides it (a step run again after a restart finds the
         same request, or its decision)."""
-        store, run_id = self.store, request.run_id
-        record = await asyncio.to_thread(
-            store.request_approval,
-            run_id,
+        run_id = request.run_id
+        recorder = self._recorders[run_id]
+        try:
+            return await self._decision(request, recorder)
+        except LeaseLost:
+            recorder._lose()  # the run's task is being cancelled: this call goes no further
+            raise asyncio.CancelledError() from None
+
+    async def _decision(self, request: ApprovalRequest, recorder: RunRecorder) -> ApprovalDecision:
+        run_id, lease, store = request.run_id, recorder.lease, self.store
+        record = await store.request_approval(
+            lease,
             call_id=request.call_id,
             step_id=request.step_id,
             tool=request.tool,
             arguments=request.arguments,
         )
-        self._waiting[run_id] = self._waiting.get(run_id, 0) + 1
-        try:
-            if record.decided_at is None:
-                await asyncio.to_thread(store.update_run, run_id, status="waiting")
-            while record.decided_at is None:
-                await asyncio.sleep(self.cancel_poll)
-                found = await asyncio.to_thread(store.approval, run_id, request.call_id)
-                assert found is not None
-                record = found
-        finally:
-            self._waiting[run_id] -= 1
-            if not self._waiting[run_id]:
-                del self._waiting[run_id]
-                await asyncio.to_thread(store.update_run, run_id, status="running")
+        if record.decided_at is None:
+            self._waiting[run_id] = self._waiting.get(run_id, 0) + 1
+            try:
+                await store.set_held_status(lease, "waiting")
+                while True:
+                    await asyncio.sleep(self.cancel_poll)
+                    found = await store.approval(run_id, request.call_id)
+                    assert found is not None
+                    record = found
+                    if record.decided_at is not None:
+                        break
+            finally:
+                self._waiting[run_id] -= 1
+                if not self._waiting[run_id]:
+                    del self._waiting[run_id]
+            if run_id not in self._waiting:
+                await store.set_held_status(lease, "running")
         return ApprovalDecision(approved=bool(record.approved), reason=record.reason)
-
-    async def _watch(self, run_id: str, task: asyncio.Task[Any]) -> bool:
-        """Cancel the run's task when a cancel is requested; True when it did."""
-        while not task.done():
-            await asyncio.sleep(self.cancel_poll)
-            record = await asyncio.to_thread(self.store.get_run, run_id, details=False)
-            if record.cancel_requested:
-                task.cancel()
-                return True
-        return False
-
-    async def _fail_before_start(self, recorder: RunRecorder, error: str) -> None:
-        from minions.events import RunFailed
-
-        recorder.last += 1
-        event = json.loads(event_to_json(RunFailed(run_id=recorder.run_id, error=error)))
-        event["seq"] = recorder.last
-        event["timestamp"] = time.time()
-        recorder.pending.append(event)
-        await recorder.close(status="failed", finished_at=time.time(), error=error)

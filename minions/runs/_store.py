@@ -1,175 +1,70 @@
-"""minions' own tables beside DBOS's: runs, their finished steps, the event log, approvals and
-workers. JSON, never pickle; the CLI and the service read only these tables.
+"""The run store's SQL, blocking: one SQLAlchemy engine per store, every state change one
+transaction.
 
-One SQLAlchemy engine per store. SQLite runs in WAL mode with synchronous FULL (every commit
-fsynced); Postgres through psycopg. Blocking calls run in a worker thread for the async API.
+Every state change is a compare-and-set: a transaction starts with the conditional write
+(``UPDATE ... WHERE status IN (...)`` or ``... WHERE epoch = ?``) and reads only after it,
+so concurrent callers serialize on the run's row and exactly one wins, on SQLite (one writer;
+a transaction that writes first never meets a stale snapshot) as on Postgres (the row lock,
+and READ COMMITTED re-checks the condition). The holder of a run writes only under its
+epoch: a worker that lost the run (declared dead, cancelled, a second worker with its id)
+finds the epoch moved on and writes nothing.
+
+SQLite runs in WAL mode with synchronous FULL (every commit fsynced); Postgres through psycopg.
+`minions.runs._async` is the only caller that goes to a thread.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 
-from minions.errors import StoreError, UnknownRunError
+from minions.errors import IdempotencyConflictError, RunStateError, StoreError, UnknownRunError
+from minions.runs._tables import (
+    ACTIVE,
+    HELD,
+    MIGRATIONS,
+    OURS,
+    SCHEMA_VERSION,
+    ApprovalRecord,
+    RunRecord,
+    StepRecord,
+    WorkerRecord,
+    approvals_table,
+    events_table,
+    meta_table,
+    metadata,
+    runs_table,
+    steps_table,
+    workers_table,
+)
 
 __all__: list[str] = []
 
-
-SCHEMA_VERSION = 1
 DEFAULT_URL = "sqlite:///./.minions/minions.db"
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
-STATUSES = ("queued", "running", "waiting", "completed", "failed", "cancelled")
+HEARTBEAT = float(os.environ.get("MINIONS_WORKER_HEARTBEAT", "2"))
+"""Seconds between a worker's heartbeats (each renews the leases of the runs it holds)."""
+DEAD_AFTER = float(os.environ.get("MINIONS_WORKER_DEAD_AFTER", "10"))
+"""A worker silent this long is dead: its leases run out and a live worker takes its runs."""
 
-
-metadata = sa.MetaData()
-
-meta_table = sa.Table(
-    "minions_meta",
-    metadata,
-    sa.Column("key", sa.String(64), primary_key=True),
-    sa.Column("value", sa.Text, nullable=False),
-)
-runs_table = sa.Table(
-    "minions_runs",
-    metadata,
-    sa.Column("run_id", sa.String(64), primary_key=True),
-    sa.Column("recipe_id", sa.String(200), nullable=False, index=True),
-    sa.Column("recipe_yaml", sa.Text, nullable=False),
-    sa.Column("recipe_path", sa.Text, nullable=True),
-    sa.Column("recipe_hash", sa.String(64), nullable=False),
-    sa.Column("inputs", sa.Text, nullable=False),
-    sa.Column("status", sa.String(16), nullable=False, index=True),
-    sa.Column("created_at", sa.Float, nullable=False, index=True),
-    sa.Column("started_at", sa.Float, nullable=True),
-    sa.Column("finished_at", sa.Float, nullable=True),
-    sa.Column("output", sa.Text, nullable=True),
-    sa.Column("error", sa.Text, nullable=True),
-    sa.Column("usage", sa.Text, nullable=True),
-    sa.Column("idempotency_key", sa.String(200), nullable=True, unique=True),
-    sa.Column("cancel_requested", sa.Boolean, nullable=False, default=False),
-    sa.Column("executor_id", sa.String(200), nullable=True),
-    sa.Column("starts", sa.Integer, nullable=False, default=0),
-)
-steps_table = sa.Table(
-    "minions_steps",
-    metadata,
-    sa.Column("run_id", sa.String(64), primary_key=True),
-    sa.Column("step_id", sa.String(200), primary_key=True),
-    sa.Column("visit", sa.Integer, primary_key=True),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("execution", sa.Text, nullable=False),
-    sa.Column("routing", sa.Text, nullable=True),
-    sa.Column("saved_at", sa.Float, nullable=False),
-)
-events_table = sa.Table(
-    "minions_events",
-    metadata,
-    sa.Column("run_id", sa.String(64), primary_key=True),
-    sa.Column("seq", sa.Integer, primary_key=True),
-    sa.Column("kind", sa.String(40), nullable=False),
-    sa.Column("step_id", sa.String(200), nullable=True),
-    sa.Column("data", sa.Text, nullable=False),
-)
-approvals_table = sa.Table(
-    "minions_approvals",
-    metadata,
-    sa.Column("run_id", sa.String(64), primary_key=True),
-    sa.Column("call_id", sa.String(200), primary_key=True),
-    sa.Column("step_id", sa.String(200), nullable=False),
-    sa.Column("tool", sa.String(200), nullable=False),
-    sa.Column("arguments", sa.Text, nullable=False),
-    sa.Column("requested_at", sa.Float, nullable=False),
-    sa.Column("decided_at", sa.Float, nullable=True),
-    sa.Column("approved", sa.Boolean, nullable=True),
-    sa.Column("reason", sa.Text, nullable=True),
-)
-workers_table = sa.Table(
-    "minions_workers",
-    metadata,
-    sa.Column("executor_id", sa.String(200), primary_key=True),
-    sa.Column("started_at", sa.Float, nullable=False),
-    sa.Column("heartbeat_at", sa.Float, nullable=False),
-    sa.Column("stopped_at", sa.Float, nullable=True),
-    sa.Column("version", sa.String(64), nullable=False),
-    sa.Column("runs", sa.Text, nullable=False, default="[]"),
-)
-_OURS = {t.name for t in metadata.sorted_tables}
+Enqueue = Callable[[sa.Connection, str, int], None]
+"""Queues attempt `n` of run `run_id` in the caller's transaction (DBOS's enqueue)."""
+EventRow = tuple[int, str, str | None, str]
+"""A stored event: its number, kind, step id and JSON."""
 
 
 def dumps(value: Any) -> str:
     from minions._text import jsonable
 
     return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":"))
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepRecord:
-    """A finished step execution as stored: what `minions runs show` lists."""
-
-    step_id: str
-    visit: int
-    status: str
-    output: Any = None
-    error: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)
-    attempts: int = 1
-    items: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunRecord:
-    """A run as stored."""
-
-    run_id: str
-    recipe_id: str
-    status: str
-    created_at: float
-    started_at: float | None = None
-    finished_at: float | None = None
-    inputs: dict[str, Any] = field(default_factory=dict)
-    output: Any = None
-    error: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)
-    recipe_path: str | None = None
-    recipe_hash: str = ""
-    executor_id: str | None = None
-    cancel_requested: bool = False
-    steps: tuple[StepRecord, ...] = ()
-    approvals: tuple[ApprovalRecord, ...] = ()
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in TERMINAL
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalRecord:
-    call_id: str
-    step_id: str
-    tool: str
-    arguments: dict[str, Any]
-    requested_at: float
-    decided_at: float | None = None
-    approved: bool | None = None
-    reason: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerRecord:
-    executor_id: str
-    started_at: float
-    heartbeat_at: float
-    stopped_at: float | None
-    version: str
-    runs: list[str]
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -190,6 +85,37 @@ def describe(url: str) -> str:
     from minions._text import redact_url
 
     return redact_url(url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """A worker's hold on a run: every write of the holder names its epoch."""
+
+    run_id: str
+    holder: str
+    epoch: int
+    attempt: int
+
+
+class LeaseLost(Exception):
+    """The run is no longer this holder's (its epoch moved on): the holder stands down."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Start:
+    """What a worker needs to start (or go on with) a run it claimed, read in the claim."""
+
+    lease: Lease
+    record: RunRecord
+    recipe_yaml: str
+    recipe_path: str | None
+    inputs: dict[str, Any]
+    last_seq: int
+
+
+Refusal = Literal["held", "stale", "ended"]
+"""Why a claim was refused: another holder's lease is alive; the attempt is not the run's
+current one (a stale delivery); the run has ended."""
 
 
 class Store:
@@ -221,7 +147,7 @@ class Store:
                 sqlalchemy_url(url), connect_args={"connect_timeout": 10}
             )
             sa.event.listen(self.engine, "checkout", _ping_if_idle)
-        self._postgres = self.engine.dialect.name == "postgresql"
+        self.postgres = self.engine.dialect.name == "postgresql"
         self._turns = _SQLITE_TURNS.setdefault(
             str(path.resolve()) if path is not None else url, threading.RLock()
         )
@@ -229,12 +155,14 @@ class Store:
             self._migrate(create)
         except sa.exc.OperationalError as exc:
             self.engine.dispose()
-            detail = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-            raise StoreError(f"cannot use the run store {describe(url)!r}: {detail}") from None
+            raise StoreError(
+                f"cannot use the run store {describe(url)!r}: {_detail(exc)}"
+            ) from None
         except sa.exc.DatabaseError as exc:
             self.engine.dispose()
-            detail = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-            raise StoreError(f"{describe(url)!r} is not a minions run store: {detail}") from None
+            raise StoreError(
+                f"{describe(url)!r} is not a minions run store: {_detail(exc)}"
+            ) from None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -265,20 +193,24 @@ class Store:
                     f"the run store {describe(self.url)!r} has schema version {version}, made "
                     f"by a newer minions (this one knows {SCHEMA_VERSION}): upgrade minions"
                 )
-            for step in range(version, SCHEMA_VERSION):
-                _MIGRATIONS[step](db)
             if version < SCHEMA_VERSION:
-                db.execute(
+                # One migration at a time, under a lock on the version row (Postgres) or the
+                # write lock (SQLite): two processes opening an old store migrate it once.
+                updated = db.execute(
                     meta_table.update()
-                    .where(meta_table.c.key == "schema_version")
+                    .where(meta_table.c.key == "schema_version", meta_table.c.value == str(version))
                     .values(value=str(SCHEMA_VERSION))
-                )
-            if _OURS - names:  # tables added by this version: created empty
+                ).rowcount
+                if updated:
+                    for step in range(version, SCHEMA_VERSION):
+                        MIGRATIONS[step](db)
+            if OURS - names:  # tables added by this version: created empty
                 metadata.create_all(db)
 
     @contextmanager
     def begin(self) -> Iterator[sa.Connection]:
-        if self._postgres:
+        """A write transaction. Its first statement must write (see the module's docstring)."""
+        if self.postgres:
             with self.engine.begin() as db:
                 yield db
             return
@@ -294,7 +226,7 @@ class Store:
         with self.engine.connect() as db:
             yield db
 
-    # -- runs --------------------------------------------------------------------------------
+    # -- submitting ----------------------------------------------------------------------------
 
     def insert_run(
         self,
@@ -306,64 +238,60 @@ class Store:
         recipe_hash: str,
         inputs: Mapping[str, Any],
         idempotency_key: str | None,
+        request_hash: str,
+        enqueue: Enqueue,
     ) -> tuple[str, bool]:
-        """Insert a queued run; with an idempotency key used before, the earlier run's id and
-        False."""
+        """Store a queued run and queue it, in one transaction: both happen or neither. With
+        an idempotency key used before, the earlier run's id and False.
+
+        Raises:
+            IdempotencyConflictError: the key was used for another request.
+        """
+        row = {
+            "run_id": run_id,
+            "recipe_id": recipe_id,
+            "recipe_yaml": recipe_yaml,
+            "recipe_path": recipe_path,
+            "recipe_hash": recipe_hash,
+            "inputs": dumps(dict(inputs)),
+            "status": "queued",
+            "created_at": time.time(),
+            "idempotency_key": idempotency_key,
+            "request_hash": request_hash,
+            "cancel_requested": False,
+            "starts": 0,
+            "epoch": 0,
+            "attempt": 1,
+            "recoveries": 0,
+            "last_seq": 0,
+        }
         with self.begin() as db:
-            if idempotency_key is not None:
-                found = db.execute(
-                    sa.select(runs_table.c.run_id).where(
-                        runs_table.c.idempotency_key == idempotency_key
-                    )
-                ).scalar_one_or_none()
-                if found is not None:
-                    return str(found), False
-            db.execute(
-                runs_table.insert().values(
-                    run_id=run_id,
-                    recipe_id=recipe_id,
-                    recipe_yaml=recipe_yaml,
-                    recipe_path=recipe_path,
-                    recipe_hash=recipe_hash,
-                    inputs=dumps(dict(inputs)),
-                    status="queued",
-                    created_at=time.time(),
-                    idempotency_key=idempotency_key,
-                    cancel_requested=False,
-                    starts=0,
+            # Written first, and only when the key is new (a concurrent submission with the same
+            # key waits on the row and then inserts nothing).
+            inserted = db.execute(
+                _insert_ignoring_conflicts(self.postgres, row).returning(runs_table.c.run_id)
+            ).first()
+            if inserted is not None:
+                enqueue(db, run_id, 1)
+                return run_id, True
+            found = db.execute(
+                sa.select(runs_table.c.run_id, runs_table.c.request_hash).where(
+                    runs_table.c.idempotency_key == idempotency_key
                 )
-            )
-        return run_id, True
+            ).one()
+        if found.request_hash is not None and found.request_hash != request_hash:
+            assert idempotency_key is not None
+            raise IdempotencyConflictError(idempotency_key, found.run_id)
+        return str(found.run_id), False
 
-    def update_run(self, run_id: str, **values: Any) -> None:
-        values = _encoded(values)
-        with self.begin() as db:
-            db.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(**values))
-
-    def run_source(self, run_id: str) -> tuple[str, str | None, dict[str, Any]]:
-        """The run's recipe YAML, the file it came from, and its inputs."""
-        with self.read() as db:
-            row = db.execute(
-                sa.select(
-                    runs_table.c.recipe_yaml, runs_table.c.recipe_path, runs_table.c.inputs
-                ).where(runs_table.c.run_id == run_id)
-            ).one_or_none()
-        if row is None:
-            raise UnknownRunError(run_id)
-        return row.recipe_yaml, row.recipe_path, json.loads(row.inputs)
-
-    def run_to_start(self, run_id: str) -> tuple[RunRecord, str, str | None, dict[str, Any], int]:
-        """What a worker needs to start (or go on with) a run, in one read: the run, its
-        recipe YAML and the file it came from, its inputs, and its last event's number."""
-        with self.read() as db:
-            row = _run_row(db, run_id)
-            last = db.execute(
-                sa.select(sa.func.max(events_table.c.seq)).where(events_table.c.run_id == run_id)
-            ).scalar_one_or_none()
-        record = _run_record(row, (), ())
-        return record, row.recipe_yaml, row.recipe_path, json.loads(row.inputs), int(last or 0)
+    # -- reading -------------------------------------------------------------------------------
 
     def get_run(self, run_id: str, *, details: bool = True) -> RunRecord:
+        """The run (with its finished steps and approvals when `details`).
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
         with self.read() as db:
             row = _run_row(db, run_id)
             steps: tuple[StepRecord, ...] = ()
@@ -373,7 +301,7 @@ class Store:
                     _step_record(s)
                     for s in db.execute(
                         sa.select(steps_table)
-                        .where(steps_table.c.run_id == run_id)
+                        .where(steps_table.c.run_id == run_id, steps_table.c.item.is_(None))
                         .order_by(steps_table.c.saved_at)
                     )
                 )
@@ -386,6 +314,12 @@ class Store:
                     )
                 )
         return _run_record(row, steps, approvals)
+
+    def run_source(self, run_id: str) -> tuple[str, str | None, dict[str, Any]]:
+        """The run's recipe YAML, the file it came from, and its inputs."""
+        with self.read() as db:
+            row = _run_row(db, run_id)
+        return row.recipe_yaml, row.recipe_path, json.loads(row.inputs)
 
     def list_runs(
         self,
@@ -414,89 +348,36 @@ class Store:
         with self.read() as db:
             return [_run_record(r, (), ()) for r in db.execute(query.limit(limit))]
 
-    # -- steps and events --------------------------------------------------------------------
+    def head(self, run_id: str) -> tuple[str, int]:
+        """The run's status and the number of its last stored event (one indexed read).
 
-    def last_seq(self, run_id: str) -> int:
+        Raises:
+            UnknownRunError: no run has this id.
+        """
         with self.read() as db:
-            found = db.execute(
-                sa.select(sa.func.max(events_table.c.seq)).where(events_table.c.run_id == run_id)
-            ).scalar_one_or_none()
-        return int(found or 0)
-
-    def write(
-        self,
-        run_id: str,
-        events: Sequence[Mapping[str, Any]],
-        *,
-        step: Mapping[str, Any] | None = None,
-        run: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Events, and a finished step, and a run update, in one transaction (one commit)."""
-        if not events and step is None and run is None:
-            return
-        rows = [(run_id, e["seq"], e["kind"], e.get("step_id"), dumps(e)) for e in events]
-        step_row = (
-            None
-            if step is None
-            else (
-                run_id,
-                step["step_id"],
-                step["visit"],
-                step["status"],
-                step["execution"],
-                step["routing"],
-                step["saved_at"],
-            )
-        )
-        with self.begin() as db:
-            # The step loop waits on this commit, so its statements go straight to the driver
-            # (SQLAlchemy's compiled inserts cost as much as the commit itself).
-            cursor = db.connection.driver_connection.cursor()  # type: ignore[union-attr]
-            if self._postgres:
-                # One statement, one round trip: the inserts as data-modifying CTEs, and the
-                # notice to followers (they LISTEN, and learn of new events at this commit).
-                parts, params = [], []
-                *before, last = [rows[i : i + 1000] for i in range(0, len(rows), 1000)] or [[]]
-                for chunk in before:  # thousands of events at once (a big loop): a statement
-                    cursor.executemany(  # holds at most 65,535 parameters
-                        f"INSERT INTO minions_events {_EVENT_COLUMNS} VALUES (%s, %s, %s, %s, %s)",
-                        chunk,
-                    )
-                if last:
-                    placeholders = ", ".join(["(%s, %s, %s, %s, %s)"] * len(last))
-                    parts.append(
-                        f"e AS (INSERT INTO minions_events {_EVENT_COLUMNS} VALUES {placeholders})"
-                    )
-                    params += [value for row in last for value in row]
-                if step_row is not None:
-                    parts.append(
-                        f"s AS (INSERT INTO minions_steps {_STEP_COLUMNS} "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s))"
-                    )
-                    params += step_row
-                if parts:
-                    notify = "pg_notify('minions_events', %s)" if rows else "1"
-                    params += [run_id] if rows else []
-                    cursor.execute(f"WITH {', '.join(parts)} SELECT {notify}", params)
-            else:
-                if rows:
-                    cursor.executemany(
-                        f"INSERT INTO minions_events {_EVENT_COLUMNS} VALUES (?, ?, ?, ?, ?)", rows
-                    )
-                if step_row is not None:
-                    cursor.execute(
-                        f"INSERT INTO minions_steps {_STEP_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        step_row,
-                    )
-            cursor.close()
-            if run is not None:
-                values = _encoded(dict(run))
-                db.execute(
-                    runs_table.update().where(runs_table.c.run_id == run_id).values(**values)
+            row = db.execute(
+                sa.select(runs_table.c.status, runs_table.c.last_seq).where(
+                    runs_table.c.run_id == run_id
                 )
+            ).one_or_none()
+        if row is None:
+            raise UnknownRunError(run_id)
+        return str(row.status), int(row.last_seq)
+
+    def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[str]:
+        """The JSON of the run's stored events after number `after`, in order."""
+        query = (
+            sa.select(events_table.c.data)
+            .where(events_table.c.run_id == run_id, events_table.c.seq > after)
+            .order_by(events_table.c.seq)
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        with self.read() as db:
+            return [row.data for row in db.execute(query)]
 
     def saved_steps(self, run_id: str) -> dict[tuple[str, int], tuple[str, str | None]]:
-        """Every finished step of the run, by step id and visit (one query, to resume)."""
+        """Every finished step and loop item of the run, by name and visit (one query)."""
         with self.read() as db:
             rows = db.execute(
                 sa.select(
@@ -508,49 +389,6 @@ class Store:
             )
             return {(r.step_id, r.visit): (r.execution, r.routing) for r in rows}
 
-    def events(
-        self, run_id: str, *, after: int = 0, limit: int | None = None
-    ) -> list[dict[str, Any]]:
-        query = (
-            sa.select(events_table.c.data)
-            .where(events_table.c.run_id == run_id, events_table.c.seq > after)
-            .order_by(events_table.c.seq)
-        )
-        if limit is not None:
-            query = query.limit(limit)
-        with self.read() as db:
-            return [json.loads(row.data) for row in db.execute(query)]
-
-    # -- approvals ---------------------------------------------------------------------------
-
-    def request_approval(
-        self, run_id: str, *, call_id: str, step_id: str, tool: str, arguments: Any
-    ) -> ApprovalRecord:
-        """Record a request (once: a step run again asks the same call again)."""
-        with self.begin() as db:
-            row = db.execute(
-                sa.select(approvals_table).where(
-                    approvals_table.c.run_id == run_id, approvals_table.c.call_id == call_id
-                )
-            ).one_or_none()
-            if row is None:
-                db.execute(
-                    approvals_table.insert().values(
-                        run_id=run_id,
-                        call_id=call_id,
-                        step_id=step_id,
-                        tool=tool,
-                        arguments=dumps(arguments),
-                        requested_at=time.time(),
-                    )
-                )
-                row = db.execute(
-                    sa.select(approvals_table).where(
-                        approvals_table.c.run_id == run_id, approvals_table.c.call_id == call_id
-                    )
-                ).one()
-        return _approval_record(row)
-
     def approval(self, run_id: str, call_id: str) -> ApprovalRecord | None:
         with self.read() as db:
             row = db.execute(
@@ -560,48 +398,435 @@ class Store:
             ).one_or_none()
         return None if row is None else _approval_record(row)
 
-    def decide(self, run_id: str, call_id: str, *, approved: bool, reason: str | None) -> None:
+    def watch(self, run_id: str, workflow_id: str) -> tuple[int, bool, str | None]:
+        """What the holder of a run watches while it runs: the run's epoch, whether a cancel
+        was asked (here, or by an operator through DBOS: ``dbos workflow cancel``), and DBOS's
+        status of the workflow (None when DBOS has no such workflow)."""
+        dbos = _dbos_status_table(self.postgres)
+        with self.read() as db:
+            row = db.execute(
+                sa.text(
+                    "SELECT r.epoch, r.cancel_requested, w.status FROM minions_runs r "
+                    f"LEFT JOIN {dbos} w ON w.workflow_uuid = :workflow WHERE r.run_id = :run"
+                ),
+                {"run": run_id, "workflow": workflow_id},
+            ).one_or_none()
+        if row is None:
+            raise UnknownRunError(run_id)
+        return int(row.epoch), bool(row.cancel_requested), row.status
+
+    # -- the holder's writes -------------------------------------------------------------------
+
+    def claim(
+        self,
+        run_id: str,
+        *,
+        attempt: int,
+        holder: str,
+        executor_id: str,
+        lease_until: float,
+        now: float,
+    ) -> Start | Refusal:
+        """Take the run for `holder`: attempt `attempt` is the current one, it has not ended,
+        and nobody holds it (or the holder's lease ran out, or it is this holder again). A new
+        epoch fences every earlier holder out."""
+        runs = runs_table.c
         with self.begin() as db:
+            row = db.execute(
+                runs_table.update()
+                .where(
+                    runs.run_id == run_id,
+                    runs.attempt == attempt,
+                    runs.status.in_(ACTIVE),
+                    sa.or_(
+                        runs.holder.is_(None),
+                        runs.holder == holder,
+                        runs.lease_until.is_(None),
+                        runs.lease_until < now,
+                    ),
+                )
+                .values(
+                    holder=holder,
+                    epoch=runs.epoch + 1,
+                    lease_until=lease_until,
+                    status="running",
+                    executor_id=executor_id,
+                    started_at=sa.func.coalesce(runs.started_at, now),
+                    starts=runs.starts + 1,
+                    finished_at=None,
+                    error=None,
+                )
+                .returning(*runs_table.c)
+            ).one_or_none()
+        if row is None:
+            with self.read() as db:
+                found = _run_row(db, run_id)
+            if found.status not in ACTIVE:
+                return "ended"
+            return "stale" if found.attempt != attempt else "held"
+        return Start(
+            lease=Lease(run_id=run_id, holder=holder, epoch=row.epoch, attempt=attempt),
+            record=_run_record(row, (), ()),
+            recipe_yaml=row.recipe_yaml,
+            recipe_path=row.recipe_path,
+            inputs=json.loads(row.inputs),
+            last_seq=int(row.last_seq),
+        )
+
+    def append(
+        self,
+        lease: Lease,
+        *,
+        after: int,
+        events: Sequence[EventRow],
+        step: Mapping[str, Any] | None = None,
+        run: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Store the holder's events (numbered after `after`, the log's head it knows), a
+        finished step and the run's new values, in one commit, if the lease still holds.
+
+        A commit whose answer was lost (the connection dropped) may be tried again: one that
+        was done already is recognized by the head it moved.
+
+        Raises:
+            LeaseLost: the run's epoch moved on: nothing was written.
+        """
+        new = events[-1][0] if events else after
+        values = _encoded(dict(run or {}))
+        if values.get("status") in ("completed", "failed", "cancelled"):
+            values.update(holder=None, lease_until=None)
+        values["last_seq"] = new
+        rows = [(lease.run_id, seq, kind, step_id, data) for seq, kind, step_id, data in events]
+        step_row = None if step is None else tuple(step[c] for c in _STEP_COLUMN_NAMES)
+        step_row = None if step_row is None else (lease.run_id, *step_row)
+        with self.begin() as db:
+            # The step loop waits on this commit, so its statements go straight to the driver
+            # (SQLAlchemy's compiled statements cost as much as the commit itself).
+            cursor = db.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            try:
+                if self.postgres:
+                    done = _append_postgres(cursor, lease, after, values, rows, step_row)
+                else:
+                    done = _append_sqlite(cursor, lease, after, values, rows, step_row)
+            finally:
+                cursor.close()
+        if not done:
+            self._append_refused(lease, after=after, new=new)
+
+    def _append_refused(self, lease: Lease, *, after: int, new: int) -> None:
+        with self.read() as db:
+            row = db.execute(
+                sa.select(runs_table.c.epoch, runs_table.c.last_seq).where(
+                    runs_table.c.run_id == lease.run_id
+                )
+            ).one_or_none()
+        if row is None or row.epoch != lease.epoch:
+            raise LeaseLost(lease.run_id)
+        if row.last_seq == new and new > after:
+            return  # this very commit went through before its answer was lost
+        raise StoreError(
+            f"the event log of run {lease.run_id} is at {row.last_seq}, not at {after} as its "
+            "holder believes"
+        )
+
+    def set_held_status(self, lease: Lease, status: Literal["running", "waiting"]) -> None:
+        """`running` <-> `waiting` (a call waits for a person), by the holder.
+
+        Raises:
+            LeaseLost: the run is no longer this holder's.
+        """
+        with self.begin() as db:
+            updated = db.execute(
+                runs_table.update()
+                .where(
+                    runs_table.c.run_id == lease.run_id,
+                    runs_table.c.epoch == lease.epoch,
+                    runs_table.c.status.in_(HELD),
+                )
+                .values(status=status)
+            ).rowcount
+        if not updated:
+            raise LeaseLost(lease.run_id)
+
+    def request_approval(
+        self,
+        lease: Lease,
+        *,
+        call_id: str,
+        step_id: str,
+        tool: str,
+        arguments: Any,
+    ) -> ApprovalRecord:
+        """Record a request once (a step run again asks the same call again), as the holder.
+
+        Raises:
+            LeaseLost: the run is no longer this holder's.
+        """
+        with self.begin() as db:
+            fenced = db.execute(
+                runs_table.update()
+                .where(runs_table.c.run_id == lease.run_id, runs_table.c.epoch == lease.epoch)
+                .values(epoch=runs_table.c.epoch)
+            ).rowcount
+            if not fenced:
+                raise LeaseLost(lease.run_id)
             db.execute(
+                _insert_ignoring_conflicts(
+                    self.postgres,
+                    {
+                        "run_id": lease.run_id,
+                        "call_id": call_id,
+                        "step_id": step_id,
+                        "tool": tool,
+                        "arguments": dumps(arguments),
+                        "requested_at": time.time(),
+                    },
+                    table=approvals_table,
+                )
+            )
+            row = db.execute(
+                sa.select(approvals_table).where(
+                    approvals_table.c.run_id == lease.run_id, approvals_table.c.call_id == call_id
+                )
+            ).one()
+        return _approval_record(row)
+
+    def release(self, holder: str, run_ids: Sequence[str] = ()) -> None:
+        """A stopping worker lets go of its runs (of `run_ids`, or all): any live worker takes
+        them over at once, from their last checkpoint."""
+        query = runs_table.update().where(
+            runs_table.c.holder == holder, runs_table.c.status.in_(HELD)
+        )
+        if run_ids:
+            query = query.where(runs_table.c.run_id.in_(list(run_ids)))
+        with self.begin() as db:
+            db.execute(query.values(lease_until=0.0))
+
+    # -- the clients' state changes ------------------------------------------------------------
+
+    def request_cancel(self, run_id: str) -> RunRecord:
+        """Ask the run's holder to cancel it (compare-and-set: the run has not ended).
+
+        Raises:
+            UnknownRunError: no run has this id.
+            RunStateError: the run has ended already.
+        """
+        with self.begin() as db:
+            updated = db.execute(
+                runs_table.update()
+                .where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE))
+                .values(cancel_requested=True)
+            ).rowcount
+            row = _run_row(db, run_id)
+        if not updated:
+            raise RunStateError(
+                f"run {run_id} is {row.status}: there is nothing to cancel", status=row.status
+            )
+        return _run_record(row, (), ())
+
+    def end_unheld(
+        self,
+        run_id: str,
+        *,
+        status: Literal["cancelled", "failed"],
+        error: str,
+        event: Callable[[int], EventRow],
+        when: Literal["queued", "unheld", "any"],
+        now: float,
+    ) -> bool:
+        """End a run nobody is running (`when`: it is queued; or its holder's lease ran out;
+        or whatever its holder is doing: the holder is fenced out), with its terminal event
+        `event(seq)` appended after its log's head. True when this call ended it."""
+        runs = runs_table.c
+        condition: list[Any] = [runs.run_id == run_id, runs.status.in_(ACTIVE)]
+        if when == "queued":
+            condition.append(runs.status == "queued")
+        elif when == "unheld":
+            condition.append(
+                sa.or_(
+                    runs.status == "queued",
+                    runs.holder.is_(None),
+                    runs.lease_until.is_(None),
+                    runs.lease_until < now,
+                )
+            )
+        with self.begin() as db:
+            row = db.execute(
+                runs_table.update()
+                .where(*condition)
+                .values(
+                    status=status,
+                    error=error,
+                    finished_at=now,
+                    epoch=runs.epoch + 1,
+                    holder=None,
+                    lease_until=None,
+                    last_seq=runs.last_seq + 1,
+                )
+                .returning(runs.last_seq)
+            ).one_or_none()
+            if row is None:
+                return False
+            seq, kind, step_id, data = event(int(row.last_seq))
+            db.execute(
+                events_table.insert().values(
+                    run_id=run_id, seq=seq, kind=kind, step_id=step_id, data=data
+                )
+            )
+            # The usage of the steps it finished (what a holder that ended it would have said
+            # of them; the calls of a step in flight when it was fenced out are not known).
+            usage = _usage_of_steps(db, run_id)
+            db.execute(runs_table.update().where(runs.run_id == run_id).values(usage=dumps(usage)))
+            self._notify(db, run_id)
+        return True
+
+    def requeue(
+        self,
+        run_id: str,
+        *,
+        statuses: Sequence[str],
+        epoch: int | None,
+        recovery: bool,
+        enqueue: Enqueue,
+    ) -> RunRecord | None:
+        """Queue the run's next attempt (compare-and-set: its status is one of `statuses`, and
+        its epoch is `epoch` when given), and enqueue it in the same transaction. None when
+        the run was not in that state."""
+        runs = runs_table.c
+        condition = [runs.run_id == run_id, runs.status.in_(list(statuses))]
+        if epoch is not None:
+            condition.append(runs.epoch == epoch)
+        values: dict[str, Any] = {
+            "status": "queued",
+            "attempt": runs.attempt + 1,
+            "epoch": runs.epoch + 1,
+            "holder": None,
+            "lease_until": None,
+            "cancel_requested": False,
+            "finished_at": None,
+            "error": None,
+        }
+        if recovery:
+            values["recoveries"] = runs.recoveries + 1
+        with self.begin() as db:
+            row = db.execute(
+                runs_table.update().where(*condition).values(**values).returning(*runs_table.c)
+            ).one_or_none()
+            if row is None:
+                return None
+            enqueue(db, run_id, int(row.attempt))
+        return _run_record(row, (), ())
+
+    def decide(
+        self, run_id: str, call_id: str, *, approved: bool, reason: str | None
+    ) -> ApprovalRecord | None:
+        """Decide a waiting call (compare-and-set: undecided, and the run has not ended).
+        None when it was decided already or the run ended."""
+        with self.begin() as db:
+            updated = db.execute(
                 approvals_table.update()
                 .where(
                     approvals_table.c.run_id == run_id,
                     approvals_table.c.call_id == call_id,
                     approvals_table.c.decided_at.is_(None),
+                    sa.exists().where(
+                        runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE)
+                    ),
                 )
                 .values(decided_at=time.time(), approved=approved, reason=reason)
-            )
+            ).rowcount
+            if not updated:
+                return None
+            row = db.execute(
+                sa.select(approvals_table).where(
+                    approvals_table.c.run_id == run_id, approvals_table.c.call_id == call_id
+                )
+            ).one()
+        return _approval_record(row)
 
-    # -- workers -----------------------------------------------------------------------------
+    def _notify(self, db: sa.Connection, run_id: str) -> None:
+        if self.postgres:
+            db.execute(sa.text("SELECT pg_notify('minions_events', :run)"), {"run": run_id})
 
-    def heartbeat(self, executor_id: str, *, version: str, runs: Sequence[str]) -> None:
+    # -- workers -------------------------------------------------------------------------------
+
+    def register_worker(
+        self, executor_id: str, *, incarnation: str, version: str, host: str, pid: int
+    ) -> None:
+        """This incarnation is the worker `executor_id` from now on (a crashed earlier one is
+        replaced; see `Worker` for how a live one is told apart)."""
         now = time.time()
+        values = {
+            "started_at": now,
+            "heartbeat_at": now,
+            "stopped_at": None,
+            "version": version,
+            "runs": "[]",
+            "incarnation": incarnation,
+            "host": host,
+            "pid": pid,
+        }
         with self.begin() as db:
             updated = db.execute(
                 workers_table.update()
                 .where(workers_table.c.executor_id == executor_id)
-                .values(heartbeat_at=now, runs=dumps(list(runs)), stopped_at=None)
+                .values(**values)
             ).rowcount
             if not updated:
                 db.execute(
-                    workers_table.insert().values(
-                        executor_id=executor_id,
-                        started_at=now,
-                        heartbeat_at=now,
-                        version=version,
-                        runs=dumps(list(runs)),
+                    _insert_ignoring_conflicts(
+                        self.postgres, {"executor_id": executor_id, **values}, table=workers_table
                     )
                 )
 
-    def stopped(self, executor_id: str) -> None:
+    def worker_row(self, executor_id: str) -> Any:
+        with self.read() as db:
+            return db.execute(
+                sa.select(workers_table).where(workers_table.c.executor_id == executor_id)
+            ).one_or_none()
+
+    def heartbeat(
+        self, executor_id: str, *, incarnation: str, runs: Sequence[str], lease_until: float
+    ) -> bool:
+        """Say this incarnation lives and renew the leases of the runs it runs. False when the
+        worker's id belongs to another incarnation now (this one was declared dead, or a second
+        worker took the id): it must stand down."""
+        with self.begin() as db:
+            updated = db.execute(
+                workers_table.update()
+                .where(
+                    workers_table.c.executor_id == executor_id,
+                    workers_table.c.incarnation == incarnation,
+                )
+                .values(heartbeat_at=time.time(), runs=dumps(list(runs)), stopped_at=None)
+            ).rowcount
+            if not updated:
+                return False
+            if runs:
+                db.execute(
+                    runs_table.update()
+                    .where(
+                        runs_table.c.holder == incarnation,
+                        runs_table.c.run_id.in_(list(runs)),
+                        runs_table.c.status.in_(HELD),
+                    )
+                    .values(lease_until=lease_until)
+                )
+        return True
+
+    def stopped(self, executor_id: str, *, incarnation: str) -> None:
         with self.begin() as db:
             db.execute(
                 workers_table.update()
-                .where(workers_table.c.executor_id == executor_id)
+                .where(
+                    workers_table.c.executor_id == executor_id,
+                    workers_table.c.incarnation == incarnation,
+                )
                 .values(stopped_at=time.time(), runs="[]")
             )
 
     def workers(self) -> list[WorkerRecord]:
+        now = time.time()
         with self.read() as db:
             return [
                 WorkerRecord(
@@ -611,16 +836,170 @@ class Store:
                     stopped_at=r.stopped_at,
                     version=r.version,
                     runs=json.loads(r.runs),
+                    alive=r.stopped_at is None and now - r.heartbeat_at <= DEAD_AFTER,
                 )
                 for r in db.execute(sa.select(workers_table).order_by(workers_table.c.started_at))
             ]
 
+    def expired(self, now: float) -> list[tuple[str, int, int]]:
+        """Runs held by nobody alive: (run id, epoch, recoveries so far)."""
+        runs = runs_table.c
+        with self.read() as db:
+            return [
+                (r.run_id, r.epoch, r.recoveries)
+                for r in db.execute(
+                    sa.select(runs.run_id, runs.epoch, runs.recoveries).where(
+                        runs.status.in_(HELD),
+                        sa.or_(runs.lease_until.is_(None), runs.lease_until < now),
+                    )
+                )
+            ]
 
+    def queued_attempts(self, run_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """The current attempt and epoch of those of `run_ids` that are queued."""
+        runs = runs_table.c
+        with self.read() as db:
+            return {
+                r.run_id: (r.attempt, r.epoch)
+                for r in db.execute(
+                    sa.select(runs.run_id, runs.attempt, runs.epoch).where(
+                        runs.run_id.in_(list(run_ids)), runs.status == "queued"
+                    )
+                )
+            }
+
+
+# -- statements --------------------------------------------------------------------------------
+
+_STEP_COLUMN_NAMES = ("step_id", "visit", "status", "execution", "routing", "saved_at", "item")
 _EVENT_COLUMNS = "(run_id, seq, kind, step_id, data)"
-_STEP_COLUMNS = "(run_id, step_id, visit, status, execution, routing, saved_at)"
+_STEP_COLUMNS = "(run_id, step_id, visit, status, execution, routing, saved_at, item)"
+_RUN_VALUES = frozenset(
+    {"status", "finished_at", "output", "error", "usage", "last_seq", "holder", "lease_until"}
+)
+
+
+def _set_clause(values: Mapping[str, Any], placeholder: str) -> tuple[str, list[Any]]:
+    unknown = set(values) - _RUN_VALUES
+    if unknown:
+        raise ValueError(f"not a run value a holder writes: {sorted(unknown)}")
+    return ", ".join(f"{k} = {placeholder}" for k in values), list(values.values())
+
+
+def _append_sqlite(
+    cursor: Any,
+    lease: Lease,
+    after: int,
+    values: Mapping[str, Any],
+    rows: Sequence[tuple[Any, ...]],
+    step_row: tuple[Any, ...] | None,
+) -> bool:
+    clause, params = _set_clause(values, "?")
+    cursor.execute(
+        f"UPDATE minions_runs SET {clause} WHERE run_id = ? AND epoch = ? AND last_seq = ?",
+        [*params, lease.run_id, lease.epoch, after],
+    )
+    if cursor.rowcount != 1:
+        return False
+    if rows:
+        cursor.executemany(
+            f"INSERT INTO minions_events {_EVENT_COLUMNS} VALUES (?, ?, ?, ?, ?)", rows
+        )
+    if step_row is not None:
+        cursor.execute(
+            f"INSERT INTO minions_steps {_STEP_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)", step_row
+        )
+    return True
+
+
+def _append_postgres(
+    cursor: Any,
+    lease: Lease,
+    after: int,
+    values: Mapping[str, Any],
+    rows: Sequence[tuple[Any, ...]],
+    step_row: tuple[Any, ...] | None,
+) -> bool:
+    # One statement, one round trip: the fenced update of the run, the inserts as data-modifying
+    # CTEs that happen only when it did, and the notice to followers (they LISTEN, and learn of
+    # new events at this commit).
+    clause, params = _set_clause(values, "%s")
+    parts = [
+        f"r AS (UPDATE minions_runs SET {clause} WHERE run_id = %s AND epoch = %s "
+        "AND last_seq = %s RETURNING 1)"
+    ]
+    params += [lease.run_id, lease.epoch, after]
+    *before, last = [rows[i : i + 1000] for i in range(0, len(rows), 1000)] or [[]]
+    if before:  # thousands of events at once (a big loop): a statement holds at most 65,535
+        # parameters; the earlier chunks go first, fenced by the same condition
+        cursor.execute(
+            "SELECT 1 FROM minions_runs WHERE run_id = %s AND epoch = %s AND last_seq = %s "
+            "FOR UPDATE",
+            [lease.run_id, lease.epoch, after],
+        )
+        if cursor.fetchone() is None:
+            return False
+        for chunk in before:
+            cursor.executemany(
+                f"INSERT INTO minions_events {_EVENT_COLUMNS} VALUES (%s, %s, %s, %s, %s)", chunk
+            )
+    if last:
+        typed = "(%s::text, %s::integer, %s::text, %s::text, %s::text)"
+        parts.append(
+            f"e AS (INSERT INTO minions_events {_EVENT_COLUMNS} SELECT * FROM (VALUES "
+            f"{', '.join([typed] * len(last))}) AS v WHERE EXISTS (SELECT 1 FROM r))"
+        )
+        params += [value for row in last for value in row]
+    if step_row is not None:
+        parts.append(
+            f"s AS (INSERT INTO minions_steps {_STEP_COLUMNS} SELECT %s::text, %s::text, "
+            "%s::integer, %s::text, %s::text, %s::text, %s::double precision, %s::integer "
+            "WHERE EXISTS (SELECT 1 FROM r))"
+        )
+        params += step_row
+    params.append(lease.run_id)
+    cursor.execute(
+        f"WITH {', '.join(parts)} SELECT (SELECT count(*) FROM r), pg_notify('minions_events', %s)",
+        params,
+    )
+    found = cursor.fetchone()
+    return bool(found and found[0])
+
+
+def _insert_ignoring_conflicts(
+    postgres: bool, values: Mapping[str, Any], *, table: sa.Table = runs_table
+) -> Any:
+    if postgres:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).values(**values).on_conflict_do_nothing()
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table).values(**values).on_conflict_do_nothing()
+
+
+def _dbos_status_table(postgres: bool) -> str:
+    return "dbos.workflow_status" if postgres else "workflow_status"
+
+
+def _usage_of_steps(db: sa.Connection, run_id: str) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for row in db.execute(
+        sa.select(steps_table.c.execution).where(
+            steps_table.c.run_id == run_id, steps_table.c.item.is_(None)
+        )
+    ):
+        for key, value in json.loads(row.execution).get("usage", {}).items():
+            total[key] = total.get(key, 0) + int(value)
+    return total
+
 
 _SQLITE_TURNS: dict[str, threading.RLock] = {}
 """One lock per SQLite file, shared by the stores of a process (a service and its worker)."""
+
+
+def _detail(exc: sa.exc.DBAPIError) -> str:
+    return str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
 
 
 def _run_row(db: sa.Connection, run_id: str) -> Any:
@@ -721,10 +1100,7 @@ def _run_record(
         recipe_hash=row.recipe_hash,
         executor_id=row.executor_id,
         cancel_requested=bool(row.cancel_requested),
+        attempt=row.attempt,
         steps=steps,
         approvals=approvals,
     )
-
-
-_MIGRATIONS: dict[int, Any] = {}
-"""Schema version n -> n+1 upgrades, each a function of a connection (none yet)."""

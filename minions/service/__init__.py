@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from minions.service._app import ServiceConfig, create_app
+from minions.service._app import create_app
+from minions.service._config import ServiceConfig
 from minions.service._serve import serve
 from minions.service._token import TOKEN_ENV, Token, load_token
 

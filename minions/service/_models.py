@@ -31,7 +31,7 @@ class SubmitRequest(_Body):
     )
 
 
-class ApprovalRequest(_Body):
+class Decision(_Body):
     """A decision on a call the run waits for."""
 
     approve: bool
@@ -41,6 +41,9 @@ class ApprovalRequest(_Body):
 class ErrorDetail(BaseModel):
     type: str
     message: str
+    state: str | None = Field(
+        None, description="With `wrong_state`: the run's status when the request came."
+    )
 
 
 class ErrorBody(BaseModel):
@@ -127,5 +130,9 @@ class WorkerOut(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "unavailable"]
     version: str
+    worker: Literal["none", "starting", "running", "degraded", "stopped", "failed"] = Field(
+        description="The worker in the server's process (`none`: served with --no-worker)."
+    )
+    error: str | None = Field(None, description="Why the worker is not running.")

@@ -11,7 +11,8 @@ import threading
 from collections.abc import Callable
 
 from minions.models._base import Model
-from minions.service._app import ServiceConfig, create_app
+from minions.service._app import create_app
+from minions.service._config import ServiceConfig
 
 __all__ = ["serve"]
 
@@ -45,15 +46,14 @@ def serve(
     """
     import uvicorn
 
-    from minions.runs import database_url
-    from minions.runs._runner import LiveHub
+    from minions.runs import LiveHub, database_url
 
     url = database_url(config.database_url)
     hub = LiveHub() if worker else None
     running = None
     thread = None
     if worker:
-        from minions.runs._durable import Worker
+        from minions.runs import Worker
 
         started = threading.Event()
         failure: list[BaseException] = []
@@ -61,7 +61,7 @@ def serve(
             url,
             concurrency=concurrency,
             model=os.environ.get("MINIONS_MODEL"),
-            resolver=_streaming,
+            model_resolver=_streaming,
             hub=hub,
             on_ready=lambda _: started.set(),
         )
@@ -78,7 +78,7 @@ def serve(
         started.wait()
         if failure:
             raise failure[0]
-    app = create_app(config, hub=hub)
+    app = create_app(config, hub=hub, worker=running)
     executor_id = running.executor_id if running is not None else ""
 
     class Server(uvicorn.Server):

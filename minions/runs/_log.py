@@ -1,0 +1,313 @@
+"""The event log of runs: what ends a run's log, how an event is stored, and how a run is
+followed (its stored events, then new ones as they are stored, until its end).
+
+One `EventLog` per store and process serves every follower: one feed per followed run reads
+the store once for all of them, woken by the in-process worker's `LiveHub`, by Postgres
+LISTEN/NOTIFY (one connection per process), or by a short poll. Token deltas are never
+stored: followers in the worker's process get them live, through the hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from minions.events import Event, RunFailed, event_to_json
+from minions.runs._async import AsyncStore
+from minions.runs._store import EventRow
+from minions.runs._tables import TERMINAL
+
+__all__ = ["EventLog", "LiveHub"]
+
+TERMINAL_KINDS = frozenset({"run_completed", "run_failed"})
+"""The kinds of event that end a run's log (until the run is resumed)."""
+PAGE = 500
+QUEUE_LIMIT = 10_000
+"""Events a follower may fall behind by; a slower one is dropped (it resumes where it was)."""
+
+
+def event_row(event: Event) -> EventRow:
+    """An event as the store keeps it."""
+    return event.seq, event.kind, event.step_id, event_to_json(event)
+
+
+def run_failed_row(run_id: str, error: str) -> Callable[[int], EventRow]:
+    """The terminal event of a run ended by someone other than its holder, once its number
+    is known."""
+
+    def make(seq: int) -> EventRow:
+        return event_row(RunFailed(run_id=run_id, seq=seq, timestamp=time.time(), error=error))
+
+    return make
+
+
+class LiveHub:
+    """In-process subscribers of runs' events as they are emitted, token deltas included
+    (which are never stored): a service with a worker in its own process streams them live.
+    Thread-safe enough for one publisher thread and callbacks that hand over to a loop."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[str, list[Callable[[Event], None]]] = {}
+
+    def subscribe(self, run_id: str, callback: Callable[[Event], None]) -> Callable[[], None]:
+        """Call `callback` with each event of the run; returns the unsubscribe function."""
+        self._subscribers.setdefault(run_id, []).append(callback)
+
+        def unsubscribe() -> None:
+            callbacks = self._subscribers.get(run_id, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+            if not callbacks:
+                self._subscribers.pop(run_id, None)
+
+        return unsubscribe
+
+    def publish(self, event: Event) -> None:
+        for callback in list(self._subscribers.get(event.run_id, ())):
+            callback(event)
+
+    def subscriptions(self) -> int:
+        return sum(len(c) for c in self._subscribers.values())
+
+
+_END = None
+"""Put in a follower's queue when it must stop (the feed ended, or the follower fell behind)."""
+
+
+@dataclass(eq=False)
+class _Subscription:
+    queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
+
+    def put(self, event: Event | None) -> bool:
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+
+class _Feed:
+    def __init__(self, log: EventLog, run_id: str) -> None:
+        self.log = log
+        self.run_id = run_id
+        self.last = 0
+        self.expected = 0
+        self.expected_at = 0.0
+        """The highest number the hub told of (it may not be stored yet), and when."""
+        self.subscribers: set[_Subscription] = set()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+        self.unsubscribe_hub: Callable[[], None] | None = None
+
+    def publish(self, event: Event) -> None:
+        for subscription in list(self.subscribers):
+            if not subscription.put(event):
+                self.subscribers.discard(subscription)
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    subscription.queue.get_nowait()
+                subscription.put(_END)
+
+    def on_live(self, event: Event) -> None:
+        """From the hub, in the event loop's thread."""
+        if event.kind == "token_delta":
+            self.publish(event)
+            return
+        if self.log.notified:
+            return  # Postgres tells of the commit itself: no need to look before it
+        self.expected = max(self.expected, event.seq)
+        self.expected_at = time.monotonic()
+        self.wake.set()
+
+    async def run(self) -> None:
+        store = self.log.store
+        try:
+            _, self.last = await store.head(self.run_id)
+            self.ready.set()
+            while self.subscribers:
+                # Cleared before the read: a wake-up during the read is not lost.
+                self.wake.clear()
+                batch = await store.events(self.run_id, after=self.last, limit=PAGE)
+                for event in batch:
+                    self.last = event.seq
+                    self.publish(event)
+                if batch:
+                    continue
+                # The hub told of an event still on its way to the store: look again soon
+                # (for a while: a worker that stopped before its commit never stores it).
+                soon = self.expected > self.last and time.monotonic() - self.expected_at < 2
+                timeout = 0.01 if soon else self.log.poll
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout)
+        finally:
+            self.ready.set()
+            self.log._ended(self)
+
+
+class EventLog:
+    """The events of the runs of one store, for the followers of one process.
+
+    Args:
+        store: the store.
+        hub: the live events of a worker in this process (None without one).
+        poll: seconds between reads of a followed run's events when nothing woke its feed
+            (on Postgres, a safety net under LISTEN/NOTIFY: at least 1 s).
+    """
+
+    def __init__(self, store: AsyncStore, *, hub: LiveHub | None = None, poll: float = 0.1):
+        self.store = store
+        self.hub = hub
+        self.notified = store.postgres
+        """Woken by the database at each commit (Postgres LISTEN/NOTIFY)."""
+        self.poll = max(poll, 1.0) if self.notified else poll
+        self._feeds: dict[str, _Feed] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._pinned = False
+
+    async def start(self) -> None:
+        """Keep the LISTEN connection open until `stop` (a service); followers start it
+        themselves otherwise, and the last one to leave closes it."""
+        self._pinned = True
+        self._listen()
+
+    async def stop(self) -> None:
+        self._pinned = False
+        for feed in list(self._feeds.values()):
+            if feed.task is not None:
+                feed.task.cancel()
+                await asyncio.gather(feed.task, return_exceptions=True)
+        await self._unlisten()
+
+    def feeds(self) -> int:
+        """Runs followed now (each with one feed, whatever its followers)."""
+        return len(self._feeds)
+
+    async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        """The run's stored events after number `after`, then new ones as they are stored
+        (and its token deltas, from a worker in this process), until the terminal event that
+        ends it: the last of a run that has ended. A run resumed after failing goes on after
+        its `run_failed`, and so does the follower.
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        status, last = await self.store.head(run_id)
+        if status in TERMINAL and last <= after:
+            return  # the follower has seen the end already
+        async with self._subscribe(run_id) as subscription:
+            # What is stored already (the feed publishes what comes after its start, so
+            # nothing falls between the two; a duplicate is dropped by its number).
+            while True:
+                batch = await self.store.events(run_id, after=after, limit=PAGE)
+                for event in batch:
+                    after = event.seq
+                    yield event
+                    if await self.ends(event):
+                        return
+                if len(batch) < PAGE:
+                    break
+            status, last = await self.store.head(run_id)
+            if status in TERMINAL and last <= after:
+                return
+            while True:
+                received = await subscription.queue.get()
+                if received is _END:
+                    return  # fell behind, or the log stops: a follower resumes from `after`
+                event = received
+                if event.kind == "token_delta":
+                    yield event
+                    continue
+                if event.seq <= after:
+                    continue
+                if event.seq > after + 1:  # never expected; read the gap from the store
+                    for earlier in await self.store.events(
+                        run_id, after=after, limit=event.seq - after - 1
+                    ):
+                        after = earlier.seq
+                        yield earlier
+                after = event.seq
+                yield event
+                if await self.ends(event):
+                    return
+
+    async def ends(self, event: Event) -> bool:
+        """Whether `event` ends its run's log: a terminal event, the last one, of a run that
+        has ended (a run resumed after failing goes on after its `run_failed`)."""
+        if event.kind not in TERMINAL_KINDS:
+            return False
+        status, last = await self.store.head(event.run_id)
+        return status in TERMINAL and last == event.seq
+
+    @contextlib.asynccontextmanager
+    async def _subscribe(self, run_id: str) -> AsyncIterator[_Subscription]:
+        self._listen()
+        feed = self._feeds.get(run_id)
+        if feed is None:
+            feed = self._feeds[run_id] = _Feed(self, run_id)
+            if self.hub is not None:
+                loop = asyncio.get_running_loop()
+
+                def live(event: Event, feed: _Feed = feed) -> None:
+                    loop.call_soon_threadsafe(feed.on_live, event)
+
+                feed.unsubscribe_hub = self.hub.subscribe(run_id, live)
+        subscription = _Subscription()
+        feed.subscribers.add(subscription)
+        try:
+            if feed.task is None:
+                feed.task = asyncio.create_task(feed.run())
+            await feed.ready.wait()
+            yield subscription
+        finally:
+            feed.subscribers.discard(subscription)
+            if not feed.subscribers and feed.task is not None and not feed.task.done():
+                feed.task.cancel()  # the last follower left: nobody reads this run now
+                await asyncio.gather(feed.task, return_exceptions=True)
+            if not self._feeds and not self._pinned:
+                await self._unlisten()
+
+    def _ended(self, feed: _Feed) -> None:
+        if self._feeds.get(feed.run_id) is feed:
+            del self._feeds[feed.run_id]
+        if feed.unsubscribe_hub is not None:
+            feed.unsubscribe_hub()
+            feed.unsubscribe_hub = None
+        for subscription in feed.subscribers:
+            subscription.put(_END)
+
+    # -- LISTEN/NOTIFY -------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        if self.notified and self._listener is None:
+            self._listener = asyncio.create_task(self._listening())
+
+    async def _unlisten(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+    async def _listening(self) -> None:
+        """One LISTEN connection for the whole process; reconnects after a failure."""
+        import psycopg
+
+        while True:
+            try:
+                connection = await psycopg.AsyncConnection.connect(
+                    self.store.url, autocommit=True, connect_timeout=10
+                )
+                async with connection:
+                    await connection.execute("LISTEN minions_events")
+                    for feed in list(self._feeds.values()):
+                        feed.wake.set()  # what was committed while nobody listened
+                    async for note in connection.notifies():
+                        woken = self._feeds.get(note.payload)
+                        if woken is not None:
+                            woken.wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database went away: feeds poll until it is back
+                await asyncio.sleep(1.0)

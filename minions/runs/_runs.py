@@ -1,0 +1,354 @@
+"""`RunStore`: the runs of one database, as async operations. The CLI and the REST service use
+it and nothing else of `minions.runs`' machinery: every state change a client makes goes
+through here, each a compare-and-set on the run (one of concurrent callers wins; the others
+get `RunStateError` with the state they found)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minions._text import jsonable
+from minions.errors import RunStateError, StoreError
+from minions.events import Event
+from minions.runs._async import AsyncStore
+from minions.runs._log import EventLog, LiveHub, run_failed_row
+from minions.runs._store import DEFAULT_URL, Store
+from minions.runs._tables import STATUSES, RunRecord, WorkerRecord
+
+if TYPE_CHECKING:
+    from minions.runs._queue import Queue
+
+__all__ = ["RunStore", "database_url"]
+
+
+def database_url(given: str | None = None) -> str:
+    """`given`, else ``MINIONS_DATABASE_URL``, else ``sqlite:///./.minions/minions.db``."""
+    return given or os.environ.get("MINIONS_DATABASE_URL") or DEFAULT_URL
+
+
+class RunStore:
+    """The runs of one database, as async operations.
+
+    Args:
+        url: the database (see `database_url`).
+        create: make the database when it does not exist (submitting does; reading an
+            unknown store is an error instead, and writes nothing).
+        hub: the live events of a worker in this process: followers get its runs' token
+            deltas too.
+        poll: seconds between reads of a followed run when nothing woke it (SQLite; Postgres
+            wakes followers with LISTEN/NOTIFY).
+
+    Raises:
+        StoreError: the database cannot be reached, is not a minions store, or is newer.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        create: bool = False,
+        hub: LiveHub | None = None,
+        poll: float = 0.1,
+    ) -> None:
+        self.url = database_url(url)
+        self._store = AsyncStore(Store(self.url, create=create))
+        self.log = EventLog(self._store, hub=hub, poll=poll)
+        """The event log: `follow` reads it."""
+        self._queue: Queue | None = None
+
+    def close(self) -> None:
+        if self._queue is not None:
+            self._queue.close()
+        self._store.close()
+
+    async def aclose(self) -> None:
+        """Stop following runs, then close."""
+        await self.log.stop()
+        self.close()
+
+    async def __aenter__(self) -> RunStore:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def _dbos(self) -> Queue:
+        """The DBOS queue, its client ready (made before a transaction that enqueues: making
+        it may create DBOS's tables, which must not wait on that transaction)."""
+        if self._queue is None:
+            from minions.runs._queue import Queue
+
+            self._queue = Queue(self.url)
+        await self._store.call(self._queue.client)
+        return self._queue
+
+    # -- submitting ----------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        recipe: str | Path,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> tuple[str, bool]:
+        """Queue a run of the recipe file; its YAML is snapshotted into the run. Returns the
+        run id and whether it is new (False: `idempotency_key` named the same request before;
+        its run is returned).
+
+        The run is stored and queued in one transaction: both, or neither.
+
+        Raises:
+            RecipeError: the recipe or the inputs are invalid (nothing is queued).
+            IdempotencyConflictError: `idempotency_key` named another request (another
+                recipe, recipe version or inputs).
+        """
+        from minions.recipes._loader import read_recipe_text
+
+        path = await self._store.call(Path(recipe).resolve)
+        text = await self._store.call(read_recipe_text, path)
+        return await self._queue_run(text, path, inputs, idempotency_key)
+
+    async def submit_yaml(
+        self,
+        text: str,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        base: str | Path,
+        idempotency_key: str | None = None,
+    ) -> tuple[str, bool]:
+        """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
+        tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
+
+        Raises:
+            RecipeError: the recipe or the inputs are invalid (nothing is queued).
+            IdempotencyConflictError: as for `submit`.
+        """
+        from minions.recipes._loader import parse_spec
+
+        folder = await self._store.call(Path(base).resolve)
+        spec, _ = await self._store.call(parse_spec, text)
+        return await self._queue_run(
+            text, folder / f"{spec.id}.inline.yaml", inputs, idempotency_key
+        )
+
+    async def _queue_run(
+        self,
+        text: str,
+        path: Path,
+        inputs: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+    ) -> tuple[str, bool]:
+        """Check the recipe snapshot `text` (as the file `path`) and the inputs, store the run
+        and queue it."""
+        from minions.runs._runner import recipe_of
+
+        built = await self._store.call(recipe_of, text, str(path))
+        checked = built.check_inputs(dict(inputs or {}))
+        recipe_hash = hashlib.sha256(text.encode()).hexdigest()
+        request = json.dumps(
+            {"recipe": built.id, "recipe_hash": recipe_hash, "inputs": jsonable(checked)},
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+        queue = await self._dbos()
+        return await self._store.call(
+            self._store.store.insert_run,
+            run_id=uuid.uuid4().hex,
+            recipe_id=built.id,
+            recipe_yaml=text,
+            recipe_path=str(path),
+            recipe_hash=recipe_hash,
+            inputs=checked,
+            idempotency_key=idempotency_key,
+            request_hash=hashlib.sha256(request.encode()).hexdigest(),
+            enqueue=queue.enqueue,
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def recipe_yaml(self, run_id: str) -> str:
+        """The recipe YAML snapshotted into the run at submission.
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        text, _path, _inputs = await self._store.run_source(run_id)
+        return text
+
+    async def get(self, run_id: str) -> RunRecord:
+        """The run with its finished steps and approvals.
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        return await self._store.get_run(run_id)
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        recipe: str | None = None,
+        limit: int = 50,
+        before: tuple[float, str] | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first (`before`: the created_at and run id of a page's last run)."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
+        return await self._store.list_runs(status=status, recipe=recipe, limit=limit, before=before)
+
+    async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        """Stored events of the run after sequence number `after`, in order.
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        await self._store.head(run_id)
+        return await self._store.events(run_id, after=after, limit=limit)
+
+    def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        """The stored events after `after`, then new ones as they are stored, until the run
+        has ended (a resumed run is followed to its new end).
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        return self.log.follow(run_id, after=after)
+
+    async def workers(self) -> list[WorkerRecord]:
+        return await self._store.workers()
+
+    # -- state changes -------------------------------------------------------------------------
+
+    async def cancel(self, run_id: str, *, wait: float = 10.0) -> RunRecord:
+        """Cancel the run: a queued one (or one whose worker died) at once; a running one at
+        its next step boundary, its model calls cancelled. A worker that does not answer within
+        `wait` seconds is fenced out and the run is ended here. Returns the run as it is then.
+
+        Raises:
+            UnknownRunError: no run has this id.
+            RunStateError: the run has ended already.
+        """
+        store = self._store.store
+        record = await self._store.call(store.request_cancel, run_id)
+        if await self._end_cancelled(run_id, "unheld"):
+            await self._forget(run_id, record.attempt)
+            return await self.get(run_id)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            found = await self._store.get_run(run_id, details=False)
+            if found.terminal:
+                return await self.get(run_id)
+            await asyncio.sleep(0.1)
+        await self._end_cancelled(run_id, "any")
+        return await self.get(run_id)
+
+    async def _end_cancelled(self, run_id: str, when: Any) -> bool:
+        return await self._store.call(
+            self._store.store.end_unheld,
+            run_id,
+            status="cancelled",
+            error="cancelled",
+            event=run_failed_row(run_id, "cancelled"),
+            when=when,
+            now=time.time(),
+        )
+
+    async def _forget(self, run_id: str, attempt: int) -> None:
+        """Take the run's attempt out of DBOS's queue (best effort: a delivery of it finds the
+        run ended and does nothing)."""
+        from minions.runs._queue import workflow_id
+
+        try:
+            queue = await self._dbos()
+        except StoreError:
+            return
+        await self._store.call(queue.cancel, workflow_id(run_id, attempt))
+
+    async def resume(self, run_id: str) -> RunRecord:
+        """Queue a failed or cancelled run again: it goes on from its last completed step
+        (and loop item).
+
+        Raises:
+            UnknownRunError: no run has this id.
+            RunStateError: the run did not fail and was not cancelled (or another caller
+                resumed it first).
+        """
+        queue = await self._dbos()
+        resumed = await self._store.call(
+            self._store.store.requeue,
+            run_id,
+            statuses=("failed", "cancelled"),
+            epoch=None,
+            recovery=False,
+            enqueue=queue.enqueue,
+        )
+        if resumed is None:
+            status = (await self._store.get_run(run_id, details=False)).status
+            raise RunStateError(
+                f"run {run_id} is {status}; only a failed or cancelled run resumes",
+                status=status,
+            )
+        return await self.get(run_id)
+
+    async def approve(
+        self,
+        run_id: str,
+        call_id: str | None = None,
+        *,
+        approved: bool = True,
+        reason: str | None = None,
+    ) -> RunRecord:
+        """Decide a call the run waits for (the only one when `call_id` is not given). A call
+        is decided once: of concurrent decisions, one wins.
+
+        Raises:
+            UnknownRunError: no run has this id.
+            RunStateError: the run waits for no approval, or for several and none was named,
+                or the call was decided already.
+        """
+        record = await self.get(run_id)
+        waiting = [a for a in record.approvals if a.decided_at is None]
+        if call_id is None:
+            if not waiting:
+                raise RunStateError(
+                    f"run {run_id} is {record.status} and waits for no approval",
+                    status=record.status,
+                )
+            if len(waiting) > 1:
+                calls = ", ".join(a.call_id for a in waiting)
+                raise RunStateError(
+                    f"run {run_id} waits for several calls; name one: {calls}",
+                    status=record.status,
+                )
+            call_id = waiting[0].call_id
+        decided = await self._store.call(
+            self._store.store.decide, run_id, call_id, approved=approved, reason=reason
+        )
+        if decided is not None:
+            return await self.get(run_id)
+        record = await self.get(run_id)
+        known = {a.call_id: a for a in record.approvals}
+        found = known.get(call_id)
+        if found is not None and found.decided_at is not None:
+            verdict = "approved" if found.approved else "rejected"
+            raise RunStateError(
+                f"call {call_id!r} of run {run_id} was {verdict} already", status=record.status
+            )
+        if record.terminal:
+            raise RunStateError(
+                f"run {run_id} is {record.status}: its calls wait no more", status=record.status
+            )
+        calls = ", ".join(a.call_id for a in record.approvals if a.decided_at is None)
+        raise RunStateError(
+            f"run {run_id} does not wait for call {call_id!r}; "
+            + (f"it waits for {calls}" if calls else "it waits for no approval"),
+            status=record.status,
+        )

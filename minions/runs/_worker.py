@@ -1,0 +1,339 @@
+"""A worker: DBOS's queue delivers runs to it, its heartbeat renews the leases of the runs it
+holds, and it takes over the runs of workers that died (their leases ran out). It survives its
+database: a restart, refused connections, a locked or full SQLite file pause it and its runs;
+it goes on when the database is back."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+from dbos import DBOS
+
+from minions.errors import MinionsError
+from minions.models._base import Model
+from minions.runs._async import AsyncStore, transient
+from minions.runs._log import LiveHub, run_failed_row
+from minions.runs._queue import (
+    APP_VERSION,
+    LEGACY_VERSION,
+    QUEUE,
+    WORKFLOW,
+    Queue,
+    attempt_of,
+    client_url,
+)
+from minions.runs._runner import DurableRunner
+from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store
+from minions.runs._tables import ACTIVE, HELD
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+__all__ = ["Worker", "WorkerConflictError"]
+
+log = structlog.get_logger(__name__)
+
+POLLING = 0.05
+"""Seconds between the queue's polls (DBOS's default of 1 s caps throughput)."""
+MAX_RECOVERIES = 50
+"""A run taken over from dead workers this often fails instead (it may be what kills them)."""
+
+WorkerState = Literal["starting", "running", "degraded", "stopped", "failed"]
+
+_RUNNER: DurableRunner | None = None
+
+
+@DBOS.workflow(name=WORKFLOW)
+async def minions_run(run_id: str, attempt: int = 1) -> None:
+    """One attempt of a run, from its last completed step (nothing when the attempt is stale,
+    the run ended, or another worker holds it)."""
+    if _RUNNER is None:
+        raise RuntimeError("no minions worker in this process")
+    await _RUNNER.execute(run_id, attempt)
+
+
+class WorkerConflictError(MinionsError):
+    """Another live worker has this executor id."""
+
+
+def default_executor_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Worker:
+    """Runs queued runs until stopped (SIGINT or SIGTERM, or `stop()`).
+
+    Args:
+        url: the run store.
+        concurrency: runs at a time in this worker.
+        executor_id: its id (default: host, process and a random suffix). A worker started
+            again with its id after a crash takes its runs back at once; while a worker with
+            the id lives, another is refused (`WorkerConflictError`).
+        model, model_resolver, tracer_provider: as `AgentExecutor` takes them.
+        hub: where its runs' events go live (a service in the same process streams them).
+        on_ready: called once the worker takes runs.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        concurrency: int = 4,
+        executor_id: str | None = None,
+        model: str | Model | None = None,
+        model_resolver: Callable[[Model | str | None], Model] | None = None,
+        hub: LiveHub | None = None,
+        on_ready: Callable[[Worker], None] | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.url = url
+        self.concurrency = concurrency
+        self.executor_id = executor_id or default_executor_id()
+        self.incarnation = uuid.uuid4().hex
+        """This process's incarnation of the worker: the holder of the runs it takes."""
+        self.store = Store(url, create=True)
+        self.queue = Queue(url)
+        self.runner = DurableRunner(
+            AsyncStore(self.store, patient=True, threads=max(4, concurrency + 2)),
+            executor_id=self.executor_id,
+            incarnation=self.incarnation,
+            model=model,
+            model_resolver=model_resolver,
+            hub=hub,
+            lease=DEAD_AFTER,
+            heartbeat=HEARTBEAT,
+            tracer_provider=tracer_provider,
+        )
+        self.on_ready = on_ready
+        self.state: WorkerState = "starting"
+        self.error: str | None = None
+        """What is wrong while `state` is degraded or failed."""
+        self.stranded: dict[str, list[str]] = {}
+        """Runs of a newer minions format found when the worker started, by DBOS version."""
+        self._stop = threading.Event()
+        self._checked: set[tuple[str, float]] = set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Take runs until stopped.
+
+        Raises:
+            WorkerConflictError: a live worker has this executor id.
+            StoreError: the store cannot be used.
+        """
+        global _RUNNER
+        previous: dict[signal.Signals, Any] = {}
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, lambda *_: self.stop())
+        try:
+            self._take_the_id()
+        except BaseException:
+            self.state = "failed"
+            raise
+        _RUNNER = self.runner
+        logging.getLogger("dbos").setLevel(logging.WARNING)
+        DBOS(
+            config={
+                "name": "minions",
+                "system_database_url": client_url(self.url),
+                "executor_id": self.executor_id,
+                "application_version": APP_VERSION,
+                "log_level": "WARNING",
+                "notification_listener_polling_interval_sec": POLLING,
+            }
+        )
+        try:
+            DBOS.launch()
+            self.queue.client()  # before any transaction enqueues (see Queue.enqueue)
+            DBOS.register_queue(
+                QUEUE, worker_concurrency=self.concurrency, polling_interval_sec=POLLING
+            )
+            self._adopt_other_versions()
+            self.state = "running"
+            if self.on_ready is not None:
+                self.on_ready(self)
+            while not self._stop.wait(HEARTBEAT):
+                self._beat()
+        except BaseException as exc:
+            self.state, self.error = "failed", str(exc)
+            raise
+        finally:
+            if self.state != "failed":
+                self.state = "stopped"
+            with contextlib.suppress(Exception):
+                self.store.release(self.incarnation)
+                self.store.stopped(self.executor_id, incarnation=self.incarnation)
+            DBOS.destroy(workflow_completion_timeout_sec=0)
+            _RUNNER = None
+            self.queue.close()
+            for restored, handler in previous.items():
+                signal.signal(restored, handler)
+
+    def _take_the_id(self) -> None:
+        """Become the worker `executor_id`: refused while another incarnation of it lives;
+        one that crashed is replaced, and its runs are let go at once."""
+        store = self.store
+        row = store.worker_row(self.executor_id)
+        if row is not None and row.stopped_at is None and row.incarnation:
+            seen = row.heartbeat_at
+            dead = time.time() - seen > DEAD_AFTER or (
+                row.host == socket.gethostname() and row.pid and not _pid_alive(row.pid)
+            )
+            deadline = time.monotonic() + DEAD_AFTER + HEARTBEAT
+            while not dead and time.monotonic() < deadline and not self._stop.is_set():
+                time.sleep(min(HEARTBEAT / 2, 0.5))
+                now_row = store.worker_row(self.executor_id)
+                if now_row is None or now_row.stopped_at is not None:
+                    break
+                if now_row.heartbeat_at > seen:
+                    raise WorkerConflictError(
+                        f"another worker with executor id {self.executor_id!r} is running "
+                        f"(process {now_row.pid} on {now_row.host}, its last heartbeat "
+                        f"{time.time() - now_row.heartbeat_at:.1f}s ago): stop it, or give "
+                        "this one another --executor-id"
+                    )
+        if row is not None and row.incarnation:
+            store.release(row.incarnation)  # a crashed incarnation: its runs go on here
+        store.register_worker(
+            self.executor_id,
+            incarnation=self.incarnation,
+            version=APP_VERSION,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+        )
+
+    def _beat(self) -> None:
+        """Say this worker lives and renew its leases; take over the runs of dead workers.
+        A database that cannot be used now degrades the worker until it is back."""
+        try:
+            mine = self.store.heartbeat(
+                self.executor_id,
+                incarnation=self.incarnation,
+                runs=list(self.runner.running),
+                lease_until=time.time() + DEAD_AFTER,
+            )
+            if not mine:
+                self._stand_down()
+                return
+            self._take_over()
+        except Exception as exc:
+            if not transient(exc):
+                log.exception("worker heartbeat failed", executor_id=self.executor_id)
+            if self.state != "degraded":
+                log.warning("run store unavailable; the worker waits for it", error=str(exc))
+            self.state, self.error = "degraded", str(exc).splitlines()[0] if str(exc) else "?"
+            return
+        if self.state == "degraded":
+            log.warning("run store back; the worker goes on", executor_id=self.executor_id)
+        self.state, self.error = "running", None
+
+    def _stand_down(self) -> None:
+        """Another incarnation took this worker's id (this one was declared dead, or a
+        second worker started with the id): stop without writing anything of its runs."""
+        self.error = f"another worker took executor id {self.executor_id!r}; this one stood down"
+        log.error(self.error)
+        self.state = "failed"
+        self._stop.set()
+
+    def _take_over(self) -> None:
+        """Queue anew the runs whose holder's lease ran out, and the queued runs a dead
+        worker had taken from DBOS's queue but not yet claimed."""
+        store, queue = self.store, self.queue
+        now = time.time()
+        for run_id, epoch, recoveries in store.expired(now):
+            if recoveries >= MAX_RECOVERIES:
+                store.end_unheld(
+                    run_id,
+                    status="failed",
+                    error=f"taken over from dead workers {recoveries} times: given up",
+                    event=run_failed_row(run_id, "taken over from dead workers too often"),
+                    when="unheld",
+                    now=now,
+                )
+                continue
+            requeued = store.requeue(
+                run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue
+            )
+            if requeued is not None:
+                log.info("run taken over", run_id=run_id, attempt=requeued.attempt)
+        dead = [
+            w.executor_id
+            for w in store.workers()
+            if w.executor_id != self.executor_id
+            and (w.stopped_at is not None or now - w.heartbeat_at > DEAD_AFTER)
+            and (w.executor_id, w.heartbeat_at) not in self._checked
+        ]
+        if not dead:
+            return
+        pending = DBOS.list_workflows(
+            status="PENDING",
+            name=WORKFLOW,
+            executor_id=dead,
+            load_input=False,
+            load_output=False,
+        )
+        found = {attempt_of(w.workflow_id) for w in pending}
+        queued = store.queued_attempts([run_id for run_id, _ in found])
+        for run_id, attempt in found:
+            current = queued.get(run_id)
+            if current is not None and current[0] == attempt:
+                store.requeue(
+                    run_id,
+                    statuses=("queued",),
+                    epoch=current[1],
+                    recovery=True,
+                    enqueue=queue.enqueue,
+                )
+        for worker in store.workers():
+            if worker.executor_id in dead:
+                self._checked.add((worker.executor_id, worker.heartbeat_at))
+
+    def _adopt_other_versions(self) -> None:
+        """Queue anew, under this format, the queued and unfinished runs that minions before
+        the format had its own version left in DBOS (nobody alive runs them); say which runs
+        belong to a newer format."""
+        store, queue = self.store, self.queue
+        alive = {w.executor_id for w in store.workers() if w.alive}
+        for workflow in DBOS.list_workflows(
+            status=["ENQUEUED", "PENDING"], name=WORKFLOW, load_input=False, load_output=False
+        ):
+            version = workflow.app_version or "?"
+            if version == APP_VERSION:
+                continue
+            if not LEGACY_VERSION.match(version):
+                self.stranded.setdefault(version, []).append(workflow.workflow_id)
+                continue
+            if workflow.status == "PENDING" and workflow.executor_id in alive:
+                continue  # an old worker runs it still
+            queue.cancel(workflow.workflow_id)
+            run_id, _ = attempt_of(workflow.workflow_id)
+            store.requeue(
+                run_id, statuses=ACTIVE, epoch=None, recovery=False, enqueue=queue.enqueue
+            )

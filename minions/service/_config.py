@@ -1,0 +1,33 @@
+"""What a service process serves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ServiceConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceConfig:
+    """What a service process serves.
+
+    Attributes:
+        token: the bearer token every request but ``/health`` (and the console's static page)
+            must carry.
+        database_url: the run store (see `minions.runs.database_url`).
+        recipes: the folder of the recipes clients may run by id (None: none).
+        allow_inline_recipes: accept recipe YAML in a submission; it may still name only
+            built-in tools and tools modules of `recipes`.
+        max_body_bytes: a larger request body is refused with 413.
+        heartbeat: seconds of silence after which an event stream sends a comment line.
+        poll: seconds between a followed run's reads of the store when nothing woke it.
+    """
+
+    token: str = field(repr=False)
+    database_url: str | None = None
+    recipes: Path | None = None
+    allow_inline_recipes: bool = False
+    max_body_bytes: int = 1 << 20
+    heartbeat: float = 15.0
+    poll: float = 0.1

@@ -1,0 +1,59 @@
+"""``/recipes``, ``/workers`` and ``/health``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from minions._version import __version__
+from minions.service._deps import Catalog, InProcessWorker, Runs
+from minions.service._errors import ERRORS
+from minions.service._models import Health, RecipeOut, WorkerOut
+
+__all__: list[str] = []
+
+router = APIRouter(responses=ERRORS)
+
+
+@router.get("/recipes", response_model=list[RecipeOut])
+async def recipes(catalog: Catalog) -> list[RecipeOut]:
+    """The recipes of the server's folder: ids, descriptions, input schemas."""
+    entries = await asyncio.to_thread(catalog.scan)
+    folder = catalog.folder
+    return [
+        RecipeOut(
+            id=e.id,
+            description=e.description,
+            file=str(e.path.relative_to(folder)) if folder else e.path.name,
+            inputs=e.inputs,
+        )
+        for e in entries.values()
+    ]
+
+
+@router.get("/workers", response_model=list[WorkerOut])
+async def workers(runs: Runs) -> list[WorkerOut]:
+    """The workers of the store: ids, heartbeats, runs in hand, alive or not."""
+    return [WorkerOut(**dataclasses.asdict(w)) for w in await runs.workers()]
+
+
+@router.get(
+    "/health",
+    response_model=Health,
+    responses={503: {"model": Health, "description": "the in-process worker is not running"}},
+)
+async def health(worker: InProcessWorker) -> JSONResponse:
+    """Up, and the state of the worker in this process (no token needed): 503 while it is
+    not running (its database is unreachable, or it stopped)."""
+    state = "none" if worker is None else worker.state
+    ok = state in ("none", "running")
+    body = Health(
+        status="ok" if ok else "unavailable",
+        version=__version__,
+        worker=state,
+        error=None if worker is None else worker.error,
+    )
+    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

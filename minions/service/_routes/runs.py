@@ -1,0 +1,197 @@
+"""``/runs``: submit, list, read, cancel, resume and approve runs."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi import Path as PathParam
+
+from minions.errors import RecipeError
+from minions.runs import RunRecord
+from minions.service._deps import Catalog, Config, Runs
+from minions.service._errors import ERRORS, Refused
+from minions.service._models import (
+    Decision,
+    GraphNode,
+    RunOut,
+    RunPage,
+    RunSummary,
+    Status,
+    SubmitRequest,
+    Submitted,
+)
+from minions.service._recipes import check_inline
+
+__all__: list[str] = []
+
+router = APIRouter(responses=ERRORS)
+
+RunId = Annotated[str, PathParam(description="The run's id.", max_length=200)]
+
+
+@router.post("/runs", status_code=201, response_model=Submitted)
+async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catalog) -> Submitted:
+    """Queue a run (the same run again for a repeated `idempotency_key` with the same
+    request; a key reused for another request is a 409)."""
+    if (body.recipe is None) == (body.recipe_yaml is None):
+        raise Refused(400, "give either `recipe` (a recipe id) or `recipe_yaml`")
+    if body.recipe_yaml is not None:
+        if not config.allow_inline_recipes:
+            raise Refused(
+                403,
+                "`recipe_yaml`: this server takes no inline recipes (start it with "
+                "--allow-inline-recipes); submit a recipe id from GET /recipes",
+            )
+        check_inline(body.recipe_yaml, catalog.folder)
+        run_id, created = await runs.submit_yaml(
+            body.recipe_yaml,
+            body.inputs,
+            base=catalog.folder or Path.cwd(),
+            idempotency_key=body.idempotency_key,
+        )
+    else:
+        assert body.recipe is not None
+        entry = await asyncio.to_thread(catalog.find, body.recipe)
+        if entry is None:
+            known = ", ".join(sorted(await asyncio.to_thread(catalog.scan))) or "none"
+            raise Refused(
+                400, f"`recipe`: no recipe {body.recipe!r} here; known: {known}", "unknown_recipe"
+            )
+        run_id, created = await runs.submit(
+            entry.path, body.inputs, idempotency_key=body.idempotency_key
+        )
+    if created:  # just stored as queued: no need to read it back
+        return Submitted(run_id=run_id, status="queued", created=True)
+    record = await runs.get(run_id)
+    return Submitted(run_id=run_id, status=record.status, created=False)
+
+
+@router.get("/runs", response_model=RunPage)
+async def list_runs(
+    runs: Runs,
+    status: Annotated[Status | None, Query(description="Only runs in this status.")] = None,
+    recipe: Annotated[str | None, Query(description="Only runs of this recipe id.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of a page.")] = None,
+) -> RunPage:
+    """Runs, newest first, a page at a time."""
+    before = _position(cursor) if cursor else None
+    records = await runs.list_runs(status=status, recipe=recipe, limit=limit, before=before)
+    summaries = [summary(r) for r in records]
+    more = len(summaries) == limit
+    return RunPage(runs=summaries, next_cursor=_cursor(summaries[-1]) if more else None)
+
+
+@router.get("/runs/{run_id}", response_model=RunOut)
+async def get_run(run_id: RunId, runs: Runs) -> RunOut:
+    """A run: status, finished steps, approvals, usage, output, error, and its recipe's
+    steps as a graph."""
+    record = await runs.get(run_id)
+    graph = _graph(await runs.recipe_yaml(run_id))
+    data = dataclasses.asdict(record)
+    return RunOut(
+        **summary(record).model_dump(),
+        inputs=record.inputs,
+        output=record.output,
+        steps=data["steps"],
+        approvals=data["approvals"],
+        graph=graph,
+    )
+
+
+@router.post("/runs/{run_id}/cancel", response_model=RunOut)
+async def cancel(run_id: RunId, runs: Runs) -> RunOut:
+    """Cancel a run: a queued one at once, a running one at its next step boundary."""
+    await runs.cancel(run_id, wait=5.0)
+    return await get_run(run_id, runs)
+
+
+@router.post("/runs/{run_id}/resume", response_model=RunOut)
+async def resume(run_id: RunId, runs: Runs) -> RunOut:
+    """Queue a failed or cancelled run again, from its last completed step (one of
+    concurrent resumes wins; the others are 409 `wrong_state`)."""
+    await runs.resume(run_id)
+    return await get_run(run_id, runs)
+
+
+@router.post("/runs/{run_id}/approvals/{call_id:path}", response_model=RunOut)
+async def approve(
+    run_id: RunId,
+    call_id: Annotated[str, PathParam(description="The call's id.", max_length=500)],
+    body: Decision,
+    runs: Runs,
+) -> RunOut:
+    """Approve or reject a call the run waits for (decided once: of concurrent decisions
+    one wins, the others are 409 `wrong_state`)."""
+    await runs.approve(run_id, call_id, approved=body.approve, reason=body.reason)
+    return await get_run(run_id, runs)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def summary(record: RunRecord) -> RunSummary:
+    return RunSummary(
+        run_id=record.run_id,
+        recipe=record.recipe_id,
+        status=record.status,
+        created_at=record.created_at,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        usage=record.usage,
+        error=record.error,
+        executor_id=record.executor_id,
+    )
+
+
+def _graph(recipe_yaml: str) -> list[GraphNode]:
+    from minions.recipes._loader import parse_spec
+
+    try:
+        spec, _ = parse_spec(recipe_yaml)
+    except RecipeError:
+        return []
+    nodes = []
+    for step in spec.steps:
+        kind = (
+            "tool"
+            if step.tool
+            else "recipe"
+            if step.recipe
+            else "analysis"
+            if step.analyze
+            else "agent"
+        )
+        nodes.append(
+            GraphNode(
+                id=step.id,
+                kind=kind,
+                depends_on=list(step.depends_on),
+                next=[n.step for n in step.next],
+            )
+        )
+    return nodes
+
+
+def _cursor(record: RunSummary) -> str:
+    raw = json.dumps([record.created_at, record.run_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _position(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, run_id = json.loads(raw)
+        if not isinstance(run_id, str) or not isinstance(created, int | float):
+            raise ValueError
+        return float(created), run_id
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise Refused(
+            400, "`cursor` is not a cursor this server gave (pass next_cursor as it came)"
+        ) from None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minions._text import redact_url
+from minions.cli._errors import UsageError
 from minions.errors import MinionsError
 from minions.models._base import Model
 from minions.models._infer import MODEL_ENV, infer_model
@@ -28,10 +29,6 @@ no model is configured for this recipe. Set one of:
   --model ollama:llama3.2:3b         a local Ollama server (ollama pull llama3.2:3b)
   --model openai-compatible:NAME     with OPENAI_BASE_URL set (vLLM, llama.cpp, LM Studio...)
 or put `model:` in the recipe, or set {MODEL_ENV}; `--replay FILE` runs offline from a recording."""
-
-
-class UsageError(MinionsError):
-    """The command cannot run as asked (exit code 2); the message says why."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from minions.cli._model_choice import HOW_TO_SET_A_MODEL, UsageError
+from minions.cli._errors import UsageError
+from minions.cli._model_choice import HOW_TO_SET_A_MODEL
 from minions.errors import MinionsError, PlanError, Problem
 from minions.events import Event, PlanRevised, StepCompleted, StepFailed
 from minions.models._base import Model

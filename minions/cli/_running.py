@@ -29,10 +29,10 @@ from minions._agent.graph import StepGraph
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
 from minions._text import jsonable
+from minions.cli._errors import UsageError
 from minions.cli._live import LiveView
 from minions.cli._model_choice import (
     ModelSource,
-    UsageError,
     choose_model,
     model_source,
     needs_model,

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from minions.cli._errors import UsageError
 from minions.cli._runs import DatabaseOption
 
 __all__: list[str] = []
@@ -59,8 +60,6 @@ def serve(
     $MINIONS_API_TOKEN, else one generated at the first start and kept beside the database
     (owner-only), printed once.
     """
-    from minions.cli._model_choice import UsageError
-
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401

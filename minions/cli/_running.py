@@ -29,6 +29,7 @@ from minions._agent.graph import StepGraph
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
 from minions._text import jsonable
+from minions.cli._dry_run import DryRunServer, make_dry_run
 from minions.cli._errors import UsageError
 from minions.cli._live import LiveView
 from minions.cli._model_choice import (
@@ -37,10 +38,9 @@ from minions.cli._model_choice import (
     model_source,
     needs_model,
 )
-from minions.cli._plan import PlannedServer, make_plan
 from minions.cli._report import (
+    dry_run_view,
     output_text,
-    plan_view,
     plural,
     result_data,
     routing_notes,
@@ -334,31 +334,31 @@ async def _preflight(graph: StepGraph, context: AgentContext) -> str:
 def _dry_run(
     recipe: AgentRecipe, inputs: dict[str, Any], source: ModelSource, *, as_json: bool
 ) -> int:
-    """Print the plan of a run (`--dry-run`): nothing is resolved, called or written."""
+    """Print what a run would do (`--dry-run`): nothing is resolved, called or written."""
     model = source.label
     if source.spec is None and source.replay is None and needs_model(recipe.steps):
         model = "none configured (a real run would stop here: give --model)"
     try:
-        servers = _mcp_plan(recipe)
+        servers = _listed_mcp_servers(recipe)
     except MCPServerError as exc:
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {exc}", markup=False)
         return EXIT_FAILED
-    plan = make_plan(AgentExecutor().graph(recipe), inputs, model=model, mcp_servers=servers)
+    shown = make_dry_run(AgentExecutor().graph(recipe), inputs, model=model, mcp_servers=servers)
     if as_json:
-        typer.echo(json.dumps(plan.to_data(), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(shown.to_data(), indent=2, ensure_ascii=False))
     else:
-        Console(highlight=False, soft_wrap=True).print(plan_view(plan))
+        Console(highlight=False, soft_wrap=True).print(dry_run_view(shown))
     return EXIT_OK
 
 
-def _mcp_plan(recipe: AgentRecipe) -> tuple[PlannedServer, ...]:
+def _listed_mcp_servers(recipe: AgentRecipe) -> tuple[DryRunServer, ...]:
     """The recipe's MCP servers and their tools: each server is started (or connected to)
     to list them, and closed again; no tool is called."""
     if not recipe.mcp_servers:
         return ()
     listed = asyncio.run(list_mcp_tools(recipe.mcp_servers))
     return tuple(
-        PlannedServer(
+        DryRunServer(
             name=name,
             server=describe_server(recipe.mcp_servers[name]),
             tools=tuple((t.name, t.origin[1], t.description) for t in tools),

@@ -1,4 +1,4 @@
-"""The plan `minions run --dry-run` prints: steps in waves, what each does, what it renders to.
+"""What `minions run --dry-run` shows: steps in waves, what each does, what it renders to.
 
 Nothing here calls a model or a tool: templates are rendered from the inputs alone, and those
 that read other steps' results are shown as written, with the steps they wait for.
@@ -37,7 +37,7 @@ class RenderedField:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlannedStep:
+class DryRunStep:
     id: str
     kind: str
     """The step's `Step.kind` (``agent``, ``analysis``, ``tool``, ``custom``...); ``recipe ID``
@@ -54,7 +54,7 @@ class PlannedStep:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlannedServer:
+class DryRunServer:
     """An MCP server of the run and the tools it listed (listed, never called)."""
 
     name: str
@@ -65,23 +65,25 @@ class PlannedServer:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Plan:
+class DryRun:
+    """A run as `--dry-run` shows it (not a `minions.Plan`, which a model writes)."""
+
     recipe_id: str
     inputs: Mapping[str, Any]
-    waves: tuple[tuple[PlannedStep, ...], ...]
+    waves: tuple[tuple[DryRunStep, ...], ...]
     model: str
     """The model the run would use (as chosen, not resolved)."""
     max_parallel: int = 8
     """How many steps may run at once (`max_parallel_steps`)."""
     transitions: tuple[str, ...] = ()
-    mcp_servers: tuple[PlannedServer, ...] = ()
+    mcp_servers: tuple[DryRunServer, ...] = ()
 
     @property
-    def steps(self) -> tuple[PlannedStep, ...]:
+    def steps(self) -> tuple[DryRunStep, ...]:
         return tuple(step for wave in self.waves for step in wave)
 
     def to_data(self) -> dict[str, Any]:
-        """The plan as JSON-ready data (`--dry-run --json`)."""
+        """The dry run as JSON-ready data (`--dry-run --json`)."""
         return {
             "recipe_id": self.recipe_id,
             "model": self.model,
@@ -129,14 +131,14 @@ class Plan:
         }
 
 
-def make_plan(
+def make_dry_run(
     graph: StepGraph,
     inputs: Mapping[str, Any],
     *,
     model: str,
-    mcp_servers: tuple[PlannedServer, ...] = (),
-) -> Plan:
-    """The plan of a run of `graph` with `inputs` (defaults already filled in), and the MCP
+    mcp_servers: tuple[DryRunServer, ...] = (),
+) -> DryRun:
+    """The dry run of `graph` with `inputs` (defaults already filled in), and the MCP
     servers' tools, as listed."""
     waves = _waves(graph)
     aliases = graph.recipe.aliases
@@ -146,7 +148,7 @@ def make_plan(
         for wave in waves
     )
     config = ExecutionConfig().merged(graph.recipe.config)
-    return Plan(
+    return DryRun(
         recipe_id=graph.recipe.id,
         inputs=dict(inputs),
         waves=planned,
@@ -181,7 +183,7 @@ def _kind(step: Step) -> str:
 
 def _planned(
     step: Step, state: Mapping[str, Any], aliases: Mapping[str, str], graph: StepGraph
-) -> PlannedStep:
+) -> DryRunStep:
     notes: list[str] = []
     if step.mode != "async":
         notes.append(step.mode)
@@ -195,7 +197,7 @@ def _planned(
     if gates:
         notes.append(f"runs only when chosen after {', '.join(gates)}")
     model = step.model if isinstance(step.model, str) else None
-    return PlannedStep(
+    return DryRunStep(
         id=step.id,
         kind=_kind(step),
         description=step.description,

@@ -336,9 +336,9 @@ _register_runs()
 
 
 def _register_plan() -> None:
-    from minions.cli import _planning
+    from minions.cli._plan import plan_command
 
-    app.command(name="plan")(_user_errors_of(_planning.plan))
+    app.command(name="plan")(_user_errors_of(plan_command))
 
 
 _register_plan()

@@ -25,7 +25,7 @@ from minions.models._infer import MODEL_ENV, infer_model
 __all__: list[str] = []
 
 
-def plan(
+def plan_command(
     ctx: typer.Context,
     requirements: Annotated[
         str, typer.Argument(metavar="REQUIREMENTS", help="What to build or do.", show_default=False)

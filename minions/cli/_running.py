@@ -205,14 +205,15 @@ async def _approve_everything(request: ApprovalRequest) -> ApprovalDecision:
     return ApprovalDecision(approved=True, reason="--approve-all")
 
 
-def run_recipe(
+def run_in_foreground(
     options: RunOptions,
     *,
     resolve: Callable[[str], Model],
     err: Console,
     ask: Callable[[str], str] | None = None,
 ) -> int:
-    """Do what `minions run` was asked; return the exit code.
+    """Do what `minions run` was asked, in this process (`minions submit` queues a run for a
+    worker instead); return the exit code.
 
     The output (or with `json`, the JSON result and nothing else) goes to stdout; the live
     view, notes, the summary and errors go to `err`.

@@ -15,7 +15,7 @@ from minions.cli._runs import DatabaseOption
 __all__: list[str] = []
 
 
-def serve(
+def serve_command(
     host: Annotated[
         str,
         typer.Option(
@@ -69,8 +69,7 @@ def serve(
         ) from None
     from minions.runs import database_url as resolve
     from minions.runs._store import describe
-    from minions.service import ServiceConfig, load_token
-    from minions.service import serve as run_service
+    from minions.service import ServiceConfig, load_token, serve
 
     if recipes is not None and not recipes.is_dir():
         raise UsageError(f"--recipes: no such folder: {str(recipes)!r}")
@@ -103,4 +102,4 @@ def serve(
         recipes=recipes,
         allow_inline_recipes=allow_inline_recipes,
     )
-    run_service(config, host=host, port=port, worker=not no_worker, on_ready=ready)
+    serve(config, host=host, port=port, worker=not no_worker, on_ready=ready)

@@ -103,7 +103,7 @@ def plan_command(
     if not spec:
         raise UsageError(HOW_TO_SET_A_MODEL.replace("for this recipe", "for the plan"))
     chosen: Model = resolve(spec)
-    objects = _tools(tools or ())
+    objects = _imported_tools(tools or ())
     names: list[Any] = ["read_file", "write_file", "list_files", *objects]
     generator = PlanGenerator(chosen)
     made = asyncio.run(generator.generate(requirements, tools=names, workspace=root))
@@ -116,7 +116,7 @@ def plan_command(
     if not json_output:
         show = err if run else out
         show.print(plan_table(made))
-        show.print(_graph(made, objects), markup=False)
+        show.print(_mermaid(made, objects), markup=False)
         if output is not None:
             show.print(f"plan written to {output}: review it, then `minions run {output}`")
     elif not run:
@@ -210,13 +210,13 @@ def token_table(result: Any) -> Table:
     return table
 
 
-def _graph(plan: Any, tools: list[Any]) -> str:
+def _mermaid(plan: Any, tools: list[Any]) -> str:
     from minions._agent.graph import StepGraph
 
     return StepGraph(plan.to_recipe(tools=tools)).to_mermaid()
 
 
-def _tools(references: list[str] | tuple[str, ...]) -> list[Any]:
+def _imported_tools(references: list[str] | tuple[str, ...]) -> list[Any]:
     from minions.recipes._build import _import_tools
 
     found: list[Any] = []

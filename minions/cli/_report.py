@@ -70,7 +70,7 @@ def result_data(result: AgentResult) -> dict[str, Any]:
     }
 
 
-def output_text(output: Any) -> str:
+def printed_output(output: Any) -> str:
     """A run's output as printed: text as it is, anything else as indented JSON."""
     return as_text(output, indent=2)
 

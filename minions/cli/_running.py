@@ -40,8 +40,8 @@ from minions.cli._model_choice import (
 )
 from minions.cli._report import (
     dry_run_view,
-    output_text,
     plural,
+    printed_output,
     result_data,
     routing_notes,
     run_line,
@@ -396,7 +396,7 @@ def _report(result: AgentResult, options: RunOptions, err: Console) -> int:
     if options.json:
         typer.echo(json.dumps(result_data(result), indent=2, ensure_ascii=False))
     elif result.output is not None:
-        typer.echo(output_text(result.output))
+        typer.echo(printed_output(result.output))
     if not options.quiet:
         summaries = summarize(result)
         status = result.status.value

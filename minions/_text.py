@@ -1,4 +1,5 @@
-"""Values as text: the one way minions writes a value into a prompt, a template or a report."""
+"""Values as text: the one way minions writes a value into a prompt, a template or a report,
+and how many tokens a text is estimated to be when no provider counted them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import re
 from typing import Any
 
-__all__: list[str] = []
+__all__ = ["estimate_tokens"]
 
 
 def as_text(value: Any, *, indent: int | None = None) -> str:
@@ -43,6 +44,12 @@ def redact_url(text: str) -> str:
     """`text` with the credentials of any URL in it hidden: ``user:pass@`` becomes ``***@``
     and secret-looking query values (``?key=``, ``&token=``...) become ``***``."""
     return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub("***@", text))
+
+
+def estimate_tokens(text: str) -> int:
+    """A deterministic token estimate (about four characters a token): what the test doubles
+    report as usage, and what a plan's token report counts for a call with no usage."""
+    return max(1, (len(text) + 3) // 4)
 
 
 def token_count(total: int, *, unreported: bool = False) -> str:

@@ -35,9 +35,9 @@ from typer.testing import CliRunner, Result
 
 from minions import AgentRecipe, StepGraph, __version__
 from minions.cli._app import Settings, app
+from minions.cli._dry_run import make_dry_run
 from minions.cli._live import LiveView
 from minions.cli._model_choice import needs_model
-from minions.cli._plan import make_plan
 from minions.events import event_from_json
 from minions.models._recording import Recording
 
@@ -365,7 +365,7 @@ def test_a_step_class_of_ones_own_says_its_kind_and_whether_it_needs_a_model() -
     one's own is not taken for an agent step needing a model."""
     offline = AgentRecipe(id="offline", steps=[Offline("look")])
     assert not needs_model(offline.steps)
-    [planned] = make_plan(StepGraph(offline), {}, model="none").steps
+    [planned] = make_dry_run(StepGraph(offline), {}, model="none").steps
     assert (planned.kind, planned.uses_model) == ("offline", False)
     assert needs_model([Offline("look"), Lookup("think")])
     assert not needs_model([Lookup("think", model="openai:gpt-4o")])

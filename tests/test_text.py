@@ -1,10 +1,10 @@
-"""Values as text, and URLs without their credentials."""
+"""Values as text, URLs without their credentials, and the token estimate."""
 
 from __future__ import annotations
 
 import pytest
 
-from minions._text import as_text, redact_url
+from minions._text import as_text, estimate_tokens, redact_url
 
 
 def test_as_text_writes_strings_as_they_are_and_the_rest_as_json() -> None:
@@ -25,3 +25,11 @@ def test_as_text_writes_strings_as_they_are_and_the_rest_as_json() -> None:
 )
 def test_redact_url_hides_credentials(given: str, shown: str) -> None:
     assert redact_url(given) == shown
+
+
+def test_estimate_tokens_is_about_four_characters_a_token_and_public_in_testing() -> None:
+    import minions.testing
+
+    assert [estimate_tokens(text) for text in ("", "abcd", "abcde", "x" * 400)] == [1, 1, 2, 100]
+    # The test doubles and a plan's token report count with the same function.
+    assert minions.testing.estimate_tokens is estimate_tokens

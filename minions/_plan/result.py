@@ -11,7 +11,7 @@ from minions._messages import ModelCall
 from minions._plan.plan import Plan, TokenLine
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.result import AgentResult
-from minions.testing._scripted import estimate_tokens
+from minions._text import estimate_tokens
 
 __all__ = ["PlanResult"]
 

@@ -18,14 +18,14 @@ import typer
 from rich.console import Console
 
 from minions._version import __version__
-from minions.cli._model_choice import UsageError
+from minions.cli._errors import UsageError
 from minions.cli._report import plural
 from minions.cli._running import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     InputsOption,
     RunOptions,
-    run_recipe,
+    run_in_foreground,
 )
 from minions.errors import MinionsError, RecipeError
 from minions.models._base import Model
@@ -243,7 +243,7 @@ def run(
     if ask is None and sys.stdin.isatty() and sys.stderr.isatty():
         ask = _ask_on_terminal
     with _user_errors():
-        code = run_recipe(options, resolve=settings.resolve_model, err=_stderr(), ask=ask)
+        code = run_in_foreground(options, resolve=settings.resolve_model, err=_stderr(), ask=ask)
     raise typer.Exit(code)
 
 
@@ -311,9 +311,9 @@ def _register_runs() -> None:
 
     app.command(name="worker")(_user_errors_of(_runs.worker))
     app.command(name="submit")(_user_errors_of(_runs.submit))
-    from minions.cli import _serve
+    from minions.cli._serve import serve_command
 
-    app.command(name="serve")(_user_errors_of(_serve.serve))
+    app.command(name="serve")(_user_errors_of(serve_command))
     for command in _runs.runs_app.registered_commands:
         assert command.callback is not None
         command.callback = _user_errors_of(command.callback)
@@ -336,9 +336,9 @@ _register_runs()
 
 
 def _register_plan() -> None:
-    from minions.cli import _planning
+    from minions.cli._plan import plan_command
 
-    app.command(name="plan")(_user_errors_of(_planning.plan))
+    app.command(name="plan")(_user_errors_of(plan_command))
 
 
 _register_plan()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minions._text import redact_url
+from minions.cli._errors import UsageError
 from minions.errors import MinionsError
 from minions.models._base import Model
 from minions.models._infer import MODEL_ENV, infer_model
@@ -30,12 +31,8 @@ no model is configured for this recipe. Set one of:
 or put `model:` in the recipe, or set {MODEL_ENV}; `--replay FILE` runs offline from a recording."""
 
 
-class UsageError(MinionsError):
-    """The command cannot run as asked (exit code 2); the message says why."""
-
-
 @dataclass(frozen=True, kw_only=True)
-class ModelChoice:
+class ChosenModel:
     """The model of a run and where it came from.
 
     Attributes:
@@ -149,7 +146,7 @@ def choose_model(
     record: Path | None,
     resolve: Callable[[str], Model],
     meta: Mapping[str, Any] | None = None,
-) -> ModelChoice:
+) -> ChosenModel:
     """Build the run's model from its source.
 
     Args:
@@ -187,20 +184,20 @@ def choose_model(
             recording = Recording(
                 meta={**(meta or {}), "model": redact_url(source.spec), "recorded_at": _now()}
             )
-        return ModelChoice(
+        return ChosenModel(
             model=chosen, label=redact_url(source.spec), recording=recording, resolve=resolve
         )
     if record is not None or needs_model(recipe.steps):
         raise UsageError(HOW_TO_SET_A_MODEL)
-    return ModelChoice(model=None, label="none (no step needs a model)", resolve=resolve)
+    return ChosenModel(model=None, label="none (no step needs a model)", resolve=resolve)
 
 
-def _replay(path: Path) -> ModelChoice:
+def _replay(path: Path) -> ChosenModel:
     try:
         replay = ReplayModel(Recording.load(path), name="replay")
     except MinionsError as exc:
         raise UsageError(str(exc)) from None
-    return ModelChoice(model=replay, label=f"replay of {path}", replay=replay)
+    return ChosenModel(model=replay, label=f"replay of {path}", replay=replay)
 
 
 def _now() -> str:

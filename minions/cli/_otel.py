@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from minions.cli._model_choice import UsageError
+from minions.cli._errors import UsageError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

@@ -1,230 +1,228 @@
-"""The plan `minions run --dry-run` prints: steps in waves, what each does, what it renders to.
-
-Nothing here calls a model or a tool: templates are rendered from the inputs alone, and those
-that read other steps' results are shown as written, with the steps they wait for.
-"""
+"""`minions plan "REQUIREMENTS"`: a model writes a plan, it is checked, shown (a table and
+its graph), saved as a YAML recipe to review and edit, and with ``--run`` run at once, ending
+with the token report."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
 
-from minions._agent.graph import StepGraph
-from minions._config import ExecutionConfig
-from minions._kinds.loop import LoopStep
-from minions._step.step import Step
-from minions._templates import has_template, render, template_roots
-from minions._text import jsonable
-from minions.errors import TemplateError
-from minions.recipes._subrecipe import RecipeStep
+import typer
+from rich.console import Console
+from rich.table import Table
 
-__all__ = []
+from minions.cli._errors import UsageError
+from minions.cli._model_choice import HOW_TO_SET_A_MODEL
+from minions.errors import MinionsError, PlanError, Problem
+from minions.events import Event, PlanRevised, StepCompleted, StepFailed
+from minions.models._base import Model
+from minions.models._infer import MODEL_ENV, infer_model
 
-
-@dataclass(frozen=True, kw_only=True)
-class RenderedField:
-    """A templated field of a step: its value from the inputs, or what it waits for."""
-
-    name: str
-    template: Any
-    value: Any = None
-    rendered: bool = False
-    waits_for: tuple[str, ...] = ()
-    """The steps whose results the field reads."""
-    per_item: bool = False
-    """The field reads ``loop.item`` or ``loop.index``: it renders once per loop item."""
+__all__: list[str] = []
 
 
-@dataclass(frozen=True, kw_only=True)
-class PlannedStep:
-    id: str
-    kind: str
-    """The step's `Step.kind` (``agent``, ``analysis``, ``tool``, ``custom``...); ``recipe ID``
-    for a sub-recipe step, ``loop of ...`` for a loop step."""
-    description: str = ""
-    depends_on: tuple[str, ...] = ()
-    tools: tuple[str, ...] = ()
-    uses_model: bool = False
-    """The step may call a model (`Step.uses_model`)."""
-    model: str | None = None
-    """The step's own model, when it has one."""
-    notes: tuple[str, ...] = ()
-    fields: tuple[RenderedField, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlannedServer:
-    """An MCP server of the run and the tools it listed (listed, never called)."""
-
-    name: str
-    server: str
-    """How it is reached (``stdio: python server.py``, ``http: URL``), without secrets."""
-    tools: tuple[tuple[str, str, str], ...] = ()
-    """``(name the model sees, the server's name, description)`` of each tool."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Plan:
-    recipe_id: str
-    inputs: Mapping[str, Any]
-    waves: tuple[tuple[PlannedStep, ...], ...]
-    model: str
-    """The model the run would use (as chosen, not resolved)."""
-    max_parallel: int = 8
-    """How many steps may run at once (`max_parallel_steps`)."""
-    transitions: tuple[str, ...] = ()
-    mcp_servers: tuple[PlannedServer, ...] = ()
-
-    @property
-    def steps(self) -> tuple[PlannedStep, ...]:
-        return tuple(step for wave in self.waves for step in wave)
-
-    def to_data(self) -> dict[str, Any]:
-        """The plan as JSON-ready data (`--dry-run --json`)."""
-        return {
-            "recipe_id": self.recipe_id,
-            "model": self.model,
-            "inputs": jsonable(dict(self.inputs)),
-            "waves": [
-                [
-                    {
-                        "id": s.id,
-                        "kind": s.kind,
-                        "description": s.description,
-                        "depends_on": list(s.depends_on),
-                        "tools": list(s.tools),
-                        "uses_model": s.uses_model,
-                        "model": s.model,
-                        "notes": list(s.notes),
-                        "fields": {
-                            f.name: (
-                                {"value": jsonable(f.value)}
-                                if f.rendered
-                                else {
-                                    "template": jsonable(f.template),
-                                    "waits_for": list(f.waits_for),
-                                    "per_item": f.per_item,
-                                }
-                            )
-                            for f in s.fields
-                        },
-                    }
-                    for s in wave
-                ]
-                for wave in self.waves
-            ],
-            "max_parallel_steps": self.max_parallel,
-            "transitions": list(self.transitions),
-            "mcp_servers": {
-                server.name: {
-                    "server": server.server,
-                    "tools": [
-                        {"name": name, "mcp_name": remote, "description": description}
-                        for name, remote, description in server.tools
-                    ],
-                }
-                for server in self.mcp_servers
-            },
-        }
-
-
-def make_plan(
-    graph: StepGraph,
-    inputs: Mapping[str, Any],
-    *,
-    model: str,
-    mcp_servers: tuple[PlannedServer, ...] = (),
-) -> Plan:
-    """The plan of a run of `graph` with `inputs` (defaults already filled in), and the MCP
-    servers' tools, as listed."""
-    waves = _waves(graph)
-    aliases = graph.recipe.aliases
-    state = {"inputs": dict(inputs)}
-    planned = tuple(
-        tuple(_planned(graph.steps[step_id], state, aliases, graph) for step_id in wave)
-        for wave in waves
-    )
-    config = ExecutionConfig().merged(graph.recipe.config)
-    return Plan(
-        recipe_id=graph.recipe.id,
-        inputs=dict(inputs),
-        waves=planned,
-        model=model,
-        max_parallel=config.max_parallel_steps,
-        transitions=tuple(str(t) for t in graph.transitions),
-        mcp_servers=mcp_servers,
-    )
-
-
-def _waves(graph: StepGraph) -> list[list[str]]:
-    """Steps grouped by how many dependencies deep they are: a wave can start once the waves
-    before it are done (the executor starts each step as soon as its own are)."""
-    depth: dict[str, int] = {}
-    for step_id in graph.order:
-        deps = [d for d in graph.dependencies[step_id] if d in depth]
-        depth[step_id] = 1 + max((depth[d] for d in deps), default=-1)
-    waves: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
-    for step_id in graph.steps:  # recipe order within a wave
-        waves[depth[step_id]].append(step_id)
-    return waves
-
-
-def _kind(step: Step) -> str:
-    """The step's `kind`, with what a loop repeats and which recipe a sub-recipe step runs."""
-    if isinstance(step, LoopStep):
-        return f"loop of {_kind(step.body)}"
-    if isinstance(step, RecipeStep):
-        return f"recipe {step.recipe.id}"
-    return step.kind
-
-
-def _planned(
-    step: Step, state: Mapping[str, Any], aliases: Mapping[str, str], graph: StepGraph
-) -> PlannedStep:
-    notes: list[str] = []
-    if step.mode != "async":
-        notes.append(step.mode)
-    if step.optional:
-        notes.append("optional")
-    if step.timeout is not None:
-        notes.append(f"timeout {step.timeout:g}s")
-    if isinstance(step, LoopStep) and step.parallel > 1:
-        notes.append(f"{step.parallel} items at once")
-    gates = graph.gates.get(step.id)
-    if gates:
-        notes.append(f"runs only when chosen after {', '.join(gates)}")
-    model = step.model if isinstance(step.model, str) else None
-    return PlannedStep(
-        id=step.id,
-        kind=_kind(step),
-        description=step.description,
-        depends_on=step.depends_on,
-        tools=tuple(sorted(step.tool_names())),
-        uses_model=step.uses_model(),
-        model=model,
-        notes=tuple(notes),
-        fields=tuple(
-            _field(name, value, state, aliases)
-            for name, value in step.templates().items()
-            if value not in (None, "", {}, [])
+def plan_command(
+    ctx: typer.Context,
+    requirements: Annotated[
+        str, typer.Argument(metavar="REQUIREMENTS", help="What to build or do.", show_default=False)
+    ],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            metavar="MODEL",
+            help=f"The planner's and the steps' model. Default: ${MODEL_ENV}.",
+            show_default=False,
         ),
+    ] = None,
+    tools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tools",
+            metavar="MODULE",
+            help="Tools steps may call: 'package.module' (its @tool functions) or "
+            "'package.module:function'; repeat for more. The file tools are always there.",
+            show_default=False,
+        ),
+    ] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            metavar="DIR",
+            help="The folder the plan works in (its files are listed for the planner). "
+            "Default: the current directory.",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write the plan as a YAML recipe to FILE, to review, edit and `minions run`.",
+            show_default=False,
+        ),
+    ] = None,
+    run: Annotated[bool, typer.Option("--run", help="Run the plan at once.")] = False,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print the plan (with --run, the result) as JSON on stdout."),
+    ] = False,
+    max_replans: Annotated[
+        int,
+        typer.Option("--max-replans", min=0, help="With --run: how often to replan on failure."),
+    ] = 2,
+) -> None:
+    """Turn requirements into a plan of steps, each run with only what it needs.
+
+    Prints the plan as a table and its graph; -o saves it as a YAML recipe to review and edit
+    (run it with `minions run FILE`); --run runs it now and ends with the token report.
+    """
+    from minions._agent.executor import AgentExecutor
+    from minions._plan.generator import PlanGenerator
+
+    if not requirements.strip():
+        raise PlanError(
+            [Problem(file="plan", message="the requirements are empty: say what to build or do")]
+        )
+    root = (workspace or Path.cwd()).resolve()
+    if workspace is not None and not workspace.is_dir():
+        what = "is not a folder" if workspace.exists() else "does not exist"
+        raise UsageError(f"--workspace {str(workspace)!r} {what}")
+    if output is not None and not output.parent.resolve().is_dir():
+        raise UsageError(f"cannot write the plan to {str(output)!r}: no such directory")
+    resolve = getattr(ctx.obj, "resolve_model", None) or infer_model
+    spec = model or os.environ.get(MODEL_ENV)
+    if not spec:
+        raise UsageError(HOW_TO_SET_A_MODEL.replace("for this recipe", "for the plan"))
+    chosen: Model = resolve(spec)
+    objects = _imported_tools(tools or ())
+    names: list[Any] = ["read_file", "write_file", "list_files", *objects]
+    generator = PlanGenerator(chosen)
+    made = asyncio.run(generator.generate(requirements, tools=names, workspace=root))
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if output is not None:
+        where = os.path.relpath(root, output.parent.resolve())
+        text = made.to_yaml(workspace=where, tools=objects, references=tools or ())
+        output.write_text(text, encoding="utf-8")
+    if not json_output:
+        show = err if run else out
+        show.print(plan_table(made))
+        show.print(_mermaid(made, objects), markup=False)
+        if output is not None:
+            show.print(f"plan written to {output}: review it, then `minions run {output}`")
+    elif not run:
+        typer.echo(json.dumps(made.model_dump(mode="json"), indent=2))
+    if not run:
+        return
+    executor = AgentExecutor(model=chosen)
+    result = asyncio.run(
+        generator.execute(
+            made,
+            executor=executor,
+            requirements=requirements,
+            workspace=root,
+            tools=names,
+            max_replans=max_replans,
+            listeners=[] if json_output else [_progress(err)],
+        )
     )
+    if json_output:
+        typer.echo(json.dumps(result.to_data(), indent=2, default=str))
+    else:
+        out.print(token_table(result))
+        status = "completed" if result.ok else f"failed: {result.error}"
+        replans = f", {result.replans} replan(s)" if result.replans else ""
+        err.print(f"plan {made.id}: {status}{replans}", markup=False)
+    raise typer.Exit(0 if result.ok else 1)
 
 
-def _field(
-    name: str, value: Any, state: Mapping[str, Any], aliases: Mapping[str, str]
-) -> RenderedField:
-    if not has_template(value):
-        return RenderedField(name=name, template=value, value=value, rendered=True)
-    roots = template_roots(value)
-    waits = tuple(sorted(aliases.get(r, r) for r in roots if r not in ("inputs", "loop")))
-    per_item = "loop" in roots
-    if not waits and not per_item:
-        try:
-            return RenderedField(
-                name=name, template=value, value=render(value, state), rendered=True
+def _progress(err: Console) -> Callable[[Event], None]:
+    """One line on stderr per step that ends, and per replan."""
+
+    def show(event: Event) -> None:
+        if isinstance(event, StepCompleted):
+            err.print(f"✓ {event.step_id}", markup=False)
+        elif isinstance(event, StepFailed):
+            err.print(f"✗ {event.step_id}: {event.error}", markup=False, style="red")
+        elif isinstance(event, PlanRevised):
+            err.print(
+                f"replan {event.replan}: kept {', '.join(event.kept) or 'nothing'}; "
+                f"to run: {', '.join(event.steps)}",
+                markup=False,
+                style="yellow",
             )
-        except TemplateError:
-            pass  # An input with no value: shown as written.
-    return RenderedField(name=name, template=value, waits_for=waits, per_item=per_item)
+
+    return show
+
+
+def plan_table(plan: Any) -> Table:
+    """The steps of a plan: id, type, what it waits for, reads and produces, and its goal."""
+    table = Table(title=f"plan {plan.id}: {plan.description}", show_edge=False, pad_edge=False)
+    for name in ("step", "type", "depends on", "reads", "produces", "goal"):
+        table.add_column(name)
+    for step in plan.steps:
+        table.add_row(
+            step.id,
+            step.type,
+            ", ".join(step.depends_on),
+            ", ".join(step.inputs),
+            ", ".join(step.artifacts),
+            step.goal,
+        )
+    return table
+
+
+def token_table(result: Any) -> Table:
+    """The token report: the planner, each replan and each step, and where counts come from."""
+    table = Table(
+        title="tokens",
+        caption=f"the same steps with full history: about {result.full_history_estimate()} "
+        "prompt tokens (estimated)",
+        show_edge=False,
+        pad_edge=False,
+        show_footer=True,
+    )
+    total = result.total()
+    table.add_column("part", footer="total")
+    table.add_column("status")
+    table.add_column("prompt", justify="right", footer=str(total.prompt_tokens))
+    table.add_column("completion", justify="right", footer=str(total.completion_tokens))
+    table.add_column("calls", justify="right", footer=str(total.calls))
+    table.add_column("counted", footer=total.source)
+    for line in result.tokens:
+        table.add_row(
+            line.name,
+            line.status,
+            str(line.prompt_tokens),
+            str(line.completion_tokens),
+            str(line.calls),
+            line.source,
+        )
+    return table
+
+
+def _mermaid(plan: Any, tools: list[Any]) -> str:
+    from minions._agent.graph import StepGraph
+
+    return StepGraph(plan.to_recipe(tools=tools)).to_mermaid()
+
+
+def _imported_tools(references: list[str] | tuple[str, ...]) -> list[Any]:
+    from minions.recipes._build import _import_tools
+
+    found: list[Any] = []
+    for reference in references:
+        try:
+            found.extend(_import_tools(reference, Path.cwd(), set()))
+        except MinionsError as exc:
+            raise UsageError(f"--tools {reference!r}: {exc}") from None
+    return found

@@ -1,5 +1,5 @@
 """What `minions run` prints after a run: the output, a summary table, the result as JSON,
-and the `--dry-run` plan."""
+and what `--dry-run` shows."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from minions._messages import Usage
 from minions._step.execution import StepExecution
 from minions._step.result import AgentResult
 from minions._text import as_text, jsonable, token_count
+from minions.cli._dry_run import DryRun, RenderedField
 from minions.cli._live import StepRow
-from minions.cli._plan import Plan, RenderedField
 
 __all__ = []
 
@@ -70,7 +70,7 @@ def result_data(result: AgentResult) -> dict[str, Any]:
     }
 
 
-def output_text(output: Any) -> str:
+def printed_output(output: Any) -> str:
     """A run's output as printed: text as it is, anything else as indented JSON."""
     return as_text(output, indent=2)
 
@@ -192,7 +192,7 @@ def summary_table(steps: Iterable[StepSummary]) -> Table:
     return table
 
 
-# -- the plan ----------------------------------------------------------------------------------
+# -- the dry run -------------------------------------------------------------------------------
 
 
 def _short(value: Any, limit: int = 160) -> str:
@@ -216,28 +216,28 @@ def _field_line(field: RenderedField) -> Text:
     return line
 
 
-def plan_view(plan: Plan) -> RenderableType:
-    """The plan as text: a header, then each wave's steps with their kind, tools and fields."""
-    steps = plan.steps
+def dry_run_view(dry_run: DryRun) -> RenderableType:
+    """The dry run as text: a header, then each wave's steps with their kind, tools and fields."""
+    steps = dry_run.steps
     needing = [s.id for s in steps if s.uses_model]
     header = Text(
-        f"Plan of {plan.recipe_id}: {plural(len(steps), 'step')} in "
-        f"{plural(len(plan.waves), 'wave')} "
+        f"Plan of {dry_run.recipe_id}: {plural(len(steps), 'step')} in "
+        f"{plural(len(dry_run.waves), 'wave')} "
         "(a dry run: nothing is called)",
         style="bold",
     )
     lines: list[RenderableType] = [header]
-    shown_inputs = ", ".join(f"{k}={_short(v, 40)}" for k, v in plan.inputs.items()) or "none"
+    shown_inputs = ", ".join(f"{k}={_short(v, 40)}" for k, v in dry_run.inputs.items()) or "none"
     lines.append(Text(f"inputs: {shown_inputs}"))
     if needing:
-        lines.append(Text(f"model: {plan.model} (for {', '.join(needing)})"))
+        lines.append(Text(f"model: {dry_run.model} (for {', '.join(needing)})"))
     else:
         lines.append(Text("model: none needed (tool steps only)"))
-    together = plan.max_parallel > 1
+    together = dry_run.max_parallel > 1
     if not together:
         lines.append(Text("one step at a time (max_parallel_steps: 1)"))
     width = max((len(s.id) for s in steps), default=0)
-    for number, wave in enumerate(plan.waves, start=1):
+    for number, wave in enumerate(dry_run.waves, start=1):
         title = f"\nwave {number}" + (" (side by side)" if len(wave) > 1 and together else "")
         lines.append(Text(title, style="bold"))
         for step in wave:
@@ -259,14 +259,14 @@ def plan_view(plan: Plan) -> RenderableType:
                 lines.append(Text(f"{indent}{step.description}", style="dim"))
             for rendered in step.fields:
                 lines.append(Text(indent).append_text(_field_line(rendered)))
-    if plan.transitions:
+    if dry_run.transitions:
         lines.append(Text("\ntransitions", style="bold"))
-        lines.extend(Text(f"  {t}") for t in plan.transitions)
-    if plan.mcp_servers:
+        lines.extend(Text(f"  {t}") for t in dry_run.transitions)
+    if dry_run.mcp_servers:
         lines.append(
             Text("\nMCP tools (listed by connecting to each server; none called)", style="bold")
         )
-        for server in plan.mcp_servers:
+        for server in dry_run.mcp_servers:
             lines.append(Text(f"  {server.name} ({server.server})"))
             for name, remote, description in server.tools:
                 line = Text(f"    {name}")

@@ -29,19 +29,19 @@ from minions._agent.graph import StepGraph
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
 from minions._text import jsonable
+from minions.cli._dry_run import DryRunServer, make_dry_run
+from minions.cli._errors import UsageError
 from minions.cli._live import LiveView
 from minions.cli._model_choice import (
     ModelSource,
-    UsageError,
     choose_model,
     model_source,
     needs_model,
 )
-from minions.cli._plan import PlannedServer, make_plan
 from minions.cli._report import (
-    output_text,
-    plan_view,
+    dry_run_view,
     plural,
+    printed_output,
     result_data,
     routing_notes,
     run_line,
@@ -205,14 +205,15 @@ async def _approve_everything(request: ApprovalRequest) -> ApprovalDecision:
     return ApprovalDecision(approved=True, reason="--approve-all")
 
 
-def run_recipe(
+def run_in_foreground(
     options: RunOptions,
     *,
     resolve: Callable[[str], Model],
     err: Console,
     ask: Callable[[str], str] | None = None,
 ) -> int:
-    """Do what `minions run` was asked; return the exit code.
+    """Do what `minions run` was asked, in this process (`minions submit` queues a run for a
+    worker instead); return the exit code.
 
     The output (or with `json`, the JSON result and nothing else) goes to stdout; the live
     view, notes, the summary and errors go to `err`.
@@ -334,31 +335,31 @@ async def _preflight(graph: StepGraph, context: AgentContext) -> str:
 def _dry_run(
     recipe: AgentRecipe, inputs: dict[str, Any], source: ModelSource, *, as_json: bool
 ) -> int:
-    """Print the plan of a run (`--dry-run`): nothing is resolved, called or written."""
+    """Print what a run would do (`--dry-run`): nothing is resolved, called or written."""
     model = source.label
     if source.spec is None and source.replay is None and needs_model(recipe.steps):
         model = "none configured (a real run would stop here: give --model)"
     try:
-        servers = _mcp_plan(recipe)
+        servers = _listed_mcp_servers(recipe)
     except MCPServerError as exc:
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {exc}", markup=False)
         return EXIT_FAILED
-    plan = make_plan(AgentExecutor().graph(recipe), inputs, model=model, mcp_servers=servers)
+    shown = make_dry_run(AgentExecutor().graph(recipe), inputs, model=model, mcp_servers=servers)
     if as_json:
-        typer.echo(json.dumps(plan.to_data(), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(shown.to_data(), indent=2, ensure_ascii=False))
     else:
-        Console(highlight=False, soft_wrap=True).print(plan_view(plan))
+        Console(highlight=False, soft_wrap=True).print(dry_run_view(shown))
     return EXIT_OK
 
 
-def _mcp_plan(recipe: AgentRecipe) -> tuple[PlannedServer, ...]:
+def _listed_mcp_servers(recipe: AgentRecipe) -> tuple[DryRunServer, ...]:
     """The recipe's MCP servers and their tools: each server is started (or connected to)
     to list them, and closed again; no tool is called."""
     if not recipe.mcp_servers:
         return ()
     listed = asyncio.run(list_mcp_tools(recipe.mcp_servers))
     return tuple(
-        PlannedServer(
+        DryRunServer(
             name=name,
             server=describe_server(recipe.mcp_servers[name]),
             tools=tuple((t.name, t.origin[1], t.description) for t in tools),
@@ -395,7 +396,7 @@ def _report(result: AgentResult, options: RunOptions, err: Console) -> int:
     if options.json:
         typer.echo(json.dumps(result_data(result), indent=2, ensure_ascii=False))
     elif result.output is not None:
-        typer.echo(output_text(result.output))
+        typer.echo(printed_output(result.output))
     if not options.quiet:
         summaries = summarize(result)
         status = result.status.value

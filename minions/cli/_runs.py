@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from minions._text import jsonable, token_count
+from minions.cli._errors import UsageError
 from minions.cli._running import InputsOption, parse_inputs
 
 __all__: list[str] = []
@@ -146,7 +147,6 @@ def worker(
 
     tracer_provider = None
     if otel:
-        from minions.cli._model_choice import UsageError
         from minions.cli._otel import otlp_tracer_provider
 
         try:
@@ -193,8 +193,6 @@ def submit(
     """Queue a run of a recipe for the workers; print its id."""
     given = parse_inputs(inputs or ())
     if not recipe.is_file():
-        from minions.cli._model_choice import UsageError
-
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     store = _store(database_url, create=True)
     try:
@@ -223,7 +221,6 @@ def list_runs(
     database_url: DatabaseOption = None,
 ) -> None:
     """The runs, newest first."""
-    from minions.cli._model_choice import UsageError
     from minions.runs import STATUSES
 
     if status is not None and status not in STATUSES:

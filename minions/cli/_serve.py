@@ -9,12 +9,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from minions.cli._errors import UsageError
 from minions.cli._runs import DatabaseOption
 
 __all__: list[str] = []
 
 
-def serve(
+def serve_command(
     host: Annotated[
         str,
         typer.Option(
@@ -59,8 +60,6 @@ def serve(
     $MINIONS_API_TOKEN, else one generated at the first start and kept beside the database
     (owner-only), printed once.
     """
-    from minions.cli._model_choice import UsageError
-
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
@@ -70,8 +69,7 @@ def serve(
         ) from None
     from minions.runs import database_url as resolve
     from minions.runs._store import describe
-    from minions.service import ServiceConfig, load_token
-    from minions.service import serve as run_service
+    from minions.service import ServiceConfig, load_token, serve
 
     if recipes is not None and not recipes.is_dir():
         raise UsageError(f"--recipes: no such folder: {str(recipes)!r}")
@@ -104,4 +102,4 @@ def serve(
         recipes=recipes,
         allow_inline_recipes=allow_inline_recipes,
     )
-    run_service(config, host=host, port=port, worker=not no_worker, on_ready=ready)
+    serve(config, host=host, port=port, worker=not no_worker, on_ready=ready)

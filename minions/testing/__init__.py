@@ -11,6 +11,7 @@ Use them in your own tests::
         model = server.model()
 """
 
+from minions._text import estimate_tokens
 from minions.testing._fake_openai import (
     FakeOpenAIServer,
     FakeReply,
@@ -18,7 +19,7 @@ from minions.testing._fake_openai import (
     FakeScript,
     Quirk,
 )
-from minions.testing._scripted import FunctionModel, Reply, ScriptedModel, estimate_tokens
+from minions.testing._scripted import FunctionModel, Reply, ScriptedModel
 
 __all__ = [
     "FakeOpenAIServer",

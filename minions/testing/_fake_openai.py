@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, get_args
 
-from minions.testing._scripted import estimate_tokens
+from minions._text import estimate_tokens
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -10,20 +10,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from minions._messages import Message, ModelCallResponse, Prompt, ToolCall, Usage
+from minions._text import estimate_tokens
 from minions.errors import ScriptExhaustedError
 from minions.models._base import Model, TokenCallback
 
-__all__ = ["FunctionModel", "Reply", "ScriptedModel", "estimate_tokens"]
+__all__ = ["FunctionModel", "Reply", "ScriptedModel"]
 
 ToolRequest: TypeAlias = tuple[str, Mapping[str, Any] | str]
 Reply: TypeAlias = str | Sequence[ToolRequest] | ModelCallResponse | BaseException
 """One scripted answer: text, a list of ``(tool_name, arguments)`` pairs (arguments as a dict
 or as raw JSON text), a whole `ModelCallResponse`, or an exception to raise."""
-
-
-def estimate_tokens(text: str) -> int:
-    """A deterministic token estimate (about four characters a token)."""
-    return max(1, (len(text) + 3) // 4)
 
 
 def _prompt_tokens(prompt: Prompt) -> int:

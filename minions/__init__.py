@@ -40,6 +40,7 @@ from minions._step.executor import StepExecutor
 from minions._step.model_call import ModelCallExecutor
 from minions._step.result import AgentResult
 from minions._step.run import StepRun
+from minions._step.settings import RunSettings
 from minions._step.step import DefaultStep, MemoryScope, Step, StepInput, StepMode
 from minions._step.tool_call import ToolCallExecutor
 from minions._version import __version__
@@ -184,6 +185,7 @@ __all__ = [
     "DecisionRecord",
     "ExecutionConfig",
     "OutputInstructions",
+    "RunSettings",
     "Step",
     "StepExecution",
     "StepExecutor",

@@ -35,8 +35,8 @@ PUBLIC: dict[str, set[str]] = {
         "Tool", "ToolCallExecutor", "ToolRegistry", "tool", "Model", "ModelCallExecutor",
         # steps
         "AgentContext", "DefaultStep", "DecisionRecord", "ExecutionConfig", "MemoryScope",
-        "OutputInstructions", "Step", "StepExecution", "StepExecutor", "StepInput", "StepMode",
-        "StepRun", "StepStatus",
+        "OutputInstructions", "RunSettings", "Step", "StepExecution", "StepExecutor",
+        "StepInput", "StepMode", "StepRun", "StepStatus",
         # step kinds
         "AnalysisStep", "LoopStep", "RecipeStep", "ToolStep",
         # completion chain

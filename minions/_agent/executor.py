@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from minions._routing.selection import StepSelectionChain
 from minions._step.completion import StepCompletionChain
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
+from minions._step.settings import RunSettings, with_given
 from minions._sync import run_sync
 from minions._tracing.tracer import RunTracer
 from minions.errors import UnknownRecipeError
@@ -67,12 +69,16 @@ class AgentExecutor:
         capture_message_content: write prompts, answers, tool arguments and results on spans
             (off by default). ``None``: as ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
             says (``SPAN_ONLY`` turns it on).
-
-    Raises:
-        MissingExtraError: a `tracer_provider` is given and ``opentelemetry-api`` is missing.
         mcp_servers: MCP servers every recipe's steps may use, by name (see
             `AgentRecipe.mcp_servers`; a recipe's server of the same name wins). Each run
             connects to the servers of its recipe and of the executor, once.
+        settings: a `RunSettings` holding the model, model resolver and wrapper, approver,
+            tracer, MCP servers and listeners at once (another executor's ``settings``, say);
+            the keyword arguments above that are given win over its fields.
+
+    Raises:
+        MissingExtraError: a `tracer_provider` is given and ``opentelemetry-api`` is missing.
+        RecipeError: an MCP server's config is invalid.
     """
 
     def __init__(
@@ -92,29 +98,34 @@ class AgentExecutor:
         tracer_provider: TracerProvider | None = None,
         capture_message_content: bool | None = None,
         mcp_servers: Mapping[str, Any] | None = None,
+        settings: RunSettings | None = None,
     ) -> None:
-        self.model = model
-        self.mcp_servers: dict[str, Any] = {}
+        servers = mcp_servers
         if mcp_servers:
             from minions.tools._mcp import server_configs
 
-            self.mcp_servers = server_configs(mcp_servers)
-        self.approver = approver
+            servers = server_configs(mcp_servers)
+        tracer = None
+        if tracer_provider is not None:
+            tracer = RunTracer(tracer_provider, capture_content=capture_message_content)
+        self.settings = with_given(
+            settings,
+            model=model,
+            model_resolver=model_resolver,
+            model_wrapper=model_wrapper,
+            approver=approver,
+            tracer=tracer,
+            mcp_servers=servers,
+            listeners=tuple(listeners) or None,
+        )
+        """What every run of this executor shares (see `RunSettings`); each run's
+        `AgentContext` gets it, with the recipe's model, listeners and MCP servers folded in."""
         self.tools = ToolRegistry(tools)
         self.memory = memory
         self.config = config or ExecutionConfig()
-        self.listeners: list[EventListener] = list(listeners)
         self.completion_chain = completion_chain
         self.selection_chain = selection_chain
-        self.model_resolver = model_resolver
-        self.model_wrapper = model_wrapper
         self.recipes: dict[str, AgentRecipe] = {}
-        self.tracer = (
-            None
-            if tracer_provider is None
-            else RunTracer(tracer_provider, capture_content=capture_message_content)
-        )
-        """Writes the spans of runs (``None`` without a `tracer_provider`)."""
         # The graphs of the recipes run lately, by recipe identity (a graph holds its recipe,
         # so an id cannot be reused while cached); bounded, so ad-hoc recipes do not pile up.
         self._graphs: OrderedDict[int, StepGraph] = OrderedDict()
@@ -163,7 +174,7 @@ class AgentExecutor:
             self._graphs.move_to_end(id(recipe))
             return graph
         graph = self._graphs[id(recipe)] = StepGraph(
-            recipe, tools=self._registry(recipe), mcp_servers=self.mcp_servers
+            recipe, tools=self._registry(recipe), mcp_servers=self.settings.mcp_servers
         )
         while len(self._graphs) > _GRAPH_CACHE + len(self.recipes):
             self._graphs.popitem(last=False)
@@ -193,21 +204,28 @@ class AgentExecutor:
             InputError: the inputs are not what the recipe declares.
         """
         graph = self.graph(recipe)
+        settings = self.settings
+        # The run's own settings: the recipe's model and MCP servers win, the run's listeners
+        # come after the executor's. Most runs change nothing, and share the executor's.
+        changes: dict[str, Any] = {}
+        if recipe.model is not None:
+            changes["model"] = recipe.model
+        if recipe.mcp_servers:
+            changes["mcp_servers"] = {**settings.mcp_servers, **recipe.mcp_servers}
+        extra = tuple(listeners)
+        if extra:
+            changes["listeners"] = settings.listeners + extra
+        if changes:
+            settings = dataclasses.replace(settings, **changes)
         return AgentContext(
-            model=recipe.model if recipe.model is not None else self.model,
+            settings=settings,
             tools=graph.tools if graph.tools is not None else self._registry(recipe),
             memory=self.memory,
             config=self.config.merged(recipe.config),
             inputs=recipe.check_inputs(inputs or {}),
-            listeners=[*self.listeners, *listeners],
             completion_chain=recipe.completion_chain or self.completion_chain,
             run_id=run_id,
-            model_resolver=self.model_resolver,
-            model_wrapper=self.model_wrapper,
-            recipe_runner=run_recipe,
-            approver=self.approver,
-            tracer=self.tracer,
-            mcp_servers={**self.mcp_servers, **recipe.mcp_servers},
+            recipe_runner=run_inner_recipe,
         )
 
     async def execute(
@@ -299,27 +317,17 @@ class AgentExecutor:
         return await Run(graph, context, selection, checkpoints).execute()
 
 
-async def run_recipe(
+async def run_inner_recipe(
     recipe: Any,
     inputs: Mapping[str, Any],
     *,
     run_id: str,
-    model: Model | str | None,
+    settings: RunSettings,
     memory: ModelMemory,
     config: ExecutionConfig,
-    model_resolver: Callable[[Model | str | None], Model] | None,
-    model_wrapper: Callable[[Model], Model] | None,
-    approver: Approver | None = None,
-    tracer: RunTracer | None = None,
 ) -> AgentResult:
-    """The `RecipeRunner` of runs started here: a recipe inside another run."""
-    executor = AgentExecutor(
-        model=model,
-        memory=memory,
-        config=config,
-        model_resolver=model_resolver,
-        model_wrapper=model_wrapper,
-        approver=approver,
-    )
-    executor.tracer = tracer  # the same spans: the inner run's nest under the recipe step's
+    """The `RecipeRunner` of runs started here: a recipe inside another run, on an executor
+    of the given settings (the outer run's tracer among them: the inner run's spans nest
+    under the recipe step's)."""
+    executor = AgentExecutor(settings=settings, memory=memory, config=config)
     return await executor.execute(recipe, inputs, run_id=run_id)

@@ -54,7 +54,7 @@ class Run:
         self.grace_expired = False
 
     async def execute(self) -> AgentResult:
-        tracer = self.context.tracer
+        tracer = self.context.settings.tracer
         if tracer is None:
             return await self._execute()
         # The run's span is current while steps are started: their tasks (and the done
@@ -77,7 +77,7 @@ class Run:
         self.done = asyncio.get_running_loop().create_future()
         # The run's MCP servers are connected to and closed from this task (see _mcp).
         tools = context.tools
-        connections = self._mcp_connections() if context.mcp_servers else None
+        connections = self._mcp_connections() if context.settings.mcp_servers else None
         try:
             if connections is not None:
                 try:
@@ -111,7 +111,7 @@ class Run:
             context.tools = registry  # steps that start from now on see the new tools
 
         return MCPConnections(
-            context.mcp_servers,
+            context.settings.mcp_servers,
             base=context.tools,
             references={s: step.tool_names() for s, step in self.graph.steps.items()},
             on_change=changed,

@@ -208,7 +208,7 @@ class TaskStep(Step):
             emitter=run.context.events,
             step_id=run.name,
             scope=run.scope,
-            approver=run.context.approver,
+            approver=run.context.settings.approver,
             visit=run.visit,
             item=run.item,
         )

@@ -10,17 +10,18 @@ from minions._config import ExecutionConfig
 from minions._memory import InMemoryModelMemory, ModelMemory
 from minions._messages import Usage
 from minions._step.result import AgentResult
+from minions._step.settings import RunSettings, with_given
 from minions.errors import BudgetExceededError
 from minions.events import EventEmitter, EventListener
 from minions.models._base import Model
 from minions.models._infer import infer_model
-from minions.tools._approval import Approver
 from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
     from minions._step.checkpoints import ItemCheckpoints
     from minions._step.completion import StepCompletionChain
     from minions._tracing.tracer import RunTracer
+    from minions.tools._approval import Approver
 
 __all__ = ["AgentContext"]
 
@@ -28,8 +29,8 @@ __all__ = ["AgentContext"]
 class RecipeRunner(Protocol):
     """Runs a recipe (an `AgentRecipe`) inside another run, and returns its `AgentResult`.
 
-    The arguments are the inner run's: its id, default model, memory, configuration, model
-    resolver and wrapper, approver and tracer (see `AgentExecutor`).
+    The arguments are the inner run's: its id, settings (model, resolver, wrapper, approver,
+    tracer...), memory and configuration.
     """
 
     def __call__(
@@ -38,13 +39,9 @@ class RecipeRunner(Protocol):
         inputs: Mapping[str, Any],
         *,
         run_id: str,
-        model: Model | str | None,
+        settings: RunSettings,
         memory: ModelMemory,
         config: ExecutionConfig,
-        model_resolver: Callable[[Model | str | None], Model] | None,
-        model_wrapper: Callable[[Model], Model] | None,
-        approver: Approver | None = None,
-        tracer: RunTracer | None = None,
     ) -> Awaitable[AgentResult]: ...
 
 
@@ -52,6 +49,10 @@ class AgentContext:
     """What steps share during a run: model, tools, memory, config, inputs, events and budgets.
 
     Args:
+        settings: what the run shares with the other runs of its executor (model, model
+            resolver and wrapper, approver, tracer, MCP servers, listeners; see
+            `RunSettings`); the `AgentExecutor` gives its own. The keyword arguments below
+            that are given win over its fields.
         model: a `Model`, a model string (``"openai:gpt-4o-mini"``, ``"ollama:llama3.2:3b"``),
             or ``None`` for the `MINIONS_MODEL` environment variable. Resolved on first use.
         tools: tools or plain functions, or a `ToolRegistry`.
@@ -85,6 +86,7 @@ class AgentContext:
     def __init__(
         self,
         *,
+        settings: RunSettings | None = None,
         model: Model | str | None = None,
         tools: ToolRegistry | Iterable[Tool | Callable[..., Any]] = (),
         memory: ModelMemory | None = None,
@@ -100,27 +102,30 @@ class AgentContext:
         tracer: RunTracer | None = None,
         mcp_servers: Mapping[str, Any] | None = None,
     ) -> None:
+        listeners = tuple(listeners)
+        self.settings = with_given(
+            settings,
+            model=model,
+            model_resolver=model_resolver,
+            model_wrapper=model_wrapper,
+            approver=approver,
+            tracer=tracer,
+            mcp_servers=mcp_servers,
+            listeners=listeners or None,
+        )
+        """The run's model, resolver, wrapper, approver, tracer, MCP servers and listeners
+        (see `RunSettings`): its executor's, with the recipe's and the run's own folded in."""
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self._model_spec = model
         self._model: Model | None = None
-        self.model_resolver = model_resolver
-        """The resolver given (``None``: `infer_model`); a sub-recipe's run uses it too."""
-        self._resolver = model_resolver or resolve_model
-        self._wrapper = model_wrapper
         self._wrapped: dict[int, tuple[Model, Model]] = {}
         self._resolved: dict[str | int, tuple[Model | str | None, Model]] = {}
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.memory: ModelMemory = memory if memory is not None else InMemoryModelMemory()
         self.config = config or ExecutionConfig()
         self.inputs: Mapping[str, Any] = dict(inputs or {})
-        self.events = EventEmitter(self.run_id, listeners)
+        self.events = EventEmitter(self.run_id, self.settings.listeners)
         self.completion_chain = completion_chain
         self.recipe_runner = recipe_runner
-        self.approver = approver
-        """Who approves calls of tools that need it (``None``: such a call fails the step)."""
-        self.tracer = tracer
-        """Writes the run's spans; ``None`` when nothing is traced."""
-        self.mcp_servers: Mapping[str, Any] = dict(mcp_servers or {})
         self.usage = Usage()
         """Tokens of every model call of the run so far (all steps, all attempts)."""
 
@@ -128,7 +133,7 @@ class AgentContext:
     def model(self) -> Model:
         """The run's default model, resolved by the `model_resolver` on first use."""
         if self._model is None:
-            self._model = self._resolve(self._model_spec)
+            self._model = self._resolve(self.settings.model)
         return self._model
 
     def resolve_model(self, override: Model | str | None) -> Model:
@@ -143,26 +148,23 @@ class AgentContext:
         key = spec if isinstance(spec, str) else id(spec)
         found = self._resolved.get(key)
         if found is None:
-            found = self._resolved[key] = (spec, self._wrap(self._resolver(spec)))
+            resolver = self.settings.model_resolver or resolve_model
+            found = self._resolved[key] = (spec, self._wrap(resolver(spec)))
         return found[1]
-
-    @property
-    def model_spec(self) -> Model | str | None:
-        """The run's default model as given (an object, a model string, or ``None``)."""
-        return self._model_spec
 
     def wrap_model(self, model: Model) -> Model:
         """`model` as this run's steps see it: through the run's model wrapper, if any."""
         return self._wrap(model)
 
     def _wrap(self, model: Model) -> Model:
-        if self._wrapper is None:
+        wrapper = self.settings.model_wrapper
+        if wrapper is None:
             return model
         # One wrapper per model object, so every step using it shares the same wrapper (the
         # entry holds the model, so its id is not reused while the run lasts).
         found = self._wrapped.get(id(model))
         if found is None:
-            found = self._wrapped[id(model)] = (model, self._wrapper(model))
+            found = self._wrapped[id(model)] = (model, wrapper(model))
         return found[1]
 
     def record_usage(self, usage: Usage) -> None:
@@ -178,7 +180,8 @@ class AgentContext:
             )
 
     def __repr__(self) -> str:
-        return f"AgentContext(run_id={self.run_id!r}, model={self._model or self._model_spec!r})"
+        model = self._model or self.settings.model
+        return f"AgentContext(run_id={self.run_id!r}, model={model!r})"
 
 
 def resolve_model(spec: Model | str | None) -> Model:

@@ -111,11 +111,11 @@ class StepExecutor:
             emitter=context.events,
             step_id=self.name,
             scope=self.scope,
-            approver=context.approver,
+            approver=context.settings.approver,
             visit=visit,
             item=item,
             approve_every_call=bool(getattr(step, "requires_approval", False)),
-            tracer=context.tracer,
+            tracer=context.settings.tracer,
         )
         self._error_kind: str | None = None
         """What ended the step as failed, for tracing (``error.type``)."""
@@ -136,7 +136,7 @@ class StepExecutor:
 
     async def execute(self) -> StepExecution:
         """Run the step to a terminal status and return its execution."""
-        tracer = self.context.tracer
+        tracer = self.context.settings.tracer
         if tracer is None:
             return await self._execute()
         execution = self.execution

@@ -121,7 +121,7 @@ class ModelCallExecutor:
         started_at = time.time()
         started = time.perf_counter()
         timeout = self.config.model_call_timeout
-        tracer = self.context.tracer
+        tracer = self.context.settings.tracer
         try:
             if tracer is None:
                 if timeout is None:

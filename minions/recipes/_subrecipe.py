@@ -43,9 +43,11 @@ class _Scoped(Model):
 class RecipeStep(Step):
     """Runs another recipe as one step; its output is that run's output.
 
-    The inner run uses the outer run's model (unless the inner recipe names its own), model
-    resolver and wrapper, memory, configuration and remaining token budget; its usage counts
-    in this step's and the outer run's usage, and its step executions are this step's `items`.
+    The inner run uses the outer run's settings (`RunSettings`: the model, unless this step or
+    the inner recipe names its own, the model resolver and wrapper, approver and tracer), its
+    memory, configuration and remaining token budget; its usage counts in this step's and the
+    outer run's usage, and its step executions are this step's `items` (its events do not go
+    to the outer run's listeners).
 
     Args:
         id: the step's id.
@@ -95,17 +97,24 @@ class RecipeStep(Step):
             left = max(config.run_token_budget - outer.usage.total_tokens, 0)
             config = dataclasses.replace(config, run_token_budget=left)
         prefix = f"{self.id}#{run.visit}"
+        # The inner run shares the outer run's settings (resolver, approver, tracer...), with
+        # this step's model and a wrapper that scopes its calls; its events come back as this
+        # step's items, not to the outer listeners, and it connects to its own recipe's MCP
+        # servers only.
+        settings = dataclasses.replace(
+            outer.settings,
+            model=self.model if self.model is not None else outer.settings.model,
+            model_wrapper=_wrapper(outer, prefix),
+            listeners=(),
+            mcp_servers={},
+        )
         result = await outer.recipe_runner(
             self.recipe,
             inputs,
             run_id=f"{outer.run_id}.{self.id}",
-            model=self.model if self.model is not None else outer.model_spec,
+            settings=settings,
             memory=outer.memory,
             config=config,
-            model_resolver=outer.model_resolver,
-            model_wrapper=_wrapper(outer, prefix),
-            approver=outer.approver,
-            tracer=outer.tracer,
         )
         run.absorb(result.executions, items=True)  # routing calls are in their step's execution
         outer.record_usage(result.usage)

@@ -77,6 +77,7 @@ def resolver(model: FunctionModel) -> Any:
 
 def start_worker(url: str, model: FunctionModel, concurrency: int) -> tuple[Any, threading.Thread]:
     """A worker in a thread of this process (DBOS launched in it), once it is ready."""
+    from minions import RunSettings
     from minions.runs import Worker
 
     ready = threading.Event()
@@ -84,7 +85,7 @@ def start_worker(url: str, model: FunctionModel, concurrency: int) -> tuple[Any,
         url,
         concurrency=concurrency,
         executor_id=f"bench-{uuid.uuid4().hex[:6]}",
-        model_resolver=resolver(model),
+        settings=RunSettings(model_resolver=resolver(model)),
         on_ready=lambda _: ready.set(),
     )
     thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)

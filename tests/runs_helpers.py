@@ -206,15 +206,19 @@ def insert_run(store: Any, run_id: str) -> None:
     )  # fmt: skip
 
 
-async def run_here(url: str, run_id: str, attempt: int = 1, **options: Any) -> None:
-    """Run a queued run in this process, as a worker's DBOS workflow would."""
+async def run_here(url: str, run_id: str, attempt: int = 1, **settings: Any) -> None:
+    """Run a queued run in this process, as a worker's DBOS workflow would (`settings`: of
+    its runs, `RunSettings` fields)."""
+    from minions import RunSettings
     from minions.runs._async import AsyncStore
     from minions.runs._runner import DurableRunner
     from minions.runs._store import Store
 
     store = AsyncStore(Store(url), patient=True)
     try:
-        runner = DurableRunner(store, executor_id="here", incarnation="here", **options)
+        runner = DurableRunner(
+            store, executor_id="here", incarnation="here", settings=RunSettings(**settings)
+        )
         await runner.execute(run_id, attempt)
     finally:
         store.close()

@@ -430,7 +430,9 @@ async def test_a_worker_traces_the_runs_it_executes(
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     store = RunStore(url, create=True)
     run_id, _ = await store.submit(write_ledger_recipe(tmp_path), {"tag": "t"})
-    await run_here(url, run_id, tracer_provider=provider)
+    from minions._tracing.tracer import RunTracer
+
+    await run_here(url, run_id, tracer=RunTracer(provider))
     assert (await store.get(run_id)).status == "completed"
     spans = exporter.get_finished_spans()
     (run,) = [s for s in spans if s.name == "invoke_workflow ledger"]

@@ -154,13 +154,15 @@ def worker(
         except UsageError as exc:
             err.print(f"error: {exc}", markup=False)
             raise typer.Exit(2) from None
-    running = Worker(
-        url,
-        concurrency=concurrency,
-        executor_id=executor_id,
+    from minions._step.settings import RunSettings
+    from minions._tracing.tracer import RunTracer
+
+    settings = RunSettings(
         model=os.environ.get("MINIONS_MODEL"),
-        on_ready=ready,
-        tracer_provider=tracer_provider,
+        tracer=None if tracer_provider is None else RunTracer(tracer_provider),
+    )
+    running = Worker(
+        url, concurrency=concurrency, executor_id=executor_id, settings=settings, on_ready=ready
     )
     try:
         running.run()

@@ -13,17 +13,17 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from minions._agent.executor import AgentExecutor
 from minions._routing.selection import Routing
 from minions._step.execution import StepExecution, StepStatus
+from minions._step.settings import RunSettings
 from minions._text import jsonable
 from minions.errors import MinionsError, RecipeError
 from minions.events import Event, RunFailed
-from minions.models._base import Model
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
@@ -31,9 +31,6 @@ from minions.runs._log import LiveHub, event_row
 from minions.runs._queue import workflow_id
 from minions.runs._store import Lease, LeaseLost, Start, dumps
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
-
-if TYPE_CHECKING:
-    from opentelemetry.trace import TracerProvider
 
 __all__: list[str] = []
 
@@ -227,7 +224,8 @@ class DurableRunner:
         store: the worker's (patient) store.
         executor_id: the worker's id.
         incarnation: this process's incarnation of the worker: the holder of its runs.
-        model, model_resolver, tracer_provider: as `AgentExecutor` takes them.
+        settings: what its runs share (model, resolver, wrapper, tracer, MCP servers...); the
+            runner approves their calls itself, durably.
         hub: where the events of its runs go live (token deltas included).
         cancel_poll: seconds between looks at a running run's row (a cancel, a lost lease).
         lease: seconds a lease lasts without a heartbeat (the worker renews it).
@@ -240,13 +238,11 @@ class DurableRunner:
         *,
         executor_id: str,
         incarnation: str,
-        model: str | Model | None = None,
-        model_resolver: Callable[[Model | str | None], Model] | None = None,
+        settings: RunSettings | None = None,
         hub: LiveHub | None = None,
         cancel_poll: float = 0.2,
         lease: float = 10.0,
         heartbeat: float = 2.0,
-        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.store = store
         self.executor_id = executor_id
@@ -260,10 +256,7 @@ class DurableRunner:
         self._waiting: dict[str, int] = {}
         """Calls each run waits on (the run is `waiting` while there is one)."""
         self.executor = AgentExecutor(
-            model=model,
-            model_resolver=model_resolver,
-            approver=self.approve,
-            tracer_provider=tracer_provider,
+            settings=dataclasses.replace(settings or RunSettings(), approver=self.approve)
         )
         """One for every run: it validates each recipe snapshot once."""
 

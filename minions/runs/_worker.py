@@ -14,13 +14,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import structlog
 from dbos import DBOS
 
+from minions._step.settings import RunSettings
 from minions.errors import MinionsError
-from minions.models._base import Model
 from minions.runs._async import AsyncStore, transient
 from minions.runs._log import LiveHub, run_failed_row
 from minions.runs._queue import (
@@ -35,9 +35,6 @@ from minions.runs._queue import (
 from minions.runs._runner import DurableRunner
 from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store
 from minions.runs._tables import ACTIVE, HELD
-
-if TYPE_CHECKING:
-    from opentelemetry.trace import TracerProvider
 
 __all__ = ["Worker", "WorkerConflictError"]
 
@@ -89,7 +86,7 @@ class Worker:
         executor_id: its id (default: host, process and a random suffix). A worker started
             again with its id after a crash takes its runs back at once; while a worker with
             the id lives, another is refused (`WorkerConflictError`).
-        model, model_resolver, tracer_provider: as `AgentExecutor` takes them.
+        settings: what its runs share (model, resolver, wrapper, tracer, MCP servers...).
         hub: where its runs' events go live (a service in the same process streams them).
         on_ready: called once the worker takes runs.
     """
@@ -100,11 +97,9 @@ class Worker:
         *,
         concurrency: int = 4,
         executor_id: str | None = None,
-        model: str | Model | None = None,
-        model_resolver: Callable[[Model | str | None], Model] | None = None,
+        settings: RunSettings | None = None,
         hub: LiveHub | None = None,
         on_ready: Callable[[Worker], None] | None = None,
-        tracer_provider: TracerProvider | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -119,12 +114,10 @@ class Worker:
             AsyncStore(self.store, patient=True, threads=max(4, concurrency + 2)),
             executor_id=self.executor_id,
             incarnation=self.incarnation,
-            model=model,
-            model_resolver=model_resolver,
+            settings=settings,
             hub=hub,
             lease=DEAD_AFTER,
             heartbeat=HEARTBEAT,
-            tracer_provider=tracer_provider,
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"

@@ -10,6 +10,7 @@ import socket
 import threading
 from collections.abc import Callable
 
+from minions._step.settings import RunSettings
 from minions.models._base import Model
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
@@ -60,8 +61,7 @@ def serve(
         running = Worker(
             url,
             concurrency=concurrency,
-            model=os.environ.get("MINIONS_MODEL"),
-            model_resolver=_streaming,
+            settings=RunSettings(model=os.environ.get("MINIONS_MODEL"), model_resolver=_streaming),
             hub=hub,
             on_ready=lambda _: started.set(),
         )

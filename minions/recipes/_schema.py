@@ -13,6 +13,14 @@ from pydantic import (
     model_validator,
 )
 
+from minions._step.step import (
+    MAX_ID_LENGTH,
+    RECIPE_ID_PATTERN,
+    STEP_ID_PATTERN,
+    recipe_id_problem,
+    step_id_problem,
+)
+
 __all__ = ["InputSpec"]
 
 InputType = Literal["string", "integer", "number", "boolean", "array", "object"]
@@ -118,7 +126,11 @@ class StepSpec(_Strict):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_shorthands)
 
-    id: str = Field(description="Unique within the recipe.")
+    id: str = Field(
+        description="Unique within the recipe: letters, digits, '_' or '-', not starting with "
+        "a digit.",
+        json_schema_extra={"pattern": STEP_ID_PATTERN, "maxLength": MAX_ID_LENGTH},
+    )
     description: str = ""
 
     # agent step
@@ -180,6 +192,14 @@ class StepSpec(_Strict):
     max_visits: int = Field(10, ge=1)
     config: dict[str, Any] = Field(default_factory=dict, description="ExecutionConfig overrides.")
 
+    @field_validator("id")
+    @classmethod
+    def _step_id(cls, value: str) -> str:
+        problem = step_id_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     @field_validator("depends_on", "tools", "reads", "artifacts", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
@@ -237,7 +257,11 @@ class StepSpec(_Strict):
 class RecipeSpec(_Strict):
     """A recipe file."""
 
-    id: str
+    id: str = Field(
+        description="The recipe's name, a slug: letters, digits, '_' or '-', starting with a "
+        "letter or a digit. It names the run's workspace folder.",
+        json_schema_extra={"pattern": RECIPE_ID_PATTERN, "maxLength": MAX_ID_LENGTH},
+    )
     description: str = ""
     model: str | None = Field(
         None, description="Default model, e.g. 'ollama:llama3.2:3b' or 'openai:gpt-4o-mini'."
@@ -272,6 +296,14 @@ class RecipeSpec(_Strict):
         "one as SERVER.TOOL, or all of them as SERVER.*.",
     )
     steps: list[StepSpec] = Field(min_length=1)
+
+    @field_validator("id")
+    @classmethod
+    def _recipe_id(cls, value: str) -> str:
+        problem = recipe_id_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("inputs", mode="before")
     @classmethod

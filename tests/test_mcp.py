@@ -802,6 +802,8 @@ def test_an_mcp_tool_call_is_an_execute_tool_span_naming_its_server() -> None:
 
 
 def test_a_result_over_the_cap_is_cut_with_a_note_the_model_sees() -> None:
+    from mcp_test_server import make_server
+
     model = ScriptedModel(
         [
             [
@@ -813,8 +815,6 @@ def test_a_result_over_the_cap_is_cut_with_a_note_the_model_sees() -> None:
             "done",
         ]
     )
-    from mcp_test_server import make_server
-
     # In process: over stdio the MCP SDK alone takes seconds to read 20 MB (it re-splits its
     # whole buffer for every chunk), which is not what this test is about.
     recipe = AgentRecipe(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     PlainValidator,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -25,6 +28,26 @@ __all__ = ["InputSpec"]
 
 InputType = Literal["string", "integer", "number", "boolean", "array", "object"]
 KIND_KEYS = ("goal", "tool", "analyze", "recipe")
+
+
+def _checked(problem: Callable[[object], str | None]) -> AfterValidator:
+    """A validator that refuses what `problem` finds wrong, with its message."""
+
+    def check(value: str) -> str:
+        found = problem(value)
+        if found is not None:
+            raise ValueError(found)
+        return value
+
+    return AfterValidator(check)
+
+
+def _id_schema(pattern: str) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "pattern": pattern, "maxLength": MAX_ID_LENGTH})
+
+
+StepId = Annotated[str, _checked(step_id_problem), _id_schema(STEP_ID_PATTERN)]
+RecipeId = Annotated[str, _checked(recipe_id_problem), _id_schema(RECIPE_ID_PATTERN)]
 
 
 class _Strict(BaseModel):
@@ -126,10 +149,9 @@ class StepSpec(_Strict):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_shorthands)
 
-    id: str = Field(
+    id: StepId = Field(
         description="Unique within the recipe: letters, digits, '_' or '-', not starting with "
-        "a digit.",
-        json_schema_extra={"pattern": STEP_ID_PATTERN, "maxLength": MAX_ID_LENGTH},
+        "a digit."
     )
     description: str = ""
 
@@ -192,14 +214,6 @@ class StepSpec(_Strict):
     max_visits: int = Field(10, ge=1)
     config: dict[str, Any] = Field(default_factory=dict, description="ExecutionConfig overrides.")
 
-    @field_validator("id")
-    @classmethod
-    def _step_id(cls, value: str) -> str:
-        problem = step_id_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
-
     @field_validator("depends_on", "tools", "reads", "artifacts", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
@@ -257,10 +271,9 @@ class StepSpec(_Strict):
 class RecipeSpec(_Strict):
     """A recipe file."""
 
-    id: str = Field(
+    id: RecipeId = Field(
         description="The recipe's name, a slug: letters, digits, '_' or '-', starting with a "
-        "letter or a digit. It names the run's workspace folder.",
-        json_schema_extra={"pattern": RECIPE_ID_PATTERN, "maxLength": MAX_ID_LENGTH},
+        "letter or a digit. It names the run's workspace folder."
     )
     description: str = ""
     model: str | None = Field(
@@ -296,14 +309,6 @@ class RecipeSpec(_Strict):
         "one as SERVER.TOOL, or all of them as SERVER.*.",
     )
     steps: list[StepSpec] = Field(min_length=1)
-
-    @field_validator("id")
-    @classmethod
-    def _recipe_id(cls, value: str) -> str:
-        problem = recipe_id_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
 
     @field_validator("inputs", mode="before")
     @classmethod

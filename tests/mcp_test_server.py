@@ -2,19 +2,22 @@
 mcp_test_server.py``) or served over streamable HTTP by `serve_http`.
 
 ``--started FILE --gate FILE``: write FILE once the process runs, then wait for the gate
-file before serving (a server slow to start); ``--never-serve``: never answer at all.
+file before serving (a server slow to start); ``--never-serve``: never answer at all;
+``--junk N``: print N lines that are not JSON-RPC on stdout before serving (a server that
+logs to stdout).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import threading
 import time
 from pathlib import Path
 
 import anyio
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 
@@ -73,7 +76,41 @@ def make_server(name: str = "test") -> MCPServer:
         """The server's process id."""
         return os.getpid()
 
+    @server.tool()
+    def big(size: int) -> str:
+        """A text of `size` characters."""
+        return "x" * size
+
+    @server.tool()
+    def big_data(size: int) -> dict[str, str]:
+        """Structured content holding a text of `size` characters."""
+        return {"data": "y" * size}
+
+    @server.tool()
+    def picture() -> Image:
+        """A small PNG image."""
+        return Image(data=b"\x89PNG\r\n\x1a\n" + b"\x00" * 64, format="png")
+
+    @server.tool()
+    def chatter(lines: int) -> str:
+        """Print `lines` lines that are not JSON-RPC on stdout, then answer."""
+        junk(lines)
+        return "said"
+
     return server
+
+
+_WIRE = [1]
+"""The process's stdout, which the MCP SDK's server diverts to stderr while it serves: `main`
+keeps a descriptor of it, so a server that logs to stdout reaches the client all the same."""
+
+
+def junk(lines: int) -> None:
+    """Lines on stdout that are not JSON-RPC, as a server logging there writes them."""
+    text = "".join(f"INFO line {i} of the server's log on stdout\n" for i in range(lines))
+    data = text.encode()
+    while data:  # straight to the descriptor, between the transport's messages
+        data = data[os.write(_WIRE[0], data) :]
 
 
 def main() -> None:
@@ -81,11 +118,15 @@ def main() -> None:
     parser.add_argument("--started")
     parser.add_argument("--gate")
     parser.add_argument("--never-serve", action="store_true")
+    parser.add_argument("--junk", type=int, default=0)
     options = parser.parse_args()
     if options.started:
         Path(options.started).write_text("started")
     if options.never_serve:
         threading.Event().wait()
+    _WIRE[0] = os.dup(sys.stdout.fileno())
+    if options.junk:
+        junk(options.junk)
     if options.gate:
         gate = Path(options.gate)
         while not gate.exists():  # a server that takes its time to start

@@ -58,7 +58,8 @@ def test_step_options_are_checked() -> None:
         StepExecutor(step, AgentContext(model=ScriptedModel([])))
     problems = raised.value.problems
     assert problems[0] == (
-        "step '1bad id': id must be letters, digits, '_' or '-', not starting with a digit"
+        "step '1bad id': id must be letters, digits, '_' or '-', not starting with a digit, "
+        "and at most 64 characters long"
     )
     assert "mode must be one of ('async', 'sync', 'fire_and_forget'), not 'parallel'" in problems[1]
     assert "memory must be one of ('step', 'agent'), not 'global'" in problems[2]

@@ -796,3 +796,78 @@ def test_an_mcp_tool_call_is_an_execute_tool_span_naming_its_server() -> None:
     assert span.attributes["mcp.method.name"] == "tools/call"
     assert span.attributes["minions.mcp.server"] == "files"
     assert span.attributes["minions.mcp.tool"] == "read_file"
+
+
+# -- bounds --------------------------------------------------------------------------------------
+
+
+def test_a_result_over_the_cap_is_cut_with_a_note_the_model_sees() -> None:
+    from mcp_test_server import make_server
+
+    model = ScriptedModel(
+        [
+            [
+                ("t_big", {"size": 20_000_000}),
+                ("t_big_data", {"size": 1_000_000}),
+                ("t_big", {"size": 200_000}),
+                ("t_picture", {}),
+            ],
+            "done",
+        ]
+    )
+    # In process: over stdio the MCP SDK alone takes seconds to read 20 MB (it re-splits its
+    # whole buffer for every chunk), which is not what this test is about.
+    recipe = AgentRecipe(
+        id="big",
+        steps=[DefaultStep("fetch", "Fetch.", tools=["t.*"])],
+        mcp_servers={"t": make_server()},
+    )
+    result, events = run(recipe, model)
+    assert result.ok, result.error
+    text, data, fits, picture = [c.response.result for c in result.step("fetch").tool_calls]
+    assert text == "x" * 200_000 + "\n[cut: 20,000,000 characters, showing the first 200,000]"
+    prefix = '{"data": "' + "y" * (200_000 - 10)
+    assert data == prefix + "\n[cut: 1,000,012 characters, showing the first 200,000]"
+    assert fits == "x" * 200_000  # at the cap: whole, no note
+    assert picture == "[image content]"
+    follow_up = str(model.requests[1])
+    assert "[cut: 20,000,000 characters, showing the first 200,000]" in follow_up
+    assert len(follow_up) < 1_000_000
+    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert max(len(str(e.content)) for e in completed) < 201_000
+
+
+def test_a_servers_stray_stdout_lines_are_counted_not_logged_line_by_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    import structlog
+
+    caplog.set_level(logging.DEBUG)
+    model = ScriptedModel([[("t_chatter", {"lines": 3000})], "done"])
+    recipe = AgentRecipe(
+        id="chatty",
+        steps=[DefaultStep("talk", "Talk.", tools=["t.chatter"])],
+        mcp_servers={"t": stdio("--junk", "2000")},
+    )
+    with structlog.testing.capture_logs() as logs:
+        result, _ = run(recipe, model)
+    assert result.ok, result.error
+    assert result.step("talk").tool_calls[0].response.result == "said"
+    mcp_records = [r for r in caplog.records if r.name.startswith("mcp")]
+    assert [r for r in mcp_records if r.exc_info] == []
+    assert len(mcp_records) < 20
+    said = [e for e in logs if e["event"].startswith("mcp_server_output_not_json_rpc")]
+    assert [e["event"] for e in said] == [
+        "mcp_server_output_not_json_rpc",
+        "mcp_server_output_not_json_rpc_total",
+    ]
+    assert said[0]["server"] == said[1]["server"] == "t"
+    assert said[1]["count"] == 5000
+    # Outside minions' connections the SDK's records are left alone.
+    caplog.clear()
+    logging.getLogger("mcp.client.stdio").error("Failed to parse JSONRPC message from server")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Failed to parse JSONRPC message from server"
+    ]

@@ -173,18 +173,52 @@ def test_an_answer_that_is_not_a_plan_fails_after_the_reask(project: Path) -> No
         generate(planner, project)
 
 
-def test_brackets_in_dependencies_are_refused_not_made_into_ids(project: Path) -> None:
-    """The text parser's first bug: ``DEPENDENCIES: [a, b]`` became ids ``[a`` and ``b]``."""
+def test_brackets_in_dependencies_are_trimmed_to_the_ids_they_name(project: Path) -> None:
+    """The text parser's first bug: ``DEPENDENCIES: [a, b]`` became ids ``[a`` and ``b]``.
+    A planner's ids are made slugs (never refused for their characters), the same way in
+    ``id`` and ``depends_on``, so they still name each other; what names no step is refused."""
     plan = Plan.model_validate_json(
         plan_json(step("a"), step("b"), step("c", depends_on=["[a", "b]"]))
     )
-    messages = [p.message for p in plan.problems()]
-    assert any("'[a'" in m for m in messages)
-    assert any("'b]'" in m for m in messages)
-    with pytest.raises(PlanError):
-        plan.to_recipe()
+    assert plan.step("c").depends_on == ["a", "b"]
+    assert plan.problems() == []
+    assert [s.id for s in plan.to_recipe().steps] == ["a", "b", "c"]
     bracketed = Plan.model_validate_json(plan_json(step("[a]")))
-    assert [p.field for p in bracketed.problems()] == ["id"]
+    assert [s.id for s in bracketed.steps] == ["a"]
+    dangling = Plan.model_validate_json(plan_json(step("a"), step("c", depends_on=["[z]"])))
+    assert [p.message for p in dangling.problems()] == ["unknown step 'z'"]
+
+
+def test_a_planners_free_text_ids_become_slugs(project: Path) -> None:
+    answer = json.dumps(
+        {
+            "id": "User management / v2",
+            "description": "Users.",
+            "steps": [
+                {"id": "Write the model", "type": "generate", "goal": "Do it."},
+                {
+                    "id": "2. Test it!",
+                    "type": "validate",
+                    "goal": "Check it.",
+                    "depends_on": ["Write the model"],
+                },
+                {
+                    "id": "x" * 300,
+                    "type": "cleanup",
+                    "goal": "Tidy.",
+                    "depends_on": ["2. Test it!"],
+                },
+            ],
+        }
+    )
+    plan = generate(ScriptedModel([answer]), project)
+    recipe = plan.to_recipe(workspace=project)
+    assert recipe.id == "user-management-v2"
+    long_id = plan.steps[2].id
+    assert [s.id for s in recipe.steps] == ["write_the_model", "step_2_test_it", long_id]
+    assert len(long_id) == 64
+    assert plan.steps[1].depends_on == ["write_the_model"]
+    assert plan.steps[2].depends_on == ["step_2_test_it"]
 
 
 def test_the_last_step_is_not_added_twice(project: Path) -> None:

@@ -3,14 +3,17 @@ becomes a recipe (`to_recipe`) or a YAML file a person can edit (`to_yaml`)."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from minions._kinds.task import TaskStep, TaskType
+from minions._step.step import MAX_ID_LENGTH, recipe_id_problem, step_id_problem
 from minions.errors import PlanError, Problem
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._validation import recipe_problems
@@ -20,6 +23,38 @@ from minions.tools._tool import Tool, ToolRegistry
 __all__ = ["Plan", "PlanStep", "TokenLine"]
 
 ToolLike = Tool | Callable[..., Any]
+
+_NOT_IN_ID = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def _bounded(slug: str, whole: str, joiner: str) -> str:
+    """`slug` cut to the id length, with a hash of `whole` when cut (two long names stay
+    apart)."""
+    if len(slug) <= MAX_ID_LENGTH:
+        return slug
+    digest = hashlib.sha1(whole.encode()).hexdigest()[:8]
+    return f"{slug[: MAX_ID_LENGTH - 9]}{joiner}{digest}"
+
+
+def step_slug(text: str) -> str:
+    """A step id for what a planner called a step: the text itself when it is one, else a
+    slug of it (``Write tests`` -> ``write_tests``). The same text always gives the same id,
+    so ``depends_on`` keeps naming the step."""
+    if step_id_problem(text) is None:
+        return text
+    slug = _NOT_IN_ID.sub("_", text.strip()).strip("_-").lower()
+    if not slug or not (slug[0].isalpha() or slug[0] == "_"):
+        slug = f"step_{slug}".rstrip("_")
+    return _bounded(slug, text, "_")
+
+
+def recipe_slug(text: str) -> str:
+    """A recipe id for what a planner called its plan: the text itself when it is one, else a
+    slug of it (``User management`` -> ``user-management``; ``plan`` when nothing is left)."""
+    if recipe_id_problem(text) is None:
+        return text
+    slug = _NOT_IN_ID.sub("-", text.strip()).strip("_-").lower() or "plan"
+    return _bounded(slug, text, "-")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +107,19 @@ class PlanStep(BaseModel):
         default_factory=list, description="Tools it may call, from those offered (often none)."
     )
 
+    @field_validator("id", mode="before")
+    @classmethod
+    def _slug(cls, value: Any) -> Any:
+        # A model's "Step 1" becomes step_1 rather than a plan sent back.
+        return step_slug(value) if isinstance(value, str) else value
+
+    @field_validator("depends_on", mode="before")
+    @classmethod
+    def _slugs(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [step_slug(v) if isinstance(v, str) else v for v in value]
+        return value
+
 
 class Plan(BaseModel):
     """A plan: typed steps, each run with only its goal, its inputs and its dependencies'
@@ -88,6 +136,12 @@ class Plan(BaseModel):
     description: str = Field(description="What the plan achieves, in one sentence.")
     steps: list[PlanStep] = Field(min_length=1, description="The steps, in a workable order.")
     _tokens: list[TokenLine] = PrivateAttr(default_factory=list)
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _slug(cls, value: Any) -> Any:
+        # The id becomes the recipe's, which must be a slug: made one, not refused.
+        return recipe_slug(value) if isinstance(value, str) else value
 
     @property
     def tokens(self) -> tuple[TokenLine, ...]:

@@ -26,7 +26,41 @@ __all__ = ["DefaultStep", "MemoryScope", "Step", "StepInput", "StepMode"]
 
 StepMode = Literal["async", "sync", "fire_and_forget"]
 MemoryScope = Literal["step", "agent"]
-_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+MAX_ID_LENGTH = 64
+"""The most characters of a step or recipe id: ids key database rows and name folders, so
+they are bounded and hold no character a path or a URL would read."""
+_STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+STEP_ID_PATTERN = f"^{_STEP_ID.pattern}$"
+"""What a step id may be, as the recipe's JSON Schema states it."""
+
+
+def step_id_problem(value: object) -> str | None:
+    """Why `value` cannot be a step id, or ``None`` when it can."""
+    if isinstance(value, str) and _STEP_ID.fullmatch(value):
+        return None
+    return (
+        "id must be letters, digits, '_' or '-', not starting with a digit, and at most "
+        f"{MAX_ID_LENGTH} characters long"
+    )
+
+
+_RECIPE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+RECIPE_ID_PATTERN = f"^{_RECIPE_ID.pattern}$"
+"""What a recipe id may be, as the recipe's JSON Schema states it: a slug, one folder name
+(the run's workspace is ``.minions/workspace/<recipe id>``), never a path."""
+
+
+def recipe_id_problem(value: object) -> str | None:
+    """Why `value` cannot be a recipe id, or ``None`` when it can."""
+    if isinstance(value, str) and _RECIPE_ID.fullmatch(value):
+        return None
+    shown = repr(value)
+    if isinstance(value, str) and len(value) > MAX_ID_LENGTH:
+        shown = f"{value[:40]!r}... ({len(value)} characters)"
+    return (
+        f"recipe id {shown} must be 1 to {MAX_ID_LENGTH} letters, digits, '_' or '-', "
+        "starting with a letter or a digit (it names the run's workspace folder)"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,7 +83,8 @@ class Step(ABC):
     (`run`, which by default is the model and tool loop).
 
     Args:
-        id: unique within a recipe; letters, digits, ``_`` and ``-``, not starting with a digit.
+        id: unique within a recipe; letters, digits, ``_`` and ``-``, not starting with a digit,
+            at most 64 characters.
         description: what the step does (shown to a model choosing among next steps).
         depends_on: ids of steps that must finish first; their outputs reach this step.
         mode: ``async`` runs beside other steps, ``sync`` runs alone, ``fire_and_forget`` does
@@ -148,8 +183,9 @@ class Step(ABC):
         def add(field: str, message: str) -> None:
             problems.append(Problem(message=message, step=self.id, field=field))
 
-        if not isinstance(self.id, str) or not _ID.match(self.id):
-            add("id", "id must be letters, digits, '_' or '-', not starting with a digit")
+        id_problem = step_id_problem(self.id)
+        if id_problem is not None:
+            add("id", id_problem)
         if self.mode not in get_args(StepMode):
             add("mode", f"mode must be one of {get_args(StepMode)}, not {self.mode!r}")
         if self.memory not in get_args(MemoryScope):

@@ -23,7 +23,7 @@ from minions._kinds.tool import ToolStep
 from minions._messages import MessageBundle
 from minions._output import OutputInstructions
 from minions._routing.transition import Transition
-from minions._step.step import DefaultStep, Step
+from minions._step.step import DefaultStep, Step, recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
 from minions.recipes._loader import load_spec, parse_spec
 from minions.recipes._recipe import AgentRecipe
@@ -66,8 +66,24 @@ class _Load:
 
 def default_workspace(recipe_id: str) -> Path:
     """Where a recipe's file tools work unless it says otherwise: a folder of its own,
-    ``.minions/workspace/<recipe id>`` in the current directory (created by the first write)."""
-    return Path.cwd() / ".minions" / "workspace" / recipe_id
+    ``.minions/workspace/<recipe id>`` in the current directory (created by the first write).
+
+    Raises:
+        RecipeError: the folder would not be inside ``.minions/workspace``: the id is not
+            one folder name, or a link planted under that name leads elsewhere.
+    """
+    root = (Path.cwd() / ".minions" / "workspace").resolve()
+    folder = root / recipe_id
+    # A slug is one folder name; checked again here, resolved, because this path is where
+    # the run's file tools will write.
+    if recipe_id_problem(recipe_id) is not None or folder.resolve().parent != root:
+        message = (
+            f"the workspace of recipe {recipe_id[:80]!r} would not be a folder of "
+            ".minions/workspace (is .minions/workspace/<id> a link?); give the recipe a "
+            "`workspace:`, or run it with --workspace"
+        )
+        raise RecipeError([Problem(message=message, field="workspace")])
+    return folder
 
 
 def load_recipe_file(
@@ -140,8 +156,16 @@ def build_recipe(
         workspace = load.workspace
     elif spec.workspace is not None:
         workspace = (base / spec.workspace).resolve()
+    elif load.inherited is not None:
+        workspace = load.inherited
     else:
-        workspace = load.inherited or default_workspace(spec.id)
+        try:
+            workspace = default_workspace(spec.id)
+        except RecipeError as exc:
+            line = located.line(("id",))
+            raise RecipeError(
+                [dataclasses.replace(p, file=located.file, line=line) for p in exc.problems]
+            ) from None
     load = dataclasses.replace(load, inherited=workspace)
     problems: list[Problem] = []
 

@@ -66,6 +66,8 @@ def _step_of(located: Located, loc: Sequence[Any]) -> tuple[str | None, list[Any
         if isinstance(steps, list) and loc[1] < len(steps) and isinstance(steps[loc[1]], Mapping):
             raw = steps[loc[1]].get("id")
             step_id = str(raw) if raw is not None else f"#{loc[1] + 1}"
+            if len(step_id) > 80:  # an id too long to be one: enough of it to find it
+                step_id = f"{step_id[:60]}..."
         return step_id, list(loc[2:])
     return None, list(loc)
 

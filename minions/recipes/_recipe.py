@@ -10,7 +10,8 @@ from minions._config import ExecutionConfig
 from minions._routing.selection import StepSelectionChain
 from minions._routing.transition import Transition
 from minions._step.completion import StepCompletionChain
-from minions._step.step import Step
+from minions._step.step import Step, recipe_id_problem
+from minions.errors import Problem, RecipeError
 from minions.models._base import Model
 from minions.tools._tool import Tool
 
@@ -27,7 +28,8 @@ class AgentRecipe:
     at once.
 
     Args:
-        id: the recipe's name (`AgentExecutor(recipes=[...]).execute(id)` runs it by it).
+        id: the recipe's name (`AgentExecutor(recipes=[...]).execute(id)` runs it by it): 1
+            to 64 letters, digits, ``_`` or ``-``, starting with a letter or a digit.
         steps: the steps, in order (the order breaks ties: it is the order ready steps start).
         transitions: where the run may branch or loop after a step.
         description: what the recipe does.
@@ -58,6 +60,9 @@ class AgentRecipe:
             'minions[mcp]'``).
         source: where a recipe loaded from YAML came from (its `RecipeFile`); `dump_recipe` writes
             that file's content back.
+
+    Raises:
+        RecipeError: the id is not a slug (the problem names the field ``id``).
     """
 
     id: str
@@ -78,6 +83,10 @@ class AgentRecipe:
     source: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        # Safe by construction: no recipe exists whose id could name a path.
+        problem = recipe_id_problem(self.id)
+        if problem is not None:
+            raise RecipeError([Problem(message=problem, field="id")])
         # Freeze the collections a caller might still hold and change.
         object.__setattr__(self, "steps", tuple(self.steps))
         object.__setattr__(self, "transitions", tuple(self.transitions))

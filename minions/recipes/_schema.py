@@ -2,21 +2,52 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     PlainValidator,
+    WithJsonSchema,
     field_validator,
     model_validator,
+)
+
+from minions._step.step import (
+    MAX_ID_LENGTH,
+    RECIPE_ID_PATTERN,
+    STEP_ID_PATTERN,
+    recipe_id_problem,
+    step_id_problem,
 )
 
 __all__ = ["InputSpec"]
 
 InputType = Literal["string", "integer", "number", "boolean", "array", "object"]
 KIND_KEYS = ("goal", "tool", "analyze", "recipe")
+
+
+def _checked(problem: Callable[[object], str | None]) -> AfterValidator:
+    """A validator that refuses what `problem` finds wrong, with its message."""
+
+    def check(value: str) -> str:
+        found = problem(value)
+        if found is not None:
+            raise ValueError(found)
+        return value
+
+    return AfterValidator(check)
+
+
+def _id_schema(pattern: str) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "pattern": pattern, "maxLength": MAX_ID_LENGTH})
+
+
+StepId = Annotated[str, _checked(step_id_problem), _id_schema(STEP_ID_PATTERN)]
+RecipeId = Annotated[str, _checked(recipe_id_problem), _id_schema(RECIPE_ID_PATTERN)]
 
 
 class _Strict(BaseModel):
@@ -118,7 +149,10 @@ class StepSpec(_Strict):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_shorthands)
 
-    id: str = Field(description="Unique within the recipe.")
+    id: StepId = Field(
+        description="Unique within the recipe: letters, digits, '_' or '-', not starting with "
+        "a digit."
+    )
     description: str = ""
 
     # agent step
@@ -237,7 +271,10 @@ class StepSpec(_Strict):
 class RecipeSpec(_Strict):
     """A recipe file."""
 
-    id: str
+    id: RecipeId = Field(
+        description="The recipe's name, a slug: letters, digits, '_' or '-', starting with a "
+        "letter or a digit. It names the run's workspace folder."
+    )
     description: str = ""
     model: str | None = Field(
         None, description="Default model, e.g. 'ollama:llama3.2:3b' or 'openai:gpt-4o-mini'."

@@ -1,14 +1,20 @@
 """Built-in tools for recipes: the time, files in a workspace, and (opt-in) HTTP GET.
 
-File tools are confined to one workspace directory: any path that resolves outside it —
-through ``..``, an absolute path or a symlink — is refused. `http_get` is not available unless
-a recipe enables it.
+File tools are confined to one workspace directory: ``..`` above it and absolute paths are
+refused, and paths are opened one name at a time from the workspace's own descriptor without
+following symbolic links, so nothing swapped in during a call can lead a read or a write
+outside. `http_get` is not available unless a recipe enables it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Collection, Iterable
+import errno
+import fnmatch
+import os
+import stat
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,46 +56,249 @@ def current_datetime(
     }
 
 
+# -- files ---------------------------------------------------------------------------------------
+
+MAX_DEPTH = 64
+"""The most folders a file tool's path goes down."""
+MAX_NAME_BYTES = 255
+"""The longest file or folder name (in bytes, as file systems count)."""
+MAX_PATTERN_CHARS = 256
+"""The longest `list_files` pattern."""
+MAX_LISTED = 10_000
+"""The most files one `list_files` call names."""
+MAX_SCANNED = 100_000
+"""The most folder entries one `list_files` call looks at."""
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+# Close-on-exec (no child inherits a file), binary on Windows, and never blocking on a FIFO
+# someone made in the workspace (its type is refused once it is open).
+_FLAGS = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+_BY_DESCRIPTOR = (
+    {os.open, os.mkdir, os.stat} <= os.supports_dir_fd
+    and os.scandir in os.supports_fd
+    and bool(_NOFOLLOW and _DIRECTORY)
+)
+"""POSIX: every name is looked up in a folder held open, without following links, so no
+path can be swapped between a check and its use. Elsewhere each name is checked first (a
+narrow race remains there)."""
+
+_Folder = int | str
+"""A folder held open: a descriptor, or (without descriptor calls) its path."""
+
+
+def _enter(folder: _Folder, name: str) -> _Folder:
+    """The folder `name` inside `folder`, never through a link."""
+    if isinstance(folder, int):
+        return os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _FLAGS, dir_fd=folder)
+    path = os.path.join(folder, name)
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+    if not stat.S_ISDIR(mode):
+        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+    return path
+
+
+def _open(folder: _Folder, name: str, flags: int) -> int:
+    """A file descriptor for `name` inside `folder`, never through a link."""
+    if isinstance(folder, int):
+        return os.open(name, flags | _NOFOLLOW | _FLAGS, 0o666, dir_fd=folder)
+    path = os.path.join(folder, name)
+    if os.path.islink(path):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+    return os.open(path, flags | _NOFOLLOW | _FLAGS, 0o666)
+
+
+def _is_link(folder: _Folder, name: str) -> bool:
+    try:
+        if isinstance(folder, int):
+            return stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
+        return os.path.islink(os.path.join(folder, name))
+    except OSError:
+        return False
+
+
+def _mkdir(folder: _Folder, name: str) -> None:
+    with contextlib.suppress(FileExistsError):
+        if isinstance(folder, int):
+            os.mkdir(name, dir_fd=folder)
+        else:
+            os.mkdir(os.path.join(folder, name))
+
+
+def _close(folder: _Folder | None) -> None:
+    if isinstance(folder, int):
+        os.close(folder)
+
+
+def _shown(path: str) -> str:
+    """A path as error messages quote it: short, however long the model made it."""
+    return repr(path if len(path) <= 100 else f"{path[:100]}...")
+
+
+def _is_secret(name: str) -> bool:
+    lowered = name.lower()
+    return lowered == ".env" or lowered.startswith(".env.")
+
+
+def _failure(exc: OSError, where: str, missing: str) -> ToolError:
+    """`exc` as the model sees it: what went wrong with the workspace path `where`, never the
+    host's path (an `OSError` carries the absolute one)."""
+    code = exc.errno
+    shown = _shown(where)
+    if code == errno.ENOENT:
+        return ToolError(missing)
+    if code in (errno.ELOOP, errno.EMLINK):  # EMLINK: BSD's O_NOFOLLOW on a link
+        return ToolError(
+            f"{shown} is a symbolic link; file tools never follow links (use the path it "
+            "points to, inside the workspace)."
+        )
+    reasons = {
+        errno.ENOTDIR: f"{shown} is a file, not a folder.",
+        errno.EISDIR: f"{shown} is a folder, not a file.",
+        errno.EACCES: f"{shown}: permission denied.",
+        errno.EPERM: f"{shown}: permission denied.",
+        errno.ENAMETOOLONG: f"{shown}: a name in it is too long.",
+        errno.ENOSPC: f"No space left on the disk to write {shown}.",
+        errno.EROFS: "The workspace is on a read-only file system.",
+        errno.ENXIO: f"{shown} is not a regular file.",
+    }
+    if code in reasons:
+        return ToolError(reasons[code])
+    reason = os.strerror(code) if code else "it cannot be used"
+    return ToolError(f"{shown}: {reason}.")
+
+
 class _Workspace:
+    """The folder file tools work in. Paths are taken apart by the tools (``..`` cannot go
+    above the folder) and opened one name at a time from the folder's own descriptor, never
+    following a link: a symbolic link anywhere in a path is refused, whenever it appears."""
+
     def __init__(self, root: Path, protected: Collection[Path]) -> None:
         self.root = root.resolve()
-        self.protected = protected
+        self.protected = protected  # the loader may add to it after this is made
 
-    def path(self, relative: str, *, argument: str = "path") -> Path:
-        if not relative.strip():
+    def parts(self, relative: str, *, argument: str = "path") -> tuple[str, ...]:
+        """The names of a workspace path, in order (``()`` for the workspace itself).
+
+        Raises:
+            ToolError: the path is empty, holds a NUL, leaves the workspace, goes too deep
+                or has a name too long.
+        """
+        if not isinstance(relative, str) or not relative.strip():
             raise ToolError(f"The {argument} is empty; give a path inside the workspace.")
         if "\x00" in relative:
-            raise ToolError(f"The {argument} {relative!r} holds a NUL character.")
+            raise ToolError(f"The {argument} {_shown(relative)} holds a NUL character.")
+        text = relative.replace("\\", "/")  # a Windows-style path means the same folders
+        names: list[str] = []
+        outside = text.startswith("/")
+        for name in text.split("/"):
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if not names:
+                    outside = True
+                    break
+                names.pop()
+                continue
+            names.append(name)
+        if outside:
+            raise ToolError(
+                f"Path {_shown(relative)} is outside the workspace; use a path inside it, "
+                "such as 'notes.txt'."
+            )
+        if len(names) > MAX_DEPTH:
+            raise ToolError(
+                f"The {argument} {_shown(relative)} is {len(names):,} levels deep; file tools "
+                f"go at most {MAX_DEPTH} levels deep."
+            )
+        for name in names:
+            try:
+                size = len(os.fsencode(name))
+            except UnicodeError:
+                raise ToolError(
+                    f"The {argument} {_shown(relative)} holds characters a file name cannot have."
+                ) from None
+            if size > MAX_NAME_BYTES:
+                raise ToolError(
+                    f"The name {_shown(name)} in the {argument} is {size:,} bytes long; a file "
+                    f"or folder name has at most {MAX_NAME_BYTES}."
+                )
+        return tuple(names)
+
+    @contextlib.contextmanager
+    def folder(
+        self, names: Sequence[str], *, missing: str, create: bool = False
+    ) -> Iterator[_Folder]:
+        """The folder `names` lead to, held open while the block runs (created, with the
+        folders above it, when `create`).
+
+        Raises:
+            ToolError: a name is missing (`missing`), a link, a file, or cannot be opened.
+        """
         try:
-            candidate = (self.root / relative).resolve()
-        except (OSError, ValueError) as exc:
-            raise ToolError(f"The {argument} {relative!r} is not a usable path ({exc}).") from None
-        if not candidate.is_relative_to(self.root):
-            raise ToolError(
-                f"Path {relative!r} is outside the workspace; use a path inside it, such as "
-                f"'notes.txt'."
+            if create:
+                os.makedirs(self.root, exist_ok=True)
+            current: _Folder = (
+                os.open(self.root, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _FLAGS)
+                if _BY_DESCRIPTOR
+                else str(self.root)
             )
-        return candidate
+        except OSError as exc:
+            raise _failure(exc, ".", missing) from None
+        try:
+            for depth, name in enumerate(names):
+                try:
+                    if create:
+                        _mkdir(current, name)
+                    inner = _enter(current, name)
+                except OSError as exc:
+                    if exc.errno == errno.ENOTDIR and _is_link(current, name):
+                        exc = OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                    raise _failure(exc, "/".join(names[: depth + 1]), missing) from None
+                _close(current)
+                current = inner
+            yield current
+        finally:
+            _close(current)
 
-    def writable(self, relative: str) -> Path:
-        target = self.path(relative)
-        if target in self.protected:
+    def check(self, descriptor: int, where: str) -> os.stat_result:
+        """What is open at `descriptor`, if file tools may use it: a regular file with no
+        other hard link (a link to a file outside would let them read or write it).
+
+        Raises:
+            ToolError: it is a folder or something else, or has other hard links.
+        """
+        info = os.fstat(descriptor)
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolError(f"{_shown(where)} is a folder, not a file.")
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"{_shown(where)} is not a regular file; file tools only use files.")
+        if info.st_nlink > 1:
             raise ToolError(
-                f"{relative!r} is part of the recipe (its YAML or a tools module); file tools "
-                f"never write it. Use another name."
+                f"{_shown(where)} has other hard links (it may be a file outside the "
+                "workspace); file tools never read or write such a file."
             )
-        return target
+        return info
 
-    def show(self, path: Path) -> str:
-        return path.relative_to(self.root).as_posix() or "."
+
+def cut_note(total: int, shown: int, unit: str) -> str:
+    """What a tool adds to a result it cut, so the model knows: ``[cut: 2,000,000 bytes,
+    showing the first 1,000,000]``."""
+    return f"\n[cut: {total:,} {unit}, showing the first {shown:,}]"
 
 
 def file_tools(workspace: str | Path, *, protected: Collection[Path] = ()) -> list[Tool]:
     """`read_file`, `write_file` and `list_files`, confined to `workspace`.
 
-    `write_file` never writes a `protected` path (a recipe loaded from YAML protects its own
-    files and the tool modules it imports), and `read_file` never reads a `.env` file. The
-    workspace folder is created by the first write.
+    Paths are opened one name at a time from the workspace folder, never following a
+    symbolic link (so none can lead outside, even one swapped in during a call), and a file
+    with other hard links is neither read nor written. `write_file` never writes a
+    `protected` path (a recipe loaded from YAML protects its own files and the tool modules
+    it imports), and no tool reads or writes a `.env` file. Every failure is a `ToolError`
+    naming the path inside the workspace, never the host's. The workspace folder is created
+    by the first write.
     """
     space = _Workspace(Path(workspace), protected)
 
@@ -99,14 +308,27 @@ def file_tools(workspace: str | Path, *, protected: Collection[Path] = ()) -> li
         Args:
             path: the file's path inside the workspace.
         """
-        target = space.path(path)
-        if target.name == ".env" or target.name.startswith(".env."):
-            raise ToolError(f"{path!r} holds secrets (a .env file); file tools never read it.")
-        if not target.is_file():
-            raise ToolError(f"No file {path!r} in the workspace.")
-        with target.open("rb") as file:  # at most the cap, however big the file
-            data = file.read(_MAX_READ)
-        return data.decode("utf-8", errors="replace")
+        names = space.parts(path)
+        where = "/".join(names) or "."
+        if not names:
+            raise ToolError("'.' is the workspace folder; give a file's path, such as 'notes.txt'.")
+        if _is_secret(names[-1]):
+            raise ToolError(
+                f"{_shown(path)} holds secrets (a .env file); file tools never read it."
+            )
+        missing = f"No file {_shown(path)} in the workspace."
+        try:
+            with space.folder(names[:-1], missing=missing) as folder:
+                descriptor = _open(folder, names[-1], os.O_RDONLY)
+            with os.fdopen(descriptor, "rb") as file:
+                info = space.check(descriptor, where)
+                data = file.read(_MAX_READ)  # at most the cap, however big the file
+        except OSError as exc:
+            raise _failure(exc, where, missing) from None
+        text = data.decode("utf-8", errors="replace")
+        if info.st_size > len(data):
+            text += cut_note(info.st_size, len(data), "bytes")
+        return text
 
     def write_file(path: str, content: str) -> dict[str, Any]:
         """Write a text file in the workspace (folders are created as needed).
@@ -115,10 +337,36 @@ def file_tools(workspace: str | Path, *, protected: Collection[Path] = ()) -> li
             path: the file's path inside the workspace.
             content: the text to write.
         """
-        target = space.writable(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
-        return {"path": space.show(target), "bytes": len(content.encode("utf-8"))}
+        names = space.parts(path)
+        where = "/".join(names)
+        if not names:
+            raise ToolError(
+                "'.' is the workspace folder itself; write_file needs a file's path, such as "
+                "'notes.txt'."
+            )
+        if _is_secret(names[-1]):
+            raise ToolError(
+                f"{_shown(path)} would be a .env file, which holds secrets; file tools never "
+                "write one. Use another name."
+            )
+        if space.root.joinpath(*names) in space.protected:
+            raise ToolError(
+                f"{_shown(path)} is part of the recipe (its YAML or a tools module); file tools "
+                f"never write it. Use another name."
+            )
+        data = content.encode("utf-8", errors="replace")
+        missing = f"No folder for {_shown(path)} in the workspace."
+        try:
+            with space.folder(names[:-1], missing=missing, create=True) as folder:
+                # Not truncated on opening: a file that must not be written is left as it is.
+                descriptor = _open(folder, names[-1], os.O_WRONLY | os.O_CREAT)
+            with os.fdopen(descriptor, "wb") as file:
+                space.check(descriptor, where)
+                file.truncate(0)
+                file.write(data)
+        except OSError as exc:
+            raise _failure(exc, where, missing) from None
+        return {"path": where, "bytes": len(data)}
 
     def list_files(path: str = ".", pattern: str = "*") -> list[str]:
         """List the files of a workspace folder.
@@ -127,27 +375,131 @@ def file_tools(workspace: str | Path, *, protected: Collection[Path] = ()) -> li
             path: the folder inside the workspace.
             pattern: a glob pattern such as "*.md" ("**/*" to include subfolders).
         """
-        folder = space.path(path)
-        if folder == space.root and not folder.exists():
+        names = space.parts(path)
+        steps = _pattern_steps(pattern)
+        if not names and not space.root.exists():
             return []  # nothing written yet
-        if not folder.is_dir():
-            raise ToolError(f"No folder {path!r} in the workspace.")
-        if not pattern or pattern.startswith(("/", "\\")) or "\x00" in pattern:
-            raise ToolError(
-                f"The pattern {pattern!r} must be relative to the folder, such as '*.md'."
+        missing = f"No folder {_shown(path)} in the workspace."
+        with space.folder(names, missing=missing) as folder:
+            try:
+                found, complete = _walk(folder, steps, names)
+            except OSError as exc:
+                raise _failure(exc, "/".join(names) or ".", missing) from None
+        found.sort()
+        if not complete:
+            found.append(
+                f"[cut: more files than the {len(found):,} listed; narrow the folder or the "
+                "pattern]"
             )
-        found = []
-        try:
-            items = sorted(folder.glob(pattern))
-        except (NotImplementedError, ValueError) as exc:
-            raise ToolError(f"The pattern {pattern!r} cannot be used: {exc}.") from None
-        for item in items:
-            resolved = item.resolve()
-            if item.is_file() and resolved.is_relative_to(space.root):
-                found.append(space.show(item))
         return found
 
     return [tool(read_file), tool(write_file), tool(list_files)]
+
+
+def _pattern_steps(pattern: str) -> tuple[str, ...]:
+    """A `list_files` pattern as names to match one folder level each (``**``: any number
+    of levels, repeats folded into one).
+
+    Raises:
+        ToolError: the pattern is empty, absolute, too long, or leaves the folder.
+    """
+    if (
+        not isinstance(pattern, str)
+        or not pattern
+        or pattern.startswith(("/", "\\"))
+        or "\x00" in pattern
+    ):
+        raise ToolError(
+            f"The pattern {_shown(str(pattern))} must be relative to the folder, such as '*.md'."
+        )
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ToolError(
+            f"The pattern is {len(pattern):,} characters long; a pattern has at most "
+            f"{MAX_PATTERN_CHARS}, such as '**/*.md'."
+        )
+    steps: list[str] = []
+    for name in pattern.replace("\\", "/").split("/"):
+        if name in ("", "."):
+            continue
+        if name == "..":
+            raise ToolError(f"The pattern {_shown(pattern)} must stay inside the folder (no '..').")
+        if name == "**" and steps and steps[-1] == "**":
+            continue
+        steps.append(name)
+    return tuple(steps)
+
+
+def _advance(steps: tuple[str, ...], at: Iterable[int]) -> frozenset[int]:
+    """Positions in `steps` reachable from `at` when each ``**`` matches no folder."""
+    reached = set(at)
+    todo = list(reached)
+    while todo:
+        index = todo.pop()
+        if index < len(steps) and steps[index] == "**" and index + 1 not in reached:
+            reached.add(index + 1)
+            todo.append(index + 1)
+    return frozenset(reached)
+
+
+def _match(steps: tuple[str, ...], at: frozenset[int], name: str) -> frozenset[int]:
+    """The positions after one more name: a set of positions, never a backtracking search,
+    so no pattern costs more than its length times the path's."""
+    following = set()
+    for index in at:
+        if index < len(steps):
+            if steps[index] == "**":
+                following.add(index)
+            elif fnmatch.fnmatchcase(name, steps[index]):
+                following.add(index + 1)
+    return _advance(steps, following)
+
+
+def _walk(top: _Folder, steps: tuple[str, ...], prefix: tuple[str, ...]) -> tuple[list[str], bool]:
+    """The files under `top` that `steps` match (as workspace paths under `prefix`), and
+    whether that is all of them: without recursion, never through a link, at most
+    `MAX_DEPTH` deep, `MAX_SCANNED` entries and `MAX_LISTED` files."""
+    found: list[str] = []
+    end = len(steps)
+    scanned = 0
+    # Each level: the folder held open (None: the caller's), its path, the pattern
+    # positions reached there, and its entries still to look at.
+    stack: list[tuple[_Folder | None, tuple[str, ...], frozenset[int], Any]] = [
+        (None, prefix, _advance(steps, {0}), os.scandir(top))
+    ]
+    try:
+        while stack:
+            folder, where, at, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                entries.close()
+                _close(folder)
+                stack.pop()
+                continue
+            scanned += 1
+            if scanned > MAX_SCANNED or len(found) >= MAX_LISTED:
+                return found, False
+            after = _match(steps, at, entry.name)
+            if not after or entry.is_symlink():
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if len(stack) < MAX_DEPTH and any(i < end for i in after):
+                    try:
+                        inner = _enter(top if folder is None else folder, entry.name)
+                    except OSError:
+                        continue  # a folder it may not open, or one that just went
+                    try:
+                        listing = os.scandir(inner)
+                    except OSError:
+                        _close(inner)
+                        continue
+                    stack.append((inner, (*where, entry.name), after, listing))
+            elif end in after and entry.is_file(follow_symlinks=False):
+                found.append("/".join((*where, entry.name)))
+        return found, True
+    finally:
+        for folder, _, _, entries in stack:
+            entries.close()
+            _close(folder)
 
 
 _SCHEME_PORTS = {"http": 80, "https": 443}

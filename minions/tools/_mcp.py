@@ -16,22 +16,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from minions._log import info
+from minions._log import info, warn
 from minions.errors import MCPServerError, Problem, RecipeError, ToolError
+from minions.tools._builtin import MAX_HTTP_CHARS, cut_note
 from minions.tools._tool import Tool, ToolRegistry
 
 __all__ = ["MCPHttpServer", "MCPStdioServer"]
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds a server has to start and list its tools, and to answer each tool call."""
+
+MAX_RESULT_CHARS = MAX_HTTP_CHARS
+"""The most characters of an MCP tool's result the model gets, as for `http_get`: a longer
+result is cut, with a note saying so."""
 
 SERVER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -384,8 +392,18 @@ class MCPTool(Tool):
         return f"MCPTool({self.name!r}, server={self.origin[0]!r})"
 
 
+def _capped(value: Any) -> Any:
+    """`value` as it is when its text fits `MAX_RESULT_CHARS`, else its text cut there with a
+    note the model sees (structured content becomes its JSON text, cut)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) <= MAX_RESULT_CHARS:
+        return value
+    return text[:MAX_RESULT_CHARS] + cut_note(len(text), MAX_RESULT_CHARS, "characters")
+
+
 def _result(server: str, tool: str, result: Any) -> Any:
-    """What a call's result gives the model: its structured content, else its text; an
+    """What a call's result gives the model: its structured content, else its text (images
+    and other blocks as ``[image content]``...), at most `MAX_RESULT_CHARS` of it; an
     ``is_error`` result is a `ToolError` with the server's message."""
     texts = []
     for block in result.content or []:
@@ -396,15 +414,15 @@ def _result(server: str, tool: str, result: Any) -> Any:
             kind = getattr(block, "type", type(block).__name__)
             texts.append(f"[{kind} content]")
     if result.is_error:
-        message = "\n".join(texts) or "no message"
+        message = _capped("\n".join(texts) or "no message")
         raise ToolError(f"MCP tool {tool!r} of server {server!r} failed: {message}")
     structured = result.structured_content
     if structured is not None:
         # The SDK wraps a plain return value as {"result": value}.
         if isinstance(structured, Mapping) and list(structured) == ["result"]:
-            return structured["result"]
-        return structured
-    return "\n".join(texts)
+            return _capped(structured["result"])
+        return _capped(structured)
+    return _capped("\n".join(texts))
 
 
 def _import_mcp() -> Any:
@@ -412,7 +430,31 @@ def _import_mcp() -> Any:
         import mcp
     except ImportError:
         raise MCPServerError("MCP servers need the MCP SDK: pip install 'minions[mcp]'") from None
+    logging.getLogger("mcp.client.stdio").addFilter(_NOT_JSON_RPC)  # once: filters are a set
     return mcp
+
+
+_SERVING: ContextVar[MCPConnection | None] = ContextVar("minions_mcp_connection", default=None)
+"""The connection whose task (and the SDK's tasks it starts) the code runs in."""
+
+
+class _NotJsonRpcFilter(logging.Filter):
+    """Turns the MCP SDK's error for each stdout line of a server that is not JSON-RPC (a log
+    record with the parse error's traceback, per line) into a count on the connection the
+    line came from, inside minions' own connections only. A server printing its logs to
+    stdout would otherwise flood the log with tracebacks."""
+
+    message = "Failed to parse JSONRPC message from server"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        connection = _SERVING.get()
+        if connection is None or record.msg != self.message:
+            return True
+        connection.not_json_rpc_line()
+        return False
+
+
+_NOT_JSON_RPC = _NotJsonRpcFilter()
 
 
 # -- connections ---------------------------------------------------------------------------------
@@ -439,6 +481,8 @@ class MCPConnection:
         self._changed = asyncio.Event()
         self.gone: str | None = None
         """Why the connection ended before the run did (the server exited, say)."""
+        self.not_json_rpc = 0
+        """How many lines of the server's stdout were not JSON-RPC (logs printed there)."""
 
     async def open(self) -> None:
         """Start the server (or connect to it) and list its tools.
@@ -481,6 +525,7 @@ class MCPConnection:
     async def _serve(self) -> None:
         ready = self._ready
         assert ready is not None
+        _SERVING.set(self)  # this task's context, and the SDK's tasks started from it
         try:
             async with contextlib.AsyncExitStack() as stack:
                 client = await self._connect(stack)
@@ -510,6 +555,12 @@ class MCPConnection:
             self._client = None
             if ready.done() and self.gone is None and not self._stop.is_set():
                 self.gone = "the connection ended"
+            if self.not_json_rpc:
+                warn(
+                    "mcp_server_output_not_json_rpc_total",
+                    server=self.name,
+                    count=self.not_json_rpc,
+                )
 
     async def _connect(self, stack: contextlib.AsyncExitStack) -> Any:
         mcp = _import_mcp()
@@ -606,8 +657,22 @@ class MCPConnection:
             return  # not supported (an older protocol), or the server went away
 
     async def _on_message(self, message: Any) -> None:
+        # Exceptions come here too: what the transport could not read (counted already, as
+        # `not_json_rpc_line`, where the SDK reports it).
         if type(message).__name__ == "ToolListChangedNotification":
             self._changed.set()
+
+    def not_json_rpc_line(self) -> None:
+        """Count a line of the server's stdout that is not JSON-RPC: said once now, and as a
+        total when the connection closes."""
+        self.not_json_rpc += 1
+        if self.not_json_rpc == 1:
+            warn(
+                "mcp_server_output_not_json_rpc",
+                server=self.name,
+                hint="an MCP server over stdio must write only JSON-RPC to stdout (logs belong "
+                "on stderr); such lines are counted, not logged one by one",
+            )
 
     # -- calls from the steps' tasks -------------------------------------------------------------
 

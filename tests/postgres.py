@@ -65,6 +65,7 @@ def cluster() -> Iterator[str]:
         "-w",
         "start",
     )
+    _RUNNING[port] = (prefix, bin_dir, data, options, folder / "log")
     try:
         run(
             str(bin_dir / "createdb"),
@@ -78,6 +79,7 @@ def cluster() -> Iterator[str]:
         )
         yield f"postgresql://minions@127.0.0.1:{port}/minions"
     finally:
+        _RUNNING.pop(port, None)
         subprocess.run(
             [*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
             capture_output=True,
@@ -94,3 +96,20 @@ def fresh_database(url: str, name: str) -> str:
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute(f'CREATE DATABASE "{name}"')
     return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+_RUNNING: dict[int, tuple[list[str], Path, Path, str, Path]] = {}
+"""The clusters of `cluster()` running now, by port: how to run pg_ctl on each."""
+
+
+def pg_ctl(url: str, action: str) -> None:
+    """``restart`` (``-m immediate``: as a crash would), ``stop`` (immediate) or ``start``
+    the test cluster serving `url`."""
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    prefix, bin_dir, data, options, log = _RUNNING[port]
+    command = [*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-w"]
+    if action in ("restart", "stop"):
+        command += ["-m", "immediate"]
+    if action in ("restart", "start"):
+        command += ["-o", options, "-l", str(log)]
+    subprocess.run([*command, action], check=True, capture_output=True, timeout=120)

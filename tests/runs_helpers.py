@@ -40,6 +40,9 @@ async def mark(run: str, step: str, seconds: float = 0.0) -> str:
     _append(f"{run} {step} {key}")
     if os.environ.get("PAUSE_AFTER_EFFECT"):
         await asyncio.sleep(float(os.environ["PAUSE_AFTER_EFFECT"]))
+    gate = os.environ.get("GATE")
+    while gate and os.path.exists(gate):  # held after its effect while the gate file exists
+        await asyncio.sleep(0.02)
     return f"{run}:{step}"
 '''
 
@@ -99,7 +102,7 @@ class WorkerProcess:
     def __init__(self, url: str, folder: Path, executor_id: str, ledger: Path, **env: str) -> None:
         self.url = url
         self.executor_id = executor_id
-        self.log = folder / f"worker-{executor_id}-{time.monotonic_ns()}.log"
+        self.log = folder / f"worker-{executor_id[:40]}-{time.monotonic_ns()}.log"
         environment = {**os.environ, **WORKER_ENV, "LEDGER": str(ledger), **env}
         # Faults injected by environment variables (tests/inject/sitecustomize.py).
         inject = str(Path(__file__).parent / "inject")

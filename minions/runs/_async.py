@@ -89,12 +89,18 @@ class AsyncStore:
         loop = asyncio.get_running_loop()
         bound = functools.partial(fn, *args, **kwargs)
         delay = 0.05
+        retried = False
         while True:
             try:
                 result = await loop.run_in_executor(self._pool, bound)
             except Exception as exc:
                 if not transient(exc):
                     raise
+                if not retried and _dropped(exc):
+                    # A pooled connection the server dropped (it restarted): the pool has
+                    # let go of every such connection; a new one is made at once.
+                    retried = True
+                    continue
                 if not self.patient:
                     raise StoreError(
                         f"the run store {describe(self.url)} cannot be used now: {_detail(exc)}"
@@ -203,6 +209,10 @@ class AsyncStore:
             tool=tool,
             arguments=arguments,
         )
+
+
+def _dropped(exc: BaseException) -> bool:
+    return isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
 
 
 def _detail(exc: BaseException) -> str:

@@ -24,6 +24,7 @@ from minions._step.settings import RunSettings
 from minions._text import jsonable
 from minions.errors import MinionsError, RecipeError
 from minions.events import Event, RunFailed
+from minions.models._base import Model
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
@@ -213,6 +214,36 @@ def recipe_of(yaml_text: str, path: str | None) -> AgentRecipe:
     return load_recipe_file(file, text=yaml_text).recipe
 
 
+class SharedModels:
+    """A model resolver whose models serve every run of a worker: one model per model string
+    (and one for the default, ``None``), so what a model learned about its endpoint (the
+    structured-output ladder's `CapabilityMemory`: a server that ignores tools, refuses
+    ``json_schema``...) and its HTTP connections serve every later run, instead of each run
+    paying the discovery again with real model calls. A `Model` object is used as it is.
+
+    Args:
+        resolver: what makes a model of a string the first time (``None``: `infer_model`).
+    """
+
+    def __init__(self, resolver: Callable[[Model | str | None], Model] | None = None) -> None:
+        self.resolver = resolver
+        self._models: dict[str | None, Model] = {}
+
+    def __call__(self, spec: Model | str | None) -> Model:
+        if isinstance(spec, Model):
+            return spec
+        found = self._models.get(spec)
+        if found is None:
+            if self.resolver is not None:
+                found = self.resolver(spec)
+            else:
+                from minions._step.context import resolve_model
+
+                found = resolve_model(spec)
+            found = self._models.setdefault(spec, found)
+        return found
+
+
 class RunFailedError(MinionsError):
     """The run failed (DBOS records the workflow as failed)."""
 
@@ -225,7 +256,8 @@ class DurableRunner:
         executor_id: the worker's id.
         incarnation: this process's incarnation of the worker: the holder of its runs.
         settings: what its runs share (model, resolver, wrapper, tracer, MCP servers...); the
-            runner approves their calls itself, durably.
+            runner approves their calls itself, durably, and its runs share their models
+            (`SharedModels`).
         hub: where the events of its runs go live (token deltas included).
         cancel_poll: seconds between looks at a running run's row (a cancel, a lost lease).
         lease: seconds a lease lasts without a heartbeat (the worker renews it).
@@ -255,8 +287,13 @@ class DurableRunner:
         self._recorders: dict[str, RunRecorder] = {}
         self._waiting: dict[str, int] = {}
         """Calls each run waits on (the run is `waiting` while there is one)."""
+        settings = settings or RunSettings()
         self.executor = AgentExecutor(
-            settings=dataclasses.replace(settings or RunSettings(), approver=self.approve)
+            settings=dataclasses.replace(
+                settings,
+                approver=self.approve,
+                model_resolver=SharedModels(settings.model_resolver),
+            )
         )
         """One for every run: it validates each recipe snapshot once."""
 

@@ -318,8 +318,16 @@ class RunStore:
         waiting = [a for a in record.approvals if a.decided_at is None]
         if call_id is None:
             if not waiting:
+                decided = [a for a in record.approvals if a.decided_at is not None]
+                last = max(decided, key=lambda a: a.decided_at or 0.0) if decided else None
+                told = (
+                    ""
+                    if last is None
+                    else f" (call {last.call_id!r} was "
+                    f"{'approved' if last.approved else 'rejected'} already)"
+                )
                 raise RunStateError(
-                    f"run {run_id} is {record.status} and waits for no approval",
+                    f"run {run_id} is {record.status} and waits for no approval{told}",
                     status=record.status,
                 )
             if len(waiting) > 1:

@@ -318,8 +318,8 @@ class RunStore:
         waiting = [a for a in record.approvals if a.decided_at is None]
         if call_id is None:
             if not waiting:
-                decided = [a for a in record.approvals if a.decided_at is not None]
-                last = max(decided, key=lambda a: a.decided_at or 0.0) if decided else None
+                past = [a for a in record.approvals if a.decided_at is not None]
+                last = max(past, key=lambda a: a.decided_at or 0.0) if past else None
                 told = (
                     ""
                     if last is None

@@ -37,7 +37,7 @@ async def mark(run: str, step: str, seconds: float = 0.0) -> str:
         await asyncio.sleep(seconds)
     context = tool_context()
     key = context.idempotency_key if context is not None else "-"
-    _append(f"{run} {step} {key}")
+    _append(f"{run} {step} {key} {os.getpid()}")
     if os.environ.get("PAUSE_AFTER_EFFECT"):
         await asyncio.sleep(float(os.environ["PAUSE_AFTER_EFFECT"]))
     gate = os.environ.get("GATE")
@@ -81,12 +81,18 @@ def write_ledger_recipe(
 
 
 def ledger_lines(path: Path) -> list[tuple[str, str, str]]:
+    """The ledger's side effects: (run tag, step, idempotency key) each."""
+    return [(run, step, key) for run, step, key, _ in ledger_entries(path)]
+
+
+def ledger_entries(path: Path) -> list[tuple[str, str, str, int]]:
+    """The ledger's side effects with the process that did each: (run tag, step, key, pid)."""
     if not path.exists():
         return []
     found = []
     for line in path.read_text().splitlines():
-        run, step, key = line.split(" ")
-        found.append((run, step, key))
+        run, step, key, pid = line.split(" ")
+        found.append((run, step, key, int(pid)))
     return found
 
 

@@ -1,5 +1,6 @@
-"""The proof of durable runs: 20 five-step runs while workers are SIGKILLed at random moments
-(between a tool's side effect and its checkpoint included) and a reader of the event stream
+"""The proof of durable runs: 20 five-step runs while workers are SIGKILLed at moments drawn
+from a seed (gates: the ledger of side effects reaching a number of lines; between a tool's
+side effect and its checkpoint included) and a reader of the event stream
 reconnects at random. Step `three` is an agent step: its model (a real HTTP server answering
 with a tool call, then text, and a 429 to every fourth request) marks the ledger through the
 same tool. Every run completes; every run's events are contiguous, without a gap or a
@@ -12,6 +13,7 @@ attempts included."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import random
 import re
@@ -21,7 +23,15 @@ from pathlib import Path
 
 import pytest
 from postgres import cluster
-from runs_helpers import STEPS, WorkerProcess, finished, ledger_lines, write_ledger_recipe
+from runs_helpers import (
+    STEPS,
+    WorkerProcess,
+    finished,
+    ledger_entries,
+    ledger_lines,
+    until,
+    write_ledger_recipe,
+)
 
 from minions.events import Event
 from minions.runs import RunStore
@@ -71,6 +81,10 @@ def model_server() -> FakeOpenAIServer:
     return FakeOpenAIServer(reply)
 
 
+def reached(ledger: Path, lines: int) -> bool:
+    return len(ledger_lines(ledger)) >= lines
+
+
 async def prove(url: str, folder: Path, workers: int, kill_for_good: bool) -> None:
     with model_server() as server:
         await _prove(url, folder, workers, kill_for_good, server)
@@ -91,11 +105,15 @@ async def _prove(
     run_ids = [(await store.submit(recipe, {"tag": f"p{i}"}))[0] for i in range(RUNS)]
     readers = [asyncio.create_task(read_everything(store, r, rng)) for r in run_ids]
     pool = [WorkerProcess(url, folder, f"w{n}", ledger, **env) for n in range(workers)]
-    kills = rng.randint(3, 5)
+    # Each kill waits for a gate: the ledger (every side effect of every run) reaching a
+    # number of lines drawn from the seed, not a span of time.
+    gates = sorted(rng.sample(range(3, RUNS * len(STEPS) - 10), rng.randint(3, 5)))
+    killed: set[int] = set()
     try:
-        for kill in range(kills):
-            await asyncio.sleep(rng.uniform(0.2, 1.2))
+        for kill, gate in enumerate(gates):
+            await until(functools.partial(reached, ledger, gate), within=180)
             victim = pool[0]
+            killed.add(victim.process.pid)
             victim.kill()
             if kill_for_good and kill == 0:
                 pool.pop(0)  # this one never comes back: the others recover its runs
@@ -107,7 +125,7 @@ async def _prove(
         for process in pool:
             process.stop()
     assert statuses == ["completed"] * RUNS
-    lines = ledger_lines(ledger)
+    lines = ledger_entries(ledger)
     for run_id, tag, got in zip(run_ids, [f"p{i}" for i in range(RUNS)], received, strict=True):
         stored = await store.events(run_id)
         assert [e.seq for e in stored] == list(range(1, len(stored) + 1)), run_id
@@ -115,18 +133,20 @@ async def _prove(
         assert stored[-1].kind == "run_completed"
         record = await store.get(run_id)
         assert [s.step_id for s in record.steps] == STEPS  # each step checkpointed once
-        mine = [(step, key) for run, step, key in lines if run == tag]
+        mine = [(step, key, pid) for run, step, key, pid in lines if run == tag]
         for step in STEPS:
-            entries = [key for s, key in mine if s == step]
-            started = [e for e in stored if e.kind == "step_started" and e.step_id == step]
+            entries = [(key, pid) for s, key, pid in mine if s == step]
             completed = [e for e in stored if e.kind == "step_completed" and e.step_id == step]
-            # Completed once; run again only while in flight at a kill (each such execution
-            # started anew), and a tool step then under the same idempotency key (an agent
-            # step's key holds the call id its model gave, new on each execution).
+            # Completed once; run again only while in flight at a kill: every side effect but
+            # the completing one was done by a worker killed afterwards (its step_started may
+            # not have reached the log: events are written a few at a time), and a tool step
+            # runs again under the same idempotency key (an agent step's key holds the call id
+            # its model gave, new on each execution).
             assert len(completed) == 1, (tag, step)
-            assert 1 <= len(entries) <= len(started), (tag, step, entries, len(started))
+            assert entries, (tag, step)
+            assert all(pid in killed for _, pid in entries[:-1]), (tag, step, entries, killed)
             if step != AGENT:
-                assert len(set(entries)) == 1
+                assert len({key for key, _ in entries}) == 1
         # Usage: the run's is the sum of its steps'; the agent step's is the sum of the model
         # calls of its last execution (after its last `step_started`), every attempt counted.
         for key in ("prompt_tokens", "completion_tokens", "calls"):

@@ -242,17 +242,44 @@ def w6b(url: str, folder: Path, variant: str) -> None:
 
     asyncio.run(batch(runs))  # warm-up
     times.clear()
+    transactions: list[float] = []
     for _ in range(5):
+        before = committed(url)
         asyncio.run(batch(runs))
+        if before is not None:
+            transactions.append(((committed(url) or 0) - before) / runs)
     worker.stop()
     thread.join(30)
+    metrics = {"runs_per_s": summary([runs / t for t in times], "runs/s", digits=1)}
+    if transactions:
+        metrics["transactions_per_run"] = summary(transactions, "tx", digits=1)
     emit(
         "W6b",
         variant,
         primary="runs_per_s",
-        metrics={"runs_per_s": summary([runs / t for t in times], "runs/s", digits=1)},
-        extra={"runs": runs, "steps": 5, "concurrency": concurrency, "workers": 1},
+        metrics=metrics,
+        extra={
+            "runs": runs,
+            "steps": 5,
+            "concurrency": concurrency,
+            "workers": 1,
+            "transactions_per_run": "Postgres' committed transactions (reads included: the "
+            "queue's polls, the workers' looks at their runs) during a batch, per run",
+        },
     )
+
+
+def committed(url: str) -> int | None:
+    """Transactions Postgres committed in the store's database so far (None on SQLite)."""
+    if not url.startswith("postgresql://"):
+        return None
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else None
 
 
 def one(part: str, variant: str) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 import structlog
@@ -20,6 +22,26 @@ def _unconfigured_structlog() -> Iterator[None]:
     # test starts from an application that did not.
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """A real PostgreSQL server for the session (tests/postgres.py)."""
+    from postgres import cluster
+
+    with cluster() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh run store: SQLite in a temporary folder, or a new database on a real Postgres."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    from postgres import fresh_database
+
+    server: str = request.getfixturevalue("postgres")
+    return fresh_database(server, f"t{uuid.uuid4().hex[:12]}")
 
 
 @tool

@@ -207,6 +207,18 @@ async def finished(store: RunStore, run_id: str, within: float = 60) -> str:
     return (await store.get(run_id)).status
 
 
+def minions(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """`minions ARGS...` in a process of its own (`env`: added to the environment)."""
+    return subprocess.run(
+        [sys.executable, "-m", "minions", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+
+
 def insert_run(store: Any, run_id: str) -> None:
     """A queued run straight into a `Store` (no DBOS queue): for tests of the store itself."""
     store.insert_run(

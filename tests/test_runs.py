@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from postgres import cluster, fresh_database
+from postgres import fresh_database
 from runs_helpers import (
     STEPS,
     finished,
     insert_run,
     ledger_lines,
+    minions,
     run_here,
     until,
     worker,
@@ -29,31 +28,6 @@ from minions.errors import RunStateError, StoreError, UnknownRunError
 from minions.runs import RunStore
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    with cluster() as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store: SQLite in a temporary folder, or a new database on a real Postgres."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
-    server: str = request.getfixturevalue("postgres")
-    return fresh_database(server, f"t{uuid.uuid4().hex[:12]}")
-
-
-def minions(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "minions", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
 
 
 async def test_a_submitted_run_completes_with_contiguous_events(tmp_path: Path, url: str) -> None:

@@ -8,25 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-from postgres import cluster, fresh_database, pg_ctl
+from postgres import cluster, pg_ctl
 from runs_helpers import (
     STEPS,
     WORKER_ENV,
     WorkerProcess,
     finished,
     ledger_lines,
+    minions,
     until,
     worker,
     write_ledger_recipe,
@@ -38,31 +37,6 @@ from minions.events import Event
 from minions.runs import RunStore
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    with cluster() as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
-    server_url: str = request.getfixturevalue("postgres")
-    return fresh_database(server_url, f"t{uuid.uuid4().hex[:12]}")
-
-
-def minions(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "minions", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        env={**os.environ, **env},
-    )
 
 
 def completed_once(events: list[Event]) -> None:

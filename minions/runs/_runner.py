@@ -415,8 +415,9 @@ class DurableRunner:
         """Wait durably for a person's decision: the request is stored, the run is `waiting`
         until `minions runs approve` decides it (a step run again after a restart finds the
         same request, or its decision)."""
-        run_id = request.run_id
-        recorder = self._recorders[run_id]
+        # A recipe step's inner run is named after its run ("RUN.step"): its calls wait in
+        # the run that holds it.
+        recorder = self._recorders[request.run_id.partition(".")[0]]
         try:
             return await self._decision(request, recorder)
         except LeaseLost:
@@ -424,7 +425,8 @@ class DurableRunner:
             raise asyncio.CancelledError() from None
 
     async def _decision(self, request: ApprovalRequest, recorder: RunRecorder) -> ApprovalDecision:
-        run_id, lease, store = request.run_id, recorder.lease, self.store
+        lease, store = recorder.lease, self.store
+        run_id = lease.run_id
         record = await store.request_approval(
             lease,
             call_id=request.call_id,

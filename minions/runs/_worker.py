@@ -180,10 +180,12 @@ class Worker:
         finally:
             if self.state != "failed":
                 self.state = "stopped"
+            # Its runs stop first, then it lets go of them: a live worker (or this one,
+            # restarted) takes them over at once from their last checkpoint.
+            DBOS.destroy(workflow_completion_timeout_sec=0)
             with contextlib.suppress(Exception):
                 self.store.release(self.incarnation)
                 self.store.stopped(self.executor_id, incarnation=self.incarnation)
-            DBOS.destroy(workflow_completion_timeout_sec=0)
             _RUNNER = None
             self.queue.close()
             for restored, handler in previous.items():

@@ -427,3 +427,30 @@ async def test_a_workers_runs_share_what_its_models_learned(tmp_path: Path) -> N
     assert requests[0][0].response_format is not None  # tried, refused with a 400
     assert len(requests[1]) == len(requests[0]) - 1
     assert all(r.response_format is None for r in requests[1])
+
+
+async def test_a_call_inside_a_recipe_step_waits_in_the_run_that_holds_it(tmp_path: Path) -> None:
+    """A tool needing approval inside an included recipe: the durable run waits for it like
+    for its own calls (before, the inner run's request went to a run that did not exist)."""
+    write_ledger_recipe(tmp_path)
+    (tmp_path / "inner.yaml").write_text(APPROVAL.replace("id: gated", "id: inner"))
+    outer = tmp_path / "outer.yaml"
+    outer.write_text(
+        "id: outer\ninputs: {tag: {type: string}}\nsteps:\n"
+        '  - {id: nested, recipe: inner.yaml, inputs: {tag: "{{ inputs.tag }}"}}\n'
+    )
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(outer, {"tag": "n"})
+    with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
+        for _ in range(1200):
+            record = await store.get(run_id)
+            if record.status == "waiting":
+                break
+            await asyncio.sleep(0.05)
+        assert record.status == "waiting", record
+        [waiting] = record.approvals
+        assert waiting.tool == "mark"
+        await store.approve(run_id)
+        assert await finished(store, run_id) == "completed"
+    assert [step for _, step, _ in ledger_lines(tmp_path / "ledger.txt")] == ["ship"]

@@ -454,3 +454,41 @@ async def test_a_call_inside_a_recipe_step_waits_in_the_run_that_holds_it(tmp_pa
         await store.approve(run_id)
         assert await finished(store, run_id) == "completed"
     assert [step for _, step, _ in ledger_lines(tmp_path / "ledger.txt")] == ["ship"]
+
+
+async def test_dbos_resume_and_fork_of_a_run_are_refused_saying_how(tmp_path: Path) -> None:
+    """DBOS's own `workflow resume` (of a run cancelled while queued: DBOS resumes only
+    cancelled workflows) and `workflow fork` do not run a run behind minions' back: each
+    workflow ends in ERROR naming the minions command to use."""
+    from dbos import DBOSClient
+
+    recipe = write_ledger_recipe(tmp_path)
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "d"})
+    await store.cancel(run_id)
+    dbos = str(Path(sys.executable).parent / "dbos")
+    client = DBOSClient(system_database_url=url)
+
+    def dbos_error(workflow: str) -> str:
+        status = client.retrieve_workflow(workflow).get_status()
+        return f"{status.status}: {status.error}"
+
+    with worker(url, tmp_path, "w1", ledger):
+        for command in (["resume", run_id], ["fork", run_id, "-f", "forked"]):
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [dbos, "workflow", *command, "-s", url],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+        await until(lambda: dbos_error(run_id).startswith("ERROR"))
+        await until(lambda: dbos_error("forked").startswith("ERROR"))
+    assert f"`minions runs resume {run_id}`" in dbos_error(run_id)
+    assert f"is a fork of run {run_id}" in dbos_error("forked")
+    assert (await store.get(run_id)).status == "cancelled"
+    assert ledger_lines(ledger) == []
+    client.destroy()

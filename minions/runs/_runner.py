@@ -30,7 +30,7 @@ from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
 from minions.runs._log import LiveHub, event_row
 from minions.runs._queue import workflow_id
-from minions.runs._store import Lease, LeaseLost, Start, dumps
+from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
 
 __all__: list[str] = []
@@ -244,6 +244,10 @@ class SharedModels:
         return found
 
 
+class RunEndedError(MinionsError):
+    """A delivery of a run that ended (DBOS records the workflow as failed, with why)."""
+
+
 class RunFailedError(MinionsError):
     """The run failed (DBOS records the workflow as failed)."""
 
@@ -300,7 +304,16 @@ class DurableRunner:
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it."""
         start = await self._claim(run_id, attempt)
-        if start is None:
+        if start == "ended":
+            status = (await self.store.get_run(run_id, details=False)).status
+            if status != "completed":
+                # Its attempt delivered again after the run ended: an operator's `dbos workflow
+                # resume` (or a worker that died after ending the run). Refused, saying how.
+                raise RunEndedError(
+                    f"run {run_id} is {status}: minions runs it again only when asked with "
+                    f"`minions runs resume {run_id}` (DBOS's resume does not)"
+                )
+        if not isinstance(start, Start):
             return
         lease = start.lease
         task: asyncio.Task[Any] | None = None
@@ -359,10 +372,10 @@ class DurableRunner:
         if closed and not ok:
             raise RunFailedError(result.error or "the run failed")
 
-    async def _claim(self, run_id: str, attempt: int) -> Start | None:
+    async def _claim(self, run_id: str, attempt: int) -> Start | Refusal:
         """Take the run, waiting while another holder's lease is alive (the incarnation of
-        this worker that crashed, whose lease has not run out yet). None when there is nothing
-        to run: the attempt is stale, the run ended, or its holder lives on."""
+        this worker that crashed, whose lease has not run out yet). A refusal when there is
+        nothing to run: the attempt is stale, the run ended, or its holder lives on."""
         deadline = time.monotonic() + self.lease + 2 * self.heartbeat
         while True:
             outcome = await self.store.claim(
@@ -372,10 +385,8 @@ class DurableRunner:
                 executor_id=self.executor_id,
                 lease_until=time.time() + self.lease,
             )
-            if isinstance(outcome, Start):
+            if isinstance(outcome, Start) or outcome != "held" or time.monotonic() > deadline:
                 return outcome
-            if outcome != "held" or time.monotonic() > deadline:
-                return None
             await asyncio.sleep(self.heartbeat)
 
     async def _watch(

@@ -31,6 +31,7 @@ from minions.runs._queue import (
     Queue,
     attempt_of,
     client_url,
+    workflow_id,
 )
 from minions.runs._runner import DurableRunner
 from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store
@@ -56,7 +57,18 @@ async def minions_run(run_id: str, attempt: int = 1) -> None:
     the run ended, or another worker holds it)."""
     if _RUNNER is None:
         raise RuntimeError("no minions worker in this process")
+    if DBOS.workflow_id != workflow_id(run_id, attempt):
+        # `dbos workflow fork` (a new workflow with the run's input): minions' runs are
+        # steered by minions' commands; a fork would run the run a second time.
+        raise ForkRefusedError(
+            f"workflow {DBOS.workflow_id} is a fork of run {run_id}: minions does not run forks "
+            f"(use `minions runs resume {run_id}`)"
+        )
     await _RUNNER.execute(run_id, attempt)
+
+
+class ForkRefusedError(MinionsError):
+    """A DBOS fork of a run's workflow: refused (DBOS records why)."""
 
 
 class WorkerConflictError(MinionsError):

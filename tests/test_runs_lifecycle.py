@@ -492,3 +492,33 @@ async def test_dbos_resume_and_fork_of_a_run_are_refused_saying_how(tmp_path: Pa
     assert (await store.get(run_id)).status == "cancelled"
     assert ledger_lines(ledger) == []
     client.destroy()
+
+
+async def test_a_runs_end_is_stored_only_with_its_status(tmp_path: Path) -> None:
+    """The terminal event is written in the commit that ends the run, never by the periodic
+    flush before it: a holder killed between the two left a log that ended (run_completed)
+    while the run went on elsewhere, and two terminal events (seen in the proof test)."""
+    import time as clock
+
+    from runs_helpers import insert_run
+
+    from minions.events import RunCompleted, StepStarted
+    from minions.runs._async import AsyncStore
+    from minions.runs._runner import RunRecorder
+    from minions.runs._store import Start, Store
+
+    store = Store(f"sqlite:///{tmp_path / 'minions.db'}", create=True)
+    insert_run(store, "r")
+    start = store.claim("r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0)
+    assert isinstance(start, Start)
+    recorder = RunRecorder(AsyncStore(store), start.lease, last=0, interval=0.0)
+    now = clock.time()
+    recorder.on_event(StepStarted(run_id="r", step_id="a", seq=1, timestamp=now))
+    recorder.on_event(RunCompleted(run_id="r", seq=2, timestamp=now))
+    await recorder._flush()
+    assert [json.loads(e)["kind"] for e in store.events("r")] == ["step_started"]
+    assert store.head("r") == ("running", 1)
+    assert await recorder.close(status="completed", finished_at=now)
+    assert [json.loads(e)["kind"] for e in store.events("r")] == ["step_started", "run_completed"]
+    assert store.head("r") == ("completed", 2)
+    store.close()

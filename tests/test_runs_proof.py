@@ -129,6 +129,8 @@ async def _prove(
     for run_id, tag, got in zip(run_ids, [f"p{i}" for i in range(RUNS)], received, strict=True):
         stored = await store.events(run_id)
         assert [e.seq for e in stored] == list(range(1, len(stored) + 1)), run_id
+        terminal = [e.seq for e in stored if e.kind in ("run_completed", "run_failed")]
+        assert terminal == [len(stored)], [(e.seq, e.kind, e.step_id) for e in stored]
         assert got == stored  # the reader saw exactly the log: nothing lost, nothing twice
         assert stored[-1].kind == "run_completed"
         record = await store.get(run_id)

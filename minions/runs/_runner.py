@@ -28,7 +28,7 @@ from minions.models._base import Model
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
-from minions.runs._log import LiveHub, event_row
+from minions.runs._log import TERMINAL_KINDS, LiveHub, event_row
 from minions.runs._queue import workflow_id
 from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
@@ -87,6 +87,8 @@ class RunRecorder:
         if event.kind == "token_delta":
             return
         self.pending.append(event)
+        if event.kind in TERMINAL_KINDS:
+            return  # stored only with the run's end (`close`), in one commit
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.interval, self._flush_soon)
 
@@ -114,6 +116,11 @@ class RunRecorder:
             if self.lost:
                 raise LeaseLost(self.lease.run_id)
             events = list(self.pending)
+            if run is None:
+                # A terminal event is written only together with the run's end: a holder that
+                # dies between the two would leave a log that ends while the run goes on.
+                ends = [i for i, e in enumerate(events) if e.kind in TERMINAL_KINDS]
+                events = events[: ends[0]] if ends else events
             if not events and step is None and run is None:
                 return
             try:

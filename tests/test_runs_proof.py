@@ -42,10 +42,11 @@ pytestmark = pytest.mark.slow
 RUNS = 20
 
 
-async def read_everything(store: RunStore, run_id: str, rng: random.Random) -> list[Event]:
-    """Follow the run's events to its end, dropping the connection at random and resuming
-    from the last sequence number received."""
-    received: list[Event] = []
+async def read_everything(
+    store: RunStore, run_id: str, rng: random.Random, received: list[Event]
+) -> list[Event]:
+    """Follow the run's events to its end (into `received`), dropping the connection at
+    random and resuming from the last sequence number received."""
     while not received or received[-1].kind not in ("run_completed", "run_failed"):
         after = received[-1].seq if received else 0
         budget = rng.randint(1, 6)
@@ -103,7 +104,8 @@ async def _prove(
     }
     store = RunStore(url, create=True)
     run_ids = [(await store.submit(recipe, {"tag": f"p{i}"}))[0] for i in range(RUNS)]
-    readers = [asyncio.create_task(read_everything(store, r, rng)) for r in run_ids]
+    progress: dict[str, list[Event]] = {r: [] for r in run_ids}
+    readers = [asyncio.create_task(read_everything(store, r, rng, progress[r])) for r in run_ids]
     pool = [WorkerProcess(url, folder, f"w{n}", ledger, **env) for n in range(workers)]
     # Each kill waits for a gate: the ledger (every side effect of every run) reaching a
     # number of lines drawn from the seed, not a span of time.
@@ -120,7 +122,15 @@ async def _prove(
             else:
                 pool[0] = WorkerProcess(url, folder, victim.executor_id, ledger, **env)
         statuses = [await finished(store, r, within=180) for r in run_ids]
-        received = await asyncio.wait_for(asyncio.gather(*readers), 180)
+        _, stuck = await asyncio.wait(readers, timeout=180)
+        if stuck:  # say where each stuck reader was, and where its run's log is
+            where = [
+                (run_id, progress[run_id][-1:], (await store.get(run_id)).status)
+                for run_id, reader in zip(run_ids, readers, strict=True)
+                if reader in stuck
+            ]
+            raise AssertionError(f"readers never saw their run end: {where}")
+        received = [reader.result() for reader in readers]
     finally:
         for process in pool:
             process.stop()

@@ -23,7 +23,7 @@ from minions._step.execution import StepExecution, StepStatus
 from minions._step.settings import RunSettings
 from minions._text import jsonable
 from minions.errors import MinionsError, RecipeError
-from minions.events import Event, RunFailed
+from minions.events import Event, RunCompleted, RunFailed
 from minions.models._base import Model
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
@@ -31,6 +31,7 @@ from minions.runs._async import AsyncStore
 from minions.runs._log import TERMINAL_KINDS, LiveHub, event_row
 from minions.runs._queue import workflow_id
 from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps
+from minions.runs._tables import TERMINAL
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
 
 __all__: list[str] = []
@@ -146,8 +147,21 @@ class RunRecorder:
             self.on_lost()
 
     async def close(self, **run: Any) -> bool:
-        """Store what is pending with the run's final values. False when the lease was lost
-        (nothing was written)."""
+        """Store what is pending with the run's final values, and the run's terminal event
+        when it ends and none was said (so every ended run's log ends with one). False when
+        the lease was lost (nothing was written)."""
+        status = run.get("status")
+        if status in TERMINAL and not any(e.kind in TERMINAL_KINDS for e in self.pending):
+            said = {
+                "run_id": self.lease.run_id,
+                "seq": self.stored + len(self.pending) + 1,
+                "timestamp": time.time(),
+            }
+            self.pending.append(
+                RunCompleted(**said, output=run.get("output"))
+                if status == "completed"
+                else RunFailed(**said, error=run.get("error") or str(status))
+            )
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -414,19 +428,7 @@ class DurableRunner:
                 return
 
     async def _fail(self, recorder: RunRecorder, error: str) -> None:
-        """End the run as failed with `error`, before or after its steps (its terminal event
-        said once)."""
-        said = recorder.pending[-1:] and recorder.pending[-1].kind == "run_failed"
-        if said:
-            await recorder.close(status="failed", finished_at=time.time(), error=error)
-            return
-        event = RunFailed(
-            run_id=recorder.lease.run_id,
-            seq=recorder.stored + len(recorder.pending) + 1,
-            timestamp=time.time(),
-            error=error,
-        )
-        recorder.on_event(event)
+        """End the run as failed with `error`, before or after its steps."""
         await recorder.close(status="failed", finished_at=time.time(), error=error)
 
     async def approve(self, request: ApprovalRequest) -> ApprovalDecision:

@@ -3,6 +3,7 @@ process unless `--no-worker` (see docs/service.md)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +12,7 @@ from rich.console import Console
 
 from minions.cli._errors import UsageError
 from minions.cli._runs import DatabaseOption
+from minions.models._infer import MODEL_ENV
 
 __all__: list[str] = []
 
@@ -101,5 +103,6 @@ def serve_command(
         database_url=url,
         recipes=recipes,
         allow_inline_recipes=allow_inline_recipes,
+        model=os.environ.get(MODEL_ENV) or None,
     )
     serve(config, host=host, port=port, worker=not no_worker, on_ready=ready)

@@ -38,9 +38,13 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = RunStore(config.database_url, create=True, hub=hub, poll=config.poll)
+        # No request makes this process import code: recipes are checked without importing
+        # their tools modules (the worker imports them when it runs the run).
+        store = RunStore(
+            config.database_url, create=True, hub=hub, poll=config.poll, import_tools=False
+        )
         catalog = RecipeCatalog(config.recipes)
-        await asyncio.to_thread(catalog.scan)
+        await asyncio.to_thread(catalog.start)
         await store.log.start()
         app.state.runs, app.state.catalog = store, catalog
         try:

@@ -18,7 +18,10 @@ class ServiceConfig:
         database_url: the run store (see `minions.runs.database_url`).
         recipes: the folder of the recipes clients may run by id (None: none).
         allow_inline_recipes: accept recipe YAML in a submission; it may still name only
-            built-in tools and tools modules of `recipes`.
+            built-in tools and tools modules of `recipes`, and models served where `model` is.
+        model: the model of runs whose recipe names none (`minions serve` takes
+            ``MINIONS_MODEL``): a model string. An inline recipe may name only models of its
+            provider and base URL.
         max_body_bytes: a larger request body is refused with 413.
         heartbeat: seconds of silence after which an event stream sends a comment line.
         poll: seconds between a followed run's reads of the store when nothing woke it.
@@ -28,6 +31,7 @@ class ServiceConfig:
     database_url: str | None = None
     recipes: Path | None = None
     allow_inline_recipes: bool = False
+    model: str | None = None
     max_body_bytes: int = 1 << 20
     heartbeat: float = 15.0
     poll: float = 0.1

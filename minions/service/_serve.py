@@ -5,7 +5,6 @@ streams."""
 from __future__ import annotations
 
 import gc
-import os
 import socket
 import threading
 from collections.abc import Callable
@@ -61,7 +60,7 @@ def serve(
         running = Worker(
             url,
             concurrency=concurrency,
-            settings=RunSettings(model=os.environ.get("MINIONS_MODEL"), model_resolver=_streaming),
+            settings=RunSettings(model=config.model, model_resolver=_streaming),
             hub=hub,
             on_ready=lambda _: started.set(),
         )

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import dataclasses
 import json
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -48,11 +47,11 @@ async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catal
                 "`recipe_yaml`: this server takes no inline recipes (start it with "
                 "--allow-inline-recipes); submit a recipe id from GET /recipes",
             )
-        check_inline(body.recipe_yaml, catalog.folder)
+        spec = check_inline(body.recipe_yaml, catalog, model=config.model)
         run_id, created = await runs.submit_yaml(
             body.recipe_yaml,
             body.inputs,
-            base=catalog.folder or Path.cwd(),
+            base=catalog.inline_path(spec.id).parent,
             idempotency_key=body.idempotency_key,
         )
     else:

@@ -164,6 +164,9 @@ ENDPOINTS = [
     ("GET", "/workers"),
     ("GET", "/openapi.json"),
     ("GET", "/no/such/endpoint"),
+    ("GET", "/console/no-such-file.js"),
+    ("GET", "/console/"),
+    ("GET", "/favicon.ico"),
 ]
 
 

@@ -7,17 +7,28 @@ their choosing, with fresh ids and paths (absolute, ``..``, ``/proc/self``, a sy
 linked folder, Windows-style, URL-encoded, a module written after the server started): every
 one is refused naming the field, no module outside the recipes folder is imported (each
 would write a marker), none is imported by the API process (only by the worker), and no file
-outside the runs' workspace changes."""
+outside the runs' workspace changes. Requests with bytes no client should send are 400s
+naming the field, the same on SQLite and Postgres."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
+from postgres import cluster, fresh_database
 from runs_helpers import worker
-from service_helpers import ServerProcess, auth, read_stream, server, write_recipes
+from service_helpers import (
+    BAD_INPUTS,
+    ServerProcess,
+    auth,
+    raw_request,
+    read_stream,
+    server,
+    write_recipes,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -277,3 +288,40 @@ def test_an_inline_recipe_may_name_a_model_served_where_the_servers_is(
 def test_nothing_was_imported_by_the_api_process(api: ServerProcess, folder: Path) -> None:
     assert not any(m.endswith(f"-{api.process.pid}") for m in markers(folder))
     assert intruders(folder) == []
+
+
+# -- bad bytes ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def store_api(request: Any, folder: Path, api: ServerProcess) -> Iterator[ServerProcess]:
+    """An API process on SQLite (the one above) and on Postgres."""
+    if request.param == "sqlite":
+        yield api
+        return
+    with cluster() as postgres:
+        url = fresh_database(postgres, "hostile")
+        with server(folder, url, "--no-worker", "--recipes", str(folder / "recipes")) as pg:
+            yield pg
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "headers", "body", "status", "names"),
+    [pytest.param(*rest, id=name) for name, *rest in BAD_INPUTS],
+)
+def test_bad_bytes_are_refused_naming_the_field(
+    store_api: ServerProcess,
+    method: str,
+    target: str,
+    headers: dict[str, bytes],
+    body: bytes,
+    status: int,
+    names: str,
+) -> None:
+    import json
+
+    got, answer = raw_request(store_api.port, method, target, headers, body)
+    assert got == status, answer
+    error = json.loads(answer)["error"]
+    assert names in error["message"], error
+    assert set(error) <= {"type", "message"}

@@ -5,12 +5,14 @@ streams."""
 from __future__ import annotations
 
 import gc
+import os
 import socket
 import threading
 from collections.abc import Callable
 
 from minions._step.settings import RunSettings
 from minions.models._base import Model
+from minions.service import _logs as logs
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
 
@@ -36,6 +38,10 @@ def serve(
     """Serve until SIGINT or SIGTERM; the in-process worker stops with the server (its
     unfinished runs go on in the next worker).
 
+    The process is the server's: its logging is set up here (lines on stderr, tracebacks
+    without local variables, the token and the environment's secrets redacted from every
+    line).
+
     Args:
         config: what to serve.
         host: the address to bind (keep 127.0.0.1 unless a TLS proxy is in front).
@@ -49,6 +55,7 @@ def serve(
     from minions.runs import LiveHub, database_url
 
     url = database_url(config.database_url)
+    logs.install(logs.Redactor(logs.secrets_of(config.token, os.environ, url)))
     hub = LiveHub() if worker else None
     running = None
     thread = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
@@ -17,6 +18,7 @@ __all__: list[str] = []
 
 router = APIRouter(responses=ERRORS)
 
+SEQ = re.compile(r"[0-9]{1,19}")
 MAX_SEQ = 2**62
 """Sequence numbers and positions above this are refused (the databases hold 64 bits)."""
 RunId = Annotated[str, PathParam(description="The run's id.", max_length=200)]
@@ -59,7 +61,7 @@ async def stream(
     terminal event."""
     if last_event_id is not None and last_event_id.strip():
         text = last_event_id.strip()
-        if not text.isdigit() or int(text) > MAX_SEQ:
+        if not SEQ.fullmatch(text) or int(text) > MAX_SEQ:
             raise Refused(400, "`Last-Event-ID` must be an event's sequence number")
         after = int(text)
     await runs.get(run_id)

@@ -54,6 +54,26 @@ def serve_command(
             "modules of --recipes DIR).",
         ),
     ] = False,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            "--request-timeout",
+            min=0.1,
+            metavar="SECONDS",
+            help="Seconds a client may take to send a request's head, then its body; a "
+            "slower connection is closed.",
+        ),
+    ] = 10.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            min=1,
+            metavar="N",
+            help="Connections served at once (event streams included); more are closed as "
+            "they come. Fitted to the descriptor limit.",
+        ),
+    ] = 2000,
     database_url: DatabaseOption = None,
 ) -> None:
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
@@ -104,5 +124,7 @@ def serve_command(
         recipes=recipes,
         allow_inline_recipes=allow_inline_recipes,
         model=os.environ.get(MODEL_ENV) or None,
+        request_timeout=request_timeout,
+        max_connections=max_connections,
     )
     serve(config, host=host, port=port, worker=not no_worker, on_ready=ready)

@@ -23,6 +23,10 @@ class ServiceConfig:
             ``MINIONS_MODEL``): a model string. An inline recipe may name only models of its
             provider and base URL.
         max_body_bytes: a larger request body is refused with 413.
+        request_timeout: seconds a client may take to send a request's head, and then its
+            body; a slower connection is closed (a slower body is a 408).
+        max_connections: connections served at once (more are closed as they come); kept
+            below the process's descriptor limit.
         heartbeat: seconds of silence after which an event stream sends a comment line.
         poll: seconds between a followed run's reads of the store when nothing woke it.
     """
@@ -33,5 +37,7 @@ class ServiceConfig:
     allow_inline_recipes: bool = False
     model: str | None = None
     max_body_bytes: int = 1 << 20
+    request_timeout: float = 10.0
+    max_connections: int = 2000
     heartbeat: float = 15.0
     poll: float = 0.1

@@ -33,6 +33,7 @@ ERROR_TYPES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "body_too_large",
     422: "invalid_request",
@@ -54,7 +55,7 @@ is an instance of answers."""
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": ERROR_TYPES[status]}
-    for status in (400, 401, 403, 404, 409, 413, 422, 503)
+    for status in (400, 401, 403, 404, 408, 409, 413, 422, 503)
 }
 """The error answers every route documents."""
 

@@ -1,20 +1,24 @@
-"""What every request goes through before a route runs: the bearer token, the bytes of its
-path, query and body, the body's size; and what catches a route that fails, so that a
-failure is logged once, briefly, and answered 500."""
+"""What every request goes through before a route runs: the bearer token (or a stream ticket,
+on a stream), the bytes of its path, query and body, the body's size and pace; and what
+catches a route that fails, so that a failure is logged once, briefly, and answered 500."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import re
+import time
 import traceback
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import parse_qs
 
 import structlog
 
 from minions.service._bytes import json_problem, path_problem, query_problem
 from minions.service._errors import error
 from minions.service._routes.console import FILES
+from minions.service._tickets import Tickets
 
 __all__: list[str] = []
 
@@ -23,6 +27,7 @@ log = structlog.get_logger(__name__)
 PUBLIC_PATHS = frozenset({"/health", "/", *(f"/console/{name}" for name in FILES)})
 """What strangers may read: the health check and the console's own files (which hold no
 data); every other path, unknown ones included, is a 401 without the token."""
+STREAM = re.compile(r"/runs/(?P<run_id>[^/]+)/events/stream")
 THREAD_ABOVE = 64 << 10
 """A body larger than this is checked in a thread (the check walks every value)."""
 
@@ -45,12 +50,15 @@ class Guard:
         app: the application.
         token: the bearer token.
         max_body: a larger body is a 413.
+        body_timeout: seconds a client may take to send a body (slower: 408).
     """
 
-    def __init__(self, app: Any, *, token: str, max_body: int) -> None:
+    def __init__(self, app: Any, *, token: str, max_body: int, body_timeout: float) -> None:
         self.app = app
         self.token = token.encode()
+        self.tickets = Tickets(token)
         self.max_body = max_body
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,10 +70,15 @@ class Guard:
             return
         if scope["method"] in ("POST", "PUT", "PATCH"):
             try:
-                body = await self._body(scope, receive)
+                async with asyncio.timeout(self.body_timeout):
+                    body = await self._body(scope, receive)
             except _BodyTooLarge:
                 message = f"the request body is larger than {self.max_body} bytes"
                 await error(413, message)(scope, receive, send)
+                return
+            except TimeoutError:
+                message = f"the request body did not come within {self.body_timeout:g} s"
+                await error(408, message, "request_timeout")(scope, receive, send)
                 return
             problem = await self._body_problem(scope, body)
             if problem is not None:
@@ -90,17 +103,41 @@ class Guard:
         if path not in PUBLIC_PATHS:
             given = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
-            if not given:
-                message = "this endpoint needs an Authorization: Bearer <token> header"
-                return error(401, message)
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credentials.strip(), self.token
-            ):
-                return error(401, "the bearer token is wrong")
+            if given:
+                if scheme.lower() != b"bearer" or not hmac.compare_digest(
+                    credentials.strip(), self.token
+                ):
+                    return error(401, "the bearer token is wrong")
+            else:
+                ticketed = self._ticketed(scope)
+                if ticketed is False:
+                    message = (
+                        "the stream ticket is wrong, expired or for another run; get another: "
+                        "POST /runs/{run_id}/events/ticket"
+                    )
+                    return error(401, message)
+                if ticketed is None:
+                    message = "this endpoint needs an Authorization: Bearer <token> header"
+                    return error(401, message)
         problem = path_problem(scope.get("raw_path") or path.encode())
         if problem is None:
             problem = query_problem(scope["query_string"])
         return None if problem is None else error(400, problem)
+
+    def _ticketed(self, scope: Scope) -> bool | None:
+        """Whether the ticket of a request for a run's stream opens it (None: no ticket, or
+        not a stream)."""
+        match = STREAM.fullmatch(scope["path"])
+        if match is None or scope["method"] not in ("GET", "HEAD"):
+            return None
+        try:
+            query = parse_qs(scope["query_string"].decode("ascii"), max_num_fields=20)
+        except (UnicodeDecodeError, ValueError):
+            return False
+        given = query.get("ticket")
+        if given is None:
+            return None
+        return len(given) == 1 and self.tickets.valid(match["run_id"], given[0], now=time.time())
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes:
         for name, value in scope["headers"]:

@@ -10,13 +10,18 @@ import socket
 import threading
 from collections.abc import Callable
 
+import structlog
+
 from minions._step.settings import RunSettings
 from minions.models._base import Model
 from minions.service import _logs as logs
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
+from minions.service._protocol import bounded_protocol, connection_cap
 
 __all__ = ["serve"]
+
+log = structlog.get_logger(__name__)
 
 
 def _streaming(spec: Model | str | None) -> Model:
@@ -40,7 +45,8 @@ def serve(
 
     The process is the server's: its logging is set up here (lines on stderr, tracebacks
     without local variables, the token and the environment's secrets redacted from every
-    line).
+    line), and its descriptor limit raised towards the hard one to hold
+    `ServiceConfig.max_connections`.
 
     Args:
         config: what to serve.
@@ -56,6 +62,12 @@ def serve(
 
     url = database_url(config.database_url)
     logs.install(logs.Redactor(logs.secrets_of(config.token, os.environ, url)))
+    connections = connection_cap(config.max_connections)
+    if connections < config.max_connections:
+        log.warning(
+            "fewer connections than asked: the descriptor limit holds no more",
+            max_connections=connections,
+        )
     hub = LiveHub() if worker else None
     running = None
     thread = None
@@ -106,6 +118,8 @@ def serve(
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=3,
+            http=bounded_protocol(head_timeout=config.request_timeout, max_connections=connections),
+            timeout_keep_alive=5,
         )
     )
     try:

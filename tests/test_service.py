@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -59,12 +60,23 @@ def model() -> Iterator[tuple[FakeOpenAIServer, threading.Event]]:
         yield server, go
 
 
+BIG = f"""\
+id: big
+description: An MCP tool's large result (cut to 200,000 characters).
+mcp_servers:
+  test: {{command: {sys.executable}, args: ['{Path(__file__).parent / "mcp_test_server.py"}']}}
+steps:
+  - {{id: fetch, tool: test.big, params: {{size: 500000}}}}
+"""
+
+
 @pytest.fixture(scope="module")
 def service(
     folder: Path, url: str, model: tuple[FakeOpenAIServer, threading.Event]
 ) -> Iterator[ServerProcess]:
     recipes = write_recipes(folder / "recipes")
     write_chat_recipe(recipes, model[0].url)
+    (recipes / "big.yaml").write_text(BIG)
     with server(
         folder,
         url,
@@ -473,6 +485,29 @@ def test_tickets_expire_and_name_their_run() -> None:
     assert not tickets.valid("run-1", ticket.replace(".", ".x", 1), now=1000.0)
 
 
+def test_a_large_tool_result_is_stored_once_not_in_every_event(client: httpx2.Client) -> None:
+    """The events that carry an MCP tool's large result hold a preview; the run holds it."""
+    run_id = submit(client, "big")
+    stream_to_end(client, run_id)
+    run = client.get(f"/runs/{run_id}").json()
+    assert run["status"] == "completed", run
+    whole = run["output"]
+    assert whole.startswith("x" * 200_000)
+    assert "[cut: 500,000 characters, showing the first 200,000]" in whole
+    assert run["steps"][0]["output"] == whole
+    events = client.get(f"/runs/{run_id}/events").json()
+    previews = {
+        e["kind"]: e.get("content", e.get("output"))
+        for e in events
+        if e["kind"] in ("tool_call_completed", "step_completed", "run_completed")
+    }
+    assert len(previews) == 3
+    for preview in previews.values():
+        assert preview.startswith("x" * 2_000)
+        assert preview.endswith(f"[cut: {len(whole):,} characters, showing the first 2,000]")
+    assert len(json.dumps(events)) < 20_000
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 
@@ -539,7 +574,7 @@ def test_other_errors_have_the_same_shape(client: httpx2.Client) -> None:
 
 def test_recipes_and_workers_are_listed(client: httpx2.Client) -> None:
     recipes = {r["id"]: r for r in client.get("/recipes").json()}
-    assert set(recipes) == {"ledger", "slow", "release", "flaky", "chat"}
+    assert set(recipes) == {"ledger", "slow", "release", "flaky", "chat", "big"}
     assert recipes["release"]["description"] == "Shout, once a person said yes."
     assert recipes["release"]["file"] == "approval.yaml"
     assert recipes["ledger"]["inputs"] == {

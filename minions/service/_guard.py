@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import structlog
+from fastapi.responses import JSONResponse
 
 from minions.service._bytes import json_problem, path_problem, query_problem
 from minions.service._errors import error
@@ -97,7 +98,7 @@ class Guard:
             return
         await self._barrier(scope, receive, send)
 
-    def _refusal(self, scope: Scope) -> Any:
+    def _refusal(self, scope: Scope) -> JSONResponse | None:
         """The answer to a request refused before its body is read, or None."""
         path: str = scope["path"]
         if path not in PUBLIC_PATHS:

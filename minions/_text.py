@@ -1,13 +1,22 @@
 """Values as text: the one way minions writes a value into a prompt, a template or a report,
-and how many tokens a text is estimated to be when no provider counted them."""
+how a long text is cut, and how many tokens a text is estimated to be when no provider
+counted them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from minions.events import Event
 
 __all__ = ["estimate_tokens"]
+
+PREVIEW_CHARS = 2_000
+"""The most characters of a tool's result, a step's or a run's output, or a tool argument
+that a run's stored event holds: the run and its steps hold the outputs whole."""
 
 
 def as_text(value: Any, *, indent: int | None = None) -> str:
@@ -31,6 +40,49 @@ def jsonable(value: Any) -> Any:
     from pydantic_core import to_jsonable_python
 
     return to_jsonable_python(value, fallback=repr)
+
+
+def cut_note(total: int, shown: int, unit: str) -> str:
+    """What is added to a text that was cut, so its reader knows: ``[cut: 2,000,000 bytes,
+    showing the first 1,000,000]``."""
+    return f"\n[cut: {total:,} {unit}, showing the first {shown:,}]"
+
+
+def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """`text` when it has at most `limit` characters, else its first `limit` and a
+    `cut_note`."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + cut_note(len(text), limit, "characters")
+
+
+def stored_event(event: Event) -> Event:
+    """An event as a run's log keeps it: a tool's result, a step's or a run's output and a
+    tool's string arguments longer than `PREVIEW_CHARS` cut to a `preview` (an output that
+    is not a string then becomes the preview of its JSON). A result is stored once, not in
+    every event that carries it: the run and its steps hold the outputs whole."""
+    from minions.events import (
+        ApprovalRequested,
+        RunCompleted,
+        StepCompleted,
+        ToolCallCompleted,
+        ToolCallStarted,
+    )
+
+    if isinstance(event, ToolCallCompleted) and len(event.content) > PREVIEW_CHARS:
+        return dataclasses.replace(event, content=preview(event.content))
+    if isinstance(event, StepCompleted | RunCompleted) and event.output is not None:
+        text = as_text(event.output)
+        if len(text) > PREVIEW_CHARS:
+            return dataclasses.replace(event, output=preview(text))
+    if isinstance(event, ToolCallStarted | ApprovalRequested):
+        long = [
+            k for k, v in event.arguments.items() if isinstance(v, str) and len(v) > PREVIEW_CHARS
+        ]
+        if long:
+            arguments = {k: preview(v) if k in long else v for k, v in event.arguments.items()}
+            return dataclasses.replace(event, arguments=arguments)
+    return event
 
 
 _USERINFO = re.compile(r"(?<=//)[^/@\s]*@")

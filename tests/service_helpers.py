@@ -124,7 +124,8 @@ def wait_healthy(
 
 
 class ServerProcess:
-    """`minions serve` in a process of its own."""
+    """`minions serve` in a process of its own (`python`: how Python runs the command, e.g.
+    ``("-c", code)`` for code that patches something first, then runs `minions.cli.main`)."""
 
     def __init__(
         self,
@@ -132,6 +133,7 @@ class ServerProcess:
         url: str,
         *args: str,
         token: str | None = TOKEN,
+        python: tuple[str, ...] = ("-m", "minions"),
         **env: str,
     ) -> None:
         self.port = free_port()
@@ -143,7 +145,7 @@ class ServerProcess:
         if token is not None:
             environment["MINIONS_API_TOKEN"] = token
         command = [
-            sys.executable, "-m", "minions", "serve", "--port", str(self.port),
+            sys.executable, *python, "serve", "--port", str(self.port),
             "--database-url", url, *args,
         ]  # fmt: skip
         with self.log.open("w") as log, self.out.open("w") as out:
@@ -189,6 +191,14 @@ def auth(token: str = TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def submit(client: httpx2.Client, recipe: str, **inputs: Any) -> str:
+    """Submit a run of a recipe of the server's folder; its id."""
+    response = client.post("/runs", json={"recipe": recipe, "inputs": inputs})
+    assert response.status_code == 201, response.text
+    run_id: str = response.json()["run_id"]
+    return run_id
+
+
 def read_stream(
     response: httpx2.Response, *, stop_after: int | None = None
 ) -> list[dict[str, Any]]:
@@ -216,3 +226,88 @@ def read_stream(
         name, _, value = line.partition(":")
         current[name] = value.removeprefix(" ")
     return messages
+
+
+def raw_request(
+    port: int,
+    method: str,
+    target: str,
+    headers: dict[str, bytes] | None = None,
+    body: bytes = b"",
+    *,
+    token: str | None = TOKEN,
+) -> tuple[int, bytes]:
+    """Send a request byte for byte (what an HTTP client would refuse to send), on a
+    connection of its own; the answer's status and body."""
+    head = [f"{method} {target} HTTP/1.1".encode(), b"Host: 127.0.0.1", b"Connection: close"]
+    given = dict(headers or {})
+    if token is not None:
+        given.setdefault("Authorization", f"Bearer {token}".encode())
+    if body:
+        given.setdefault("Content-Type", b"application/json")
+    given["Content-Length"] = str(len(body)).encode()
+    head += [name.encode() + b": " + value for name, value in given.items()]
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as connection:
+        connection.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split(b" ")[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+def _b64(raw: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+BAD_INPUTS: list[tuple[str, str, str, dict[str, bytes], bytes, int, str]] = [
+    # name, method, target, headers, body, status, what the message names
+    ("last-event-id superscript", "GET", "/runs/x/events/stream",
+     {"Last-Event-ID": b"\xb2"}, b"", 400, "Last-Event-ID"),
+    ("last-event-id latin-1", "GET", "/runs/x/events/stream",
+     {"Last-Event-ID": b"1\xe9"}, b"", 400, "Last-Event-ID"),
+    ("last-event-id arabic digit", "GET", "/runs/x/events/stream",
+     {"Last-Event-ID": "\u0663".encode()}, b"", 400, "Last-Event-ID"),
+    ("last-event-id too large", "GET", "/runs/x/events/stream",
+     {"Last-Event-ID": b"9" * 30}, b"", 400, "Last-Event-ID"),
+    ("authorization non-ascii", "GET", "/runs",
+     {"Authorization": b"Bearer \xe9\xff"}, b"", 401, "token"),
+    ("run id NUL", "GET", "/runs/ab%00cd", {}, b"", 400, "path"),
+    ("run id not UTF-8", "GET", "/runs/%ff%fe", {}, b"", 400, "path"),
+    ("events of run id NUL", "GET", "/runs/a%00/events", {}, b"", 400, "path"),
+    ("call id NUL", "POST", "/runs/x/approvals/c%00d", {}, b'{"approve": true}', 400, "path"),
+    ("recipe filter NUL", "GET", "/runs?recipe=a%00b", {}, b"", 400, "query.recipe"),
+    ("cursor NUL", "GET", "/runs?cursor=" + _b64(b'[1.0, "a\\u0000b"]'), {}, b"", 400, "cursor"),
+    ("cursor NaN", "GET", "/runs?cursor=" + _b64(b'[NaN, "a"]'), {}, b"", 400, "cursor"),
+    ("cursor nested", "GET", "/runs?cursor=" + _b64(b"[" * 250 + b"]" * 250), {}, b"", 400,
+     "cursor"),
+    ("idempotency key NUL", "POST", "/runs", {},
+     b'{"recipe": "ledger", "inputs": {"tag": "a"}, "idempotency_key": "k\\u0000"}', 400,
+     "body.idempotency_key"),
+    ("input NUL", "POST", "/runs", {}, b'{"recipe": "ledger", "inputs": {"tag": "a\\u0000"}}',
+     400, "body.inputs.tag"),
+    ("input lone surrogate", "POST", "/runs", {},
+     b'{"recipe": "ledger", "inputs": {"tag": "\\ud800"}}', 400, "body.inputs.tag"),
+    ("input NaN", "POST", "/runs", {}, b'{"recipe": "ledger", "inputs": {"tag": NaN}}', 400,
+     "body.inputs.tag"),
+    ("input Infinity", "POST", "/runs", {}, b'{"recipe": "numbers", "inputs": {"n": Infinity}}',
+     400, "body.inputs.n"),
+    ("input -Infinity", "POST", "/runs", {},
+     b'{"recipe": "numbers", "inputs": {"n": -Infinity}}', 400, "body.inputs.n"),
+    ("input 1e999", "POST", "/runs", {}, b'{"recipe": "numbers", "inputs": {"n": 1e999}}', 400,
+     "body.inputs.n"),
+    ("input 'NaN' as text", "POST", "/runs", {}, b'{"recipe": "numbers", "inputs": {"n": "NaN"}}',
+     400, "input 'n'"),
+    ("input nested", "POST", "/runs", {},
+     b'{"recipe": "ledger", "inputs": {"tag": ' + b"[" * 200 + b"]" * 200 + b"}}", 400,
+     "body.inputs.tag"),
+    ("body not UTF-8", "POST", "/runs", {}, b'{"recipe": "\xff"}', 400, "UTF-8"),
+    ("reason NUL", "POST", "/runs/x/approvals/c", {}, b'{"approve": false, "reason": "\\u0000"}',
+     400, "body.reason"),
+    ("inline recipe NUL", "POST", "/runs", {}, b'{"recipe_yaml": "id: a\\u0000"}', 400,
+     "body.recipe_yaml"),
+]  # fmt: skip
+"""Requests with bytes no client should send, and how each is refused: never a 5xx, and the
+message names the field."""

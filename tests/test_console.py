@@ -2,7 +2,9 @@
 page, gives the token (generated at the server's first start, printed once), submits a run,
 sees it in the list, watches its events arrive and its steps change colour, approves the call
 it waits for, and sees it complete; a screenshot is saved as the test's artifact. A model's
-answer streams into the page as it is written."""
+answer streams into the page as it is written. The page follows a run with the browser's
+`EventSource`, opened with a stream ticket (never the token in a URL), and closes it at the
+run's end: it never comes back."""
 
 from __future__ import annotations
 
@@ -69,9 +71,31 @@ def test_a_person_runs_watches_and_approves_a_run_in_the_console(
             assert "API token: in" in again.log.read_text()
 
 
+RECORD_SOURCES = """
+window.__sources = [];
+const Original = window.EventSource;
+window.EventSource = class extends Original {
+  constructor(...args) { super(...args); window.__sources.push(this); }
+};
+"""
+"""Keeps every EventSource the page makes, to look at their state."""
+
+
+def sources(page: Page) -> list[int]:
+    """The states of the page's EventSources (1 open, 2 closed for good)."""
+    states: list[int] = page.evaluate("window.__sources.map((s) => s.readyState)")
+    return states
+
+
 def run_in_console(
     page: Page, base: str, token: str, release: threading.Event, artifacts: Path
 ) -> None:
+    streams: list[tuple[str, str]] = []
+    page.on(
+        "request",
+        lambda r: streams.append((r.url, r.resource_type)) if "/events/stream" in r.url else None,
+    )
+    page.add_init_script(RECORD_SOURCES)
     page.goto(base + "/")
     expect(page.locator("#login")).to_be_visible()
     page.fill("#token", "wrong")
@@ -98,6 +122,7 @@ def run_in_console(
     approval = page.locator("#approvals .approval")
     expect(approval).to_contain_text('step say wants to call shout({"text":"go"})')
     page.screenshot(path=str(artifacts / "console-waiting.png"), full_page=True)
+    assert sources(page) == [1]  # an EventSource follows the run, live
     approval.locator("button.approve").click()
 
     # It completes: every step green, the output shown, the list updated.
@@ -113,6 +138,16 @@ def run_in_console(
     seqs = page.locator("#events li .seq").all_inner_texts()
     assert [int(s) for s in seqs] == list(range(1, len(seqs) + 1))
     page.screenshot(path=str(artifacts / "console.png"), full_page=True)
+    # The run ended: its EventSource was closed for good, having connected once, with a
+    # ticket in its URL and never the token.
+    expect(page.locator("#run-status")).to_have_text("completed")
+    page.wait_for_function("window.__sources.every((s) => s.readyState === 2)")
+    assert sources(page) == [2]
+    assert len(streams) == 1
+    url, kind = streams[0]
+    assert kind == "eventsource"
+    assert f"/runs/{run_id}/events/stream?ticket=" in url
+    assert token not in url
 
     # A model's answer streams in as it is written.
     page.select_option("#recipe", "chat")
@@ -124,3 +159,6 @@ def run_in_console(
     expect(page.locator("#run-status")).to_have_text("completed")
     expect(page.locator("#run-usage")).to_contain_text("1 model calls")
     page.screenshot(path=str(artifacts / "console-streaming.png"), full_page=True)
+    page.wait_for_function("window.__sources.every((s) => s.readyState === 2)")
+    assert sources(page) == [2, 2]
+    assert len(streams) == 2

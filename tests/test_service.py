@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from service_helpers import (
     auth,
     read_stream,
     server,
+    submit,
     write_chat_recipe,
     write_recipes,
 )
@@ -57,12 +60,23 @@ def model() -> Iterator[tuple[FakeOpenAIServer, threading.Event]]:
         yield server, go
 
 
+BIG = f"""\
+id: big
+description: An MCP tool's large result (cut to 200,000 characters).
+mcp_servers:
+  test: {{command: {sys.executable}, args: ['{Path(__file__).parent / "mcp_test_server.py"}']}}
+steps:
+  - {{id: fetch, tool: test.big, params: {{size: 500000}}}}
+"""
+
+
 @pytest.fixture(scope="module")
 def service(
     folder: Path, url: str, model: tuple[FakeOpenAIServer, threading.Event]
 ) -> Iterator[ServerProcess]:
     recipes = write_recipes(folder / "recipes")
     write_chat_recipe(recipes, model[0].url)
+    (recipes / "big.yaml").write_text(BIG)
     with server(
         folder,
         url,
@@ -78,13 +92,6 @@ def service(
 def client(service: ServerProcess) -> Iterator[httpx2.Client]:
     with httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as client:
         yield client
-
-
-def submit(client: httpx2.Client, recipe: str, **inputs: Any) -> str:
-    response = client.post("/runs", json={"recipe": recipe, "inputs": inputs})
-    assert response.status_code == 201, response.text
-    run_id: str = response.json()["run_id"]
-    return run_id
 
 
 def stream_to_end(client: httpx2.Client, run_id: str, **params: Any) -> list[dict[str, Any]]:
@@ -164,6 +171,10 @@ ENDPOINTS = [
     ("GET", "/workers"),
     ("GET", "/openapi.json"),
     ("GET", "/no/such/endpoint"),
+    ("POST", "/runs/x/events/ticket"),
+    ("GET", "/console/no-such-file.js"),
+    ("GET", "/console/"),
+    ("GET", "/favicon.ico"),
 ]
 
 
@@ -200,6 +211,7 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/runs/{run_id}/approvals/{call_id}",
         "/runs/{run_id}/events",
         "/runs/{run_id}/events/stream",
+        "/runs/{run_id}/events/ticket",
         "/recipes",
         "/workers",
         "/health",
@@ -373,8 +385,12 @@ def test_the_stream_resumes_after_a_dropped_connection_with_nothing_lost_or_repe
         headers={"Last-Event-ID": str(len(stored) - 1)},
     ) as response:
         assert [int(m["id"]) for m in read_stream(response)] == [len(stored)]
-    # A client that saw the end already gets an empty stream that ends.
-    assert stream_to_end(client, run_id, after=len(stored)) == []
+    # A client that saw the end already is told not to come back (204: an EventSource stops).
+    for position in (len(stored), len(stored) + 5):
+        done = client.get(f"/runs/{run_id}/events/stream", params={"after": position})
+        assert (done.status_code, done.content) == (204, b"")
+        done = client.get(f"/runs/{run_id}/events/stream", headers={"Last-Event-ID": str(position)})
+        assert done.status_code == 204
 
 
 def test_token_deltas_stream_live_without_ids(
@@ -425,6 +441,71 @@ def test_an_idle_stream_sends_heartbeats_and_ends_with_its_run(
         assert [(m["data"]["kind"], m["data"]["error"]) for m in messages] == [
             ("run_failed", "cancelled")
         ]
+
+
+def test_a_stream_ticket_opens_its_runs_stream_only(
+    client: httpx2.Client, service: ServerProcess
+) -> None:
+    """For a browser's EventSource, which cannot send the token: a short-lived ticket in
+    the stream's URL, good for that run's stream and nothing else."""
+    run_id = submit(client, "ledger", tag="ticket")
+    other = submit(client, "ledger", tag="other")
+    made = client.post(f"/runs/{run_id}/events/ticket")
+    assert made.status_code == 200, made.text
+    ticket = made.json()["ticket"]
+    assert made.json()["expires_at"] > time.time()
+    assert TOKEN not in ticket
+    stream = f"{service.base}/runs/{run_id}/events/stream"
+    with httpx2.stream("GET", stream, params={"ticket": ticket}, timeout=60) as response:
+        assert response.status_code == 200
+        assert read_stream(response)[-1]["event"] == "run_completed"
+    for path, params in [
+        (f"/runs/{other}/events/stream", {"ticket": ticket}),  # another run's stream
+        (f"/runs/{run_id}/events", {"ticket": ticket}),  # anything else
+        (f"/runs/{run_id}", {"ticket": ticket}),
+        (f"/runs/{run_id}/events/stream", {"ticket": ticket[:-2] + "xx"}),  # forged
+        (f"/runs/{run_id}/events/stream", {"ticket": "1." + ticket.split(".")[1]}),  # expired
+    ]:
+        refused = httpx2.get(service.base + path, params=params, timeout=60)
+        assert refused.status_code == 401, (path, refused.text)
+    unknown = client.post("/runs/nope/events/ticket")
+    assert error_of(unknown, 404, "unknown_run")
+
+
+def test_tickets_expire_and_name_their_run() -> None:
+    from minions.service._tickets import TICKET_SECONDS, Tickets
+
+    tickets = Tickets("a-token")
+    ticket, expires = tickets.issue("run-1", now=1000.0)
+    assert expires == 1000 + TICKET_SECONDS
+    assert tickets.valid("run-1", ticket, now=1000.0 + TICKET_SECONDS)
+    assert not tickets.valid("run-1", ticket, now=1001.0 + TICKET_SECONDS)
+    assert not tickets.valid("run-2", ticket, now=1000.0)
+    assert not Tickets("another-token").valid("run-1", ticket, now=1000.0)
+    assert not tickets.valid("run-1", ticket.replace(".", ".x", 1), now=1000.0)
+
+
+def test_a_large_tool_result_is_stored_once_not_in_every_event(client: httpx2.Client) -> None:
+    """The events that carry an MCP tool's large result hold a preview; the run holds it."""
+    run_id = submit(client, "big")
+    stream_to_end(client, run_id)
+    run = client.get(f"/runs/{run_id}").json()
+    assert run["status"] == "completed", run
+    whole = run["output"]
+    assert whole.startswith("x" * 200_000)
+    assert "[cut: 500,000 characters, showing the first 200,000]" in whole
+    assert run["steps"][0]["output"] == whole
+    events = client.get(f"/runs/{run_id}/events").json()
+    previews = {
+        e["kind"]: e.get("content", e.get("output"))
+        for e in events
+        if e["kind"] in ("tool_call_completed", "step_completed", "run_completed")
+    }
+    assert len(previews) == 3
+    for preview in previews.values():
+        assert preview.startswith("x" * 2_000)
+        assert preview.endswith(f"[cut: {len(whole):,} characters, showing the first 2,000]")
+    assert len(json.dumps(events)) < 20_000
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -493,7 +574,7 @@ def test_other_errors_have_the_same_shape(client: httpx2.Client) -> None:
 
 def test_recipes_and_workers_are_listed(client: httpx2.Client) -> None:
     recipes = {r["id"]: r for r in client.get("/recipes").json()}
-    assert set(recipes) == {"ledger", "slow", "release", "flaky", "chat"}
+    assert set(recipes) == {"ledger", "slow", "release", "flaky", "chat", "big"}
     assert recipes["release"]["description"] == "Shout, once a person said yes."
     assert recipes["release"]["file"] == "approval.yaml"
     assert recipes["ledger"]["inputs"] == {

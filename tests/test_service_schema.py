@@ -1,6 +1,8 @@
 """schemathesis against the service's `/openapi.json`: generated requests (valid and not) to
 every endpoint get no 5xx, and every response matches the schema (status code, content type,
-body). Bounded: a few examples per operation, on a real uvicorn server on 127.0.0.1."""
+body); so do sequences following the schema's links from a submitted run (get it, read its
+events, cancel, resume, get a stream ticket), and arbitrary bytes in the `Last-Event-ID`
+header. Bounded: a few examples per operation, on a real uvicorn server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import httpx2
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import (
@@ -24,6 +27,13 @@ from service_helpers import TOKEN, app_in_thread, auth, write_recipes
 from minions.service import ServiceConfig, create_app
 
 pytestmark = pytest.mark.slow
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +80,7 @@ def test_generated_requests_get_no_5xx_and_answers_match_the_schema(
                 base_url=base_url,
                 headers={**(case.headers or {}), **auth()},
                 timeout=30,
-                checks=[
-                    not_a_server_error,
-                    status_code_conformance,
-                    content_type_conformance,
-                    response_schema_conformance,
-                ],
+                checks=CHECKS,
             )
 
         try:
@@ -85,4 +90,67 @@ def test_generated_requests_get_no_5xx_and_answers_match_the_schema(
             assert mode is GenerationMode.NEGATIVE
             assert operation.label in ("GET /recipes", "GET /workers", "GET /health")
         checked.append(operation.label)
-    assert len(checked) == 11  # every operation of the schema
+    assert len(checked) == 12  # every operation of the schema
+
+
+def test_sequences_along_the_schemas_links_get_no_5xx(base_url: str) -> None:
+    document = httpx2.get(f"{base_url}/openapi.json", headers=auth()).json()
+    links = document["paths"]["/runs"]["post"]["responses"]["201"]["links"]
+    assert len(links) == 5  # get, events, cancel, resume, ticket
+    machine = schemathesis.openapi.from_dict(document).as_state_machine()
+    followed: set[tuple[str, str, int]] = set()
+
+    class Sequences(machine):  # type: ignore[misc, valid-type]
+        def before_call(self, case: Any) -> None:
+            if case.method == "POST" and case.path == "/runs":
+                # A run that exists, for the linked operations to work on (random bodies
+                # are the test above's).
+                case.body = {"recipe": "ledger", "inputs": {"tag": "linked"}}
+
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"base_url": base_url, "headers": auth(), "timeout": 30}
+
+        def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
+            case.validate_response(response, checks=CHECKS)
+            followed.add((case.method, case.path, response.status_code))
+
+    Sequences.run(
+        settings=settings(
+            max_examples=15,
+            stateful_step_count=6,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            derandomize=True,
+        )
+    )
+    # The links were followed: operations on a run that exists answered.
+    assert {("GET", "/runs/{run_id}", 200), ("POST", "/runs/{run_id}/cancel", 200)} <= followed
+
+
+HEADER_BYTES = st.one_of(
+    st.integers(min_value=0, max_value=10**25).map(lambda n: str(n).encode()),
+    st.binary(min_size=1, max_size=30).filter(
+        lambda b: min(b) >= 0x20 and 0x7F not in b and b.strip() == b
+    ),
+)
+"""What h11 lets a client send in a header value (printable bytes, obs-text included), and
+numbers of every size."""
+
+
+def test_any_bytes_in_last_event_id_get_an_answer(base_url: str) -> None:
+    with httpx2.Client(base_url=base_url, headers=auth(), timeout=30) as client:
+        made = client.post("/runs", json={"recipe": "ledger", "inputs": {"tag": "ended"}})
+        run_id = made.json()["run_id"]
+        assert client.post(f"/runs/{run_id}/cancel").status_code == 200  # it has ended
+
+        @given(value=HEADER_BYTES)
+        @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+        def answers(value: bytes) -> None:
+            path = f"/runs/{run_id}/events/stream"
+            response = client.get(path, headers=[(b"Last-Event-ID", value)])
+            sequence = value.isdigit() and len(value) <= 19 and int(value) <= 2**62
+            expected = (200 if int(value) == 0 else 204) if sequence else 400
+            assert response.status_code == expected, value
+
+        answers()

@@ -3,6 +3,7 @@ process unless `--no-worker` (see docs/service.md)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +12,7 @@ from rich.console import Console
 
 from minions.cli._errors import UsageError
 from minions.cli._runs import DatabaseOption
+from minions.models._infer import MODEL_ENV
 
 __all__: list[str] = []
 
@@ -52,6 +54,26 @@ def serve_command(
             "modules of --recipes DIR).",
         ),
     ] = False,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            "--request-timeout",
+            min=0.1,
+            metavar="SECONDS",
+            help="Seconds a client may take to send a request's head, then its body; a "
+            "slower connection is closed.",
+        ),
+    ] = 10.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            min=1,
+            metavar="N",
+            help="Connections served at once (event streams included); more are closed as "
+            "they come. Fitted to the descriptor limit.",
+        ),
+    ] = 2000,
     database_url: DatabaseOption = None,
 ) -> None:
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
@@ -101,5 +123,8 @@ def serve_command(
         database_url=url,
         recipes=recipes,
         allow_inline_recipes=allow_inline_recipes,
+        model=os.environ.get(MODEL_ENV) or None,
+        request_timeout=request_timeout,
+        max_connections=max_connections,
     )
     serve(config, host=host, port=port, worker=not no_worker, on_ready=ready)

@@ -63,11 +63,7 @@ def infer_model(spec: str | Model | None = None, **options: Any) -> Model:
         )
     if not isinstance(spec, str):
         raise ModelError(f"model must be a Model or a string, not {type(spec).__name__}")
-    provider, _, rest = spec.strip().partition(":")
-    provider = provider.lower()
-    match = _WITH_URL.match(rest)
-    name, url = (match["name"], match["url"]) if match else (rest, None)
-    name = name.strip()
+    provider, name, url = _parts(spec)
     known = {"openai", "openai-compatible", "azure", *LOCAL_SERVERS}
     if provider not in known or not name:
         hint = f" (did you mean 'openai:{spec}'?)" if ":" not in spec and spec.strip() else ""
@@ -93,6 +89,22 @@ def infer_model(spec: str | Model | None = None, **options: Any) -> Model:
     options["base_url"] = options["base_url"] or LOCAL_SERVERS[provider]
     options["api_key"] = options.get("api_key") or NO_API_KEY
     return OpenAIChatModel(name, **options)
+
+
+def model_endpoint(spec: str) -> tuple[str, str | None]:
+    """Where a model string is served: its provider (lower case) and the base URL it names
+    after ``@`` (None: the provider's own, which the environment or the provider decides).
+    Nothing is built or checked."""
+    provider, _, url = _parts(spec)
+    return provider, url
+
+
+def _parts(spec: str) -> tuple[str, str, str | None]:
+    """A model string's provider, model name and base URL (None when it names none)."""
+    provider, _, rest = spec.strip().partition(":")
+    match = _WITH_URL.match(rest)
+    name, url = (match["name"], match["url"]) if match else (rest, None)
+    return provider.lower(), name.strip(), url
 
 
 def _ollama_host() -> str | None:

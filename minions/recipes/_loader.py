@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,17 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
 def coerce_inputs(
     specs: Mapping[str, InputSpec], given: Mapping[str, Any], *, file: str = ""
 ) -> dict[str, Any]:
@@ -147,8 +159,8 @@ def coerce_inputs(
         value = given[name]
         if isinstance(value, str) and spec.type != "string":
             try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
+                value = json.loads(value, parse_constant=_not_json, parse_float=_finite)
+            except ValueError:
                 if spec.type == "boolean" and value.lower() in ("yes", "no", "on", "off"):
                     value = value.lower() in ("yes", "on")
         types = _PY_TYPES[spec.type]

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from minions._text import stored_event
 from minions.events import Event, RunFailed, event_to_json
 from minions.runs._async import AsyncStore
 from minions.runs._store import EventRow
@@ -30,8 +31,8 @@ QUEUE_LIMIT = 10_000
 
 
 def event_row(event: Event) -> EventRow:
-    """An event as the store keeps it."""
-    return event.seq, event.kind, event.step_id, event_to_json(event)
+    """An event as the store keeps it (long results and outputs as previews)."""
+    return event.seq, event.kind, event.step_id, event_to_json(stored_event(event))
 
 
 def run_failed_row(run_id: str, error: str) -> Callable[[int], EventRow]:

@@ -45,6 +45,9 @@ class RunStore:
             deltas too.
         poll: seconds between reads of a followed run when nothing woke it (SQLite; Postgres
             wakes followers with LISTEN/NOTIFY).
+        import_tools: check a submitted recipe with its tools modules imported (False, for a
+            service: no request makes this process import code; each module is only found,
+            and the worker checks the steps' tool names when it builds the recipe).
 
     Raises:
         StoreError: the database cannot be reached, is not a minions store, or is newer.
@@ -57,8 +60,10 @@ class RunStore:
         create: bool = False,
         hub: LiveHub | None = None,
         poll: float = 0.1,
+        import_tools: bool = True,
     ) -> None:
         self.url = database_url(url)
+        self._import_tools = import_tools
         self._store = AsyncStore(Store(self.url, create=create))
         self.log = EventLog(self._store, hub=hub, poll=poll)
         """The event log: `follow` reads it."""
@@ -148,9 +153,14 @@ class RunStore:
     ) -> tuple[str, bool]:
         """Check the recipe snapshot `text` (as the file `path`) and the inputs, store the run
         and queue it."""
+        from minions.recipes._build import load_recipe_file
         from minions.runs._runner import recipe_of
 
-        built = await self._store.call(recipe_of, text, str(path))
+        if self._import_tools:
+            built = await self._store.call(recipe_of, text, str(path))
+        else:
+            loaded = await self._store.call(load_recipe_file, path, text=text, import_tools=False)
+            built = loaded.recipe
         checked = built.check_inputs(dict(inputs or {}))
         recipe_hash = hashlib.sha256(text.encode()).hexdigest()
         request = json.dumps(

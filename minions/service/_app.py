@@ -17,6 +17,7 @@ from minions.service._errors import install
 from minions.service._guard import Guard
 from minions.service._recipes import RecipeCatalog
 from minions.service._routes import console, events, info, runs
+from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
     from minions.runs import Worker
@@ -38,9 +39,13 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = RunStore(config.database_url, create=True, hub=hub, poll=config.poll)
+        # No request makes this process import code: recipes are checked without importing
+        # their tools modules (the worker imports them when it runs the run).
+        store = RunStore(
+            config.database_url, create=True, hub=hub, poll=config.poll, import_tools=False
+        )
         catalog = RecipeCatalog(config.recipes)
-        await asyncio.to_thread(catalog.scan)
+        await asyncio.to_thread(catalog.start)
         await store.log.start()
         app.state.runs, app.state.catalog = store, catalog
         try:
@@ -57,16 +62,28 @@ def create_app(
         redoc_url=None,
     )
     app.state.config, app.state.worker = config, worker
+    app.state.streams = OpenStreams()
     install(app)
     for router in (runs.router, events.router, info.router, console.router):
         app.include_router(router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(Guard, token=config.token, max_body=config.max_body_bytes)
+    app.add_middleware(
+        Guard,
+        token=config.token,
+        max_body=config.max_body_bytes,
+        body_timeout=config.request_timeout,
+    )
     return app
 
 
+UNLINKED = frozenset({"/runs/{run_id}/events/stream", "/runs/{run_id}/approvals/{call_id}"})
+"""Operations on a run that its submission does not link to: a stream lasts as long as the
+run, and an approval needs a call id the run gives later."""
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """The schema, with the bearer scheme on every operation but ``/health``."""
+    """The schema, with the bearer scheme on every operation but ``/health``, and links
+    from a submitted run to what can be done with it."""
     if app.openapi_schema is None:
         from fastapi.openapi.utils import get_openapi
 
@@ -76,9 +93,16 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schema.setdefault("components", {})["securitySchemes"] = {
             "bearer": {"type": "http", "scheme": "bearer"}
         }
+        links = {}
         for path, operations in schema["paths"].items():
             for operation in operations.values():
                 if path != "/health":
                     operation["security"] = [{"bearer": []}]
+                if path.startswith("/runs/{run_id}") and path not in UNLINKED:
+                    links[operation["operationId"]] = {
+                        "operationId": operation["operationId"],
+                        "parameters": {"path.run_id": "$response.body#/run_id"},
+                    }
+        schema["paths"]["/runs"]["post"]["responses"]["201"]["links"] = links
         app.openapi_schema = schema
     return app.openapi_schema

@@ -18,8 +18,15 @@ class ServiceConfig:
         database_url: the run store (see `minions.runs.database_url`).
         recipes: the folder of the recipes clients may run by id (None: none).
         allow_inline_recipes: accept recipe YAML in a submission; it may still name only
-            built-in tools and tools modules of `recipes`.
+            built-in tools and tools modules of `recipes`, and models served where `model` is.
+        model: the model of runs whose recipe names none (`minions serve` takes
+            ``MINIONS_MODEL``): a model string. An inline recipe may name only models of its
+            provider and base URL.
         max_body_bytes: a larger request body is refused with 413.
+        request_timeout: seconds a client may take to send a request's head, and then its
+            body; a slower connection is closed (a slower body is a 408).
+        max_connections: connections served at once (more are closed as they come); kept
+            below the process's descriptor limit.
         heartbeat: seconds of silence after which an event stream sends a comment line.
         poll: seconds between a followed run's reads of the store when nothing woke it.
     """
@@ -28,6 +35,9 @@ class ServiceConfig:
     database_url: str | None = None
     recipes: Path | None = None
     allow_inline_recipes: bool = False
+    model: str | None = None
     max_body_bytes: int = 1 << 20
+    request_timeout: float = 10.0
+    max_connections: int = 2000
     heartbeat: float = 15.0
     poll: float = 0.1

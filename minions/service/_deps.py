@@ -1,5 +1,5 @@
-"""What routes depend on, through FastAPI's `Depends`: the run store, the recipes, the config
-and the in-process worker, all made by the app's lifespan and kept on ``app.state``."""
+"""What routes depend on, through FastAPI's `Depends`: the run store, the recipes, the config,
+the in-process worker and the count of open streams, kept on ``app.state``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from minions.runs import RunStore
 from minions.service._config import ServiceConfig
 from minions.service._recipes import RecipeCatalog
+from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
     from minions.runs import Worker
@@ -37,7 +38,13 @@ def _worker(request: Request) -> Worker | None:
     return worker
 
 
+def _streams(request: Request) -> OpenStreams:
+    streams: OpenStreams = request.app.state.streams
+    return streams
+
+
 Runs = Annotated[RunStore, Depends(_runs)]
 Config = Annotated[ServiceConfig, Depends(_config)]
 Catalog = Annotated[RecipeCatalog, Depends(_catalog)]
 InProcessWorker = Annotated["Worker | None", Depends(_worker)]
+Streams = Annotated[OpenStreams, Depends(_streams)]

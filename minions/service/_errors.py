@@ -3,7 +3,6 @@ from minions' errors to both, and never a traceback (nor anything of the server'
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 import structlog
@@ -34,6 +33,7 @@ ERROR_TYPES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "body_too_large",
     422: "invalid_request",
@@ -55,7 +55,7 @@ is an instance of answers."""
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": ERROR_TYPES[status]}
-    for status in (400, 401, 403, 404, 409, 413, 422, 503)
+    for status in (400, 401, 403, 404, 408, 409, 413, 422, 503)
 }
 """The error answers every route documents."""
 
@@ -113,7 +113,6 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        # The traceback without local variables (they hold the token and the request).
-        lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=30)
-        log.error("request failed", path=request.url.path, traceback="".join(lines))
+        # Only what fails outside the guard's barrier comes here (the barrier logs the
+        # rest): the server logs it as it re-raises.
         return error(500, "the server failed on this request; see its log")

@@ -1,17 +1,36 @@
-"""Bearer-token auth and the body size limit, before any route runs."""
+"""What every request goes through before a route runs: the bearer token (or a stream ticket,
+on a stream), the bytes of its path, query and body, the body's size and pace; and what
+catches a route that fails, so that a failure is logged once, briefly, and answered 500."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import re
+import time
+import traceback
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import parse_qs
 
+import structlog
+from fastapi.responses import JSONResponse
+
+from minions.service._bytes import json_problem, path_problem, query_problem
 from minions.service._errors import error
+from minions.service._routes.console import FILES
+from minions.service._tickets import Tickets
 
 __all__: list[str] = []
 
-PUBLIC_PATHS = frozenset({"/health", "/", "/favicon.ico"})
-PUBLIC_PREFIX = "/console/"
+log = structlog.get_logger(__name__)
+
+PUBLIC_PATHS = frozenset({"/health", "/", *(f"/console/{name}" for name in FILES)})
+"""What strangers may read: the health check and the console's own files (which hold no
+data); every other path, unknown ones included, is a 401 without the token."""
+STREAM = re.compile(r"/runs/(?P<run_id>[^/]+)/events/stream")
+THREAD_ABOVE = 64 << 10
+"""A body larger than this is checked in a thread (the check walks every value)."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -19,38 +38,52 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-class Guard:
-    """Bearer-token auth and the body size limit, before any route runs (an unknown path
-    without a token is a 401, not a 404: nothing is told to strangers)."""
+class _BodyTooLarge(Exception):
+    pass
 
-    def __init__(self, app: Any, *, token: str, max_body: int) -> None:
+
+class Guard:
+    """The token, the bytes and the pace of every request, before any route runs (an unknown
+    path without a token is a 401, not a 404: nothing is told to strangers), and the barrier
+    that turns a route's failure into one short log line and a 500.
+
+    Args:
+        app: the application.
+        token: the bearer token.
+        max_body: a larger body is a 413.
+        body_timeout: seconds a client may take to send a body (slower: 408).
+    """
+
+    def __init__(self, app: Any, *, token: str, max_body: int, body_timeout: float) -> None:
         self.app = app
         self.token = token.encode()
+        self.tickets = Tickets(token)
         self.max_body = max_body
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path: str = scope["path"]
-        if path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIX):
-            headers = dict(scope["headers"])
-            given = headers.get(b"authorization", b"")
-            scheme, _, credentials = given.partition(b" ")
-            if not given:
-                message = "this endpoint needs an Authorization: Bearer <token> header"
-                await error(401, message)(scope, receive, send)
-                return
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credentials.strip(), self.token
-            ):
-                await error(401, "the bearer token is wrong")(scope, receive, send)
-                return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
         if scope["method"] in ("POST", "PUT", "PATCH"):
-            body = await self._body(scope, receive)
-            if body is None:
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    body = await self._body(scope, receive)
+            except _BodyTooLarge:
                 message = f"the request body is larger than {self.max_body} bytes"
                 await error(413, message)(scope, receive, send)
+                return
+            except TimeoutError:
+                message = f"the request body did not come within {self.body_timeout:g} s"
+                await error(408, message, "request_timeout")(scope, receive, send)
+                return
+            problem = await self._body_problem(scope, body)
+            if problem is not None:
+                await error(400, problem, "invalid_json")(scope, receive, send)
                 return
             sent = False
 
@@ -61,14 +94,56 @@ class Guard:
                     return {"type": "http.request", "body": body, "more_body": False}
                 return await receive()
 
-            await self.app(scope, replay, send)
+            await self._barrier(scope, replay, send)
             return
-        await self.app(scope, receive, send)
+        await self._barrier(scope, receive, send)
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+    def _refusal(self, scope: Scope) -> JSONResponse | None:
+        """The answer to a request refused before its body is read, or None."""
+        path: str = scope["path"]
+        if path not in PUBLIC_PATHS:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            scheme, _, credentials = given.partition(b" ")
+            if given:
+                if scheme.lower() != b"bearer" or not hmac.compare_digest(
+                    credentials.strip(), self.token
+                ):
+                    return error(401, "the bearer token is wrong")
+            else:
+                ticketed = self._ticketed(scope)
+                if ticketed is False:
+                    message = (
+                        "the stream ticket is wrong, expired or for another run; get another: "
+                        "POST /runs/{run_id}/events/ticket"
+                    )
+                    return error(401, message)
+                if ticketed is None:
+                    message = "this endpoint needs an Authorization: Bearer <token> header"
+                    return error(401, message)
+        problem = path_problem(scope.get("raw_path") or path.encode())
+        if problem is None:
+            problem = query_problem(scope["query_string"])
+        return None if problem is None else error(400, problem)
+
+    def _ticketed(self, scope: Scope) -> bool | None:
+        """Whether the ticket of a request for a run's stream opens it (None: no ticket, or
+        not a stream)."""
+        match = STREAM.fullmatch(scope["path"])
+        if match is None or scope["method"] not in ("GET", "HEAD"):
+            return None
+        try:
+            query = parse_qs(scope["query_string"].decode("ascii"), max_num_fields=20)
+        except (UnicodeDecodeError, ValueError):
+            return False
+        given = query.get("ticket")
+        if given is None:
+            return None
+        return len(given) == 1 and self.tickets.valid(match["run_id"], given[0], now=time.time())
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes:
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
-                return None
+                raise _BodyTooLarge
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -78,8 +153,46 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                return None
+                raise _BodyTooLarge
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+    async def _body_problem(self, scope: Scope, body: bytes) -> str | None:
+        """What is wrong with a JSON body (or one without a content type, which the routes
+        read as JSON), or None."""
+        if not body:
+            return None
+        content_type = dict(scope["headers"]).get(b"content-type", b"").lower()
+        if content_type and b"json" not in content_type:
+            return None  # not read as JSON: the route refuses it
+        if len(body) > THREAD_ABOVE:
+            return await asyncio.to_thread(json_problem, body)
+        return json_problem(body)
+
+    async def _barrier(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app; a failure is logged once, without local variables (they hold the
+        token and the request), and answered 500 when no answer has started."""
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            # Formatted here, whatever the logging setup: a renderer showing local variables
+            # would print the token.
+            lines = traceback.format_exception(exc, limit=-12)  # the innermost frames
+            log.error(
+                "request failed",
+                method=scope["method"],
+                path=scope["path"],
+                exception="".join(lines),
+            )
+            if not started:
+                message = "the server failed on this request; see its log"
+                await error(500, message)(scope, receive, send)

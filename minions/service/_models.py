@@ -80,6 +80,11 @@ class ApprovalOut(BaseModel):
     reason: str | None = None
 
 
+class Ticket(BaseModel):
+    ticket: str = Field(description="Pass as `?ticket=` to the run's event stream.")
+    expires_at: int = Field(description="When it stops opening the stream (Unix seconds).")
+
+
 class GraphNode(BaseModel):
     id: str
     kind: str
@@ -129,9 +134,20 @@ class WorkerOut(BaseModel):
     runs: list[str]
 
 
+class Streams(BaseModel):
+    """The event streams of this process (each back to 0 once its clients have gone)."""
+
+    open: int = Field(description="Event streams open now.")
+    runs_followed: int = Field(description="Runs read for them (one reader per run).")
+    live_subscriptions: int = Field(
+        description="Their subscriptions to the in-process worker's live events."
+    )
+
+
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     version: str
+    streams: Streams
     worker: Literal["none", "starting", "running", "degraded", "stopped", "failed"] = Field(
         description="The worker in the server's process (`none`: served with --no-worker)."
     )

@@ -1,15 +1,18 @@
 """The server's recipes: the YAML files of its ``--recipes`` folder, by recipe id, and the
-check that keeps an inline recipe to the code the server already trusts."""
+check that keeps an inline recipe to the code, files and hosts the server already trusts."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from minions._step.step import recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
+from minions.recipes._schema import HttpSpec, RecipeSpec
 
 __all__: list[str] = []
 
@@ -52,6 +55,10 @@ class RecipeCatalog:
     """The recipes of a folder (searched recursively, hidden folders left out), read without
     running any of their code; a file that does not parse is left out and logged.
 
+    `start` also resolves, once, what an inline recipe may name: the tools modules (``.py``
+    files) and the recipe files of the folder, as absolute paths that stay inside it (a
+    symbolic link leading out is left out). Nothing a request sends changes them.
+
     Args:
         folder: the folder (None: the server offers no recipes).
     """
@@ -59,6 +66,34 @@ class RecipeCatalog:
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder.resolve() if folder is not None else None
         self._entries: dict[str, RecipeEntry] = {}
+        self.modules: dict[str, Path] = {}
+        """Tools modules an inline recipe may name (``pkg.mod``), by name."""
+        self.includes: frozenset[str] = frozenset()
+        """Recipe files an inline recipe may include, as normalized absolute paths."""
+
+    def start(self) -> None:
+        """Read the folder: its recipes, its tools modules and its recipe files."""
+        self.scan()
+        if self.folder is None:
+            return
+        for path in self._files("*.py"):
+            parts = path.relative_to(self.folder).with_suffix("").parts
+            if all(p.isidentifier() and p != "__init__" for p in parts):
+                self.modules[".".join(parts)] = path
+        yaml = [*self._files("*.yaml"), *self._files("*.yml")]
+        self.includes = frozenset(os.path.normpath(p) for p in yaml)
+
+    def _files(self, pattern: str) -> list[Path]:
+        """The folder's files matching `pattern`, hidden folders left out, each inside the
+        folder once links are followed."""
+        assert self.folder is not None
+        found = []
+        for path in sorted(self.folder.rglob(pattern)):
+            if any(part.startswith(".") for part in path.relative_to(self.folder).parts):
+                continue
+            if path.is_file() and _inside(self.folder, path):
+                found.append(path)
+        return found
 
     def scan(self) -> dict[str, RecipeEntry]:
         from minions.recipes._loader import parse_spec
@@ -66,10 +101,7 @@ class RecipeCatalog:
         entries: dict[str, RecipeEntry] = {}
         if self.folder is None:
             return entries
-        files = sorted([*self.folder.rglob("*.yaml"), *self.folder.rglob("*.yml")])
-        for path in files:
-            if any(part.startswith(".") for part in path.relative_to(self.folder).parts):
-                continue
+        for path in [*self._files("*.yaml"), *self._files("*.yml")]:
             try:
                 spec, _ = parse_spec(path.read_text(encoding="utf-8"), file=str(path))
             except (RecipeError, OSError, UnicodeDecodeError):
@@ -93,38 +125,54 @@ class RecipeCatalog:
             found = self.scan().get(recipe_id)
         return found
 
+    def inline_path(self, recipe_id: str) -> Path:
+        """Where an inline recipe is taken to live, ``<folder>/<id>.inline.yaml`` (its tools
+        modules and included recipes are found beside it): derived from the server's folder
+        (or its current directory without one) and a slug, and checked to stay there.
+
+        Raises:
+            RecipeError: the id is not a slug.
+        """
+        base = self.folder or Path.cwd().resolve()
+        path = base / f"{recipe_id}.inline.yaml"
+        if recipe_id_problem(recipe_id) is not None or path.parent != base:
+            raise RecipeError([Problem(message=str(recipe_id_problem(recipe_id)), field="id")])
+        return path
+
 
 def _inside(folder: Path, path: Path) -> bool:
     try:
         path.resolve().relative_to(folder)
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):
         return False
     return True
 
 
-def check_inline(text: str, folder: Path | None) -> None:
-    """Refuse an inline recipe that could make the server run code it does not already trust:
-    its ``tools:`` must be modules (``.py`` files) of the recipes folder, its sub-recipes files
-    of that folder, and it may not choose its own ``workspace:``, declare MCP servers (a
-    command to start, a host to call) or name a model endpoint (which would receive the
-    server's API key). Built-in tools are always allowed. Nothing is imported here.
+def check_inline(text: str, catalog: RecipeCatalog, *, model: str | None) -> RecipeSpec:
+    """Refuse an inline recipe that could make the server run code, reach a host or touch a
+    file it does not already trust: its ``tools:`` must be modules of the recipes folder (as
+    `RecipeCatalog.start` found them), its sub-recipes files of that folder; it may not
+    choose its ``workspace:``, widen ``http`` to ``allowed_hosts``, declare MCP servers (a
+    command to start, a host to call) or name a model served elsewhere than the server's
+    own `model` (another endpoint would receive the server's API key). Built-in tools are
+    always allowed. Nothing is imported, and no file is read.
+
+    Returns:
+        The recipe's spec.
 
     Raises:
-        RecipeError: the recipe does not parse, or names something outside the folder.
+        RecipeError: the recipe does not parse, or names something the server does not
+            offer.
     """
     from minions.recipes._loader import parse_spec
 
     spec, _ = parse_spec(text)
     problems: list[Problem] = []
+    folder = catalog.folder
     where = "the server's recipes folder" if folder is not None else "none (no --recipes)"
     for index, reference in enumerate(spec.tools):
         module = reference.partition(":")[0]
-        parts = module.split(".")
-        ok = folder is not None and all(p.isidentifier() for p in parts)
-        if ok and folder is not None:
-            local = folder.joinpath(*parts).with_suffix(".py")
-            ok = local.is_file() and _inside(folder, local)
-        if not ok:
+        if module not in catalog.modules:
             problems.append(
                 Problem(
                     message=f"an inline recipe may name only tools modules of the server's "
@@ -135,10 +183,7 @@ def check_inline(text: str, folder: Path | None) -> None:
     for step in spec.steps:
         if step.recipe is None:
             continue
-        ok = folder is not None and (folder / step.recipe).is_file()
-        if ok and folder is not None:
-            ok = _inside(folder, folder / step.recipe)
-        if not ok:
+        if folder is None or os.path.normpath(folder / step.recipe) not in catalog.includes:
             problems.append(
                 Problem(
                     message=f"an inline recipe may include only recipes of the server's "
@@ -154,6 +199,15 @@ def check_inline(text: str, folder: Path | None) -> None:
                 field="workspace",
             )
         )
+    if isinstance(spec.http, HttpSpec) and spec.http.allowed_hosts:
+        # The hosts http_get may reach beyond public addresses are the server's to choose.
+        problems.append(
+            Problem(
+                message="an inline recipe cannot allow hosts to http_get (`allowed_hosts`); "
+                "`http: true` reaches public addresses only",
+                field="http.allowed_hosts",
+            )
+        )
     if spec.mcp_servers:
         # A stdio server is a program the server would start; an HTTP one, a host it would
         # call: neither is the request's to choose.
@@ -164,22 +218,40 @@ def check_inline(text: str, folder: Path | None) -> None:
                 field="mcp_servers",
             )
         )
-    models: list[tuple[str | None, str | None]] = [(None, spec.model)]
-    models += [(step.id, step.model) for step in spec.steps]
-    for step_id, model in models:
-        if model is not None and "@" in model:
-            # A base URL of the request's choosing would receive the server's API key.
-            problems.append(
-                Problem(
-                    message="an inline recipe cannot name a model endpoint (a base URL after "
-                    f"'@' in {model.split('@', 1)[0]!r}@...); name the model only, the "
-                    "server's configuration says where it is served",
-                    step=step_id,
-                    field="model",
-                )
-            )
+    problems += _model_problems(spec, model)
     if problems:
         raise RecipeError(problems)
+    catalog.inline_path(spec.id)
+    return spec
+
+
+def _model_problems(spec: RecipeSpec, model: str | None) -> list[Problem]:
+    """An inline recipe's models must be served where the server's own model is: the same
+    provider, and the same base URL (none, or the very one the server's names)."""
+    from minions.models._infer import model_endpoint
+
+    own = model_endpoint(model) if model is not None else None
+    problems = []
+    named: list[tuple[str | None, str | None]] = [(None, spec.model)]
+    named += [(step.id, step.model) for step in spec.steps]
+    for step_id, name in named:
+        if name is None or model_endpoint(name) == own:
+            continue
+        served = (
+            f"the server's model is served by {own[0]!r}" + (f" at {own[1]}" if own[1] else "")
+            if own is not None
+            else "the server names no model (MINIONS_MODEL)"
+        )
+        problems.append(
+            Problem(
+                message=f"an inline recipe cannot choose a model endpoint: {served}, and "
+                f"{name.split('@', 1)[0]!r} is not served there; name a model of that "
+                "provider, or none",
+                step=step_id,
+                field="model",
+            )
+        )
+    return problems
 
 
 def problem_text(exc: MinionsError) -> str:

@@ -10,12 +10,18 @@ import socket
 import threading
 from collections.abc import Callable
 
+import structlog
+
 from minions._step.settings import RunSettings
 from minions.models._base import Model
+from minions.service import _logs as logs
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
+from minions.service._protocol import bounded_protocol, connection_cap
 
 __all__ = ["serve"]
+
+log = structlog.get_logger(__name__)
 
 
 def _streaming(spec: Model | str | None) -> Model:
@@ -37,6 +43,11 @@ def serve(
     """Serve until SIGINT or SIGTERM; the in-process worker stops with the server (its
     unfinished runs go on in the next worker).
 
+    The process is the server's: its logging is set up here (lines on stderr, tracebacks
+    without local variables, the token and the environment's secrets redacted from every
+    line), and its descriptor limit raised towards the hard one to hold
+    `ServiceConfig.max_connections`.
+
     Args:
         config: what to serve.
         host: the address to bind (keep 127.0.0.1 unless a TLS proxy is in front).
@@ -50,6 +61,13 @@ def serve(
     from minions.runs import LiveHub, database_url
 
     url = database_url(config.database_url)
+    logs.install(logs.Redactor(logs.secrets_of(config.token, os.environ, url)))
+    connections = connection_cap(config.max_connections)
+    if connections < config.max_connections:
+        log.warning(
+            "fewer connections than asked: the descriptor limit holds no more",
+            max_connections=connections,
+        )
     hub = LiveHub() if worker else None
     running = None
     thread = None
@@ -61,7 +79,7 @@ def serve(
         running = Worker(
             url,
             concurrency=concurrency,
-            settings=RunSettings(model=os.environ.get("MINIONS_MODEL"), model_resolver=_streaming),
+            settings=RunSettings(model=config.model, model_resolver=_streaming),
             hub=hub,
             on_ready=lambda _: started.set(),
         )
@@ -100,6 +118,8 @@ def serve(
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=3,
+            http=bounded_protocol(head_timeout=config.request_timeout, max_connections=connections),
+            timeout_keep_alive=5,
         )
     )
     try:

@@ -1,18 +1,36 @@
 """A run's events as Server-Sent Events: what is stored after the client's position, then what
 comes, until the run's end; token deltas live; a comment line now and then so proxies keep
-the connection open. The run is followed in a task of its own, so the stream can beat while
-it waits, and the follow ends whenever the client goes."""
+the connection open.
+
+The answer is an ASGI application of its own, which owns the follow of the run: the follow
+runs in a task of the answer's task group, so the stream can beat while it waits, and it is
+cancelled on every way out (the run's end, the client gone at any moment, a failed write,
+the server stopping), releasing its subscription at once rather than when a garbage
+collector finds it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import anyio
+from starlette.responses import Response
 
 from minions.events import Event, event_to_json
 from minions.runs import RunStore
 
 __all__: list[str] = []
+
+Message = MutableMapping[str, Any]
+HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+RETRY = b"retry: 1000\n\n"
+KEEP_ALIVE = b": keep-alive\n\n"
 
 
 def frame(event: Event) -> bytes:
@@ -22,32 +40,91 @@ def frame(event: Event) -> bytes:
     return f"{head}event: {event.kind}\ndata: {event_to_json(event)}\n\n".encode()
 
 
-async def sse_events(
-    runs: RunStore, run_id: str, *, after: int, heartbeat: float
-) -> AsyncIterator[bytes]:
-    """The stream of one client (the run exists)."""
-    yield b"retry: 1000\n\n"
-    queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=1000)
+class OpenStreams:
+    """The event streams open in this process, counted (`/health` tells them)."""
 
-    async def pump() -> None:
-        try:
-            async for event in runs.follow(run_id, after=after):
-                await queue.put(event)
-        finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)
+    def __init__(self) -> None:
+        self.open = 0
 
-    task = asyncio.create_task(pump())
-    try:
-        while True:
+
+class EventStream(Response):
+    """The stream of one client (the run exists, and has events after `after` or has not
+    ended: the route answers 204 otherwise).
+
+    Args:
+        runs: the run store.
+        run_id: the run.
+        after: the last sequence number the client has.
+        heartbeat: seconds of silence before a comment line.
+        count: where open streams are counted.
+    """
+
+    def __init__(
+        self,
+        runs: RunStore,
+        run_id: str,
+        *,
+        after: int,
+        heartbeat: float,
+        count: OpenStreams,
+    ) -> None:
+        # A response of no declared length, whose body is written by `__call__`.
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = list(HEADERS)
+        self.runs = runs
+        self.run_id = run_id
+        self.after = after
+        self.heartbeat = heartbeat
+        self.count = count
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Message]],
+        send: Callable[[Message], Awaitable[None]],
+    ) -> None:
+        queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=1000)
+
+        async def pump() -> None:
             try:
-                event = await asyncio.wait_for(queue.get(), heartbeat)
-            except TimeoutError:
-                yield b": keep-alive\n\n"
+                async for event in self.runs.follow(self.run_id, after=self.after):
+                    await queue.put(event)
+            finally:
+                with contextlib.suppress(asyncio.QueueFull):
+                    queue.put_nowait(None)
+
+        self.count.open += 1
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def watch() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    group.cancel_scope.cancel()  # the client went: stop following
+
+                group.start_soon(watch)
+                group.start_soon(pump)
+                try:
+                    await self._write(send, queue)
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            self.count.open -= 1
+
+    async def _write(
+        self, send: Callable[[Message], Awaitable[None]], queue: asyncio.Queue[Event | None]
+    ) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": RETRY, "more_body": True})
+        while True:
+            event: Event | None = None
+            with anyio.move_on_after(self.heartbeat) as waited:
+                event = await queue.get()
+            if waited.cancelled_caught:
+                await send({"type": "http.response.body", "body": KEEP_ALIVE, "more_body": True})
                 continue
             if event is None:
-                return
-            yield frame(event)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+                break  # the run's terminal event was sent: the stream ends
+            await send({"type": "http.response.body", "body": frame(event), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

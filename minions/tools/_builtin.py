@@ -18,6 +18,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from minions._text import cut_note
 from minions.errors import ToolError
 from minions.tools._tool import Tool, tool
 
@@ -281,12 +282,6 @@ class _Workspace:
                 "workspace); file tools never read or write such a file."
             )
         return info
-
-
-def cut_note(total: int, shown: int, unit: str) -> str:
-    """What a tool adds to a result it cut, so the model knows: ``[cut: 2,000,000 bytes,
-    showing the first 1,000,000]``."""
-    return f"\n[cut: {total:,} {unit}, showing the first {shown:,}]"
 
 
 def file_tools(workspace: str | Path, *, protected: Collection[Path] = ()) -> list[Tool]:

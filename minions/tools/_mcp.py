@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from minions._log import info, warn
+from minions._text import cut_note
 from minions.errors import MCPServerError, Problem, RecipeError, ToolError
-from minions.tools._builtin import MAX_HTTP_CHARS, cut_note
+from minions.tools._builtin import MAX_HTTP_CHARS
 from minions.tools._tool import Tool, ToolRegistry
 
 __all__ = ["MCPHttpServer", "MCPStdioServer"]

@@ -4,7 +4,7 @@ show comes from the API, with the token)."""
 from __future__ import annotations
 
 from importlib import resources
-from pathlib import Path
+from pathlib import PurePath
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, Response
@@ -16,6 +16,12 @@ __all__: list[str] = []
 router = APIRouter(include_in_schema=False)
 CONSOLE = resources.files("minions.service") / "console"
 TYPES = {".js": "text/javascript", ".css": "text/css"}
+FILES = frozenset(
+    item.name
+    for item in CONSOLE.iterdir()
+    if item.is_file() and PurePath(item.name).suffix in TYPES
+)
+"""The console's files (served without the token; any other name needs it)."""
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -25,7 +31,7 @@ async def index() -> HTMLResponse:
 
 @router.get("/console/{name}")
 async def asset(name: str) -> Response:
-    suffix = Path(name).suffix
-    if "/" in name or suffix not in TYPES or not CONSOLE.joinpath(name).is_file():
+    if name not in FILES:
         raise Refused(404, f"no console file {name!r}")
-    return Response(CONSOLE.joinpath(name).read_bytes(), media_type=TYPES[suffix])
+    media_type = TYPES[PurePath(name).suffix]
+    return Response(CONSOLE.joinpath(name).read_bytes(), media_type=media_type)

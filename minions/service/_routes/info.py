@@ -9,9 +9,10 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from minions._version import __version__
-from minions.service._deps import Catalog, InProcessWorker, Runs
+from minions.service._deps import Catalog, InProcessWorker, Runs, Streams
 from minions.service._errors import ERRORS
 from minions.service._models import Health, RecipeOut, WorkerOut
+from minions.service._models import Streams as StreamsOut
 
 __all__: list[str] = []
 
@@ -45,14 +46,21 @@ async def workers(runs: Runs) -> list[WorkerOut]:
     response_model=Health,
     responses={503: {"model": Health, "description": "the in-process worker is not running"}},
 )
-async def health(worker: InProcessWorker) -> JSONResponse:
-    """Up, and the state of the worker in this process (no token needed): 503 while it is
-    not running (its database is unreachable, or it stopped)."""
+async def health(worker: InProcessWorker, runs: Runs, streams: Streams) -> JSONResponse:
+    """Up, the state of the worker in this process, and its event streams (no token
+    needed): 503 while the worker is not running (its database is unreachable, or it
+    stopped)."""
     state = "none" if worker is None else worker.state
     ok = state in ("none", "running")
+    hub = runs.log.hub
     body = Health(
         status="ok" if ok else "unavailable",
         version=__version__,
+        streams=StreamsOut(
+            open=streams.open,
+            runs_followed=runs.log.feeds(),
+            live_subscriptions=hub.subscriptions() if hub is not None else 0,
+        ),
         worker=state,
         error=None if worker is None else worker.error,
     )

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import dataclasses
 import json
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -14,6 +13,7 @@ from fastapi import Path as PathParam
 
 from minions.errors import RecipeError
 from minions.runs import RunRecord
+from minions.service._bytes import json_problem
 from minions.service._deps import Catalog, Config, Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import (
@@ -48,11 +48,11 @@ async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catal
                 "`recipe_yaml`: this server takes no inline recipes (start it with "
                 "--allow-inline-recipes); submit a recipe id from GET /recipes",
             )
-        check_inline(body.recipe_yaml, catalog.folder)
+        spec = check_inline(body.recipe_yaml, catalog, model=config.model)
         run_id, created = await runs.submit_yaml(
             body.recipe_yaml,
             body.inputs,
-            base=catalog.folder or Path.cwd(),
+            base=catalog.inline_path(spec.id).parent,
             idempotency_key=body.idempotency_key,
         )
     else:
@@ -185,13 +185,21 @@ def _cursor(record: RunSummary) -> str:
 
 
 def _position(cursor: str) -> tuple[float, str]:
+    refused = Refused(
+        400, "`cursor` is not a cursor this server gave (pass next_cursor as it came)"
+    )
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, run_id = json.loads(raw)
-        if not isinstance(run_id, str) or not isinstance(created, int | float):
-            raise ValueError
-        return float(created), run_id
-    except (ValueError, TypeError, UnicodeDecodeError):
-        raise Refused(
-            400, "`cursor` is not a cursor this server gave (pass next_cursor as it came)"
-        ) from None
+    except ValueError:
+        raise refused from None
+    if json_problem(raw) is not None:  # NaN, NUL, surrogates, deep nesting, not UTF-8
+        raise refused
+    value = json.loads(raw)
+    if not isinstance(value, list) or len(value) != 2:
+        raise refused
+    created, run_id = value
+    if not isinstance(run_id, str) or len(run_id) > 200:
+        raise refused
+    if isinstance(created, bool) or not isinstance(created, int | float):
+        raise refused
+    return float(created), run_id

@@ -1,6 +1,7 @@
 // The minions console: the runs list, live; a run's steps as a graph, its events as they come
-// (Server-Sent Events read through fetch, so the token goes in a header), its outputs, usage
-// and streaming text; cancel, resume, approve, reject. No build step, no dependencies.
+// (Server-Sent Events, through an EventSource opened with a stream ticket: the token stays in
+// headers), its outputs, usage and streaming text; cancel, resume, approve, reject. No build
+// step, no dependencies.
 "use strict";
 
 const TOKEN_KEY = "minions-token";
@@ -9,7 +10,7 @@ const $ = (selector) => document.querySelector(selector);
 
 let token = sessionStorage.getItem(TOKEN_KEY);
 let listTimer = null;
-let current = null; // the run on screen: {id, controller, steps, tokens, lastSeq, ended}
+let current = null; // the run on screen: {id, source, steps, tokens, lastSeq, ended}
 
 // -- the API ------------------------------------------------------------------------------
 
@@ -130,13 +131,13 @@ function route() {
 window.addEventListener("hashchange", () => { if (token) route(); });
 
 function stopRun() {
-  if (current && current.controller) current.controller.abort();
+  if (current && current.source) current.source.close();
   current = null;
 }
 
 async function showRun(runId) {
   stopRun();
-  const run = { id: runId, controller: new AbortController(), steps: {}, tokens: {}, lastSeq: 0, ended: false, graph: [] };
+  const run = { id: runId, source: null, steps: {}, tokens: {}, lastSeq: 0, ended: false, graph: [] };
   current = run;
   $("#run-view").hidden = false;
   $("#run-id").textContent = runId;
@@ -274,37 +275,42 @@ function renderSteps(run) {
 const STEP_STATUS = { step_started: "running", approval_requested: "waiting", approval_resolved: "running", step_completed: "completed", step_failed: "failed", step_skipped: "skipped" };
 const REFRESH_ON = new Set(["step_completed", "step_failed", "step_skipped", "approval_requested", "approval_resolved", "run_completed", "run_failed", "run_started"]);
 
+const KINDS = ["run_started", "run_completed", "run_failed", "step_started", "step_completed", "step_failed", "step_skipped", "model_call_started", "model_call_completed", "model_call_failed", "token_delta", "tool_call_started", "tool_call_completed", "tool_call_failed", "retry_scheduled", "output_mode_demoted", "approval_requested", "approval_resolved", "completion_decided", "routing_decided", "plan_revised"];
+const ENDS = new Set(["run_completed", "run_failed"]);
+
 async function follow(run) {
-  // Reads the stream; after a dropped connection, goes on from the last event seen
-  // (Last-Event-ID), until the run's terminal event ends the stream.
-  while (current === run && !run.ended) {
-    try {
-      const headers = { Authorization: `Bearer ${token}`, Accept: "text/event-stream" };
-      if (run.lastSeq) headers["Last-Event-ID"] = String(run.lastSeq);
-      const response = await fetch(`/runs/${run.id}/events/stream`, { headers, signal: run.controller.signal });
-      if (response.status === 401) { askToken("the token was refused"); return; }
-      if (!response.ok) { $("#event-count").textContent = `stream: ${response.status}`; return; }
-      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += value;
-        let cut;
-        while ((cut = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, cut);
-          buffer = buffer.slice(cut + 2);
-          const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
-          if (data) onEvent(run, JSON.parse(data));
-        }
-      }
-      const data = await api(`/runs/${run.id}`);
-      if (TERMINAL.has(data.status)) { run.ended = true; await refreshRun(run); }
-    } catch (error) {
-      if (error.name === "AbortError") return;
-      await new Promise((resolve) => setTimeout(resolve, 1000));
-    }
-  }
+  // An EventSource on a stream ticket: EventSource cannot send the token, so a short-lived
+  // ticket for this run's stream goes in its URL instead (never the token). It resumes by
+  // itself after a dropped connection (Last-Event-ID); after the run's terminal event the
+  // server closes the stream and the source is closed here, before it would come back
+  // (coming back, it would get a 204, which stops it too).
+  if (current !== run || run.ended) return;
+  let ticket;
+  try { ticket = await api(`/runs/${run.id}/events/ticket`, { method: "POST" }); }
+  catch (error) { $("#event-count").textContent = `stream: ${error.message}`; return; }
+  if (current !== run) return;
+  const after = run.lastSeq ? `&after=${run.lastSeq}` : "";
+  const source = new EventSource(`/runs/${run.id}/events/stream?ticket=${encodeURIComponent(ticket.ticket)}${after}`);
+  run.source = source;
+  let last = null;
+  const receive = (message) => {
+    const event = JSON.parse(message.data);
+    if (event.kind !== "token_delta") last = event.kind;
+    onEvent(run, event);
+  };
+  for (const kind of KINDS) source.addEventListener(kind, receive);
+  source.onerror = async () => {
+    if (current !== run || run.source !== source) { source.close(); return; }
+    const ended = ENDS.has(last);
+    if (source.readyState !== EventSource.CLOSED && !ended) return; // it comes back by itself
+    source.close(); // the run's end (or a refused ticket): do not come back
+    run.source = null;
+    let data;
+    try { data = await api(`/runs/${run.id}`); } catch { return; }
+    if (TERMINAL.has(data.status)) { run.ended = true; await refreshRun(run); return; }
+    if (!ended) await new Promise((resolve) => setTimeout(resolve, 1000)); // a refused ticket
+    follow(run); // a run resumed after failing goes on: follow it from where it was
+  };
 }
 
 function onEvent(run, event) {

@@ -152,15 +152,14 @@ class RunRecorder:
         the lease was lost (nothing was written)."""
         status = run.get("status")
         if status in TERMINAL and not any(e.kind in TERMINAL_KINDS for e in self.pending):
-            said = {
-                "run_id": self.lease.run_id,
-                "seq": self.stored + len(self.pending) + 1,
-                "timestamp": time.time(),
-            }
+            run_id, seq = self.lease.run_id, self.stored + len(self.pending) + 1
+            now = time.time()
             self.pending.append(
-                RunCompleted(**said, output=run.get("output"))
+                RunCompleted(run_id=run_id, seq=seq, timestamp=now, output=run.get("output"))
                 if status == "completed"
-                else RunFailed(**said, error=run.get("error") or str(status))
+                else RunFailed(
+                    run_id=run_id, seq=seq, timestamp=now, error=run.get("error") or str(status)
+                )
             )
         if self._timer is not None:
             self._timer.cancel()

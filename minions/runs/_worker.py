@@ -75,6 +75,11 @@ class WorkerConflictError(MinionsError):
     """Another live worker has this executor id."""
 
 
+def _warm_up() -> None:
+    with contextlib.suppress(Exception):
+        import minions.models._openai  # noqa: F401
+
+
 def default_executor_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -181,6 +186,10 @@ class Worker:
                 QUEUE, worker_concurrency=self.concurrency, polling_interval_sec=POLLING
             )
             self._adopt_other_versions()
+            # The model client (openai and its types: seconds of imports) loads now, beside
+            # the worker, rather than inside its event loop when the first run needs a model
+            # (which stalled every run of the worker meanwhile).
+            threading.Thread(target=_warm_up, name="minions-warm-up", daemon=True).start()
             self.state = "running"
             if self.on_ready is not None:
                 self.on_ready(self)

@@ -308,6 +308,9 @@ class DurableRunner:
         self.lease = lease
         self.heartbeat = heartbeat
         self.running: dict[str, asyncio.Task[Any]] = {}
+        self.held: set[str] = set()
+        """The runs this runner claimed and has not let go of: the worker renews their
+        leases."""
         self._recorders: dict[str, RunRecorder] = {}
         self._waiting: dict[str, int] = {}
         """Calls each run waits on (the run is `waiting` while there is one)."""
@@ -335,7 +338,15 @@ class DurableRunner:
                 )
         if not isinstance(start, Start):
             return
+        self.held.add(run_id)  # its lease is renewed from now on, not only once it runs
+        try:
+            await self._run(start)
+        finally:
+            self.held.discard(run_id)
+
+    async def _run(self, start: Start) -> None:
         lease = start.lease
+        run_id = lease.run_id
         task: asyncio.Task[Any] | None = None
 
         def lost() -> None:

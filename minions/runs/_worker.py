@@ -252,7 +252,7 @@ class Worker:
             mine = self.store.heartbeat(
                 self.executor_id,
                 incarnation=self.incarnation,
-                runs=list(self.runner.running),
+                runs=list(self.runner.held),
                 lease_until=time.time() + DEAD_AFTER,
             )
             if not mine:

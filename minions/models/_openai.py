@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -22,7 +23,12 @@ from minions._log import info
 from minions._messages import Message, ModelCallResponse, Prompt, Usage
 from minions._text import Secret, redact_url
 from minions._values import ModeDemotion
-from minions.errors import ModelError, ModelOutputError, OutputValidationError
+from minions.errors import (
+    ModelError,
+    ModelOutputError,
+    OutputValidationError,
+    TransientModelError,
+)
 from minions.models._base import Model, TokenCallback
 from minions.models._openai_wire import (
     StreamAccumulator,
@@ -357,7 +363,7 @@ class OpenAIChatModel(Model):
                 completion: ChatCompletion = await self._bind()(**request)
                 return completion
             return await self._stream(request, on_token)
-        except (openai.OpenAIError, httpx2.TransportError) as exc:
+        except (openai.OpenAIError, httpx2.TransportError, json.JSONDecodeError) as exc:
             error = translate_error(
                 exc, where=self._where, timeout=self.timeout, redact=self._redact
             )
@@ -385,8 +391,24 @@ class OpenAIChatModel(Model):
                 text = accumulator.add(chunk)
                 if text:
                     on_token(text)
+        except json.JSONDecodeError as exc:
+            broken = TransientModelError(
+                f"{self._where}: a streamed chunk is not valid JSON ({exc.msg}), after "
+                f"{accumulator.received} of the answer: the answer is incomplete"
+            )
+            broken.usage = accumulator.usage()
+            raise broken from None
         finally:
             await stream.close()
+        if accumulator.finish_reason is None:
+            # A server or proxy that closed the stream mid-answer ends it as cleanly as one
+            # that is done: only the finish reason says the answer is whole.
+            cut = TransientModelError(
+                f"{self._where}: the stream ended before the answer's finish reason, after "
+                f"{accumulator.received}: the answer is incomplete"
+            )
+            cut.usage = accumulator.usage()
+            raise cut
         return accumulator.completion()
 
     def _redact(self, text: str) -> str:

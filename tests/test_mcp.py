@@ -645,8 +645,14 @@ def test_the_dry_run_lists_mcp_tools_without_calling_them(
         .invoke(app, ["run", str(recipe), "--dry-run", "--json", "--model", "test"])
         .stdout
     )
-    tools = data["mcp_servers"]["t"]["tools"]
-    assert {"name": "t_echo", "mcp_name": "echo", "description": "Say the text back."} in tools
+    tools = {t["name"]: t for t in data["mcp_servers"]["t"]["tools"]}
+    echo = tools["t_echo"]
+    assert (echo["mcp_name"], echo["description"]) == ("echo", "Say the text back.")
+    # The schema the model is offered, as the server listed it.
+    assert echo["input_schema"]["type"] == "object"
+    assert echo["input_schema"]["required"] == ["text"]
+    assert echo["input_schema"]["properties"]["text"]["type"] == "string"
+    assert tools["t_add"]["input_schema"]["properties"]["b"]["type"] == "integer"
     assert data["mcp_servers"]["t"]["server"].startswith("stdio: ")
     assert not log.exists()  # listed, never called
 

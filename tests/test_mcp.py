@@ -835,7 +835,7 @@ def test_a_result_over_the_cap_is_cut_with_a_note_the_model_sees() -> None:
     prefix = '{"data": "' + "y" * (200_000 - 10)
     assert data == prefix + "\n[cut: 1,000,012 characters, showing the first 200,000]"
     assert fits == "x" * 200_000  # at the cap: whole, no note
-    assert picture == "[image content]"
+    assert picture == "[image: image/png, 72 bytes]"  # never base64
     follow_up = str(model.requests[1])
     assert "[cut: 20,000,000 characters, showing the first 200,000]" in follow_up
     assert len(follow_up) < 1_000_000

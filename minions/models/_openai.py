@@ -422,6 +422,7 @@ class OpenAIChatModel(Model):
             usage=usage,
             finish_reason=choice.finish_reason,
             model=completion.model or self.model,
+            response_id=completion.id or None,
             raw=completion,
         )
 

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
@@ -180,6 +183,31 @@ def make_server(name: str = "test") -> MCPServer:
         return "said"
 
     return server
+
+
+@contextlib.contextmanager
+def serve_http(app: Any) -> Iterator[str]:
+    """Serve an MCP server's ASGI app (``server.streamable_http_app()``) with uvicorn on a free
+    port of 127.0.0.1, in a daemon thread (so it never outlives the tests); yields its URL."""
+    import asyncio
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    started = threading.Event()
+    while not server.started and thread.is_alive():
+        started.wait(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
 
 
 _WIRE = [1]

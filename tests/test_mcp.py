@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as ServerToolError
 from typer.testing import CliRunner
@@ -445,25 +444,10 @@ def test_a_command_that_does_not_exist_fails_the_run_naming_the_server() -> None
 def http_server() -> Iterator[str]:
     """The test server over streamable HTTP on a free port of 127.0.0.1, stopped after the
     test (and a daemon thread, so it never outlives the tests)."""
-    sys.path.insert(0, str(SERVER.parent))
-    try:
-        from mcp_test_server import make_server
-    finally:
-        sys.path.remove(str(SERVER.parent))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = make_server("http").streamable_http_app()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    ready = threading.Event()
-    while not server.started and thread.is_alive():
-        ready.wait(0.01)
-    yield f"http://127.0.0.1:{port}/mcp"
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    from mcp_test_server import make_server, serve_http
+
+    with serve_http(make_server("http").streamable_http_app()) as url:
+        yield url
 
 
 def test_a_streamable_http_server_gets_the_headers(http_server: str) -> None:

@@ -5,17 +5,14 @@ them; and a stdio server's stderr, summarised instead of copied onto ours."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
-import uvicorn
+from mcp_test_server import make_server, serve_http
 
 from minions import AgentExecutor, AgentRecipe, DefaultStep, MCPServerError, ToolError
 from minions.events import Event, ToolCallCompleted
@@ -71,37 +68,8 @@ def call_each(server: Any) -> tuple[dict[str, Any], list[Event], ScriptedModel]:
 @pytest.fixture
 def http_server() -> Iterator[str]:
     """The content test server over streamable HTTP on 127.0.0.1."""
-    sys.path.insert(0, str(SERVER.parent))
-    try:
-        from mcp_test_server import make_server
-    finally:
-        sys.path.remove(str(SERVER.parent))
-    with serving(make_server("http").streamable_http_app()) as url:
+    with serve_http(make_server("http").streamable_http_app()) as url:
         yield url
-
-
-class serving:
-    """An ASGI app served by uvicorn on a free port of 127.0.0.1, in a daemon thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
-        self.thread = threading.Thread(
-            target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])), daemon=True
-        )
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        started = threading.Event()
-        while not self.server.started and self.thread.is_alive():
-            started.wait(0.01)
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/mcp"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import structlog
 from mcp_server_time.server import create_server
-from test_mcp_content import serving
+from mcp_test_server import serve_http
 
 from minions import AgentExecutor, AgentRecipe, DefaultStep, ToolStep
 from minions.events import Event, ToolCallFailed
@@ -73,7 +73,7 @@ def test_the_time_server_answers_and_refuses_as_itself(
         if transport == "stdio":
             result, events, model = run(TIME, "time", calls)
         else:
-            with serving(create_server("UTC").streamable_http_app()) as url:
+            with serve_http(create_server("UTC").streamable_http_app()) as url:
                 result, events, model = run({"url": url}, "time", calls)
 
     converted, refused = result.step("use").tool_calls

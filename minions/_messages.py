@@ -171,6 +171,8 @@ class ModelCallResponse:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = "stop"
     model: str | None = None
+    response_id: str | None = None
+    """The provider's id of this answer (``chatcmpl-...``), when it gave one."""
     output: Any = None
     """Structured output the provider already parsed and validated, if it did."""
     output_mode: OutputMode | None = None

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as ServerToolError
 from typer.testing import CliRunner
@@ -445,25 +444,10 @@ def test_a_command_that_does_not_exist_fails_the_run_naming_the_server() -> None
 def http_server() -> Iterator[str]:
     """The test server over streamable HTTP on a free port of 127.0.0.1, stopped after the
     test (and a daemon thread, so it never outlives the tests)."""
-    sys.path.insert(0, str(SERVER.parent))
-    try:
-        from mcp_test_server import make_server
-    finally:
-        sys.path.remove(str(SERVER.parent))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = make_server("http").streamable_http_app()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    ready = threading.Event()
-    while not server.started and thread.is_alive():
-        ready.wait(0.01)
-    yield f"http://127.0.0.1:{port}/mcp"
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    from mcp_test_server import make_server, serve_http
+
+    with serve_http(make_server("http").streamable_http_app()) as url:
+        yield url
 
 
 def test_a_streamable_http_server_gets_the_headers(http_server: str) -> None:
@@ -645,8 +629,14 @@ def test_the_dry_run_lists_mcp_tools_without_calling_them(
         .invoke(app, ["run", str(recipe), "--dry-run", "--json", "--model", "test"])
         .stdout
     )
-    tools = data["mcp_servers"]["t"]["tools"]
-    assert {"name": "t_echo", "mcp_name": "echo", "description": "Say the text back."} in tools
+    tools = {t["name"]: t for t in data["mcp_servers"]["t"]["tools"]}
+    echo = tools["t_echo"]
+    assert (echo["mcp_name"], echo["description"]) == ("echo", "Say the text back.")
+    # The schema the model is offered, as the server listed it.
+    assert echo["input_schema"]["type"] == "object"
+    assert echo["input_schema"]["required"] == ["text"]
+    assert echo["input_schema"]["properties"]["text"]["type"] == "string"
+    assert tools["t_add"]["input_schema"]["properties"]["b"]["type"] == "integer"
     assert data["mcp_servers"]["t"]["server"].startswith("stdio: ")
     assert not log.exists()  # listed, never called
 
@@ -829,7 +819,7 @@ def test_a_result_over_the_cap_is_cut_with_a_note_the_model_sees() -> None:
     prefix = '{"data": "' + "y" * (200_000 - 10)
     assert data == prefix + "\n[cut: 1,000,012 characters, showing the first 200,000]"
     assert fits == "x" * 200_000  # at the cap: whole, no note
-    assert picture == "[image content]"
+    assert picture == "[image: image/png, 72 bytes]"  # never base64
     follow_up = str(model.requests[1])
     assert "[cut: 20,000,000 characters, showing the first 200,000]" in follow_up
     assert len(follow_up) < 1_000_000

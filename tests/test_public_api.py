@@ -8,6 +8,7 @@ import inspect
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +173,41 @@ def test_lazy_names_resolve_once_and_are_listed() -> None:
     assert "load_recipe" in vars(minions)  # cached after the first lookup
     with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
         minions.NoSuchName  # noqa: B018
+
+
+USER_CODE = """\
+from minions import AgentContext, DefaultStep, StepExecutor
+from minions.testing import ScriptedModel
+
+step = DefaultStep("greet", "Say hello.")
+reveal_type(step.id)
+execution = StepExecutor(step, AgentContext(model=ScriptedModel(["Hello!"]))).execute_sync()
+reveal_type(execution.usage.total_tokens)
+wrong: int = step.id
+"""
+
+
+@pytest.mark.slow
+def test_a_users_type_checker_sees_the_types(tmp_path: Path) -> None:
+    # The package says "Typing :: Typed": without `py.typed`, mypy skipped it as untyped and
+    # saw `Any` everywhere (issue 25).
+    assert (Path(minions.__file__).parent / "py.typed").is_file()
+    (tmp_path / "user.py").write_text(USER_CODE)
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--config-file=", "user.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = checked.stdout
+    assert "import-untyped" not in out
+    assert 'user.py:5: note: Revealed type is "builtins.str"' in out or (
+        'user.py:5: note: Revealed type is "str"' in out
+    )
+    assert 'user.py:7: note: Revealed type is "builtins.int"' in out or (
+        'user.py:7: note: Revealed type is "int"' in out
+    )
+    assert 'user.py:8: error: Incompatible types in assignment (expression has type "str", ' in out
+    assert checked.returncode == 1, out

@@ -237,6 +237,7 @@ CONTENT_KEYS = {
     "gen_ai.system_instructions",
     "gen_ai.tool.call.arguments",
     "gen_ai.tool.call.result",
+    "gen_ai.tool.definitions",
 }
 
 
@@ -292,6 +293,10 @@ async def test_content_is_written_when_the_environment_asks(
     assert {"type": "tool_call_response", "id": calls[0]["id"]} | {
         "response": "bee: a small flying insect"
     } in responses
+    # The tools offered, in the conventions' shape.
+    offered = json.loads(attrs(fetch_chats[0])["gen_ai.tool.definitions"])
+    assert sorted(t["name"] for t in offered) == ["lookup", "weather"]
+    assert all(t["type"] == "function" and t["parameters"]["type"] == "object" for t in offered)
     lookup_span = one(spans, "execute_tool lookup")
     assert json.loads(attrs(lookup_span)["gen_ai.tool.call.arguments"]) == {"term": "bee"}
     assert attrs(lookup_span)["gen_ai.tool.call.result"] == "bee: a small flying insect"

@@ -111,7 +111,11 @@ class PlanGenerator:
         from minions._version import __version__
 
         tracer = self.tracer_provider.get_tracer("minions", __version__)
-        attributes = {sc.OPERATION_NAME: sc.OPERATION_PLAN, sc.MINIONS_PLAN_REQUEST: request}
+        attributes = {
+            sc.OPERATION_NAME: sc.OPERATION_PLAN,
+            sc.OPENINFERENCE_SPAN_KIND: sc.OPENINFERENCE_KINDS[sc.OPERATION_PLAN],
+            sc.MINIONS_PLAN_REQUEST: request,
+        }
         with tracer.start_as_current_span(sc.OPERATION_PLAN, attributes=attributes):
             yield
 

@@ -41,6 +41,13 @@ USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 OUTPUT_TYPE: Final = "gen_ai.output.type"
 """``json`` for structured output (written only when the request asks for a format)."""
 AGENT_NAME: Final = "gen_ai.agent.name"
+WORKFLOW_NAME: Final = "gen_ai.workflow.name"
+"""The workflow's name on ``invoke_workflow`` spans (the recipe id). The conventions' newest
+text folds workflows into ``invoke_agent`` spans named by ``gen_ai.agent.name``, which the run's
+span carries too."""
+CONVERSATION_ID: Final = "gen_ai.conversation.id"
+"""On every span of a run: the run id, so a backend groups a run's spans as one conversation."""
+RESPONSE_ID: Final = "gen_ai.response.id"
 
 TOOL_NAME: Final = "gen_ai.tool.name"
 TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
@@ -52,6 +59,8 @@ INPUT_MESSAGES: Final = "gen_ai.input.messages"
 OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+TOOL_DEFINITIONS: Final = "gen_ai.tool.definitions"
+"""The tools offered to the model, on ``chat`` spans (opt-in, with the content)."""
 
 # MCP (the conventions' `mcp.*` attributes; the server's name is minions' own)
 MCP_METHOD_NAME: Final = "mcp.method.name"
@@ -62,6 +71,19 @@ MINIONS_MCP_TOOL: Final = "minions.mcp.tool"
 # Plans (minions' own: the conventions have no planning operation yet)
 OPERATION_PLAN: Final = "plan"
 MINIONS_PLAN_REQUEST: Final = "minions.plan.request"
+
+# -- OpenInference (Arize Phoenix and the backends that read it) -------------------------------
+
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+"""What kind of step a span is, for backends that sort spans by OpenInference's kinds rather
+than by ``gen_ai.operation.name`` (Phoenix showed the run's span as "unknown" without it)."""
+OPENINFERENCE_KINDS: Final = {
+    OPERATION_INVOKE_WORKFLOW: "CHAIN",
+    OPERATION_PLAN: "CHAIN",
+    OPERATION_INVOKE_AGENT: "AGENT",
+    OPERATION_CHAT: "LLM",
+    OPERATION_EXECUTE_TOOL: "TOOL",
+}
 
 # -- general conventions ----------------------------------------------------------------------
 

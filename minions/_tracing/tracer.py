@@ -21,11 +21,12 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
-from minions._messages import Message, ModelCallResponse, Prompt, ToolCall
+from minions._messages import Message, ModelCallResponse, Prompt, ToolCall, ToolSpec
 from minions._text import redact_url
 from minions._tracing import semconv as sc
 from minions._values import Usage
@@ -53,6 +54,23 @@ _SETTINGS = (
     ("seed", sc.REQUEST_SEED),
 )
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+_CONVERSATION: ContextVar[str | None] = ContextVar("minions_trace_conversation", default=None)
+"""The id of the run whose spans are being written (its steps, model and tool calls run in
+tasks that inherit it): every span carries it as ``gen_ai.conversation.id``."""
+
+
+def _operation(operation: str) -> dict[str, str]:
+    """The attributes every span of `operation` starts with: the conventions' operation, its
+    OpenInference kind, and the run it belongs to."""
+    attributes = {
+        sc.OPERATION_NAME: operation,
+        sc.OPENINFERENCE_SPAN_KIND: sc.OPENINFERENCE_KINDS[operation],
+    }
+    conversation = _CONVERSATION.get()
+    if conversation is not None:
+        attributes[sc.CONVERSATION_ID] = conversation
+    return attributes
 
 
 def capture_from_environment() -> bool:
@@ -115,7 +133,6 @@ class ModelDescription:
             provider, request_model = "_OTHER", model.name
         self.request_model = request_model
         attributes: dict[str, str | int] = {
-            sc.OPERATION_NAME: sc.OPERATION_CHAT,
             sc.PROVIDER_NAME: provider,
             sc.REQUEST_MODEL: request_model,
         }
@@ -197,6 +214,8 @@ class ChatSpan(_SpanScope):
         )
         if response.model:
             attributes[sc.RESPONSE_MODEL] = response.model
+        if response.response_id:
+            attributes[sc.RESPONSE_ID] = response.response_id
         if response.finish_reason:
             attributes[sc.RESPONSE_FINISH_REASONS] = (response.finish_reason,)
         if response.output_mode:
@@ -311,17 +330,24 @@ class RunTracer:
 
     @contextmanager
     def run(self, recipe_id: str, run_id: str) -> Iterator[Span]:
-        """The run's span, current while the body runs (steps started inside inherit it)."""
-        attributes = {
-            sc.OPERATION_NAME: sc.OPERATION_INVOKE_WORKFLOW,
-            sc.MINIONS_RECIPE_ID: recipe_id,
-            sc.MINIONS_RUN_ID: run_id,
-        }
-        span = self._start(
-            f"{sc.OPERATION_INVOKE_WORKFLOW} {recipe_id}", self._internal, attributes
-        )
-        with _SpanScope(span):
-            yield span
+        """The run's span, current while the body runs (steps started inside inherit it, and
+        the run id as every span's ``gen_ai.conversation.id``)."""
+        conversation = _CONVERSATION.set(run_id)
+        try:
+            attributes = {
+                **_operation(sc.OPERATION_INVOKE_WORKFLOW),
+                sc.WORKFLOW_NAME: recipe_id,
+                sc.AGENT_NAME: recipe_id,
+                sc.MINIONS_RECIPE_ID: recipe_id,
+                sc.MINIONS_RUN_ID: run_id,
+            }
+            span = self._start(
+                f"{sc.OPERATION_INVOKE_WORKFLOW} {recipe_id}", self._internal, attributes
+            )
+            with _SpanScope(span):
+                yield span
+        finally:
+            _CONVERSATION.reset(conversation)
 
     def run_finished(self, span: Span, *, error: str | None, usage: Usage) -> None:
         span.set_attributes(
@@ -336,7 +362,7 @@ class RunTracer:
     def step(self, step_id: str, *, kind: str, visit: int, item: int | None) -> StepSpan:
         """One step execution's span, current inside ``with``."""
         attributes: dict[str, Any] = {
-            sc.OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
+            **_operation(sc.OPERATION_INVOKE_AGENT),
             sc.AGENT_NAME: step_id,
             sc.MINIONS_STEP_KIND: kind,
             sc.MINIONS_STEP_VISIT: visit,
@@ -358,7 +384,11 @@ class RunTracer:
     def chat(self, model: Model, prompt: Prompt, *, attempt: int) -> ChatSpan:
         """One model call attempt's CLIENT span, current inside ``with``."""
         described = self._describe(model)
-        attributes: dict[str, Any] = {**described.attributes, sc.MINIONS_ATTEMPT: attempt}
+        attributes: dict[str, Any] = {
+            **_operation(sc.OPERATION_CHAT),
+            **described.attributes,
+            sc.MINIONS_ATTEMPT: attempt,
+        }
         if prompt.output is not None:
             # Only when the request asks for an output format, as the conventions say.
             attributes[sc.OUTPUT_TYPE] = "json"
@@ -369,6 +399,8 @@ class RunTracer:
                     attributes[key] = value
         if self.capture_content:
             attributes.update(_prompt_content(prompt.messages))
+            if prompt.tools and prompt.tool_choice != "none":
+                attributes[sc.TOOL_DEFINITIONS] = _tool_definitions(prompt.tools)
         span = self._start(
             f"{sc.OPERATION_CHAT} {described.request_model}", self._client, attributes
         )
@@ -402,7 +434,7 @@ class RunTracer:
 
     def _tool_attributes(self, call: ToolCall, attempt: int) -> dict[str, Any]:
         attributes: dict[str, Any] = {
-            sc.OPERATION_NAME: sc.OPERATION_EXECUTE_TOOL,
+            **_operation(sc.OPERATION_EXECUTE_TOOL),
             sc.TOOL_NAME: call.name,
             sc.TOOL_CALL_ID: call.id,
             sc.TOOL_TYPE: "function",
@@ -437,3 +469,18 @@ def _prompt_content(messages: Sequence[Message]) -> Mapping[str, str]:
     if system:
         found[sc.SYSTEM_INSTRUCTIONS] = _json(system)
     return found
+
+
+def _tool_definitions(tools: Sequence[ToolSpec]) -> str:
+    """The tools offered to the model, in the conventions' shape (as the request sends them)."""
+    return _json(
+        [
+            {
+                "type": "function",
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": dict(spec.parameters),
+            }
+            for spec in tools
+        ]
+    )

@@ -7,7 +7,7 @@ that read other steps' results are shown as written, with the steps they wait fo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from minions._agent.graph import StepGraph
@@ -54,14 +54,26 @@ class DryRunStep:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DryRunTool:
+    """A tool an MCP server listed, as the model would be offered it."""
+
+    name: str
+    """The name the model sees (``server_tool``)."""
+    mcp_name: str
+    """The server's own name for it."""
+    description: str = ""
+    input_schema: Mapping[str, Any] = field(default_factory=dict)
+    """The JSON Schema of its arguments, as the model is offered it."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class DryRunServer:
     """An MCP server of the run and the tools it listed (listed, never called)."""
 
     name: str
     server: str
     """How it is reached (``stdio: python server.py``, ``http: URL``), without secrets."""
-    tools: tuple[tuple[str, str, str], ...] = ()
-    """``(name the model sees, the server's name, description)`` of each tool."""
+    tools: tuple[DryRunTool, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,8 +134,13 @@ class DryRun:
                 server.name: {
                     "server": server.server,
                     "tools": [
-                        {"name": name, "mcp_name": remote, "description": description}
-                        for name, remote, description in server.tools
+                        {
+                            "name": t.name,
+                            "mcp_name": t.mcp_name,
+                            "description": t.description,
+                            "input_schema": jsonable(dict(t.input_schema)),
+                        }
+                        for t in server.tools
                     ],
                 }
                 for server in self.mcp_servers

@@ -24,6 +24,9 @@ _PACKAGES = {
     ),
 }
 
+_IN_THE_EXTRA = frozenset({"opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"})
+"""What ``pip install 'minions[otel]'`` brings beside the API."""
+
 
 def otlp_tracer_provider() -> TracerProvider:
     """A provider that batches spans to the OTLP endpoint the environment names
@@ -44,19 +47,30 @@ def otlp_tracer_provider() -> TracerProvider:
             f"(use {' or '.join(map(repr, _PACKAGES))})"
         )
     module, package = _PACKAGES[protocol]
-    try:
-        import importlib
+    import importlib
 
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        exporter_module = importlib.import_module(module)
-    except ImportError:
+    missing = []
+    for name, distribution in (
+        ("opentelemetry.sdk.trace", "opentelemetry-sdk"),
+        (module, package),
+    ):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(distribution)
+    if missing:
+        # The `otel` extra brings the SDK and the HTTP exporter; gRPC's exporter is apart.
+        install = ["'minions[otel]'"] if _IN_THE_EXTRA.intersection(missing) else []
+        install += [name for name in missing if name not in _IN_THE_EXTRA]
         raise UsageError(
-            "--otel needs the OpenTelemetry SDK and an OTLP exporter: "
-            f"pip install 'minions[otel]' opentelemetry-sdk {package}"
-        ) from None
+            f"--otel ({protocol}) needs {' and '.join(missing)}, which "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: pip install {' '.join(install)}"
+        )
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    exporter_module = importlib.import_module(module)
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "minions"}
     provider = TracerProvider(resource=Resource.create(attributes))
     provider.add_span_processor(BatchSpanProcessor(exporter_module.OTLPSpanExporter()))

@@ -268,12 +268,12 @@ def dry_run_view(dry_run: DryRun) -> RenderableType:
         )
         for server in dry_run.mcp_servers:
             lines.append(Text(f"  {server.name} ({server.server})"))
-            for name, remote, description in server.tools:
-                line = Text(f"    {name}")
-                if remote != name:
-                    line.append(f" ({server.name}.{remote})", style="dim")
-                if description:
-                    line.append(f"  {_short(description, 60)}", style="dim")
+            for tool in server.tools:
+                line = Text(f"    {tool.name}")
+                if tool.mcp_name != tool.name:
+                    line.append(f" ({server.name}.{tool.mcp_name})", style="dim")
+                if tool.description:
+                    line.append(f"  {_short(tool.description, 60)}", style="dim")
                 lines.append(line)
             if not server.tools:
                 lines.append(Text("    (no tools)", style="dim"))

@@ -29,7 +29,7 @@ from minions._agent.graph import StepGraph
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
 from minions._text import jsonable
-from minions.cli._dry_run import DryRunServer, make_dry_run
+from minions.cli._dry_run import DryRunServer, DryRunTool, make_dry_run
 from minions.cli._errors import UsageError
 from minions.cli._live import LiveView
 from minions.cli._model_choice import (
@@ -362,7 +362,15 @@ def _listed_mcp_servers(recipe: AgentRecipe) -> tuple[DryRunServer, ...]:
         DryRunServer(
             name=name,
             server=describe_server(recipe.mcp_servers[name]),
-            tools=tuple((t.name, t.origin[1], t.description) for t in tools),
+            tools=tuple(
+                DryRunTool(
+                    name=t.name,
+                    mcp_name=t.origin[1],
+                    description=t.description,
+                    input_schema=t.parameters,
+                )
+                for t in tools
+            ),
         )
         for name, tools in listed.items()
     )

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import httpx2
@@ -22,7 +24,12 @@ from minions._log import info
 from minions._messages import Message, ModelCallResponse, Prompt, Usage
 from minions._text import Secret, redact_url
 from minions._values import ModeDemotion
-from minions.errors import ModelError, ModelOutputError, OutputValidationError
+from minions.errors import (
+    ModelError,
+    ModelOutputError,
+    OutputValidationError,
+    TransientModelError,
+)
 from minions.models._base import Model, TokenCallback
 from minions.models._openai_wire import (
     StreamAccumulator,
@@ -107,6 +114,25 @@ def _ignored(error: Exception, completion: ChatCompletion, mode: OutputMode) -> 
     return not completion.choices[0].message.tool_calls
 
 
+@dataclass(frozen=True, kw_only=True)
+class _LoopClient:
+    """The client of one event loop, and what closes it when the loop shuts down."""
+
+    client: openai.AsyncOpenAI
+    create: Callable[..., Awaitable[Any]]
+    closer: AsyncGenerator[None] | None
+
+
+async def _closed_with_loop(client: openai.AsyncOpenAI) -> AsyncGenerator[None]:
+    """Waits at its `yield` until its event loop shuts down its async generators
+    (`asyncio.run` does as it ends), then closes `client` in that loop, while it still runs:
+    the only hook a loop offers for its end."""
+    try:
+        yield
+    finally:
+        await client.close()
+
+
 class OpenAIChatModel(Model):
     """A chat model behind an OpenAI-compatible endpoint, on `openai.AsyncOpenAI`.
 
@@ -119,8 +145,11 @@ class OpenAIChatModel(Model):
             errors or logs.
         client: an `openai.AsyncOpenAI` (or `AsyncAzureOpenAI`) to use instead of building
             one, or a function making one; a copy with ``max_retries=0`` is used. HTTP
-            connections belong to the event loop that opened them: a function is called again
-            for each new event loop the model is used from (a client given as is is not).
+            connections belong to the event loop that opened them: a function is called once
+            for each event loop the model is used from, and the client it made is closed
+            when that loop shuts down (as `asyncio.run` and `execute_sync` end), like a
+            client built here. A client given as is serves the first event loop that uses
+            it (a `ModelError` says so in another) and is yours to close.
         timeout: seconds the client waits for the endpoint (per read while streaming);
             ``None`` waits forever.
         stream: stream answers over SSE and report each text delta as a `TokenDelta` event
@@ -194,31 +223,83 @@ class OpenAIChatModel(Model):
         self._secret = Secret(first.api_key or "")  # never a plain attribute: vars() shows it
         self._key = (self.base_url, model)
         self._where = redact_url(f"{self.name} at {self.base_url}")
-        self._use(first)
-        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._first: openai.AsyncOpenAI | None = first if self._factory is not None else None
+        """The client made with the model, for the first event loop that uses it."""
+        self._given = first.with_options(max_retries=0) if self._factory is None else None
+        """The client given as is (with no retries of its own), when it was."""
+        self._owner: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        """The event loop a client given as is serves."""
+        self._clients: dict[asyncio.AbstractEventLoop, _LoopClient] = {}
+        """The client of each event loop the model serves (closed loops are dropped)."""
 
-    def _use(self, client: openai.AsyncOpenAI) -> None:
-        self._client = client.with_options(max_retries=0)
-        self._create = cast("Callable[..., Awaitable[Any]]", self._client.chat.completions.create)
+    async def _bound(self) -> _LoopClient:
+        """The client whose connections belong to the running event loop.
 
-    def _bind(self) -> Callable[..., Awaitable[Any]]:
-        """`create` of a client whose connections belong to the running event loop."""
+        HTTP connections belong to the event loop that opened them: a model used from a new
+        loop (`execute_sync` twice, another `asyncio.run`) gets a new client from its factory,
+        closed when that loop shuts down (`asyncio.run` and `execute_sync` do that as they end),
+        so nothing of it is left for a later loop to free.
+
+        Raises:
+            ModelError: the client was given as is and already serves another event loop.
+        """
         loop = asyncio.get_running_loop()
-        bound = self._loop
-        if bound is None or bound() is not loop:
-            if bound is not None and self._factory is not None:
-                # Pooled connections belong to the loop that opened them: a model used from a
-                # new loop (`execute_sync` twice, another `asyncio.run`) needs a new client.
-                self._use(self._factory())
-            self._loop = weakref.ref(loop)
-        return self._create
+        bound = self._clients.get(loop)
+        if bound is not None:
+            return bound
+        for other in [other for other in self._clients if other.is_closed()]:
+            del self._clients[other]
+        if self._given is not None:
+            if self._owner is None or self._owner() is loop:
+                self._owner = weakref.ref(loop)
+                return self._bind(loop, self._given, closer=None)
+            raise ModelError(
+                f"{self._where}: the openai client given as `client=` belongs to the event loop "
+                "it was first used in (its connections do), and this is another one: pass a "
+                "function making the client instead, called once per event loop: "
+                "client=lambda: openai.AsyncOpenAI(...)"
+            )
+        assert self._factory is not None  # Either given as is, or made by a function.
+        if self._first is not None:
+            client, self._first = self._first, None
+        else:
+            client = self._factory()
+        client = client.with_options(max_retries=0)
+        closer = _closed_with_loop(client)
+        await anext(closer)
+        return self._bind(loop, client, closer=closer)
+
+    def _bind(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        client: openai.AsyncOpenAI,
+        *,
+        closer: AsyncGenerator[None] | None,
+    ) -> _LoopClient:
+        bound = self._clients[loop] = _LoopClient(
+            client=client,
+            create=cast("Callable[..., Awaitable[Any]]", client.chat.completions.create),
+            closer=closer,
+        )
+        return bound
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.model!r}, base_url={redact_url(self.base_url)!r})"
 
     async def aclose(self) -> None:
-        """Close the HTTP connections of the client (built here or passed in)."""
-        await self._client.close()
+        """Close the HTTP connections of the running event loop's client (built here, made by
+        the function given, or given as is); a later call opens new ones. The clients of
+        other loops close as their loops end."""
+        bound = self._clients.pop(asyncio.get_running_loop(), None)
+        if bound is None:
+            if self._first is not None:
+                first, self._first = self._first, None
+                await first.close()
+            return
+        if bound.closer is not None:
+            await bound.closer.aclose()  # Closes the client, and nothing is left to close later.
+        else:
+            await bound.client.close()
 
     @property
     def output_mode(self) -> OutputMode | None:
@@ -237,7 +318,8 @@ class OpenAIChatModel(Model):
             ModelError: the endpoint cannot be reached, or refuses the request, with its URL.
         """
         try:
-            await self._client.with_options(timeout=min(self.timeout or 10.0, 10.0)).models.list()
+            client = (await self._bound()).client
+            await client.with_options(timeout=min(self.timeout or 10.0, 10.0)).models.list()
         except (openai.OpenAIError, httpx2.TransportError) as exc:
             error = translate_error(exc, where=self._where, timeout=None, redact=self._redact)
             raise ModelError(
@@ -340,6 +422,7 @@ class OpenAIChatModel(Model):
             usage=usage,
             finish_reason=choice.finish_reason,
             model=completion.model or self.model,
+            response_id=completion.id or None,
             raw=completion,
         )
 
@@ -354,10 +437,11 @@ class OpenAIChatModel(Model):
     ) -> ChatCompletion:
         try:
             if on_token is None or not self.stream:
-                completion: ChatCompletion = await self._bind()(**request)
+                create = (await self._bound()).create
+                completion: ChatCompletion = await create(**request)
                 return completion
             return await self._stream(request, on_token)
-        except (openai.OpenAIError, httpx2.TransportError) as exc:
+        except (openai.OpenAIError, httpx2.TransportError, json.JSONDecodeError) as exc:
             error = translate_error(
                 exc, where=self._where, timeout=self.timeout, redact=self._redact
             )
@@ -370,23 +454,40 @@ class OpenAIChatModel(Model):
         kwargs = {**request, "stream": True}
         if "stream_options" not in self.capabilities.rejected(self._key):
             kwargs["stream_options"] = {"include_usage": True}
+        create = (await self._bound()).create
         try:
-            stream = await self._bind()(**kwargs)
+            stream = await create(**kwargs)
         except openai.APIStatusError as exc:
             if "stream_options" not in kwargs or not _rejects(exc, "stream_options"):
                 raise
             # Usage in streams is an extension some servers refuse: stream without it.
             self.capabilities.reject(self._key, "stream_options")
             del kwargs["stream_options"]
-            stream = await self._create(**kwargs)
+            stream = await create(**kwargs)
         accumulator = StreamAccumulator()
         try:
             async for chunk in stream:
                 text = accumulator.add(chunk)
                 if text:
                     on_token(text)
+        except json.JSONDecodeError as exc:
+            broken = TransientModelError(
+                f"{self._where}: a streamed chunk is not valid JSON ({exc.msg}), after "
+                f"{accumulator.received} of the answer: the answer is incomplete"
+            )
+            broken.usage = accumulator.usage()
+            raise broken from None
         finally:
             await stream.close()
+        if accumulator.finish_reason is None:
+            # A server or proxy that closed the stream mid-answer ends it as cleanly as one
+            # that is done: only the finish reason says the answer is whole.
+            cut = TransientModelError(
+                f"{self._where}: the stream ended before the answer's finish reason, after "
+                f"{accumulator.received}: the answer is incomplete"
+            )
+            cut.usage = accumulator.usage()
+            raise cut
         return accumulator.completion()
 
     def _redact(self, text: str) -> str:

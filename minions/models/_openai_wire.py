@@ -200,6 +200,28 @@ class StreamAccumulator:
             self._text.append(text)
         return text
 
+    @property
+    def finish_reason(self) -> str | None:
+        """The finish reason of the answer; `None` until a chunk gave it (the answer is
+        complete only with one)."""
+        return self._finish_reason
+
+    @property
+    def received(self) -> str:
+        """What came so far, in words: ``"12 characters and 1 tool call"``."""
+        characters = sum(len(text) for text in self._text)
+        calls = len(self._calls)
+        said = f"{characters} character{'s' * (characters != 1)}"
+        if calls:
+            said += f" and {calls} tool call{'s' * (calls != 1)}"
+        return said
+
+    def usage(self) -> Usage:
+        """The usage the stream reported so far; unknown when it reported none."""
+        if self._usage is None:
+            return Usage.of_call(None, None)
+        return Usage.of_call(self._usage.prompt_tokens, self._usage.completion_tokens)
+
     def completion(self) -> ChatCompletion:
         from openai.types.chat import ChatCompletion
 
@@ -291,6 +313,13 @@ def translate_error(
     import httpx2
     import openai
 
+    if isinstance(error, json.JSONDecodeError):
+        # The `openai` client lets a body that is not JSON escape as it is: cut off by a
+        # proxy, or garbled. A half answer, like a dropped connection.
+        return TransientModelError(
+            f"{where}: the answer's body is not valid JSON ({error.msg} at position "
+            f"{error.pos}): it was cut off or garbled"
+        )
     never_sent = _never_sent(error)
     if isinstance(error, openai.APITimeoutError | httpx2.TimeoutException) and not never_sent:
         limit = f" within the client timeout of {timeout}s" if timeout else ""
@@ -298,6 +327,13 @@ def translate_error(
     if isinstance(error, openai.APIConnectionError | httpx2.TransportError):
         cause = error.__cause__ or error
         detail = redact(str(cause) or type(cause).__name__)
+        if isinstance(error, httpx2.RemoteProtocolError) or isinstance(
+            cause, httpx2.RemoteProtocolError
+        ):
+            # The server answered, then the connection dropped before the end of the body.
+            return TransientModelError(
+                f"{where}: the connection closed before the answer was complete ({detail})"
+            )
         failed = TransientModelError(f"{where}: connection failed ({detail}); is the server up?")
         if never_sent:
             failed.usage = Usage(calls=1)  # Nothing reached the server: it cost nothing.

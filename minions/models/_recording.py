@@ -147,7 +147,7 @@ class _Keys:
 
 def _encode_response(response: ModelCallResponse) -> dict[str, Any]:
     message = response.message
-    return {
+    encoded = {
         "content": message.content,
         "tool_calls": [
             {"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in message.tool_calls
@@ -158,6 +158,9 @@ def _encode_response(response: ModelCallResponse) -> dict[str, Any]:
         "output": jsonable(response.output),
         "output_mode": response.output_mode,
     }
+    if response.response_id is not None:  # Only where the provider gave one.
+        encoded["response_id"] = response.response_id
+    return encoded
 
 
 def _encode_error(error: BaseException) -> dict[str, Any]:
@@ -251,6 +254,7 @@ def _decode_response(data: Mapping[str, Any], prompt: Prompt) -> ModelCallRespon
         usage=_usage(data.get("usage")),
         finish_reason=data.get("finish_reason"),
         model=data.get("model"),
+        response_id=data.get("response_id"),
         output=output,
         output_mode=data.get("output_mode"),
     )

@@ -4,7 +4,8 @@ It speaks ``/v1/chat/completions`` (JSON and SSE streaming) and ``/v1/models``, 
 script or a function of the request, records every request, and injects the faults real
 endpoints produce: 429 with ``Retry-After``, 5xx, a hang past the client timeout, malformed
 tool-argument JSON, a ``length`` cut-off, JSON wrapped in prose and fences, a 400 for a
-parameter it does not support, missing usage. Only the standard library is used.
+parameter it does not support, missing usage, a stream closed before its finish reason, a
+malformed stream chunk and a body cut off mid-way. Only the standard library is used.
 
 ::
 
@@ -45,6 +46,10 @@ TEST_API_KEY: Final = "sk-fake-test-key"
 
 Quirk = Literal["ignores_tools", "ignores_named_tool_choice", "strict_alternation"]
 """A behaviour of real local servers that `FakeOpenAIServer` can play (see its `quirks`)."""
+
+Break = Literal["stream_closed", "malformed_chunk", "cut_body"]
+"""How a `FakeReply` breaks the answer on the wire (see `FakeReply.stream_closed`,
+`FakeReply.malformed_chunk` and `FakeReply.cut_body`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +125,7 @@ class FakeReply:
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
     body: Mapping[str, Any] | None = None
+    broken: Break | None = None
 
     @classmethod
     def text(cls, content: str, *, finish_reason: str = "stop") -> FakeReply:
@@ -191,6 +197,25 @@ class FakeReply:
         """No answer for `seconds` (cut short when the server stops): past a client's
         timeout, it is a timeout."""
         return cls(content="(too late)", delay=seconds)
+
+    @classmethod
+    def stream_closed(cls, content: str = "Mock response: ") -> FakeReply:
+        """A stream that ends, cleanly, after some of `content` and before any chunk with a
+        finish reason (a server or proxy that closed it mid-answer). Asked for without
+        streaming, the body is cut off mid-way instead."""
+        return cls(content=content, broken="stream_closed")
+
+    @classmethod
+    def malformed_chunk(cls, content: str = "Sunny in Paris.") -> FakeReply:
+        """A stream whose chunk after the first words of `content` is not JSON. Asked for
+        without streaming, a whole response whose body is not JSON."""
+        return cls(content=content, broken="malformed_chunk")
+
+    @classmethod
+    def cut_body(cls, content: str = "Sunny in Paris.") -> FakeReply:
+        """An answer whose connection drops mid-body: the headers promise more bytes (a
+        ``Content-Length``, or a chunked stream) than are sent before the socket closes."""
+        return cls(content=content, broken="cut_body")
 
     @classmethod
     def raw(cls, body: Mapping[str, Any], *, status: int = 200) -> FakeReply:
@@ -628,19 +653,57 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(reply.status, _error_body(reply.error, reply.param), reply.headers)
             return
         body = fake._answer(reply, fake._as_seen(request))
+        if reply.broken is not None:
+            self._broken(reply.broken, body, fake._chunks(body, request), stream=request.stream)
+            return
         if not request.stream:
             self._send_json(reply.status, body, reply.headers)
             return
+        self._start_stream()
+        for chunk in fake._chunks(body, request):
+            self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+        self._end_stream()
+
+    def _start_stream(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
-        for chunk in fake._chunks(body, request):
-            self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
-        self._write_chunk(b"data: [DONE]\n\n")
+
+    def _end_stream(self, *, done: bool = True) -> None:
+        if done:
+            self._write_chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+    def _broken(
+        self, broken: Break, body: dict[str, Any], chunks: Iterator[dict[str, Any]], *, stream: bool
+    ) -> None:
+        """`body` broken as `broken` says; the connection closes after it."""
+        self.close_connection = True
+        data = json.dumps(body).encode()
+        if not stream:
+            if broken == "malformed_chunk":  # Whole as HTTP, but not JSON.
+                data = data[: len(data) // 2]
+                self._send_bytes(200, data, len(data))
+            else:  # Fewer bytes than the Content-Length promises, then the socket closes.
+                self._send_bytes(200, data[: len(data) // 2], len(data))
+            return
+        self._start_stream()
+        # The role chunk and the first content delta go out whole, so that a client has
+        # started an answer (and shown a token) when the stream breaks.
+        for chunk in itertools.islice(chunks, 2):
+            self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+        if broken == "stream_closed":
+            self._end_stream(done=False)
+        elif broken == "malformed_chunk":
+            self._write_chunk(b'data: {"id": "chatcmpl-broken", "choices": [{"delta": {"cont\n\n')
+            self._end_stream()
+        else:  # A chunk announced longer than what is sent, and no end of the stream.
+            piece = b'data: {"id": "chatcmpl-broken", "choices": ['
+            self.wfile.write(f"{len(piece) * 2:x}\r\n".encode() + piece)
+            self.wfile.flush()
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -650,9 +713,18 @@ class _Handler(BaseHTTPRequestHandler):
         self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> None:
         data = json.dumps(body).encode()
+        self._send_bytes(status, data, len(data), headers)
+
+    def _send_bytes(
+        self,
+        status: int,
+        data: bytes,
+        length: int,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(length))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()

@@ -31,6 +31,7 @@ from minions._log import info, warn
 from minions._text import cut_note
 from minions.errors import MCPServerError, Problem, RecipeError, ToolError
 from minions.tools._builtin import MAX_HTTP_CHARS
+from minions.tools._mcp_stderr import StderrTail
 from minions.tools._tool import Tool, ToolRegistry
 
 __all__ = ["MCPHttpServer", "MCPStdioServer"]
@@ -403,27 +404,81 @@ def _capped(value: Any) -> Any:
 
 
 def _result(server: str, tool: str, result: Any) -> Any:
-    """What a call's result gives the model: its structured content, else its text (images
-    and other blocks as ``[image content]``...), at most `MAX_RESULT_CHARS` of it; an
-    ``is_error`` result is a `ToolError` with the server's message."""
-    texts = []
-    for block in result.content or []:
-        text = getattr(block, "text", None)
-        if isinstance(text, str):
-            texts.append(text)
-        else:
-            kind = getattr(block, "type", type(block).__name__)
-            texts.append(f"[{kind} content]")
+    """What a call's result gives the model, at most `MAX_RESULT_CHARS` of it; an
+    ``is_error`` result is a `ToolError` with the server's message.
+
+    The structured result (``structuredContent``) is the value when the content is only text
+    (which the spec asks to be that value's JSON) or nothing: a typed value, which a tool
+    step's output keeps. Content with anything else (an image, an audio clip, a resource) is
+    what the server means the model to read, and the structured result may hold the same bytes
+    as base64: then the content blocks are the value, each as text (`_block_text`).
+    """
+    blocks = list(result.content or [])
     if result.is_error:
-        message = _capped("\n".join(texts) or "no message")
+        message = _capped("\n".join(_block_text(b) for b in blocks) or "no message")
         raise ToolError(f"MCP tool {tool!r} of server {server!r} failed: {message}")
     structured = result.structured_content
-    if structured is not None:
+    if structured is not None and all(getattr(b, "type", None) == "text" for b in blocks):
         # The SDK wraps a plain return value as {"result": value}.
         if isinstance(structured, Mapping) and list(structured) == ["result"]:
             return _capped(structured["result"])
         return _capped(structured)
-    return _capped("\n".join(texts))
+    return _capped("\n".join(_block_text(b) for b in blocks))
+
+
+def _block_text(block: Any) -> str:
+    """One content block as the model reads it: text as it is, an embedded text resource as
+    its text under its URI, a resource link as its URI, and binary content (images, audio,
+    blobs) as a short placeholder with its type and size, never as base64 (minions' messages
+    hold text only, so no model gets the bytes themselves)."""
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return str(block.text)
+    if kind in ("image", "audio"):
+        return f"[{kind}: {_binary(block.mime_type, block.data)}]"
+    if kind == "resource":
+        resource = block.resource
+        text = getattr(resource, "text", None)
+        header = _described(str(resource.uri), getattr(resource, "mime_type", None))
+        if isinstance(text, str):
+            return f"[resource {header}]\n{text}"
+        blob = getattr(resource, "blob", "") or ""
+        return f"[resource {resource.uri}: {_binary(resource.mime_type, blob)}]"
+    if kind == "resource_link":
+        details = [d for d in (getattr(block, "mime_type", None), _size(block.size)) if d]
+        name = getattr(block, "title", None) or block.name
+        said = f"[resource link: {name} <{block.uri}>"
+        said += f" ({', '.join(details)})" if details else ""
+        description = getattr(block, "description", None)
+        return said + (f": {description}]" if description else "]")
+    return f"[{kind or type(block).__name__} content]"
+
+
+def _described(uri: str, mime_type: str | None) -> str:
+    return f"{uri} ({mime_type})" if mime_type else uri
+
+
+def _binary(mime_type: str | None, data: str | bytes) -> str:
+    """``image/png, 150 KB`` for base64 `data` of that type."""
+    size = _size(_decoded_size(data))
+    return ", ".join(d for d in (mime_type or "unknown type", size) if d)
+
+
+def _decoded_size(data: str | bytes) -> int:
+    """How many bytes base64 `data` decodes to (without decoding it)."""
+    text = data.decode("ascii", "replace") if isinstance(data, bytes) else data
+    stripped = text.strip().rstrip("=")
+    return len(stripped) * 3 // 4
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return ""
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.0f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
 
 
 def _import_mcp() -> Any:
@@ -484,6 +539,8 @@ class MCPConnection:
         """Why the connection ended before the run did (the server exited, say)."""
         self.not_json_rpc = 0
         """How many lines of the server's stdout were not JSON-RPC (logs printed there)."""
+        self.stderr: StderrTail | None = None
+        """A stdio server's stderr: counted, its last lines kept (see `StderrTail`)."""
 
     async def open(self) -> None:
         """Start the server (or connect to it) and list its tools.
@@ -500,9 +557,13 @@ class MCPConnection:
                 await asyncio.shield(self._ready)
         except TimeoutError:
             await self.close()
+            said = ""
+            if self.stderr is not None:
+                await self.stderr.drained()
+                said = self.stderr.said()
             raise MCPServerError(
                 f"MCP server {self.name!r} ({describe_server(self.config)}) did not start and "
-                f"list its tools within {self.timeout:g}s (its `timeout`)"
+                f"list its tools within {self.timeout:g}s (its `timeout`){said}"
             ) from None
         except BaseException:
             await self.close()
@@ -536,6 +597,10 @@ class MCPConnection:
                 await self._watch(client)
         except BaseException as exc:
             reason = _reason(exc)
+            if self.stderr is not None and isinstance(exc, Exception):
+                # The server's last words (a traceback, a missing setting) say why.
+                await self.stderr.drained()
+                reason += self.stderr.said()
             if not ready.done():
                 if isinstance(exc, asyncio.CancelledError):
                     ready.cancel()
@@ -556,6 +621,15 @@ class MCPConnection:
             self._client = None
             if ready.done() and self.gone is None and not self._stop.is_set():
                 self.gone = "the connection ended"
+            if self.stderr is not None:
+                self.stderr.release()
+                if self.stderr.lines:
+                    info(
+                        "mcp_server_stderr",
+                        server=self.name,
+                        lines=self.stderr.lines,
+                        last=self.stderr.last(),
+                    )
             if self.not_json_rpc:
                 warn(
                     "mcp_server_output_not_json_rpc_total",
@@ -576,7 +650,8 @@ class MCPConnection:
                 env=dict(config.env),
                 cwd=config.cwd,
             )
-            target = stdio_client(parameters, errlog=_errlog())
+            self.stderr = StderrTail(self.name)
+            target = stdio_client(parameters, errlog=self.stderr.file)
         elif isinstance(config, MCPHttpServer):
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
@@ -594,7 +669,10 @@ class MCPConnection:
             read_timeout_seconds=self.timeout,
             message_handler=self._on_message,
         )
-        return await stack.enter_async_context(client)
+        entered = await stack.enter_async_context(client)
+        if self.stderr is not None:
+            self.stderr.release()  # The child has its own end now: its exit ends the pipe.
+        return entered
 
     async def _list(self, client: Any) -> list[MCPTool]:
         if getattr(client.server_capabilities, "tools", None) is None:
@@ -708,21 +786,6 @@ class MCPConnection:
         except RuntimeError as exc:  # the client closed meanwhile
             raise ToolError(f"MCP server {self.name!r} is not connected any more: {exc}") from None
         return _result(self.name, tool, result)
-
-
-def _errlog() -> Any:
-    """Where a stdio server's stderr goes: ours, when it is a real file (not a test runner's
-    buffer), else the process's own."""
-    import sys
-
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.fileno()
-                return stream
-        except (AttributeError, OSError, ValueError):
-            continue
-    return open(os.devnull, "w")  # open as long as the process
 
 
 def _reason(exc: BaseException) -> str:

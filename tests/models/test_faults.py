@@ -229,3 +229,71 @@ async def test_api_key_never_appears_in_logs_events_errors_or_reprs(
     assert "[redacted]" in captured
     assert key not in captured  # ...and nowhere else.
     assert structlog_lines
+
+
+# Broken answers on the wire, streamed and not (issue 25): a stream that ends with no finish
+# reason, a chunk or body that is not JSON, a connection dropped mid-body. Each is a half
+# answer, never the whole one: retried like a connection error, from the same prompt.
+BROKEN: dict[str, FakeReply] = {
+    "stream closed without a finish reason": FakeReply.stream_closed("Mock response from x: "),
+    "malformed chunk": FakeReply.malformed_chunk(),
+    "body cut mid-way": FakeReply.cut_body(),
+}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "plain"])
+@pytest.mark.parametrize("name", list(BROKEN))
+async def test_a_broken_answer_is_retried_from_the_same_prompt(name: str, stream: bool) -> None:
+    events: list[Any] = []
+    async with FakeOpenAIServer([BROKEN[name], GOOD_TEXT]) as server:
+        context = AgentContext(
+            model=server.model(stream=stream), tools=[add], config=FAST, listeners=[events.append]
+        )
+        execution = await StepExecutor(make_step(False), context).execute()
+        requests = server.chat_requests
+
+    assert execution.status is StepStatus.COMPLETED, execution.error
+    assert execution.output == "5"
+    assert [r.stream for r in requests] == [stream, stream]
+    assert requests[1].messages == requests[0].messages
+    (retry,) = [e for e in events if isinstance(e, RetryScheduled)]
+    assert retry.target == "model"
+    failed, answered = execution.model_calls
+    assert failed.error is not None
+    assert answered.response is not None
+    assert answered.response.finish_reason == "stop"
+    # The broken attempt is counted, its tokens unknown (no usage came before the break).
+    assert failed.usage == Usage(calls=1, unknown_calls=1)
+    assert execution.usage.calls == 2
+    assert [m.role for m in execution.messages] == ["system", "user", "assistant"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        (FakeReply.stream_closed(), "the stream ended before the answer's finish reason"),
+        (FakeReply.malformed_chunk(), "a streamed chunk is not valid JSON"),
+        (FakeReply.cut_body(), "the connection closed before the answer was complete"),
+    ],
+)
+async def test_a_broken_stream_fails_clearly_once_retries_are_spent(
+    fault: FakeReply, expected: str
+) -> None:
+    config = dataclasses.replace(FAST, max_model_retries=1)
+    async with FakeOpenAIServer([fault] * 2) as server:
+        context = AgentContext(
+            model=server.model(stream=True), tools=[add], config=config, listeners=[lambda e: None]
+        )
+        execution = await StepExecutor(make_step(False), context).execute()
+    assert execution.status is StepStatus.FAILED
+    assert expected in (execution.error or ""), execution.error
+    assert len(execution.model_calls) == 2
+
+
+async def test_a_body_that_is_not_json_fails_clearly() -> None:
+    config = dataclasses.replace(FAST, max_model_retries=0)
+    async with FakeOpenAIServer([FakeReply.malformed_chunk()]) as server:
+        context = AgentContext(model=server.model(), tools=[add], config=config)
+        execution = await StepExecutor(make_step(False), context).execute()
+    assert execution.status is StepStatus.FAILED
+    assert "the answer's body is not valid JSON" in (execution.error or ""), execution.error

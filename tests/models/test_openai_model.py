@@ -4,7 +4,11 @@ streaming, settings and refusals."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import gc
+import logging
+import warnings
 from typing import Any
 
 import openai
@@ -20,6 +24,7 @@ from minions import (
     Prompt,
     StepExecutor,
     StepStatus,
+    TransientModelError,
     tool,
 )
 from minions.events import (
@@ -383,6 +388,50 @@ def test_one_model_serves_one_event_loop_after_another() -> None:
     assert outputs == ["one", "two", "three"]
 
 
+def test_each_event_loop_gets_its_own_client_closed_with_the_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Issue 25: a client left open by an ended loop was freed while the next loop ran, and its
+    # cleanup task failed there with "Event loop is closed" (a traceback nobody asked for).
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    prompt = Prompt(messages=(Message.user("go"),))
+
+    async def ask(model: OpenAIChatModel) -> str:
+        response = await model.call(prompt)
+        gc.collect()  # What an earlier loop left behind is freed while this one runs...
+        await asyncio.sleep(0)  # ...and whatever that scheduled gets its turn.
+        return response.text
+
+    with (
+        FakeOpenAIServer(["one", "two", "three", "four"]) as server,
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("always", ResourceWarning)
+        model = server.model()
+        answers = [asyncio.run(ask(model)), asyncio.run(ask(model))]
+        step = StepExecutor(DefaultStep("s", "go"), AgentContext(model=model))
+        answers += [step.execute_sync().output, asyncio.run(ask(model))]
+        gc.collect()
+
+    assert answers == ["one", "two", "three", "four"]
+    assert [r.getMessage() for r in caplog.records] == []
+    # Every loop's connections were closed with it: none is found open when freed.
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_a_client_given_as_is_serves_one_event_loop_and_says_so() -> None:
+    prompt = Prompt(messages=(Message.user("go"),))
+    with FakeOpenAIServer(["one", "two"]) as server:
+        own = openai.AsyncOpenAI(base_url=server.url, api_key="sk-test")
+        model = OpenAIChatModel("fake-model", client=own)
+        assert asyncio.run(model.call(prompt)).text == "one"
+        with pytest.raises(ModelError) as raised:
+            asyncio.run(model.call(prompt))
+        assert len(server.chat_requests) == 1
+    assert "client=lambda: openai.AsyncOpenAI(" in str(raised.value)
+    assert not isinstance(raised.value, TransientModelError)
+
+
 def test_construction_needs_a_key_for_openai_only() -> None:
     with pytest.raises(ModelError, match="OPENAI_API_KEY"):
         OpenAIChatModel("gpt-4o-mini")
@@ -435,7 +484,7 @@ def test_the_api_key_is_in_no_plain_attribute_repr_or_traceback() -> None:
 
     # A traceback printing the locals of a frame that holds the model (not the key itself).
     def failing(model: OpenAIChatModel) -> None:
-        client = vars(model)["_client"]
+        client = vars(model)["_first"]
         raise RuntimeError(f"failed with {model!r} and {client!r}")
 
     with pytest.raises(RuntimeError) as raised:

@@ -99,6 +99,8 @@ class _Feed:
         self.expected_at = 0.0
         """The highest number the hub told of (it may not be stored yet), and when."""
         self.subscribers: set[_Subscription] = set()
+        self.deltas: list[Event] = []
+        """Token deltas that arrived before the stored event they follow."""
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
@@ -115,7 +117,12 @@ class _Feed:
     def on_live(self, event: Event) -> None:
         """From the hub, in the event loop's thread."""
         if event.kind == "token_delta":
-            self.publish(event)
+            # A delta follows the stored event it carries the number of (its model call's
+            # start): held until that event is published, so followers read them in order.
+            if event.seq <= self.last:
+                self.publish(event)
+            elif len(self.deltas) < QUEUE_LIMIT:
+                self.deltas.append(event)
             return
         if self.log.notified:
             return  # Postgres tells of the commit itself: no need to look before it
@@ -135,6 +142,8 @@ class _Feed:
                 for event in batch:
                     self.last = event.seq
                     self.publish(event)
+                    while self.deltas and self.deltas[0].seq <= self.last:
+                        self.publish(self.deltas.pop(0))
                 if batch:
                     continue
                 # The hub told of an event still on its way to the store: look again soon

@@ -29,7 +29,9 @@ HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-RETRY = b"retry: 1000\n\n"
+RETRY = b"retry: 1000\n"
+"""Sent in the first event's block (a block of its own reads as an empty event to some
+clients, httpx-sse among them)."""
 KEEP_ALIVE = b": keep-alive\n\n"
 
 
@@ -116,7 +118,7 @@ class EventStream(Response):
         self, send: Callable[[Message], Awaitable[None]], queue: asyncio.Queue[Event | None]
     ) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        await send({"type": "http.response.body", "body": RETRY, "more_body": True})
+        retry = RETRY
         while True:
             event: Event | None = None
             with anyio.move_on_after(self.heartbeat) as waited:
@@ -126,5 +128,6 @@ class EventStream(Response):
                 continue
             if event is None:
                 break  # the run's terminal event was sent: the stream ends
-            await send({"type": "http.response.body", "body": frame(event), "more_body": True})
+            body, retry = retry + frame(event), b""
+            await send({"type": "http.response.body", "body": body, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

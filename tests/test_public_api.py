@@ -211,3 +211,28 @@ def test_a_users_type_checker_sees_the_types(tmp_path: Path) -> None:
     )
     assert 'user.py:8: error: Incompatible types in assignment (expression has type "str", ' in out
     assert checked.returncode == 1, out
+
+
+@pytest.mark.parametrize("package", ["dbos", "sqlalchemy", "psycopg"])
+def test_durable_runs_name_their_extra_when_it_is_missing(package: str, tmp_path: Path) -> None:
+    """The base install is the step loop: durable runs are the `durable` extra, and a command
+    that needs it says which package is missing and what to install (exit 2, no traceback)."""
+    code = (
+        f"import sys; sys.modules[{package!r}] = None; sys.argv = ['minions', 'runs', 'list']; "
+        "from minions.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 2
+    assert f"({package} not installed): pip install 'minions[durable]'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_base_install_does_not_require_the_durable_extra() -> None:
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    names = {d.split(">")[0].split("[")[0] for d in project["dependencies"]}
+    assert names.isdisjoint({"dbos", "sqlalchemy", "psycopg"})
+    assert project["optional-dependencies"]["service"][0] == "minions[durable]"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._runs import RunStore, database_url
 from minions.runs._tables import (

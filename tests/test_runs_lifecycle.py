@@ -522,3 +522,26 @@ async def test_a_runs_end_is_stored_only_with_its_status(tmp_path: Path) -> None
     assert [json.loads(e)["kind"] for e in store.events("r")] == ["step_started", "run_completed"]
     assert store.head("r") == ("completed", 2)
     store.close()
+
+
+async def test_a_run_delivered_twice_to_one_worker_runs_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DBOS may deliver a run's attempt again to the worker that runs it (its recovery at a
+    start): the second delivery does nothing (before, it took the run over from the first,
+    which had done its step's effect: seen once in the proof test)."""
+    from minions.runs._async import AsyncStore
+    from minions.runs._runner import DurableRunner
+    from minions.runs._store import Store
+
+    ledger = tmp_path / "ledger.txt"
+    monkeypatch.setenv("LEDGER", str(ledger))
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(write_ledger_recipe(tmp_path), {"tag": "t"})
+    async_store = AsyncStore(Store(url), patient=True)
+    runner = DurableRunner(async_store, executor_id="w", incarnation="w")
+    await asyncio.gather(runner.execute(run_id, 1), runner.execute(run_id, 1))
+    async_store.close()
+    assert (await store.get(run_id)).status == "completed"
+    assert [step for _, step, _ in ledger_lines(ledger)] == STEPS

@@ -326,6 +326,8 @@ class DurableRunner:
 
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it."""
+        if run_id in self.held:
+            return  # delivered again while this runner runs it (DBOS's recovery at a start)
         start = await self._claim(run_id, attempt)
         if start == "ended":
             status = (await self.store.get_run(run_id, details=False)).status

@@ -428,8 +428,8 @@ class Store:
         now: float,
     ) -> Start | Refusal:
         """Take the run for `holder`: attempt `attempt` is the current one, it has not ended,
-        and nobody holds it (or the holder's lease ran out, or it is this holder again). A new
-        epoch fences every earlier holder out."""
+        and nobody holds it (or the holder's lease ran out). A new epoch fences every earlier
+        holder out."""
         runs = runs_table.c
         with self.begin() as db:
             row = db.execute(
@@ -438,9 +438,10 @@ class Store:
                     runs.run_id == run_id,
                     runs.attempt == attempt,
                     runs.status.in_(ACTIVE),
+                    # Never the same holder again: a second delivery of a run its holder
+                    # runs already would fence out the execution in flight after its effects.
                     sa.or_(
                         runs.holder.is_(None),
-                        runs.holder == holder,
                         runs.lease_until.is_(None),
                         runs.lease_until < now,
                     ),

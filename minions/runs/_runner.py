@@ -308,8 +308,8 @@ class DurableRunner:
         self.lease = lease
         self.heartbeat = heartbeat
         self.running: dict[str, asyncio.Task[Any]] = {}
-        self.held: set[str] = set()
-        """The runs this runner claimed and has not let go of: the worker renews their
+        self.held: dict[str, int] = {}
+        """The runs this runner claims or runs, and which attempt: the worker renews their
         leases."""
         self._recorders: dict[str, RunRecorder] = {}
         self._waiting: dict[str, int] = {}
@@ -326,8 +326,18 @@ class DurableRunner:
 
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it."""
-        if run_id in self.held:
+        if self.held.get(run_id) == attempt:
             return  # delivered again while this runner runs it (DBOS's recovery at a start)
+        # Held from before the claim: the worker's heartbeat renews the lease from the moment
+        # the claim commits, however long this event loop takes to come back to the run.
+        self.held[run_id] = attempt
+        try:
+            await self._claimed(run_id, attempt)
+        finally:
+            if self.held.get(run_id) == attempt:
+                del self.held[run_id]
+
+    async def _claimed(self, run_id: str, attempt: int) -> None:
         start = await self._claim(run_id, attempt)
         if start == "ended":
             status = (await self.store.get_run(run_id, details=False)).status
@@ -338,13 +348,8 @@ class DurableRunner:
                     f"run {run_id} is {status}: minions runs it again only when asked with "
                     f"`minions runs resume {run_id}` (DBOS's resume does not)"
                 )
-        if not isinstance(start, Start):
-            return
-        self.held.add(run_id)  # its lease is renewed from now on, not only once it runs
-        try:
+        if isinstance(start, Start):
             await self._run(start)
-        finally:
-            self.held.discard(run_id)
 
     async def _run(self, start: Start) -> None:
         lease = start.lease
@@ -357,7 +362,8 @@ class DurableRunner:
 
         recorder = RunRecorder(self.store, lease, last=start.last_seq, hub=self.hub, on_lost=lost)
         try:
-            recipe = recipe_of(start.recipe_yaml, start.recipe_path)
+            # Built off the event loop (a tools module is imported): its other runs go on.
+            recipe = await self.store.call(recipe_of, start.recipe_yaml, start.recipe_path)
         except RecipeError as exc:
             await self._fail(recorder, f"the recipe no longer loads: {exc}")
             raise RunFailedError(str(exc)) from None

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo lint format typecheck test test-live check bench docs clean
+.PHONY: install demo lint format typecheck test test-live check bench bench-compare docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,6 +43,13 @@ check: lint typecheck test
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+## The overhead workloads of BASE (default main) and the working tree, interleaved in one
+## invocation: medians and ratios (docs/benchmarks.md). ARGS passes options, e.g.
+## make bench-compare BASE=HEAD~1 ARGS="--rounds 9 --only W2 W4"
+BASE ?= main
+bench-compare: $(STAMP)
+	$(BIN)/python benchmarks/compare.py $(BASE) $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -22,12 +22,16 @@ Variants:
   ``extra.shape_and_parse_us`` is minions' own part of that, measured without HTTP.
 
     python benchmarks/w4_structured_output.py     # or: python benchmarks/run.py W4
+
+With ``MINIONS_BENCH_QUICK=1`` (as `compare.py` runs it) only the two ``ScriptedModel`` variants
+run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -255,7 +259,8 @@ async def provider_path() -> None:
 
 def main() -> None:
     asyncio.run(core_path())
-    asyncio.run(provider_path())
+    if not os.environ.get("MINIONS_BENCH_QUICK"):  # set by compare.py
+        asyncio.run(provider_path())
 
 
 if __name__ == "__main__":

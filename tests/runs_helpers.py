@@ -103,7 +103,7 @@ WORKER_ENV = {
 
 
 class WorkerProcess:
-    """`minions worker` in a process of its own."""
+    """`minions worker` in a process of its own, ready to take runs."""
 
     def __init__(self, url: str, folder: Path, executor_id: str, ledger: Path, **env: str) -> None:
         self.url = url
@@ -123,16 +123,22 @@ class WorkerProcess:
             self.process = subprocess.Popen(
                 command, cwd=folder, env=environment, stdout=log, stderr=subprocess.STDOUT
             )
-        self._wait_ready()
+        self._ready()
 
-    def _wait_ready(self) -> None:
+    def _ready(self) -> None:
+        if not self.started():
+            raise RuntimeError(f"the worker exited: {self.log.read_text()}")
+
+    def started(self) -> bool:
+        """Wait until the worker takes runs (True) or exits (False)."""
         deadline = time.monotonic() + 60
         while "running queued runs" not in self.log.read_text():
             if self.process.poll() is not None:
-                raise RuntimeError(f"the worker exited: {self.log.read_text()}")
+                return False
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the worker did not start: {self.log.read_text()}")
             time.sleep(0.05)
+        return True
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)

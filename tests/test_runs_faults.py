@@ -21,7 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults_helpers import MARK, OPERATIONS, TOOLS, Driver, ledger_calls, model_server, problems
+from faults_helpers import (
+    MARK,
+    OPERATIONS,
+    TOOLS,
+    Driver,
+    StartingWorker,
+    ledger_calls,
+    model_server,
+    problems,
+)
 from postgres import cluster, fresh_database
 from runs_helpers import finished, until, worker
 
@@ -112,3 +121,19 @@ async def test_a_worker_thawed_after_losing_its_run_starts_none_of_its_side_effe
     assert (await store.get(run_id)).status == "completed"
     assert [c for c in ledger_calls(ledger) if c.pid == frozen.process.pid] == []
     store.close()
+
+
+async def test_a_worker_that_starts_on_a_full_disk_says_so_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    RunStore(url, create=True).close()
+    full = tmp_path / "full"
+    full.touch()
+    started = StartingWorker(url, tmp_path, "w1", tmp_path / "ledger.txt", DISK_FULL=str(full))
+    assert not started.started()
+    said = started.log.read_text()
+    assert started.process.wait() == 2, said
+    assert "error: cannot use the run store" in said
+    assert "database or disk is full" in said
+    assert "Traceback" not in said

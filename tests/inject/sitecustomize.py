@@ -7,6 +7,9 @@ folder goes first on their PYTHONPATH; nothing here is part of minions).
 - ``HOLD_BEFORE_TOOL=FILE``: the first tool call of the process waits, before it starts, while
   FILE exists (touching ``FILE.reached`` first): a worker that holds a run and is about to
   start a side effect.
+- ``HOLD_BEFORE_CHECKPOINT=FILE``: the first checkpoint the process writes waits, before its
+  transaction, while FILE exists (touching ``FILE.reached`` first): a worker between a step's
+  completion and its checkpoint.
 - ``CLAIMS=FILE``: each claim of a run by the worker is a line of FILE (``claim TIME PID RUN
   EPOCH``), and the epoch of the lease is `EPOCH` in the run's tasks (the fault tests' ledger
   tool writes it beside each call).
@@ -69,6 +72,27 @@ if os.environ.get("HOLD_BEFORE_TOOL"):
         return await _execute(self, call)
 
     tool_call.ToolCallExecutor.execute = _held_execute  # type: ignore[method-assign]
+
+if os.environ.get("HOLD_BEFORE_CHECKPOINT"):
+    import pathlib
+    import time
+    from typing import Any
+
+    from minions.runs import _store
+
+    _unheld_append = _store.Store.append
+    _before_checkpoint = pathlib.Path(os.environ["HOLD_BEFORE_CHECKPOINT"])
+    _checkpoints_held: list[bool] = []
+
+    def _held_append(self: Any, lease: Any, **kwargs: Any) -> None:
+        if kwargs.get("step") is not None and not _checkpoints_held:
+            _checkpoints_held.append(True)
+            pathlib.Path(f"{_before_checkpoint}.reached").touch()
+            while _before_checkpoint.exists():
+                time.sleep(0.02)
+        _unheld_append(self, lease, **kwargs)
+
+    _store.Store.append = _held_append  # type: ignore[method-assign]
 
 if os.environ.get("CLAIMS"):
     import time

@@ -166,3 +166,27 @@ async def test_a_step_cancelled_before_its_checkpoint_says_it_completed_once(
     completed = [e.step_id for e in events if e.kind == "step_completed"]
     assert completed == ["one", "two"]
     store.close()
+
+
+async def test_a_worker_frozen_inside_a_postgres_transaction_does_not_stop_the_takeover(
+    tmp_path: Path, postgres: str
+) -> None:
+    url = fresh_database(postgres, f"f{uuid.uuid4().hex[:12]}")
+    recipe = two_steps(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    hold = tmp_path / "hold"
+    hold.touch()
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "t"})
+    with worker(url, tmp_path, "w1", ledger, HOLD_IN_CHECKPOINT=str(hold)) as frozen:
+        await until(Path(f"{hold}.reached").exists)  # the run's row locked, not committed
+        os.kill(frozen.process.pid, signal.SIGSTOP)
+        try:
+            with worker(url, tmp_path, "w2", ledger):
+                assert await finished(store, run_id, within=30) == "completed"
+        finally:
+            hold.unlink()
+            os.kill(frozen.process.pid, signal.SIGCONT)
+    events = await store.events(run_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    store.close()

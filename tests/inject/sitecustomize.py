@@ -10,6 +10,9 @@ folder goes first on their PYTHONPATH; nothing here is part of minions).
 - ``HOLD_BEFORE_CHECKPOINT=FILE``: the first checkpoint the process writes waits, before its
   transaction, while FILE exists (touching ``FILE.reached`` first): a worker between a step's
   completion and its checkpoint.
+- ``HOLD_IN_CHECKPOINT=FILE``: the first checkpoint the process writes waits inside its
+  transaction, before its commit (its run's row locked), while FILE exists (touching
+  ``FILE.reached`` first).
 - ``CLAIMS=FILE``: each claim of a run by the worker is a line of FILE (``claim TIME PID RUN
   EPOCH``), and the epoch of the lease is `EPOCH` in the run's tasks (the fault tests' ledger
   tool writes it beside each call).
@@ -93,6 +96,42 @@ if os.environ.get("HOLD_BEFORE_CHECKPOINT"):
         _unheld_append(self, lease, **kwargs)
 
     _store.Store.append = _held_append  # type: ignore[method-assign]
+
+if os.environ.get("HOLD_IN_CHECKPOINT"):
+    import contextlib
+    import pathlib
+    import threading
+    import time
+    from collections.abc import Iterator
+    from typing import Any
+
+    from minions.runs import _store
+
+    _begin_outside = _store.Store.begin
+    _append_outside = _store.Store.append
+    _in_checkpoint = threading.local()
+    _in_hold = pathlib.Path(os.environ["HOLD_IN_CHECKPOINT"])
+    _held_inside: list[bool] = []
+
+    @contextlib.contextmanager
+    def _begin_holding(self: Any) -> Iterator[Any]:
+        with _begin_outside(self) as db:
+            yield db
+            if getattr(_in_checkpoint, "on", False) and not _held_inside:
+                _held_inside.append(True)
+                pathlib.Path(f"{_in_hold}.reached").touch()
+                while _in_hold.exists():
+                    time.sleep(0.02)
+
+    def _append_marked(self: Any, lease: Any, **kwargs: Any) -> None:
+        _in_checkpoint.on = kwargs.get("step") is not None
+        try:
+            _append_outside(self, lease, **kwargs)
+        finally:
+            _in_checkpoint.on = False
+
+    _store.Store.begin = _begin_holding  # type: ignore[method-assign]
+    _store.Store.append = _append_marked  # type: ignore[method-assign]
 
 if os.environ.get("CLAIMS"):
     import time

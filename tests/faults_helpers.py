@@ -225,6 +225,8 @@ class Incarnation:
 
 @dataclass(kw_only=True)
 class Submission:
+    """A run asked for: its tag (its input, and its idempotency key when it has one)."""
+
     tag: str
     recipe: str
     run_id: str | None = None
@@ -286,8 +288,7 @@ class Driver:
     async def run(self, operations: int) -> None:
         """Start the workers, submit a few runs, then `operations` operations (each kind once
         in a random order, then random ones), with random pauses between them."""
-        for executor_id in ("w1", "w2"):
-            await self.start_worker(executor_id)
+        await asyncio.gather(self.start_worker("w1"), self.start_worker("w2"))
         for recipe in ("chain", "chain", "gated"):
             await self.submit(recipe)
         kinds = list(OPERATIONS)
@@ -385,9 +386,10 @@ class Driver:
     def _writing(self, worker: Incarnation) -> bool:
         """Whether the worker holds the write lock of the SQLite store (Linux: its WAL write
         lock, byte 120 of the ``-shm`` file, in /proc/locks)."""
-        if self.postgres:
+        try:
+            shm = os.stat(f"{self.url.removeprefix('sqlite:///')}-shm")
+        except FileNotFoundError:  # Postgres, or nobody has the SQLite file open
             return False
-        shm = os.stat(f"{self.url.removeprefix('sqlite:///')}-shm")
         device = f"{os.major(shm.st_dev):02x}:{os.minor(shm.st_dev):02x}:{shm.st_ino}"
         for line in Path("/proc/locks").read_text().splitlines():
             fields = line.split()
@@ -653,8 +655,10 @@ async def problems(driver: Driver) -> list[str]:
     # A run in two workers at once: a call started under a lease after a later lease of the
     # run was taken (a call in flight at that moment may finish: at-least-once in a step).
     stale = _stale_calls(calls, claims)
-    if stale and ZOMBIES_TOLERATED:
-        driver.say(f"calls started under a superseded lease (tolerated): {stale}")
+    per_lease = Counter((c.run_id, c.epoch) for c in stale)
+    if ZOMBIES_TOLERATED and all(n <= ZOMBIE_CALLS for n in per_lease.values()):
+        if stale:
+            driver.say(f"calls started under a superseded lease (tolerated): {stale}")
         calls = [c for c in calls if c not in stale]
     else:
         found += [f"{c.run_id}: {c} started after epoch {c.epoch} was superseded" for c in stale]
@@ -791,7 +795,9 @@ ZOMBIES_TOLERATED = True
 """A holder whose run was taken over (frozen past its lease, or cut off from the database
 while another worker took the run) may start a tool call before it finds out: see
 test_a_worker_thawed_after_losing_its_run_starts_none_of_its_side_effects (xfail). Such
-calls are left out of the other checks, and said in the journal, until that is fixed."""
+calls are left out of the other checks, and said in the journal, until that is fixed: as many
+as it can start at once before it finds out (a loop's parallel items), no more."""
+ZOMBIE_CALLS = 2
 
 
 def _stale_calls(calls: list[Call], claims: list[Claim]) -> list[Call]:

@@ -17,7 +17,7 @@ import os
 import random
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,12 +49,12 @@ def postgres() -> Iterator[str]:
         yield server
 
 
-async def prove(folder: Path, url_of: object) -> None:
+async def prove(folder: Path, url_of: Callable[[int], str]) -> None:
+    """`EXAMPLES` random sequences, each on a fresh store (`url_of` the sequence's number)."""
     with model_server() as model:
         for example in range(EXAMPLES):
             seed = SEED + example
-            url = url_of(example)  # type: ignore[operator]
-            driver = Driver(url, folder / f"s{example}", seed, model.url)
+            driver = Driver(url_of(example), folder / f"s{example}", seed, model.url)
             try:
                 await driver.run(STEPS)
                 await driver.settle()
@@ -67,6 +67,7 @@ async def prove(folder: Path, url_of: object) -> None:
             assert not found, (
                 f"MINIONS_FAULT_SEED={seed}:\n" + "\n".join(found) + "\n" + driver.report()
             )
+            print(f"MINIONS_FAULT_SEED={seed}: well", *[n for n in driver.journal if "toler" in n])
 
 
 async def test_sqlite_runs_survive_random_faults(tmp_path: Path) -> None:

@@ -16,20 +16,19 @@ key: side effects as an outside system sees them.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 import random
 import re
 import signal
 import sys
-import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import runs_helpers
 import sqlalchemy as sa
 from postgres import pg_ctl
 from runs_helpers import WORKER_ENV, WorkerProcess
@@ -37,23 +36,10 @@ from runs_helpers import WORKER_ENV, WorkerProcess
 from minions.errors import RunStateError, StoreError
 from minions.events import Event, StepCompleted
 from minions.runs import RunRecord, RunStore
-from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
-TOOLS = '''\
-import asyncio
-import os
-import time
-
-from minions import tool
-from minions.tools import tool_context
-
-
-def _append(line: str) -> None:
-    with open(os.environ["LEDGER"], "a") as ledger:
-        ledger.write(line + "\\n")
-        ledger.flush()
-        os.fsync(ledger.fileno())
-
+TOOLS = (
+    runs_helpers.TOOLS
+    + '''
 
 def _epoch() -> int:
     try:
@@ -64,8 +50,10 @@ def _epoch() -> int:
 
 
 @tool
-async def mark(run: str, step: str, seconds: float = 0.0) -> str:
+async def mark_call(run: str, step: str, seconds: float = 0.0) -> str:
     """Mark the ledger when the call starts and when it ends (`seconds` later)."""
+    import time
+
     context = tool_context()
     assert context is not None
     call = f"{os.getpid()} {run} {context.scope} {context.idempotency_key} {_epoch()}"
@@ -76,8 +64,11 @@ async def mark(run: str, step: str, seconds: float = 0.0) -> str:
         _append(f"end {time.time()!r} {call}")
     return f"{run}:{step}"
 '''
+)
+"""The ledger tools of tests/runs_helpers.py, and `mark_call`: each call marks the ledger when it
+starts and when it ends, with its process, scope, idempotency key and the epoch of its lease."""
 
-MARK = 'tool: mark, params: {run: "{{ inputs.tag }}", step: %s, seconds: 0.1}'
+MARK = 'tool: mark_call, params: {run: "{{ inputs.tag }}", step: %s, seconds: 0.1}'
 CHAIN = f"""\
 id: chain
 tools: [tools]
@@ -90,9 +81,9 @@ steps:
     depends_on: [one]
     loop: "{{{{ inputs.items }}}}"
     parallel: 2
-    tool: mark
+    tool: mark_call
     params: {{run: "{{{{ inputs.tag }}}}", step: "{{{{ loop.item }}}}", seconds: 0.1}}
-  - {{id: think, depends_on: [items], tools: [mark], goal: "mark run {{{{ inputs.tag }}}} step think"}}
+  - {{id: think, depends_on: [items], tools: [mark_call], goal: "mark run {{{{ inputs.tag }}}} step think"}}
   - {{id: last, depends_on: [think], {MARK % "last"}}}
 """
 """Tool steps, a loop whose items mark the ledger, and an agent step whose model marks it."""
@@ -112,33 +103,12 @@ TERMINAL = ("completed", "failed", "cancelled")
 TERMINAL_KINDS = ("run_completed", "run_failed")
 
 
-def model_server() -> FakeOpenAIServer:
-    """The agent step's model: asked to mark the ledger, it calls `mark`; given the result,
-    it answers in text. Every third request is refused with a 429 (tried again after 10 ms)."""
-    count = itertools.count(1)
-    lock = threading.Lock()
-
-    def reply(request: FakeRequest) -> FakeReply:
-        with lock:
-            number = next(count)
-        if number % 3 == 0:
-            return FakeReply.rate_limit(retry_after=0.01)
-        if request.last_message.get("role") == "tool":
-            return FakeReply.text("marked")
-        text = " ".join(str(m.get("content") or "") for m in request.messages)
-        found = re.search(r"mark run (\S+) step (\S+)", text)
-        assert found is not None, text
-        return FakeReply.calls(("mark", {"run": found[1], "step": found[2]}))
-
-    return FakeOpenAIServer(reply)
-
-
 # -- the ledger --------------------------------------------------------------------------------
 
 
 @dataclass(kw_only=True)
 class Call:
-    """One call of `mark`, as the ledger tells of it: under the lease of which epoch."""
+    """One call of `mark_call`, as the ledger tells of it: under the lease of which epoch."""
 
     pid: int
     tag: str

@@ -3,10 +3,13 @@ processes (`minions worker`) against a store in a temporary folder."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.runs import RunStore
+from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
 TOOLS = '''\
 import asyncio
@@ -94,6 +98,28 @@ def ledger_entries(path: Path) -> list[tuple[str, str, str, int]]:
         run, step, key, pid = line.split(" ")
         found.append((run, step, key, int(pid)))
     return found
+
+
+def marking_model(tool: str = "mark") -> FakeOpenAIServer:
+    """The model of the agent steps of these recipes: asked to "mark run TAG step STEP", it
+    calls `tool` with them; given the result, it answers in text. Every fourth request is
+    refused with a 429 (tried again after 10 ms)."""
+    count = itertools.count(1)
+    lock = threading.Lock()
+
+    def reply(request: FakeRequest) -> FakeReply:
+        with lock:
+            number = next(count)
+        if number % 4 == 0:
+            return FakeReply.rate_limit(retry_after=0.01)
+        if request.last_message.get("role") == "tool":
+            return FakeReply.text("marked")
+        text = " ".join(str(m.get("content") or "") for m in request.messages)
+        asked = re.search(r"mark run (\S+) step (\S+)", text)
+        assert asked is not None, text
+        return FakeReply.calls((tool, {"run": asked[1], "step": asked[2]}))
+
+    return FakeOpenAIServer(reply)
 
 
 WORKER_ENV = {

@@ -18,6 +18,8 @@ import random
 import signal
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,11 +30,10 @@ from faults_helpers import (
     Driver,
     StartingWorker,
     ledger_calls,
-    model_server,
     problems,
 )
 from postgres import cluster, fresh_database
-from runs_helpers import finished, until, worker
+from runs_helpers import WorkerProcess, finished, marking_model, until, worker
 
 from minions.runs import RunStore
 
@@ -51,7 +52,7 @@ def postgres() -> Iterator[str]:
 
 async def prove(folder: Path, url_of: Callable[[int], str]) -> None:
     """`EXAMPLES` random sequences, each on a fresh store (`url_of` the sequence's number)."""
-    with model_server() as model:
+    with marking_model("mark_call") as model:
         for example in range(EXAMPLES):
             seed = SEED + example
             driver = Driver(url_of(example), folder / f"s{example}", seed, model.url)
@@ -81,8 +82,21 @@ async def test_postgres_runs_survive_random_faults(tmp_path: Path, postgres: str
 # -- defects found by the driver, each reproduced on its own ----------------------------------
 
 
-def two_steps(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """A two-step run (steps `one` and `two`, tool calls marking the ledger), and the file that
+    holds its worker at a point injected by tests/inject while it exists."""
+
+    store: RunStore
+    run_id: str
+    ledger: Path
+    hold: Path
+
+    async def reached(self) -> None:
+        await until(Path(f"{self.hold}.reached").exists)
+
+
+async def held_run(folder: Path, url: str) -> Held:
     (folder / "tools.py").write_text(TOOLS)
     recipe = folder / "two.yaml"
     recipe.write_text(
@@ -90,7 +104,22 @@ def two_steps(folder: Path) -> Path:
         f"  - {{id: one, {MARK % 'one'}}}\n"
         f"  - {{id: two, depends_on: [one], {MARK % 'two'}}}\n"
     )
-    return recipe
+    hold = folder / "hold"
+    hold.touch()
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "held"})
+    return Held(store=store, run_id=run_id, ledger=folder / "ledger.txt", hold=hold)
+
+
+@contextmanager
+def frozen(process: WorkerProcess, held: Held) -> Iterator[None]:
+    """The worker frozen (SIGSTOP); then the hold lifted and the worker thawed (SIGCONT)."""
+    os.kill(process.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        held.hold.unlink()
+        os.kill(process.process.pid, signal.SIGCONT)
 
 
 @pytest.mark.xfail(
@@ -103,25 +132,15 @@ async def test_a_worker_thawed_after_losing_its_run_starts_none_of_its_side_effe
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'minions.db'}"
-    recipe = two_steps(tmp_path)
-    ledger = tmp_path / "ledger.txt"
-    hold = tmp_path / "hold"
-    hold.touch()
-    store = RunStore(url, create=True)
-    run_id, _ = await store.submit(recipe, {"tag": "z"})
-    with worker(url, tmp_path, "w1", ledger, HOLD_BEFORE_TOOL=str(hold)) as frozen:
-        await until(Path(f"{hold}.reached").exists)  # about to start step one's call
-        os.kill(frozen.process.pid, signal.SIGSTOP)
-        try:
-            with worker(url, tmp_path, "w2", ledger):
-                assert await finished(store, run_id) == "completed"  # taken over, finished
-        finally:
-            hold.unlink()
-            os.kill(frozen.process.pid, signal.SIGCONT)
-        await until(lambda: "standing down" in frozen.log.read_text())
-    assert (await store.get(run_id)).status == "completed"
-    assert [c for c in ledger_calls(ledger) if c.pid == frozen.process.pid] == []
-    store.close()
+    held = await held_run(tmp_path, url)
+    with worker(url, tmp_path, "w1", held.ledger, HOLD_BEFORE_TOOL=str(held.hold)) as first:
+        await held.reached()  # about to start step one's call
+        with frozen(first, held), worker(url, tmp_path, "w2", held.ledger):
+            assert await finished(held.store, held.run_id) == "completed"  # taken over
+        await until(lambda: "standing down" in first.log.read_text())
+    assert (await held.store.get(held.run_id)).status == "completed"
+    assert [c for c in ledger_calls(held.ledger) if c.pid == first.process.pid] == []
+    held.store.close()
 
 
 async def test_a_worker_that_starts_on_a_full_disk_says_so_without_a_traceback(
@@ -150,22 +169,17 @@ async def test_a_step_cancelled_before_its_checkpoint_says_it_completed_once(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'minions.db'}"
-    recipe = two_steps(tmp_path)
-    ledger = tmp_path / "ledger.txt"
-    hold = tmp_path / "hold"
-    hold.touch()
-    store = RunStore(url, create=True)
-    run_id, _ = await store.submit(recipe, {"tag": "c"})
-    with worker(url, tmp_path, "w1", ledger, HOLD_BEFORE_CHECKPOINT=str(hold)):
-        await until(Path(f"{hold}.reached").exists)  # step one done, its checkpoint not yet
+    held = await held_run(tmp_path, url)
+    store, run_id = held.store, held.run_id
+    with worker(url, tmp_path, "w1", held.ledger, HOLD_BEFORE_CHECKPOINT=str(held.hold)):
+        await held.reached()  # step one done, its checkpoint not yet written
         assert (await store.cancel(run_id)).status == "cancelled"
-        hold.unlink()
+        held.hold.unlink()
         await store.resume(run_id)
         assert await finished(store, run_id) == "completed"
     events = await store.events(run_id)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    completed = [e.step_id for e in events if e.kind == "step_completed"]
-    assert completed == ["one", "two"]
+    assert [e.step_id for e in events if e.kind == "step_completed"] == ["one", "two"]
     store.close()
 
 
@@ -173,21 +187,11 @@ async def test_a_worker_frozen_inside_a_postgres_transaction_does_not_stop_the_t
     tmp_path: Path, postgres: str
 ) -> None:
     url = fresh_database(postgres, f"f{uuid.uuid4().hex[:12]}")
-    recipe = two_steps(tmp_path)
-    ledger = tmp_path / "ledger.txt"
-    hold = tmp_path / "hold"
-    hold.touch()
-    store = RunStore(url, create=True)
-    run_id, _ = await store.submit(recipe, {"tag": "t"})
-    with worker(url, tmp_path, "w1", ledger, HOLD_IN_CHECKPOINT=str(hold)) as frozen:
-        await until(Path(f"{hold}.reached").exists)  # the run's row locked, not committed
-        os.kill(frozen.process.pid, signal.SIGSTOP)
-        try:
-            with worker(url, tmp_path, "w2", ledger):
-                assert await finished(store, run_id, within=30) == "completed"
-        finally:
-            hold.unlink()
-            os.kill(frozen.process.pid, signal.SIGCONT)
-    events = await store.events(run_id)
+    held = await held_run(tmp_path, url)
+    with worker(url, tmp_path, "w1", held.ledger, HOLD_IN_CHECKPOINT=str(held.hold)) as first:
+        await held.reached()  # the run's row locked by a transaction not committed
+        with frozen(first, held), worker(url, tmp_path, "w2", held.ledger):
+            assert await finished(held.store, held.run_id, within=30) == "completed"
+    events = await held.store.events(held.run_id)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    store.close()
+    held.store.close()

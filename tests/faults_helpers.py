@@ -734,13 +734,16 @@ def _run_problems(
             found.append(f"{approval.call_id} rejected, yet it ran: {effects}")
         if approval.approved is None and effects:
             found.append(f"{approval.call_id} undecided, yet it ran: {effects}")
-    # Usage: the run's is the sum of its completed steps'; the agent step's is the sum of the
-    # model calls of its last execution, every attempt of a call counted.
+    # Usage: a completed run's is the sum of its steps'; the agent step's is the sum of the
+    # model calls of its last execution, every attempt of a call counted. A run that ended
+    # otherwise used at least what its completed steps did (and what its step in flight did,
+    # when its holder ended it).
+    for key in ("prompt_tokens", "completion_tokens", "calls"):
+        total = sum(s.usage.get(key, 0) for s in record.steps)
+        used = record.usage.get(key, 0)
+        if record.terminal and used != total and (record.status == "completed" or used < total):
+            found.append(f"{record.status}, usage {key} {used}, its steps' {total}")
     if record.status == "completed":
-        for key in ("prompt_tokens", "completion_tokens", "calls"):
-            total = sum(s.usage.get(key, 0) for s in record.steps)
-            if record.usage.get(key, 0) != total:
-                found.append(f"usage {key} {record.usage.get(key)}, its steps' {total}")
         think = [s for s in record.steps if s.step_id == "think"]
         if think:
             starts = [i for i, e in enumerate(events) if e.kind == "step_started"

@@ -195,3 +195,34 @@ async def test_a_worker_frozen_inside_a_postgres_transaction_does_not_stop_the_t
     events = await held.store.events(held.run_id)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     held.store.close()
+
+
+async def test_a_worker_handed_the_next_attempt_of_a_run_it_lost_runs_it(tmp_path: Path) -> None:
+    """A worker cut off from its store (a Postgres restart) past its lease may be handed the
+    run's next attempt, queued by a takeover, while its own execution of the run has not yet
+    found out that it lost it: it runs that attempt once the earlier one stood down (it did
+    nothing instead, and the run stayed queued for good)."""
+    from minions.runs._queue import Queue, workflow_id
+    from minions.runs._store import Store
+    from minions.runs._tables import HELD
+
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    held = await held_run(tmp_path, url)
+    down = tmp_path / "down"
+    env = {"STORE_DOWN": str(down), "HOLD_BEFORE_TOOL": str(held.hold)}
+    with worker(url, tmp_path, "w1", held.ledger, **env):
+        store, queue = Store(url), Queue(url)
+        queue.client()
+        await held.reached()  # attempt 1 runs in w1, about to start step one's call
+        down.touch()  # and w1 no longer reaches its store
+        # Taken over, as a live worker takes over a run whose lease ran out.
+        epoch, _, _ = store.watch(held.run_id, held.run_id)
+        store.requeue(held.run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue)
+        second = workflow_id(held.run_id, 2)
+        await until(lambda: store.watch(held.run_id, second)[2] != "ENQUEUED")  # handed to w1
+        down.unlink()
+        held.hold.unlink()
+        assert await finished(held.store, held.run_id) == "completed"
+        queue.close()
+        store.close()
+    held.store.close()

@@ -308,9 +308,9 @@ class DurableRunner:
         self.lease = lease
         self.heartbeat = heartbeat
         self.running: dict[str, asyncio.Task[Any]] = {}
-        self.held: set[str] = set()
-        """The runs this runner claimed and has not let go of: the worker renews their
-        leases."""
+        self.held: dict[str, int] = {}
+        """The runs this runner claimed and has not let go of, with the attempt of each: the
+        worker renews their leases."""
         self._recorders: dict[str, RunRecorder] = {}
         self._waiting: dict[str, int] = {}
         """Calls each run waits on (the run is `waiting` while there is one)."""
@@ -326,8 +326,13 @@ class DurableRunner:
 
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it."""
-        if run_id in self.held:
-            return  # delivered again while this runner runs it (DBOS's recovery at a start)
+        while run_id in self.held:
+            if self.held[run_id] >= attempt:
+                return  # delivered again while this runner runs it (DBOS's recovery at a start)
+            # An earlier attempt of it still runs here, fenced out by the takeover that queued
+            # this one (its holder was cut off from the store past its lease): it stands down
+            # at its next look at the store, and this attempt goes on from its checkpoints.
+            await asyncio.sleep(self.cancel_poll)
         start = await self._claim(run_id, attempt)
         if start == "ended":
             status = (await self.store.get_run(run_id, details=False)).status
@@ -340,11 +345,11 @@ class DurableRunner:
                 )
         if not isinstance(start, Start):
             return
-        self.held.add(run_id)  # its lease is renewed from now on, not only once it runs
+        self.held[run_id] = attempt  # its lease is renewed from now on, not once it runs
         try:
             await self._run(start)
         finally:
-            self.held.discard(run_id)
+            del self.held[run_id]
 
     async def _run(self, start: Start) -> None:
         lease = start.lease

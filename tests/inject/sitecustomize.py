@@ -16,6 +16,8 @@ folder goes first on their PYTHONPATH; nothing here is part of minions).
 - ``CLAIMS=FILE``: each claim of a run by the worker is a line of FILE (``claim TIME PID RUN
   EPOCH``), and the epoch of the lease is `EPOCH` in the run's tasks (the fault tests' ledger
   tool writes it beside each call).
+- ``STORE_DOWN=FILE``: while FILE exists, every read and write of the run store fails as
+  when its database is gone (a Postgres restart); DBOS's own tables are spared.
 - ``DISK_FULL=FILE``: while FILE exists, every write transaction of the run store fails as
   SQLite fails on a full disk (``database or disk is full``, at its commit: nothing of it is
   stored); reads go on. DBOS's own tables are spared.
@@ -176,3 +178,27 @@ if os.environ.get("DISK_FULL"):
                 raise sqlite3.OperationalError("database or disk is full")
 
     _store.Store.begin = _begin_on_a_full_disk  # type: ignore[method-assign]
+
+if os.environ.get("STORE_DOWN"):
+    import contextlib
+    import pathlib
+    import sqlite3
+    from collections.abc import Iterator
+    from typing import Any
+
+    from minions.runs import _store
+
+    _down = pathlib.Path(os.environ["STORE_DOWN"])
+
+    def _gone(opened: Any) -> Any:
+        @contextlib.contextmanager
+        def opened_unless_down(self: Any) -> Iterator[Any]:
+            if _down.exists():
+                raise sqlite3.OperationalError("unable to open database file")
+            with opened(self) as db:
+                yield db
+
+        return opened_unless_down
+
+    _store.Store.begin = _gone(_store.Store.begin)  # type: ignore[method-assign]
+    _store.Store.read = _gone(_store.Store.read)  # type: ignore[method-assign]

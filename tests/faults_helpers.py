@@ -5,12 +5,14 @@ Real `minions worker` processes and real CLI processes work on one store (SQLite
 folder, or a database of a real Postgres) while the driver submits runs (some submissions
 killed mid-way and retried with their key), cancels, resumes (several at once), approves and
 rejects (at once), SIGKILLs workers, freezes one (SIGSTOP) past the dead-worker timeout, starts
-a second worker with a live one's id, restarts Postgres (``-m immediate``) or fills SQLite's
-disk. Then every fault is lifted, the runs settle, and `problems` says what is wrong with them.
+a second worker with a live one's id, restarts Postgres (``pg_ctl restart -m immediate``) or
+fills SQLite's disk (injected: the workers' store writes fail as on a full disk, see
+tests/inject). Then every fault is lifted, the runs settle, and `problems` says what is wrong.
 
 Every tool call of the recipes marks a ledger (fsynced) when it starts and when it ends, with
-its process, its run's tag, its scope (``step#visit``, ``step#visit[item]``) and idempotency
-key: side effects as an outside system sees them.
+its process, its run's tag, its scope (``step#visit``, ``step#visit[item]``), idempotency key
+and the epoch of the lease it runs under; each claim of a run is a line too: side effects as
+an outside system sees them, and who held the run when.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ have ended or wait for a decision, no completed step or loop item ran again, no 
 workers at once, every run's events are numbered without a gap and end with one terminal
 event, every approval was decided once, and a run's usage is the sum of its steps'.
 
+Each defect the driver found is reproduced on its own below. Two are not fixed yet (xfail):
+until they are, the driver says their symptoms in its journal instead of failing on them
+(`ZOMBIES_TOLERATED`, `COMPLETIONS_TOLERATED` in tests/faults_helpers.py; set them to False
+with the fix).
+
 ``MINIONS_FAULT_EXAMPLES=N`` runs N sequences on each store (default 2),
 ``MINIONS_FAULT_OPERATIONS=N`` operations in each (default: each kind once), and
 ``MINIONS_FAULT_SEED=S`` starts from seed S (default: a random one, printed)."""

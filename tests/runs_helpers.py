@@ -3,10 +3,13 @@ processes (`minions worker`) against a store in a temporary folder."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.runs import RunStore
+from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
 TOOLS = '''\
 import asyncio
@@ -96,6 +100,28 @@ def ledger_entries(path: Path) -> list[tuple[str, str, str, int]]:
     return found
 
 
+def marking_model(tool: str = "mark") -> FakeOpenAIServer:
+    """The model of the agent steps of these recipes: asked to "mark run TAG step STEP", it
+    calls `tool` with them; given the result, it answers in text. Every fourth request is
+    refused with a 429 (tried again after 10 ms)."""
+    count = itertools.count(1)
+    lock = threading.Lock()
+
+    def reply(request: FakeRequest) -> FakeReply:
+        with lock:
+            number = next(count)
+        if number % 4 == 0:
+            return FakeReply.rate_limit(retry_after=0.01)
+        if request.last_message.get("role") == "tool":
+            return FakeReply.text("marked")
+        text = " ".join(str(m.get("content") or "") for m in request.messages)
+        asked = re.search(r"mark run (\S+) step (\S+)", text)
+        assert asked is not None, text
+        return FakeReply.calls((tool, {"run": asked[1], "step": asked[2]}))
+
+    return FakeOpenAIServer(reply)
+
+
 WORKER_ENV = {
     "MINIONS_WORKER_HEARTBEAT": "0.3",
     "MINIONS_WORKER_DEAD_AFTER": "2",
@@ -103,7 +129,7 @@ WORKER_ENV = {
 
 
 class WorkerProcess:
-    """`minions worker` in a process of its own."""
+    """`minions worker` in a process of its own, ready to take runs."""
 
     def __init__(self, url: str, folder: Path, executor_id: str, ledger: Path, **env: str) -> None:
         self.url = url
@@ -123,16 +149,22 @@ class WorkerProcess:
             self.process = subprocess.Popen(
                 command, cwd=folder, env=environment, stdout=log, stderr=subprocess.STDOUT
             )
-        self._wait_ready()
+        self._ready()
 
-    def _wait_ready(self) -> None:
+    def _ready(self) -> None:
+        if not self.started():
+            raise RuntimeError(f"the worker exited: {self.log.read_text()}")
+
+    def started(self) -> bool:
+        """Wait until the worker takes runs (True) or exits (False)."""
         deadline = time.monotonic() + 60
         while "running queued runs" not in self.log.read_text():
             if self.process.poll() is not None:
-                raise RuntimeError(f"the worker exited: {self.log.read_text()}")
+                return False
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the worker did not start: {self.log.read_text()}")
             time.sleep(0.05)
+        return True
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)

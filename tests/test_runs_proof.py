@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import random
-import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,13 +26,14 @@ from runs_helpers import (
     finished,
     ledger_entries,
     ledger_lines,
+    marking_model,
     until,
     write_ledger_recipe,
 )
 
 from minions.events import Event
 from minions.runs import RunStore
-from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
+from minions.testing import FakeOpenAIServer
 
 pytestmark = pytest.mark.slow
 
@@ -61,33 +59,12 @@ async def read_everything(
 AGENT = "three"
 
 
-def model_server() -> FakeOpenAIServer:
-    """Asked to mark the ledger, it calls `mark`; given the result, it answers in text. Every
-    fourth request is refused with a 429 (retried after 10 ms)."""
-    count = itertools.count(1)
-    lock = threading.Lock()
-
-    def reply(request: FakeRequest) -> FakeReply:
-        with lock:
-            number = next(count)
-        if number % 4 == 0:
-            return FakeReply.rate_limit(retry_after=0.01)
-        if request.last_message.get("role") == "tool":
-            return FakeReply.text("marked")
-        text = " ".join(str(m.get("content") or "") for m in request.messages)
-        tag = re.search(r"mark run (\S+) step", text)
-        assert tag is not None, text
-        return FakeReply.calls(("mark", {"run": tag[1], "step": AGENT}))
-
-    return FakeOpenAIServer(reply)
-
-
 def reached(ledger: Path, lines: int) -> bool:
     return len(ledger_lines(ledger)) >= lines
 
 
 async def prove(url: str, folder: Path, workers: int, kill_for_good: bool) -> None:
-    with model_server() as server:
+    with marking_model() as server:
         await _prove(url, folder, workers, kill_for_good, server)
 
 

@@ -309,8 +309,8 @@ class DurableRunner:
         self.heartbeat = heartbeat
         self.running: dict[str, asyncio.Task[Any]] = {}
         self.held: dict[str, int] = {}
-        """The runs this runner claims or runs, and which attempt: the worker renews their
-        leases."""
+        """The runs this runner claims or runs, with the attempt of each: the worker renews
+        their leases."""
         self._recorders: dict[str, RunRecorder] = {}
         self._waiting: dict[str, int] = {}
         """Calls each run waits on (the run is `waiting` while there is one)."""
@@ -326,8 +326,13 @@ class DurableRunner:
 
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it."""
-        if self.held.get(run_id) == attempt:
-            return  # delivered again while this runner runs it (DBOS's recovery at a start)
+        while run_id in self.held:
+            if self.held[run_id] >= attempt:
+                return  # delivered again while this runner runs it (DBOS's recovery at a start)
+            # An earlier attempt of it still runs here, fenced out by the takeover that queued
+            # this one (its holder was cut off from the store past its lease): it stands down
+            # at its next look at the store, and this attempt goes on from its checkpoints.
+            await asyncio.sleep(self.cancel_poll)
         # Held from before the claim: the worker's heartbeat renews the lease from the moment
         # the claim commits, however long this event loop takes to come back to the run.
         self.held[run_id] = attempt

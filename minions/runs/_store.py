@@ -143,8 +143,12 @@ class Store:
             )
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
+            # A session idle inside a transaction this long belongs to a process that froze
+            # (or lost its network) between two statements: the server ends it, and the locks
+            # it holds on a run go with it, or no other worker could take the run over.
+            idle = f"-c idle_in_transaction_session_timeout={int(DEAD_AFTER * 1000)}"
             self.engine = sa.create_engine(
-                sqlalchemy_url(url), connect_args={"connect_timeout": 10}
+                sqlalchemy_url(url), connect_args={"connect_timeout": 10, "options": idle}
             )
             sa.event.listen(self.engine, "checkout", _ping_if_idle)
         self.postgres = self.engine.dialect.name == "postgresql"

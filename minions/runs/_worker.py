@@ -20,8 +20,8 @@ import structlog
 from dbos import DBOS
 
 from minions._step.settings import RunSettings
-from minions.errors import MinionsError
-from minions.runs._async import AsyncStore, transient
+from minions.errors import MinionsError, StoreError
+from minions.runs._async import AsyncStore, _detail, transient
 from minions.runs._log import LiveHub, run_failed_row
 from minions.runs._queue import (
     APP_VERSION,
@@ -34,7 +34,7 @@ from minions.runs._queue import (
     workflow_id,
 )
 from minions.runs._runner import DurableRunner
-from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store
+from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store, describe
 from minions.runs._tables import ACTIVE, HELD
 
 __all__ = ["Worker", "WorkerConflictError"]
@@ -164,6 +164,15 @@ class Worker:
                 previous[signum] = signal.signal(signum, lambda *_: self.stop())
         try:
             self._take_the_id()
+        except Exception as exc:
+            self.state = "failed"
+            if not transient(exc):
+                raise
+            # Locked for longer than its busy timeout, its disk full, its server gone: said
+            # as the store's opening says it, not as a traceback.
+            raise StoreError(
+                f"cannot use the run store {describe(self.url)!r}: {_detail(exc)}"
+            ) from None
         except BaseException:
             self.state = "failed"
             raise

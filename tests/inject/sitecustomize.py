@@ -4,11 +4,32 @@ folder goes first on their PYTHONPATH; nothing here is part of minions).
 - ``HOLD_BEFORE_CLAIM=FILE``: a run handed to the worker waits, before the worker claims it,
   while FILE exists (touching ``FILE.reached`` first): the worker holds the run in DBOS's
   queue without having claimed it.
+- ``HOLD_BEFORE_TOOL=FILE``: the first tool call of the process waits, before it starts, while
+  FILE exists (touching ``FILE.reached`` first): a worker that holds a run and is about to
+  start a side effect.
+- ``HOLD_BEFORE_CHECKPOINT=FILE``: the first checkpoint the process writes waits, before its
+  transaction, while FILE exists (touching ``FILE.reached`` first): a worker between a step's
+  completion and its checkpoint.
+- ``HOLD_IN_CHECKPOINT=FILE``: the first checkpoint the process writes waits inside its
+  transaction, before its commit (its run's row locked), while FILE exists (touching
+  ``FILE.reached`` first).
+- ``CLAIMS=FILE``: each claim of a run by the worker is a line of FILE (``claim TIME PID RUN
+  EPOCH``), and the epoch of the lease is `EPOCH` in the run's tasks (the fault tests' ledger
+  tool writes it beside each call).
+- ``STORE_DOWN=FILE``: while FILE exists, every read and write of the run store fails as
+  when its database is gone (a Postgres restart); DBOS's own tables are spared.
+- ``DISK_FULL=FILE``: while FILE exists, every write transaction of the run store fails as
+  SQLite fails on a full disk (``database or disk is full``, at its commit: nothing of it is
+  stored); reads go on. DBOS's own tables are spared.
 """
 
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
+
+EPOCH: ContextVar[int] = ContextVar("EPOCH", default=0)
+"""The epoch of the lease under which the current run's task runs (with ``CLAIMS``)."""
 
 if os.environ.get("HOLD_BEFORE_CLAIM"):
     import asyncio
@@ -31,3 +52,153 @@ if os.environ.get("HOLD_BEFORE_CLAIM"):
         return await _claim(self, run_id, attempt)
 
     _runner.DurableRunner._claim = _held_claim  # type: ignore[method-assign]
+
+if os.environ.get("HOLD_BEFORE_TOOL"):
+    import asyncio
+    import pathlib
+    import time
+    from typing import Any
+
+    from minions._step import tool_call
+
+    _execute = tool_call.ToolCallExecutor.execute
+    _before_tool = pathlib.Path(os.environ["HOLD_BEFORE_TOOL"])
+    _held: list[bool] = []
+
+    def _wait_before_tool() -> None:
+        pathlib.Path(f"{_before_tool}.reached").touch()
+        while _before_tool.exists():
+            time.sleep(0.02)
+
+    async def _held_execute(self: Any, call: Any) -> Any:
+        if not _held:
+            _held.append(True)
+            await asyncio.to_thread(_wait_before_tool)
+        return await _execute(self, call)
+
+    tool_call.ToolCallExecutor.execute = _held_execute  # type: ignore[method-assign]
+
+if os.environ.get("HOLD_BEFORE_CHECKPOINT"):
+    import pathlib
+    import time
+    from typing import Any
+
+    from minions.runs import _store
+
+    _unheld_append = _store.Store.append
+    _before_checkpoint = pathlib.Path(os.environ["HOLD_BEFORE_CHECKPOINT"])
+    _checkpoints_held: list[bool] = []
+
+    def _held_append(self: Any, lease: Any, **kwargs: Any) -> None:
+        if kwargs.get("step") is not None and not _checkpoints_held:
+            _checkpoints_held.append(True)
+            pathlib.Path(f"{_before_checkpoint}.reached").touch()
+            while _before_checkpoint.exists():
+                time.sleep(0.02)
+        _unheld_append(self, lease, **kwargs)
+
+    _store.Store.append = _held_append  # type: ignore[method-assign]
+
+if os.environ.get("HOLD_IN_CHECKPOINT"):
+    import contextlib
+    import pathlib
+    import threading
+    import time
+    from collections.abc import Iterator
+    from typing import Any
+
+    from minions.runs import _store
+
+    _begin_outside = _store.Store.begin
+    _append_outside = _store.Store.append
+    _in_checkpoint = threading.local()
+    _in_hold = pathlib.Path(os.environ["HOLD_IN_CHECKPOINT"])
+    _held_inside: list[bool] = []
+
+    @contextlib.contextmanager
+    def _begin_holding(self: Any) -> Iterator[Any]:
+        with _begin_outside(self) as db:
+            yield db
+            if getattr(_in_checkpoint, "on", False) and not _held_inside:
+                _held_inside.append(True)
+                pathlib.Path(f"{_in_hold}.reached").touch()
+                while _in_hold.exists():
+                    time.sleep(0.02)
+
+    def _append_marked(self: Any, lease: Any, **kwargs: Any) -> None:
+        _in_checkpoint.on = kwargs.get("step") is not None
+        try:
+            _append_outside(self, lease, **kwargs)
+        finally:
+            _in_checkpoint.on = False
+
+    _store.Store.begin = _begin_holding  # type: ignore[method-assign]
+    _store.Store.append = _append_marked  # type: ignore[method-assign]
+
+if os.environ.get("CLAIMS"):
+    import time
+    from typing import Any
+
+    from minions.runs import _runner, _store
+
+    _unrecorded_claim = _runner.DurableRunner._claim
+
+    def _say_claim(line: str) -> None:
+        with open(os.environ["CLAIMS"], "a") as claims:
+            claims.write(line + "\n")
+            claims.flush()
+            os.fsync(claims.fileno())
+
+    async def _recorded_claim(self: Any, run_id: str, attempt: int) -> Any:
+        start = await _unrecorded_claim(self, run_id, attempt)
+        if isinstance(start, _store.Start):  # not a refusal
+            EPOCH.set(start.lease.epoch)  # in the task that goes on to run the run
+            _say_claim(f"claim {time.time()!r} {os.getpid()} {run_id} {start.lease.epoch}")
+        return start
+
+    _runner.DurableRunner._claim = _recorded_claim  # type: ignore[method-assign]
+
+if os.environ.get("DISK_FULL"):
+    import contextlib
+    import pathlib
+    import sqlite3
+    from collections.abc import Iterator
+    from typing import Any
+
+    from minions.runs import _store
+
+    _begin = _store.Store.begin
+    _full = pathlib.Path(os.environ["DISK_FULL"])
+
+    @contextlib.contextmanager
+    def _begin_on_a_full_disk(self: Any) -> Iterator[Any]:
+        with _begin(self) as db:
+            yield db
+            if _full.exists():  # the commit finds no room: everything is rolled back
+                raise sqlite3.OperationalError("database or disk is full")
+
+    _store.Store.begin = _begin_on_a_full_disk  # type: ignore[method-assign]
+
+if os.environ.get("STORE_DOWN"):
+    import contextlib
+    import pathlib
+    import sqlite3
+    from collections.abc import Iterator
+    from typing import Any
+
+    from minions.runs import _store
+
+    _down = pathlib.Path(os.environ["STORE_DOWN"])
+
+    def _gone(opened: Any) -> Any:
+        @contextlib.contextmanager
+        def opened_unless_down(self: Any) -> Iterator[Any]:
+            if _down.exists():
+                raise sqlite3.OperationalError("unable to open database file")
+            with opened(self) as db:
+                yield db
+
+        return opened_unless_down
+
+    _store.Store.begin = _gone(_store.Store.begin)  # type: ignore[method-assign]
+    _store.Store.read = _gone(_store.Store.read)  # type: ignore[method-assign]

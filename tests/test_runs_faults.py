@@ -1,0 +1,233 @@
+"""The proof of the run lifecycle under faults: a seeded random driver (tests/faults_helpers.py)
+interleaves submissions (some killed mid-way and retried with their key), cancels, resumes
+(several at once), approvals and rejections (at once), SIGKILLed workers, a worker frozen past
+the dead-worker timeout (then thawed, sometimes after a second worker took its id), a second
+worker with a live one's id, and a Postgres restart or a full SQLite disk; then every run must
+have ended or wait for a decision, no completed step or loop item ran again, no run ran in two
+workers at once, every run's events are numbered without a gap and end with one terminal
+event, every approval was decided once, and a run's usage is the sum of its steps'.
+
+Each defect the driver found is reproduced on its own below. Two are not fixed yet (xfail):
+until they are, the driver says their symptoms in its journal instead of failing on them
+(`ZOMBIES_TOLERATED`, `COMPLETIONS_TOLERATED` in tests/faults_helpers.py; set them to False
+with the fix).
+
+``MINIONS_FAULT_EXAMPLES=N`` runs N sequences on each store (default 2),
+``MINIONS_FAULT_OPERATIONS=N`` operations in each (default: each kind once), and
+``MINIONS_FAULT_SEED=S`` starts from seed S (default: a random one, printed)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from faults_helpers import (
+    MARK,
+    OPERATIONS,
+    TOOLS,
+    Driver,
+    StartingWorker,
+    ledger_calls,
+    problems,
+)
+from postgres import cluster, fresh_database
+from runs_helpers import WorkerProcess, finished, marking_model, until, worker
+
+from minions.runs import RunStore
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = int(os.environ.get("MINIONS_FAULT_EXAMPLES", "2"))
+STEPS = int(os.environ.get("MINIONS_FAULT_OPERATIONS", str(len(OPERATIONS))))
+SEED = int(os.environ.get("MINIONS_FAULT_SEED") or random.randrange(1_000_000))
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    with cluster() as server:
+        yield server
+
+
+async def prove(folder: Path, url_of: Callable[[int], str]) -> None:
+    """`EXAMPLES` random sequences, each on a fresh store (`url_of` the sequence's number)."""
+    with marking_model("mark_call") as model:
+        for example in range(EXAMPLES):
+            seed = SEED + example
+            driver = Driver(url_of(example), folder / f"s{example}", seed, model.url)
+            try:
+                await driver.run(STEPS)
+                await driver.settle()
+                found = await problems(driver)
+            except BaseException:
+                print(f"MINIONS_FAULT_SEED={seed}\n{driver.report()}")
+                raise
+            finally:
+                driver.close()
+            assert not found, (
+                f"MINIONS_FAULT_SEED={seed}:\n" + "\n".join(found) + "\n" + driver.report()
+            )
+            print(f"MINIONS_FAULT_SEED={seed}: well", *[n for n in driver.journal if "toler" in n])
+
+
+async def test_sqlite_runs_survive_random_faults(tmp_path: Path) -> None:
+    await prove(tmp_path, lambda n: f"sqlite:///{tmp_path / f's{n}' / 'minions.db'}")
+
+
+async def test_postgres_runs_survive_random_faults(tmp_path: Path, postgres: str) -> None:
+    await prove(tmp_path, lambda n: fresh_database(postgres, f"f{uuid.uuid4().hex[:12]}"))
+
+
+# -- defects found by the driver, each reproduced on its own ----------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """A two-step run (steps `one` and `two`, tool calls marking the ledger), and the file that
+    holds its worker at a point injected by tests/inject while it exists."""
+
+    store: RunStore
+    run_id: str
+    ledger: Path
+    hold: Path
+
+    async def reached(self) -> None:
+        await until(Path(f"{self.hold}.reached").exists)
+
+
+async def held_run(folder: Path, url: str) -> Held:
+    (folder / "tools.py").write_text(TOOLS)
+    recipe = folder / "two.yaml"
+    recipe.write_text(
+        "id: two\ntools: [tools]\ninputs: {tag: {type: string}}\nsteps:\n"
+        f"  - {{id: one, {MARK % 'one'}}}\n"
+        f"  - {{id: two, depends_on: [one], {MARK % 'two'}}}\n"
+    )
+    hold = folder / "hold"
+    hold.touch()
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "held"})
+    return Held(store=store, run_id=run_id, ledger=folder / "ledger.txt", hold=hold)
+
+
+@contextmanager
+def frozen(process: WorkerProcess, held: Held) -> Iterator[None]:
+    """The worker frozen (SIGSTOP); then the hold lifted and the worker thawed (SIGCONT)."""
+    os.kill(process.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        held.hold.unlink()
+        os.kill(process.process.pid, signal.SIGCONT)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a holder starts a tool call without knowing its lease still holds: frozen past "
+    "the dead-worker timeout, it starts the call when thawed, before its watcher or its next "
+    "write finds the run taken over (fencing covers writes, not side effects)",
+)
+async def test_a_worker_thawed_after_losing_its_run_starts_none_of_its_side_effects(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    held = await held_run(tmp_path, url)
+    with worker(url, tmp_path, "w1", held.ledger, HOLD_BEFORE_TOOL=str(held.hold)) as first:
+        await held.reached()  # about to start step one's call
+        with frozen(first, held), worker(url, tmp_path, "w2", held.ledger):
+            assert await finished(held.store, held.run_id) == "completed"  # taken over
+        await until(lambda: "standing down" in first.log.read_text())
+    assert (await held.store.get(held.run_id)).status == "completed"
+    assert [c for c in ledger_calls(held.ledger) if c.pid == first.process.pid] == []
+    held.store.close()
+
+
+async def test_a_worker_that_starts_on_a_full_disk_says_so_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    RunStore(url, create=True).close()
+    full = tmp_path / "full"
+    full.touch()
+    started = StartingWorker(url, tmp_path, "w1", tmp_path / "ledger.txt", DISK_FULL=str(full))
+    assert not started.started()
+    said = started.log.read_text()
+    assert started.process.wait() == 2, said
+    assert "error: cannot use the run store" in said
+    assert "database or disk is full" in said
+    assert "Traceback" not in said
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a step's step_completed can be stored without its checkpoint (the holder's periodic "
+    "flush, its close after a cancel, a parallel step's checkpoint carry it): the step then "
+    "runs again after a resume or a takeover and says step_completed twice",
+)
+async def test_a_step_cancelled_before_its_checkpoint_says_it_completed_once(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    held = await held_run(tmp_path, url)
+    store, run_id = held.store, held.run_id
+    with worker(url, tmp_path, "w1", held.ledger, HOLD_BEFORE_CHECKPOINT=str(held.hold)):
+        await held.reached()  # step one done, its checkpoint not yet written
+        assert (await store.cancel(run_id)).status == "cancelled"
+        held.hold.unlink()
+        await store.resume(run_id)
+        assert await finished(store, run_id) == "completed"
+    events = await store.events(run_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.step_id for e in events if e.kind == "step_completed"] == ["one", "two"]
+    store.close()
+
+
+async def test_a_worker_frozen_inside_a_postgres_transaction_does_not_stop_the_takeover(
+    tmp_path: Path, postgres: str
+) -> None:
+    url = fresh_database(postgres, f"f{uuid.uuid4().hex[:12]}")
+    held = await held_run(tmp_path, url)
+    with worker(url, tmp_path, "w1", held.ledger, HOLD_IN_CHECKPOINT=str(held.hold)) as first:
+        await held.reached()  # the run's row locked by a transaction not committed
+        with frozen(first, held), worker(url, tmp_path, "w2", held.ledger):
+            assert await finished(held.store, held.run_id, within=30) == "completed"
+    events = await held.store.events(held.run_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    held.store.close()
+
+
+async def test_a_worker_handed_the_next_attempt_of_a_run_it_lost_runs_it(tmp_path: Path) -> None:
+    """A worker cut off from its store (a Postgres restart) past its lease may be handed the
+    run's next attempt, queued by a takeover, while its own execution of the run has not yet
+    found out that it lost it: it runs that attempt once the earlier one stood down (it did
+    nothing instead, and the run stayed queued for good)."""
+    from minions.runs._queue import Queue, workflow_id
+    from minions.runs._store import Store
+    from minions.runs._tables import HELD
+
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    held = await held_run(tmp_path, url)
+    down = tmp_path / "down"
+    env = {"STORE_DOWN": str(down), "HOLD_BEFORE_TOOL": str(held.hold)}
+    with worker(url, tmp_path, "w1", held.ledger, **env):
+        store, queue = Store(url), Queue(url)
+        queue.client()
+        await held.reached()  # attempt 1 runs in w1, about to start step one's call
+        down.touch()  # and w1 no longer reaches its store
+        # Taken over, as a live worker takes over a run whose lease ran out.
+        epoch, _, _ = store.watch(held.run_id, held.run_id)
+        store.requeue(held.run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue)
+        second = workflow_id(held.run_id, 2)
+        await until(lambda: store.watch(held.run_id, second)[2] != "ENQUEUED")  # handed to w1
+        down.unlink()
+        held.hold.unlink()
+        assert await finished(held.store, held.run_id) == "completed"
+        queue.close()
+        store.close()
+    held.store.close()

@@ -761,17 +761,18 @@ def _run_problems(
     return found
 
 
-COMPLETIONS_TOLERATED = True
-"""A step's completion may be stored without its checkpoint, and said again when the step runs
-again: see test_a_step_cancelled_before_its_checkpoint_says_it_completed_once (xfail). Said
-in the journal until that is fixed."""
+COMPLETIONS_TOLERATED = False
+"""A step's completion said twice (stored without its checkpoint, then said again when the
+step ran again) is journalled instead of failing the proof when True: fixed (the completion
+is stored in the commit of its checkpoint), see
+test_a_step_cancelled_before_its_checkpoint_says_it_completed_once."""
 
-ZOMBIES_TOLERATED = True
-"""A holder whose run was taken over (frozen past its lease, or cut off from the database
-while another worker took the run) may start a tool call before it finds out: see
-test_a_worker_thawed_after_losing_its_run_starts_none_of_its_side_effects (xfail). Such
-calls are left out of the other checks, and said in the journal, until that is fixed: as many
-as it can start at once before it finds out (a loop's parallel items), no more."""
+ZOMBIES_TOLERATED = False
+"""When True, calls started by a holder whose run was taken over (frozen past its lease, or
+cut off from the database while another worker took the run) are left out of the other checks
+and journalled, as many as it can start at once (a loop's parallel items), no more. Fixed: a
+holder with no renewal of its lease known for a term renews it under its epoch before a call
+starts (test_a_worker_thawed_after_losing_its_run_starts_none_of_its_side_effects)."""
 ZOMBIE_CALLS = 2
 
 

@@ -7,10 +7,7 @@ have ended or wait for a decision, no completed step or loop item ran again, no 
 workers at once, every run's events are numbered without a gap and end with one terminal
 event, every approval was decided once, and a run's usage is the sum of its steps'.
 
-Each defect the driver found is reproduced on its own below. Two are not fixed yet (xfail):
-until they are, the driver says their symptoms in its journal instead of failing on them
-(`ZOMBIES_TOLERATED`, `COMPLETIONS_TOLERATED` in tests/faults_helpers.py; set them to False
-with the fix).
+Each defect the driver found is reproduced on its own below.
 
 ``MINIONS_FAULT_EXAMPLES=N`` runs N sequences on each store (default 2),
 ``MINIONS_FAULT_OPERATIONS=N`` operations in each (default: each kind once), and
@@ -127,12 +124,6 @@ def frozen(process: WorkerProcess, held: Held) -> Iterator[None]:
         os.kill(process.process.pid, signal.SIGCONT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a holder starts a tool call without knowing its lease still holds: frozen past "
-    "the dead-worker timeout, it starts the call when thawed, before its watcher or its next "
-    "write finds the run taken over (fencing covers writes, not side effects)",
-)
 async def test_a_worker_thawed_after_losing_its_run_starts_none_of_its_side_effects(
     tmp_path: Path,
 ) -> None:
@@ -164,12 +155,6 @@ async def test_a_worker_that_starts_on_a_full_disk_says_so_without_a_traceback(
     assert "Traceback" not in said
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a step's step_completed can be stored without its checkpoint (the holder's periodic "
-    "flush, its close after a cancel, a parallel step's checkpoint carry it): the step then "
-    "runs again after a resume or a takeover and says step_completed twice",
-)
 async def test_a_step_cancelled_before_its_checkpoint_says_it_completed_once(
     tmp_path: Path,
 ) -> None:

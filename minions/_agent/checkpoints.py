@@ -10,6 +10,7 @@ again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from minions._routing.selection import Routing
@@ -32,6 +33,10 @@ class StepCheckpoints(ItemCheckpoints, Protocol):
         """The finished execution of `step_id`'s `visit` and its routing, if saved."""
         ...
 
-    async def save(self, execution: StepExecution, routing: Routing | None) -> None:
-        """Keep a completed execution (and the routing it chose) for a later restore."""
+    async def save(
+        self, execution: StepExecution, routing: Routing | None, announce: Callable[[], None]
+    ) -> None:
+        """Keep a completed execution (and the routing it chose) for a later restore, and call
+        `announce` (which emits the step's `StepCompleted`) so that its event is stored with
+        the checkpoint, never without it."""
         ...

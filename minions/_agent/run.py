@@ -177,10 +177,15 @@ class Run:
             execution, routing = restored
             self.context.record_usage(execution.usage)
             return execution, (routing, True)
+        executor.deferred = True  # said with its checkpoint, once its routing is chosen
         execution = await executor.execute()
-        routing = await self.manager.route(execution)
+        try:
+            routing = await self.manager.route(execution)
+        except BaseException:
+            executor.announce()
+            raise
         if execution.status is StepStatus.COMPLETED:
-            await checkpoints.save(execution, routing)
+            await checkpoints.save(execution, routing, executor.announce)
         return execution, routing
 
     def _task_done(

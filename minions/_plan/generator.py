@@ -543,14 +543,21 @@ class _Kept:
         found = self.kept.get(step_id)
         return (found, None) if found is not None and visit == 1 else None
 
-    async def save(self, execution: StepExecution, routing: Routing | None) -> None:
-        return None
+    async def save(
+        self, execution: StepExecution, routing: Routing | None, announce: Callable[[], None]
+    ) -> None:
+        announce()
 
     async def restore_item(self, name: str, visit: int) -> StepExecution | None:
         return None
 
-    async def save_item(self, execution: StepExecution, item: int) -> None:
+    async def before_call(self) -> None:
         return None
+
+    async def save_item(
+        self, execution: StepExecution, item: int, announce: Callable[[], None]
+    ) -> None:
+        announce()
 
 
 def _tool_choice(tools: Sequence[str | ToolLike]) -> tuple[list[str], list[ToolLike]]:

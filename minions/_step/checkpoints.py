@@ -8,6 +8,7 @@ of a loop inside another loop or inside a sub-recipe, which run again with their
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from minions._step.execution import StepExecution
@@ -16,10 +17,21 @@ __all__: list[str] = []
 
 
 class ItemCheckpoints(Protocol):
+    async def before_call(self) -> None:
+        """Awaited before each tool call starts. A durable run confirms that its worker still
+        holds the run (one frozen past its lease, or cut off from its store, must not start a
+        side effect in a run another worker took over); it raises `asyncio.CancelledError`
+        (the run's task is being cancelled) when it does not."""
+        ...
+
     async def restore_item(self, name: str, visit: int) -> StepExecution | None:
         """The finished execution of loop item `name` (``step[index]``) in `visit`."""
         ...
 
-    async def save_item(self, execution: StepExecution, item: int) -> None:
-        """Keep a completed loop item's execution for a later `restore_item`."""
+    async def save_item(
+        self, execution: StepExecution, item: int, announce: Callable[[], None]
+    ) -> None:
+        """Keep a completed loop item's execution for a later `restore_item`, and call
+        `announce` (which emits the item's `StepCompleted`) so that its event is stored with
+        the checkpoint, never without it."""
         ...

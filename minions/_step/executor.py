@@ -116,9 +116,15 @@ class StepExecutor:
             item=item,
             approve_every_call=bool(getattr(step, "requires_approval", False)),
             tracer=context.settings.tracer,
+            before_call=None if context.checkpoints is None else context.checkpoints.before_call,
         )
         self._error_kind: str | None = None
         """What ended the step as failed, for tracing (``error.type``)."""
+        self.deferred = False
+        """Its `StepCompleted` is said by `announce`, not when it ends: a durable run says it in
+        the commit that stores the step's checkpoint, so a log never tells of a completion
+        whose result was lost (the step would run again and complete twice)."""
+        self._completion: StepCompleted | None = None
 
     @property
     def model(self) -> Model:
@@ -244,9 +250,10 @@ class StepExecutor:
         if restored is not None:
             self.context.record_usage(restored.usage)
             return restored
+        inner.deferred = True
         execution = await inner.execute()
         if execution.status is StepStatus.COMPLETED:
-            await checkpoints.save_item(execution, item)
+            await checkpoints.save_item(execution, item, inner.announce)
         return execution
 
     def absorb(self, executions: Sequence[StepExecution], *, items: bool = False) -> None:
@@ -268,15 +275,17 @@ class StepExecutor:
         if not events.active:
             return
         if execution.status is StepStatus.COMPLETED:
-            events.emit(
-                StepCompleted(
-                    step_id=self.name,
-                    visit=execution.visit,
-                    output=execution.output,
-                    usage=usage_record(execution.usage),
-                    duration=duration,
-                )
+            completion = StepCompleted(
+                step_id=self.name,
+                visit=execution.visit,
+                output=execution.output,
+                usage=usage_record(execution.usage),
+                duration=duration,
             )
+            if self.deferred:
+                self._completion = completion
+            else:
+                events.emit(completion)
         else:
             events.emit(
                 StepFailed(
@@ -287,6 +296,12 @@ class StepExecutor:
                     duration=duration,
                 )
             )
+
+    def announce(self) -> None:
+        """Say the step's deferred `StepCompleted` (once; nothing when there is none)."""
+        completion, self._completion = self._completion, None
+        if completion is not None:
+            self.context.events.emit(completion)
 
     def _close_pending_tool_calls(self) -> None:
         """Keep the memory invariant on every path: an assistant message asking for tools is

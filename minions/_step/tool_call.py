@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from minions._config import ExecutionConfig
@@ -82,9 +82,13 @@ class ToolCallExecutor:
         item: int | None = None,
         approve_every_call: bool = False,
         tracer: RunTracer | None = None,
+        before_call: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.registry = registry
         self.tracer = tracer
+        self.before_call = before_call
+        """Awaited before each attempt of a call starts: a durable run confirms it still
+        holds the run (a worker frozen past its lease starts no side effect)."""
         self.config = config or ExecutionConfig()
         self.emitter = emitter or EventEmitter("")
         self.step_id = step_id
@@ -239,6 +243,8 @@ class ToolCallExecutor:
                     )
                 )
                 try:
+                    if self.before_call is not None:
+                        await self.before_call()
                     tracer = self.tracer
                     if tracer is None:
                         return await self._invoke(tool, arguments)

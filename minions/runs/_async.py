@@ -195,6 +195,9 @@ class AsyncStore:
     ) -> None:
         await self.call(self.store.append, lease, after=after, events=events, step=step, run=run)
 
+    async def renew(self, lease: Lease, *, lease_until: float) -> None:
+        await self.call(self.store.renew, lease, lease_until=lease_until)
+
     async def set_held_status(self, lease: Lease, status: Literal["running", "waiting"]) -> None:
         await self.call(self.store.set_held_status, lease, status)
 

@@ -38,6 +38,10 @@ __all__: list[str] = []
 
 log = structlog.get_logger(__name__)
 
+MARGIN = 2.0
+"""Seconds before a lease's end at which its holder no longer counts on it (clocks of other
+hosts, the time a tool call takes to start)."""
+
 
 class RunRecorder:
     """A run's event listener and checkpoints, written under its holder's lease.
@@ -57,9 +61,17 @@ class RunRecorder:
         hub: LiveHub | None = None,
         interval: float = 0.05,
         on_lost: Callable[[], None] = lambda: None,
+        term: float = 10.0,
+        valid_until: float = 0.0,
     ) -> None:
         self.store = store
         self.lease = lease
+        self.term = term
+        """Seconds a lease lasts when renewed."""
+        self.valid_until = valid_until
+        """Until when (`time.monotonic`) the lease surely holds: a renewal it knows of (the
+        claim, the worker's heartbeat) plus its term, less a margin. Past it, the holder asks
+        the store before a tool call starts."""
         self.hub = hub
         self.interval = interval
         self.on_lost = on_lost
@@ -106,9 +118,15 @@ class RunRecorder:
             pass  # said by _write: the run's task is being cancelled
 
     async def _write(
-        self, *, step: dict[str, Any] | None = None, run: dict[str, Any] | None = None
+        self,
+        *,
+        step: dict[str, Any] | None = None,
+        run: dict[str, Any] | None = None,
+        announce: Callable[[], None] | None = None,
     ) -> None:
         """Store what is pending (and a finished step, and the run's values) in one commit.
+        `announce` emits the finished step's `StepCompleted` first, so that the event is
+        stored with its checkpoint.
 
         Raises:
             LeaseLost: the run is no longer this holder's (it stands down).
@@ -116,6 +134,8 @@ class RunRecorder:
         async with self._lock:
             if self.lost:
                 raise LeaseLost(self.lease.run_id)
+            if announce is not None:
+                announce()
             events = list(self.pending)
             if run is None:
                 # A terminal event is written only together with the run's end: a holder that
@@ -124,20 +144,37 @@ class RunRecorder:
                 events = events[: ends[0]] if ends else events
             if not events and step is None and run is None:
                 return
-            try:
-                await self.store.append(
+            append = asyncio.ensure_future(
+                self.store.append(
                     self.lease,
                     after=self.stored,
                     events=[event_row(e) for e in events],
                     step=step,
                     run=run,
                 )
+            )
+            try:
+                # A cancel (of the run) does not cut the commit short: it goes on in its
+                # thread, and what is pending and the log's head must say whether it went
+                # through before the next write (the run's close) is made.
+                await asyncio.shield(append)
+            except asyncio.CancelledError:
+                await asyncio.wait({append})
+                failed = None if append.cancelled() else append.exception()
+                if failed is None and not append.cancelled():
+                    self._stored(events)
+                elif isinstance(failed, LeaseLost):
+                    self._lose()
+                raise
             except LeaseLost:
                 self._lose()
                 raise
-            del self.pending[: len(events)]
-            if events:
-                self.stored = events[-1].seq
+            self._stored(events)
+
+    def _stored(self, events: list[Event]) -> None:
+        del self.pending[: len(events)]
+        if events:
+            self.stored = events[-1].seq
 
     def _lose(self) -> None:
         if not self.lost:
@@ -174,6 +211,27 @@ class RunRecorder:
 
     # -- checkpoints -------------------------------------------------------------------------
 
+    async def before_call(self) -> None:
+        if self.lost:
+            raise asyncio.CancelledError()
+        if time.monotonic() < self.valid_until:
+            return  # renewed lately: no look at the store
+        # No renewal known for a lease's term (the process was frozen, or its store away):
+        # another worker may have taken the run over, so the call starts only once the lease
+        # is renewed under this holder's epoch.
+        started = time.monotonic()
+        try:
+            await self.store.renew(self.lease, lease_until=time.time() + self.term)
+        except LeaseLost:
+            self._lose()
+            raise asyncio.CancelledError() from None
+        self.renewed(started + self.term)
+
+    def renewed(self, until: float) -> None:
+        """The lease was renewed (its term counted from `until` less the term): it surely
+        holds until a margin before `until`."""
+        self.valid_until = max(self.valid_until, until - MARGIN)
+
     async def _saved(self, name: str, visit: int) -> tuple[str, str | None] | None:
         if self.saved is None:
             self.saved = await self.store.saved_steps(self.lease.run_id)
@@ -195,14 +253,23 @@ class RunRecorder:
         saved = await self._saved(name, visit)
         return None if saved is None else StepExecution.from_data(json.loads(saved[0]))
 
-    async def save(self, execution: StepExecution, routing: Routing | None) -> None:
-        await self._checkpoint(execution, None if routing is None else routing.to_data(), None)
+    async def save(
+        self, execution: StepExecution, routing: Routing | None, announce: Callable[[], None]
+    ) -> None:
+        routed = None if routing is None else routing.to_data()
+        await self._checkpoint(execution, routed, None, announce)
 
-    async def save_item(self, execution: StepExecution, item: int) -> None:
-        await self._checkpoint(execution, None, item)
+    async def save_item(
+        self, execution: StepExecution, item: int, announce: Callable[[], None]
+    ) -> None:
+        await self._checkpoint(execution, None, item, announce)
 
     async def _checkpoint(
-        self, execution: StepExecution, routing: dict[str, Any] | None, item: int | None
+        self,
+        execution: StepExecution,
+        routing: dict[str, Any] | None,
+        item: int | None,
+        announce: Callable[[], None],
     ) -> None:
         step = {
             "step_id": execution.step_id,
@@ -214,7 +281,7 @@ class RunRecorder:
             "item": item,
         }
         try:
-            await self._write(step=step)
+            await self._write(step=step, announce=announce)
         except LeaseLost:
             # The run's task is being cancelled (see _lose): this step goes no further.
             raise asyncio.CancelledError() from None
@@ -343,6 +410,7 @@ class DurableRunner:
                 del self.held[run_id]
 
     async def _claimed(self, run_id: str, attempt: int) -> None:
+        asked = time.monotonic()  # the lease runs at least from here
         start = await self._claim(run_id, attempt)
         if start == "ended":
             status = (await self.store.get_run(run_id, details=False)).status
@@ -354,9 +422,9 @@ class DurableRunner:
                     f"`minions runs resume {run_id}` (DBOS's resume does not)"
                 )
         if isinstance(start, Start):
-            await self._run(start)
+            await self._run(start, claimed=asked)
 
-    async def _run(self, start: Start) -> None:
+    async def _run(self, start: Start, *, claimed: float) -> None:
         lease = start.lease
         run_id = lease.run_id
         task: asyncio.Task[Any] | None = None
@@ -365,7 +433,15 @@ class DurableRunner:
             if task is not None:
                 task.cancel()
 
-        recorder = RunRecorder(self.store, lease, last=start.last_seq, hub=self.hub, on_lost=lost)
+        recorder = RunRecorder(
+            self.store,
+            lease,
+            last=start.last_seq,
+            hub=self.hub,
+            on_lost=lost,
+            term=self.lease,
+        )
+        recorder.renewed(claimed + self.lease)
         try:
             # Built off the event loop (a tools module is imported): its other runs go on.
             recipe = await self.store.call(recipe_of, start.recipe_yaml, start.recipe_path)
@@ -415,6 +491,14 @@ class DurableRunner:
         )
         if closed and not ok:
             raise RunFailedError(result.error or "the run failed")
+
+    def renewed(self, runs: set[str], until: float) -> None:
+        """The worker's heartbeat renewed the leases of `runs` (their term counted from
+        `until` less the term, `time.monotonic`)."""
+        for run_id in runs:
+            recorder = self._recorders.get(run_id)
+            if recorder is not None:
+                recorder.renewed(until)
 
     async def _claim(self, run_id: str, attempt: int) -> Start | Refusal:
         """Take the run, waiting while another holder's lease is alive (the incarnation of

@@ -792,10 +792,11 @@ class Store:
 
     def heartbeat(
         self, executor_id: str, *, incarnation: str, runs: Sequence[str], lease_until: float
-    ) -> bool:
-        """Say this incarnation lives and renew the leases of the runs it runs. False when the
-        worker's id belongs to another incarnation now (this one was declared dead, or a second
-        worker took the id): it must stand down."""
+    ) -> set[str] | None:
+        """Say this incarnation lives and renew the leases of the runs it runs: the runs among
+        `runs` it still holds (their leases renewed). None when the worker's id belongs to
+        another incarnation now (this one was declared dead, or a second worker took the id):
+        it must stand down."""
         with self.begin() as db:
             updated = db.execute(
                 workers_table.update()
@@ -806,18 +807,36 @@ class Store:
                 .values(heartbeat_at=time.time(), runs=dumps(list(runs)), stopped_at=None)
             ).rowcount
             if not updated:
-                return False
-            if runs:
-                db.execute(
-                    runs_table.update()
-                    .where(
-                        runs_table.c.holder == incarnation,
-                        runs_table.c.run_id.in_(list(runs)),
-                        runs_table.c.status.in_(HELD),
-                    )
-                    .values(lease_until=lease_until)
+                return None
+            if not runs:
+                return set()
+            mine = (
+                runs_table.c.holder == incarnation,
+                runs_table.c.run_id.in_(list(runs)),
+                runs_table.c.status.in_(HELD),
+            )
+            db.execute(runs_table.update().where(*mine).values(lease_until=lease_until))
+            return set(db.execute(sa.select(runs_table.c.run_id).where(*mine)).scalars())
+
+    def renew(self, lease: Lease, *, lease_until: float) -> None:
+        """Renew one lease, if it still holds (a holder unsure of it, before a side effect).
+
+        Raises:
+            LeaseLost: the run is no longer this holder's.
+        """
+        with self.begin() as db:
+            renewed = db.execute(
+                runs_table.update()
+                .where(
+                    runs_table.c.run_id == lease.run_id,
+                    runs_table.c.epoch == lease.epoch,
+                    runs_table.c.holder == lease.holder,
+                    runs_table.c.status.in_(HELD),
                 )
-        return True
+                .values(lease_until=lease_until)
+            ).rowcount
+        if not renewed:
+            raise LeaseLost(lease.run_id)
 
     def stopped(self, executor_id: str, *, incarnation: str) -> None:
         with self.begin() as db:

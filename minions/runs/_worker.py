@@ -258,15 +258,19 @@ class Worker:
         """Say this worker lives and renew its leases; take over the runs of dead workers.
         A database that cannot be used now degrades the worker until it is back."""
         try:
-            mine = self.store.heartbeat(
+            started = time.monotonic()
+            renewed = self.store.heartbeat(
                 self.executor_id,
                 incarnation=self.incarnation,
                 runs=list(self.runner.held),
                 lease_until=time.time() + DEAD_AFTER,
             )
-            if not mine:
+            if renewed is None:
                 self._stand_down()
                 return
+            # Only the runs it still holds: one taken over while this worker was frozen is
+            # not renewed, and its holder asks the store before its next tool call.
+            self.runner.renewed(renewed, started + DEAD_AFTER)
             self._take_over()
         except Exception as exc:
             if not transient(exc):

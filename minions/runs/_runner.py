@@ -40,7 +40,7 @@ log = structlog.get_logger(__name__)
 
 MARGIN = 2.0
 """Seconds before a lease's end at which its holder no longer counts on it (clocks of other
-hosts, the time a tool call takes to start)."""
+hosts, the time a tool call takes to start); a quarter of the lease when that is shorter."""
 
 
 class RunRecorder:
@@ -230,7 +230,7 @@ class RunRecorder:
     def renewed(self, until: float) -> None:
         """The lease was renewed (its term counted from `until` less the term): it surely
         holds until a margin before `until`."""
-        self.valid_until = max(self.valid_until, until - MARGIN)
+        self.valid_until = max(self.valid_until, until - min(MARGIN, self.term / 4))
 
     async def _saved(self, name: str, visit: int) -> tuple[str, str | None] | None:
         if self.saved is None:

@@ -8,14 +8,18 @@ queue.
   in-memory) / 20, paired per repetition. 2 warm-ups, 20 timed; a fresh run each repetition.
 - W6b: 200 runs of a 5-step chain submitted at once (`RunStore.submit`, the recipe snapshotted
   into each run) to the queue, one worker running 8 at a time; `runs_per_s` = 200 / wall time
-  from the first submission to the last run finished. 1 warm-up, 5 timed.
+  from the first submission to the last run finished. 1 warm-up, 5 timed. Two ways: the
+  worker in the submitting process (one GIL for the submissions, the worker and DBOS), and
+  (`-2w` variants) two worker processes running 4 at a time each, as one deploys them; still
+  at most 8 runs at a time.
 
 Variants: `sqlite` (a file in WAL mode, synchronous FULL) and `postgres` (a throwaway cluster
 on 127.0.0.1, fsync on; needs the Debian `postgresql` package). Each (part, store) runs in a
 process of its own, as DBOS is one per process.
 
-    python benchmarks/w6_durable.py                 # all four
+    python benchmarks/w6_durable.py                 # all six
     python benchmarks/w6_durable.py W6a sqlite      # one
+    python benchmarks/w6_durable.py W6b postgres-2w # W6b through two worker processes
 """
 
 from __future__ import annotations
@@ -197,6 +201,17 @@ def w6a(url: str, folder: Path, variant: str) -> None:
     )
 
 
+def worker_process(url: str, concurrency: int) -> None:
+    """A worker of its own (`-2w`): the zero-latency model, until its parent ends it."""
+    import signal
+
+    worker, thread = start_worker(url, FunctionModel(answer, name="zero-latency"), concurrency)
+    print("ready", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    while thread.is_alive():
+        thread.join(0.5)
+
+
 def w6b(url: str, folder: Path, variant: str) -> None:
     import sqlalchemy as sa
 
@@ -207,8 +222,23 @@ def w6b(url: str, folder: Path, variant: str) -> None:
     runs, concurrency = 200, 8
     path = folder / "five.yaml"
     path.write_text(chain(5))
-    model = FunctionModel(lambda prompt: "ok", name="zero-latency")
-    worker, thread = start_worker(url, model, concurrency=concurrency)
+    separate = variant.endswith("-2w")
+    processes: list[subprocess.Popen[str]] = []
+    if separate:
+        RunStore(url, create=True).close()
+        for _ in range(2):
+            process = subprocess.Popen(
+                [sys.executable, __file__, "worker", url, str(concurrency // 2)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            processes.append(process)
+            assert process.stdout is not None
+            if process.stdout.readline().strip() != "ready":
+                fail("W6b: a worker process did not start")
+    else:
+        model = FunctionModel(lambda prompt: "ok", name="zero-latency")
+        worker, thread = start_worker(url, model, concurrency=concurrency)
     times: list[float] = []
 
     counter = Store(url)
@@ -248,8 +278,13 @@ def w6b(url: str, folder: Path, variant: str) -> None:
         asyncio.run(batch(runs))
         if before is not None:
             transactions.append(((committed(url) or 0) - before) / runs)
-    worker.stop()
-    thread.join(30)
+    if separate:
+        for process in processes:
+            process.terminate()
+            process.wait(30)
+    else:
+        worker.stop()
+        thread.join(30)
     metrics = {"runs_per_s": summary([runs / t for t in times], "runs/s", digits=1)}
     if transactions:
         metrics["transactions_per_run"] = summary(transactions, "tx", digits=1)
@@ -262,7 +297,8 @@ def w6b(url: str, folder: Path, variant: str) -> None:
             "runs": runs,
             "steps": 5,
             "concurrency": concurrency,
-            "workers": 1,
+            "workers": 2 if separate else 1,
+            "worker_processes": 2 if separate else 0,
             "transactions_per_run": "Postgres' committed transactions (reads included: the "
             "queue's polls, the workers' looks at their runs) during a batch, per run",
         },
@@ -285,7 +321,7 @@ def committed(url: str) -> int | None:
 def one(part: str, variant: str) -> None:
     with tempfile.TemporaryDirectory(prefix="minions-w6-") as name:
         folder = Path(name)
-        if variant == "sqlite":
+        if variant.startswith("sqlite"):
             url = f"sqlite:///{folder / 'minions.db'}"
             (w6a if part == "W6a" else w6b)(url, folder, variant)
             return
@@ -299,14 +335,18 @@ def one(part: str, variant: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "worker":
+        worker_process(argv[1], int(argv[2]))
+        return 0
     if argv:
         one(argv[0], argv[1])
         return 0
     status = 0
-    for part in ("W6a", "W6b"):
-        for variant in ("sqlite", "postgres"):
-            done = subprocess.run([sys.executable, __file__, part, variant], check=False)
-            status = status or done.returncode
+    parts = [("W6a", v) for v in ("sqlite", "postgres")]
+    parts += [("W6b", v) for v in ("sqlite", "postgres", "sqlite-2w", "postgres-2w")]
+    for part, variant in parts:
+        done = subprocess.run([sys.executable, __file__, part, variant], check=False)
+        status = status or done.returncode
     return status
 
 

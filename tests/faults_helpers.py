@@ -143,7 +143,8 @@ def ledger(path: Path) -> tuple[list[Call], list[Claim]]:
     open_calls: dict[tuple[int, str], list[Call]] = defaultdict(list)
     if not path.exists():
         return calls, claims
-    for line in path.read_text().splitlines():
+    # A line is whole once its newline is written: a worker may be writing the last one.
+    for line in path.read_text().split("\n")[:-1]:
         what, at, pid, *rest = line.split(" ")
         if what == "claim":
             run_id, epoch = rest

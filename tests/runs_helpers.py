@@ -94,7 +94,8 @@ def ledger_entries(path: Path) -> list[tuple[str, str, str, int]]:
     if not path.exists():
         return []
     found = []
-    for line in path.read_text().splitlines():
+    # A line is whole once its newline is written: a worker may be writing the last one.
+    for line in path.read_text().split("\n")[:-1]:
         run, step, key, pid = line.split(" ")
         found.append((run, step, key, int(pid)))
     return found

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -245,6 +246,27 @@ async def finished_or_pruned(store: RunStore, run_id: str) -> None:
         await finished(store, run_id)
     except UnknownRunError:
         pass  # finished, and pruned already
+
+
+async def test_an_older_sqlite_store_is_vacuumed_whole(tmp_path: Path) -> None:
+    """A store made before pruning existed does not vacuum incrementally: a prune gives the
+    space back with a full VACUUM instead."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as made:  # what an older minions made: auto_vacuum NONE
+        made.execute("CREATE TABLE made_before (x INTEGER)")
+    url = f"sqlite:///{path}"
+    blocking = Store(url, create=True)
+    with blocking.read() as db:
+        assert db.exec_driver_sql("PRAGMA auto_vacuum").scalar() == 0
+    insert_finished(blocking, 2000, finished_at=time.time() - 2 * DAY, events=5)
+    store = RunStore(url)
+    result = await store.prune("1d")
+    assert result.runs == 2000
+    assert result.bytes_before is not None
+    assert result.bytes_after is not None
+    assert result.bytes_after < result.bytes_before / 4
+    blocking.close()
+    await store.aclose()
 
 
 def _downgrade_to_2(store: Store) -> None:

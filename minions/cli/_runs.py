@@ -304,7 +304,12 @@ def show(
     )
     out.print(
         f"created {_when(record.created_at)}"
-        + (f" · worker {record.executor_id}" if record.executor_id else ""),
+        + (f" · worker {record.executor_id}" if record.executor_id else "")
+        + (
+            f" · schedule {record.schedule}, slot {_when(record.slot)}"
+            if record.schedule is not None
+            else ""
+        ),
         markup=False,
     )
     if record.steps:

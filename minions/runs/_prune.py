@@ -177,16 +177,13 @@ def _dbos_tables(store: Store, db: sa.Connection) -> list[tuple[sa.Table, str]]:
 
 def _shrink(store: Store) -> None:
     """Give an SQLite file's free pages back: a few thousand at a time where the store
-    vacuums incrementally (new stores do), else one full ``VACUUM`` (which also makes an
-    older store vacuum incrementally from then on); then empty the write-ahead log."""
+    vacuums incrementally (stores made since pruning exists do), else with one full
+    ``VACUUM`` (in WAL mode it cannot switch a store to incremental); then empty the
+    write-ahead log."""
     with store.engine.connect() as raw:
         incremental = raw.exec_driver_sql("PRAGMA auto_vacuum").scalar() == 2
     # `executescript`: the driver's `execute` steps a vacuum once, a page.
-    script = (
-        "PRAGMA incremental_vacuum(2000);"
-        if incremental
-        else "PRAGMA auto_vacuum = INCREMENTAL; VACUUM;"
-    )
+    script = "PRAGMA incremental_vacuum(2000);" if incremental else "VACUUM;"
     while True:
         with store._turns, store.engine.connect() as raw:
             sqlite: Any = raw.connection.driver_connection

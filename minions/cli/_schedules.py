@@ -45,7 +45,10 @@ def _schedule_data(record: Any) -> dict[str, Any]:
     return data
 
 
-def _print_schedule(record: Any) -> None:
+def _print_schedule(record: Any, json_output: bool = False) -> None:
+    if json_output:
+        typer.echo(json.dumps(_schedule_data(record), indent=2, ensure_ascii=False))
+        return
     out = _out()
     state = "paused" if record.paused else f"next {_when(record.next_at)}"
     out.print(
@@ -150,10 +153,7 @@ def add(
         )
     finally:
         store.close()
-    if json_output:
-        typer.echo(json.dumps(_schedule_data(record), indent=2, ensure_ascii=False))
-        return
-    _print_schedule(record)
+    _print_schedule(record, json_output)
 
 
 @schedules_app.command("list")
@@ -224,10 +224,7 @@ def _change(name: str, database_url: str | None, json_output: bool, what: str) -
             record = _run(store.resume_schedule(name))
     finally:
         store.close()
-    if json_output:
-        typer.echo(json.dumps(_schedule_data(record), indent=2, ensure_ascii=False))
-        return
-    _print_schedule(record)
+    _print_schedule(record, json_output)
 
 
 @schedules_app.command("pause")

@@ -61,6 +61,7 @@ from minions.errors import (
     RecipeError,
     RecordingError,
     RunStateError,
+    ScheduleExistsError,
     ScriptExhaustedError,
     StepDefinitionError,
     StoreError,
@@ -72,6 +73,7 @@ from minions.errors import (
     UnknownLinkError,
     UnknownRecipeError,
     UnknownRunError,
+    UnknownScheduleError,
 )
 from minions.models._base import Model
 from minions.tools._tool import Tool, ToolRegistry, tool
@@ -254,6 +256,7 @@ __all__ = [
     "RecipeError",
     "RecordingError",
     "RunStateError",
+    "ScheduleExistsError",
     "StepDefinitionError",
     "StoreError",
     "TemplateError",
@@ -265,4 +268,5 @@ __all__ = [
     "UnknownLinkError",
     "UnknownRecipeError",
     "UnknownRunError",
+    "UnknownScheduleError",
 ]

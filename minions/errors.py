@@ -33,6 +33,7 @@ __all__ = [
     "RecipeError",
     "RecordingError",
     "RunStateError",
+    "ScheduleExistsError",
     "ScriptExhaustedError",
     "StepDefinitionError",
     "StoreError",
@@ -44,6 +45,7 @@ __all__ = [
     "UnknownLinkError",
     "UnknownRecipeError",
     "UnknownRunError",
+    "UnknownScheduleError",
 ]
 
 
@@ -245,6 +247,25 @@ class UnknownRunError(MinionsError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no run {run_id!r}")
         self.run_id = run_id
+
+
+class UnknownScheduleError(MinionsError, LookupError):
+    """No schedule has this name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule {name!r}")
+        self.name = name
+
+
+class ScheduleExistsError(MinionsError):
+    """A schedule with this name exists already (add it again with ``replace``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"a schedule {name!r} exists already: add it with --replace (replace=True) to "
+            "update its recipe and timing, or give another --name"
+        )
+        self.name = name
 
 
 class RunStateError(MinionsError):

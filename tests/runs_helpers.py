@@ -132,7 +132,15 @@ WORKER_ENV = {
 class WorkerProcess:
     """`minions worker` in a process of its own, ready to take runs."""
 
-    def __init__(self, url: str, folder: Path, executor_id: str, ledger: Path, **env: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        folder: Path,
+        executor_id: str,
+        ledger: Path,
+        *args: str,
+        **env: str,
+    ) -> None:
         self.url = url
         self.executor_id = executor_id
         self.log = folder / f"worker-{executor_id[:40]}-{time.monotonic_ns()}.log"
@@ -144,7 +152,7 @@ class WorkerProcess:
         )
         command = [
             sys.executable, "-m", "minions", "worker",
-            "--database-url", url, "--executor-id", executor_id, "--concurrency", "4",
+            "--database-url", url, "--executor-id", executor_id, "--concurrency", "4", *args,
         ]  # fmt: skip
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
@@ -189,9 +197,10 @@ def stop_process(process: subprocess.Popen[bytes]) -> int:
 
 @contextmanager
 def worker(
-    url: str, folder: Path, executor_id: str, ledger: Path, **env: str
+    url: str, folder: Path, executor_id: str, ledger: Path, *args: str, **env: str
 ) -> Iterator[WorkerProcess]:
-    process = WorkerProcess(url, folder, executor_id, ledger, **env)
+    """A worker process (`args`: more options of `minions worker`)."""
+    process = WorkerProcess(url, folder, executor_id, ledger, *args, **env)
     try:
         yield process
     except BaseException:

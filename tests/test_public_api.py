@@ -22,6 +22,7 @@ ERRORS = {
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
     "PlanError", "MCPServerError", "IdempotencyConflictError",
+    "ScheduleExistsError", "UnknownScheduleError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -77,6 +78,7 @@ PUBLIC: dict[str, set[str]] = {
     "minions.runs": {
         "ApprovalRecord", "RunRecord", "RunStore", "StepRecord", "WorkerRecord", "database_url",
         "EventLog", "LiveHub", "STATUSES", "Worker", "WorkerConflictError",
+        "ScheduleRecord", "PruneResult", "History",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -192,8 +192,8 @@ async def test_a_worker_handed_the_next_attempt_of_a_run_it_lost_runs_it(tmp_pat
     run's next attempt, queued by a takeover, while its own execution of the run has not yet
     found out that it lost it: it runs that attempt once the earlier one stood down (it did
     nothing instead, and the run stayed queued for good)."""
-    from minions.runs._queue import Queue, workflow_id
-    from minions.runs._store import Store
+    from minions.runs._queue import Queue
+    from minions.runs._store import Store, workflow_id
     from minions.runs._tables import HELD
 
     url = f"sqlite:///{tmp_path / 'minions.db'}"

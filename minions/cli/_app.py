@@ -307,17 +307,18 @@ def schema() -> None:
 
 
 def _register_runs() -> None:
-    from minions.cli import _runs
+    from minions.cli import _prune, _runs, _schedules  # noqa: F401 (_prune adds `runs prune`)
 
     app.command(name="worker")(_user_errors_of(_runs.worker))
     app.command(name="submit")(_user_errors_of(_runs.submit))
     from minions.cli._serve import serve_command
 
     app.command(name="serve")(_user_errors_of(serve_command))
-    for command in _runs.runs_app.registered_commands:
-        assert command.callback is not None
-        command.callback = _user_errors_of(command.callback)
-    app.add_typer(_runs.runs_app, name="runs")
+    for group in (_runs.runs_app, _schedules.schedules_app):
+        for command in group.registered_commands:
+            assert command.callback is not None
+            command.callback = _user_errors_of(command.callback)
+        app.add_typer(group, name=group.info.name)
 
 
 def _user_errors_of(function: Callable[..., None]) -> Callable[..., None]:

@@ -34,6 +34,16 @@ DatabaseOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+RetentionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--retention",
+        metavar="AGE|N runs",
+        help="Prune finished runs now and then: keep those younger than AGE (30d, 12h) or the "
+        "newest N ('1000 runs'). Default: keep every run.",
+        show_default=False,
+    ),
+]
 RunArgument = Annotated[
     str, typer.Argument(metavar="RUN", help="The run's id.", show_default=False)
 ]
@@ -116,8 +126,9 @@ def worker(
             "OTEL_EXPORTER_OTLP_* variables; needs minions[otel] and an OTLP exporter).",
         ),
     ] = False,
+    retention: RetentionOption = None,
 ) -> None:
-    """Run queued runs until stopped (Ctrl-C or SIGTERM).
+    """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
     Runs of a worker that died are recovered by another live worker, from their last
     completed step.
@@ -161,9 +172,17 @@ def worker(
         model=os.environ.get("MINIONS_MODEL"),
         tracer=None if tracer_provider is None else RunTracer(tracer_provider),
     )
-    running = Worker(
-        url, concurrency=concurrency, executor_id=executor_id, settings=settings, on_ready=ready
-    )
+    try:
+        running = Worker(
+            url,
+            concurrency=concurrency,
+            executor_id=executor_id,
+            settings=settings,
+            on_ready=ready,
+            retention=retention,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--retention: {exc}") from None
     try:
         running.run()
     finally:
@@ -230,13 +249,21 @@ def list_runs(
     store = _store(database_url)
     try:
         records = _run(store.list_runs(status=status, limit=limit))
+        history = _run(store.history())
     finally:
         store.close()
     if json_output:
         typer.echo(json.dumps([_record_data(r) for r in records], indent=2))
         return
+    err = Console(stderr=True, highlight=False)
+    if history.pruned_before is not None:
+        err.print(
+            f"history kept from {_when(history.oldest_at) or 'now'}: runs that finished "
+            f"before {_when(history.pruned_before)} were pruned ({_when(history.pruned_at)})",
+            markup=False,
+        )
     if not records:
-        Console(stderr=True).print("no runs" + (f" {status}" if status else ""), markup=False)
+        err.print("no runs" + (f" {status}" if status else ""), markup=False)
         return
     table = Table(show_edge=False, pad_edge=False)
     for name in ("run", "status", "recipe", "created", "time", "tokens", "error"):
@@ -277,7 +304,12 @@ def show(
     )
     out.print(
         f"created {_when(record.created_at)}"
-        + (f" · worker {record.executor_id}" if record.executor_id else ""),
+        + (f" · worker {record.executor_id}" if record.executor_id else "")
+        + (
+            f" · schedule {record.schedule}, slot {_when(record.slot)}"
+            if record.schedule is not None
+            else ""
+        ),
         markup=False,
     )
     if record.steps:

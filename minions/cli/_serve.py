@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from minions.cli._errors import UsageError
-from minions.cli._runs import DatabaseOption
+from minions.cli._runs import DatabaseOption, RetentionOption
 from minions.models._infer import MODEL_ENV
 
 __all__: list[str] = []
@@ -75,6 +75,7 @@ def serve_command(
         ),
     ] = 2000,
     database_url: DatabaseOption = None,
+    retention: RetentionOption = None,
 ) -> None:
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
 
@@ -93,6 +94,15 @@ def serve_command(
     from minions.runs._store import describe
     from minions.service import ServiceConfig, load_token, serve
 
+    if retention is not None:
+        if no_worker:
+            raise UsageError("--retention: the worker prunes; give it to `minions worker`")
+        from minions.runs._prune import Retention
+
+        try:
+            Retention.parse(retention)
+        except ValueError as exc:
+            raise UsageError(f"--retention: {exc}") from None
     if recipes is not None and not recipes.is_dir():
         raise UsageError(f"--recipes: no such folder: {str(recipes)!r}")
     url = resolve(database_url)
@@ -127,4 +137,4 @@ def serve_command(
         request_timeout=request_timeout,
         max_connections=max_connections,
     )
-    serve(config, host=host, port=port, worker=not no_worker, on_ready=ready)
+    serve(config, host=host, port=port, worker=not no_worker, retention=retention, on_ready=ready)

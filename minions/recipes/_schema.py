@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -268,6 +269,77 @@ class StepSpec(_Strict):
         return "recipe"
 
 
+CatchUp = Literal["none", "one", "all"]
+
+
+def _every_problem(value: object) -> str | None:
+    from minions._text import duration_seconds
+
+    try:
+        seconds = duration_seconds(str(value))
+    except ValueError as exc:
+        return str(exc)
+    if seconds < 1 or seconds != int(seconds):
+        return f"every: {value!r} is not a whole number of seconds, at least 1s"
+    return None
+
+
+def _timezone_problem(value: object) -> str | None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(str(value))
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"timezone: unknown time zone {value!r} (an IANA name, e.g. Europe/Paris or UTC)"
+    return None
+
+
+def cron_problem(value: object) -> str | None:
+    """What is wrong with a cron expression (None: nothing, or no cron library to tell)."""
+    try:
+        from cronsim import CronSim, CronSimError
+    except ImportError:  # checked when the schedule is added (minions[durable] has it)
+        return None
+    from datetime import datetime
+
+    try:
+        CronSim(str(value), datetime.now(UTC))
+    except CronSimError as exc:
+        return f"cron: {value!r} is not a cron expression: {exc}"
+    return None
+
+
+class ScheduleSpec(_Strict):
+    """When a recipe runs by itself: `minions schedules add RECIPE` registers it."""
+
+    cron: Annotated[str, _checked(cron_problem)] | None = Field(
+        None, description="A cron expression: minute hour day-of-month month day-of-week."
+    )
+    every: Annotated[str, _checked(_every_problem)] | None = Field(
+        None,
+        description="Or an interval: 30s, 5m, 1h, 1d (slots are multiples of it since "
+        "1970-01-01 UTC).",
+    )
+    inputs: dict[str, Any] = Field(default_factory=dict, description="The runs' inputs.")
+    name: Annotated[str, _checked(recipe_id_problem)] | None = Field(
+        None, description="The schedule's name (default: the recipe's id), a slug."
+    )
+    timezone: Annotated[str, _checked(_timezone_problem)] = Field(
+        "UTC", description="The time zone of the cron expression (an IANA name)."
+    )
+    catch_up: CatchUp = Field(
+        "one",
+        description="Slots missed while no worker ran (or the store was down): none (skip "
+        "them, and a slot over a minute late), one (fire the latest), all (fire each).",
+    )
+
+    @model_validator(mode="after")
+    def _one_timing(self) -> ScheduleSpec:
+        if (self.cron is None) == (self.every is None):
+            raise ValueError("give either `cron` or `every`")
+        return self
+
+
 class RecipeSpec(_Strict):
     """A recipe file."""
 
@@ -309,6 +381,11 @@ class RecipeSpec(_Strict):
         "one as SERVER.TOOL, or all of them as SERVER.*.",
     )
     steps: list[StepSpec] = Field(min_length=1)
+    schedule: ScheduleSpec | None = Field(
+        None,
+        description="When the recipe runs by itself, once `minions schedules add` registered "
+        "it (running the file directly ignores it).",
+    )
 
     @field_validator("inputs", mode="before")
     @classmethod

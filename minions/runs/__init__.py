@@ -5,9 +5,11 @@ cancel, resume, approve.
 attempt of it (a resume, a takeover from a worker that died) is one DBOS workflow; a worker
 holds a run by a lease whose epoch fences out every earlier holder; each finished step and
 loop item is a checkpoint, so a run goes on after a crash from its last one; its events are
-numbered once, without a gap. The store is SQLite by default
-(``sqlite:///./.minions/minions.db``, or ``MINIONS_DATABASE_URL``) and Postgres for several
-machines (``postgresql://...``). See docs/runs.md.
+numbered once, without a gap. Schedules run a recipe at each slot of a cron expression or an
+interval, each slot once however many workers run; `RunStore.prune` deletes old finished
+runs. The store is SQLite by default (``sqlite:///./.minions/minions.db``, or
+``MINIONS_DATABASE_URL``) and Postgres for several machines (``postgresql://...``). See
+docs/runs.md and docs/schedules.md.
 
     store = RunStore()                               # MINIONS_DATABASE_URL or the default
     run_id, _ = await store.submit("recipe.yaml", {"n": 3})
@@ -25,7 +27,10 @@ from minions.runs._runs import RunStore, database_url
 from minions.runs._tables import (
     STATUSES,
     ApprovalRecord,
+    History,
+    PruneResult,
     RunRecord,
+    ScheduleRecord,
     StepRecord,
     WorkerRecord,
 )
@@ -37,9 +42,12 @@ __all__ = [
     "STATUSES",
     "ApprovalRecord",
     "EventLog",
+    "History",
     "LiveHub",
+    "PruneResult",
     "RunRecord",
     "RunStore",
+    "ScheduleRecord",
     "StepRecord",
     "Worker",
     "WorkerConflictError",

@@ -127,18 +127,6 @@ class AsyncStore:
     async def run_source(self, run_id: str) -> tuple[str, str | None, dict[str, Any]]:
         return await self.call(self.store.run_source, run_id)
 
-    async def list_runs(
-        self,
-        *,
-        status: str | None,
-        recipe: str | None,
-        limit: int,
-        before: tuple[float, str] | None,
-    ) -> list[RunRecord]:
-        return await self.call(
-            self.store.list_runs, status=status, recipe=recipe, limit=limit, before=before
-        )
-
     async def head(self, run_id: str) -> tuple[str, int]:
         return await self.call(self.store.head, run_id)
 

@@ -16,7 +16,7 @@ import re
 import sqlalchemy as sa
 from dbos import DBOS, DBOSClient
 
-from minions.runs._store import sqlalchemy_url
+from minions.runs._store import sqlalchemy_url, workflow_id
 
 __all__: list[str] = []
 
@@ -30,11 +30,6 @@ APP_VERSION = f"minions-durable-{FORMAT}"
 LEGACY_VERSION = re.compile(r"^minions-\d")
 """DBOS application versions of minions before the format had its own version (the package's
 version): their queued and unfinished runs are taken over by today's workers."""
-
-
-def workflow_id(run_id: str, attempt: int) -> str:
-    """The DBOS workflow of a run's attempt: the run id for the first, then ``RUN-2``..."""
-    return run_id if attempt == 1 else f"{run_id}-{attempt}"
 
 
 def attempt_of(workflow: str) -> tuple[str, int]:

@@ -11,7 +11,8 @@ import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +22,31 @@ from minions.events import Event
 from minions.runs._async import AsyncStore
 from minions.runs._log import EventLog, LiveHub, run_failed_row
 from minions.runs._store import DEFAULT_URL, Store
-from minions.runs._tables import STATUSES, RunRecord, WorkerRecord
+from minions.runs._tables import (
+    STATUSES,
+    TERMINAL,
+    CatchUp,
+    History,
+    PruneResult,
+    RunRecord,
+    ScheduleRecord,
+    WorkerRecord,
+)
 
 if TYPE_CHECKING:
     from minions.runs._queue import Queue
 
 __all__ = ["RunStore", "database_url"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Snapshot:
+    """A recipe and its inputs, checked, as a run (or a schedule) stores them."""
+
+    recipe_id: str
+    recipe_hash: str
+    inputs: dict[str, Any]
+    request_hash: str
 
 
 def database_url(given: str | None = None) -> str:
@@ -153,6 +173,23 @@ class RunStore:
     ) -> tuple[str, bool]:
         """Check the recipe snapshot `text` (as the file `path`) and the inputs, store the run
         and queue it."""
+        snapshot = await self._snapshot(text, path, inputs)
+        queue = await self._dbos()
+        return await self._store.call(
+            self._store.store.insert_run,
+            run_id=uuid.uuid4().hex,
+            recipe_id=snapshot.recipe_id,
+            recipe_yaml=text,
+            recipe_path=str(path),
+            recipe_hash=snapshot.recipe_hash,
+            inputs=snapshot.inputs,
+            idempotency_key=idempotency_key,
+            request_hash=snapshot.request_hash,
+            enqueue=queue.enqueue,
+        )
+
+    async def _snapshot(self, text: str, path: Path, inputs: Mapping[str, Any] | None) -> _Snapshot:
+        """The recipe `text` (as the file `path`) and the inputs, checked."""
         from minions.recipes._build import load_recipe_file
         from minions.runs._runner import recipe_of
 
@@ -168,18 +205,11 @@ class RunStore:
             sort_keys=True,
             ensure_ascii=False,
         )
-        queue = await self._dbos()
-        return await self._store.call(
-            self._store.store.insert_run,
-            run_id=uuid.uuid4().hex,
+        return _Snapshot(
             recipe_id=built.id,
-            recipe_yaml=text,
-            recipe_path=str(path),
             recipe_hash=recipe_hash,
             inputs=checked,
-            idempotency_key=idempotency_key,
             request_hash=hashlib.sha256(request.encode()).hexdigest(),
-            enqueue=queue.enqueue,
         )
 
     # -- reading -------------------------------------------------------------------------------
@@ -208,11 +238,26 @@ class RunStore:
         recipe: str | None = None,
         limit: int = 50,
         before: tuple[float, str] | None = None,
+        schedule: str | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first (`before`: the created_at and run id of a page's last run)."""
+        """Runs, newest first (`before`: the created_at and run id of a page's last run;
+        `schedule`: only the runs this schedule fired)."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
-        return await self._store.list_runs(status=status, recipe=recipe, limit=limit, before=before)
+        return await self._store.call(
+            self._store.store.list_runs,
+            status=status,
+            recipe=recipe,
+            limit=limit,
+            before=before,
+            schedule=schedule,
+        )
+
+    async def history(self) -> History:
+        """How far the stored runs go back, and how far pruning went."""
+        from minions.runs._prune import history
+
+        return await self._store.call(history, self._store.store)
 
     async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         """Stored events of the run after sequence number `after`, in order.
@@ -274,7 +319,7 @@ class RunStore:
     async def _forget(self, run_id: str, attempt: int) -> None:
         """Take the run's attempt out of DBOS's queue (best effort: a delivery of it finds the
         run ended and does nothing)."""
-        from minions.runs._queue import workflow_id
+        from minions.runs._store import workflow_id
 
         try:
             queue = await self._dbos()
@@ -370,3 +415,188 @@ class RunStore:
             + (f"it waits for {calls}" if calls else "it waits for no approval"),
             status=record.status,
         )
+
+    # -- schedules -----------------------------------------------------------------------------
+
+    async def add_schedule(
+        self,
+        recipe: str | Path,
+        *,
+        cron: str | None = None,
+        every: str | int | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        timezone: str | None = None,
+        catch_up: CatchUp | None = None,
+        replace: bool = False,
+    ) -> ScheduleRecord:
+        """Run the recipe file at each slot of `cron` or `every` (its YAML is snapshotted
+        now: to change it, add it again with `replace`). Without `cron` and `every`, the
+        recipe's own ``schedule:`` says when; the arguments given override its fields
+        (`inputs` are merged into its inputs).
+
+        Args:
+            recipe: the recipe file.
+            cron: a cron expression (minute hour day-of-month month day-of-week).
+            every: or an interval: ``30s``, ``5m``, ``1h``, ``1d`` or seconds.
+            inputs: the runs' inputs.
+            name: the schedule's name (default: the recipe's id).
+            timezone: the cron expression's time zone (default UTC).
+            catch_up: slots missed while no worker ran: ``none``, ``one`` (default), ``all``.
+            replace: a schedule of that name gets this recipe and timing (its slots go on
+                from now); otherwise it is an error.
+
+        Raises:
+            RecipeError: the recipe, its ``schedule:``, the timing or the inputs are invalid.
+            ScheduleExistsError: the name is taken and `replace` is False.
+        """
+        from pydantic import ValidationError
+
+        from minions.recipes._loader import parse_spec, read_recipe_text
+        from minions.recipes._schema import ScheduleSpec
+        from minions.runs import _schedules
+
+        path = await self._store.call(Path(recipe).resolve)
+        text = await self._store.call(read_recipe_text, path)
+        spec, _ = await self._store.call(parse_spec, text, file=str(path))
+        given = {
+            k: v
+            for k, v in {
+                "cron": cron,
+                "every": None if every is None else _every_text(every),
+                "name": name,
+                "timezone": timezone,
+                "catch_up": catch_up,
+            }.items()
+            if v is not None
+        }
+        base = spec.schedule.model_dump(exclude_unset=True) if spec.schedule else {}
+        if "cron" in given or "every" in given:
+            base.pop("cron", None)
+            base.pop("every", None)
+        elif spec.schedule is None:
+            raise _schedule_problem(
+                "the recipe has no `schedule:`: give a cron expression or an interval", path
+            )
+        merged = {**base, **given, "inputs": {**base.get("inputs", {}), **(inputs or {})}}
+        try:
+            schedule = ScheduleSpec.model_validate(merged)
+        except ValidationError as exc:
+            raise _schedule_problem(
+                "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()), path
+            ) from None
+        snapshot = await self._snapshot(text, path, schedule.inputs)
+        timing = _schedules.Timing(
+            cron=schedule.cron,
+            every=None if schedule.every is None else int(_seconds(schedule.every)),
+            timezone=schedule.timezone,
+        )
+        row = _schedules.new_row(
+            name=schedule.name or snapshot.recipe_id,
+            recipe_id=snapshot.recipe_id,
+            recipe_yaml=text,
+            recipe_path=str(path),
+            recipe_hash=snapshot.recipe_hash,
+            request_hash=snapshot.request_hash,
+            inputs=snapshot.inputs,
+            timing=timing,
+            catch_up=schedule.catch_up,
+            now=time.time(),
+        )
+        await self._dbos()  # DBOS's tables exist before a worker's tick fires into them
+        return await self._store.call(_schedules.save, self._store.store, row, replace=replace)
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        """Every schedule, by name."""
+        from minions.runs import _schedules
+
+        return await self._store.call(_schedules.listed, self._store.store)
+
+    async def schedule(self, name: str) -> ScheduleRecord:
+        """The schedule (`list_runs(schedule=name)` lists its runs).
+
+        Raises:
+            UnknownScheduleError: no schedule has this name.
+        """
+        from minions.runs import _schedules
+
+        return await self._store.call(_schedules.get, self._store.store, name)
+
+    async def pause_schedule(self, name: str) -> ScheduleRecord:
+        """Stop firing the schedule until it is resumed.
+
+        Raises:
+            UnknownScheduleError: no schedule has this name.
+        """
+        return await self._set_paused(name, paused=True)
+
+    async def resume_schedule(self, name: str) -> ScheduleRecord:
+        """Fire the schedule again from its next slot (the slots of the pause do not fire).
+
+        Raises:
+            UnknownScheduleError: no schedule has this name.
+        """
+        return await self._set_paused(name, paused=False)
+
+    async def _set_paused(self, name: str, *, paused: bool) -> ScheduleRecord:
+        from minions.runs import _schedules
+
+        return await self._store.call(
+            _schedules.set_paused, self._store.store, name, paused=paused, now=time.time()
+        )
+
+    async def remove_schedule(self, name: str) -> None:
+        """Remove the schedule; the runs it fired stay.
+
+        Raises:
+            UnknownScheduleError: no schedule has this name.
+        """
+        from minions.runs import _schedules
+
+        await self._store.call(_schedules.delete, self._store.store, name)
+
+    # -- retention -----------------------------------------------------------------------------
+
+    async def prune(
+        self,
+        older_than: str | float,
+        *,
+        statuses: Sequence[str] = (),
+        keep: int | None = None,
+        dry_run: bool = False,
+    ) -> PruneResult:
+        """Delete the finished runs (in one of `statuses`: default, every finished one) that
+        finished over `older_than` ago (``30d``, or seconds), but the newest `keep`, with
+        their steps, events, approvals and DBOS workflows; in batches, so workers go on
+        meanwhile. An SQLite file then gives the freed space back.
+
+        Raises:
+            ValueError: `older_than` is not a duration, or a status is not a finished one.
+        """
+        from minions.runs._prune import prune
+
+        seconds = _seconds(older_than) if isinstance(older_than, str) else float(older_than)
+        return await self._store.call(
+            prune,
+            self._store.store,
+            before=time.time() - seconds,
+            statuses=tuple(statuses) or tuple(sorted(TERMINAL)),
+            keep=keep,
+            dry_run=dry_run,
+        )
+
+
+def _every_text(every: str | int) -> str:
+    return f"{every}s" if isinstance(every, int) else every
+
+
+def _seconds(text: str) -> float:
+    from minions._text import duration_seconds
+
+    return duration_seconds(text)
+
+
+def _schedule_problem(message: str, path: Path) -> Exception:
+    from minions.errors import Problem, RecipeError
+
+    return RecipeError([Problem(message=message, file=str(path), field="schedule")])

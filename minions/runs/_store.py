@@ -80,6 +80,11 @@ def sqlite_path(url: str) -> Path | None:
     return Path(url.removeprefix("sqlite:///"))
 
 
+def workflow_id(run_id: str, attempt: int) -> str:
+    """The DBOS workflow of a run's attempt: the run id for the first, then ``RUN-2``..."""
+    return run_id if attempt == 1 else f"{run_id}-{attempt}"
+
+
 def describe(url: str) -> str:
     """The URL with any password hidden."""
     from minions._text import redact_url
@@ -251,24 +256,16 @@ class Store:
         Raises:
             IdempotencyConflictError: the key was used for another request.
         """
-        row = {
-            "run_id": run_id,
-            "recipe_id": recipe_id,
-            "recipe_yaml": recipe_yaml,
-            "recipe_path": recipe_path,
-            "recipe_hash": recipe_hash,
-            "inputs": dumps(dict(inputs)),
-            "status": "queued",
-            "created_at": time.time(),
-            "idempotency_key": idempotency_key,
-            "request_hash": request_hash,
-            "cancel_requested": False,
-            "starts": 0,
-            "epoch": 0,
-            "attempt": 1,
-            "recoveries": 0,
-            "last_seq": 0,
-        }
+        row = queued_row(
+            run_id=run_id,
+            recipe_id=recipe_id,
+            recipe_yaml=recipe_yaml,
+            recipe_path=recipe_path,
+            recipe_hash=recipe_hash,
+            inputs=dumps(dict(inputs)),
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+        )
         with self.begin() as db:
             # Written first, and only when the key is new (a concurrent submission with the same
             # key waits on the row and then inserts nothing).
@@ -332,11 +329,14 @@ class Store:
         recipe: str | None = None,
         limit: int = 50,
         before: tuple[float, str] | None = None,
+        schedule: str | None = None,
     ) -> list[RunRecord]:
         """Newest first; `before` (created_at, run_id) continues after a page's last run."""
         query = sa.select(runs_table).order_by(
             runs_table.c.created_at.desc(), runs_table.c.run_id.desc()
         )
+        if schedule is not None:
+            query = query.where(runs_table.c.schedule == schedule)
         if status is not None:
             query = query.where(runs_table.c.status == status)
         if recipe is not None:
@@ -893,6 +893,21 @@ class Store:
             }
 
 
+def queued_row(**values: Any) -> dict[str, Any]:
+    """A new queued run's row: `values` (its ids, recipe, JSON inputs, keys) and the rest."""
+    return {
+        "status": "queued",
+        "created_at": time.time(),
+        "cancel_requested": False,
+        "starts": 0,
+        "epoch": 0,
+        "attempt": 1,
+        "recoveries": 0,
+        "last_seq": 0,
+        **values,
+    }
+
+
 # -- statements --------------------------------------------------------------------------------
 
 _STEP_COLUMN_NAMES = ("step_id", "visit", "status", "execution", "routing", "saved_at", "item")
@@ -1069,6 +1084,9 @@ def _ping_if_idle(connection: Any, record: Any, _proxy: Any) -> None:
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor = connection.cursor()
+    # Only a new file takes it (before its first table): pruning then gives pages back to the
+    # file system a few at a time, instead of a VACUUM that stops every writer.
+    cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA busy_timeout=30000")
@@ -1125,6 +1143,8 @@ def _run_record(
         executor_id=row.executor_id,
         cancel_requested=bool(row.cancel_requested),
         attempt=row.attempt,
+        schedule=row.schedule,
+        slot=row.slot,
         steps=steps,
         approvals=approvals,
     )

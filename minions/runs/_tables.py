@@ -15,10 +15,11 @@ import sqlalchemy as sa
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
-every id column is TEXT (Postgres refused ids over 200 characters)."""
+every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
+schedule of a run, how far pruning went."""
 
 Status = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("queued", "running", "waiting", "completed", "failed", "cancelled")
@@ -66,6 +67,9 @@ runs_table = sa.Table(
     sa.Column("attempt", sa.Integer, nullable=False, default=1),
     sa.Column("recoveries", sa.Integer, nullable=False, default=0),
     sa.Column("last_seq", sa.Integer, nullable=False, default=0),
+    # The schedule that fired it, and for which slot (schema 3).
+    sa.Column("schedule", sa.Text, nullable=True, index=True),
+    sa.Column("slot", sa.Float, nullable=True),
 )
 steps_table = sa.Table(
     "minions_steps",
@@ -115,6 +119,33 @@ workers_table = sa.Table(
     sa.Column("host", sa.Text, nullable=True),
     sa.Column("pid", sa.Integer, nullable=True),
 )
+schedules_table = sa.Table(
+    "minions_schedules",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("recipe_id", sa.Text, nullable=False),
+    sa.Column("recipe_yaml", sa.Text, nullable=False),
+    sa.Column("recipe_path", sa.Text, nullable=True),
+    sa.Column("recipe_hash", sa.Text, nullable=False),
+    sa.Column("request_hash", sa.Text, nullable=False),
+    sa.Column("inputs", sa.Text, nullable=False),
+    sa.Column("cron", sa.Text, nullable=True),
+    sa.Column("every", sa.Integer, nullable=True),
+    sa.Column("timezone", sa.Text, nullable=False),
+    sa.Column("catch_up", sa.Text, nullable=False),
+    sa.Column("paused", sa.Boolean, nullable=False, default=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    # Every slot up to `cursor` was fired or skipped; `next_at` is the first slot after it
+    # (what a worker's tick looks for). `version` moves on with every change made by a
+    # person (pause, resume, add again): a tick that read the schedule before writes nothing.
+    sa.Column("cursor", sa.Float, nullable=False),
+    sa.Column("next_at", sa.Float, nullable=False, index=True),
+    sa.Column("version", sa.Integer, nullable=False, default=1),
+    sa.Column("last_slot", sa.Float, nullable=True),
+    sa.Column("last_fired_at", sa.Float, nullable=True),
+    sa.Column("last_run_id", sa.Text, nullable=True),
+    sa.Column("fired", sa.Integer, nullable=False, default=0),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 
@@ -152,7 +183,19 @@ def _to_2(db: sa.Connection) -> None:
                     )
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2}
+def _to_3_schedules(db: sa.Connection) -> None:
+    """The schedule of a run and its slot (the schedules table is made by ``create_all``)."""
+    db.execute(sa.text("ALTER TABLE minions_runs ADD COLUMN schedule TEXT"))
+    db.execute(sa.text("ALTER TABLE minions_runs ADD COLUMN slot FLOAT"))
+    db.execute(sa.text("CREATE INDEX ix_minions_runs_schedule ON minions_runs (schedule)"))
+
+
+def _to_3(db: sa.Connection) -> None:
+    """Schema 2 -> 3."""
+    _to_3_schedules(db)
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3}
 """Schema version n -> n+1 upgrades, each a function of a connection."""
 
 
@@ -212,6 +255,10 @@ class RunRecord:
     executor_id: str | None = None
     cancel_requested: bool = False
     attempt: int = 1
+    schedule: str | None = None
+    """The schedule that fired it (None: submitted)."""
+    slot: float | None = None
+    """The slot of `schedule` it was fired for (a Unix time)."""
     steps: tuple[StepRecord, ...] = ()
     approvals: tuple[ApprovalRecord, ...] = ()
 
@@ -232,3 +279,82 @@ class WorkerRecord:
     runs: list[str]
     alive: bool = False
     """It beat within the dead-worker timeout and did not stop."""
+
+
+CatchUp = Literal["none", "one", "all"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleRecord:
+    """A schedule as stored: a recipe snapshotted when it was added, run at each slot.
+
+    Attributes:
+        cron: its cron expression (or None, and `every` is set).
+        every: seconds between slots, which are multiples of it since 1970-01-01 UTC.
+        catch_up: what slots missed while no worker ran do: ``none`` (skipped; a slot over
+            a minute late too), ``one`` (the latest fires), ``all`` (each fires, in order).
+        next_at: the next slot (a Unix time).
+        last_slot: the slot that fired last; `last_run_id` its run.
+        fired: how many runs it fired.
+    """
+
+    name: str
+    recipe_id: str
+    inputs: dict[str, Any]
+    cron: str | None
+    every: int | None
+    timezone: str
+    catch_up: CatchUp
+    paused: bool
+    created_at: float
+    next_at: float
+    last_slot: float | None = None
+    last_fired_at: float | None = None
+    last_run_id: str | None = None
+    fired: int = 0
+    recipe_path: str | None = None
+    recipe_hash: str = ""
+
+    @property
+    def timing(self) -> str:
+        """``cron EXPR [TZ]`` or ``every Ns``, as shown."""
+        if self.cron is not None:
+            zone = "" if self.timezone == "UTC" else f" ({self.timezone})"
+            return f"cron {self.cron}{zone}"
+        return f"every {self.every}s"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PruneResult:
+    """What a prune deleted (or, in a dry run, would delete).
+
+    Attributes:
+        runs: finished runs deleted, with their steps, events, approvals and DBOS workflows.
+        before: runs that finished before this moment (a Unix time) were eligible.
+        statuses: the statuses pruned.
+        dry_run: nothing was deleted.
+        bytes_before: the SQLite file's size before (None on Postgres).
+        bytes_after: and after, once the freed pages went back to the file system.
+    """
+
+    runs: int
+    before: float
+    statuses: tuple[str, ...]
+    dry_run: bool = False
+    bytes_before: int | None = None
+    bytes_after: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class History:
+    """How far the stored history goes back.
+
+    Attributes:
+        oldest_at: when the oldest stored run was created (None: no run).
+        pruned_before: runs that finished before this were pruned (None: never pruned).
+        pruned_at: when that prune ran.
+    """
+
+    oldest_at: float | None
+    pruned_before: float | None = None
+    pruned_at: float | None = None

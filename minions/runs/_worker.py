@@ -23,6 +23,7 @@ from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
 from minions.runs._async import AsyncStore, _detail, transient
 from minions.runs._log import LiveHub, run_failed_row
+from minions.runs._prune import Retention, prune
 from minions.runs._queue import (
     APP_VERSION,
     LEGACY_VERSION,
@@ -31,10 +32,11 @@ from minions.runs._queue import (
     Queue,
     attempt_of,
     client_url,
-    workflow_id,
 )
 from minions.runs._runner import DurableRunner
-from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store, describe
+from minions.runs._schedules import TICK as SCHEDULE_TICK
+from minions.runs._schedules import Scheduler
+from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store, describe, workflow_id
 from minions.runs._tables import ACTIVE, HELD
 
 __all__ = ["Worker", "WorkerConflictError"]
@@ -45,6 +47,9 @@ POLLING = 0.05
 """Seconds between the queue's polls (DBOS's default of 1 s caps throughput)."""
 MAX_RECOVERIES = 50
 """A run taken over from dead workers this often fails instead (it may be what kills them)."""
+
+RETENTION_EVERY = float(os.environ.get("MINIONS_RETENTION_EVERY", "60"))
+"""Seconds between two prunes of a worker with a retention."""
 
 WorkerState = Literal["starting", "running", "degraded", "stopped", "failed"]
 
@@ -106,6 +111,12 @@ class Worker:
         settings: what its runs share (model, resolver, wrapper, tracer, MCP servers...).
         hub: where its runs' events go live (a service in the same process streams them).
         on_ready: called once the worker takes runs.
+        retention: prune finished runs periodically, keeping those younger than a duration
+            (``30d``) or the newest number of them (``1000 runs``); None keeps them all.
+        clock: the time now, for the schedules it fires (tests give their own).
+
+    Raises:
+        ValueError: `retention` is neither a duration nor a number of runs.
     """
 
     def __init__(
@@ -117,6 +128,8 @@ class Worker:
         settings: RunSettings | None = None,
         hub: LiveHub | None = None,
         on_ready: Callable[[Worker], None] | None = None,
+        retention: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -142,6 +155,8 @@ class Worker:
         """What is wrong while `state` is degraded or failed."""
         self.stranded: dict[str, list[str]] = {}
         """Runs of a newer minions format found when the worker started, by DBOS version."""
+        self.retention = None if retention is None else Retention.parse(retention)
+        self.clock = clock
         self._stop = threading.Event()
         self._checked: set[tuple[str, float]] = set()
 
@@ -188,6 +203,7 @@ class Worker:
                 "notification_listener_polling_interval_sec": POLLING,
             }
         )
+        background: list[threading.Thread] = []
         try:
             DBOS.launch()
             self.queue.client()  # before any transaction enqueues (see Queue.enqueue)
@@ -199,6 +215,13 @@ class Worker:
             # the worker, rather than inside its event loop when the first run needs a model
             # (which stalled every run of the worker meanwhile).
             threading.Thread(target=_warm_up, name="minions-warm-up", daemon=True).start()
+            background.append(
+                threading.Thread(target=self._fire_schedules, name="minions-schedules")
+            )
+            if self.retention is not None:
+                background.append(threading.Thread(target=self._prune, name="minions-retention"))
+            for thread in background:
+                thread.start()
             self.state = "running"
             if self.on_ready is not None:
                 self.on_ready(self)
@@ -208,6 +231,9 @@ class Worker:
             self.state, self.error = "failed", str(exc)
             raise
         finally:
+            self._stop.set()
+            for thread in background:
+                thread.join()
             if self.state != "failed":
                 self.state = "stopped"
             # Its runs stop first, then it lets go of them: a live worker (or this one,
@@ -220,6 +246,36 @@ class Worker:
             self.queue.close()
             for restored, handler in previous.items():
                 signal.signal(restored, handler)
+
+    def _fire_schedules(self) -> None:
+        """Fire the schedules' due slots, a tick at a time (every worker on the store does;
+        each slot fires once)."""
+        scheduler = Scheduler(self.store, self.queue.enqueue, clock=self.clock)
+        while not self._stop.wait(SCHEDULE_TICK):
+            try:
+                scheduler.tick()
+            except Exception as exc:  # the store is down: the slots wait, then catch up
+                if not transient(exc):
+                    log.exception("firing schedules failed", executor_id=self.executor_id)
+
+    def _prune(self) -> None:
+        """Prune finished runs as `retention` says, now and then."""
+        retention = self.retention
+        assert retention is not None
+        while True:
+            try:
+                done = prune(
+                    self.store,
+                    before=self.clock() - (retention.older_than or 0.0),
+                    keep=retention.keep,
+                )
+                if done.runs:
+                    log.info("runs pruned", runs=done.runs, executor_id=self.executor_id)
+            except Exception as exc:
+                if not transient(exc):
+                    log.exception("pruning runs failed", executor_id=self.executor_id)
+            if self._stop.wait(RETENTION_EVERY):
+                return
 
     def _take_the_id(self) -> None:
         """Become the worker `executor_id`: refused while another incarnation of it lives;

@@ -17,8 +17,10 @@ from minions.errors import (
     MinionsError,
     RecipeError,
     RunStateError,
+    ScheduleExistsError,
     StoreError,
     UnknownRunError,
+    UnknownScheduleError,
 )
 from minions.service._models import ErrorBody
 from minions.service._recipes import problem_text
@@ -43,6 +45,8 @@ ERROR_TYPES = {
 
 ERROR_TABLE: tuple[tuple[type[MinionsError], int, str], ...] = (
     (UnknownRunError, 404, "unknown_run"),
+    (UnknownScheduleError, 404, "unknown_schedule"),
+    (ScheduleExistsError, 409, "schedule_exists"),
     (RunStateError, 409, "wrong_state"),
     (IdempotencyConflictError, 409, "idempotency_conflict"),
     (InputError, 400, "invalid_inputs"),

@@ -102,6 +102,8 @@ class RunSummary(BaseModel):
     usage: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     executor_id: str | None = None
+    schedule: str | None = Field(None, description="The schedule that fired the run.")
+    slot: float | None = Field(None, description="The schedule's slot it was fired for.")
 
 
 class RunOut(RunSummary):
@@ -112,9 +114,20 @@ class RunOut(RunSummary):
     graph: list[GraphNode] = Field(default_factory=list, description="The recipe's steps.")
 
 
+class HistoryOut(BaseModel):
+    """How far the stored runs go back."""
+
+    oldest_at: float | None = Field(description="When the oldest stored run was created.")
+    pruned_before: float | None = Field(
+        None, description="Runs that finished before this were pruned (null: never pruned)."
+    )
+    pruned_at: float | None = Field(None, description="When that prune ran.")
+
+
 class RunPage(BaseModel):
     runs: list[RunSummary]
     next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page.")
+    history: HistoryOut | None = Field(None, description="How far the stored runs go back.")
 
 
 class RecipeOut(BaseModel):

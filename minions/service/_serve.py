@@ -38,6 +38,7 @@ def serve(
     port: int = 8000,
     worker: bool = True,
     concurrency: int = 4,
+    retention: str | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM; the in-process worker stops with the server (its
@@ -54,6 +55,8 @@ def serve(
         port: the port.
         worker: run queued runs in this process too.
         concurrency: runs at a time in that worker.
+        retention: that worker prunes finished runs periodically, keeping those younger than
+            a duration (``30d``) or the newest number of them (``1000 runs``).
         on_ready: told the worker's id (or ``""`` without one) once the server listens.
     """
     import uvicorn
@@ -82,6 +85,7 @@ def serve(
             settings=RunSettings(model=config.model, model_resolver=_streaming),
             hub=hub,
             on_ready=lambda _: started.set(),
+            retention=retention,
         )
 
         def work() -> None:

@@ -19,6 +19,7 @@ from minions.service._errors import ERRORS, Refused
 from minions.service._models import (
     Decision,
     GraphNode,
+    HistoryOut,
     RunOut,
     RunPage,
     RunSummary,
@@ -85,7 +86,12 @@ async def list_runs(
     records = await runs.list_runs(status=status, recipe=recipe, limit=limit, before=before)
     summaries = [summary(r) for r in records]
     more = len(summaries) == limit
-    return RunPage(runs=summaries, next_cursor=_cursor(summaries[-1]) if more else None)
+    history = dataclasses.asdict(await runs.history())
+    return RunPage(
+        runs=summaries,
+        next_cursor=_cursor(summaries[-1]) if more else None,
+        history=HistoryOut(**history),
+    )
 
 
 @router.get("/runs/{run_id}", response_model=RunOut)
@@ -147,6 +153,8 @@ def summary(record: RunRecord) -> RunSummary:
         usage=record.usage,
         error=record.error,
         executor_id=record.executor_id,
+        schedule=record.schedule,
+        slot=record.slot,
     )
 
 

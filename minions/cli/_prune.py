@@ -1,0 +1,74 @@
+"""`minions runs prune`: delete old finished runs with everything stored of them (see
+docs/runs.md, Retention)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated
+
+import typer
+
+from minions.cli._errors import UsageError
+from minions.cli._runs import DatabaseOption, JsonOption, _out, _run, _store, _when, runs_app
+
+__all__: list[str] = []
+
+
+@runs_app.command("prune")
+def prune(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Delete the runs that finished longer ago than this: 90s, 12h, 30d, 2w.",
+            show_default=False,
+        ),
+    ],
+    statuses: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            metavar="STATUS",
+            help="Only runs in this status: completed, failed or cancelled (repeat for more; "
+            "default: all three).",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say how many runs would go; delete nothing.")
+    ] = False,
+    json_output: JsonOption = False,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Delete finished runs with their steps, events, approvals and DBOS workflows, in
+    batches (workers go on meanwhile); an SQLite file then shrinks. Queued, running and
+    waiting runs are never touched."""
+    from minions._text import duration_seconds
+
+    try:
+        duration_seconds(older_than)
+    except ValueError as exc:
+        raise UsageError(f"--older-than: {exc}") from None
+    store = _store(database_url)
+    try:
+        result = _run(store.prune(older_than, statuses=statuses or (), dry_run=dry_run))
+    except ValueError as exc:
+        raise UsageError(f"--status: {exc}") from None
+    finally:
+        store.close()
+    if json_output:
+        typer.echo(json.dumps(dataclasses.asdict(result), indent=2))
+        return
+    verb = "would delete" if result.dry_run else "deleted"
+    line = f"{verb} {result.runs} run(s) ({', '.join(result.statuses)}) finished before " + _when(
+        result.before
+    )
+    if not result.dry_run and result.bytes_before is not None and result.bytes_after is not None:
+        line += f"; the database went from {_mb(result.bytes_before)} to {_mb(result.bytes_after)}"
+    _out().print(line, markup=False)
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"

@@ -1,0 +1,139 @@
+"""``/schedules``: recipes of the server's folder run by themselves, at each slot of a cron
+expression or an interval (the workers of the store fire them)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Response
+from fastapi import Path as PathParam
+from pydantic import BaseModel, Field
+
+from minions.runs import ScheduleRecord
+from minions.service._deps import Catalog, Runs
+from minions.service._errors import ERRORS, Refused
+from minions.service._models import RunSummary
+from minions.service._routes.runs import summary
+
+__all__: list[str] = []
+
+router = APIRouter(responses=ERRORS)
+
+Name = Annotated[str, PathParam(description="The schedule's name.", max_length=200)]
+
+
+class ScheduleRequest(BaseModel):
+    """A schedule to add: a recipe id of the server's folder, and when it runs."""
+
+    recipe: str = Field(max_length=200, description="A recipe id (GET /recipes).")
+    cron: str | None = Field(
+        None, max_length=200, description='A cron expression, e.g. "0 7 * * 1-5".'
+    )
+    every: str | None = Field(None, max_length=50, description="Or an interval: 30s, 5m, 1h, 1d.")
+    inputs: dict[str, Any] = Field(default_factory=dict, description="The runs' inputs.")
+    name: str | None = Field(
+        None, max_length=200, description="The schedule's name (default: the recipe's id)."
+    )
+    timezone: str | None = Field(
+        None, max_length=100, description="The cron expression's time zone (default UTC)."
+    )
+    catch_up: Literal["none", "one", "all"] | None = Field(
+        None,
+        description="Slots missed while no worker ran: none, one (the default: the latest "
+        "fires) or all.",
+    )
+    replace: bool = Field(
+        False, description="Replace the schedule of that name (else a 409 schedule_exists)."
+    )
+
+
+class ScheduleOut(BaseModel):
+    """A schedule: its recipe (snapshotted when it was added), when it fires, what it fired."""
+
+    name: str
+    recipe: str
+    inputs: dict[str, Any]
+    cron: str | None
+    every: int | None = Field(description="Seconds between slots (with no cron expression).")
+    timezone: str
+    catch_up: Literal["none", "one", "all"]
+    paused: bool
+    created_at: float
+    next_at: float = Field(description="The next slot (a Unix time).")
+    last_slot: float | None = Field(description="The slot that fired last.")
+    last_fired_at: float | None
+    last_run_id: str | None
+    fired: int = Field(description="How many runs it fired.")
+
+
+class ScheduleDetail(ScheduleOut):
+    runs: list[RunSummary] = Field(description="Its runs, newest first.")
+
+
+@router.post("/schedules", status_code=201, response_model=ScheduleOut)
+async def add(body: ScheduleRequest, runs: Runs, catalog: Catalog) -> ScheduleOut:
+    """Add a schedule of a recipe of the server's folder (with neither `cron` nor `every`,
+    the recipe's own `schedule:` says when). Its YAML is snapshotted now: to change it, add
+    it again with `replace`."""
+    entry = await asyncio.to_thread(catalog.find, body.recipe)
+    if entry is None:
+        known = ", ".join(sorted(await asyncio.to_thread(catalog.scan))) or "none"
+        raise Refused(
+            400, f"`recipe`: no recipe {body.recipe!r} here; known: {known}", "unknown_recipe"
+        )
+    record = await runs.add_schedule(
+        entry.path,
+        cron=body.cron,
+        every=body.every,
+        inputs=body.inputs,
+        name=body.name,
+        timezone=body.timezone,
+        catch_up=body.catch_up,
+        replace=body.replace,
+    )
+    return _out(record)
+
+
+@router.get("/schedules", response_model=list[ScheduleOut])
+async def list_schedules(runs: Runs) -> list[ScheduleOut]:
+    """Every schedule, by name."""
+    return [_out(r) for r in await runs.schedules()]
+
+
+@router.get("/schedules/{name}", response_model=ScheduleDetail)
+async def get_schedule(
+    name: Name, runs: Runs, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> ScheduleDetail:
+    """A schedule and its latest runs."""
+    record = await runs.schedule(name)
+    fired = await runs.list_runs(schedule=name, limit=limit)
+    return ScheduleDetail(**_out(record).model_dump(), runs=[summary(r) for r in fired])
+
+
+@router.delete("/schedules/{name}", status_code=204)
+async def remove(name: Name, runs: Runs) -> Response:
+    """Remove a schedule (the runs it fired stay)."""
+    await runs.remove_schedule(name)
+    return Response(status_code=204)
+
+
+@router.post("/schedules/{name}/pause", response_model=ScheduleOut)
+async def pause(name: Name, runs: Runs) -> ScheduleOut:
+    """Stop firing the schedule until it is resumed."""
+    return _out(await runs.pause_schedule(name))
+
+
+@router.post("/schedules/{name}/resume", response_model=ScheduleOut)
+async def resume(name: Name, runs: Runs) -> ScheduleOut:
+    """Fire the schedule again from its next slot (the slots of the pause do not fire)."""
+    return _out(await runs.resume_schedule(name))
+
+
+def _out(record: ScheduleRecord) -> ScheduleOut:
+    data = dataclasses.asdict(record)
+    data["recipe"] = data.pop("recipe_id")
+    data.pop("recipe_path")
+    data.pop("recipe_hash")
+    return ScheduleOut(**data)

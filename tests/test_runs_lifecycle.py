@@ -545,3 +545,34 @@ async def test_a_run_delivered_twice_to_one_worker_runs_once(
     async_store.close()
     assert (await store.get(run_id)).status == "completed"
     assert [step for _, step, _ in ledger_lines(ledger)] == STEPS
+
+
+def test_processes_opening_a_new_postgres_store_at_once_make_its_tables_once(
+    postgres: str,
+) -> None:
+    """Two workers started together on a fresh database: each opening makes the tables or
+    finds them made (Postgres refused the second's types: pg_type_typname_nsp_index)."""
+    import threading
+    import uuid
+
+    from postgres import fresh_database
+
+    from minions.runs._store import Store
+
+    url = fresh_database(postgres, f"open{uuid.uuid4().hex[:10]}")
+    start = threading.Barrier(4)
+    failures: list[BaseException] = []
+
+    def open_store() -> None:
+        start.wait()
+        try:
+            Store(url, create=True).close()
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failures == []

@@ -180,6 +180,10 @@ class Store:
 
     def _migrate(self, create: bool) -> None:
         with self.engine.begin() as db:
+            if self.postgres:
+                # Processes opening a new store at once (two workers started together) make
+                # its tables one after the other: Postgres refused the second's types.
+                db.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('minions_schema'))"))
             names = set(sa.inspect(db).get_table_names())
             if "minions_meta" not in names:
                 if not create:

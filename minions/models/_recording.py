@@ -37,6 +37,13 @@ __all__ = ["Recording", "RecordingModel", "ReplayMissError", "ReplayModel"]
 FORMAT = "minions.recording/1"
 
 
+def recording_beside(recipe_path: str | Path) -> Path:
+    """The recording a recipe file may have beside it: ``<stem>.recording.json``. `minions
+    run` and workers replay it when no model is configured."""
+    path = Path(recipe_path)
+    return path.with_name(f"{path.stem}.recording.json")
+
+
 class ReplayMissError(ModelError):
     """A replayed run asked for a reply that was not recorded."""
 

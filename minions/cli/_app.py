@@ -67,7 +67,10 @@ app = typer.Typer(
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = max(console.width, 200)  # tables keep ids whole in pipes and logs
+    return console
 
 
 @contextmanager

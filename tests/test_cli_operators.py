@@ -1,0 +1,251 @@
+"""The CLI as an operator meets it: in a pipe (progress lines while a model call takes long),
+`runs show` of a failed run, a worker with no model replaying a recipe's recording, and
+`validate` saying every problem at once. Commands run in processes of their own, with stdout
+and stderr pipes, as in CI."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+import pytest
+from runs_helpers import finished, minions, worker
+
+from minions.runs import RunStore
+from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "activity_monitor"
+
+
+def _offline(**env: str) -> dict[str, str]:
+    """Environment variables with no model configured."""
+    return {"MINIONS_MODEL": "", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": "", **env}
+
+
+@pytest.mark.slow
+async def test_a_worker_without_a_model_replays_the_recording_beside_the_recipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README's durable quickstart, offline: `minions worker & minions submit
+    # examples/activity_monitor/recipe.yaml -i hours=48`.
+    shutil.copytree(EXAMPLE, tmp_path / "example")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.delenv("MINIONS_MODEL", raising=False)
+    recipe = tmp_path / "example" / "recipe.yaml"
+    submitted = minions("submit", str(recipe), "-i", "hours=48", "--database-url", url)
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip()
+    store = RunStore(url)
+    try:
+        with worker(url, tmp_path, "offline", tmp_path / "ledger.txt", **_offline()) as process:
+            assert await finished(store, run_id) == "completed"
+            said = process.log.read_text()
+        record = await store.get(run_id)
+    finally:
+        store.close()
+    assert "no model set (MINIONS_MODEL): a recipe with a recording beside it replays it" in said
+    assert record.error is None
+    assert [s.status for s in record.steps] == ["completed"] * len(record.steps)
+    assert record.output
+
+
+FAILS_THEN_SKIPS = """\
+id: failing_chain
+tools: [tools]
+steps:
+  - {id: fine, tool: current_datetime}
+  - {id: a_step_with_a_rather_long_name_that_must_never_be_cut, depends_on: [fine], tool: broken, params: {reason: on purpose}}
+  - {id: after_it, depends_on: [a_step_with_a_rather_long_name_that_must_never_be_cut], tool: current_datetime}
+  - {id: last_one, depends_on: [after_it], tool: current_datetime}
+"""
+
+
+@pytest.mark.slow
+async def test_runs_show_of_a_failed_run_lists_its_failed_and_skipped_steps(
+    tmp_path: Path,
+) -> None:
+    from cli_helpers import write_recipe
+
+    recipe = write_recipe(tmp_path, FAILS_THEN_SKIPS)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    submitted = minions("submit", str(recipe), "--database-url", url)
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip()
+    store = RunStore(url)
+    try:
+        with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
+            assert await finished(store, run_id) == "failed"
+    finally:
+        store.close()
+    shown = minions("runs", "show", run_id, "--database-url", url, COLUMNS="80")
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line for line in shown.stdout.splitlines() if line.strip()}
+    assert "completed" in rows["fine"]
+    failed = rows["a_step_with_a_rather_long_name_that_must_never_be_cut"]
+    assert "failed" in failed
+    assert "broken: on purpose" in failed
+    assert "skipped" in rows["after_it"]
+    assert "skipped" in rows["last_one"]
+
+
+@pytest.mark.slow
+async def test_runs_show_of_a_run_whose_worker_died_says_so(tmp_path: Path) -> None:
+    from runs_helpers import WORKER_ENV, ledger_lines, until, write_ledger_recipe
+
+    recipe = write_ledger_recipe(tmp_path)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    gate = tmp_path / "gate"
+    gate.touch()  # the first step holds after its effect while the gate exists
+    run_id = minions("submit", str(recipe), "-i", "tag=t", "--database-url", url).stdout.strip()
+    ledger = tmp_path / "ledger.txt"
+    with worker(url, tmp_path, "doomed", ledger, GATE=str(gate)) as process:
+        await until(lambda: len(ledger_lines(ledger)) == 1)
+        process.kill()
+
+    def shown() -> str:
+        dead_after = WORKER_ENV["MINIONS_WORKER_DEAD_AFTER"]
+        return minions(
+            "runs", "show", run_id, "--database-url", url, MINIONS_WORKER_DEAD_AFTER=dead_after
+        ).stdout
+
+    await until(lambda: "seems dead" in shown())
+    text = shown()
+    assert f"run {run_id}: running" in text
+    assert "hint: its worker doomed last beat" in text
+    assert "start a worker (`minions worker`)" in text
+
+
+GATED = """\
+id: gated_model
+steps:
+  - id: warm_up_with_a_long_step_name_that_stays_whole_in_the_summary
+    goal: Warm up.
+  - id: think
+    depends_on: [warm_up_with_a_long_step_name_that_stays_whole_in_the_summary]
+    goal: Think for a long time.
+"""
+
+
+def _held_model(gate: threading.Event) -> FakeOpenAIServer:
+    """A model server whose answers to the step `think` wait for `gate` (a slow call); other
+    calls are answered at once. Each answer uses 7 + 3 tokens."""
+
+    def reply(request: FakeRequest) -> FakeReply:
+        text = " ".join(str(m.get("content") or "") for m in request.messages)
+        if "Think for a long time" in text:
+            gate.wait(60)  # bounded: a test that fails does not hang
+        return FakeReply.text("done").with_usage(7, 3)
+
+    return FakeOpenAIServer(reply)
+
+
+def _lines_until(stream: IO[str], wanted: str) -> list[str]:
+    """Lines read from `stream` up to the first one holding `wanted` (all of them at EOF)."""
+    lines = []
+    for line in stream:
+        lines.append(line)
+        if wanted in line:
+            break
+    return lines
+
+
+def _minions_process(*args: str, cwd: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "minions", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **_offline(**{"MINIONS_PROGRESS_EVERY": "0.2", **env})},
+    )
+
+
+def test_minions_run_in_a_pipe_says_what_runs_during_a_slow_model_call(tmp_path: Path) -> None:
+    (tmp_path / "recipe.yaml").write_text(GATED)
+    gate = threading.Event()
+    with _held_model(gate) as server:
+        model = f"openai-compatible:fake-model@{server.url}"
+        process = _minions_process(
+            "run", "recipe.yaml", "--model", model, cwd=tmp_path, COLUMNS="80"
+        )
+        assert process.stderr is not None
+        try:
+            before = _lines_until(process.stderr, "… ")
+        finally:
+            gate.set()
+        out, rest = process.communicate(timeout=60)
+    assert process.returncode == 0, "".join(before) + rest
+    progress = before[-1]
+    # Said while the call was held: the step, how long it has run, the tokens so far.
+    assert progress.startswith("… "), "".join(before)
+    assert "running think (" in progress
+    assert "; 10 tokens so far" in progress
+    assert out.strip() == "done"
+    # The summary names every step whole, even 80 columns wide.
+    rows = [line.split()[0] for line in rest.splitlines() if "completed" in line]
+    assert "warm_up_with_a_long_step_name_that_stays_whole_in_the_summary" in rows
+
+
+@pytest.mark.slow
+async def test_following_a_run_in_a_pipe_says_what_runs_during_a_slow_model_call(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "recipe.yaml").write_text(GATED)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    gate = threading.Event()
+    with _held_model(gate) as server:
+        model = f"openai-compatible:fake-model@{server.url}"
+        run_id = minions("submit", "recipe.yaml", "--database-url", url, cwd=tmp_path)
+        assert run_id.returncode == 0, run_id.stderr
+        with worker(url, tmp_path, "w1", tmp_path / "ledger.txt", MINIONS_MODEL=model):
+            process = _minions_process(
+                "runs", "events", run_id.stdout.strip(), "--follow", "--database-url", url,
+                cwd=tmp_path,
+            )  # fmt: skip
+            assert process.stderr is not None
+            try:
+                said = _lines_until(process.stderr, "… ")
+            finally:
+                gate.set()
+            out, _ = await asyncio.to_thread(process.communicate, timeout=60)
+    assert said, "no progress line"
+    assert said[-1].startswith(f"… run {run_id.stdout.strip()}: running think ("), said
+    assert "; 10 tokens so far" in said[-1]
+    assert "run_completed" in out.splitlines()[-1]
+
+
+def test_minions_plan_in_a_pipe_says_it_is_planning_while_the_planner_thinks(
+    tmp_path: Path,
+) -> None:
+    gate = threading.Event()
+
+    def reply(request: FakeRequest) -> FakeReply:
+        gate.wait(60)
+        return FakeReply.failure(400, "this test needs no plan")
+
+    with FakeOpenAIServer(reply) as server:
+        model = f"openai-compatible:fake-model@{server.url}"
+        process = _minions_process("plan", "Write a haiku.", "--model", model, cwd=tmp_path)
+        assert process.stderr is not None
+        try:
+            said = _lines_until(process.stderr, "… ")
+        finally:
+            gate.set()
+        process.communicate(timeout=60)
+    assert said[-1].startswith(f"… planning with {model}: "), said
+
+
+def test_minions_plan_without_a_model_says_how_to_give_one(tmp_path: Path) -> None:
+    done = minions("plan", "Write a haiku.", cwd=tmp_path, **_offline())
+    assert done.returncode == 2
+    assert "no model is configured for the plan" in done.stderr
+    assert "--model ollama:llama3.2:3b" in done.stderr
+    assert "--replay" not in done.stderr
+    assert "`model:`" not in done.stderr

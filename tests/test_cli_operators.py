@@ -249,3 +249,39 @@ def test_minions_plan_without_a_model_says_how_to_give_one(tmp_path: Path) -> No
     assert "--model ollama:llama3.2:3b" in done.stderr
     assert "--replay" not in done.stderr
     assert "`model:`" not in done.stderr
+
+
+SEVERAL_PROBLEMS = """\
+id: broken
+steps:
+  - id: a
+    goal: Do a.
+    colour: red
+  - id: b
+    depends_on: [nope]
+    goal: Do b.
+    max_visits: lots
+  - id: c
+    tool: no_such_tool
+  - id: d
+    goal: "{{ zzz.output }}"
+    next: [ghost]
+"""
+
+
+def test_validate_says_every_problem_of_a_recipe_in_one_pass_by_line(tmp_path: Path) -> None:
+    # Problems of the format (an unknown field, a bad value) and of what the recipe means
+    # (unknown steps, tools, template names) together, though each stage alone would stop.
+    (tmp_path / "recipe.yaml").write_text(SEVERAL_PROBLEMS)
+    done = minions("validate", "recipe.yaml", cwd=tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert lines[0] == "invalid recipe: 6 problems"
+    said = [(int(line.split(":")[1]), line.split(": ", 1)[1]) for line in lines[1:]]
+    assert [number for number, _ in said] == [5, 7, 9, 11, 13, 14]
+    assert "unknown field 'colour'" in said[0][1]
+    assert "unknown step 'nope'" in said[1][1]
+    assert "field 'max_visits'" in said[2][1]
+    assert "unknown tool 'no_such_tool'" in said[3][1]
+    assert "'zzz'" in said[4][1]
+    assert "unknown step 'ghost'" in said[5][1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,6 +45,22 @@ def read_recipe_text(path: str | Path) -> str:
 
 def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:
     """Check recipe YAML text (see `load_spec`)."""
+    spec, located, problems = check_spec(text, file=file)
+    if problems or spec is None:
+        raise RecipeError(problems)
+    return spec, located
+
+
+def check_spec(text: str, *, file: str = "") -> tuple[RecipeSpec | None, Located, list[Problem]]:
+    """Check recipe YAML text against the recipe format, and say every problem, by line.
+
+    With problems, the spec returned is the recipe without the fields that have them, so that
+    the checks that need a spec (references, templates, tools) find the rest of the problems
+    in the same pass; ``None`` when leaving fields out is not enough (a required one is bad).
+
+    Raises:
+        RecipeError: the text is not YAML, or not a mapping.
+    """
     from pydantic import ValidationError
 
     located = load_yaml(text, file)
@@ -51,12 +68,50 @@ def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:
         raise RecipeError(
             [Problem(message="a recipe must be a mapping with id and steps", file=file, line=1)]
         )
-    try:
-        spec = RecipeSpec.model_validate(located.data)
-    except ValidationError as exc:
-        problems = sorted(_problems(exc, located), key=lambda p: p.line or 0)
-        raise RecipeError(problems) from None
-    return spec, located
+    data = copy.deepcopy(located.data)
+    problems: list[Problem] = []
+    for _ in range(_SALVAGES):
+        try:
+            spec = RecipeSpec.model_validate(data)
+        except ValidationError as exc:
+            problems += [p for p in _problems(exc, located) if p not in problems]
+            if all(_leave_out(data, _location(err)) for err in exc.errors(include_url=False)):
+                continue
+            spec = None
+        return spec, located, by_line(problems)
+    return None, located, by_line(problems)
+
+
+_SALVAGES = 5
+"""Rounds of leaving bad fields out (a field left out may uncover one in another)."""
+
+
+def by_line(problems: Sequence[Problem]) -> list[Problem]:
+    """The problems in the order of their lines (those without one first)."""
+    return sorted(problems, key=lambda p: p.line or 0)
+
+
+def _leave_out(data: Any, loc: Sequence[Any]) -> bool:
+    """Delete the mapping key at `loc` in `data`; False when there is none to delete."""
+    *parents, last = loc or [None]
+    for part in parents:
+        inside = isinstance(data, Mapping) and part in data
+        if not inside and not (isinstance(data, list) and isinstance(part, int)):
+            return False
+        if not inside and part >= len(data):
+            return False
+        data = data[part]
+    if isinstance(data, dict) and last in data:
+        del data[last]
+        return True
+    return False
+
+
+def _location(err: Any) -> list[Any]:
+    """A validation error's location in the data (pydantic's validator and union-branch
+    names taken out)."""
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    return [p for p in loc if p not in ("HttpSpec", "bool")]
 
 
 def _step_of(located: Located, loc: Sequence[Any]) -> tuple[str | None, list[Any]]:
@@ -76,9 +131,7 @@ def _step_of(located: Located, loc: Sequence[Any]) -> tuple[str | None, list[Any
 def _problems(error: Any, located: Located) -> list[Problem]:
     problems = []
     for err in error.errors(include_url=False):
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-        # Union branches add the type tried to the location; drop them.
-        loc = [p for p in loc if p not in ("HttpSpec", "bool")]
+        loc = _location(err)
         step, inner = _step_of(located, loc)
         field_path = ".".join(str(p) for p in inner) or None
         message = err["msg"].removeprefix("Value error, ")

@@ -367,7 +367,11 @@ def events(
     json_output: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """A run's stored events, in order (JSON lines with --json)."""
+    """A run's stored events, in order (JSON lines with --json).
+
+    With --follow, new ones as they come until the run ends; the exit code is then 0 when it
+    completed, 1 when it failed or was cancelled.
+    """
     from minions.events import Event, event_to_json
 
     store = _store(database_url)
@@ -392,12 +396,15 @@ def events(
             ).rstrip()
         )
 
+    last = [""]  # the kind of the last event followed
+
     async def read() -> None:
         if follow:
             async for event in store.follow(run, after=after):
                 show(event)
                 followed(event)
                 ticker.touch()
+                last[0] = event.kind
         else:
             for event in await store.events(run, after=after):
                 show(event)
@@ -421,6 +428,8 @@ def events(
     finally:
         ticker.stop()
         store.close()
+    if follow and last[0] == "run_failed":
+        raise typer.Exit(1)  # the run failed or was cancelled: a script following it can tell
 
 
 @runs_app.command("cancel")

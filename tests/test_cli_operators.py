@@ -285,3 +285,28 @@ def test_validate_says_every_problem_of_a_recipe_in_one_pass_by_line(tmp_path: P
     assert "unknown tool 'no_such_tool'" in said[3][1]
     assert "'zzz'" in said[4][1]
     assert "unknown step 'ghost'" in said[5][1]
+
+
+def test_a_missing_input_is_a_field_for_the_api_and_an_option_for_the_cli(
+    tmp_path: Path,
+) -> None:
+    from minions.errors import InputError
+    from minions.recipes import parse_recipe
+    from minions.service._recipes import problem_text
+
+    recipe = parse_recipe("id: r\ninputs: {version: {type: string}}\nsteps: [{id: a, goal: x}]")
+    with pytest.raises(InputError) as raised:
+        recipe.check_inputs({})
+    for_api = problem_text(raised.value)
+    assert "'inputs.version'" in for_api
+    assert "-i" not in for_api
+    (tmp_path / "recipe.yaml").write_text(
+        "id: r\ninputs: {version: {type: string}}\nsteps: [{id: a, tool: current_datetime}]\n"
+    )
+    done = minions("run", "recipe.yaml", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "invalid inputs: 1 problem",
+        "  input 'version' is required (string)",
+        "hint: give inputs as -i NAME=VALUE, e.g. -i version=...",
+    ]

@@ -189,23 +189,26 @@ def coerce_inputs(
     """
     import json
 
-    problems = []
+    # Each problem names its input as a field, ``inputs.NAME``; how to give one is the
+    # channel's to say (a command line's ``-i NAME=VALUE``, an API body's field).
+    problems: list[tuple[str, str]] = []
     result: dict[str, Any] = {}
     for name in given:
         if name not in specs:
             listing = ", ".join(specs) or "none"
             problems.append(
-                f"unknown input {name!r}{did_you_mean(name, specs)}; the recipe's inputs: {listing}"
+                (
+                    name,
+                    f"unknown input {name!r}{did_you_mean(name, specs)}; "
+                    f"the recipe's inputs: {listing}",
+                )
             )
     for name, spec in specs.items():
         required = spec.required if spec.required is not None else spec.default is None
         if name not in given:
             if required:
                 about = f": {spec.description}" if spec.description else ""
-                problems.append(
-                    f"input {name!r} is required ({spec.type}{about}); give it, e.g. "
-                    f"`-i {name}=...` on the command line"
-                )
+                problems.append((name, f"input {name!r} is required ({spec.type}{about})"))
             else:
                 result[name] = spec.default
             continue
@@ -220,13 +223,15 @@ def coerce_inputs(
         wrong_bool = isinstance(value, bool) and spec.type in ("integer", "number")
         if not isinstance(value, types) or wrong_bool:
             problems.append(
-                f"input {name!r} must be {spec.type}, got {type(value).__name__} {value!r}"
+                (name, f"input {name!r} must be {spec.type}, got {type(value).__name__} {value!r}")
             )
             continue
         if spec.enum is not None and value not in spec.enum:
-            problems.append(f"input {name!r} must be one of {spec.enum}, got {value!r}")
+            problems.append((name, f"input {name!r} must be one of {spec.enum}, got {value!r}"))
             continue
         result[name] = value
     if problems:
-        raise InputError([Problem(message=p, file=file) for p in problems])
+        raise InputError(
+            [Problem(message=m, file=file, field=f"inputs.{name}") for name, m in problems]
+        )
     return result

@@ -310,3 +310,53 @@ def test_a_missing_input_is_a_field_for_the_api_and_an_option_for_the_cli(
         "  input 'version' is required (string)",
         "hint: give inputs as -i NAME=VALUE, e.g. -i version=...",
     ]
+
+
+SLOW_THEN_MORE = """\
+id: slow
+tools: [tools]
+steps:
+  - id: first
+    goal: Get ready.
+  - id: nap
+    depends_on: [first]
+    tool: nap
+    params: {seconds: 60}
+  - id: after
+    depends_on: [nap]
+    goal: Wake up.
+"""
+
+
+def test_after_ctrl_c_a_skipped_step_is_not_called_finished(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from cli_helpers import write_recipe
+
+    recipe = write_recipe(tmp_path, SLOW_THEN_MORE)
+    events = tmp_path / "events.jsonl"
+    helpers = Path(__file__).parent / "cli_helpers.py"
+    command = [sys.executable, str(helpers), "run", str(recipe), "--model", "test"]
+    process = subprocess.Popen(
+        [*command, "--events", str(events)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while '"step_id":"nap","seq"' not in (events.read_text() if events.exists() else ""):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the slow step never started"
+            time.sleep(0.05)  # polled: only the events file can tell
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    said = [line for line in err.splitlines() if line.startswith("interrupted:")]
+    assert said == [
+        "interrupted: the run was cancelled. Finished: first; cancelled: nap; skipped: after"
+    ], err

@@ -360,3 +360,24 @@ def test_after_ctrl_c_a_skipped_step_is_not_called_finished(tmp_path: Path) -> N
     assert said == [
         "interrupted: the run was cancelled. Finished: first; cancelled: nap; skipped: after"
     ], err
+
+
+async def test_the_note_meant_for_the_model_never_reaches_a_person() -> None:
+    # A reply cut off at the length limit, every time: the model is told "Answer again, more
+    # briefly"; the events, the failed calls and the step's error say what happened instead.
+    from minions import AgentContext, DefaultStep, ExecutionConfig, StepExecutor
+    from minions.events import event_to_json
+
+    seen: list[str] = []
+    config = ExecutionConfig(max_output_retries=1)
+    async with FakeOpenAIServer([FakeReply.cut_off()] * 2) as server:
+        context = AgentContext(
+            model=server.model(), config=config, listeners=[lambda e: seen.append(event_to_json(e))]
+        )
+        execution = await StepExecutor(DefaultStep("s", "Say a lot."), context).execute()
+        asked = [r.messages[-1].get("content") for r in server.chat_requests]
+    assert "Answer again, more briefly" in str(asked[-1])  # the model was told
+    assert execution.error is not None
+    said = [execution.error, *(c.error or "" for c in execution.model_calls), *seen]
+    assert not [text for text in said if "Answer again" in text]
+    assert "cut off at the length limit (max_tokens)" in execution.error

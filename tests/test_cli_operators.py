@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 from runs_helpers import finished, minions, worker
@@ -381,3 +381,32 @@ async def test_the_note_meant_for_the_model_never_reaches_a_person() -> None:
     said = [execution.error, *(c.error or "" for c in execution.model_calls), *seen]
     assert not [text for text in said if "Answer again" in text]
     assert "cut off at the length limit (max_tokens)" in execution.error
+
+
+@pytest.mark.parametrize(
+    ("variable", "expected"), [(None, 3.0), ("OTEL_EXPORTER_OTLP_TIMEOUT", None)]
+)
+def test_otel_exports_within_a_few_seconds_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch, variable: str | None, expected: float | None
+) -> None:
+    # A collector that is not there must not hold the end of a run for the exporter's own
+    # default of 10 s; a timeout the environment sets is the exporter's to read.
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.exporter.otlp.proto.http import trace_exporter
+
+    from minions.cli._otel import otlp_tracer_provider
+
+    asked: list[dict[str, object]] = []
+
+    class Exporter(trace_exporter.OTLPSpanExporter):
+        def __init__(self, **options: Any) -> None:
+            asked.append(options)
+            super().__init__(**options)
+
+    monkeypatch.setattr(trace_exporter, "OTLPSpanExporter", Exporter)
+    for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    if variable is not None:
+        monkeypatch.setenv(variable, "20")
+    otlp_tracer_provider().shutdown()
+    assert asked == [{} if expected is None else {"timeout": expected}]

@@ -11,12 +11,14 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 from runs_helpers import finished, minions, worker
 
+from minions import events as ev
 from minions.runs import RunStore
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
@@ -410,3 +412,40 @@ def test_otel_exports_within_a_few_seconds_unless_told_otherwise(
         monkeypatch.setenv(variable, "20")
     otlp_tracer_provider().shutdown()
     assert asked == [{} if expected is None else {"timeout": expected}]
+
+
+async def test_a_stream_stops_writing_once_its_client_is_gone() -> None:
+    # A lost connection is closed by a callback of the event loop; a stream writing a burst of
+    # stored events without yielding wrote on and on to it, and asyncio logged each write
+    # after the fifth ("socket.send() raised exception."). Here the connection is lost at the
+    # first event's write, as a server's transport loses it.
+    from minions.service._stream import EventStream, OpenStreams
+
+    class Runs:
+        async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[ev.Event]:
+            for seq in range(1, 201):
+                yield ev.StepStarted(run_id=run_id, step_id="a", seq=seq)
+
+    # As uvicorn over an asyncio transport: a write that fails marks the transport lost at
+    # once, and tells the server (`connection_lost`, then sends are dropped) in a callback.
+    told = asyncio.Event()
+    transport_lost = False
+    writes_after_loss = 0
+
+    async def receive() -> dict[str, Any]:
+        await told.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal transport_lost, writes_after_loss
+        if told.is_set():
+            return  # uvicorn drops what is sent after connection_lost
+        if transport_lost:
+            writes_after_loss += 1  # asyncio logs these, from the fifth on
+        elif message.get("body"):
+            transport_lost = True
+            asyncio.get_running_loop().call_soon(told.set)
+
+    stream = EventStream(Runs(), "r", after=0, heartbeat=60, count=OpenStreams())  # type: ignore[arg-type]
+    await stream({"type": "http"}, receive, send)  # type: ignore[arg-type]
+    assert writes_after_loss < 5

@@ -449,3 +449,60 @@ async def test_a_stream_stops_writing_once_its_client_is_gone() -> None:
     stream = EventStream(Runs(), "r", after=0, heartbeat=60, count=OpenStreams())  # type: ignore[arg-type]
     await stream({"type": "http"}, receive, send)  # type: ignore[arg-type]
     assert writes_after_loss < 5
+
+
+@pytest.mark.slow
+def test_serve_without_a_model_completes_an_example_from_its_recording(tmp_path: Path) -> None:
+    # `minions serve --recipes examples/` with no model configured: the README's examples
+    # complete offline, as `minions run` completes them.
+    import time
+
+    import httpx2
+    from service_helpers import auth, server
+
+    shutil.copytree(EXAMPLE, tmp_path / "examples" / "activity_monitor")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with server(tmp_path, url, "--recipes", str(tmp_path / "examples"), **_offline()) as s:
+        with httpx2.Client(base_url=s.base, headers=auth(), timeout=30) as client:
+            created = client.post(
+                "/runs", json={"recipe": "activity_monitor", "inputs": {"hours": 48}}
+            )
+            assert created.status_code in (200, 201), created.text
+            run_id = created.json()["run_id"]
+            deadline = time.monotonic() + 60
+            while (run := client.get(f"/runs/{run_id}").json())["status"] in (
+                "queued",
+                "running",
+            ):
+                assert time.monotonic() < deadline, run
+                time.sleep(0.1)  # polled: only the server can tell
+        said = s.log.read_text()
+    assert run["status"] == "completed", run
+    assert "no model set (MINIONS_MODEL): a recipe with a recording beside it replays it" in said
+
+
+NEEDS_A_MODEL = """\
+id: needs
+steps:
+  - {id: ask, goal: Say hi.}
+  - {id: then, depends_on: [ask], goal: Say bye.}
+"""
+
+
+@pytest.mark.slow
+def test_a_run_with_no_model_anywhere_is_said_once_at_submit_and_once_in_its_events(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "recipe.yaml").write_text(NEEDS_A_MODEL)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    submitted = minions("submit", "recipe.yaml", "--database-url", url, cwd=tmp_path, **_offline())
+    assert submitted.returncode == 0, submitted.stderr
+    assert "note: no model is set here (MINIONS_MODEL)" in submitted.stderr
+    run_id = submitted.stdout.strip()
+    with worker(url, tmp_path, "w1", tmp_path / "ledger.txt", **_offline()):
+        followed = minions("runs", "events", run_id, "--follow", "--database-url", url)
+    assert followed.returncode == 1  # the run failed
+    assert followed.stdout.count("no model configured") == 1, followed.stdout
+    assert "(as above)" in followed.stdout.splitlines()[-1]
+    said = minions("runs", "show", run_id, "--database-url", url).stdout
+    assert said.count("no model configured") == 1, said

@@ -230,6 +230,29 @@ def submit(
     finally:
         store.close()
     typer.echo(json.dumps({"run_id": run_id}) if json_output else run_id)
+    if not _has_a_model(recipe):
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"note: no model is set here ({MODEL_ENV}), the recipe names none and no "
+            "recording lies beside it: the run fails unless its worker has "
+            f"{MODEL_ENV} set",
+            markup=False,
+            style="yellow",
+        )
+
+
+def _has_a_model(path: Path) -> bool:
+    """Whether a run of the recipe file has a model to call, as far as this process can tell
+    (a worker's environment may still set one)."""
+    import os
+
+    from minions.cli._model_choice import needs_model
+    from minions.models._recording import recording_beside
+    from minions.recipes._build import load_recipe_file
+
+    recipe = load_recipe_file(path).recipe  # checked already by the store: it loads
+    if recipe.model is not None or os.environ.get(MODEL_ENV):
+        return True
+    return recording_beside(path).is_file() or not needs_model(recipe.steps)
 
 
 # -- runs ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from cli_helpers import SLOW, write_recipe
 from runs_helpers import finished, minions, worker
 
 from minions import events as ev
@@ -73,8 +74,6 @@ steps:
 async def test_runs_show_of_a_failed_run_lists_its_failed_and_skipped_steps(
     tmp_path: Path,
 ) -> None:
-    from cli_helpers import write_recipe
-
     recipe = write_recipe(tmp_path, FAILS_THEN_SKIPS)
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     submitted = minions("submit", str(recipe), "--database-url", url)
@@ -314,27 +313,13 @@ def test_a_missing_input_is_a_field_for_the_api_and_an_option_for_the_cli(
     ]
 
 
-SLOW_THEN_MORE = """\
-id: slow
-tools: [tools]
-steps:
-  - id: first
-    goal: Get ready.
-  - id: nap
-    depends_on: [first]
-    tool: nap
-    params: {seconds: 60}
-  - id: after
-    depends_on: [nap]
-    goal: Wake up.
-"""
+SLOW_THEN_MORE = SLOW + "  - {id: after, depends_on: [nap], goal: Wake up.}\n"
+"""`SLOW`, and a step after its slow one."""
 
 
 def test_after_ctrl_c_a_skipped_step_is_not_called_finished(tmp_path: Path) -> None:
     import signal
     import time
-
-    from cli_helpers import write_recipe
 
     recipe = write_recipe(tmp_path, SLOW_THEN_MORE)
     events = tmp_path / "events.jsonl"

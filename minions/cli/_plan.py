@@ -188,7 +188,7 @@ def plan_table(plan: Any) -> Table:
     """The steps of a plan: id, type, what it waits for, reads and produces, and its goal."""
     table = Table(title=f"plan {plan.id}: {plan.description}", show_edge=False, pad_edge=False)
     for name in ("step", "type", "depends on", "reads", "produces", "goal"):
-        table.add_column(name)
+        table.add_column(name, no_wrap=name == "step")  # ids whole
     for step in plan.steps:
         table.add_row(
             step.id,
@@ -212,7 +212,7 @@ def token_table(result: Any) -> Table:
         show_footer=True,
     )
     total = result.total()
-    table.add_column("part", footer="total")
+    table.add_column("part", footer="total", no_wrap=True)
     table.add_column("status")
     table.add_column("prompt", justify="right", footer=str(total.prompt_tokens))
     table.add_column("completion", justify="right", footer=str(total.completion_tokens))

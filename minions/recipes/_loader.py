@@ -70,12 +70,20 @@ def check_spec(text: str, *, file: str = "") -> tuple[RecipeSpec | None, Located
         )
     data = copy.deepcopy(located.data)
     problems: list[Problem] = []
+    left_out: list[list[Any]] = []
     for _ in range(_SALVAGES):
         try:
             spec = RecipeSpec.model_validate(data)
         except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            if any(_location(err) in left_out for err in errors):
+                # A field left out is required: the rest cannot be checked without it (and
+                # "is required" would blame the recipe for what was taken out here).
+                return None, located, by_line(problems)
             problems += [p for p in _problems(exc, located) if p not in problems]
-            if all(_leave_out(data, _location(err)) for err in exc.errors(include_url=False)):
+            locations = [_location(err) for err in errors]
+            left_out += locations
+            if all(_leave_out(data, loc) for loc in locations):
                 continue
             spec = None
         return spec, located, by_line(problems)

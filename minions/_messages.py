@@ -75,12 +75,16 @@ class ToolCall:
         except json.JSONDecodeError as exc:
             raise ModelOutputError(
                 f"The arguments of your call to tool {name!r} were not valid JSON ({exc.msg} at "
-                f"position {exc.pos}). Call it again with a JSON object."
+                f"position {exc.pos}). Call it again with a JSON object.",
+                reason=f"the arguments of a call to tool {name!r} were not valid JSON "
+                f"({exc.msg} at position {exc.pos})",
             ) from None
         if not isinstance(parsed, dict):
             raise ModelOutputError(
                 f"The arguments of your call to tool {name!r} must be a JSON object, "
-                f"not {type(parsed).__name__}."
+                f"not {type(parsed).__name__}.",
+                reason=f"the arguments of a call to tool {name!r} were a JSON "
+                f"{type(parsed).__name__}, not an object",
             )
         return cls(id=id, name=name, arguments=parsed)
 

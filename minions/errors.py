@@ -145,16 +145,23 @@ class ModelOutputError(ModelError):
     cut-off, output that fails its schema).
 
     The step loop restores the conversation and re-asks with `note`, one short sentence
-    saying what was wrong. `usage` is what the failed answer cost, counted in the step's usage;
-    `mode` is the structured-output mode the answer was asked in, recorded on the failed
-    `ModelCall`.
+    saying what was wrong, written for the model ("Answer again, more briefly"); `reason` says
+    it for a person (events, errors, logs), and is the message; by default the note.
+    `usage` is what the failed answer cost, counted in the step's usage; `mode` is the
+    structured-output mode the answer was asked in, recorded on the failed `ModelCall`.
     """
 
     def __init__(
-        self, note: str, *, usage: Usage | None = None, mode: OutputMode | None = None
+        self,
+        note: str,
+        *,
+        reason: str | None = None,
+        usage: Usage | None = None,
+        mode: OutputMode | None = None,
     ) -> None:
-        super().__init__(note)
+        super().__init__(reason or note)
         self.note = note
+        self.reason = reason or note
         self.usage = usage
         self.mode = mode
 

@@ -7,14 +7,21 @@ that text stands for any text (a time, an id).
 
 The ```text blocks of docs/cli.md that show what a command prints are checked the same way,
 against the command run in process (`CLI_OUTPUTS` names the command of each).
+
+Every ```bash runnable block runs as a shell script in a fresh copy of the examples, offline
+(docs/testing.md, "The docs are tested").
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -126,3 +133,60 @@ def test_the_cli_page_shows_what_commands_print(
     assert _matches(printed, expected), (
         f"the command printed:\n{printed}\nthe page says:\n{expected}"
     )
+
+
+RUNNABLE = re.compile(r"^```bash runnable\n(?P<code>.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def runnable_blocks() -> list[tuple[str, str]]:
+    """(where, script) of every ```bash runnable block of README.md and docs/."""
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        for block in RUNNABLE.finditer(text):
+            line = text.count("\n", 0, block.start()) + 1
+            found.append((f"{page.relative_to(ROOT)}:{line}", block["code"]))
+    return found
+
+
+def test_the_readme_and_the_cli_page_have_runnable_blocks() -> None:
+    # The marker is what the test looks for: a page that lost it would go untested.
+    pages = {where.split(":")[0] for where, _ in runnable_blocks()}
+    assert {"README.md", "docs/cli.md"} <= pages
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("where", "script"), runnable_blocks(), ids=lambda v: str(v)[:40])
+def test_runnable_commands_work_offline_in_a_fresh_copy(
+    where: str, script: str, tmp_path: Path
+) -> None:
+    shutil.copytree(
+        ROOT / "examples",
+        tmp_path / "examples",
+        ignore=shutil.ignore_patterns("__pycache__", ".minions", "*.pyc"),
+    )
+    unset = ("MINIONS_MODEL", "MINIONS_DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+    env = {k: v for k, v in os.environ.items() if k not in unset and "PROXY" not in k.upper()}
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    env["NO_PROXY"] = "*"
+    log = tmp_path / "output.txt"
+    with log.open("w") as output:
+        # A session of its own: the jobs the script leaves in the background are stopped
+        # with it. Its output goes to a file, which those jobs may keep open.
+        process = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code = process.wait(timeout=120)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+    said = log.read_text()
+    assert code == 0, f"{where} failed (exit code {code}):\n{script}\n{said[-4000:]}"
+    assert "Traceback" not in said, f"{where}:\n{said[-4000:]}"

@@ -202,10 +202,12 @@ def test_inputs_are_checked_and_converted() -> None:
     }
     with pytest.raises(RecipeError) as raised:
         coerce_inputs(specs, {"n": "five", "topc": "t", "level": "c", "flag": 1})
+    fields = [p.field for p in raised.value.problems]
+    assert fields == ["inputs.topc", "inputs.n", "inputs.flag", "inputs.topic", "inputs.level"]
     assert [p.message for p in raised.value.problems] == [
         "unknown input 'topc' (did you mean 'topic'?); the recipe's inputs: n, tags, flag, topic, level",
         "input 'n' must be integer, got str 'five'",
         "input 'flag' must be boolean, got int 1",
-        "input 'topic' is required (string: the topic); give it, e.g. `-i topic=...` on the command line",
+        "input 'topic' is required (string: the topic)",
         "input 'level' must be one of ['a', 'b'], got 'c'",
     ]

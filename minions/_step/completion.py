@@ -208,7 +208,9 @@ class TextAnswerLink(StepCompletionLink):
         if response is None or response.tool_calls:
             return None
         if not response.text.strip():
-            return CompletionDecision.reask("Your reply was empty. Answer the task.")
+            return CompletionDecision.reask(
+                "Your reply was empty. Answer the task.", reason="the reply was empty"
+            )
         return CompletionDecision.complete(response.text, reason="text answer without tool calls")
 
 

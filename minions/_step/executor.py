@@ -380,8 +380,8 @@ class StepExecutor:
                 try:
                     response = await calls.call(prompt, turn=turn)
                 except ModelOutputError as exc:
-                    reasks = self._count_reask(reasks, exc.note, base)
-                    note = exc.note
+                    reasks = self._count_reask(reasks, exc.reason, base)
+                    note = exc.note  # the model is told; people are told the reason
                     continue
                 execution.turns = turn
                 memory.append(conversation, response.message)
@@ -393,8 +393,8 @@ class StepExecutor:
                 link, decision = found
                 self._record_decision(link.name, decision, turn)
                 if decision.kind == "reask":
-                    self._mark_rejected(decision.note or decision.reason)
-                    reasks = self._count_reask(reasks, decision.note or decision.reason, base)
+                    self._mark_rejected(decision.reason or decision.note or "")
+                    reasks = self._count_reask(reasks, decision.reason or decision.note or "", base)
                     note = decision.note or decision.reason
                     continue
                 if decision.kind == "complete":
@@ -406,18 +406,18 @@ class StepExecutor:
                 memory.append(conversation, Message.user(decision.note or decision.reason))
                 break
 
-    def _count_reask(self, reasks: int, note: str, base: MemorySnapshot) -> int:
+    def _count_reask(self, reasks: int, reason: str, base: MemorySnapshot) -> int:
         reasks += 1
         if reasks > self.config.max_output_retries:
             # Giving up: the conversation keeps no trace of the rejected answers either.
             self.context.memory.restore(base)
             self._fail(
                 f"invalid output after {reasks} attempts "
-                f"(max_output_retries={self.config.max_output_retries}): {note}"
+                f"(max_output_retries={self.config.max_output_retries}): {reason}"
             )
             raise _StepEnded
         self.context.events.emit(
-            RetryScheduled(step_id=self.name, target="output", attempt=reasks, reason=note)
+            RetryScheduled(step_id=self.name, target="output", attempt=reasks, reason=reason)
         )
         return reasks
 

@@ -139,7 +139,7 @@ class ModelCallExecutor:
                 self._announce_demotions(exc.demoted)
             usage = _usage_of_failure(exc)
             if isinstance(exc, ModelOutputError):
-                error, mode = exc.note, exc.mode
+                error, mode = exc.reason, exc.mode  # for people; the note is the model's
             else:
                 error, mode = _describe(exc, timeout), None
             self._record(

@@ -27,7 +27,7 @@ from minions.cli._running import (
     RunOptions,
     run_in_foreground,
 )
-from minions.errors import MinionsError, RecipeError
+from minions.errors import InputError, MinionsError, RecipeError
 from minions.models._base import Model
 
 __all__ = ["app"]
@@ -67,7 +67,10 @@ app = typer.Typer(
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = max(console.width, 200)  # tables keep ids whole in pipes and logs
+    return console
 
 
 @contextmanager
@@ -75,6 +78,20 @@ def _user_errors() -> Iterator[None]:
     """Turn the errors a user can fix into a message on stderr and exit code 2."""
     try:
         yield
+    except InputError as exc:
+        # Said for a command line: the inputs' names as `-i` options, not as fields.
+        err = _stderr()
+        err.print(f"invalid inputs: {plural(len(exc.problems), 'problem')}", style="red")
+        for problem in exc.problems:
+            err.print(f"  {problem.message}", markup=False)
+        named = [
+            p.field.removeprefix("inputs.")
+            for p in exc.problems
+            if p.field and not p.message.startswith("unknown")
+        ]
+        example = f", e.g. -i {named[0]}=..." if named else ""
+        err.print(f"hint: give inputs as -i NAME=VALUE{example}", markup=False)
+        raise typer.Exit(EXIT_USAGE) from None
     except RecipeError as exc:
         err = _stderr()
         count = len(exc.problems)

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from minions import events as ev
 from minions._text import token_count
+from minions.cli._progress import Ticker, elapsed
 
 __all__ = []
 
@@ -46,6 +47,8 @@ class StepRow:
     retries: int = 0
     items_done: int = 0
     items_started: int = 0
+    streamed: int = 0
+    """Text deltas of its model call in flight (a rough count of tokens not reported yet)."""
     note: str = ""
 
     def elapsed(self, now: float) -> float | None:
@@ -83,6 +86,8 @@ class LiveView:
         self.mode: ViewMode = mode or ("live" if console.is_terminal else "lines")
         self._live: Live | None = None
         self._started = time.monotonic()
+        self._ticker = Ticker(console, self.progress_line, live=False)
+        """In ``lines`` mode, a line now and then while steps run long."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -97,8 +102,11 @@ class LiveView:
                 transient=True,
             )
             self._live.start()
+        elif self.mode == "lines":
+            self._ticker.start()
 
     def stop(self) -> None:
+        self._ticker.stop()
         if self._live is not None:
             self._live.stop()
             self._live = None
@@ -143,9 +151,12 @@ class LiveView:
         elif isinstance(event, ev.ModelCallCompleted | ev.ModelCallFailed):
             row = self._row(base)
             row.model_calls += 1
+            row.streamed = 0
             row.prompt_tokens += event.usage.prompt_tokens
             row.completion_tokens += event.usage.completion_tokens
             row.unknown_usage = row.unknown_usage or event.usage.unknown_calls > 0
+        elif isinstance(event, ev.TokenDelta):
+            self._row(base).streamed += 1
         elif isinstance(event, ev.ToolCallCompleted | ev.ToolCallFailed):
             self._row(base).tool_calls += 1
         elif isinstance(event, ev.RetryScheduled):
@@ -167,6 +178,31 @@ class LiveView:
     def _line(self, text: str) -> None:
         if self.mode == "lines":
             self.console.print(text, highlight=False, markup=False, soft_wrap=True)
+            self._ticker.touch()
+
+    def progress_line(self) -> str | None:
+        """What runs now, for how long, and the tokens so far; ``None`` when nothing runs."""
+        now = time.monotonic()
+        rows = list(self.rows.values())
+        running = [r for r in rows if r.status == "running"]
+        if not running:
+            return None
+        shown = []
+        for row in running:
+            bits = [elapsed(row.elapsed(now) or 0.0)]
+            if row.items_started:
+                bits.append(f"{row.items_done}/{row.items_started} items")
+            if row.model_calls:
+                bits.append(f"{row.model_calls} model call{'s' if row.model_calls > 1 else ''}")
+            if row.streamed:
+                bits.append(f"~{row.streamed} tokens streamed")
+            if row.note:
+                bits.append(row.note)
+            shown.append(f"{row.id} ({', '.join(bits)})")
+        tokens = sum(r.tokens for r in rows)
+        return (
+            f"… {elapsed(now - self._started)}: running {', '.join(shown)}; {tokens} tokens so far"
+        )
 
     def _end_line(self, row: StepRow, now: float) -> str:
         mark, _ = _STYLE[row.status]
@@ -185,7 +221,7 @@ class LiveView:
         table = Table(title=self.title or None, expand=False, show_edge=False, pad_edge=False)
         # The summary table's names, in its order (it replaces this one at the end).
         table.add_column("", width=1)
-        table.add_column("step")
+        table.add_column("step", no_wrap=True)
         table.add_column("status")
         table.add_column("time", justify="right")
         table.add_column("model calls", justify="right")

@@ -15,7 +15,12 @@ from minions.cli._errors import UsageError
 from minions.errors import MinionsError
 from minions.models._base import Model
 from minions.models._infer import MODEL_ENV, infer_model
-from minions.models._recording import Recording, RecordingModel, ReplayModel
+from minions.models._recording import (
+    Recording,
+    RecordingModel,
+    ReplayModel,
+    recording_beside,
+)
 
 if TYPE_CHECKING:
     from minions._step.step import Step
@@ -77,11 +82,6 @@ class ChosenModel:
     def prepare(self, recipe: AgentRecipe) -> AgentRecipe:
         """The recipe to run: its default model replaced by the chosen one."""
         return dataclasses.replace(recipe, model=self.model)
-
-
-def recording_beside(recipe_path: Path) -> Path:
-    """The recording a recipe file may have beside it: ``<stem>.recording.json``."""
-    return recipe_path.with_name(f"{recipe_path.stem}.recording.json")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -73,5 +73,19 @@ def otlp_tracer_provider() -> TracerProvider:
     exporter_module = importlib.import_module(module)
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "minions"}
     provider = TracerProvider(resource=Resource.create(attributes))
-    provider.add_span_processor(BatchSpanProcessor(exporter_module.OTLPSpanExporter()))
+    timeout = export_timeout()
+    exporter = exporter_module.OTLPSpanExporter(**({} if timeout is None else {"timeout": timeout}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
+
+
+EXPORT_TIMEOUT = 3.0
+"""Seconds an export may take, retries included, unless ``OTEL_EXPORTER_OTLP_TIMEOUT`` says
+otherwise: the exporter's own default (10 s) is what a run's end waited for a collector that
+is not there."""
+
+
+def export_timeout() -> float | None:
+    """`EXPORT_TIMEOUT`, or ``None`` when the environment sets the exporter's timeout."""
+    names = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+    return None if any(os.environ.get(n) for n in names) else EXPORT_TIMEOUT

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,14 +16,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from minions._text import redact_url
 from minions.cli._errors import UsageError
-from minions.cli._model_choice import HOW_TO_SET_A_MODEL
+from minions.cli._live import LiveView
+from minions.cli._progress import Ticker, elapsed
 from minions.errors import MinionsError, PlanError, Problem
 from minions.events import Event, PlanRevised, StepCompleted, StepFailed
 from minions.models._base import Model
 from minions.models._infer import MODEL_ENV, infer_model
 
 __all__: list[str] = []
+
+NO_PLANNER = f"""\
+no model is configured for the plan: a model writes it. Give one:
+  --model openai:gpt-4o-mini         with OPENAI_API_KEY set
+  --model ollama:llama3.2:3b         a local Ollama server (ollama pull llama3.2:3b)
+or set {MODEL_ENV}."""
 
 
 def plan_command(
@@ -101,14 +110,21 @@ def plan_command(
     resolve = getattr(ctx.obj, "resolve_model", None) or infer_model
     spec = model or os.environ.get(MODEL_ENV)
     if not spec:
-        raise UsageError(HOW_TO_SET_A_MODEL.replace("for this recipe", "for the plan"))
+        raise UsageError(NO_PLANNER)
     chosen: Model = resolve(spec)
     objects = _imported_tools(tools or ())
     names: list[Any] = ["read_file", "write_file", "list_files", *objects]
     generator = PlanGenerator(chosen)
-    made = asyncio.run(generator.generate(requirements, tools=names, workspace=root))
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    started = time.monotonic()
+    label = redact_url(spec)
+
+    def planning() -> str:
+        return f"… planning with {label}: {elapsed(time.monotonic() - started)}"
+
+    with Ticker(err, planning):
+        made = asyncio.run(generator.generate(requirements, tools=names, workspace=root))
     if output is not None:
         where = os.path.relpath(root, output.parent.resolve())
         text = made.to_yaml(workspace=where, tools=objects, references=tools or ())
@@ -124,17 +140,19 @@ def plan_command(
     if not run:
         return
     executor = AgentExecutor(model=chosen)
-    result = asyncio.run(
-        generator.execute(
-            made,
-            executor=executor,
-            requirements=requirements,
-            workspace=root,
-            tools=names,
-            max_replans=max_replans,
-            listeners=[] if json_output else [_progress(err)],
+    view = LiveView(err, [step.id for step in made.steps], title=made.id, mode="off")
+    with Ticker(err, view.progress_line) as ticker:
+        result = asyncio.run(
+            generator.execute(
+                made,
+                executor=executor,
+                requirements=requirements,
+                workspace=root,
+                tools=names,
+                max_replans=max_replans,
+                listeners=[view] if json_output else [view, _progress(err, ticker)],
+            )
         )
-    )
     if json_output:
         typer.echo(json.dumps(result.to_data(), indent=2, default=str))
     else:
@@ -145,10 +163,12 @@ def plan_command(
     raise typer.Exit(0 if result.ok else 1)
 
 
-def _progress(err: Console) -> Callable[[Event], None]:
+def _progress(err: Console, ticker: Ticker) -> Callable[[Event], None]:
     """One line on stderr per step that ends, and per replan."""
 
     def show(event: Event) -> None:
+        if isinstance(event, StepCompleted | StepFailed | PlanRevised):
+            ticker.touch()
         if isinstance(event, StepCompleted):
             err.print(f"✓ {event.step_id}", markup=False)
         elif isinstance(event, StepFailed):
@@ -168,7 +188,7 @@ def plan_table(plan: Any) -> Table:
     """The steps of a plan: id, type, what it waits for, reads and produces, and its goal."""
     table = Table(title=f"plan {plan.id}: {plan.description}", show_edge=False, pad_edge=False)
     for name in ("step", "type", "depends on", "reads", "produces", "goal"):
-        table.add_column(name)
+        table.add_column(name, no_wrap=name == "step")  # ids whole
     for step in plan.steps:
         table.add_row(
             step.id,
@@ -192,7 +212,7 @@ def token_table(result: Any) -> Table:
         show_footer=True,
     )
     total = result.total()
-    table.add_column("part", footer="total")
+    table.add_column("part", footer="total", no_wrap=True)
     table.add_column("status")
     table.add_column("prompt", justify="right", footer=str(total.prompt_tokens))
     table.add_column("completion", justify="right", footer=str(total.completion_tokens))

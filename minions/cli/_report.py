@@ -162,7 +162,7 @@ def summary_table(steps: Iterable[StepSummary]) -> Table:
     total = sum((s.usage for s in steps), Usage())
     items = any(s.items for s in steps)
     retries = any(s.retries for s in steps)
-    table.add_column("step", footer="total")
+    table.add_column("step", footer="total", no_wrap=True)
     table.add_column("status")
     if items:
         table.add_column("items", justify="right", footer=str(sum(s.items for s in steps)))

@@ -446,8 +446,12 @@ def _report_interrupted(
         else s
         for s in summarize_rows(view.rows.values(), time.monotonic())
     ]
-    finished = [s.id for s in summaries if s.status in ("completed", "failed", "skipped")]
-    cancelled = [s.id for s in summaries if s.status == "cancelled"]
+    # Each step under what became of it: a step skipped (because one before it was
+    # cancelled) never ran, and did not finish.
+    ended = {
+        status: [s.id for s in summaries if s.status == status]
+        for status in ("completed", "failed", "cancelled", "skipped")
+    }
     if options.json:
         data = {
             "run_id": run_id,
@@ -471,8 +475,12 @@ def _report_interrupted(
         err.print(run_line(summaries, status="cancelled", duration=elapsed))
     err.print(
         f"{'terminated' if terminated else 'interrupted'}: the run was cancelled. "
-        f"Finished: {', '.join(finished) or 'nothing'}"
-        + (f"; cancelled: {', '.join(cancelled)}" if cancelled else ""),
+        f"Finished: {', '.join(ended['completed']) or 'nothing'}"
+        + "".join(
+            f"; {status}: {', '.join(ids)}"
+            for status, ids in ended.items()
+            if ids and status != "completed"
+        ),
         markup=False,
         highlight=False,
         style="yellow",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -18,6 +19,7 @@ from rich.table import Table
 from minions._text import jsonable, token_count
 from minions.cli._errors import UsageError
 from minions.cli._running import InputsOption, parse_inputs
+from minions.models._infer import MODEL_ENV
 
 __all__: list[str] = []
 
@@ -100,6 +102,30 @@ def _record_data(record: Any) -> dict[str, Any]:
     return data
 
 
+def model_note(model: str | None) -> str:
+    """What a worker's startup line says of its model."""
+    if model is None:
+        return (
+            f"; no model set ({MODEL_ENV}): a recipe with a recording beside it replays it, "
+            "others fail"
+        )
+    from minions._text import redact_url
+
+    return f"; model {redact_url(model)}"
+
+
+def once(text: str, said: list[str]) -> str:
+    """`text`, with the long texts `said` already (a step's error, then the same error in the
+    run's) replaced by "(as above)"; `text` joins them."""
+    shown = text
+    for before in said:
+        if before in shown:
+            shown = shown.replace(before, "(as above)")
+    if len(text) >= 40 and text not in said:
+        said.append(text)
+    return shown
+
+
 # -- worker and submit --------------------------------------------------------------------------
 
 
@@ -140,10 +166,14 @@ def worker(
     url = resolve(database_url)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+    import os
+
+    model = os.environ.get(MODEL_ENV) or None
+
     def ready(worker: Worker) -> None:
         err.print(
             f"worker {worker.executor_id}: running queued runs of {describe(url)} "
-            f"({worker.concurrency} at a time); Ctrl-C or SIGTERM stops it",
+            f"({worker.concurrency} at a time){model_note(model)}; Ctrl-C or SIGTERM stops it",
             markup=False,
         )
         for version, runs in sorted(worker.stranded.items()):
@@ -153,8 +183,6 @@ def worker(
                 f"(e.g. {', '.join(runs[:3])})",
                 markup=False,
             )
-
-    import os
 
     tracer_provider = None
     if otel:
@@ -169,7 +197,7 @@ def worker(
     from minions._tracing.tracer import RunTracer
 
     settings = RunSettings(
-        model=os.environ.get("MINIONS_MODEL"),
+        model=model,
         tracer=None if tracer_provider is None else RunTracer(tracer_provider),
     )
     try:
@@ -221,6 +249,29 @@ def submit(
     finally:
         store.close()
     typer.echo(json.dumps({"run_id": run_id}) if json_output else run_id)
+    if not _has_a_model(recipe):
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"note: no model is set here ({MODEL_ENV}), the recipe names none and no "
+            "recording lies beside it: the run fails unless its worker has "
+            f"{MODEL_ENV} set",
+            markup=False,
+            style="yellow",
+        )
+
+
+def _has_a_model(path: Path) -> bool:
+    """Whether a run of the recipe file has a model to call, as far as this process can tell
+    (a worker's environment may still set one)."""
+    import os
+
+    from minions.cli._model_choice import needs_model
+    from minions.models._recording import recording_beside
+    from minions.recipes._build import load_recipe_file
+
+    recipe = load_recipe_file(path).recipe  # checked already by the store: it loads
+    if recipe.model is not None or os.environ.get(MODEL_ENV):
+        return True
+    return recording_beside(path).is_file() or not needs_model(recipe.steps)
 
 
 # -- runs ---------------------------------------------------------------------------------------
@@ -267,7 +318,11 @@ def list_runs(
         return
     table = Table(show_edge=False, pad_edge=False)
     for name in ("run", "status", "recipe", "created", "time", "tokens", "error"):
-        table.add_column(name, justify="right" if name in ("time", "tokens") else "left")
+        table.add_column(
+            name,
+            justify="right" if name in ("time", "tokens") else "left",
+            no_wrap=name != "error",
+        )
     for r in records:
         table.add_row(
             r.run_id,
@@ -285,17 +340,27 @@ def list_runs(
 def show(
     run: RunArgument, json_output: JsonOption = False, database_url: DatabaseOption = None
 ) -> None:
-    """A run: its status, each finished step (visit, attempts, output, usage), its usage and
-    error, and the calls it waits for."""
+    """A run: its status, every step that started or was skipped (status, start, time,
+    tokens, the error of a failed one, else its output), its usage and error, and the calls
+    it waits for."""
+    from minions.cli._show import dead_worker_hint, shown_steps, steps_table
+
+    async def read() -> tuple[Any, list[Any], list[Any]]:
+        record = await store.get(run)
+        if json_output:
+            return record, [], []
+        return record, await store.events(run), await store.workers()
+
     store = _store(database_url)
     try:
-        record = _run(store.get(run))
+        record, stored_events, workers = _run(read())
     finally:
         store.close()
     if json_output:
         typer.echo(json.dumps(_record_data(record), indent=2, ensure_ascii=False))
         return
     out = _out()
+    now = time.time()
     out.print(
         f"run {record.run_id}: {record.status} ({record.recipe_id})"
         + (f", {_duration(record)}" if record.started_at else "")
@@ -312,18 +377,12 @@ def show(
         ),
         markup=False,
     )
-    if record.steps:
-        table = Table(show_edge=False, pad_edge=False)
-        for name in ("step", "visit", "status", "attempts", "tokens", "output"):
-            table.add_column(name)
-        for s in record.steps:
-            output = (
-                s.output if isinstance(s.output, str) else json.dumps(s.output, ensure_ascii=False)
-            )
-            table.add_row(
-                s.step_id, str(s.visit), s.status, str(s.attempts), _tokens(s.usage), output[:80]
-            )
-        out.print(table)
+    hint = dead_worker_hint(record, workers, now)
+    if hint:
+        out.print(hint, markup=False, style="yellow")
+    steps = shown_steps(stored_events, record.steps)
+    if steps:
+        out.print(steps_table(steps, now))
     for a in record.approvals:
         state = (
             "waiting"
@@ -344,7 +403,8 @@ def show(
             markup=False,
         )
     if record.error:
-        out.print(f"error: {record.error}", markup=False, style="red")
+        said = [s.error for s in steps if s.status == "failed" and len(s.error) >= 40]
+        out.print(f"error: {once(record.error, said)}", markup=False, style="red")
 
 
 @runs_app.command("events")
@@ -362,34 +422,69 @@ def events(
     json_output: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """A run's stored events, in order (JSON lines with --json)."""
+    """A run's stored events, in order (JSON lines with --json).
+
+    With --follow, new ones as they come until the run ends; the exit code is then 0 when it
+    completed, 1 when it failed or was cancelled.
+    """
     from minions.events import Event, event_to_json
 
     store = _store(database_url)
+    said: list[str] = []
 
     def show(event: Event) -> None:
         if json_output:
             typer.echo(event_to_json(event))
             return
-        detail = getattr(event, "error", None) or getattr(event, "name", None) or ""
+        detail = (
+            getattr(event, "error", None)
+            or getattr(event, "name", None)
+            or getattr(event, "reason", None)
+            or ""
+        )
+        detail = once(detail, said)
         step = event.step_id or ""
         when = _when(event.timestamp)
-        typer.echo(f"{event.seq:>5} {when} {event.kind:<22} {step} {detail}".rstrip())
+        typer.echo(
+            " ".join(
+                x for x in (f"{event.seq:>5} {when} {event.kind:<22}", step, detail) if x
+            ).rstrip()
+        )
+
+    last = [""]  # the kind of the last event followed
 
     async def read() -> None:
         if follow:
             async for event in store.follow(run, after=after):
                 show(event)
+                followed(event)
+                ticker.touch()
+                last[0] = event.kind
         else:
             for event in await store.events(run, after=after):
                 show(event)
 
+    from minions.cli._progress import FollowedRun, Ticker
+
+    followed = FollowedRun(run)
+    # While a step runs long (a model call of minutes), a line now and then on stderr in a
+    # pipe, a spinner on a terminal; the events alone keep silent meanwhile.
+    ticker = Ticker(
+        Console(stderr=True, highlight=False, soft_wrap=True),
+        followed.line,
+        live=sys.stdout.isatty(),
+    )
     try:
+        if follow:
+            ticker.start()
         _run(read())
     except KeyboardInterrupt:
         pass
     finally:
+        ticker.stop()
         store.close()
+    if follow and last[0] == "run_failed":
+        raise typer.Exit(1)  # the run failed or was cancelled: a script following it can tell
 
 
 @runs_app.command("cancel")

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from minions.cli._errors import UsageError
-from minions.cli._runs import DatabaseOption, RetentionOption
+from minions.cli._runs import DatabaseOption, RetentionOption, model_note
 from minions.models._infer import MODEL_ENV
 
 __all__: list[str] = []
@@ -124,7 +124,8 @@ def serve_command(
         worker = f"; worker {executor_id} in this process" if executor_id else "; no worker"
         err.print(
             f"minions serve: http://{shown}:{port}/ (console at /, API docs at /openapi.json) "
-            f"over {describe(url)}{worker}; Ctrl-C stops it",
+            f"over {describe(url)}{worker}{model_note(config.model) if executor_id else ''}; "
+            "Ctrl-C stops it",
             markup=False,
         )
 

@@ -56,10 +56,10 @@ def infer_model(spec: str | Model | None = None, **options: Any) -> Model:
     if spec is None:
         spec = os.environ.get(MODEL_ENV) or None
     if spec is None:
+        # Short: a durable run's log says it on the step, then on the run.
         raise ModelError(
-            "no model configured: pass model=... (a Model or a string such as "
-            f"'openai:gpt-4o-mini' or 'ollama:llama3.2:3b') or set {MODEL_ENV}; "
-            f"accepted forms: {FORMS}"
+            f"no model configured: set {MODEL_ENV} (e.g. 'openai:gpt-4o-mini' or "
+            "'ollama:llama3.2:3b'), or name one in the recipe (`model:`) or in code (model=...)"
         )
     if not isinstance(spec, str):
         raise ModelError(f"model must be a Model or a string, not {type(spec).__name__}")

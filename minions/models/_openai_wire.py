@@ -128,14 +128,24 @@ def message_of(completion: ChatCompletion, usage: Usage, mode: OutputMode | None
             a JSON object; with `usage` and `mode`, so the re-ask is counted and attributed.
     """
     if not completion.choices:
-        raise ModelOutputError("Your reply was empty. Answer the task.", usage=usage, mode=mode)
+        raise ModelOutputError(
+            "Your reply was empty. Answer the task.",
+            reason="the reply was empty",
+            usage=usage,
+            mode=mode,
+        )
     choice = completion.choices[0]
     if choice.finish_reason == "length" and not (
         mode is not None and _starts_with_json_object(choice.message.content or "")
     ):
         # A structured answer that starts with a whole JSON object is read (and validated)
         # although the model went on talking until the limit; small models often do.
-        raise ModelOutputError(LENGTH_NOTE, usage=usage, mode=mode)
+        raise ModelOutputError(
+            LENGTH_NOTE,
+            reason="the reply was cut off at the length limit (max_tokens)",
+            usage=usage,
+            mode=mode,
+        )
     reply = choice.message
     calls = []
     for raw in reply.tool_calls or ():
@@ -152,7 +162,7 @@ def message_of(completion: ChatCompletion, usage: Usage, mode: OutputMode | None
                 )
             )
         except ModelOutputError as exc:
-            raise ModelOutputError(exc.note, usage=usage, mode=mode) from None
+            raise ModelOutputError(exc.note, reason=exc.reason, usage=usage, mode=mode) from None
     return Message.assistant(reply.content or "", calls)
 
 

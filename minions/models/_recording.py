@@ -37,6 +37,13 @@ __all__ = ["Recording", "RecordingModel", "ReplayMissError", "ReplayModel"]
 FORMAT = "minions.recording/1"
 
 
+def recording_beside(recipe_path: str | Path) -> Path:
+    """The recording a recipe file may have beside it: ``<stem>.recording.json``. `minions
+    run` and workers replay it when no model is configured."""
+    path = Path(recipe_path)
+    return path.with_name(f"{path.stem}.recording.json")
+
+
 class ReplayMissError(ModelError):
     """A replayed run asked for a reply that was not recorded."""
 
@@ -165,13 +172,16 @@ def _encode_response(response: ModelCallResponse) -> dict[str, Any]:
 
 def _encode_error(error: BaseException) -> dict[str, Any]:
     usage = getattr(error, "usage", None)
-    return {
+    encoded = {
         "type": type(error).__name__,
         "message": error.note if isinstance(error, ModelOutputError) else str(error),
         "status_code": getattr(error, "status_code", None),
         "retry_after": getattr(error, "retry_after", None),
         "usage": asdict(usage) if isinstance(usage, Usage) else None,
     }
+    if isinstance(error, ModelOutputError) and error.reason != error.note:
+        encoded["reason"] = error.reason
+    return encoded
 
 
 class RecordingModel(Model):
@@ -264,7 +274,12 @@ def _decode_error(data: Mapping[str, Any]) -> Exception:
     kind, message = data.get("type"), str(data.get("message", ""))
     status, usage = data.get("status_code"), data.get("usage")
     if kind == "ModelOutputError":
-        return ModelOutputError(message, usage=_usage(usage) if usage else None)
+        reason = data.get("reason")
+        return ModelOutputError(
+            message,
+            reason=reason if isinstance(reason, str) else None,
+            usage=_usage(usage) if usage else None,
+        )
     if kind == "TransientModelError":
         return TransientModelError(message, status_code=status, retry_after=data.get("retry_after"))
     if kind == "TimeoutError":

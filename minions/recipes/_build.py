@@ -10,6 +10,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -25,7 +26,7 @@ from minions._output import OutputInstructions
 from minions._routing.transition import Transition
 from minions._step.step import DefaultStep, Step, recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
-from minions.recipes._loader import load_spec, parse_spec
+from minions.recipes._loader import by_line, check_spec, read_recipe_text
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._schema import HttpSpec, RecipeSpec, StepSpec
 from minions.recipes._source import Located
@@ -117,9 +118,30 @@ def load_recipe_file(
     if file in load.stack:
         chain = " -> ".join(p.name for p in (*load.stack, file))
         raise RecipeError([Problem(message=f"recipes include each other: {chain}", file=str(path))])
-    spec, located = load_spec(path) if text is None else parse_spec(text, file=str(path))
+    if text is None:
+        text = read_recipe_text(path)
     load.protected.add(file)
-    return build_recipe(spec, located, base=file.parent, path=file, _load=load.enter(file))
+    return _built(
+        text,
+        str(path),
+        lambda spec, located: build_recipe(
+            spec, located, base=file.parent, path=file, _load=load.enter(file)
+        ),
+    )
+
+
+def _built(text: str, file: str, build: Callable[[RecipeSpec, Located], RecipeFile]) -> RecipeFile:
+    """`build` the recipe of YAML `text`, or raise every problem of it in one pass, by line:
+    those of the format, and those `build` finds in the rest of the recipe."""
+    spec, located, problems = check_spec(text, file=file)
+    if spec is not None and not problems:
+        return build(spec, located)
+    if spec is not None:
+        try:
+            build(spec, located)
+        except RecipeError as exc:
+            problems += [p for p in exc.problems if p not in problems]
+    raise RecipeError(by_line(problems))
 
 
 def load_recipe(path: str | Path) -> AgentRecipe:
@@ -138,8 +160,8 @@ def parse_recipe(text: str, *, base: str | Path = ".") -> AgentRecipe:
     Raises:
         RecipeError: every problem in the text, each with line, step and field.
     """
-    spec, located = parse_spec(text)
-    return build_recipe(spec, located, base=Path(base).resolve()).recipe
+    folder = Path(base).resolve()
+    return _built(text, "", lambda spec, located: build_recipe(spec, located, base=folder)).recipe
 
 
 def build_recipe(

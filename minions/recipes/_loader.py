@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,6 +45,22 @@ def read_recipe_text(path: str | Path) -> str:
 
 def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:
     """Check recipe YAML text (see `load_spec`)."""
+    spec, located, problems = check_spec(text, file=file)
+    if problems or spec is None:
+        raise RecipeError(problems)
+    return spec, located
+
+
+def check_spec(text: str, *, file: str = "") -> tuple[RecipeSpec | None, Located, list[Problem]]:
+    """Check recipe YAML text against the recipe format, and say every problem, by line.
+
+    With problems, the spec returned is the recipe without the fields that have them, so that
+    the checks that need a spec (references, templates, tools) find the rest of the problems
+    in the same pass; ``None`` when leaving fields out is not enough (a required one is bad).
+
+    Raises:
+        RecipeError: the text is not YAML, or not a mapping.
+    """
     from pydantic import ValidationError
 
     located = load_yaml(text, file)
@@ -51,12 +68,58 @@ def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:
         raise RecipeError(
             [Problem(message="a recipe must be a mapping with id and steps", file=file, line=1)]
         )
-    try:
-        spec = RecipeSpec.model_validate(located.data)
-    except ValidationError as exc:
-        problems = sorted(_problems(exc, located), key=lambda p: p.line or 0)
-        raise RecipeError(problems) from None
-    return spec, located
+    data = copy.deepcopy(located.data)
+    problems: list[Problem] = []
+    left_out: list[list[Any]] = []
+    for _ in range(_SALVAGES):
+        try:
+            spec = RecipeSpec.model_validate(data)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            if any(_location(err) in left_out for err in errors):
+                # A field left out is required: the rest cannot be checked without it (and
+                # "is required" would blame the recipe for what was taken out here).
+                return None, located, by_line(problems)
+            problems += [p for p in _problems(exc, located) if p not in problems]
+            locations = [_location(err) for err in errors]
+            left_out += locations
+            if all(_leave_out(data, loc) for loc in locations):
+                continue
+            spec = None
+        return spec, located, by_line(problems)
+    return None, located, by_line(problems)
+
+
+_SALVAGES = 5
+"""Rounds of leaving bad fields out (a field left out may uncover one in another)."""
+
+
+def by_line(problems: Sequence[Problem]) -> list[Problem]:
+    """The problems in the order of their lines (those without one first)."""
+    return sorted(problems, key=lambda p: p.line or 0)
+
+
+def _leave_out(data: Any, loc: Sequence[Any]) -> bool:
+    """Delete the mapping key at `loc` in `data`; False when there is none to delete."""
+    *parents, last = loc or [None]
+    for part in parents:
+        inside = isinstance(data, Mapping) and part in data
+        if not inside and not (isinstance(data, list) and isinstance(part, int)):
+            return False
+        if not inside and part >= len(data):
+            return False
+        data = data[part]
+    if isinstance(data, dict) and last in data:
+        del data[last]
+        return True
+    return False
+
+
+def _location(err: Any) -> list[Any]:
+    """A validation error's location in the data (pydantic's validator and union-branch
+    names taken out)."""
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    return [p for p in loc if p not in ("HttpSpec", "bool")]
 
 
 def _step_of(located: Located, loc: Sequence[Any]) -> tuple[str | None, list[Any]]:
@@ -76,9 +139,7 @@ def _step_of(located: Located, loc: Sequence[Any]) -> tuple[str | None, list[Any
 def _problems(error: Any, located: Located) -> list[Problem]:
     problems = []
     for err in error.errors(include_url=False):
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-        # Union branches add the type tried to the location; drop them.
-        loc = [p for p in loc if p not in ("HttpSpec", "bool")]
+        loc = _location(err)
         step, inner = _step_of(located, loc)
         field_path = ".".join(str(p) for p in inner) or None
         message = err["msg"].removeprefix("Value error, ")
@@ -136,23 +197,26 @@ def coerce_inputs(
     """
     import json
 
-    problems = []
+    # Each problem names its input as a field, ``inputs.NAME``; how to give one is the
+    # channel's to say (a command line's ``-i NAME=VALUE``, an API body's field).
+    problems: list[tuple[str, str]] = []
     result: dict[str, Any] = {}
     for name in given:
         if name not in specs:
             listing = ", ".join(specs) or "none"
             problems.append(
-                f"unknown input {name!r}{did_you_mean(name, specs)}; the recipe's inputs: {listing}"
+                (
+                    name,
+                    f"unknown input {name!r}{did_you_mean(name, specs)}; "
+                    f"the recipe's inputs: {listing}",
+                )
             )
     for name, spec in specs.items():
         required = spec.required if spec.required is not None else spec.default is None
         if name not in given:
             if required:
                 about = f": {spec.description}" if spec.description else ""
-                problems.append(
-                    f"input {name!r} is required ({spec.type}{about}); give it, e.g. "
-                    f"`-i {name}=...` on the command line"
-                )
+                problems.append((name, f"input {name!r} is required ({spec.type}{about})"))
             else:
                 result[name] = spec.default
             continue
@@ -167,13 +231,15 @@ def coerce_inputs(
         wrong_bool = isinstance(value, bool) and spec.type in ("integer", "number")
         if not isinstance(value, types) or wrong_bool:
             problems.append(
-                f"input {name!r} must be {spec.type}, got {type(value).__name__} {value!r}"
+                (name, f"input {name!r} must be {spec.type}, got {type(value).__name__} {value!r}")
             )
             continue
         if spec.enum is not None and value not in spec.enum:
-            problems.append(f"input {name!r} must be one of {spec.enum}, got {value!r}")
+            problems.append((name, f"input {name!r} must be one of {spec.enum}, got {value!r}"))
             continue
         result[name] = value
     if problems:
-        raise InputError([Problem(message=p, file=file) for p in problems])
+        raise InputError(
+            [Problem(message=m, file=file, field=f"inputs.{name}") for name, m in problems]
+        )
     return result

@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,8 @@ from minions._text import jsonable
 from minions.errors import MinionsError, RecipeError
 from minions.events import Event, RunCompleted, RunFailed
 from minions.models._base import Model
+from minions.models._infer import MODEL_ENV
+from minions.models._recording import Recording, ReplayModel, recording_beside
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
@@ -300,6 +303,27 @@ def recipe_of(yaml_text: str, path: str | None) -> AgentRecipe:
     return load_recipe_file(file, text=yaml_text).recipe
 
 
+def replay_beside(
+    recipe: AgentRecipe, recipe_path: str | None, settings: RunSettings
+) -> ReplayModel | None:
+    """The model answering a run from the recording beside its recipe file, when nothing
+    configures a model (neither the worker's settings, nor `MINIONS_MODEL`, nor the recipe)
+    and there is one: what `minions run` does, so a quickstart works offline in a worker too.
+    A fresh model per run (a replay counts the calls of each step).
+
+    Raises:
+        RecordingError: the recording beside the recipe cannot be read.
+    """
+    if settings.model is not None or recipe.model is not None or recipe_path is None:
+        return None
+    if os.environ.get(MODEL_ENV):
+        return None
+    beside = recording_beside(recipe_path)
+    if not beside.is_file():
+        return None
+    return ReplayModel(Recording.load(beside), name="replay")
+
+
 class SharedModels:
     """A model resolver whose models serve every run of a worker: one model per model string
     (and one for the default, ``None``), so what a model learned about its endpoint (the
@@ -335,7 +359,11 @@ class RunEndedError(MinionsError):
 
 
 class RunFailedError(MinionsError):
-    """The run failed (DBOS records the workflow as failed)."""
+    """The run failed (DBOS records the workflow as failed); the message names the run and
+    the cause."""
+
+    def __init__(self, run_id: str, cause: str) -> None:
+        super().__init__(f"run {run_id} failed: {cause}")
 
 
 class DurableRunner:
@@ -446,8 +474,20 @@ class DurableRunner:
             recipe = await self.store.call(recipe_of, start.recipe_yaml, start.recipe_path)
         except RecipeError as exc:
             await self._fail(recorder, f"the recipe no longer loads: {exc}")
-            raise RunFailedError(str(exc)) from None
+            raise RunFailedError(run_id, str(exc)) from None
         executor = self.executor
+        try:
+            replay = replay_beside(recipe, start.recipe_path, executor.settings)
+        except MinionsError as exc:
+            await self._fail(recorder, str(exc))
+            raise RunFailedError(run_id, str(exc)) from None
+        if replay is not None:
+            # Every model of the run answers from the recording, as in `minions run`.
+            executor = AgentExecutor(
+                settings=dataclasses.replace(
+                    executor.settings, model=replay, model_resolver=lambda _spec: replay
+                )
+            )
         graph = executor.graph(recipe)
         context = executor.create_context(
             recipe, start.inputs, run_id=run_id, listeners=[recorder.on_event]
@@ -475,7 +515,7 @@ class DurableRunner:
         except Exception as exc:  # a bug must end the run, not leave it running
             log.exception("run crashed", run_id=run_id)
             await self._fail(recorder, f"the run crashed: {type(exc).__name__}: {exc}")
-            raise RunFailedError(str(exc)) from None
+            raise RunFailedError(run_id, str(exc)) from None
         finally:
             watcher.cancel()
             self.running.pop(run_id, None)
@@ -489,7 +529,7 @@ class DurableRunner:
             usage=dataclasses.asdict(result.usage),
         )
         if closed and not ok:
-            raise RunFailedError(result.error or "the run failed")
+            raise RunFailedError(run_id, result.error or "the run failed")
 
     def renewed(self, runs: set[str], until: float) -> None:
         """The worker's heartbeat renewed the leases of `runs` (their term counted from

@@ -33,7 +33,7 @@ from minions.runs._queue import (
     attempt_of,
     client_url,
 )
-from minions.runs._runner import DurableRunner
+from minions.runs._runner import DurableRunner, RunEndedError, RunFailedError
 from minions.runs._schedules import TICK as SCHEDULE_TICK
 from minions.runs._schedules import Scheduler
 from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store, describe, workflow_id
@@ -74,6 +74,21 @@ async def minions_run(run_id: str, attempt: int = 1) -> None:
 
 class ForkRefusedError(MinionsError):
     """A DBOS fork of a run's workflow: refused (DBOS records why)."""
+
+
+class _RunEndsInOneLine(logging.Filter):
+    """DBOS logs a traceback for each workflow that raises. A run that failed normally
+    raises (so DBOS records its workflow as failed, with why), and that is no bug of
+    anyone's: one line, the run's id and the cause. A crash of minions itself is logged with
+    its traceback where it happens (the runner's "run crashed")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RunFailedError | RunEndedError | ForkRefusedError):
+            record.msg, record.args = str(exc), None
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 class WorkerConflictError(MinionsError):
@@ -192,7 +207,10 @@ class Worker:
             self.state = "failed"
             raise
         _RUNNER = self.runner
-        logging.getLogger("dbos").setLevel(logging.WARNING)
+        dbos_log = logging.getLogger("dbos")
+        dbos_log.setLevel(logging.WARNING)
+        if not any(isinstance(f, _RunEndsInOneLine) for f in dbos_log.filters):
+            dbos_log.addFilter(_RunEndsInOneLine())
         DBOS(
             config={
                 "name": "minions",

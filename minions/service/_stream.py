@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from starlette.responses import Response
 
 from minions.events import Event, event_to_json
@@ -130,4 +131,8 @@ class EventStream(Response):
                 break  # the run's terminal event was sent: the stream ends
             body, retry = retry + frame(event), b""
             await send({"type": "http.response.body", "body": body, "more_body": True})
+            # A connection lost on a write is closed by a callback of the loop: without a
+            # yield here, a burst of queued events kept writing to it (asyncio logs each write
+            # after the fifth: "socket.send() raised exception.").
+            await anyio.lowlevel.checkpoint()
         await send({"type": "http.response.body", "body": b"", "more_body": False})

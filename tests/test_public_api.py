@@ -58,14 +58,15 @@ PUBLIC: dict[str, set[str]] = {
     "minions.events": {
         "Event", "EventEmitter", "EventListener", "UsageRecord", "event_from_json",
         "event_to_json", "RunStarted", "RunCompleted", "RunFailed", "StepStarted",
-        "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallCompleted",
-        "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
+        "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallWaiting",
+        "ModelCallCompleted", "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
         "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
     },
     "minions.errors": ERRORS,
     "minions.models": {
-        "CapabilityMemory", "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
+        "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "Limits", "LocalLimiter",
+        "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },
     "minions.tools": {

@@ -20,6 +20,7 @@ from minions.events import (
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallStarted,
+    ModelCallWaiting,
     OutputModeDemoted,
     RetryScheduled,
     TokenDelta,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from minions._step.context import AgentContext
     from minions._step.execution import StepExecution
     from minions.models._base import Model, TokenCallback
+    from minions.models._limits import EndpointLimiter, Wait
 
 __all__ = ["ModelCallExecutor"]
 
@@ -87,6 +89,14 @@ class ModelCallExecutor:
             initial_delay=config.retry_initial_delay,
             max_delay=config.retry_max_delay,
         )
+        # The limits of the model's endpoint, when some apply (else one check per attempt).
+        self._limiter: EndpointLimiter | None = None
+        self._endpoint: tuple[str, str] | None = None
+        limiter = context.settings.limiter
+        if limiter is not None:
+            endpoint = model.endpoint
+            if endpoint is not None and limiter.rules(endpoint):
+                self._limiter, self._endpoint = limiter, endpoint
 
     def _check_budgets(self) -> None:
         budget = self.config.step_token_budget
@@ -107,6 +117,52 @@ class ModelCallExecutor:
     async def _attempt(self, prompt: Prompt, turn: int) -> ModelCallResponse:
         self._check_budgets()
         attempt = self._attempts[turn] = self._attempts.get(turn, 0) + 1
+        limiter, endpoint = self._limiter, self._endpoint
+        if limiter is None or endpoint is None:
+            return await self._attempt_now(prompt, turn, attempt)
+        from minions.models._limits import estimate_prompt
+
+        # Waited for outside the call's own timeout (the wait is not the endpoint's slowness)
+        # and inside the step's (a step's timeout counts it).
+        permit = await limiter.acquire(
+            endpoint,
+            tokens=estimate_prompt(prompt),
+            on_wait=lambda wait: self._announce_wait(wait, turn, attempt),
+        )
+        if permit is None:
+            return await self._attempt_now(prompt, turn, attempt)
+        used: int | None = None
+        try:
+            response = await self._attempt_now(prompt, turn, attempt)
+            used = response.usage.total_tokens or None
+            return response
+        except TransientModelError as exc:
+            if exc.status_code == 429 and exc.retry_after:
+                # Every run calling the endpoint waits, not only this one.
+                limiter.pause(endpoint, exc.retry_after)
+            raise
+        finally:
+            limiter.release(permit, tokens=used)
+
+    def _announce_wait(self, wait: Wait, turn: int, attempt: int) -> None:
+        from minions._text import redact_url
+
+        limiter = self._limiter
+        assert limiter is not None
+        delay = None if wait.until is None else max(0.0, wait.until - limiter.clock())
+        self.context.events.emit(
+            ModelCallWaiting(
+                step_id=self.execution.step_id,
+                turn=turn,
+                attempt=attempt,
+                model=self.model.name,
+                endpoint=redact_url(wait.match),
+                reason=wait.reason,
+                delay=delay,
+            )
+        )
+
+    async def _attempt_now(self, prompt: Prompt, turn: int, attempt: int) -> ModelCallResponse:
         step_id = self.execution.step_id
         events = self.context.events
         on_token = None

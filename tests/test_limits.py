@@ -234,3 +234,66 @@ async def test_a_429_with_retry_after_pauses_the_endpoint_for_every_run() -> Non
     (asked_at,) = [at for at, text in sent if "say ho" in text]
     assert asked_at >= refused_at + 2
     assert [e.reason for e in events if isinstance(e, ModelCallWaiting)] == ["retry_after"]
+
+
+# -- minions run --limits ----------------------------------------------------------------------
+
+PARALLEL = """\
+id: four
+steps:
+  - {id: a, goal: say a}
+  - {id: b, goal: say b}
+  - {id: c, goal: say c}
+  - {id: d, goal: say d}
+"""
+
+
+def overlapping_server() -> FakeOpenAIServer:
+    """Each request waits (a little) for another to arrive: any overlap is seen."""
+    arrived = threading.Condition()
+
+    def reply(_: FakeRequest) -> FakeReply:
+        with arrived:
+            arrived.notify_all()
+            arrived.wait(0.3)
+        return FakeReply.text("done")
+
+    return FakeOpenAIServer(reply)
+
+
+@pytest.mark.parametrize("limited", [True, False])
+def test_minions_run_holds_its_limits(tmp_path: Path, limited: bool) -> None:
+    from typer.testing import CliRunner
+
+    from minions.cli._app import app
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(PARALLEL)
+    with overlapping_server() as server:
+        file = tmp_path / "limits.yaml"
+        file.write_text(f'endpoints:\n  - {{match: "{server.url}", max_concurrent: 1}}\n')
+        args = ["run", str(recipe), "--model", f"openai-compatible:fake-model@{server.url}"]
+        result = CliRunner().invoke(app, [*args, *(["--limits", str(file)] if limited else [])])
+        assert result.exit_code == 0, result.stderr
+        url = server.url
+    if limited:
+        assert server.max_in_flight == 1
+        assert f"waits for {url}: as many calls as allowed are in flight" in result.stderr
+    else:  # the same run without limits sends its four steps' calls at once
+        assert server.max_in_flight > 1
+
+
+def test_minions_run_names_a_bad_limits_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from minions.cli._app import app
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(PARALLEL)
+    file = tmp_path / "limits.yaml"
+    file.write_text("endpoints: [{match: nowhere}]\n")
+    result = CliRunner().invoke(app, ["run", str(recipe), "--model", "test", "--limits", str(file)])
+    assert result.exit_code == 2
+    assert "limits.yaml" in result.stderr
+    assert "endpoints.0.match" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -76,8 +76,8 @@ PUBLIC: dict[str, set[str]] = {
         "MCPHttpServer", "MCPStdioServer",
     },
     "minions.runs": {
-        "ApprovalRecord", "RunRecord", "RunStore", "StepRecord", "WorkerRecord", "database_url",
-        "EventLog", "LiveHub", "STATUSES", "Worker", "WorkerConflictError",
+        "ApprovalRecord", "EndpointRecord", "RunRecord", "RunStore", "StepRecord",
+        "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker", "WorkerConflictError",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from minions._version import __version__
+from minions.cli._endpoints import LimitsOption
 from minions.cli._errors import UsageError
 from minions.cli._report import plural
 from minions.cli._running import (
@@ -218,6 +219,7 @@ def run(
             "opentelemetry-exporter-otlp-proto-http.",
         ),
     ] = False,
+    limits: LimitsOption = None,
 ) -> None:
     """Run a recipe.
 
@@ -238,6 +240,7 @@ def run(
         quiet=quiet,
         preflight=preflight,
         otel=otel,
+        limits=limits,
     )
     ask = settings.ask
     if ask is None and sys.stdin.isatty() and sys.stderr.isatty():
@@ -318,6 +321,12 @@ def _register_runs() -> None:
         assert command.callback is not None
         command.callback = _user_errors_of(command.callback)
     app.add_typer(_runs.runs_app, name="runs")
+    from minions.cli._endpoints import endpoints_app
+
+    for command in endpoints_app.registered_commands:
+        assert command.callback is not None
+        command.callback = _user_errors_of(command.callback)
+    app.add_typer(endpoints_app, name="endpoints")
 
 
 def _user_errors_of(function: Callable[..., None]) -> Callable[..., None]:

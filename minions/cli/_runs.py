@@ -116,6 +116,16 @@ def worker(
             "OTEL_EXPORTER_OTLP_* variables; needs minions[otel] and an OTLP exporter).",
         ),
     ] = False,
+    limits: Annotated[
+        Path | None,
+        typer.Option(
+            "--limits",
+            metavar="FILE",
+            help="Limits per model endpoint (YAML), held over every worker of the store "
+            "given them; see docs/limits.md.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM).
 
@@ -123,10 +133,12 @@ def worker(
     completed step.
     """
     from minions._text import redact_url as describe
+    from minions.cli._endpoints import load_limits
     from minions.runs import Worker
     from minions.runs import database_url as resolve
 
     url = resolve(database_url)
+    given_limits = load_limits(limits)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def ready(worker: Worker) -> None:
@@ -162,7 +174,12 @@ def worker(
         tracer=None if tracer_provider is None else RunTracer(tracer_provider),
     )
     running = Worker(
-        url, concurrency=concurrency, executor_id=executor_id, settings=settings, on_ready=ready
+        url,
+        concurrency=concurrency,
+        executor_id=executor_id,
+        settings=settings,
+        on_ready=ready,
+        limits=given_limits,
     )
     try:
         running.run()

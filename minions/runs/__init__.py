@@ -25,6 +25,7 @@ from minions.runs._runs import RunStore, database_url
 from minions.runs._tables import (
     STATUSES,
     ApprovalRecord,
+    EndpointRecord,
     RunRecord,
     StepRecord,
     WorkerRecord,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STATUSES",
     "ApprovalRecord",
+    "EndpointRecord",
     "EventLog",
     "LiveHub",
     "RunRecord",

@@ -6,6 +6,7 @@ it goes on when the database is back."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -21,7 +22,9 @@ from dbos import DBOS
 
 from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
+from minions.models._limits import Limits
 from minions.runs._async import AsyncStore, _detail, transient
+from minions.runs._limiter import StoreCapabilities, StoreLimiter
 from minions.runs._log import LiveHub, run_failed_row
 from minions.runs._queue import (
     APP_VERSION,
@@ -106,6 +109,9 @@ class Worker:
         settings: what its runs share (model, resolver, wrapper, tracer, MCP servers...).
         hub: where its runs' events go live (a service in the same process streams them).
         on_ready: called once the worker takes runs.
+        limits: limits per model endpoint (`minions.models.Limits`), held over every worker
+            of the store that is given them; its `capability_expiry` says how long what an
+            endpoint taught the structured-output ladder is kept in the store.
     """
 
     def __init__(
@@ -117,6 +123,7 @@ class Worker:
         settings: RunSettings | None = None,
         hub: LiveHub | None = None,
         on_ready: Callable[[Worker], None] | None = None,
+        limits: Limits | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -127,14 +134,25 @@ class Worker:
         """This process's incarnation of the worker: the holder of the runs it takes."""
         self.store = Store(url, create=True)
         self.queue = Queue(url)
+        store = AsyncStore(self.store, patient=True, threads=max(4, concurrency + 2))
+        limits = limits if limits is not None else Limits()
+        self.limiter = (
+            StoreLimiter(store, limits, holder=self.incarnation, lease=DEAD_AFTER)
+            if limits.endpoints
+            else None
+        )
+        """Holds the model calls of its runs to the limits, over every worker of the store."""
+        if self.limiter is not None:
+            settings = dataclasses.replace(settings or RunSettings(), limiter=self.limiter)
         self.runner = DurableRunner(
-            AsyncStore(self.store, patient=True, threads=max(4, concurrency + 2)),
+            store,
             executor_id=self.executor_id,
             incarnation=self.incarnation,
             settings=settings,
             hub=hub,
             lease=DEAD_AFTER,
             heartbeat=HEARTBEAT,
+            capabilities=StoreCapabilities(store, expiry=limits.capability_expiry),
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"
@@ -267,6 +285,8 @@ class Worker:
             if not mine:
                 self._stand_down()
                 return
+            if self.limiter is not None:
+                self.limiter.renew()  # its calls in flight keep their places
             self._take_over()
         except Exception as exc:
             if not transient(exc):

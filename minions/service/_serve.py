@@ -14,6 +14,7 @@ import structlog
 
 from minions._step.settings import RunSettings
 from minions.models._base import Model
+from minions.models._limits import Limits
 from minions.service import _logs as logs
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
@@ -39,6 +40,7 @@ def serve(
     worker: bool = True,
     concurrency: int = 4,
     on_ready: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM; the in-process worker stops with the server (its
     unfinished runs go on in the next worker).
@@ -55,6 +57,8 @@ def serve(
         worker: run queued runs in this process too.
         concurrency: runs at a time in that worker.
         on_ready: told the worker's id (or ``""`` without one) once the server listens.
+        limits: limits per model endpoint for the in-process worker's runs (held over every
+            worker of the store given them).
     """
     import uvicorn
 
@@ -82,6 +86,7 @@ def serve(
             settings=RunSettings(model=config.model, model_resolver=_streaming),
             hub=hub,
             on_ready=lambda _: started.set(),
+            limits=limits,
         )
 
         def work() -> None:

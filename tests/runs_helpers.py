@@ -131,6 +131,9 @@ WORKER_ENV = {
 class WorkerProcess:
     """`minions worker` in a process of its own, ready to take runs."""
 
+    args: tuple[str, ...] = ()
+    """More arguments of its command (a subclass's)."""
+
     def __init__(self, url: str, folder: Path, executor_id: str, ledger: Path, **env: str) -> None:
         self.url = url
         self.executor_id = executor_id
@@ -144,6 +147,7 @@ class WorkerProcess:
         command = [
             sys.executable, "-m", "minions", "worker",
             "--database-url", url, "--executor-id", executor_id, "--concurrency", "4",
+            *self.args,
         ]  # fmt: skip
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
@@ -190,12 +194,18 @@ def stop_process(process: subprocess.Popen[bytes]) -> int:
 def worker(
     url: str, folder: Path, executor_id: str, ledger: Path, **env: str
 ) -> Iterator[WorkerProcess]:
-    process = WorkerProcess(url, folder, executor_id, ledger, **env)
+    with watched(WorkerProcess(url, folder, executor_id, ledger, **env)) as process:
+        yield process
+
+
+@contextmanager
+def watched(process: WorkerProcess) -> Iterator[WorkerProcess]:
+    """`process`, stopped at the end; its log in the report of a test that fails."""
     try:
         yield process
     except BaseException:
         # What the worker said, in the failing test's report.
-        print(f"--- log of worker {executor_id}:\n{process.log.read_text()[-4000:]}")
+        print(f"--- log of worker {process.executor_id}:\n{process.log.read_text()[-4000:]}")
         raise
     finally:
         process.stop()

@@ -177,31 +177,39 @@ class StoreCapabilities:
         self.clock = clock
         self.memory = CapabilityMemory()
         self.memory.on_change = self._changed
-        self._writes: set[asyncio.Task[None]] = set()
+        self._dirty: set[tuple[str, str]] = set()
+        self._flusher: asyncio.Task[None] | None = None
 
     def _changed(self, key: tuple[str, str]) -> None:
-        rejected, worked = self.memory.learned(key)
+        self._dirty.add(key)
+        if self._flusher is not None and not self._flusher.done():
+            return  # the writer at work writes this one too
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # learned outside an event loop: kept at once, blocking
+            self._dirty.discard(key)
+            rejected, worked = self.memory.learned(key)
             sql.save_capability(self.store.store, key, rejected, worked, self.clock())
             return
-        task = loop.create_task(self._save(key, rejected, worked))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self._flusher = loop.create_task(self._flush())
 
-    async def _save(self, key: tuple[str, str], rejected: frozenset[str], worked: Any) -> None:
-        try:
-            await self.store.call(
-                sql.save_capability, self.store.store, key, rejected, worked, self.clock()
-            )
-        except Exception:
-            log.exception("what an endpoint taught could not be kept", base_url=key[0])
+    async def _flush(self) -> None:
+        """Write the endpoints that changed, one at a time, each as it is when written (so
+        the last write of an endpoint is its latest lesson)."""
+        while self._dirty:
+            key = self._dirty.pop()
+            rejected, worked = self.memory.learned(key)
+            try:
+                await self.store.call(
+                    sql.save_capability, self.store.store, key, rejected, worked, self.clock()
+                )
+            except Exception:
+                log.exception("what an endpoint taught could not be kept", base_url=key[0])
 
     async def refresh(self) -> None:
         """Load what every worker learned (what this one is writing first)."""
-        while self._writes:
-            await asyncio.gather(*list(self._writes), return_exceptions=True)
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
         known = await self.store.call(
             sql.capabilities, self.store.store, since=self.clock() - self.expiry
         )

@@ -297,3 +297,20 @@ def test_minions_run_names_a_bad_limits_file(tmp_path: Path) -> None:
     assert "limits.yaml" in result.stderr
     assert "endpoints.0.match" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_worker_and_serve_name_a_bad_limits_file_before_starting(
+    tmp_path: Path, command: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from minions.cli._app import app
+
+    file = tmp_path / "limits.yaml"
+    file.write_text("endpoints: [{match: 'http://h/v1', requests_per_minute: -1}]\n")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    result = CliRunner().invoke(app, [command, "--database-url", url, "--limits", str(file)])
+    assert result.exit_code == 2
+    assert "endpoints.0.requests_per_minute" in result.stderr
+    assert not (tmp_path / "runs.db").exists()  # nothing started

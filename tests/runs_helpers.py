@@ -122,6 +122,20 @@ def marking_model(tool: str = "mark") -> FakeOpenAIServer:
     return FakeOpenAIServer(reply)
 
 
+def overlapping_server() -> FakeOpenAIServer:
+    """A model server whose every request waits a little (0.2 s) for another to arrive:
+    requests sent together are seen together (`max_in_flight`)."""
+    arrived = threading.Condition()
+
+    def reply(_: FakeRequest) -> FakeReply:
+        with arrived:
+            arrived.notify_all()
+            arrived.wait(0.2)
+        return FakeReply.text("done")
+
+    return FakeOpenAIServer(reply)
+
+
 WORKER_ENV = {
     "MINIONS_WORKER_HEARTBEAT": "0.3",
     "MINIONS_WORKER_DEAD_AFTER": "2",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runs_helpers import overlapping_server
 
 from minions import AgentExecutor, ExecutionConfig
 from minions.errors import ConfigError
@@ -246,19 +247,6 @@ steps:
   - {id: c, goal: say c}
   - {id: d, goal: say d}
 """
-
-
-def overlapping_server() -> FakeOpenAIServer:
-    """Each request waits (a little) for another to arrive: any overlap is seen."""
-    arrived = threading.Condition()
-
-    def reply(_: FakeRequest) -> FakeReply:
-        with arrived:
-            arrived.notify_all()
-            arrived.wait(0.3)
-        return FakeReply.text("done")
-
-    return FakeOpenAIServer(reply)
 
 
 @pytest.mark.parametrize("limited", [True, False])

@@ -46,6 +46,11 @@ log = structlog.get_logger(__name__)
 
 POLLING = 0.05
 """Seconds between the queue's polls (DBOS's default of 1 s caps throughput)."""
+SLOT_LEASE = max(DEAD_AFTER, 15.0)
+"""Seconds a model call's place under the limits stays taken without a heartbeat: the places
+of a worker that was killed are free after this. Longer than a run's lease: a worker slow to
+beat (a loaded machine) must not lose places its calls still use, or the limits would be
+exceeded; a run taken over from a dead worker may wait that long for them."""
 MAX_RECOVERIES = 50
 """A run taken over from dead workers this often fails instead (it may be what kills them)."""
 
@@ -137,7 +142,7 @@ class Worker:
         store = AsyncStore(self.store, patient=True, threads=max(4, concurrency + 2))
         limits = limits if limits is not None else Limits()
         self.limiter = (
-            StoreLimiter(store, limits, holder=self.incarnation, lease=DEAD_AFTER)
+            StoreLimiter(store, limits, holder=self.incarnation, lease=SLOT_LEASE)
             if limits.endpoints
             else None
         )

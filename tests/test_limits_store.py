@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from minions.cli._app import app
 from minions.models import CapabilityMemory, EndpointLimit, Limits
-from minions.models._limits import Wait
+from minions.models._limits import EndpointWait
 from minions.runs import RunStore
 from minions.runs._async import AsyncStore
 from minions.runs._limiter import StoreCapabilities, StoreLimiter
@@ -60,7 +60,7 @@ async def test_places_are_shared_by_the_limiters_of_every_process(store: AsyncSt
     one, two = (limiter(store, None, holder, max_concurrent=1) for holder in ("p1", "p2"))
     held = await one.acquire(ENDPOINT, tokens=1)
     assert held is not None
-    waits: list[Wait] = []
+    waits: list[EndpointWait] = []
     other = asyncio.create_task(two.acquire(ENDPOINT, tokens=1, on_wait=waits.append))
     for _ in range(50):
         await asyncio.sleep(0.01)
@@ -116,7 +116,7 @@ async def test_a_pause_holds_every_process(store: AsyncStore) -> None:
     one.pause(ENDPOINT, 2.0)
     await one.settle()
     paused_at = clock.now
-    waits: list[Wait] = []
+    waits: list[EndpointWait] = []
     assert await two.acquire(ENDPOINT, tokens=1, on_wait=waits.append) is not None
     assert clock.now >= paused_at + 2.0
     assert [w.reason for w in waits] == ["retry_after"]

@@ -65,7 +65,8 @@ PUBLIC: dict[str, set[str]] = {
     },
     "minions.errors": ERRORS,
     "minions.models": {
-        "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "Limits", "LocalLimiter",
+        "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "EndpointPermit", "EndpointWait",
+        "Limits", "LocalLimiter",
         "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },

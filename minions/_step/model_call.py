@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from minions._step.context import AgentContext
     from minions._step.execution import StepExecution
     from minions.models._base import Model, TokenCallback
-    from minions.models._limits import EndpointLimiter, Wait
+    from minions.models._limits import EndpointLimiter, EndpointWait
 
 __all__ = ["ModelCallExecutor"]
 
@@ -144,7 +144,7 @@ class ModelCallExecutor:
         finally:
             limiter.release(permit, tokens=used)
 
-    def _announce_wait(self, wait: Wait, turn: int, attempt: int) -> None:
+    def _announce_wait(self, wait: EndpointWait, turn: int, attempt: int) -> None:
         from minions._text import redact_url
 
         limiter = self._limiter

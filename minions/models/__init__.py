@@ -15,10 +15,24 @@ from minions.models._recording import Recording, RecordingModel, ReplayMissError
 from minions.models._structured import CapabilityMemory, OutputMode
 
 if TYPE_CHECKING:
-    from minions.models._limits import EndpointLimit, EndpointLimiter, Limits, LocalLimiter
+    from minions.models._limits import (
+        EndpointLimit,
+        EndpointLimiter,
+        EndpointPermit,
+        EndpointWait,
+        Limits,
+        LocalLimiter,
+    )
     from minions.models._openai import OpenAIChatModel
 
-_LIMITS = ("EndpointLimit", "EndpointLimiter", "Limits", "LocalLimiter")
+_LIMITS = (
+    "EndpointLimit",
+    "EndpointLimiter",
+    "EndpointPermit",
+    "EndpointWait",
+    "Limits",
+    "LocalLimiter",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -42,6 +56,8 @@ __all__ = [
     "CapabilityMemory",
     "EndpointLimit",
     "EndpointLimiter",
+    "EndpointPermit",
+    "EndpointWait",
     "Limits",
     "LocalLimiter",
     "ModeDemotion",

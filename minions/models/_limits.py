@@ -4,7 +4,7 @@ after a 429 with ``Retry-After``, shared by every run that calls the endpoint.
 `Limits` is the settings file (``--limits FILE``, or ``AgentExecutor(limits=...)``); an
 `EndpointLimiter` enforces it. `LocalLimiter` holds the limits within one process (asyncio);
 the durable runs' limiter (``minions.runs``) holds them over every worker of a store. The step
-loop's `ModelCallExecutor` takes a `Permit` before each model call attempt and gives it back
+loop's `ModelCallExecutor` takes a `EndpointPermit` before each model call attempt and gives it back
 after; with no limiter, or none of its entries matching the model's endpoint, it costs one
 attribute check.
 """
@@ -28,7 +28,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from minions._text import estimate_tokens
 from minions.errors import ConfigError
 
-__all__ = ["EndpointLimit", "EndpointLimiter", "Limits", "LocalLimiter"]
+__all__ = [
+    "EndpointLimit",
+    "EndpointLimiter",
+    "EndpointPermit",
+    "EndpointWait",
+    "Limits",
+    "LocalLimiter",
+]
 
 EndpointKey = tuple[str, str]
 """(base URL, model): where a model is served."""
@@ -172,7 +179,7 @@ class Limits(BaseModel):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Wait:
+class EndpointWait:
     """Why a model call waits before it is sent."""
 
     match: str
@@ -183,11 +190,11 @@ class Wait:
     moves on, a pause); ``None``: when a call in flight ends."""
 
 
-OnWait = Callable[[Wait], None]
+OnWait = Callable[[EndpointWait], None]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Permit:
+class EndpointPermit:
     """The right to send one model call: give it back with `EndpointLimiter.release`."""
 
     endpoint: EndpointKey
@@ -206,20 +213,20 @@ def blocked(
     oldest: float | None,
     paused_until: float,
     tokens: int,
-) -> Wait | None:
+) -> EndpointWait | None:
     """Why a call of `tokens` may not start now under `rule` (``None``: it may), given what
     the endpoint has in flight and in its window: `requests` started and `tokens_used` within
     the last `WINDOW` seconds, the oldest of them started at `oldest`."""
     if paused_until > now:
-        return Wait(match=rule.match, reason="retry_after", until=paused_until)
+        return EndpointWait(match=rule.match, reason="retry_after", until=paused_until)
     if rule.max_concurrent is not None and in_flight >= rule.max_concurrent:
-        return Wait(match=rule.match, reason="max_concurrent")
+        return EndpointWait(match=rule.match, reason="max_concurrent")
     until = None if oldest is None else oldest + WINDOW
     if rule.requests_per_minute is not None and requests >= rule.requests_per_minute:
-        return Wait(match=rule.match, reason="requests_per_minute", until=until)
+        return EndpointWait(match=rule.match, reason="requests_per_minute", until=until)
     limit = rule.tokens_per_minute
     if limit is not None and requests and tokens_used + tokens > limit:
-        return Wait(match=rule.match, reason="tokens_per_minute", until=until)
+        return EndpointWait(match=rule.match, reason="tokens_per_minute", until=until)
     return None
 
 
@@ -237,7 +244,7 @@ class EndpointLimiter(ABC):
 
     Args:
         limits: the limits.
-        clock: the time in seconds that `Wait.until` is on.
+        clock: the time in seconds that `EndpointWait.until` is on.
     """
 
     def __init__(self, limits: Limits, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -254,8 +261,8 @@ class EndpointLimiter(ABC):
 
     async def acquire(
         self, endpoint: EndpointKey, *, tokens: int, on_wait: OnWait | None = None
-    ) -> Permit | None:
-        """Wait until a call of about `tokens` to `endpoint` may be sent; `on_wait` is told
+    ) -> EndpointPermit | None:
+        """EndpointWait until a call of about `tokens` to `endpoint` may be sent; `on_wait` is told
         why, once, when it has to wait. ``None`` when no entry limits the endpoint."""
         rules = self.rules(endpoint)
         if not rules:
@@ -268,9 +275,9 @@ class EndpointLimiter(ABC):
             for rule, ticket in held:
                 self._release(rule, ticket, tokens)
             raise
-        return Permit(endpoint=endpoint, tickets=tuple(held), tokens=tokens)
+        return EndpointPermit(endpoint=endpoint, tickets=tuple(held), tokens=tokens)
 
-    def release(self, permit: Permit, *, tokens: int | None = None) -> None:
+    def release(self, permit: EndpointPermit, *, tokens: int | None = None) -> None:
         """The call of `permit` ended; it cost `tokens` (``None``: as estimated)."""
         used = permit.tokens if tokens is None else tokens
         for rule, ticket in permit.tickets:
@@ -283,7 +290,7 @@ class EndpointLimiter(ABC):
 
     @abstractmethod
     async def _acquire(self, rule: EndpointLimit, tokens: int, on_wait: OnWait | None) -> Any:
-        """Wait for a place under `rule`; return what `_release` needs to give it back."""
+        """EndpointWait for a place under `rule`; return what `_release` needs to give it back."""
 
     @abstractmethod
     def _release(self, rule: EndpointLimit, ticket: Any, tokens: int) -> None:
@@ -402,7 +409,7 @@ class LocalLimiter(EndpointLimiter):
             state = self._state.setdefault(match, _Endpoint())
         return state
 
-    def _try(self, rule: EndpointLimit, tokens: int, *, take: bool = True) -> Wait | _Sent:
+    def _try(self, rule: EndpointLimit, tokens: int, *, take: bool = True) -> EndpointWait | _Sent:
         now = self.clock()
         with self._lock:
             state = self._endpoint(rule.match)
@@ -421,7 +428,7 @@ class LocalLimiter(EndpointLimiter):
             if wait is not None:
                 return wait
             if not take:  # free now, but earlier callers in line go first
-                return Wait(match=rule.match, reason="max_concurrent")
+                return EndpointWait(match=rule.match, reason="max_concurrent")
             sent = _Sent(started=now, tokens=tokens)
             state.in_flight += 1
             window.append(sent)

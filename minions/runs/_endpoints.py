@@ -18,7 +18,7 @@ from typing import Any, get_args
 import sqlalchemy as sa
 
 from minions._messages import OutputMode
-from minions.models._limits import WINDOW, EndpointLimit, Wait, blocked
+from minions.models._limits import WINDOW, EndpointLimit, EndpointWait, blocked
 from minions.runs._store import Store, _insert_ignoring_conflicts
 from minions.runs._tables import (
     capabilities_table,
@@ -56,7 +56,7 @@ def take(
     now: float,
     lease: float,
     line_ttl: float,
-) -> Wait | None:
+) -> EndpointWait | None:
     """Take a place under `rule` for the call `ticket` (``None``), or say why it waits (it
     stays in line, seen now). A taken place is in flight until `lease` seconds from `now`
     unless renewed (`renew`)."""

@@ -70,7 +70,6 @@ class StoreLimiter(EndpointLimiter):
         self.sleep = sleep
         self._held: set[str] = set()
         self._held_lock = threading.Lock()  # the heartbeat renews from the worker's thread
-        self._paused: dict[str, float] = {}
         self._turns = LineOfTurns()
         self._writes: set[asyncio.Task[None]] = set()
 
@@ -149,7 +148,7 @@ class StoreLimiter(EndpointLimiter):
         sql.renew(self.store.store, held, self.clock() + self.lease)
 
     async def settle(self) -> None:
-        """Wait for the writes started so far (for tests and an orderly stop)."""
+        """EndpointWait for the writes started so far (for tests and an orderly stop)."""
         while self._writes:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
 

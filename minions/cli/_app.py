@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 
 from minions._version import __version__
-from minions.cli._endpoints import LimitsOption
 from minions.cli._errors import UsageError
+from minions.cli._limits import LimitsOption
 from minions.cli._report import plural
 from minions.cli._running import (
     EXIT_INTERRUPTED,

@@ -1,49 +1,20 @@
 """`minions endpoints list|forget`: what model endpoints taught the structured-output ladder of
-a store's workers, and `--limits FILE` (limits per model endpoint) of `run`, `worker` and
-`serve` (see docs/limits.md)."""
+a store's workers (see docs/limits.md)."""
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from minions.cli._limits import LimitsOption, load_limits
 from minions.cli._runs import DatabaseOption, JsonOption, _out, _run, _store, _when
 
-if TYPE_CHECKING:
-    from minions.models import Limits
-
 __all__: list[str] = []
-
-LimitsOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--limits",
-        metavar="FILE",
-        help="Limits per model endpoint (YAML: endpoints with match, max_concurrent, "
-        "requests_per_minute, tokens_per_minute); see docs/limits.md.",
-        show_default=False,
-    ),
-]
-
-
-def load_limits(path: Path | None) -> Limits | None:
-    """The limits of `--limits FILE`, when given.
-
-    Raises:
-        ConfigError: the file cannot be read or is not valid limits.
-    """
-    if path is None:
-        return None
-    from minions.models import Limits
-
-    return Limits.load(path)
-
 
 endpoints_app = typer.Typer(
     name="endpoints",

@@ -228,7 +228,7 @@ def run_in_foreground(
     """
     if options.record is not None and not options.record.parent.is_dir():
         raise UsageError(f"cannot record to {str(options.record)!r}: no such directory")
-    from minions.cli._endpoints import load_limits
+    from minions.cli._limits import load_limits
 
     limits = load_limits(options.limits)
     given = parse_inputs(options.inputs)

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from minions._text import jsonable, token_count
 from minions.cli._errors import UsageError
+from minions.cli._limits import LimitsOption, load_limits
 from minions.cli._running import InputsOption, parse_inputs
 
 __all__: list[str] = []
@@ -116,16 +117,7 @@ def worker(
             "OTEL_EXPORTER_OTLP_* variables; needs minions[otel] and an OTLP exporter).",
         ),
     ] = False,
-    limits: Annotated[
-        Path | None,
-        typer.Option(
-            "--limits",
-            metavar="FILE",
-            help="Limits per model endpoint (YAML), held over every worker of the store "
-            "given them; see docs/limits.md.",
-            show_default=False,
-        ),
-    ] = None,
+    limits: LimitsOption = None,
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM).
 
@@ -133,7 +125,6 @@ def worker(
     completed step.
     """
     from minions._text import redact_url as describe
-    from minions.cli._endpoints import load_limits
     from minions.runs import Worker
     from minions.runs import database_url as resolve
 

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from minions.cli._endpoints import LimitsOption, load_limits
 from minions.cli._errors import UsageError
+from minions.cli._limits import LimitsOption, load_limits
 from minions.cli._runs import DatabaseOption
 from minions.models._infer import MODEL_ENV
 

@@ -89,7 +89,7 @@ class ModelCallExecutor:
             initial_delay=config.retry_initial_delay,
             max_delay=config.retry_max_delay,
         )
-        # The limits of the model's endpoint, when some apply (else one check per attempt).
+        # The limits of the model's endpoint, when some apply (else one check per call).
         self._limiter: EndpointLimiter | None = None
         self._endpoint: tuple[str, str] | None = None
         limiter = context.settings.limiter
@@ -114,14 +114,14 @@ class ModelCallExecutor:
         execution.usage = execution.usage + call.usage
         self.context.record_usage(call.usage)
 
-    async def _attempt(self, prompt: Prompt, turn: int) -> ModelCallResponse:
-        self._check_budgets()
-        attempt = self._attempts[turn] = self._attempts.get(turn, 0) + 1
-        limiter, endpoint = self._limiter, self._endpoint
-        if limiter is None or endpoint is None:
-            return await self._attempt_now(prompt, turn, attempt)
+    async def _limited(self, prompt: Prompt, turn: int) -> ModelCallResponse:
+        """`_attempt` once the endpoint's limits let the call go (see `Limits`)."""
         from minions.models._limits import estimate_prompt
 
+        limiter, endpoint = self._limiter, self._endpoint
+        assert limiter is not None
+        assert endpoint is not None
+        attempt = self._attempts.get(turn, 0) + 1  # the attempt `_attempt` is about to number
         # Waited for outside the call's own timeout (the wait is not the endpoint's slowness)
         # and inside the step's (a step's timeout counts it).
         permit = await limiter.acquire(
@@ -130,10 +130,10 @@ class ModelCallExecutor:
             on_wait=lambda wait: self._announce_wait(wait, turn, attempt),
         )
         if permit is None:
-            return await self._attempt_now(prompt, turn, attempt)
+            return await self._attempt(prompt, turn)
         used: int | None = None
         try:
-            response = await self._attempt_now(prompt, turn, attempt)
+            response = await self._attempt(prompt, turn)
             used = response.usage.total_tokens or None
             return response
         except TransientModelError as exc:
@@ -162,7 +162,9 @@ class ModelCallExecutor:
             )
         )
 
-    async def _attempt_now(self, prompt: Prompt, turn: int, attempt: int) -> ModelCallResponse:
+    async def _attempt(self, prompt: Prompt, turn: int) -> ModelCallResponse:
+        self._check_budgets()
+        attempt = self._attempts[turn] = self._attempts.get(turn, 0) + 1
         step_id = self.execution.step_id
         events = self.context.events
         on_token = None
@@ -284,9 +286,9 @@ class ModelCallExecutor:
             ModelError: the model failed for good (retries spent, or not retryable).
         """
         try:
-            return await self._policy.run(
-                self._attempt, prompt, turn, before_sleep=self._announce_retry
-            )
+            # Without limits, the attempt itself: not one frame more on the step loop's path.
+            attempt = self._attempt if self._limiter is None else self._limited
+            return await self._policy.run(attempt, prompt, turn, before_sleep=self._announce_retry)
         except Exception as exc:
             if not is_transient(exc):
                 raise

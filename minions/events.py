@@ -36,6 +36,7 @@ __all__ = [
     "ModelCallCompleted",
     "ModelCallFailed",
     "ModelCallStarted",
+    "ModelCallWaiting",
     "OutputModeDemoted",
     "PlanRevised",
     "RetryScheduled",
@@ -135,6 +136,27 @@ class StepSkipped(_EventBase):
 
 
 # -- model and tool calls ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelCallWaiting(_EventBase):
+    """A model call waits for its endpoint's limits (see `Limits`) before it is sent; its
+    `ModelCallStarted` follows when it may go. Emitted once per attempt that has to wait."""
+
+    kind: Literal["model_call_waiting"] = "model_call_waiting"
+    turn: int = 1
+    attempt: int = 1
+    model: str = ""
+    endpoint: str = ""
+    """The entry of the limits that holds it (its ``match``, without credentials)."""
+    reason: Literal["max_concurrent", "requests_per_minute", "tokens_per_minute", "retry_after"] = (
+        "max_concurrent"
+    )
+    """`max_concurrent`: as many calls as allowed are in flight; `requests_per_minute` or
+    `tokens_per_minute`: the last minute used them up; `retry_after`: the endpoint answered
+    429 with ``Retry-After`` (to this run or another)."""
+    delay: float | None = None
+    """Seconds it should wait, when that is known (a window, a pause)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -307,6 +329,7 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
     StepCompleted,
     StepFailed,
     StepSkipped,
+    ModelCallWaiting,
     ModelCallStarted,
     ModelCallCompleted,
     ModelCallFailed,

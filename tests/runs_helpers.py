@@ -123,6 +123,20 @@ def marking_model(tool: str = "mark") -> FakeOpenAIServer:
     return FakeOpenAIServer(reply)
 
 
+def overlapping_server() -> FakeOpenAIServer:
+    """A model server whose every request waits a little (0.2 s) for another to arrive:
+    requests sent together are seen together (`max_in_flight`)."""
+    arrived = threading.Condition()
+
+    def reply(_: FakeRequest) -> FakeReply:
+        with arrived:
+            arrived.notify_all()
+            arrived.wait(0.2)
+        return FakeReply.text("done")
+
+    return FakeOpenAIServer(reply)
+
+
 WORKER_ENV = {
     "MINIONS_WORKER_HEARTBEAT": "0.3",
     "MINIONS_WORKER_DEAD_AFTER": "2",
@@ -131,6 +145,9 @@ WORKER_ENV = {
 
 class WorkerProcess:
     """`minions worker` in a process of its own, ready to take runs."""
+
+    args: tuple[str, ...] = ()
+    """More arguments of its command (a subclass's)."""
 
     def __init__(
         self,
@@ -153,6 +170,7 @@ class WorkerProcess:
         command = [
             sys.executable, "-m", "minions", "worker",
             "--database-url", url, "--executor-id", executor_id, "--concurrency", "4", *args,
+            *self.args,
         ]  # fmt: skip
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
@@ -200,12 +218,18 @@ def worker(
     url: str, folder: Path, executor_id: str, ledger: Path, *args: str, **env: str
 ) -> Iterator[WorkerProcess]:
     """A worker process (`args`: more options of `minions worker`)."""
-    process = WorkerProcess(url, folder, executor_id, ledger, *args, **env)
+    with watched(WorkerProcess(url, folder, executor_id, ledger, *args, **env)) as process:
+        yield process
+
+
+@contextmanager
+def watched(process: WorkerProcess) -> Iterator[WorkerProcess]:
+    """`process`, stopped at the end; its log in the report of a test that fails."""
     try:
         yield process
     except BaseException:
         # What the worker said, in the failing test's report.
-        print(f"--- log of worker {executor_id}:\n{process.log.read_text()[-4000:]}")
+        print(f"--- log of worker {process.executor_id}:\n{process.log.read_text()[-4000:]}")
         raise
     finally:
         process.stop()

@@ -59,14 +59,16 @@ PUBLIC: dict[str, set[str]] = {
     "minions.events": {
         "Event", "EventEmitter", "EventListener", "UsageRecord", "event_from_json",
         "event_to_json", "RunStarted", "RunCompleted", "RunFailed", "StepStarted",
-        "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallCompleted",
-        "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
+        "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallWaiting",
+        "ModelCallCompleted", "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
         "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
     },
     "minions.errors": ERRORS,
     "minions.models": {
-        "CapabilityMemory", "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
+        "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "EndpointPermit", "EndpointWait",
+        "Limits", "LocalLimiter",
+        "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },
     "minions.tools": {
@@ -76,9 +78,9 @@ PUBLIC: dict[str, set[str]] = {
         "MCPHttpServer", "MCPStdioServer",
     },
     "minions.runs": {
-        "ApprovalRecord", "RunRecord", "RunStore", "StepRecord", "WorkerRecord", "database_url",
-        "EventLog", "LiveHub", "STATUSES", "Worker", "WorkerConflictError",
-        "ScheduleRecord", "PruneResult", "History",
+        "ApprovalRecord", "EndpointRecord", "RunRecord", "RunStore", "StepRecord",
+        "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
+        "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

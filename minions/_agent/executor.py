@@ -30,7 +30,15 @@ from minions.tools._tool import Tool, ToolRegistry
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
+    from minions.models._limits import EndpointLimiter, Limits
+
 __all__ = ["AgentExecutor"]
+
+
+def _limiter(limits: Limits | EndpointLimiter) -> EndpointLimiter | None:
+    from minions.models._limits import limiter_of
+
+    return limiter_of(limits)
 
 
 _GRAPH_CACHE = 32
@@ -72,9 +80,13 @@ class AgentExecutor:
         mcp_servers: MCP servers every recipe's steps may use, by name (see
             `AgentRecipe.mcp_servers`; a recipe's server of the same name wins). Each run
             connects to the servers of its recipe and of the executor, once.
+        limits: limits per model endpoint (`minions.models.Limits`, e.g.
+            ``Limits.load("limits.yaml")``): requests in flight, requests and tokens per
+            minute, and a pause after a 429 with ``Retry-After``, held over every run of
+            this executor (and of any executor given the same limiter, an `EndpointLimiter`).
         settings: a `RunSettings` holding the model, model resolver and wrapper, approver,
-            tracer, MCP servers and listeners at once (another executor's ``settings``, say);
-            the keyword arguments above that are given win over its fields.
+            tracer, MCP servers, listeners and limiter at once (another executor's
+            ``settings``, say); the keyword arguments above that are given win over its fields.
 
     Raises:
         MissingExtraError: a `tracer_provider` is given and ``opentelemetry-api`` is missing.
@@ -98,6 +110,7 @@ class AgentExecutor:
         tracer_provider: TracerProvider | None = None,
         capture_message_content: bool | None = None,
         mcp_servers: Mapping[str, Any] | None = None,
+        limits: Limits | EndpointLimiter | None = None,
         settings: RunSettings | None = None,
     ) -> None:
         servers = mcp_servers
@@ -117,6 +130,7 @@ class AgentExecutor:
             tracer=tracer,
             mcp_servers=servers,
             listeners=tuple(listeners) or None,
+            limiter=None if limits is None else _limiter(limits),
         )
         """What every run of this executor shares (see `RunSettings`); each run's
         `AgentContext` gets it, with the recipe's model, listeners and MCP servers folded in."""

@@ -20,6 +20,7 @@ from minions.events import (
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallStarted,
+    ModelCallWaiting,
     OutputModeDemoted,
     RetryScheduled,
     TokenDelta,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from minions._step.context import AgentContext
     from minions._step.execution import StepExecution
     from minions.models._base import Model, TokenCallback
+    from minions.models._limits import EndpointLimiter, EndpointWait
 
 __all__ = ["ModelCallExecutor"]
 
@@ -87,6 +89,14 @@ class ModelCallExecutor:
             initial_delay=config.retry_initial_delay,
             max_delay=config.retry_max_delay,
         )
+        # The limits of the model's endpoint, when some apply (else one check per call).
+        self._limiter: EndpointLimiter | None = None
+        self._endpoint: tuple[str, str] | None = None
+        limiter = context.settings.limiter
+        if limiter is not None:
+            endpoint = model.endpoint
+            if endpoint is not None and limiter.rules(endpoint):
+                self._limiter, self._endpoint = limiter, endpoint
 
     def _check_budgets(self) -> None:
         budget = self.config.step_token_budget
@@ -103,6 +113,54 @@ class ModelCallExecutor:
         execution.model_calls.append(call)
         execution.usage = execution.usage + call.usage
         self.context.record_usage(call.usage)
+
+    async def _limited(self, prompt: Prompt, turn: int) -> ModelCallResponse:
+        """`_attempt` once the endpoint's limits let the call go (see `Limits`)."""
+        from minions.models._limits import estimate_prompt
+
+        limiter, endpoint = self._limiter, self._endpoint
+        assert limiter is not None
+        assert endpoint is not None
+        attempt = self._attempts.get(turn, 0) + 1  # the attempt `_attempt` is about to number
+        # Waited for outside the call's own timeout (the wait is not the endpoint's slowness)
+        # and inside the step's (a step's timeout counts it).
+        permit = await limiter.acquire(
+            endpoint,
+            tokens=estimate_prompt(prompt),
+            on_wait=lambda wait: self._announce_wait(wait, turn, attempt),
+        )
+        if permit is None:
+            return await self._attempt(prompt, turn)
+        used: int | None = None
+        try:
+            response = await self._attempt(prompt, turn)
+            used = response.usage.total_tokens or None
+            return response
+        except TransientModelError as exc:
+            if exc.status_code == 429 and exc.retry_after:
+                # Every run calling the endpoint waits, not only this one.
+                limiter.pause(endpoint, exc.retry_after)
+            raise
+        finally:
+            limiter.release(permit, tokens=used)
+
+    def _announce_wait(self, wait: EndpointWait, turn: int, attempt: int) -> None:
+        from minions._text import redact_url
+
+        limiter = self._limiter
+        assert limiter is not None
+        delay = None if wait.until is None else max(0.0, wait.until - limiter.clock())
+        self.context.events.emit(
+            ModelCallWaiting(
+                step_id=self.execution.step_id,
+                turn=turn,
+                attempt=attempt,
+                model=self.model.name,
+                endpoint=redact_url(wait.match),
+                reason=wait.reason,
+                delay=delay,
+            )
+        )
 
     async def _attempt(self, prompt: Prompt, turn: int) -> ModelCallResponse:
         self._check_budgets()
@@ -228,9 +286,9 @@ class ModelCallExecutor:
             ModelError: the model failed for good (retries spent, or not retryable).
         """
         try:
-            return await self._policy.run(
-                self._attempt, prompt, turn, before_sleep=self._announce_retry
-            )
+            # Without limits, the attempt itself: not one frame more on the step loop's path.
+            attempt = self._attempt if self._limiter is None else self._limited
+            return await self._policy.run(attempt, prompt, turn, before_sleep=self._announce_retry)
         except Exception as exc:
             if not is_transient(exc):
                 raise

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from minions._tracing.tracer import RunTracer
     from minions.events import EventListener
     from minions.models._base import Model
+    from minions.models._limits import EndpointLimiter
     from minions.tools._approval import Approver
 
 __all__ = ["RunSettings"]
@@ -51,6 +52,8 @@ class RunSettings:
     when it starts and adds their tools to its own. Read-only."""
     listeners: tuple[EventListener, ...] = ()
     """Callables receiving every event of a run, in order."""
+    limiter: EndpointLimiter | None = None
+    """Holds model calls to the limits of their endpoints (`Limits`); ``None``: no limits."""
 
     def __post_init__(self) -> None:
         # Read-only, and a copy: a caller's dict changed later does not change the settings.
@@ -64,7 +67,7 @@ class RunSettings:
 
 
 DEFAULT_SETTINGS = RunSettings()
-"""No model named, no resolver, wrapper, approver, tracer, MCP server or listener."""
+"""No model named, no resolver, wrapper, approver, tracer, MCP server, listener or limits."""
 
 
 def with_given(settings: RunSettings | None, **given: Any) -> RunSettings:

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from minions._version import __version__
 from minions.cli._errors import UsageError
+from minions.cli._limits import LimitsOption
 from minions.cli._report import plural
 from minions.cli._running import (
     EXIT_INTERRUPTED,
@@ -235,6 +236,7 @@ def run(
             "opentelemetry-exporter-otlp-proto-http.",
         ),
     ] = False,
+    limits: LimitsOption = None,
 ) -> None:
     """Run a recipe.
 
@@ -255,6 +257,7 @@ def run(
         quiet=quiet,
         preflight=preflight,
         otel=otel,
+        limits=limits,
     )
     ask = settings.ask
     if ask is None and sys.stdin.isatty() and sys.stderr.isatty():
@@ -331,7 +334,9 @@ def _register_runs() -> None:
     from minions.cli._serve import serve_command
 
     app.command(name="serve")(_user_errors_of(serve_command))
-    for group in (_runs.runs_app, _schedules.schedules_app):
+    from minions.cli._endpoints import endpoints_app
+
+    for group in (_runs.runs_app, _schedules.schedules_app, endpoints_app):
         for command in group.registered_commands:
             assert command.callback is not None
             command.callback = _user_errors_of(command.callback)

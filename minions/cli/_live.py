@@ -22,6 +22,14 @@ ViewMode = Literal["live", "lines", "off"]
 """``live`` redraws a table in place (a terminal), ``lines`` prints a line per step that
 starts, ends or is skipped (CI logs, pipes), ``off`` only keeps count (``--quiet``)."""
 
+_WAITS = {
+    "max_concurrent": "as many calls as allowed are in flight",
+    "requests_per_minute": "its requests per minute are used up",
+    "tokens_per_minute": "its tokens per minute are used up",
+    "retry_after": "it answered 429 (Retry-After)",
+}
+"""What a `ModelCallWaiting` waits for, in words."""
+
 _STYLE = {
     "pending": ("·", "dim"),
     "running": ("▶", "bold cyan"),
@@ -159,6 +167,15 @@ class LiveView:
             self._row(base).streamed += 1
         elif isinstance(event, ev.ToolCallCompleted | ev.ToolCallFailed):
             self._row(base).tool_calls += 1
+        elif isinstance(event, ev.ModelCallWaiting):
+            row = self._row(base)
+            why = _WAITS.get(event.reason, event.reason)
+            row.note = f"waits: {why}"
+            self._line(f"… {base} waits for {event.endpoint}: {why}")
+        elif isinstance(event, ev.ModelCallStarted):
+            row = self._row(base)
+            if row.note.startswith("waits: "):
+                row.note = ""
         elif isinstance(event, ev.RetryScheduled):
             self._row(base).retries += 1
         elif isinstance(event, ev.ApprovalRequested):

@@ -91,6 +91,7 @@ class RunOptions:
     workspace: Path | None = None
     approve_all: bool = False
     otel: bool = False
+    limits: Path | None = None
 
 
 InputsOption = Annotated[
@@ -227,6 +228,9 @@ def run_in_foreground(
     """
     if options.record is not None and not options.record.parent.is_dir():
         raise UsageError(f"cannot record to {str(options.record)!r}: no such directory")
+    from minions.cli._limits import load_limits
+
+    limits = load_limits(options.limits)
     given = parse_inputs(options.inputs)
     workspace = options.workspace
     if workspace is not None and workspace.exists() and not workspace.is_dir():
@@ -270,6 +274,7 @@ def run_in_foreground(
         model_wrapper=choice.wrapper,
         approver=approver,
         tracer_provider=tracer_provider,
+        limits=limits,
     )
     graph = executor.graph(recipe)
     events = EventsFile(options.events, err) if options.events is not None else None

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from minions._text import jsonable, token_count
 from minions.cli._errors import UsageError
+from minions.cli._limits import LimitsOption, load_limits
 from minions.cli._running import InputsOption, parse_inputs
 from minions.models._infer import MODEL_ENV
 
@@ -153,6 +154,7 @@ def worker(
         ),
     ] = False,
     retention: RetentionOption = None,
+    limits: LimitsOption = None,
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
@@ -164,6 +166,7 @@ def worker(
     from minions.runs import database_url as resolve
 
     url = resolve(database_url)
+    given_limits = load_limits(limits)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
 
     import os
@@ -208,6 +211,7 @@ def worker(
             settings=settings,
             on_ready=ready,
             retention=retention,
+            limits=given_limits,
         )
     except ValueError as exc:
         raise UsageError(f"--retention: {exc}") from None

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from minions.cli._errors import UsageError
+from minions.cli._limits import LimitsOption, load_limits
 from minions.cli._runs import DatabaseOption, RetentionOption, model_note
 from minions.models._infer import MODEL_ENV
 
@@ -76,6 +77,7 @@ def serve_command(
     ] = 2000,
     database_url: DatabaseOption = None,
     retention: RetentionOption = None,
+    limits: LimitsOption = None,
 ) -> None:
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
 
@@ -106,6 +108,7 @@ def serve_command(
     if recipes is not None and not recipes.is_dir():
         raise UsageError(f"--recipes: no such folder: {str(recipes)!r}")
     url = resolve(database_url)
+    given_limits = load_limits(limits)
     token = load_token(url)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if token.new:
@@ -138,4 +141,12 @@ def serve_command(
         request_timeout=request_timeout,
         max_connections=max_connections,
     )
-    serve(config, host=host, port=port, worker=not no_worker, retention=retention, on_ready=ready)
+    serve(
+        config,
+        host=host,
+        port=port,
+        worker=not no_worker,
+        retention=retention,
+        on_ready=ready,
+        limits=given_limits,
+    )

@@ -15,7 +15,24 @@ from minions.models._recording import Recording, RecordingModel, ReplayMissError
 from minions.models._structured import CapabilityMemory, OutputMode
 
 if TYPE_CHECKING:
+    from minions.models._limits import (
+        EndpointLimit,
+        EndpointLimiter,
+        EndpointPermit,
+        EndpointWait,
+        Limits,
+        LocalLimiter,
+    )
     from minions.models._openai import OpenAIChatModel
+
+_LIMITS = (
+    "EndpointLimit",
+    "EndpointLimiter",
+    "EndpointPermit",
+    "EndpointWait",
+    "Limits",
+    "LocalLimiter",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -25,12 +42,24 @@ def __getattr__(name: str) -> Any:
 
         globals()[name] = OpenAIChatModel
         return OpenAIChatModel
+    if name in _LIMITS:  # pydantic models: loaded when limits are used
+        from minions.models import _limits
+
+        value = getattr(_limits, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "MODEL_ENV",
     "CapabilityMemory",
+    "EndpointLimit",
+    "EndpointLimiter",
+    "EndpointPermit",
+    "EndpointWait",
+    "Limits",
+    "LocalLimiter",
     "ModeDemotion",
     "Model",
     "OpenAIChatModel",

@@ -24,6 +24,13 @@ class Model(ABC):
 
     name: str = "model"
 
+    @property
+    def endpoint(self) -> tuple[str, str] | None:
+        """Where the model is served, (base URL, model id), for models behind a server:
+        what limits per endpoint (`Limits`) match. ``None`` for the others; a model that
+        wraps another says the other's."""
+        return None
+
     @abstractmethod
     async def call(
         self, prompt: Prompt, *, on_token: TokenCallback | None = None

@@ -302,6 +302,11 @@ class OpenAIChatModel(Model):
             await bound.client.close()
 
     @property
+    def endpoint(self) -> tuple[str, str]:
+        """(base URL, model id)."""
+        return self._key
+
+    @property
     def output_mode(self) -> OutputMode | None:
         """The structured-output mode that last worked for this endpoint and model, if any."""
         return self.capabilities.worked(self._key)

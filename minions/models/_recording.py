@@ -193,6 +193,10 @@ class RecordingModel(Model):
         self.recording = recording if recording is not None else Recording()
         self._keys = _Keys()
 
+    @property
+    def endpoint(self) -> tuple[str, str] | None:
+        return self.model.endpoint
+
     async def check(self) -> None:
         await self.model.check()
 

@@ -25,7 +25,7 @@ re-asked with.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, get_args
 
 from minions._log import warn
@@ -73,8 +73,10 @@ class CapabilityMemory:
 
     Each `OpenAIChatModel` has its own memory unless given one: pass the same memory to
     several models of one endpoint for them to learn together. Nothing is shared between
-    models otherwise, nor kept past the memory's life. Safe to share between threads and
-    event loops: writes take a lock, and each entry a read sees is replaced whole.
+    models otherwise, nor kept past the memory's life, unless `on_change` keeps it: a
+    worker's memory is kept in its run store that way, and `load` gives it back to every
+    worker and later run. Safe to share between threads and event loops: writes take a
+    lock, and each entry a read sees is replaced whole.
 
     Args:
         demote_after: how many answers in a row that ignore a mode demote it (at least 1;
@@ -94,6 +96,23 @@ class CapabilityMemory:
         self._worked: dict[EndpointKey, OutputMode] = {}
         self._ignored: dict[tuple[EndpointKey, OutputMode], int] = {}
         self._lock = threading.Lock()
+        self.on_change: Callable[[EndpointKey], None] | None = None
+        """Told the endpoint whose refusals or working mode just changed (`learned`)."""
+
+    def _changed(self, key: EndpointKey) -> None:
+        if self.on_change is not None:
+            self.on_change(key)
+
+    def learned(self, key: EndpointKey) -> tuple[frozenset[str], OutputMode | None]:
+        """What is known of `key`: the features it refused, and the mode that last worked."""
+        return self._rejected.get(key, frozenset()), self._worked.get(key)
+
+    def load(self, known: Mapping[EndpointKey, tuple[frozenset[str], OutputMode | None]]) -> None:
+        """Replace what was learned with `known` (a store's: endpoints it does not name are
+        forgotten); the counts of ignored answers stay."""
+        with self._lock:
+            self._rejected = {key: rejected for key, (rejected, _) in known.items() if rejected}
+            self._worked = {key: worked for key, (_, worked) in known.items() if worked}
 
     def rejected(self, key: EndpointKey) -> frozenset[str]:
         """The features `key` refused so far."""
@@ -101,8 +120,11 @@ class CapabilityMemory:
 
     def reject(self, key: EndpointKey, feature: str) -> None:
         """Remember that `key` does not support `feature`."""
+        if feature in self.rejected(key):
+            return
         with self._lock:
             self._rejected[key] = self.rejected(key) | {feature}
+        self._changed(key)
 
     def ignored(self, key: EndpointKey, mode: OutputMode) -> bool:
         """Count an answer of `key` that ignored `mode`; true when that demotes `mode` (the
@@ -113,7 +135,8 @@ class CapabilityMemory:
             if count < self.demote_after:
                 return False
             self._rejected[key] = self._rejected.get(key, frozenset()) | {mode}
-            return True
+        self._changed(key)
+        return True
 
     def ladder(self, key: EndpointKey, preferred: Sequence[OutputMode]) -> tuple[OutputMode, ...]:
         """The rungs of `preferred` that `key` has not refused; never empty (the last rung
@@ -128,9 +151,12 @@ class CapabilityMemory:
         """Remember that `mode` produced valid output for `key` (which also ends a run of
         answers that ignored it)."""
         if self._worked.get(key) != mode or (key, mode) in self._ignored:
+            changed = self._worked.get(key) != mode
             with self._lock:
                 self._worked[key] = mode
                 self._ignored.pop((key, mode), None)
+            if changed:
+                self._changed(key)
 
     def worked(self, key: EndpointKey) -> OutputMode | None:
         """The mode that last produced valid output for `key`, if any did."""

@@ -29,6 +29,10 @@ class _Scoped(Model):
         self.prefix = prefix
         self.name = getattr(inner, "name", type(inner).__name__)
 
+    @property
+    def endpoint(self) -> tuple[str, str] | None:
+        return self.inner.endpoint
+
     async def check(self) -> None:
         await self.inner.check()
 

@@ -27,6 +27,7 @@ from minions.runs._runs import RunStore, database_url
 from minions.runs._tables import (
     STATUSES,
     ApprovalRecord,
+    EndpointRecord,
     History,
     PruneResult,
     RunRecord,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STATUSES",
     "ApprovalRecord",
+    "EndpointRecord",
     "EventLog",
     "History",
     "LiveHub",

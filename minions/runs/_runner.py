@@ -28,9 +28,11 @@ from minions.events import Event, RunCompleted, RunFailed
 from minions.models._base import Model
 from minions.models._infer import MODEL_ENV
 from minions.models._recording import Recording, ReplayModel, recording_beside
+from minions.models._structured import CapabilityMemory
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
+from minions.runs._limiter import StoreCapabilities, share_capabilities
 from minions.runs._log import TERMINAL_KINDS, LiveHub, event_row
 from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps, workflow_id
 from minions.runs._tables import TERMINAL
@@ -333,10 +335,18 @@ class SharedModels:
 
     Args:
         resolver: what makes a model of a string the first time (``None``: `infer_model`).
+        capabilities: the memory the models it makes learn into (the store's, shared by
+            every worker: `StoreCapabilities`); ``None``: each model its own.
     """
 
-    def __init__(self, resolver: Callable[[Model | str | None], Model] | None = None) -> None:
+    def __init__(
+        self,
+        resolver: Callable[[Model | str | None], Model] | None = None,
+        *,
+        capabilities: CapabilityMemory | None = None,
+    ) -> None:
         self.resolver = resolver
+        self.capabilities = capabilities
         self._models: dict[str | None, Model] = {}
 
     def __call__(self, spec: Model | str | None) -> Model:
@@ -350,6 +360,8 @@ class SharedModels:
                 from minions._step.context import resolve_model
 
                 found = resolve_model(spec)
+            if self.capabilities is not None:
+                share_capabilities(found, self.capabilities)
             found = self._models.setdefault(spec, found)
         return found
 
@@ -380,6 +392,8 @@ class DurableRunner:
         cancel_poll: seconds between looks at a running run's row (a cancel, a lost lease).
         lease: seconds a lease lasts without a heartbeat (the worker renews it).
         heartbeat: seconds between the worker's heartbeats.
+        capabilities: what endpoints taught the structured-output ladder, kept in the store
+            (loaded again as each run starts).
     """
 
     def __init__(
@@ -393,8 +407,10 @@ class DurableRunner:
         cancel_poll: float = 0.2,
         lease: float = 10.0,
         heartbeat: float = 2.0,
+        capabilities: StoreCapabilities | None = None,
     ) -> None:
         self.store = store
+        self.capabilities = capabilities
         self.executor_id = executor_id
         self.incarnation = incarnation
         self.hub = hub
@@ -413,7 +429,10 @@ class DurableRunner:
             settings=dataclasses.replace(
                 settings,
                 approver=self.approve,
-                model_resolver=SharedModels(settings.model_resolver),
+                model_resolver=SharedModels(
+                    settings.model_resolver,
+                    capabilities=None if capabilities is None else capabilities.memory,
+                ),
             )
         )
         """One for every run: it validates each recipe snapshot once."""
@@ -475,6 +494,9 @@ class DurableRunner:
         except RecipeError as exc:
             await self._fail(recorder, f"the recipe no longer loads: {exc}")
             raise RunFailedError(run_id, str(exc)) from None
+        if self.capabilities is not None:
+            # What every worker learned so far: the run starts at the modes that worked.
+            await self.capabilities.refresh()
         executor = self.executor
         try:
             replay = replay_beside(recipe, start.recipe_path, executor.settings)

@@ -26,6 +26,7 @@ from minions.runs._tables import (
     STATUSES,
     TERMINAL,
     CatchUp,
+    EndpointRecord,
     History,
     PruneResult,
     RunRecord,
@@ -279,6 +280,37 @@ class RunStore:
 
     async def workers(self) -> list[WorkerRecord]:
         return await self._store.workers()
+
+    async def endpoints(self, *, expiry: float | None = None) -> list[EndpointRecord]:
+        """What model endpoints taught the structured-output ladder of the store's workers,
+        learned within `expiry` seconds (the default of `Limits.capability_expiry`)."""
+        from minions.models._limits import DEFAULT_CAPABILITY_EXPIRY
+        from minions.runs._endpoints import capabilities
+
+        kept = DEFAULT_CAPABILITY_EXPIRY if expiry is None else expiry
+        found = await self._store.call(capabilities, self._store.store, since=time.time() - kept)
+        return [
+            EndpointRecord(
+                base_url=c.base_url,
+                model=c.model,
+                rejected=tuple(sorted(c.rejected)),
+                output_mode=c.worked,
+                learned_at=c.learned_at,
+                expires_at=c.learned_at + kept,
+            )
+            for c in found
+        ]
+
+    async def forget_endpoint(self, base_url: str, model: str | None = None) -> int:
+        """Forget what an endpoint taught (every model it serves when `model` is ``None``):
+        the next run through it discovers its structured-output mode again. How many
+        endpoints were forgotten."""
+        from minions.models._limits import base_url as normalized
+        from minions.runs._endpoints import forget_capabilities
+
+        return await self._store.call(
+            forget_capabilities, self._store.store, normalized(base_url), model
+        )
 
     # -- state changes -------------------------------------------------------------------------
 

@@ -146,6 +146,50 @@ schedules_table = sa.Table(
     sa.Column("last_run_id", sa.Text, nullable=True),
     sa.Column("fired", sa.Integer, nullable=False, default=0),
 )
+# Limits per model endpoint, over every worker of the store (minions.runs._endpoints). Tables
+# only added (no column of an older one changes): a store of this schema version that lacks
+# them gets them, empty, when it is opened.
+endpoint_gates_table = sa.Table(
+    "minions_endpoint_gates",
+    metadata,
+    # One row per entry of the limits (its `match`): the row every taker of a place locks
+    # first, so takers of one endpoint take turns; and a 429's pause.
+    sa.Column("endpoint", sa.Text, primary_key=True),
+    sa.Column("paused_until", sa.Float, nullable=False, default=0.0),
+)
+endpoint_calls_table = sa.Table(
+    "minions_endpoint_calls",
+    metadata,
+    # A call under an entry: in flight while `lease_until` is set (renewed by its worker's
+    # heartbeat, so a killed process frees its places), then counted in the window only.
+    sa.Column("call_id", sa.Text, primary_key=True),
+    sa.Column("endpoint", sa.Text, nullable=False, index=True),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("tokens", sa.Integer, nullable=False),
+    sa.Column("lease_until", sa.Float, nullable=True),
+)
+endpoint_waiters_table = sa.Table(
+    "minions_endpoint_waiters",
+    metadata,
+    # The callers waiting for a place, first come first served over every worker; a waiter
+    # not seen for a while (its process died) leaves the line.
+    sa.Column("endpoint", sa.Text, primary_key=True),
+    sa.Column("ticket", sa.Text, primary_key=True),
+    sa.Column("since", sa.Float, nullable=False),
+    sa.Column("seen_at", sa.Float, nullable=False),
+    sa.Column("tokens", sa.Integer, nullable=False),
+)
+capabilities_table = sa.Table(
+    "minions_capabilities",
+    metadata,
+    # What an endpoint taught the structured-output ladder (see CapabilityMemory).
+    sa.Column("base_url", sa.Text, primary_key=True),
+    sa.Column("model", sa.Text, primary_key=True),
+    sa.Column("rejected", sa.Text, nullable=False),
+    sa.Column("worked", sa.Text, nullable=True),
+    sa.Column("learned_at", sa.Float, nullable=False),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 
@@ -358,3 +402,20 @@ class History:
     oldest_at: float | None
     pruned_before: float | None = None
     pruned_at: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointRecord:
+    """What a model endpoint taught the structured-output ladder, kept in the store so every
+    worker and later run starts at the mode that worked (`minions endpoints list`)."""
+
+    base_url: str
+    model: str
+    rejected: tuple[str, ...]
+    """Features it refused: rungs of the ladder (``json_schema``, ``tool``), ``tools`` (it
+    ignores tools altogether), ``stream_options``."""
+    output_mode: str | None
+    """The structured-output mode that last produced valid output."""
+    learned_at: float
+    expires_at: float
+    """After this it is learned again."""

@@ -6,6 +6,7 @@ it goes on when the database is back."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -21,7 +22,9 @@ from dbos import DBOS
 
 from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
+from minions.models._limits import Limits
 from minions.runs._async import AsyncStore, _detail, transient
+from minions.runs._limiter import StoreCapabilities, StoreLimiter
 from minions.runs._log import LiveHub, run_failed_row
 from minions.runs._prune import Retention, prune
 from minions.runs._queue import (
@@ -45,6 +48,11 @@ log = structlog.get_logger(__name__)
 
 POLLING = 0.05
 """Seconds between the queue's polls (DBOS's default of 1 s caps throughput)."""
+SLOT_LEASE = max(DEAD_AFTER, 15.0)
+"""Seconds a model call's place under the limits stays taken without a heartbeat: the places
+of a worker that was killed are free after this. Longer than a run's lease: a worker slow to
+beat (a loaded machine) must not lose places its calls still use, or the limits would be
+exceeded; a run taken over from a dead worker may wait that long for them."""
 MAX_RECOVERIES = 50
 """A run taken over from dead workers this often fails instead (it may be what kills them)."""
 
@@ -129,6 +137,9 @@ class Worker:
         retention: prune finished runs periodically, keeping those younger than a duration
             (``30d``) or the newest number of them (``1000 runs``); None keeps them all.
         clock: the time now, for the schedules it fires (tests give their own).
+        limits: limits per model endpoint (`minions.models.Limits`), held over every worker
+            of the store that is given them; its `capability_expiry` says how long what an
+            endpoint taught the structured-output ladder is kept in the store.
 
     Raises:
         ValueError: `retention` is neither a duration nor a number of runs.
@@ -145,6 +156,7 @@ class Worker:
         on_ready: Callable[[Worker], None] | None = None,
         retention: str | None = None,
         clock: Callable[[], float] = time.time,
+        limits: Limits | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -155,14 +167,25 @@ class Worker:
         """This process's incarnation of the worker: the holder of the runs it takes."""
         self.store = Store(url, create=True)
         self.queue = Queue(url)
+        store = AsyncStore(self.store, patient=True, threads=max(4, concurrency + 2))
+        limits = limits if limits is not None else Limits()
+        self.limiter = (
+            StoreLimiter(store, limits, holder=self.incarnation, lease=SLOT_LEASE)
+            if limits.endpoints
+            else None
+        )
+        """Holds the model calls of its runs to the limits, over every worker of the store."""
+        if self.limiter is not None:
+            settings = dataclasses.replace(settings or RunSettings(), limiter=self.limiter)
         self.runner = DurableRunner(
-            AsyncStore(self.store, patient=True, threads=max(4, concurrency + 2)),
+            store,
             executor_id=self.executor_id,
             incarnation=self.incarnation,
             settings=settings,
             hub=hub,
             lease=DEAD_AFTER,
             heartbeat=HEARTBEAT,
+            capabilities=StoreCapabilities(store, expiry=limits.capability_expiry),
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"
@@ -345,6 +368,8 @@ class Worker:
             # Only the runs it still holds: one taken over while this worker was frozen is
             # not renewed, and its holder asks the store before its next tool call.
             self.runner.renewed(renewed, started + DEAD_AFTER)
+            if self.limiter is not None:
+                self.limiter.renew()  # its calls in flight keep their places
             self._take_over()
         except Exception as exc:
             if not transient(exc):

@@ -14,6 +14,7 @@ import structlog
 
 from minions._step.settings import RunSettings
 from minions.models._base import Model
+from minions.models._limits import Limits
 from minions.service import _logs as logs
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
@@ -40,6 +41,7 @@ def serve(
     concurrency: int = 4,
     retention: str | None = None,
     on_ready: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM; the in-process worker stops with the server (its
     unfinished runs go on in the next worker).
@@ -58,6 +60,8 @@ def serve(
         retention: that worker prunes finished runs periodically, keeping those younger than
             a duration (``30d``) or the newest number of them (``1000 runs``).
         on_ready: told the worker's id (or ``""`` without one) once the server listens.
+        limits: limits per model endpoint for the in-process worker's runs (held over every
+            worker of the store given them).
     """
     import uvicorn
 
@@ -86,6 +90,7 @@ def serve(
             hub=hub,
             on_ready=lambda _: started.set(),
             retention=retention,
+            limits=limits,
         )
 
         def work() -> None:

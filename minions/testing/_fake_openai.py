@@ -287,6 +287,8 @@ class FakeOpenAIServer:
             (a 400 for two messages of one role in a row, as Gemma's, Mistral's and Llama 2's
             chat templates answer).
         delay: seconds every answer takes (latency, for benchmarks).
+        gate: when given, chat requests are held until it is set (released when the server
+            stops): a test sees how many arrive at once (`in_flight`) before letting them go.
 
     Start it with ``with`` or ``async with`` (or `start` / `stop`); it listens on a free port
     of 127.0.0.1, at `url`. Every request is in `requests`, in order. A script that runs out
@@ -302,6 +304,7 @@ class FakeOpenAIServer:
         reject: Iterable[str] = (),
         quirks: Iterable[Quirk] = (),
         delay: float = 0.0,
+        gate: threading.Event | None = None,
     ) -> None:
         self._function = replies if callable(replies) else None
         self._script: list[FakeScript] = [] if callable(replies) else list(replies)
@@ -314,8 +317,13 @@ class FakeOpenAIServer:
         if unknown:
             raise ValueError(f"unknown quirks {sorted(unknown)}; known: {get_args(Quirk)}")
         self.delay = delay
+        self.gate = gate
         self.requests: list[FakeRequest] = []
         """Every request received, in order."""
+        self.in_flight = 0
+        """Chat requests received and not yet answered."""
+        self.max_in_flight = 0
+        """The most chat requests ever in flight at once."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
@@ -641,6 +649,21 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # The client gave up (a timeout): nobody is left to answer.
 
     def _chat(self, fake: FakeOpenAIServer, request: FakeRequest) -> None:
+        with fake._lock:
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+        try:
+            self._answer_chat(fake, request)
+        finally:
+            with fake._lock:
+                fake.in_flight -= 1
+
+    def _answer_chat(self, fake: FakeOpenAIServer, request: FakeRequest) -> None:
+        gate = fake.gate
+        while gate is not None and not gate.wait(0.02):
+            if fake._stopping.is_set():
+                self.close_connection = True
+                return
         try:
             reply = fake._reply_for(request)
         except Exception as exc:  # A reply function raised: say so, as a server error.

@@ -1,0 +1,224 @@
+"""What a worker shares with every other worker of its store about model endpoints: the
+places of limited endpoints (`StoreLimiter`), and what each endpoint taught the
+structured-output ladder (`StoreCapabilities`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from minions.models._base import Model
+from minions.models._limits import (
+    EndpointLimit,
+    EndpointLimiter,
+    Limits,
+    LineOfTurns,
+    OnWait,
+    Sleep,
+    wait_for_change,
+)
+from minions.models._structured import CapabilityMemory
+from minions.runs import _endpoints as sql
+from minions.runs._async import AsyncStore
+
+__all__: list[str] = []
+
+log = structlog.get_logger(__name__)
+
+POLL: tuple[float, float] = (0.02, 0.5)
+"""The first and the longest pause between two looks at the store of a caller in line (a
+place freed in this process wakes it at once)."""
+
+
+class StoreLimiter(EndpointLimiter):
+    """Holds the limits over every worker of a store.
+
+    The callers of this process wait in line per entry of the limits (asyncio, first come
+    first served); the first of them waits in the store's line with the first callers of the
+    other processes. Places in flight are leases that the worker's heartbeat renews
+    (`renew`): the places of a process that was killed are free once their lease runs out.
+
+    Args:
+        store: the worker's store.
+        limits: the limits.
+        holder: whose places these are (the worker's incarnation).
+        lease: seconds a place stays in flight without a renewal.
+        clock: the time in seconds, as every worker of the store sees it (`time.time`).
+        sleep: waits seconds of `clock` (`asyncio.sleep`).
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        limits: Limits,
+        *,
+        holder: str,
+        lease: float = 10.0,
+        clock: Callable[[], float] = time.time,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        super().__init__(limits, clock=clock)
+        self.store = store
+        self.holder = holder
+        self.lease = lease
+        self.sleep = sleep
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()  # the heartbeat renews from the worker's thread
+        self._turns = LineOfTurns()
+        self._writes: set[asyncio.Task[None]] = set()
+
+    async def _acquire(self, rule: EndpointLimit, tokens: int, on_wait: OnWait | None) -> Any:
+        ticket = uuid.uuid4().hex
+        turns = self._turns.of(rule.match)
+        told = False
+        delay = POLL[0]
+        try:
+            async with turns.line:
+                while True:
+                    turns.changed.clear()
+                    now = self.clock()
+                    wait = await self.store.call(
+                        sql.take,
+                        self.store.store,
+                        rule,
+                        ticket=ticket,
+                        holder=self.holder,
+                        tokens=tokens,
+                        now=now,
+                        lease=self.lease,
+                        line_ttl=max(10 * POLL[1], self.lease),
+                    )
+                    if wait is None:
+                        with self._held_lock:
+                            self._held.add(ticket)
+                        return ticket
+                    if not told and on_wait is not None:
+                        on_wait(wait)
+                        told = True
+                    pause = delay if wait.until is None else min(wait.until - now, POLL[1])
+                    await wait_for_change(turns.changed, max(pause, 0.0), self.sleep)
+                    delay = min(delay * 2, POLL[1])
+        except BaseException:
+            # Out of line (and its place given back if the store granted it as it was
+            # cancelled), off the event loop's cancellation.
+            self._write(sql.give_back, self.store.store, rule.match, ticket, None)
+            raise
+
+    def _release(self, rule: EndpointLimit, ticket: Any, tokens: int) -> None:
+        with self._held_lock:
+            self._held.discard(ticket)
+        task = self._write(sql.give_back, self.store.store, rule.match, ticket, tokens)
+        if task is not None:
+            # The callers of this process waiting for the place look again once it is free.
+            task.add_done_callback(lambda _: self._turns.wake(rule.match))
+
+    def _pause(self, rule: EndpointLimit, seconds: float) -> None:
+        until = self.clock() + seconds
+        self._write(sql.pause, self.store.store, rule.match, until)
+
+    def _write(self, fn: Callable[..., None], *args: Any) -> asyncio.Task[None] | None:
+        """`fn(*args)` in the store, without making the caller wait for it: a call's end
+        must not wait for the database, nor be lost to its task's cancellation."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        task = loop.create_task(self._written(fn, *args))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+        return task
+
+    async def _written(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            await self.store.call(fn, *args)
+        except Exception:
+            log.exception("endpoint limits: a write to the store failed")
+
+    def renew(self) -> None:
+        """Keep this process's places in flight for another lease (blocking: the worker's
+        heartbeat calls it from its own thread)."""
+        with self._held_lock:
+            held = sorted(self._held)
+        sql.renew(self.store.store, held, self.clock() + self.lease)
+
+    async def settle(self) -> None:
+        """EndpointWait for the writes started so far (for tests and an orderly stop)."""
+        while self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+
+class StoreCapabilities:
+    """What endpoints taught the structured-output ladder, kept in the store for every worker
+    and every later run: a `CapabilityMemory` shared by the models of a worker, loaded from
+    the store when a run starts (`refresh`) and written to it as it learns.
+
+    Args:
+        store: the worker's store.
+        expiry: seconds a lesson is kept; an older one is learned again.
+        clock: the time in seconds (`time.time`).
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        *,
+        expiry: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.expiry = expiry
+        self.clock = clock
+        self.memory = CapabilityMemory()
+        self.memory.on_change = self._changed
+        self._dirty: set[tuple[str, str]] = set()
+        self._flusher: asyncio.Task[None] | None = None
+
+    def _changed(self, key: tuple[str, str]) -> None:
+        self._dirty.add(key)
+        if self._flusher is not None and not self._flusher.done():
+            return  # the writer at work writes this one too
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # learned outside an event loop: kept at once, blocking
+            self._dirty.discard(key)
+            rejected, worked = self.memory.learned(key)
+            sql.save_capability(self.store.store, key, rejected, worked, self.clock())
+            return
+        self._flusher = loop.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        """Write the endpoints that changed, one at a time, each as it is when written (so
+        the last write of an endpoint is its latest lesson)."""
+        while self._dirty:
+            key = self._dirty.pop()
+            rejected, worked = self.memory.learned(key)
+            try:
+                await self.store.call(
+                    sql.save_capability, self.store.store, key, rejected, worked, self.clock()
+                )
+            except Exception:
+                log.exception("what an endpoint taught could not be kept", base_url=key[0])
+
+    async def refresh(self) -> None:
+        """Load what every worker learned (what this one is writing first)."""
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        known = await self.store.call(
+            sql.capabilities, self.store.store, since=self.clock() - self.expiry
+        )
+        self.memory.load({(c.base_url, c.model): (c.rejected, c.worked) for c in known})
+
+
+def share_capabilities(model: Any, memory: CapabilityMemory) -> None:
+    """Make `model` (an `OpenAIChatModel`, or a model wrapping one) learn into `memory`."""
+    while isinstance(model, Model):
+        if isinstance(getattr(model, "capabilities", None), CapabilityMemory):
+            model.capabilities = memory  # type: ignore[attr-defined]
+            return
+        model = getattr(model, "model", None)  # a wrapper's model (`RecordingModel`)

@@ -21,7 +21,7 @@ from minions.events import Event
 from minions.runs._async import AsyncStore
 from minions.runs._log import EventLog, LiveHub, run_failed_row
 from minions.runs._store import DEFAULT_URL, Store
-from minions.runs._tables import STATUSES, RunRecord, WorkerRecord
+from minions.runs._tables import STATUSES, RunFilter, RunRecord, WorkerRecord
 
 if TYPE_CHECKING:
     from minions.runs._queue import Queue
@@ -32,6 +32,24 @@ __all__ = ["RunStore", "database_url"]
 def database_url(given: str | None = None) -> str:
     """`given`, else ``MINIONS_DATABASE_URL``, else ``sqlite:///./.minions/minions.db``."""
     return given or os.environ.get("MINIONS_DATABASE_URL") or DEFAULT_URL
+
+
+def _filter(
+    status: str | None,
+    recipe: str | None,
+    created_after: float | None,
+    created_before: float | None,
+    id_prefix: str | None,
+) -> RunFilter:
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
+    return RunFilter(
+        status=status,
+        recipe=recipe,
+        created_after=created_after,
+        created_before=created_before,
+        id_prefix=id_prefix,
+    )
 
 
 class RunStore:
@@ -206,13 +224,48 @@ class RunStore:
         *,
         status: str | None = None,
         recipe: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        id_prefix: str | None = None,
         limit: int = 50,
         before: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first (`before`: the created_at and run id of a page's last run)."""
-        if status is not None and status not in STATUSES:
-            raise ValueError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
-        return await self._store.list_runs(status=status, recipe=recipe, limit=limit, before=before)
+        """Runs, newest first, a page at a time.
+
+        Args:
+            status: only runs in this status.
+            recipe: only runs of this recipe id.
+            created_after: only runs created at or after this time (Unix seconds).
+            created_before: only runs created before this time.
+            id_prefix: only runs whose id starts with this.
+            limit: at most this many.
+            before: the created_at and run id of a page's last run: the page after it.
+        """
+        which = _filter(status, recipe, created_after, created_before, id_prefix)
+        return await self._store.list_runs(which, limit=limit, before=before)
+
+    async def count_runs(
+        self,
+        *,
+        status: str | None = None,
+        recipe: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        id_prefix: str | None = None,
+    ) -> int:
+        """How many runs `list_runs` with the same filters gives, every page together."""
+        which = _filter(status, recipe, created_after, created_before, id_prefix)
+        return await self._store.count_runs(which)
+
+    async def step_events(self, run_id: str, step_id: str) -> list[Event]:
+        """The stored events of one step of the run, every visit, and of its loop items
+        (whose step ids are ``step[0]``, ``step[1]``...), in order.
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        await self._store.head(run_id)
+        return await self._store.step_events(run_id, step_id)
 
     async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         """Stored events of the run after sequence number `after`, in order.

@@ -284,7 +284,7 @@ def test_an_operator_finds_runs_and_reads_what_happened_when_and_why(
         find_runs(page, runs)
         read_a_parallel_run(page, runs["fanout"])
         shoot(page, shots, "run", runs["fanout"])
-        read_failures(page, runs)
+        read_failures(page, runs, shots)
         use_the_keyboard(page, runs)
     finally:
         page.close()
@@ -395,7 +395,7 @@ def read_a_parallel_run(page: Page, run_id: str) -> None:
     expect(drawer).to_be_hidden()
 
 
-def read_failures(page: Page, runs: dict[str, str]) -> None:
+def read_failures(page: Page, runs: dict[str, str], shots: Path) -> None:
     # A failed tool step: its error on its row, once; the banner names the step.
     page.goto(f"{page.url.split('#')[0]}#/runs/{runs['flaky']}")
     expect(page.locator("#run-status")).to_have_text("failed")
@@ -418,7 +418,9 @@ def read_failures(page: Page, runs: dict[str, str]) -> None:
     expect(drawer.locator(".retry")).to_have_count(2)
     expect(drawer.locator(".retry").first).to_contain_text("the answer was unusable")
     expect(drawer.locator(".step-error")).to_contain_text("the model's reply was cut off")
+    expect(drawer.locator("dl")).to_contain_text(re.compile(r"tokens\s*\d+ \(\d+ in, \d+ out\)"))
     assert NOTE_TO_THE_MODEL not in page.locator("body").inner_text()
+    page.screenshot(path=str(shots / "console-step-desktop-light.png"))
     page.keyboard.press("Escape")
 
 

@@ -346,6 +346,7 @@ def test_a_steps_times_calls_and_errors_are_told(client: httpx2.Client) -> None:
     assert failed["status"] == "failed"
     assert "not yet" in failed["error"]
     assert failed["executions"] == []
+    assert failed["usage"]["calls"] == 0
     [flaky] = failed["tool_calls"]
     assert "not yet" in flaky["error"]
     assert flaky["result"] is None

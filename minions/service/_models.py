@@ -199,6 +199,9 @@ class StepDetail(BaseModel):
     finished_at: float | None = None
     skipped: str | None = Field(None, description="Why it was skipped.")
     error: str | None = None
+    usage: dict[str, Any] = Field(
+        default_factory=dict, description="The last visit's tokens (a failed one's too)."
+    )
     model_calls: list[ModelCallOut] = Field(default_factory=list)
     tool_calls: list[ToolCallOut] = Field(default_factory=list)
     retries: list[RetryOut] = Field(default_factory=list)

@@ -69,7 +69,7 @@ async def step(
     ]
     if executions:  # the stored record has the last word (events of a retried run repeat)
         last = executions[-1]
-        detail.status, detail.error = last.status, last.error
+        detail.status, detail.error, detail.usage = last.status, last.error, last.usage
         detail.started_at = last.started_at or detail.started_at
         detail.finished_at = last.finished_at or detail.finished_at
     return detail
@@ -98,6 +98,7 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
                 detail.status = "completed" if isinstance(event, StepCompleted) else "failed"
                 detail.error = event.error if isinstance(event, StepFailed) else None
                 detail.finished_at = at
+                detail.usage = dataclasses.asdict(event.usage)
             case StepSkipped() if item is None:
                 detail.status, detail.skipped = "skipped", event.reason
             case ApprovalRequested() if item is None:

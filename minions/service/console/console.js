@@ -605,7 +605,7 @@ function itemName(call) {
 function stepDetail(d) {
   const parts = [];
   const execution = d.executions[d.executions.length - 1] || {};
-  const usage = execution.usage || {};
+  const usage = d.usage || {};
   const took = d.started_at && d.finished_at ? duration(d.finished_at - d.started_at) : "";
   parts.push(facts([
     ["kind", d.kind],

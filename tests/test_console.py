@@ -444,6 +444,10 @@ def use_the_keyboard(page: Page, runs: dict[str, str]) -> None:
     expect(page.locator("#run-id")).to_have_text(runs["chat"])
 
 
+PANES = ("#timeline", "#steps-frame", "#events", "#run-output", "#tokens")
+"""The run page's panes that grow with the run."""
+
+
 def shoot(page: Page, folder: Path, name: str, run_id: str) -> None:
     """The run page and the list at a desktop's width and a phone's, light and dark; nothing
     wider than the window."""
@@ -458,8 +462,12 @@ def shoot(page: Page, folder: Path, name: str, run_id: str) -> None:
             page.goto(f"{base}#/runs/{run_id}")
             expect(page.locator("#run-status")).to_have_text("completed")
             expect(page.locator("#timeline .tl-row")).to_have_count(9)
+            expect(page.locator('#events li[data-kind="run_completed"]')).to_have_count(1)
             wide: Any = page.evaluate("document.documentElement.scrollWidth")
             assert wide <= width, f"{device}, {scheme}: the page is {wide} px wide"
+            for pane in PANES:  # each scrolls inside itself
+                limit = page.locator(pane).evaluate("(p) => getComputedStyle(p).maxHeight")
+                assert limit != "none", f"{pane} has no height limit"
             page.screenshot(path=str(folder / f"console-{name}-{device}-{scheme}.png"))
             page.goto(f"{base}#/")
             expect(page.locator("#runs tbody tr[data-run]")).to_have_count(4)

@@ -307,7 +307,7 @@ async function refreshRun(run) {
   $("#run-status").replaceWith(Object.assign(statusBadge(data.status), { id: "run-status" }));
   $("#run-recipe").textContent = data.recipe;
   const end = data.finished_at || (TERMINAL.has(data.status) ? null : Date.now() / 1000);
-  $("#run-times").textContent = [`created ${relative(data.created_at)} (${absolute(data.created_at)})`, data.started_at && end ? `took ${duration(end - data.started_at)}` : ""].filter(Boolean).join(" · ");
+  $("#run-times").textContent = [`created ${relative(data.created_at)} (${absolute(data.created_at)})`, data.started_at && end ? `${data.finished_at ? "took" : "running for"} ${duration(end - data.started_at)}` : ""].filter(Boolean).join(" · ");
   const u = data.usage || {};
   $("#run-usage").textContent = u.calls ? `${u.calls} model calls, ${number(tokensOf(u))} tokens (${number(u.prompt_tokens || 0)} in, ${number(u.completion_tokens || 0)} out)` : "";
   $("#cancel").disabled = TERMINAL.has(data.status);
@@ -742,7 +742,8 @@ function track(run, event) {
   if (event.kind === "step_started") {
     run.visits[id] = event.visit;
     const row = run.rows.get(`${id}#${event.visit}`) || newRow(run, id, baseOf(id), event.visit);
-    Object.assign(row, { status: "running", start: row.start || t, end: null, error: null });
+    // A step started again (its run resumed after failing) is drawn from its new start.
+    Object.assign(row, { status: "running", start: t, end: null, error: null, reason: null });
     return;
   }
   let row = lastRow(run, id);

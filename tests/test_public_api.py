@@ -75,7 +75,8 @@ PUBLIC: dict[str, set[str]] = {
         "MCPHttpServer", "MCPStdioServer",
     },
     "minions.runs": {
-        "ApprovalRecord", "RunRecord", "RunStore", "StepRecord", "WorkerRecord", "database_url",
+        "ApprovalRecord", "RunFilters", "RunRecord", "RunStore", "StepRecord", "WorkerRecord",
+        "database_url",
         "EventLog", "LiveHub", "STATUSES", "Worker", "WorkerConflictError",
     },
     "minions.service": {

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
 from minions.runs._log import EventLog, LiveHub
-from minions.runs._runs import RunStore, database_url
+from minions.runs._runs import RunFilters, RunStore, database_url
 from minions.runs._tables import (
     STATUSES,
     ApprovalRecord,
@@ -38,6 +38,7 @@ __all__ = [
     "ApprovalRecord",
     "EventLog",
     "LiveHub",
+    "RunFilters",
     "RunRecord",
     "RunStore",
     "StepRecord",

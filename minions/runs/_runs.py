@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from minions._text import jsonable
 from minions.errors import RunStateError, StoreError
@@ -26,7 +26,7 @@ from minions.runs._tables import STATUSES, RunFilter, RunRecord, WorkerRecord
 if TYPE_CHECKING:
     from minions.runs._queue import Queue
 
-__all__ = ["RunStore", "database_url"]
+__all__ = ["RunFilters", "RunStore", "database_url"]
 
 
 def database_url(given: str | None = None) -> str:
@@ -34,22 +34,21 @@ def database_url(given: str | None = None) -> str:
     return given or os.environ.get("MINIONS_DATABASE_URL") or DEFAULT_URL
 
 
-def _filter(
-    status: str | None,
-    recipe: str | None,
-    created_after: float | None,
-    created_before: float | None,
-    id_prefix: str | None,
-) -> RunFilter:
+class RunFilters(TypedDict, total=False):
+    """The filters of `RunStore.list_runs` and `RunStore.count_runs`."""
+
+    status: str | None
+    recipe: str | None
+    created_after: float | None
+    created_before: float | None
+    id_prefix: str | None
+
+
+def _filter(which: RunFilters) -> RunFilter:
+    status = which.get("status")
     if status is not None and status not in STATUSES:
         raise ValueError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
-    return RunFilter(
-        status=status,
-        recipe=recipe,
-        created_after=created_after,
-        created_before=created_before,
-        id_prefix=id_prefix,
-    )
+    return RunFilter(**which)
 
 
 class RunStore:
@@ -222,40 +221,24 @@ class RunStore:
     async def list_runs(
         self,
         *,
-        status: str | None = None,
-        recipe: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        id_prefix: str | None = None,
         limit: int = 50,
         before: tuple[float, str] | None = None,
+        **which: Unpack[RunFilters],
     ) -> list[RunRecord]:
         """Runs, newest first, a page at a time.
 
         Args:
-            status: only runs in this status.
-            recipe: only runs of this recipe id.
-            created_after: only runs created at or after this time (Unix seconds).
-            created_before: only runs created before this time.
-            id_prefix: only runs whose id starts with this.
             limit: at most this many.
             before: the created_at and run id of a page's last run: the page after it.
+            **which: the filters, together: `status` (runs in this status), `recipe` (of
+                this recipe id), `created_after` (created at or after, Unix seconds),
+                `created_before` (created before), `id_prefix` (whose id starts with it).
         """
-        which = _filter(status, recipe, created_after, created_before, id_prefix)
-        return await self._store.list_runs(which, limit=limit, before=before)
+        return await self._store.list_runs(_filter(which), limit=limit, before=before)
 
-    async def count_runs(
-        self,
-        *,
-        status: str | None = None,
-        recipe: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        id_prefix: str | None = None,
-    ) -> int:
+    async def count_runs(self, **which: Unpack[RunFilters]) -> int:
         """How many runs `list_runs` with the same filters gives, every page together."""
-        which = _filter(status, recipe, created_after, created_before, id_prefix)
-        return await self._store.count_runs(which)
+        return await self._store.count_runs(_filter(which))
 
     async def step_events(self, run_id: str, step_id: str) -> list[Event]:
         """The stored events of one step of the run, every visit, and of its loop items

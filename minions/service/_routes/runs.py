@@ -6,13 +6,13 @@ import asyncio
 import base64
 import dataclasses
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
 from minions.errors import RecipeError
-from minions.runs import RunRecord
+from minions.runs import RunFilters, RunRecord
 from minions.service._bytes import json_problem
 from minions.service._deps import Catalog, Config, Runs
 from minions.service._errors import ERRORS, Refused
@@ -98,13 +98,13 @@ async def list_runs(
 ) -> RunPage:
     """Runs, newest first, a page at a time (the filters given, together)."""
     before = _position(cursor) if cursor else None
-    which: dict[str, Any] = {
-        "status": status,
-        "recipe": recipe,
-        "created_after": created_after,
-        "created_before": created_before,
-        "id_prefix": id_prefix,
-    }
+    which = RunFilters(
+        status=status,
+        recipe=recipe,
+        created_after=created_after,
+        created_before=created_before,
+        id_prefix=id_prefix,
+    )
     records = await runs.list_runs(**which, limit=limit, before=before)
     summaries = [summary(r) for r in records]
     more = len(summaries) == limit

@@ -149,28 +149,13 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
                 else:
                     tool.error = event.error
             case RetryScheduled():
-                detail.retries.append(
-                    RetryOut(
-                        item=item,
-                        visit=visit,
-                        at=at,
-                        target=event.target,
-                        attempt=event.attempt,
-                        delay=event.delay,
-                        reason=event.reason,
-                    )
-                )
+                when = {"item": item, "visit": visit, "at": at}
+                retry = {"target": event.target, "attempt": event.attempt, "delay": event.delay}
+                detail.retries.append(RetryOut(**when, **retry, reason=event.reason))
             case CompletionDecided():
-                detail.decisions.append(
-                    DecisionOut(
-                        item=item,
-                        visit=visit,
-                        at=at,
-                        link=event.link,
-                        decision=event.decision,
-                        reason=event.reason,
-                    )
-                )
+                when = {"item": item, "visit": visit, "at": at}
+                decided = {"link": event.link, "decision": event.decision}
+                detail.decisions.append(DecisionOut(**when, **decided, reason=event.reason))
             case _:
                 pass
     detail.model_calls = list(models.values())

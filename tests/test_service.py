@@ -422,6 +422,14 @@ def test_a_failed_run_resumes_from_its_last_completed_step(
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     started = [e["step_id"] for e in events if e["kind"] == "step_started"]
     assert started.count("first") == 1  # not run again
+    # The step's detail tells both of its tries: the failed call, then the one that worked.
+    second = client.get(f"/runs/{run_id}/steps/second").json()
+    assert (second["status"], second["error"]) == ("completed", None)
+    assert [(c["error"] is None, c["result"]) for c in second["tool_calls"]] == [
+        (False, None),
+        (True, "two"),
+    ]
+    assert second["started_at"] >= second["tool_calls"][0]["finished_at"]
 
 
 # -- the stream -----------------------------------------------------------------------------

@@ -83,6 +83,9 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
     """The step as its events tell it, in order (a later visit overwrites the status)."""
     detail = StepDetail(run_id=run_id, step_id=step_id, status="pending")
     visit = 1
+    # Calls are told apart by the step's start they belong to: a run resumed after the step
+    # failed starts it again, and its calls (same turns, same call ids) again too.
+    starts = 0
     models: dict[tuple[int, int | None, int, int], ModelCallOut] = {}
     tools: dict[tuple[int, int | None, str], ToolCallOut] = {}
     for event in events:
@@ -92,6 +95,7 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
         match event:
             case StepStarted() if item is None:
                 visit = event.visit
+                starts += 1
                 detail.status, detail.error, detail.skipped = "running", None, None
                 detail.started_at, detail.finished_at = at, None
             case StepCompleted() | StepFailed() if item is None:
@@ -104,7 +108,7 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
             case ApprovalRequested() if item is None:
                 detail.status = "waiting"
             case ModelCallStarted():
-                models[(visit, item, event.turn, event.attempt)] = ModelCallOut(
+                models[(starts, item, event.turn, event.attempt)] = ModelCallOut(
                     item=item,
                     visit=visit,
                     turn=event.turn,
@@ -113,7 +117,7 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
                     started_at=at,
                 )
             case ModelCallCompleted() | ModelCallFailed():
-                call = models.get((visit, item, event.turn, event.attempt))
+                call = models.get((starts, item, event.turn, event.attempt))
                 if call is None:
                     continue
                 call.finished_at = at
@@ -125,7 +129,7 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
                 else:
                     call.error = event.error
             case ToolCallStarted():
-                key = (visit, item, event.call_id)
+                key = (starts, item, event.call_id)
                 if key in tools:
                     tools[key].attempts = event.attempt
                 else:
@@ -139,7 +143,7 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
                         started_at=at,
                     )
             case ToolCallCompleted() | ToolCallFailed():
-                tool = tools.get((visit, item, event.call_id))
+                tool = tools.get((starts, item, event.call_id))
                 if tool is None:
                     continue
                 tool.finished_at = at

@@ -435,7 +435,7 @@ function renderTimeline(run) {
     line.dataset.status = r.status;
     const visits = rows.filter((o) => o.id === r.id).length;
     const label = el("button", { type: "button", className: "tl-label", textContent: visits > 1 ? `${r.id} (${r.visit})` : r.id, title: `${r.id}: ${r.status} — open the step` });
-    label.addEventListener("click", () => openDrawer(run, r.base));
+    label.addEventListener("click", () => openDrawer(current, r.base));
     const track = el("div", { className: "tl-track" });
     if (r.start) {
       const end = r.end || (live ? Date.now() / 1000 : t1);
@@ -515,8 +515,8 @@ function renderGraph(run) {
     const title = make("title", {});
     title.textContent = `${n.kind} step ${n.id}: ${status}`;
     g.append(text, title);
-    g.addEventListener("click", () => openDrawer(run, n.id));
-    g.addEventListener("keydown", (event) => { if (event.key === "Enter" || event.key === " ") { event.preventDefault(); openDrawer(run, n.id); } });
+    g.addEventListener("click", () => openDrawer(current, n.id));
+    g.addEventListener("keydown", (event) => { if (event.key === "Enter" || event.key === " ") { event.preventDefault(); openDrawer(current, n.id); } });
     parts.push(g);
   }
   const cols = Object.keys(columns).length, rows = Math.max(1, ...Object.values(columns).map((c) => c.length));
@@ -540,7 +540,7 @@ function renderSteps(run) {
     row.dataset.step = id;
     row.dataset.status = status;
     const open = el("button", { type: "button", textContent: id, title: "open the step" });
-    open.addEventListener("click", () => openDrawer(run, id));
+    open.addEventListener("click", () => openDrawer(current, id));
     const usage = last.usage || record.usage;
     const end = last.end || (last.start && !TERMINAL.has(status) && status !== "skipped" ? Date.now() / 1000 : null);
     let result;
@@ -567,6 +567,9 @@ function renderSteps(run) {
 
 let opener = null;
 async function openDrawer(run, stepId) {
+  // The panes' handlers pass `current`, never the run they were drawn for: a pane that
+  // `swap` kept (it showed the same) may have been drawn for another run.
+  if (!run) return;
   opener = document.activeElement;
   const drawer = $("#drawer");
   drawer.hidden = false;

@@ -1,44 +1,62 @@
-"""The console in a real browser: Debian's chromium driven by Playwright. A person opens the
-page, gives the token (generated at the server's first start, printed once), submits a run,
-sees it in the list, watches its events arrive and its steps change colour, approves the call
-it waits for, and sees it complete; a screenshot is saved as the test's artifact. A model's
-answer streams into the page as it is written. The page follows a run with the browser's
-`EventSource`, opened with a stream ticket (never the token in a URL), and closes it at the
-run's end: it never comes back."""
+"""The console in a real browser: Debian's chromium driven by Playwright.
+
+A person opens the page, gives the token (generated at the server's first start, printed
+once), submits a run, watches its events arrive and its steps change colour, approves the call
+it waits for, and sees it complete; a model's answer streams into the page as it is written.
+The page follows a run with the browser's `EventSource`, opened with a stream ticket (never
+the token in a URL), and closes it at the run's end: it never comes back.
+
+An operator finds runs (by status, recipe, creation time and id, a page at a time), reads a
+run's timeline (parallel steps side by side, loop items, a wait for a person, retries), opens
+a step's calls, reads a failed step's error once and short (never the note meant for the
+model), with the keyboard too, at a desktop's and a phone's width, light and dark.
+Screenshots go to the test's folder (to docs/ with ``MINIONS_SCREENSHOTS=docs``).
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Literal
 
+import httpx2
 import pytest
+from browser_helpers import MISSING, launch
 from playwright.sync_api import Browser, Page, expect, sync_playwright
-from service_helpers import ANSWER, server, write_chat_recipe, write_recipes
+from service_helpers import (
+    ANSWER,
+    TOKEN,
+    auth,
+    server,
+    submit,
+    write_chat_recipe,
+    write_recipes,
+)
 
-from minions.testing import FakeOpenAIServer, FakeRequest
+from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        browser = launch(playwright)
         yield browser
         browser.close()
+
+
+def test_a_missing_chromium_fails_the_tests_with_how_to_install_it(tmp_path: Path) -> None:
+    with sync_playwright() as playwright, pytest.raises(pytest.fail.Exception) as failed:
+        launch(playwright, str(tmp_path / "chromium"))
+    assert str(failed.value) == MISSING.format(path=tmp_path / "chromium")
+    assert "apt-get install chromium" in str(failed.value)
 
 
 def test_a_person_runs_watches_and_approves_a_run_in_the_console(
@@ -87,6 +105,27 @@ def sources(page: Page) -> list[int]:
     return states
 
 
+def log_in(page: Page, base: str, token: str, query: str = "") -> None:
+    page.goto(f"{base}/{query}")
+    expect(page.locator("#login")).to_be_visible()
+    page.fill("#token", token)
+    page.click("#login button")
+    expect(page.locator("#app")).to_be_visible()
+
+
+def submit_in_console(page: Page, recipe: str, inputs: str) -> str:
+    page.goto(page.url.split("#")[0] + "#/")
+    if not page.locator("details.new-run").evaluate("(d) => d.open"):
+        page.click("details.new-run summary")
+    page.select_option("#recipe", recipe)
+    page.fill("#inputs", inputs)
+    page.click("#submit")
+    expect(page.locator("#run-view")).to_be_visible()
+    run_id = page.locator("#run-id").inner_text()
+    assert len(run_id) == 32
+    return run_id
+
+
 def run_in_console(
     page: Page, base: str, token: str, release: threading.Event, artifacts: Path
 ) -> None:
@@ -107,13 +146,7 @@ def run_in_console(
     assert page.evaluate("sessionStorage.getItem('minions-token')") == token
 
     # Submit a run that waits for a person.
-    page.select_option("#recipe", "release")
-    page.fill("#inputs", '{"text": "go"}')
-    page.click("#submit")
-    expect(page.locator("#run-view")).to_be_visible()
-    run_id = page.locator("#run-id").inner_text()
-    assert len(run_id) == 32
-    expect(page.locator(f'#runs tr[data-run="{run_id}"]')).to_be_visible()
+    run_id = submit_in_console(page, "release", '{"text": "go"}')
 
     # Its events arrive; the step waits, coloured so, with the call to approve.
     expect(page.locator('#events li[data-kind="approval_requested"]')).to_have_count(1)
@@ -125,22 +158,20 @@ def run_in_console(
     assert sources(page) == [1]  # an EventSource follows the run, live
     approval.locator("button.approve").click()
 
-    # It completes: every step green, the output shown, the list updated.
+    # It completes: every step green, the output shown, the wait marked on the timeline.
     expect(page.locator("#run-status")).to_have_text("completed")
     expect(page.locator('#events li[data-kind="run_completed"]')).to_have_count(1)
     for step in ("say", "after"):
         expect(page.locator(f'#graph g[data-step="{step}"]')).to_have_attribute(
             "data-status", "completed"
         )
-    expect(page.locator("#run-output")).to_have_text('"DONE"')
+    expect(page.locator("#run-output")).to_have_text("DONE")
     expect(page.locator('#steps tr[data-step="say"]')).to_contain_text("GO")
-    expect(page.locator(f'#runs tr[data-run="{run_id}"]')).to_contain_text("completed")
+    expect(page.locator('#timeline .tl-row[data-step="say"] .tl-wait')).to_have_count(1)
     seqs = page.locator("#events li .seq").all_inner_texts()
     assert [int(s) for s in seqs] == list(range(1, len(seqs) + 1))
-    page.screenshot(path=str(artifacts / "console.png"), full_page=True)
     # The run ended: its EventSource was closed for good, having connected once, with a
     # ticket in its URL and never the token.
-    expect(page.locator("#run-status")).to_have_text("completed")
     page.wait_for_function("window.__sources.every((s) => s.readyState === 2)")
     assert sources(page) == [2]
     assert len(streams) == 1
@@ -148,11 +179,11 @@ def run_in_console(
     assert kind == "eventsource"
     assert f"/runs/{run_id}/events/stream?ticket=" in url
     assert token not in url
+    page.click("a.back")
+    expect(page.locator(f'#runs tr[data-run="{run_id}"]')).to_contain_text("completed")
 
     # A model's answer streams in as it is written.
-    page.select_option("#recipe", "chat")
-    page.fill("#inputs", "{}")
-    page.click("#submit")
+    submit_in_console(page, "chat", "{}")
     expect(page.locator('#events li[data-kind="model_call_started"]')).to_have_count(1)
     release.set()
     expect(page.locator('#tokens pre[data-step="answer"]')).to_have_text(ANSWER)
@@ -162,3 +193,286 @@ def run_in_console(
     page.wait_for_function("window.__sources.every((s) => s.readyState === 2)")
     assert sources(page) == [2, 2]
     assert len(streams) == 2
+
+
+# -- an operator's view ---------------------------------------------------------------------
+
+FANOUT = """\
+id: fanout
+description: Three steps side by side, then a loop of three items, two at a time.
+tools: [tools]
+steps:
+  - {id: start, tool: mark, params: {run: fan, step: start}}
+  - {id: north, depends_on: [start], tool: mark, params: {run: fan, step: north, seconds: 0.4}}
+  - {id: south, depends_on: [start], tool: mark, params: {run: fan, step: south, seconds: 0.4}}
+  - {id: west, depends_on: [start], tool: mark, params: {run: fan, step: west, seconds: 0.4}}
+  - id: each
+    depends_on: [north, south, west]
+    loop: [a, b, c]
+    parallel: 2
+    tool: mark
+    params: {run: fan, step: "{{ loop.item }}", seconds: 0.2}
+  - {id: done, depends_on: [each], tool: mark, params: {run: fan, step: done}}
+"""
+
+BRIEF = """\
+id: brief
+description: A model whose answers are always cut off at the length limit.
+model: openai-compatible:fake-model@{url}/v1
+steps:
+  - id: essay
+    goal: Write a long essay.
+    config: {{retry_initial_delay: 0.0}}
+"""
+
+NOTE_TO_THE_MODEL = "Answer again"
+
+
+def answers(request: FakeRequest) -> FakeReply:
+    """The operator's model: a cut-off answer to the essay, a short one to the rest."""
+    text = " ".join(str(m.get("content") or "") for m in request.messages)
+    if "long essay" in text:
+        return FakeReply.cut_off("Once upon a time")
+    return FakeReply.text(ANSWER)
+
+
+@pytest.fixture
+def operator(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A server with runs of every kind finished: their ids by name."""
+    recipes = write_recipes(tmp_path / "recipes")
+    (recipes / "fanout.yaml").write_text(FANOUT)
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    with FakeOpenAIServer(answers) as model:
+        write_chat_recipe(recipes, model.url)
+        (recipes / "brief.yaml").write_text(BRIEF.format(url=model.url))
+        env = {"LEDGER": str(tmp_path / "ledger.txt"), "FLAKY_OK": str(tmp_path / "ok")}
+        with (
+            server(tmp_path, url, "--recipes", str(recipes), **env) as service,
+            httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as client,
+        ):
+            runs = {
+                "ledger": submit(client, "ledger", tag="one"),
+                "flaky": submit(client, "flaky"),
+                "fanout": submit(client, "fanout"),
+                "brief": submit(client, "brief"),
+                "chat": submit(client, "chat"),
+                "release": submit(client, "release", text="hold"),
+            }
+            for name, run_id in runs.items():
+                until_settled(client, run_id, "waiting" if name == "release" else None)
+            yield service.base, runs
+
+
+def until_settled(client: httpx2.Client, run_id: str, status: str | None) -> None:
+    """Follow the run's stream until it ends (or asks for approval)."""
+    with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+        for line in response.iter_lines():
+            if line in ("event: run_completed", "event: run_failed"):
+                return
+            if status == "waiting" and line == "event: approval_requested":
+                return
+
+
+def test_an_operator_finds_runs_and_reads_what_happened_when_and_why(
+    browser: Browser, operator: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    base, runs = operator
+    shots = DOCS if os.environ.get("MINIONS_SCREENSHOTS") == "docs" else tmp_path
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        log_in(page, base, TOKEN, "?page_size=4")
+        find_runs(page, runs)
+        read_a_parallel_run(page, runs["fanout"])
+        shoot(page, shots, "run", runs["fanout"])
+        read_failures(page, runs, shots)
+        use_the_keyboard(page, runs)
+    finally:
+        page.close()
+
+
+def shown(first: int, last: int, total: int) -> str:
+    """What the pager says of a page."""
+    return f"{first}\u2013{last} of {total}"
+
+
+def rows(page: Page) -> list[str]:
+    found: list[str] = page.locator("#runs tbody tr[data-run]").evaluate_all(
+        "(rows) => rows.map((r) => r.dataset.run)"
+    )
+    return found
+
+
+def find_runs(page: Page, runs: dict[str, str]) -> None:
+    newest_first = list(runs.values())[::-1]
+    # Pages of four, newest first: dates, durations and tokens on each row.
+    expect(page.locator("#page-info")).to_have_text(shown(1, 4, 6))
+    assert rows(page) == newest_first[:4]
+    chat = page.locator(f'#runs tr[data-run="{runs["chat"]}"]')
+    expect(chat).to_contain_text(re.compile(r"just now|\d+ s ago"))
+    expect(chat.locator("td.num").first).to_have_text(re.compile(r"^\d+\.\d+ s$"))
+    expect(chat.locator("td.num").nth(1)).to_have_text(re.compile(r"^\d+$"))
+    expect(page.locator("#newer")).to_be_disabled()
+    page.click("#older")
+    expect(page.locator("#page-info")).to_have_text(shown(5, 6, 6))
+    assert rows(page) == newest_first[4:]
+    expect(page.locator("#older")).to_be_disabled()
+    page.click("#newer")
+    expect(page.locator("#page-info")).to_have_text(shown(1, 4, 6))
+
+    # Filters: status, recipe, together; a time range; none matching.
+    page.select_option("#f-status", "failed")
+    expect(page.locator("#page-info")).to_have_text(shown(1, 2, 2))
+    assert set(rows(page)) == {runs["flaky"], runs["brief"]}
+    page.select_option("#f-recipe", "flaky")
+    expect(page.locator("#page-info")).to_have_text(shown(1, 1, 1))
+    failed = page.locator(f'#runs tr[data-run="{runs["flaky"]}"]')
+    expect(failed.locator("td.error")).to_contain_text("not yet")
+    page.click("#f-clear")
+    expect(page.locator("#page-info")).to_have_text(shown(1, 4, 6))
+    page.select_option("#f-since", "3600")
+    expect(page.locator("#page-info")).to_have_text(shown(1, 4, 6))
+    page.select_option("#f-since", "custom")
+    page.fill("#f-to", "2020-01-01T00:00:00")
+    page.locator("#f-to").dispatch_event("change")
+    expect(page.locator("#runs tbody")).to_have_text("No runs match.")
+    expect(page.locator("#page-info")).to_have_text("0 of 0")
+    page.click("#f-clear")
+
+    # Search by id: a prefix finds the run; Enter opens it.
+    page.fill("#f-id", runs["fanout"][:10])
+    expect(page.locator("#page-info")).to_have_text(shown(1, 1, 1))
+    assert rows(page) == [runs["fanout"]]
+    page.press("#f-id", "Enter")
+    expect(page.locator("#run-view")).to_be_visible()
+    expect(page.locator("#list-view")).to_be_hidden()
+    expect(page.locator("#run-id")).to_have_text(runs["fanout"])
+
+
+def bar(page: Page, step: str) -> dict[str, float]:
+    box = page.locator(f'#timeline .tl-row[data-step="{step}"] .tl-bar').bounding_box()
+    assert box is not None
+    return box  # type: ignore[return-value]
+
+
+def read_a_parallel_run(page: Page, run_id: str) -> None:
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator('#events li[data-kind="run_completed"]')).to_have_count(1)
+    # The timeline: a row per step and loop item, in the order they started.
+    timeline = page.locator("#timeline .tl-row")
+    expect(timeline).to_have_count(9)
+    labels = page.locator("#timeline .tl-label").all_inner_texts()
+    assert labels[0] == "start"
+    assert set(labels[1:4]) == {"north", "south", "west"}
+    assert labels[4:] == ["each", "each[0]", "each[1]", "each[2]", "done"]
+    # Parallel steps side by side: each bar overlaps the others; the loop comes after.
+    north, south, west, each = (bar(page, s) for s in ("north", "south", "west", "each"))
+    for one, other in ((north, south), (south, west), (north, west)):
+        assert one["x"] < other["x"] + other["width"]
+        assert other["x"] < one["x"] + one["width"]
+    assert each["x"] >= max(b["x"] + b["width"] for b in (north, south, west)) - 2
+    first, third = bar(page, "each[0]"), bar(page, "each[2]")
+    assert third["x"] >= first["x"] + first["width"] - 2  # two at a time: the third waits
+    # The graph: arrows along the edges, nodes coloured by status.
+    expect(page.locator("#graph path[marker-end]")).to_have_count(7)
+    expect(page.locator('#graph g[data-status="completed"]')).to_have_count(6)
+    # A step's detail: its tool call's arguments and result, its times.
+    page.click('#timeline .tl-row[data-step="north"] .tl-label')
+    drawer = page.locator("#drawer")
+    expect(drawer).to_be_visible()
+    expect(page.locator("#drawer-title")).to_contain_text("step north")
+    call = drawer.locator(".tool-call")
+    expect(call).to_have_count(1)
+    expect(call.locator(".arguments")).to_contain_text('"step": "north"')
+    expect(call.locator(".result")).to_have_text("fan:north")
+    expect(drawer.locator("dl")).to_contain_text("took")
+    page.keyboard.press("Escape")
+    expect(drawer).to_be_hidden()
+    # The loop's items in its drawer.
+    page.click('#steps tr[data-step="each"] button')
+    expect(drawer.locator("table tbody tr")).to_have_count(3)
+    expect(drawer.locator(".tool-call")).to_have_count(3)
+    page.click("#drawer-close")
+    expect(drawer).to_be_hidden()
+
+
+def read_failures(page: Page, runs: dict[str, str], shots: Path) -> None:
+    # A failed tool step: its error on its row, once; the banner names the step.
+    page.goto(f"{page.url.split('#')[0]}#/runs/{runs['flaky']}")
+    expect(page.locator("#run-status")).to_have_text("failed")
+    expect(page.locator("#run-error")).to_have_text(re.compile(r"^Failed at step second\."))
+    row = page.locator('#steps tr[data-step="second"]')
+    expect(row.locator("td.result")).to_contain_text("not yet")
+    assert page.locator("#steps").inner_text().count("not yet") == 1
+    assert "not yet" not in page.locator("#run-output").inner_text()
+    # A model whose answers were cut off: retries marked, the reason told for a person, the
+    # note meant for the model nowhere on the page.
+    page.goto(f"{page.url.split('#')[0]}#/runs/{runs['brief']}")
+    expect(page.locator("#run-status")).to_have_text("failed")
+    essay = page.locator('#steps tr[data-step="essay"]')
+    expect(essay.locator("td.result")).to_contain_text("cut off at the length limit")
+    expect(essay.locator("td.num").nth(1)).not_to_have_text("")  # the tokens it used
+    expect(page.locator('#timeline .tl-row[data-step="essay"] .tl-retry')).to_have_count(2)
+    page.click('#steps tr[data-step="essay"] button')
+    drawer = page.locator("#drawer")
+    expect(drawer.locator(".model-call")).to_have_count(3)
+    expect(drawer.locator(".retry")).to_have_count(2)
+    expect(drawer.locator(".retry").first).to_contain_text("the answer was unusable")
+    expect(drawer.locator(".step-error")).to_contain_text("the model's reply was cut off")
+    expect(drawer.locator("dl")).to_contain_text(re.compile(r"tokens\s*\d+ \(\d+ in, \d+ out\)"))
+    assert NOTE_TO_THE_MODEL not in page.locator("body").inner_text()
+    page.screenshot(path=str(shots / "console-step-desktop-light.png"))
+    page.keyboard.press("Escape")
+
+
+def use_the_keyboard(page: Page, runs: dict[str, str]) -> None:
+    # A graph node opens with Enter; Escape closes the drawer and gives the focus back.
+    page.goto(f"{page.url.split('#')[0]}#/runs/{runs['ledger']}")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    node = page.locator('#graph g[data-step="three"]')
+    node.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#drawer-title")).to_contain_text("step three")
+    expect(page.locator("#drawer-close")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(node).to_be_focused()
+    # The runs list: a run's link is reached with Tab and opened with Enter.
+    page.goto(f"{page.url.split('#')[0]}#/")
+    link = page.locator(f'#runs tr[data-run="{runs["chat"]}"] a')
+    expect(link).to_be_visible()
+    link.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#run-id")).to_have_text(runs["chat"])
+
+
+PANES = ("#timeline", "#steps-frame", "#events", "#run-output", "#tokens")
+"""The run page's panes that grow with the run."""
+
+
+def shoot(page: Page, folder: Path, name: str, run_id: str) -> None:
+    """The run page and the list at a desktop's width and a phone's, light and dark; nothing
+    wider than the window."""
+    base = page.url.split("#")[0]
+    page.goto(f"{base}#/")
+    page.click("#f-clear")
+    schemes: tuple[Literal["light", "dark"], ...] = ("light", "dark")
+    for scheme in schemes:
+        page.emulate_media(color_scheme=scheme)
+        for width, device in ((1280, "desktop"), (420, "phone")):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(f"{base}#/runs/{run_id}")
+            expect(page.locator("#run-status")).to_have_text("completed")
+            expect(page.locator("#timeline .tl-row")).to_have_count(9)
+            expect(page.locator('#events li[data-kind="run_completed"]')).to_have_count(1)
+            wide: Any = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= width, f"{device}, {scheme}: the page is {wide} px wide"
+            for pane in PANES:  # each scrolls inside itself
+                limit = page.locator(pane).evaluate("(p) => getComputedStyle(p).maxHeight")
+                assert limit != "none", f"{pane} has no height limit"
+            page.screenshot(path=str(folder / f"console-{name}-{device}-{scheme}.png"))
+            page.goto(f"{base}#/")
+            expect(page.locator("#runs tbody tr[data-run]")).to_have_count(4)
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= width, f"{device}, {scheme}: the list is {wide} px wide"
+            page.screenshot(path=str(folder / f"console-list-{device}-{scheme}.png"))
+    page.emulate_media(color_scheme="light")
+    page.set_viewport_size({"width": 1280, "height": 900})

@@ -78,7 +78,7 @@ PUBLIC: dict[str, set[str]] = {
         "MCPHttpServer", "MCPStdioServer",
     },
     "minions.runs": {
-        "ApprovalRecord", "EndpointRecord", "RunRecord", "RunStore", "StepRecord",
+        "ApprovalRecord", "EndpointRecord", "RunFilters", "RunRecord", "RunStore", "StepRecord",
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
     },

@@ -212,6 +212,7 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/runs/{run_id}/events",
         "/runs/{run_id}/events/stream",
         "/runs/{run_id}/events/ticket",
+        "/runs/{run_id}/steps/{step_id}",
         "/recipes",
         "/workers",
         "/health",
@@ -221,6 +222,10 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/schedules/{name}/resume",
     }
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    listing = {p["name"] for p in schema["paths"]["/runs"]["get"]["parameters"]}
+    assert {"created_after", "created_before", "id_prefix", "cursor"} <= listing
+    assert "loop_items" in schema["components"]["schemas"]["StepOut"]["properties"]
+    assert "tool_calls" in schema["components"]["schemas"]["StepDetail"]["properties"]
 
 
 # -- runs -----------------------------------------------------------------------------------
@@ -286,8 +291,70 @@ def test_runs_are_listed_newest_first_with_filters_and_a_cursor(client: httpx2.C
     assert {r["status"] for r in completed["runs"]} == {"completed"}
     assert set(ids) <= {r["run_id"] for r in completed["runs"]}
     nothing = client.get("/runs", params={"recipe": "nothing-like-it"}).json()
-    assert (nothing["runs"], nothing["next_cursor"]) == ([], None)
+    assert (nothing["runs"], nothing["next_cursor"], nothing["total"]) == ([], None, 0)
     assert nothing["history"]["oldest_at"] <= min(r["created_at"] for r in completed["runs"])
+
+
+def test_runs_are_found_by_creation_time_and_id_prefix_and_counted(
+    client: httpx2.Client,
+) -> None:
+    first = submit(client, "ledger", tag="when1")
+    stream_to_end(client, first)
+    created = client.get(f"/runs/{first}").json()["created_at"]
+    second = submit(client, "ledger", tag="when2")
+    stream_to_end(client, second)
+    after = client.get("/runs", params={"created_after": created, "limit": 500}).json()
+    assert [r["run_id"] for r in after["runs"]][-2:] == [second, first]
+    assert after["total"] == len(after["runs"])
+    before = client.get("/runs", params={"created_before": created, "limit": 500}).json()
+    assert not {first, second} & {r["run_id"] for r in before["runs"]}
+    found = client.get("/runs", params={"id_prefix": second[:8]}).json()
+    assert [r["run_id"] for r in found["runs"]] == [second]
+    assert found["total"] == 1
+    # Filters together; the total counts every page.
+    both = client.get(
+        "/runs", params={"recipe": "ledger", "status": "completed", "limit": 1}
+    ).json()
+    assert len(both["runs"]) == 1
+    assert both["next_cursor"] is not None
+    assert both["total"] >= 2
+    bad = client.get("/runs", params={"created_after": "yesterday"})
+    assert "query.created_after" in error_of(bad, 422)
+    assert "query.created_before" in error_of(
+        client.get("/runs", params={"created_before": "nan"}), 422
+    )
+
+
+def test_a_steps_times_calls_and_errors_are_told(client: httpx2.Client) -> None:
+    run_id = submit(client, "ledger", tag="detail")
+    stream_to_end(client, run_id)
+    run = client.get(f"/runs/{run_id}").json()
+    one, two = run["steps"][:2]
+    assert one["started_at"] <= one["finished_at"] <= two["started_at"] <= two["finished_at"]
+    assert (one["tool_calls"], one["model_calls"], one["loop_items"]) == (1, 0, [])
+    detail = client.get(f"/runs/{run_id}/steps/two").json()
+    assert (detail["step_id"], detail["kind"], detail["status"]) == ("two", "tool", "completed")
+    assert detail["executions"] == [two]
+    [call] = detail["tool_calls"]
+    assert call["name"] == "mark"
+    assert call["arguments"] == {"run": "detail", "step": "two", "seconds": 0.0}
+    assert call["result"] == "detail:two"
+    assert call["error"] is None
+    assert detail["started_at"] <= call["started_at"] <= call["finished_at"]
+    # A failed step: its error and its tool call's, with no stored execution.
+    failed_id = submit(client, "flaky")
+    until_status(client, failed_id, "failed")
+    failed = client.get(f"/runs/{failed_id}/steps/second").json()
+    assert failed["status"] == "failed"
+    assert "not yet" in failed["error"]
+    assert failed["executions"] == []
+    assert failed["usage"]["calls"] == 0
+    [flaky] = failed["tool_calls"]
+    assert "not yet" in flaky["error"]
+    assert flaky["result"] is None
+    unknown = client.get(f"/runs/{failed_id}/steps/third")
+    assert "no step 'third'" in error_of(unknown, 404, "unknown_step")
+    error_of(client.get("/runs/nope/steps/first"), 404, "unknown_run")
 
 
 def test_a_waiting_call_is_approved_over_the_api(client: httpx2.Client) -> None:
@@ -303,6 +370,9 @@ def test_a_waiting_call_is_approved_over_the_api(client: httpx2.Client) -> None:
     assert decided.json()["approvals"][0]["approved"] is True
     run = until_status(client, run_id, "completed")
     assert run["output"] == "DONE"
+    said = client.get(f"/runs/{run_id}/steps/say").json()
+    assert [a["approved"] for a in said["approvals"]] == [True]
+    assert said["tool_calls"][0]["result"] == "GO"
     # Deciding again: the run waits for nothing.
     again = client.post(approval_path(run_id, call), json={"approve": True})
     assert "was approved already" in error_of(again, 409, "wrong_state")
@@ -354,6 +424,14 @@ def test_a_failed_run_resumes_from_its_last_completed_step(
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     started = [e["step_id"] for e in events if e["kind"] == "step_started"]
     assert started.count("first") == 1  # not run again
+    # The step's detail tells both of its tries: the failed call, then the one that worked.
+    second = client.get(f"/runs/{run_id}/steps/second").json()
+    assert (second["status"], second["error"]) == ("completed", None)
+    assert [(c["error"] is None, c["result"]) for c in second["tool_calls"]] == [
+        (False, None),
+        (True, "two"),
+    ]
+    assert second["started_at"] >= second["tool_calls"][0]["finished_at"]
 
 
 # -- the stream -----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
 from minions.runs._log import EventLog, LiveHub
-from minions.runs._runs import RunStore, database_url
+from minions.runs._runs import RunFilters, RunStore, database_url
 from minions.runs._tables import (
     STATUSES,
     ApprovalRecord,
@@ -47,6 +47,7 @@ __all__ = [
     "History",
     "LiveHub",
     "PruneResult",
+    "RunFilters",
     "RunRecord",
     "RunStore",
     "ScheduleRecord",

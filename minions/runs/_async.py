@@ -24,7 +24,7 @@ import structlog
 from minions.errors import StoreError
 from minions.events import Event, event_from_json
 from minions.runs._store import EventRow, Lease, Refusal, Start, Store, describe
-from minions.runs._tables import ApprovalRecord, RunRecord, WorkerRecord
+from minions.runs._tables import ApprovalRecord, RunFilter, RunRecord, WorkerRecord
 
 __all__: list[str] = []
 
@@ -126,6 +126,20 @@ class AsyncStore:
 
     async def run_source(self, run_id: str) -> tuple[str, str | None, dict[str, Any]]:
         return await self.call(self.store.run_source, run_id)
+
+    async def list_runs(
+        self, which: RunFilter, *, limit: int, before: tuple[float, str] | None
+    ) -> list[RunRecord]:
+        return await self.call(self.store.list_runs, which, limit=limit, before=before)
+
+    async def count_runs(self, which: RunFilter) -> int:
+        return await self.call(self.store.count_runs, which)
+
+    async def step_events(self, run_id: str, step_id: str) -> list[Event]:
+        def read() -> list[Event]:
+            return [event_from_json(data) for data in self.store.step_events(run_id, step_id)]
+
+        return await self.call(read)
 
     async def head(self, run_id: str) -> tuple[str, int]:
         return await self.call(self.store.head, run_id)

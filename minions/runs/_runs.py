@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from minions._text import jsonable
 from minions.errors import RunStateError, StoreError
@@ -29,6 +29,7 @@ from minions.runs._tables import (
     EndpointRecord,
     History,
     PruneResult,
+    RunFilter,
     RunRecord,
     ScheduleRecord,
     WorkerRecord,
@@ -37,7 +38,7 @@ from minions.runs._tables import (
 if TYPE_CHECKING:
     from minions.runs._queue import Queue
 
-__all__ = ["RunStore", "database_url"]
+__all__ = ["RunFilters", "RunStore", "database_url"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +54,24 @@ class _Snapshot:
 def database_url(given: str | None = None) -> str:
     """`given`, else ``MINIONS_DATABASE_URL``, else ``sqlite:///./.minions/minions.db``."""
     return given or os.environ.get("MINIONS_DATABASE_URL") or DEFAULT_URL
+
+
+class RunFilters(TypedDict, total=False):
+    """The filters of `RunStore.list_runs` and `RunStore.count_runs`."""
+
+    status: str | None
+    recipe: str | None
+    created_after: float | None
+    created_before: float | None
+    id_prefix: str | None
+    schedule: str | None
+
+
+def _filter(which: RunFilters) -> RunFilter:
+    status = which.get("status")
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
+    return RunFilter(**which)
 
 
 class RunStore:
@@ -235,24 +254,35 @@ class RunStore:
     async def list_runs(
         self,
         *,
-        status: str | None = None,
-        recipe: str | None = None,
         limit: int = 50,
         before: tuple[float, str] | None = None,
-        schedule: str | None = None,
+        **which: Unpack[RunFilters],
     ) -> list[RunRecord]:
-        """Runs, newest first (`before`: the created_at and run id of a page's last run;
-        `schedule`: only the runs this schedule fired)."""
-        if status is not None and status not in STATUSES:
-            raise ValueError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
-        return await self._store.call(
-            self._store.store.list_runs,
-            status=status,
-            recipe=recipe,
-            limit=limit,
-            before=before,
-            schedule=schedule,
-        )
+        """Runs, newest first, a page at a time.
+
+        Args:
+            limit: at most this many.
+            before: the created_at and run id of a page's last run: the page after it.
+            **which: the filters, together: `status` (runs in this status), `recipe` (of
+                this recipe id), `created_after` (created at or after, Unix seconds),
+                `created_before` (created before), `id_prefix` (whose id starts with it),
+                `schedule` (fired by this schedule).
+        """
+        return await self._store.list_runs(_filter(which), limit=limit, before=before)
+
+    async def count_runs(self, **which: Unpack[RunFilters]) -> int:
+        """How many runs `list_runs` with the same filters gives, every page together."""
+        return await self._store.count_runs(_filter(which))
+
+    async def step_events(self, run_id: str, step_id: str) -> list[Event]:
+        """The stored events of one step of the run, every visit, and of its loop items
+        (whose step ids are ``step[0]``, ``step[1]``...), in order.
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        await self._store.head(run_id)
+        return await self._store.step_events(run_id, step_id)
 
     async def history(self) -> History:
         """How far the stored runs go back, and how far pruning went."""

@@ -35,6 +35,7 @@ from minions.runs._tables import (
     OURS,
     SCHEMA_VERSION,
     ApprovalRecord,
+    RunFilter,
     RunRecord,
     StepRecord,
     WorkerRecord,
@@ -117,6 +118,9 @@ class Start:
     inputs: dict[str, Any]
     last_seq: int
 
+
+ANY_RUN = RunFilter()
+"""No filter: every run."""
 
 Refusal = Literal["held", "stale", "ended"]
 """Why a claim was refused: another holder's lease is alive; the attempt is not the run's
@@ -328,23 +332,16 @@ class Store:
 
     def list_runs(
         self,
+        which: RunFilter = ANY_RUN,
         *,
-        status: str | None = None,
-        recipe: str | None = None,
         limit: int = 50,
         before: tuple[float, str] | None = None,
         schedule: str | None = None,
     ) -> list[RunRecord]:
         """Newest first; `before` (created_at, run_id) continues after a page's last run."""
-        query = sa.select(runs_table).order_by(
+        query = _filtered(sa.select(runs_table), which).order_by(
             runs_table.c.created_at.desc(), runs_table.c.run_id.desc()
         )
-        if schedule is not None:
-            query = query.where(runs_table.c.schedule == schedule)
-        if status is not None:
-            query = query.where(runs_table.c.status == status)
-        if recipe is not None:
-            query = query.where(runs_table.c.recipe_id == recipe)
         if before is not None:
             created, run_id = before
             query = query.where(
@@ -355,6 +352,12 @@ class Store:
             )
         with self.read() as db:
             return [_run_record(r, (), ()) for r in db.execute(query.limit(limit))]
+
+    def count_runs(self, which: RunFilter = ANY_RUN) -> int:
+        """How many runs `list_runs` gives with this filter, every page together."""
+        query = _filtered(sa.select(sa.func.count()).select_from(runs_table), which)
+        with self.read() as db:
+            return int(db.execute(query).scalar_one())
 
     def head(self, run_id: str) -> tuple[str, int]:
         """The run's status and the number of its last stored event (one indexed read).
@@ -381,6 +384,23 @@ class Store:
         )
         if limit is not None:
             query = query.limit(limit)
+        with self.read() as db:
+            return [row.data for row in db.execute(query)]
+
+    def step_events(self, run_id: str, step_id: str) -> list[str]:
+        """The JSON of the stored events of one step of the run (every visit) and of its loop
+        items (``step[0]``, ``step[1]``...), in order."""
+        query = (
+            sa.select(events_table.c.data)
+            .where(
+                events_table.c.run_id == run_id,
+                sa.or_(
+                    events_table.c.step_id == step_id,
+                    events_table.c.step_id.startswith(f"{step_id}[", autoescape=True),
+                ),
+            )
+            .order_by(events_table.c.seq)
+        )
         with self.read() as db:
             return [row.data for row in db.execute(query)]
 
@@ -1021,6 +1041,23 @@ def _insert_ignoring_conflicts(
     return sqlite_insert(table).values(**values).on_conflict_do_nothing()
 
 
+def _filtered(query: sa.Select[Any], which: RunFilter) -> sa.Select[Any]:
+    """`query` on the runs table, narrowed to the runs `which` lets through."""
+    if which.status is not None:
+        query = query.where(runs_table.c.status == which.status)
+    if which.recipe is not None:
+        query = query.where(runs_table.c.recipe_id == which.recipe)
+    if which.created_after is not None:
+        query = query.where(runs_table.c.created_at >= which.created_after)
+    if which.created_before is not None:
+        query = query.where(runs_table.c.created_at < which.created_before)
+    if which.id_prefix:
+        query = query.where(runs_table.c.run_id.startswith(which.id_prefix, autoescape=True))
+    if which.schedule is not None:
+        query = query.where(runs_table.c.schedule == which.schedule)
+    return query
+
+
 def _dbos_status_table(postgres: bool) -> str:
     return "dbos.workflow_status" if postgres else "workflow_status"
 
@@ -1102,16 +1139,26 @@ def _loads(text: str | None, default: Any = None) -> Any:
 
 
 def _step_record(row: Any) -> StepRecord:
-    execution = json.loads(row.execution)
+    return _execution_record(json.loads(row.execution), status=row.status)
+
+
+def _execution_record(execution: dict[str, Any], *, status: str | None = None) -> StepRecord:
+    """A stored execution (`StepExecution.to_data`) as a record; its loop items too."""
+    items = execution.get("items", [])
     return StepRecord(
-        step_id=row.step_id,
-        visit=row.visit,
-        status=row.status,
+        step_id=execution["step_id"],
+        visit=execution.get("visit", 1),
+        status=status or execution["status"],
         output=execution.get("output"),
         error=execution.get("error"),
         usage=execution.get("usage", {}),
         attempts=execution.get("attempts", 1),
-        items=len(execution.get("items", [])),
+        items=len(items),
+        started_at=execution.get("started_at"),
+        finished_at=execution.get("finished_at"),
+        model_calls=execution.get("model_calls", 0),
+        tool_calls=execution.get("tool_calls", 0),
+        loop_items=tuple(_execution_record(item) for item in items),
     )
 
 

@@ -248,7 +248,17 @@ MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3}
 
 @dataclass(frozen=True, kw_only=True)
 class StepRecord:
-    """A finished step execution as stored: what `minions runs show` lists."""
+    """A finished step execution as stored: what `minions runs show` lists.
+
+    Attributes:
+        attempts: the model calls' first attempts (a retried call counts once).
+        items: how many loop items the step ran (0: not a loop).
+        started_at: when the step started (Unix seconds; ``None`` for a skipped step).
+        finished_at: when it ended.
+        model_calls: the model calls it made, retries included.
+        tool_calls: the tool calls it made.
+        loop_items: its loop items' executions, in item order (``step[0]``, ``step[1]``...).
+    """
 
     step_id: str
     visit: int
@@ -258,6 +268,30 @@ class StepRecord:
     usage: dict[str, int] = field(default_factory=dict)
     attempts: int = 1
     items: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    model_calls: int = 0
+    tool_calls: int = 0
+    loop_items: tuple[StepRecord, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFilter:
+    """Which runs a listing gives: each field given narrows it (all of them at once).
+
+    Attributes:
+        created_after: created at or after this time (Unix seconds).
+        created_before: created before this time.
+        id_prefix: run ids that start with this.
+        schedule: fired by this schedule.
+    """
+
+    status: str | None = None
+    recipe: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    id_prefix: str | None = None
+    schedule: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

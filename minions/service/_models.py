@@ -59,14 +59,23 @@ class Submitted(BaseModel):
 
 
 class StepOut(BaseModel):
+    """A finished step execution (a visit of the step, or one loop item)."""
+
     step_id: str
     visit: int
     status: str
     output: Any = None
     error: str | None = None
     usage: dict[str, Any] = Field(default_factory=dict)
-    attempts: int = 1
-    items: int = 0
+    attempts: int = Field(1, description="Model calls, a retried call counted once.")
+    items: int = Field(0, description="How many loop items it ran (0: not a loop).")
+    started_at: float | None = Field(None, description="Unix seconds (none: skipped).")
+    finished_at: float | None = None
+    model_calls: int = Field(0, description="Model calls, retries included.")
+    tool_calls: int = 0
+    loop_items: list[StepOut] = Field(
+        default_factory=list, description="Its loop items (`step[0]`, `step[1]`...), in order."
+    )
 
 
 class ApprovalOut(BaseModel):
@@ -128,6 +137,89 @@ class RunPage(BaseModel):
     runs: list[RunSummary]
     next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page.")
     history: HistoryOut | None = Field(None, description="How far the stored runs go back.")
+    total: int = Field(description="The runs of every page with these filters.")
+
+
+class ModelCallOut(BaseModel):
+    """One attempt of a model call of the step."""
+
+    item: int | None = Field(None, description="The loop item it belongs to.")
+    visit: int
+    turn: int
+    attempt: int
+    model: str = ""
+    started_at: float
+    finished_at: float | None = Field(None, description="None: not over (or cut short).")
+    usage: dict[str, Any] = Field(default_factory=dict)
+    finish_reason: str | None = None
+    tool_calls: list[str] = Field(default_factory=list, description="The calls it asked for.")
+    output_mode: str | None = None
+    error: str | None = None
+
+
+class ToolCallOut(BaseModel):
+    """A tool call of the step, its attempts together."""
+
+    item: int | None = None
+    visit: int
+    call_id: str
+    name: str
+    arguments: Any = None
+    attempts: int = 1
+    result: str | None = Field(None, description="What the tool returned (as the model saw it).")
+    error: str | None = None
+    started_at: float
+    finished_at: float | None = None
+
+
+class RetryOut(BaseModel):
+    """A model call, answer or tool call tried again."""
+
+    item: int | None = None
+    visit: int
+    at: float
+    target: str = Field(description="`model`, `output` (an answer re-asked) or `tool`.")
+    attempt: int = Field(description="The attempt that failed.")
+    delay: float = 0.0
+    reason: str
+
+
+class DecisionOut(BaseModel):
+    """A completion link's decision on an answer."""
+
+    item: int | None = None
+    visit: int
+    at: float
+    link: str
+    decision: str
+    reason: str
+
+
+class StepDetail(BaseModel):
+    """One step of a run, from its stored events: every visit and loop item, the model calls
+    (each attempt), tool calls (arguments and results), retries (with their reasons),
+    completion decisions and approvals. Prompts and the model's text are not in the event
+    log; a tool call's arguments and result are."""
+
+    run_id: str
+    step_id: str
+    kind: str | None = Field(None, description="As in the run's graph.")
+    status: str = Field(description="The last visit's: `pending` when it never started.")
+    executions: list[StepOut] = Field(
+        default_factory=list, description="Its finished visits, in order."
+    )
+    started_at: float | None = None
+    finished_at: float | None = None
+    skipped: str | None = Field(None, description="Why it was skipped.")
+    error: str | None = None
+    usage: dict[str, Any] = Field(
+        default_factory=dict, description="The last visit's tokens (a failed one's too)."
+    )
+    model_calls: list[ModelCallOut] = Field(default_factory=list)
+    tool_calls: list[ToolCallOut] = Field(default_factory=list)
+    retries: list[RetryOut] = Field(default_factory=list)
+    decisions: list[DecisionOut] = Field(default_factory=list)
+    approvals: list[ApprovalOut] = Field(default_factory=list)
 
 
 class RecipeOut(BaseModel):

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
 from minions.errors import RecipeError
-from minions.runs import RunRecord
+from minions.runs import RunFilters, RunRecord
 from minions.service._bytes import json_problem
 from minions.service._deps import Catalog, Config, Runs
 from minions.service._errors import ERRORS, Refused
@@ -34,6 +34,8 @@ __all__: list[str] = []
 router = APIRouter(responses=ERRORS)
 
 RunId = Annotated[str, PathParam(description="The run's id.", max_length=200)]
+MAX_TIME = 2.0**40
+"""Times above this (about 36,800 years from 1970) are refused."""
 
 
 @router.post("/runs", status_code=201, response_model=Submitted)
@@ -77,13 +79,34 @@ async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catal
 async def list_runs(
     runs: Runs,
     status: Annotated[Status | None, Query(description="Only runs in this status.")] = None,
-    recipe: Annotated[str | None, Query(description="Only runs of this recipe id.")] = None,
+    recipe: Annotated[
+        str | None, Query(description="Only runs of this recipe id.", max_length=200)
+    ] = None,
+    created_after: Annotated[
+        float | None,
+        Query(ge=0, le=MAX_TIME, description="Only runs created at or after (Unix seconds)."),
+    ] = None,
+    created_before: Annotated[
+        float | None,
+        Query(ge=0, le=MAX_TIME, description="Only runs created before (Unix seconds)."),
+    ] = None,
+    id_prefix: Annotated[
+        str | None,
+        Query(description="Only runs whose id starts with this.", max_length=200),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of a page.")] = None,
 ) -> RunPage:
-    """Runs, newest first, a page at a time."""
+    """Runs, newest first, a page at a time (the filters given, together)."""
     before = _position(cursor) if cursor else None
-    records = await runs.list_runs(status=status, recipe=recipe, limit=limit, before=before)
+    which = RunFilters(
+        status=status,
+        recipe=recipe,
+        created_after=created_after,
+        created_before=created_before,
+        id_prefix=id_prefix,
+    )
+    records = await runs.list_runs(**which, limit=limit, before=before)
     summaries = [summary(r) for r in records]
     more = len(summaries) == limit
     history = dataclasses.asdict(await runs.history())
@@ -91,6 +114,7 @@ async def list_runs(
         runs=summaries,
         next_cursor=_cursor(summaries[-1]) if more else None,
         history=HistoryOut(**history),
+        total=await runs.count_runs(**which),
     )
 
 
@@ -99,7 +123,7 @@ async def get_run(run_id: RunId, runs: Runs) -> RunOut:
     """A run: status, finished steps, approvals, usage, output, error, and its recipe's
     steps as a graph."""
     record = await runs.get(run_id)
-    graph = _graph(await runs.recipe_yaml(run_id))
+    nodes = graph(await runs.recipe_yaml(run_id))
     data = dataclasses.asdict(record)
     return RunOut(
         **summary(record).model_dump(),
@@ -107,7 +131,7 @@ async def get_run(run_id: RunId, runs: Runs) -> RunOut:
         output=record.output,
         steps=data["steps"],
         approvals=data["approvals"],
-        graph=graph,
+        graph=nodes,
     )
 
 
@@ -158,7 +182,7 @@ def summary(record: RunRecord) -> RunSummary:
     )
 
 
-def _graph(recipe_yaml: str) -> list[GraphNode]:
+def graph(recipe_yaml: str) -> list[GraphNode]:
     from minions.recipes._loader import parse_spec
 
     try:

@@ -21,7 +21,7 @@ ERRORS = {
     "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
-    "PlanError", "MCPServerError", "IdempotencyConflictError",
+    "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -62,6 +62,7 @@ PUBLIC: dict[str, set[str]] = {
         "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
         "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
+        "RerunPlanned", "StepReused",
     },
     "minions.errors": ERRORS,
     "minions.models": {
@@ -77,6 +78,7 @@ PUBLIC: dict[str, set[str]] = {
     "minions.runs": {
         "ApprovalRecord", "RunRecord", "RunStore", "StepRecord", "WorkerRecord", "database_url",
         "EventLog", "LiveHub", "STATUSES", "Worker", "WorkerConflictError",
+        "RerunPlan", "RunDiff", "StepDiff",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -20,7 +20,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
+from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._log import EventLog, LiveHub
+from minions.runs._rerun import RerunPlan
 from minions.runs._runs import RunStore, database_url
 from minions.runs._tables import (
     STATUSES,
@@ -38,8 +40,11 @@ __all__ = [
     "ApprovalRecord",
     "EventLog",
     "LiveHub",
+    "RerunPlan",
+    "RunDiff",
     "RunRecord",
     "RunStore",
+    "StepDiff",
     "StepRecord",
     "Worker",
     "WorkerConflictError",

@@ -23,7 +23,15 @@ from minions._step.execution import StepExecution, StepStatus
 from minions._step.settings import RunSettings
 from minions._text import jsonable
 from minions.errors import MinionsError, RecipeError
-from minions.events import Event, RunCompleted, RunFailed
+from minions.events import (
+    Event,
+    EventEmitter,
+    RerunPlanned,
+    RunCompleted,
+    RunFailed,
+    StepReused,
+    UsageRecord,
+)
 from minions.models._base import Model
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
@@ -74,6 +82,12 @@ class RunRecorder:
             None if self.resumed else {}
         )
         """The run's finished steps and items, read once when it goes on from stored work."""
+        self.rerun: dict[str, Any] | None = None
+        """A rerun's plan (see `minions.runs._rerun`): the steps it reuses of its parent."""
+        self.parent_saved: dict[tuple[str, int], tuple[str, str | None]] | None = None
+        """The parent's finished steps and items, read once at the first reused step."""
+        self.emitter: EventEmitter | None = None
+        """The run's events (a rerun's recorder says its plan and reused steps)."""
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -184,6 +198,8 @@ class RunRecorder:
     ) -> tuple[StepExecution, Routing | None] | None:
         saved = await self._saved(step_id, visit)
         if saved is None:
+            saved = await self._reuse(step_id, visit, None)
+        if saved is None:
             return None
         execution, routing = saved
         return (
@@ -193,7 +209,90 @@ class RunRecorder:
 
     async def restore_item(self, name: str, visit: int) -> StepExecution | None:
         saved = await self._saved(name, visit)
+        if saved is None:
+            base, _, index = name.rpartition("[")
+            saved = await self._reuse(base, visit, (name, int(index.rstrip("]"))))
         return None if saved is None else StepExecution.from_data(json.loads(saved[0]))
+
+    # -- a rerun's reused steps --------------------------------------------------------------
+
+    def on_start(self, event: Event) -> None:
+        """After `RunStarted` of a rerun: say its plan (numbered right after it)."""
+        plan = self.rerun
+        if plan is None or self.emitter is None or event.kind != "run_started":
+            return
+        self.emitter.emit(
+            RerunPlanned(
+                parent_run_id=plan["parent_run_id"],
+                from_step=plan["from_step"],
+                reused=tuple(plan["reused"]),
+                rerun=tuple(plan["rerun"]),
+                changed=dict(plan.get("changed", {})),
+                outputs_set=tuple(plan.get("outputs", {})),
+            )
+        )
+
+    async def _reuse(
+        self, step_id: str, visit: int, item: tuple[str, int] | None
+    ) -> tuple[str, str | None] | None:
+        """The parent's execution of a step (or loop item `item`: its name and index) this
+        rerun reuses, made this run's own checkpoint (status ``reused``, no new usage, the
+        original usage kept aside) in one commit with its `StepReused` event; None when the
+        step runs again or the parent did not complete it."""
+        plan = self.rerun
+        if plan is None or step_id not in plan["reused"]:
+            return None
+        parent = plan["parent_run_id"]
+        if self.parent_saved is None:
+            self.parent_saved = await self.store.saved_steps(parent)
+        name = step_id if item is None else item[0]
+        found = self.parent_saved.get((name, visit))
+        if found is None:
+            return None
+        data = json.loads(found[0])
+        if data.get("status") != StepStatus.COMPLETED.value:
+            return None
+        earlier = data.get("reused") or {}
+        usage = earlier.get("usage", data.get("usage", {}))
+        source = earlier.get("run_id", parent)
+        edited = item is None and step_id in plan.get("outputs", {})
+        if edited:
+            data["output"] = plan["outputs"][step_id]
+        now = time.time()
+        data.update(
+            usage={},
+            model_calls=0,
+            tool_calls=0,
+            started_at=now,
+            finished_at=now,
+            reused={"run_id": source, "usage": usage, "edited": edited},
+        )
+        execution = dumps(data)
+        if self.emitter is not None:
+            self.emitter.emit(
+                StepReused(
+                    step_id=name,
+                    visit=visit,
+                    source_run_id=source,
+                    output=data.get("output"),
+                    edited=edited,
+                    usage=UsageRecord(**usage),
+                )
+            )
+        step = {
+            "step_id": name,
+            "visit": visit,
+            "status": "reused",
+            "execution": execution,
+            "routing": found[1],
+            "saved_at": now,
+            "item": None if item is None else item[1],
+        }
+        try:
+            await self._write(step=step)
+        except LeaseLost:
+            raise asyncio.CancelledError() from None
+        return execution, found[1]
 
     async def save(self, execution: StepExecution, routing: Routing | None) -> None:
         await self._checkpoint(execution, None if routing is None else routing.to_data(), None)
@@ -366,6 +465,7 @@ class DurableRunner:
                 task.cancel()
 
         recorder = RunRecorder(self.store, lease, last=start.last_seq, hub=self.hub, on_lost=lost)
+        recorder.rerun = start.rerun
         try:
             # Built off the event loop (a tools module is imported): its other runs go on.
             recipe = await self.store.call(recipe_of, start.recipe_yaml, start.recipe_path)
@@ -375,9 +475,10 @@ class DurableRunner:
         executor = self.executor
         graph = executor.graph(recipe)
         context = executor.create_context(
-            recipe, start.inputs, run_id=run_id, listeners=[recorder.on_event]
+            recipe, start.inputs, run_id=run_id, listeners=[recorder.on_event, recorder.on_start]
         )
         context.events.continue_after(start.last_seq)
+        recorder.emitter = context.events
         task = asyncio.create_task(executor.run(graph, context, checkpoints=recorder))
         self.running[run_id] = task
         self._recorders[run_id] = recorder

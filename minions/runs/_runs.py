@@ -6,6 +6,7 @@ get `RunStateError` with the state they found)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -24,7 +25,10 @@ from minions.runs._store import DEFAULT_URL, Store
 from minions.runs._tables import STATUSES, RunRecord, WorkerRecord
 
 if TYPE_CHECKING:
+    from minions.recipes._recipe import AgentRecipe
+    from minions.runs._diff import RunDiff
     from minions.runs._queue import Queue
+    from minions.runs._rerun import RerunPlan
 
 __all__ = ["RunStore", "database_url"]
 
@@ -153,15 +157,30 @@ class RunStore:
     ) -> tuple[str, bool]:
         """Check the recipe snapshot `text` (as the file `path`) and the inputs, store the run
         and queue it."""
+        built = await self._build(text, path)
+        checked = built.check_inputs(dict(inputs or {}))
+        return await self._insert(text, path, built, checked, idempotency_key=idempotency_key)
+
+    async def _build(self, text: str, path: Path | str) -> AgentRecipe:
+        """The recipe of snapshot `text` (as the file `path`), checked."""
         from minions.recipes._build import load_recipe_file
         from minions.runs._runner import recipe_of
 
         if self._import_tools:
-            built = await self._store.call(recipe_of, text, str(path))
-        else:
-            loaded = await self._store.call(load_recipe_file, path, text=text, import_tools=False)
-            built = loaded.recipe
-        checked = built.check_inputs(dict(inputs or {}))
+            return await self._store.call(recipe_of, text, str(path))
+        loaded = await self._store.call(load_recipe_file, Path(path), text=text, import_tools=False)
+        return loaded.recipe
+
+    async def _insert(
+        self,
+        text: str,
+        path: Path | str,
+        built: AgentRecipe,
+        checked: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        rerun: Mapping[str, Any] | None = None,
+    ) -> tuple[str, bool]:
         recipe_hash = hashlib.sha256(text.encode()).hexdigest()
         request = json.dumps(
             {"recipe": built.id, "recipe_hash": recipe_hash, "inputs": jsonable(checked)},
@@ -180,7 +199,64 @@ class RunStore:
             idempotency_key=idempotency_key,
             request_hash=hashlib.sha256(request.encode()).hexdigest(),
             enqueue=queue.enqueue,
+            rerun=rerun,
         )
+
+    async def rerun(
+        self,
+        run_id: str,
+        *,
+        from_step: str,
+        inputs: Mapping[str, Any] | None = None,
+        outputs: Mapping[str, Any] | None = None,
+        recipe: str | Path | None = None,
+    ) -> RerunPlan:
+        """Queue a rerun of an ended run from step `from_step`: a new run that reuses the
+        recorded result of every step not downstream of `from_step` (no model or tool call;
+        status ``reused``) and executes `from_step` and everything after it. `inputs` change
+        some of the run's inputs (steps whose rendered templates change with them run again
+        too); `outputs` replace the recorded outputs of reused steps (checked against their
+        output schemas; what follows them runs again). `recipe`: a new version of the recipe
+        (a file), instead of the run's snapshot; steps whose definition changed run again.
+        Returns the plan, with the new run's id.
+
+        Raises:
+            UnknownRunError: no run has this id.
+            RunStateError: the run has not ended.
+            RerunError: an unknown step, or an output that cannot be set.
+            RecipeError: the recipe or the inputs are invalid (nothing is queued).
+        """
+        from minions._agent.graph import StepGraph
+        from minions.recipes._loader import read_recipe_text
+        from minions.runs._rerun import plan_rerun, step_definitions
+
+        parent = await self._store.get_run(run_id)
+        if not parent.terminal:
+            raise RunStateError(
+                f"run {run_id} is {parent.status}: only an ended run is rerun", status=parent.status
+            )
+        text, path, _ = await self._store.run_source(run_id)
+        definitions = None
+        if recipe is not None:
+            new_path = await self._store.call(Path(recipe).resolve)
+            new_text = await self._store.call(read_recipe_text, new_path)
+            if new_text != text:
+                definitions = (step_definitions(text), step_definitions(new_text))
+            text, path = new_text, str(new_path)
+        built = await self._build(text, path or "recipe.yaml")
+        checked = built.check_inputs({**parent.inputs, **dict(inputs or {})})
+        plan = plan_rerun(
+            parent,
+            StepGraph(built),
+            from_step=from_step,
+            inputs=checked,
+            outputs=dict(outputs or {}),
+            definitions=definitions,
+        )
+        new_id, _ = await self._insert(
+            text, path or "recipe.yaml", built, checked, rerun=plan.to_data()
+        )
+        return dataclasses.replace(plan, run_id=new_id)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -231,6 +307,17 @@ class RunStore:
             UnknownRunError: no run has this id.
         """
         return self.log.follow(run_id, after=after)
+
+    async def diff(self, run_a: str, run_b: str) -> RunDiff:
+        """Two runs compared step by step (status, output, tokens, calls, duration), with the
+        first step where they diverge.
+
+        Raises:
+            UnknownRunError: no run has one of these ids.
+        """
+        from minions.runs._diff import diff_runs
+
+        return diff_runs(await self._store.get_run(run_a), await self._store.get_run(run_b))
 
     async def workers(self) -> list[WorkerRecord]:
         return await self._store.workers()

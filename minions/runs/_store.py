@@ -111,6 +111,8 @@ class Start:
     recipe_path: str | None
     inputs: dict[str, Any]
     last_seq: int
+    rerun: dict[str, Any] | None = None
+    """For a rerun: its plan (the parent, the steps it reuses, the outputs set by hand)."""
 
 
 Refusal = Literal["held", "stale", "ended"]
@@ -244,9 +246,11 @@ class Store:
         idempotency_key: str | None,
         request_hash: str,
         enqueue: Enqueue,
+        rerun: Mapping[str, Any] | None = None,
     ) -> tuple[str, bool]:
         """Store a queued run and queue it, in one transaction: both happen or neither. With
-        an idempotency key used before, the earlier run's id and False.
+        an idempotency key used before, the earlier run's id and False. `rerun`: the plan of
+        a rerun (its ``parent_run_id`` and ``from_step`` are stored as columns too).
 
         Raises:
             IdempotencyConflictError: the key was used for another request.
@@ -269,6 +273,12 @@ class Store:
             "recoveries": 0,
             "last_seq": 0,
         }
+        if rerun is not None:
+            row.update(
+                parent_run_id=rerun["parent_run_id"],
+                from_step=rerun["from_step"],
+                rerun=dumps(dict(rerun)),
+            )
         with self.begin() as db:
             # Written first, and only when the key is new (a concurrent submission with the same
             # key waits on the row and then inserts nothing).
@@ -476,6 +486,7 @@ class Store:
             recipe_path=row.recipe_path,
             inputs=json.loads(row.inputs),
             last_seq=int(row.last_seq),
+            rerun=_loads(row.rerun),
         )
 
     def append(
@@ -1062,6 +1073,8 @@ def _loads(text: str | None, default: Any = None) -> Any:
 
 def _step_record(row: Any) -> StepRecord:
     execution = json.loads(row.execution)
+    reused = execution.get("reused") or {}
+    started, finished = execution.get("started_at"), execution.get("finished_at")
     return StepRecord(
         step_id=row.step_id,
         visit=row.visit,
@@ -1071,6 +1084,11 @@ def _step_record(row: Any) -> StepRecord:
         usage=execution.get("usage", {}),
         attempts=execution.get("attempts", 1),
         items=len(execution.get("items", [])),
+        model_calls=execution.get("model_calls", 0),
+        tool_calls=execution.get("tool_calls", 0),
+        duration=None if started is None or finished is None else finished - started,
+        reused_from=reused.get("run_id"),
+        reused_usage=reused.get("usage", {}),
     )
 
 
@@ -1108,4 +1126,6 @@ def _run_record(
         attempt=row.attempt,
         steps=steps,
         approvals=approvals,
+        parent_run_id=row.parent_run_id,
+        from_step=row.from_step,
     )

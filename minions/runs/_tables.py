@@ -15,10 +15,11 @@ import sqlalchemy as sa
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
-every id column is TEXT (Postgres refused ids over 200 characters)."""
+every id column is TEXT (Postgres refused ids over 200 characters). 3: reruns (a run's
+parent, the step it reran from, its plan)."""
 
 Status = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("queued", "running", "waiting", "completed", "failed", "cancelled")
@@ -66,6 +67,11 @@ runs_table = sa.Table(
     sa.Column("attempt", sa.Integer, nullable=False, default=1),
     sa.Column("recoveries", sa.Integer, nullable=False, default=0),
     sa.Column("last_seq", sa.Integer, nullable=False, default=0),
+    # A rerun (schema 3): the run it reran, the step it reran from, and its plan (JSON: the
+    # steps it reuses from the parent, outputs set by hand, the steps changed and why).
+    sa.Column("parent_run_id", sa.Text, nullable=True),
+    sa.Column("from_step", sa.Text, nullable=True),
+    sa.Column("rerun", sa.Text, nullable=True),
 )
 steps_table = sa.Table(
     "minions_steps",
@@ -152,7 +158,18 @@ def _to_2(db: sa.Connection) -> None:
                     )
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2}
+def _to_3_rerun(db: sa.Connection) -> None:
+    """Schema 2 -> 3 (reruns): a run's parent, the step it reran from, its plan."""
+    for column in ("parent_run_id TEXT", "from_step TEXT", "rerun TEXT"):
+        db.execute(sa.text(f"ALTER TABLE minions_runs ADD COLUMN {column}"))
+
+
+def _to_3(db: sa.Connection) -> None:
+    """Schema 2 -> 3."""
+    _to_3_rerun(db)
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3}
 """Schema version n -> n+1 upgrades, each a function of a connection."""
 
 
@@ -171,6 +188,13 @@ class StepRecord:
     usage: dict[str, int] = field(default_factory=dict)
     attempts: int = 1
     items: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    duration: float | None = None
+    reused_from: str | None = None
+    """For a step a rerun reused (status ``reused``): the run that executed it."""
+    reused_usage: dict[str, int] = field(default_factory=dict)
+    """For a reused step: the usage of its original execution (its own `usage` is zero)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +238,10 @@ class RunRecord:
     attempt: int = 1
     steps: tuple[StepRecord, ...] = ()
     approvals: tuple[ApprovalRecord, ...] = ()
+    parent_run_id: str | None = None
+    """For a rerun: the run it reran."""
+    from_step: str | None = None
+    """For a rerun: the step it reran from."""
 
     @property
     def terminal(self) -> bool:

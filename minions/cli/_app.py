@@ -314,6 +314,9 @@ def _register_runs() -> None:
     from minions.cli._serve import serve_command
 
     app.command(name="serve")(_user_errors_of(serve_command))
+    from minions.cli._rerun import register
+
+    register(_runs.runs_app)
     for command in _runs.runs_app.registered_commands:
         assert command.callback is not None
         command.callback = _user_errors_of(command.callback)

@@ -40,7 +40,7 @@ RunArgument = Annotated[
 
 runs_app = typer.Typer(
     name="runs",
-    help="List, show, follow, cancel, resume and approve durable runs.",
+    help="List, show, follow, cancel, resume, approve, rerun and diff durable runs.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
@@ -277,7 +277,12 @@ def show(
     )
     out.print(
         f"created {_when(record.created_at)}"
-        + (f" · worker {record.executor_id}" if record.executor_id else ""),
+        + (f" · worker {record.executor_id}" if record.executor_id else "")
+        + (
+            f" · rerun of {record.parent_run_id} from {record.from_step}"
+            if record.parent_run_id
+            else ""
+        ),
         markup=False,
     )
     if record.steps:

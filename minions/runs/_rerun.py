@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from minions._templates import render, template_roots
+from minions._templates import render, template_expressions, template_roots
 from minions.errors import MinionsError, RerunError, TemplateError
 
 if TYPE_CHECKING:
@@ -189,22 +189,24 @@ def _states(
 def _renders_differently(
     templates: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]
 ) -> bool:
+    """Whether an expression of the step's templates that reads the inputs renders to
+    something else with the new inputs. Expressions are rendered one at a time, so that one
+    which reads only a loop's item (unknown before the step runs) does not count."""
     if old["inputs"] == new["inputs"]:
         return False
     for value in templates.values():
-        try:
-            if "inputs" not in template_roots(value):
-                continue
-        except TemplateError:
-            continue
-        try:
-            before, after = render(value, old), render(value, new)
-        except TemplateError:
-            # It cannot be rendered from the run's state alone (a loop's item, a value the
-            # model fills in): it reads the inputs, and they changed.
-            return True
-        if json.dumps(_jsonable(before), sort_keys=True) != json.dumps(
-            _jsonable(after), sort_keys=True
-        ):
-            return True
+        for expression in template_expressions(value):
+            whole = "{{ " + expression + " }}"
+            try:
+                if "inputs" not in template_roots(whole):
+                    continue
+                before, after = render(whole, old), render(whole, new)
+            except TemplateError:
+                # It cannot be rendered from the run's state alone (it reads a loop's item
+                # too, or a value the model fills in): it reads the inputs, which changed.
+                return True
+            if json.dumps(_jsonable(before), sort_keys=True) != json.dumps(
+                _jsonable(after), sort_keys=True
+            ):
+                return True
     return False

@@ -67,6 +67,15 @@ class StepOut(BaseModel):
     usage: dict[str, Any] = Field(default_factory=dict)
     attempts: int = 1
     items: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    duration: float | None = None
+    reused_from: str | None = Field(
+        None, description="For a step a rerun reused (status `reused`): the run that ran it."
+    )
+    reused_usage: dict[str, Any] = Field(
+        default_factory=dict, description="For a reused step: its original execution's usage."
+    )
 
 
 class ApprovalOut(BaseModel):
@@ -110,6 +119,8 @@ class RunOut(RunSummary):
     steps: list[StepOut] = Field(default_factory=list)
     approvals: list[ApprovalOut] = Field(default_factory=list)
     graph: list[GraphNode] = Field(default_factory=list, description="The recipe's steps.")
+    parent_run_id: str | None = Field(None, description="For a rerun: the run it reran.")
+    from_step: str | None = Field(None, description="For a rerun: the step it reran from.")
 
 
 class RunPage(BaseModel):

@@ -102,6 +102,8 @@ async def get_run(run_id: RunId, runs: Runs) -> RunOut:
         steps=data["steps"],
         approvals=data["approvals"],
         graph=graph,
+        parent_run_id=record.parent_run_id,
+        from_step=record.from_step,
     )
 
 

@@ -16,7 +16,16 @@ import httpx2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from runs_helpers import TOOLS, ledger_lines, marking_model, minions, run_here
+from runs_helpers import (
+    TOOLS,
+    finished,
+    ledger_lines,
+    marking_model,
+    minions,
+    run_here,
+    until,
+    worker,
+)
 from service_helpers import app_in_thread, auth
 
 from minions.errors import RerunError, RunStateError, UnknownRunError
@@ -215,6 +224,39 @@ async def test_inputs_and_outputs_set_by_hand_reach_what_runs_again(
         with pytest.raises(RunStateError, match="only an ended run is rerun"):
             await store.rerun(queued, from_step="left")
     await store.aclose()
+
+
+async def test_a_rerun_killed_mid_way_goes_on_without_reusing_anything_twice(
+    tmp_path: Path, url: str, ledger: Path
+) -> None:
+    recipe = write_proof(tmp_path)
+    store = RunStore(url, create=True)
+    with marking_model() as server:
+        parent, _ = await store.submit(recipe, {"tag": "a"})
+        await execute(store, url, parent, server.model())
+    plan = await store.rerun(parent, from_step="report")
+    gate = tmp_path / "gate"
+    gate.touch()  # the report's effect is held while the gate exists
+    first = worker(url, tmp_path, "w1", ledger, GATE=str(gate))
+    process = first.__enter__()
+    await until(lambda: bool(effects(ledger, plan.run_id)))
+    for _ in range(600):  # and its events up to the tool call are stored
+        if "tool_call_started" in [e.kind for e in await store.events(plan.run_id)]:
+            break
+        await asyncio.sleep(0.05)
+    process.kill()
+    gate.unlink()
+    with worker(url, tmp_path, "w1", ledger):
+        assert await finished(store, plan.run_id) == "completed"
+    events = await store.events(plan.run_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    kinds = [e.kind for e in events]
+    assert (kinds.count("run_started"), kinds.count("rerun_planned")) == (1, 1)
+    reused = Counter(e.step_id for e in events if isinstance(e, StepReused))
+    assert reused == Counter(set(STEPS) - {"report"})
+    assert {step for _, step in effects(ledger, plan.run_id)} == {"report"}
+    record = await store.get(plan.run_id)
+    assert [s.status for s in record.steps].count("reused") == 5
 
 
 STRUCTURED = """\

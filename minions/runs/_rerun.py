@@ -147,6 +147,58 @@ def plan_rerun(
     )
 
 
+def seed_rows(
+    plan: RerunPlan, saved: Mapping[tuple[str, int], tuple[str, str | None]]
+) -> list[dict[str, Any]]:
+    """The checkpoints a rerun starts with: the parent's completed executions (`saved`: its
+    finished steps and loop items) of the steps the rerun reuses, each with status
+    ``reused``, no calls and no new usage (the original usage, and the run that spent it,
+    kept under ``reused``), and the outputs set by hand in place; `saved` is in the order
+    the parent saved them. A loop item is copied only
+    when its step did not finish in the parent (its items are then reused as recorded)."""
+    import time
+
+    now = time.time()
+    reused = set(plan.reused)
+    rows: list[dict[str, Any]] = []
+    for (name, visit), (execution, routing) in saved.items():
+        step_id, bracket, index = name.partition("[")
+        if step_id not in reused or (bracket and (step_id, visit) in saved):
+            continue
+        data = json.loads(execution)
+        if data.get("status") != "completed":
+            continue
+        earlier = data.get("reused") or {}
+        edited = not bracket and step_id in plan.outputs
+        if edited:
+            data["output"] = plan.outputs[step_id]
+        data.update(
+            usage={},
+            model_calls=0,
+            tool_calls=0,
+            started_at=now,
+            finished_at=now,
+            reused={
+                "run_id": earlier.get("run_id", plan.parent_run_id),
+                "usage": earlier.get("usage", data.get("usage", {})),
+                "edited": edited,
+            },
+        )
+        rows.append(
+            {
+                "step_id": name,
+                "visit": visit,
+                "status": "reused",
+                "execution": json.dumps(data, ensure_ascii=False, separators=(",", ":")),
+                "routing": routing,
+                # In the order the parent saved them (`runs show` lists steps in that order).
+                "saved_at": now + len(rows) * 1e-6,
+                "item": int(index.rstrip("]")) if bracket else None,
+            }
+        )
+    return rows
+
+
 def step_definitions(text: str) -> dict[str, Any]:
     """Each step's definition in recipe YAML `text`, by step id, as data to compare. A change
     of what every step shares (the recipe's model, system prompt, config, transitions...)

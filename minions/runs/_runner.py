@@ -84,8 +84,8 @@ class RunRecorder:
         """The run's finished steps and items, read once when it goes on from stored work."""
         self.rerun: dict[str, Any] | None = None
         """A rerun's plan (see `minions.runs._rerun`): the steps it reuses of its parent."""
-        self.parent_saved: dict[tuple[str, int], tuple[str, str | None]] | None = None
-        """The parent's finished steps and items, read once at the first reused step."""
+        self.announced: set[tuple[str, int]] | None = None
+        """The reused steps (and items) whose `StepReused` was said (a rerun's only)."""
         self.emitter: EventEmitter | None = None
         """The run's events (a rerun's recorder says its plan and reused steps)."""
         self._lock = asyncio.Lock()
@@ -198,21 +198,22 @@ class RunRecorder:
     ) -> tuple[StepExecution, Routing | None] | None:
         saved = await self._saved(step_id, visit)
         if saved is None:
-            saved = await self._reuse(step_id, visit, None)
-        if saved is None:
             return None
         execution, routing = saved
+        data = json.loads(execution)
+        self._announce(step_id, visit, data)
         return (
-            StepExecution.from_data(json.loads(execution)),
+            StepExecution.from_data(data),
             None if routing is None else Routing.from_data(json.loads(routing)),
         )
 
     async def restore_item(self, name: str, visit: int) -> StepExecution | None:
         saved = await self._saved(name, visit)
         if saved is None:
-            base, _, index = name.rpartition("[")
-            saved = await self._reuse(base, visit, (name, int(index.rstrip("]"))))
-        return None if saved is None else StepExecution.from_data(json.loads(saved[0]))
+            return None
+        data = json.loads(saved[0])
+        self._announce(name, visit, data)
+        return StepExecution.from_data(data)
 
     # -- a rerun's reused steps --------------------------------------------------------------
 
@@ -232,67 +233,26 @@ class RunRecorder:
             )
         )
 
-    async def _reuse(
-        self, step_id: str, visit: int, item: tuple[str, int] | None
-    ) -> tuple[str, str | None] | None:
-        """The parent's execution of a step (or loop item `item`: its name and index) this
-        rerun reuses, made this run's own checkpoint (status ``reused``, no new usage, the
-        original usage kept aside) in one commit with its `StepReused` event; None when the
-        step runs again or the parent did not complete it."""
-        plan = self.rerun
-        if plan is None or step_id not in plan["reused"]:
-            return None
-        parent = plan["parent_run_id"]
-        if self.parent_saved is None:
-            self.parent_saved = await self.store.saved_steps(parent)
-        name = step_id if item is None else item[0]
-        found = self.parent_saved.get((name, visit))
-        if found is None:
-            return None
-        data = json.loads(found[0])
-        if data.get("status") != StepStatus.COMPLETED.value:
-            return None
-        earlier = data.get("reused") or {}
-        usage = earlier.get("usage", data.get("usage", {}))
-        source = earlier.get("run_id", parent)
-        edited = item is None and step_id in plan.get("outputs", {})
-        if edited:
-            data["output"] = plan["outputs"][step_id]
-        now = time.time()
-        data.update(
-            usage={},
-            model_calls=0,
-            tool_calls=0,
-            started_at=now,
-            finished_at=now,
-            reused={"run_id": source, "usage": usage, "edited": edited},
-        )
-        execution = dumps(data)
-        if self.emitter is not None:
-            self.emitter.emit(
-                StepReused(
-                    step_id=name,
-                    visit=visit,
-                    source_run_id=source,
-                    output=data.get("output"),
-                    edited=edited,
-                    usage=UsageRecord(**usage),
-                )
+    def _announce(self, name: str, visit: int, data: dict[str, Any]) -> None:
+        """Say `StepReused` for a step (or loop item) the rerun took from its parent (its
+        checkpoint was copied when the rerun was queued), once: a rerun that goes on after a
+        crash knows the ones it said from its stored events."""
+        reused = data.get("reused")
+        if reused is None or self.emitter is None or self.announced is None:
+            return
+        if (name, visit) in self.announced:
+            return
+        self.announced.add((name, visit))
+        self.emitter.emit(
+            StepReused(
+                step_id=name,
+                visit=visit,
+                source_run_id=reused["run_id"],
+                output=data.get("output"),
+                edited=bool(reused.get("edited")),
+                usage=UsageRecord(**reused.get("usage", {})),
             )
-        step = {
-            "step_id": name,
-            "visit": visit,
-            "status": "reused",
-            "execution": execution,
-            "routing": found[1],
-            "saved_at": now,
-            "item": None if item is None else item[1],
-        }
-        try:
-            await self._write(step=step)
-        except LeaseLost:
-            raise asyncio.CancelledError() from None
-        return execution, found[1]
+        )
 
     async def save(self, execution: StepExecution, routing: Routing | None) -> None:
         await self._checkpoint(execution, None if routing is None else routing.to_data(), None)
@@ -465,7 +425,10 @@ class DurableRunner:
                 task.cancel()
 
         recorder = RunRecorder(self.store, lease, last=start.last_seq, hub=self.hub, on_lost=lost)
-        recorder.rerun = start.rerun
+        if start.rerun is not None:
+            # Its reused steps' checkpoints were copied into it when it was queued.
+            recorder.rerun, recorder.saved = start.rerun, None
+            recorder.announced = await self.store.announced(run_id) if recorder.resumed else set()
         try:
             # Built off the event loop (a tools module is imported): its other runs go on.
             recipe = await self.store.call(recipe_of, start.recipe_yaml, start.recipe_path)

@@ -12,7 +12,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -180,6 +180,7 @@ class RunStore:
         *,
         idempotency_key: str | None = None,
         rerun: Mapping[str, Any] | None = None,
+        steps: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[str, bool]:
         recipe_hash = hashlib.sha256(text.encode()).hexdigest()
         request = json.dumps(
@@ -200,6 +201,7 @@ class RunStore:
             request_hash=hashlib.sha256(request.encode()).hexdigest(),
             enqueue=queue.enqueue,
             rerun=rerun,
+            steps=steps,
         )
 
     async def rerun(
@@ -228,7 +230,7 @@ class RunStore:
         """
         from minions._agent.graph import StepGraph
         from minions.recipes._loader import read_recipe_text
-        from minions.runs._rerun import plan_rerun, step_definitions
+        from minions.runs._rerun import plan_rerun, seed_rows, step_definitions
 
         parent = await self._store.get_run(run_id)
         if not parent.terminal:
@@ -253,8 +255,9 @@ class RunStore:
             outputs=dict(outputs or {}),
             definitions=definitions,
         )
+        seeds = seed_rows(plan, await self._store.saved_steps(run_id))
         new_id, _ = await self._insert(
-            text, path or "recipe.yaml", built, checked, rerun=plan.to_data()
+            text, path or "recipe.yaml", built, checked, rerun=plan.to_data(), steps=seeds
         )
         return dataclasses.replace(plan, run_id=new_id)
 

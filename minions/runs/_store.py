@@ -247,10 +247,12 @@ class Store:
         request_hash: str,
         enqueue: Enqueue,
         rerun: Mapping[str, Any] | None = None,
+        steps: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[str, bool]:
         """Store a queued run and queue it, in one transaction: both happen or neither. With
         an idempotency key used before, the earlier run's id and False. `rerun`: the plan of
-        a rerun (its ``parent_run_id`` and ``from_step`` are stored as columns too).
+        a rerun (its ``parent_run_id`` and ``from_step`` are stored as columns too), and
+        `steps` the checkpoints it starts with (the steps it reuses of its parent).
 
         Raises:
             IdempotencyConflictError: the key was used for another request.
@@ -286,6 +288,8 @@ class Store:
                 _insert_ignoring_conflicts(self.postgres, row).returning(runs_table.c.run_id)
             ).first()
             if inserted is not None:
+                if steps:
+                    db.execute(steps_table.insert(), [{**s, "run_id": run_id} for s in steps])
                 enqueue(db, run_id, 1)
                 return run_id, True
             found = db.execute(
@@ -391,7 +395,8 @@ class Store:
             return [row.data for row in db.execute(query)]
 
     def saved_steps(self, run_id: str) -> dict[tuple[str, int], tuple[str, str | None]]:
-        """Every finished step and loop item of the run, by name and visit (one query)."""
+        """Every finished step and loop item of the run, by name and visit, in the order they
+        were saved (one query)."""
         with self.read() as db:
             rows = db.execute(
                 sa.select(
@@ -399,9 +404,22 @@ class Store:
                     steps_table.c.visit,
                     steps_table.c.execution,
                     steps_table.c.routing,
-                ).where(steps_table.c.run_id == run_id)
+                )
+                .where(steps_table.c.run_id == run_id)
+                .order_by(steps_table.c.saved_at)
             )
             return {(r.step_id, r.visit): (r.execution, r.routing) for r in rows}
+
+    def announced(self, run_id: str) -> set[tuple[str, int]]:
+        """The steps and loop items (name, visit) a rerun said it reused (its stored
+        ``step_reused`` events)."""
+        with self.read() as db:
+            rows = db.execute(
+                sa.select(events_table.c.step_id, events_table.c.data).where(
+                    events_table.c.run_id == run_id, events_table.c.kind == "step_reused"
+                )
+            )
+            return {(r.step_id, int(json.loads(r.data).get("visit", 1))) for r in rows}
 
     def approval(self, run_id: str, call_id: str) -> ApprovalRecord | None:
         with self.read() as db:

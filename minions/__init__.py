@@ -24,6 +24,7 @@ from minions._messages import (
     Usage,
 )
 from minions._output import OutputInstructions
+from minions._step.cache import CachedStep, CachePolicy, InMemoryStepCache, StepCache
 from minions._step.completion import (
     CallLimitLink,
     CompletionDecision,
@@ -187,6 +188,10 @@ __all__ = [
     "ExecutionConfig",
     "OutputInstructions",
     "RunSettings",
+    "CachePolicy",
+    "CachedStep",
+    "InMemoryStepCache",
+    "StepCache",
     "Step",
     "StepExecution",
     "StepExecutor",

@@ -45,6 +45,7 @@ __all__ = [
     "RunFailed",
     "RunStarted",
     "StepCompleted",
+    "StepCached",
     "StepFailed",
     "StepReused",
     "StepSkipped",
@@ -332,6 +333,23 @@ class StepReused(_EventBase):
     usage: UsageRecord = field(default_factory=UsageRecord)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepCached(_EventBase):
+    """A step that says ``cache`` found the output of an earlier execution with the same
+    rendered prompt, model, tools and output schema, and used it without calling its model
+    (a `StepCompleted` with no usage follows). `saved` is what that execution cost."""
+
+    kind: Literal["step_cached"] = "step_cached"
+    visit: int = 1
+    key: str = ""
+    """The cache key (a SHA-256 of what it covers)."""
+    age: float = 0.0
+    """Seconds since the entry was made."""
+    source_step: str = ""
+    """The step whose execution made the entry."""
+    saved: UsageRecord = field(default_factory=UsageRecord)
+
+
 Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain here.
     RunStarted,
     RunCompleted,
@@ -356,6 +374,7 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
     PlanRevised,
     RerunPlanned,
     StepReused,
+    StepCached,
 ]
 """Any event (a union discriminated by the `kind` field)."""
 

@@ -36,7 +36,8 @@ PUBLIC: dict[str, set[str]] = {
         "Tool", "ToolCallExecutor", "ToolRegistry", "tool", "Model", "ModelCallExecutor",
         # steps
         "AgentContext", "DefaultStep", "DecisionRecord", "ExecutionConfig", "MemoryScope",
-        "OutputInstructions", "RunSettings", "Step", "StepExecution", "StepExecutor",
+        "OutputInstructions", "RunSettings", "CachePolicy", "CachedStep", "InMemoryStepCache",
+        "StepCache", "Step", "StepExecution", "StepExecutor",
         "StepInput", "StepMode", "StepRun", "StepStatus",
         # step kinds
         "AnalysisStep", "LoopStep", "RecipeStep", "ToolStep",
@@ -62,7 +63,7 @@ PUBLIC: dict[str, set[str]] = {
         "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
         "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
-        "RerunPlanned", "StepReused",
+        "RerunPlanned", "StepReused", "StepCached",
     },
     "minions.errors": ERRORS,
     "minions.models": {

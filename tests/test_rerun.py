@@ -430,12 +430,15 @@ def test_a_schema_2_store_migrates(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:  # what schema 2 had
         for column in ("parent_run_id", "from_step", "rerun"):
             db.execute(f"ALTER TABLE minions_runs DROP COLUMN {column}")
+        db.execute("DROP TABLE minions_step_cache")
         db.execute("UPDATE minions_meta SET value = '2' WHERE key = 'schema_version'")
     Store(url).close()
     with sqlite3.connect(path) as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(minions_runs)")}
         version = db.execute("SELECT value FROM minions_meta").fetchone()[0]
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     assert {"parent_run_id", "from_step", "rerun"} <= columns
+    assert "minions_step_cache" in tables
     assert version == "3"
 
 

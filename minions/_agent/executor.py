@@ -120,6 +120,11 @@ class AgentExecutor:
         )
         """What every run of this executor shares (see `RunSettings`); each run's
         `AgentContext` gets it, with the recipe's model, listeners and MCP servers folded in."""
+        if self.settings.step_cache is None:
+            from minions._step.cache import InMemoryStepCache
+
+            # Steps that say `cache` share their outputs across this executor's runs.
+            self.settings = dataclasses.replace(self.settings, step_cache=InMemoryStepCache())
         self.tools = ToolRegistry(tools)
         self.memory = memory
         self.config = config or ExecutionConfig()

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from minions._step.cache import StepCache
     from minions._tracing.tracer import RunTracer
     from minions.events import EventListener
     from minions.models._base import Model
@@ -51,6 +52,10 @@ class RunSettings:
     when it starts and adds their tools to its own. Read-only."""
     listeners: tuple[EventListener, ...] = ()
     """Callables receiving every event of a run, in order."""
+    step_cache: StepCache | None = None
+    """Where steps that say ``cache`` keep their outputs; ``None``: not cached (an
+    `AgentExecutor` makes an `InMemoryStepCache` for its runs; a durable run's worker uses
+    the run store)."""
 
     def __post_init__(self) -> None:
         # Read-only, and a copy: a caller's dict changed later does not change the settings.

@@ -36,6 +36,7 @@ from minions.models._base import Model
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
+from minions.runs._cache import StoreStepCache
 from minions.runs._log import TERMINAL_KINDS, LiveHub, event_row
 from minions.runs._queue import workflow_id
 from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps
@@ -379,6 +380,8 @@ class DurableRunner:
                 settings,
                 approver=self.approve,
                 model_resolver=SharedModels(settings.model_resolver),
+                # Steps that say `cache` share their outputs with every worker of the store.
+                step_cache=settings.step_cache or StoreStepCache(store),
             )
         )
         """One for every run: it validates each recipe snapshot once."""

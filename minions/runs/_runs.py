@@ -12,7 +12,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from minions.runs._store import DEFAULT_URL, Store
 from minions.runs._tables import STATUSES, RunRecord, WorkerRecord
 
 if TYPE_CHECKING:
+    from minions._step.cache import StepCache
     from minions.recipes._recipe import AgentRecipe
     from minions.runs._diff import RunDiff
     from minions.runs._queue import Queue
@@ -321,6 +322,14 @@ class RunStore:
         from minions.runs._diff import diff_runs
 
         return diff_runs(await self._store.get_run(run_a), await self._store.get_run(run_b))
+
+    def step_cache(self, *, clock: Callable[[], float] = time.time) -> StepCache:
+        """The store's step cache (what durable runs use), for foreground runs to share it:
+        ``AgentExecutor(settings=RunSettings(step_cache=store.step_cache()))``. `clock`: the
+        time entries are made and expire by."""
+        from minions.runs._cache import StoreStepCache
+
+        return StoreStepCache(self._store, clock=clock)
 
     async def workers(self) -> list[WorkerRecord]:
         return await self._store.workers()

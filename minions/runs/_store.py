@@ -43,6 +43,7 @@ from minions.runs._tables import (
     meta_table,
     metadata,
     runs_table,
+    step_cache_table,
     steps_table,
     workers_table,
 )
@@ -409,6 +410,55 @@ class Store:
                 .order_by(steps_table.c.saved_at)
             )
             return {(r.step_id, r.visit): (r.execution, r.routing) for r in rows}
+
+    def cached_step(self, key: str) -> tuple[str, Any, str | None, dict[str, int], float] | None:
+        """The step cache's entry of `key`: (step id, output, next step, usage, made at)."""
+        with self.read() as db:
+            row = db.execute(
+                sa.select(step_cache_table).where(step_cache_table.c.key == key)
+            ).one_or_none()
+        if row is None:
+            return None
+        return (
+            row.step_id,
+            json.loads(row.output),
+            row.next_step,
+            json.loads(row.usage),
+            row.created_at,
+        )
+
+    def cache_step(
+        self,
+        key: str,
+        *,
+        step_id: str,
+        output: Any,
+        next_step: str | None,
+        usage: Mapping[str, int],
+        now: float,
+    ) -> None:
+        """Keep a step's output in the step cache under `key` (a newer one replaces it)."""
+        values = {
+            "key": key,
+            "step_id": step_id,
+            "output": dumps(output),
+            "next_step": next_step,
+            "usage": dumps(dict(usage)),
+            "created_at": now,
+        }
+        if self.postgres:
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            statement: Any = pg_insert(step_cache_table).values(**values)
+        else:
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            statement = sqlite_insert(step_cache_table).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=["key"], set_={k: v for k, v in values.items() if k != "key"}
+        )
+        with self.begin() as db:
+            db.execute(statement)
 
     def announced(self, run_id: str) -> set[tuple[str, int]]:
         """The steps and loop items (name, visit) a rerun said it reused (its stored

@@ -19,7 +19,7 @@ SCHEMA_VERSION = 3
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: reruns (a run's
-parent, the step it reran from, its plan)."""
+parent, the step it reran from, its plan); the step cache."""
 
 Status = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("queued", "running", "waiting", "completed", "failed", "cancelled")
@@ -120,6 +120,17 @@ workers_table = sa.Table(
     sa.Column("incarnation", sa.Text, nullable=True),
     sa.Column("host", sa.Text, nullable=True),
     sa.Column("pid", sa.Integer, nullable=True),
+)
+step_cache_table = sa.Table(
+    "minions_step_cache",
+    metadata,
+    # Schema 3: the step cache of durable runs, shared by every worker of the store.
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("step_id", sa.Text, nullable=False),
+    sa.Column("output", sa.Text, nullable=False),
+    sa.Column("next_step", sa.Text, nullable=True),
+    sa.Column("usage", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
 )
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 

@@ -37,6 +37,8 @@ from _common import emit, fail, mark_imported, summary
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the throwaway Postgres cluster of the tests
 
+from w6_durable import chain  # noqa: E402 (W1's shape in YAML)
+
 from minions import RunSettings  # noqa: E402
 from minions.models import Model  # noqa: E402
 from minions.runs import RunStore  # noqa: E402
@@ -48,14 +50,6 @@ from minions.testing import FunctionModel  # noqa: E402
 mark_imported()
 
 STEPS = 50
-
-
-def chain(steps: int) -> str:
-    lines = ["id: rerun-chain", "steps:", '  - {id: step_0, goal: "start"}']
-    for i in range(1, steps):
-        goal = f'"step {i}: {{{{ step_{i - 1}.output }}}}"'
-        lines.append(f"  - {{id: step_{i}, goal: {goal}, depends_on: [step_{i - 1}]}}")
-    return "\n".join(lines) + "\n"
 
 
 async def measure(url: str, folder: Path, variant: str) -> None:

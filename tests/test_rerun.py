@@ -97,6 +97,18 @@ async def execute(store: RunStore, url: str, run_id: str, model: Model) -> RunRe
     return await store.get(run_id)
 
 
+async def executed(url: str, recipe: Path | None = None, *, run_id: str = "") -> str:
+    """Submit a run of `recipe` (tag "a"), or take the queued run `run_id`; run it in this
+    process with the ledger's model; its id."""
+    store = RunStore(url, create=True)
+    with marking_model() as server:
+        if recipe is not None:
+            run_id, _ = await store.submit(recipe, {"tag": "a"})
+        await execute(store, url, run_id, server.model())
+    await store.aclose()
+    return run_id
+
+
 def effects(ledger: Path, run_id: str) -> list[tuple[str, str]]:
     """The run's side effects: (the `run` argument, the step) of each ledger line."""
     return [(run, step) for run, step, key in ledger_lines(ledger) if key.startswith(f"{run_id}/")]
@@ -321,15 +333,7 @@ def test_the_cli_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     recipe = write_proof(tmp_path)
 
-    async def first() -> str:
-        store = RunStore(url, create=True)
-        with marking_model() as server:
-            parent, _ = await store.submit(recipe, {"tag": "a"})
-            await execute(store, url, parent, server.model())
-        await store.aclose()
-        return parent
-
-    parent = asyncio.run(first())
+    parent = asyncio.run(executed(url, recipe))
     done = minions(
         "runs", "rerun", parent, "--from", "report", "--set", 'left="edited"',
         "-i", "extra=y", "--database-url", url,
@@ -340,13 +344,7 @@ def test_the_cli_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
     assert "reuses fetch, left, right; runs each, ship, report" in done.stderr
     assert "step report runs again: its inputs changed" in done.stderr
 
-    async def second() -> None:
-        store = RunStore(url)
-        with marking_model() as server:
-            await execute(store, url, run_id, server.model())
-        await store.aclose()
-
-    asyncio.run(second())
+    asyncio.run(executed(url, run_id=run_id))
     shown = minions("runs", "show", run_id, "--database-url", url)
     assert f"rerun of {parent} from report" in shown.stdout
     assert "reused" in shown.stdout
@@ -375,15 +373,7 @@ def test_the_api_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     recipe = write_proof(tmp_path)
 
-    async def run_first() -> str:
-        store = RunStore(url, create=True)
-        with marking_model() as server:
-            parent, _ = await store.submit(recipe, {"tag": "a"})
-            await execute(store, url, parent, server.model())
-        await store.aclose()
-        return parent
-
-    parent = asyncio.run(run_first())
+    parent = asyncio.run(executed(url, recipe))
     config = ServiceConfig(token="t" * 40, database_url=url)
     with (
         app_in_thread(create_app(config)) as base,
@@ -402,13 +392,7 @@ def test_the_api_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
         }
         run_id = body["run_id"]
 
-        async def run_second() -> None:
-            store = RunStore(url)
-            with marking_model() as server:
-                await execute(store, url, run_id, server.model())
-            await store.aclose()
-
-        asyncio.run(run_second())
+        asyncio.run(executed(url, run_id=run_id))
         shown = client.get(f"/runs/{run_id}").json()
         assert (shown["parent_run_id"], shown["from_step"]) == (parent, "ship")
         assert {s["step_id"]: s["status"] for s in shown["steps"]}["right"] == "reused"

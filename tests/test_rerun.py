@@ -111,7 +111,12 @@ async def executed(url: str, recipe: Path | None = None, *, run_id: str = "") ->
 
 def effects(ledger: Path, run_id: str) -> list[tuple[str, str]]:
     """The run's side effects: (the `run` argument, the step) of each ledger line."""
-    return [(run, step) for run, step, key in ledger_lines(ledger) if key.startswith(f"{run_id}/")]
+    # A sub-recipe's steps are keyed by its inner run, ``RUN.step/...``.
+    return [
+        (run, step)
+        for run, step, key in ledger_lines(ledger)
+        if key.split("/")[0].partition(".")[0] == run_id
+    ]
 
 
 def steps_of(found: list[tuple[str, str]]) -> Counter[str]:
@@ -269,6 +274,84 @@ async def test_a_rerun_killed_mid_way_goes_on_without_reusing_anything_twice(
     assert {step for _, step in effects(ledger, plan.run_id)} == {"report"}
     record = await store.get(plan.run_id)
     assert [s.status for s in record.steps].count("reused") == 5
+
+
+ROUTED = """\
+id: routed
+tools: [tools]
+inputs:
+  tag: {type: string}
+  path: {type: string, default: left}
+steps:
+  - id: decide
+    tool: mark
+    params: {run: "{{ inputs.tag }}", step: decide}
+    next:
+      - {step: go_left, when: "inputs.path == 'left'"}
+      - {step: go_right, when: "inputs.path == 'right'"}
+  - {id: go_left, tool: mark, params: {run: "{{ inputs.tag }}", step: go_left}}
+  - {id: go_right, tool: mark, params: {run: "{{ inputs.tag }}", step: go_right}}
+  - {id: tail, depends_on: [go_left], tool: mark, params: {run: "{{ inputs.tag }}", step: tail}}
+"""
+
+
+async def test_routing_decisions_are_reused_unless_their_conditions_change(
+    tmp_path: Path, ledger: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    recipe = write_proof(tmp_path, ROUTED, "routed.yaml")
+    store = RunStore(url, create=True)
+    with marking_model() as server:
+        parent, _ = await store.submit(recipe, {"tag": "a"})
+        await execute(store, url, parent, server.model())
+        assert [step for _, step in effects(ledger, parent)] == ["decide", "go_left", "tail"]
+        # The routing decision is reused: the unchosen branch stays unchosen, unrun.
+        plan = await store.rerun(parent, from_step="tail")
+        record = await execute(store, url, plan.run_id, server.model())
+        assert [step for _, step in effects(ledger, plan.run_id)] == ["tail"]
+        assert record.status == "completed"
+        kinds = [e.kind for e in await store.events(plan.run_id)]
+        assert "routing_decided" not in kinds
+        # An input its condition reads: the step that routes runs again, and routes anew.
+        other = await store.rerun(parent, from_step="tail", inputs={"path": "right"})
+        assert other.changed == {"decide": "inputs"}
+        await execute(store, url, other.run_id, server.model())
+        assert [step for _, step in effects(ledger, other.run_id)] == ["decide", "go_right"]
+    await store.aclose()
+
+
+async def test_a_sub_recipe_before_the_chosen_step_is_reused_whole(
+    tmp_path: Path, ledger: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    write_proof(
+        tmp_path,
+        "id: sub\ntools: [tools]\ninputs: {tag: {type: string}}\nsteps:\n"
+        '  - {id: one, tool: mark, params: {run: "{{ inputs.tag }}", step: sub-one}}\n'
+        '  - {id: two, depends_on: [one], tool: mark, params: {run: "{{ inputs.tag }}", '
+        "step: sub-two}}\n",
+        "sub.yaml",
+    )
+    recipe = write_proof(
+        tmp_path,
+        "id: outer\ntools: [tools]\ninputs: {tag: {type: string}}\nsteps:\n"
+        '  - {id: inner, recipe: sub.yaml, inputs: {tag: "{{ inputs.tag }}"}}\n'
+        '  - {id: last, depends_on: [inner], tool: mark, params: {run: "{{ inputs.tag }}", '
+        "step: last}}\n",
+        "outer.yaml",
+    )
+    store = RunStore(url, create=True)
+    with marking_model() as server:
+        parent, _ = await store.submit(recipe, {"tag": "a"})
+        first = await execute(store, url, parent, server.model())
+        assert first.status == "completed", first.error
+        assert [step for _, step in effects(ledger, parent)] == ["sub-one", "sub-two", "last"]
+        plan = await store.rerun(parent, from_step="last")
+        record = await execute(store, url, plan.run_id, server.model())
+    assert record.status == "completed"
+    assert [step for _, step in effects(ledger, plan.run_id)] == ["last"]
+    assert {s.step_id: s.status for s in record.steps}["inner"] == "reused"
+    await store.aclose()
 
 
 STRUCTURED = """\

@@ -112,7 +112,24 @@ def plan_rerun(
                 changed[step_id] = "definition"
     old_state, new_state = _states(parent, graph.recipe, inputs)
     for step_id, step in steps.items():
-        if step_id not in changed and _renders_differently(step.templates(), old_state, new_state):
+        if step_id in changed:
+            continue
+        if _renders_differently(step.templates(), old_state, new_state):
+            changed[step_id] = "inputs"
+            continue
+        # Its routing: a condition of its transitions that reads the inputs may now choose
+        # otherwise (conditions see the step's own result too).
+        own = old_state.get(step_id)
+        conditions = {
+            str(i): t.when if "{{" in t.when else "{{ " + t.when + " }}"
+            for i, t in enumerate(graph.outgoing[step_id])
+            if isinstance(t.when, str)
+        }
+        if conditions and _renders_differently(
+            conditions,
+            {**old_state, **(own if isinstance(own, dict) else {})},
+            {**new_state, **(own if isinstance(own, dict) else {})},
+        ):
             changed[step_id] = "inputs"
     again = reexecuted(followers, from_step=from_step, changed=changed, edited=outputs)
     completed = {s.step_id for s in parent.steps if s.status in ("completed", "reused")}

@@ -115,13 +115,13 @@ async def test_a_change_of_any_key_part_misses() -> None:
     await misses(recipe(tools=["look"]), by=executor)  # the tools
     schema = OutputInstructions({"type": "object", "properties": {"a": {"type": "string"}}})
     model_json = FunctionModel(lambda prompt: '{"a": "x"}', name="answers")
-    json_executor = AgentExecutor(model=model_json, settings=executor.settings)
+    json_executor = AgentExecutor(
+        settings=RunSettings(model=model_json, step_cache=executor.step_cache)
+    )
     _, events = await run(json_executor, recipe(output=schema))  # the output schema (and
     assert not [e for e in events if isinstance(e, StepCached)]  # a model of the same name)
     other = FunctionModel(lambda prompt: "x", name="other")
-    renamed = AgentExecutor(
-        settings=RunSettings(model=other, step_cache=executor.settings.step_cache)
-    )
+    renamed = AgentExecutor(settings=RunSettings(model=other, step_cache=executor.step_cache))
     _, events = await run(renamed, recipe())  # the model
     assert not [e for e in events if isinstance(e, StepCached)]
     # And the same again hits.

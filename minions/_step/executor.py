@@ -334,7 +334,7 @@ class StepExecutor:
         a step that says ``cache``, the output of an earlier execution with the same rendered
         prompt, model, tools and output schema instead, when the step cache has one."""
         self._start_conversation()
-        policy, cache = self.step.cache, self.context.settings.step_cache
+        policy, cache = self.step.cache, self.context.step_cache
         key = None
         if policy is not None and cache is not None and self._cacheable(policy.side_effects):
             key = cache_key(

@@ -53,9 +53,9 @@ class RunSettings:
     listeners: tuple[EventListener, ...] = ()
     """Callables receiving every event of a run, in order."""
     step_cache: StepCache | None = None
-    """Where steps that say ``cache`` keep their outputs; ``None``: not cached (an
-    `AgentExecutor` makes an `InMemoryStepCache` for its runs; a durable run's worker uses
-    the run store)."""
+    """Where steps that say ``cache`` keep their outputs; ``None``: the runs of an
+    `AgentExecutor` share its `InMemoryStepCache` (a durable run's worker uses the run
+    store)."""
 
     def __post_init__(self) -> None:
         # Read-only, and a copy: a caller's dict changed later does not change the settings.

@@ -381,7 +381,11 @@ class DurableRunner:
                 approver=self.approve,
                 model_resolver=SharedModels(settings.model_resolver),
                 # Steps that say `cache` share their outputs with every worker of the store.
-                step_cache=settings.step_cache or StoreStepCache(store),
+                step_cache=(
+                    settings.step_cache
+                    if settings.step_cache is not None
+                    else StoreStepCache(store)
+                ),
             )
         )
         """One for every run: it validates each recipe snapshot once."""

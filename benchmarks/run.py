@@ -28,6 +28,7 @@ WORKLOADS = {
     "PLAN": "plan.py",
     "MCP": "mcp_tools.py",
     "SERVICE": "service.py",
+    "RERUN": "rerun.py",
 }
 
 

@@ -24,6 +24,7 @@ from minions._messages import (
     Usage,
 )
 from minions._output import OutputInstructions
+from minions._step.cache import CachedStep, CachePolicy, InMemoryStepCache, StepCache
 from minions._step.completion import (
     CallLimitLink,
     CompletionDecision,
@@ -60,6 +61,7 @@ from minions.errors import (
     Problem,
     RecipeError,
     RecordingError,
+    RerunError,
     RunStateError,
     ScheduleExistsError,
     ScriptExhaustedError,
@@ -188,6 +190,10 @@ __all__ = [
     "ExecutionConfig",
     "OutputInstructions",
     "RunSettings",
+    "CachePolicy",
+    "CachedStep",
+    "InMemoryStepCache",
+    "StepCache",
     "Step",
     "StepExecution",
     "StepExecutor",
@@ -255,6 +261,7 @@ __all__ = [
     "Problem",
     "RecipeError",
     "RecordingError",
+    "RerunError",
     "RunStateError",
     "ScheduleExistsError",
     "StepDefinitionError",

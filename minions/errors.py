@@ -32,6 +32,7 @@ __all__ = [
     "ApprovalRequiredError",
     "RecipeError",
     "RecordingError",
+    "RerunError",
     "RunStateError",
     "ScheduleExistsError",
     "ScriptExhaustedError",
@@ -282,6 +283,11 @@ class RunStateError(MinionsError):
     def __init__(self, message: str, *, status: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class RerunError(MinionsError, ValueError):
+    """A rerun cannot be made as asked: an unknown step, an output set on a step that runs
+    again, or an output its step's schema refuses."""
 
 
 class IdempotencyConflictError(MinionsError):

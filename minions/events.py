@@ -39,13 +39,16 @@ __all__ = [
     "ModelCallWaiting",
     "OutputModeDemoted",
     "PlanRevised",
+    "RerunPlanned",
     "RetryScheduled",
     "RoutingDecided",
     "RunCompleted",
     "RunFailed",
     "RunStarted",
     "StepCompleted",
+    "StepCached",
     "StepFailed",
+    "StepReused",
     "StepSkipped",
     "StepStarted",
     "TokenDelta",
@@ -321,6 +324,54 @@ class PlanRevised(_EventBase):
     """The tokens of the planner's call(s) for this replan."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RerunPlanned(_EventBase):
+    """This run is a rerun of `parent_run_id` from `from_step` (said right after
+    `RunStarted`): which steps it reuses, which it executes again, and which of those run
+    again for a reason of their own (``"inputs"``: their rendered templates changed with the
+    new inputs; ``"definition"``: a new recipe version changed them)."""
+
+    kind: Literal["rerun_planned"] = "rerun_planned"
+    parent_run_id: str = ""
+    from_step: str = ""
+    reused: tuple[str, ...] = ()
+    rerun: tuple[str, ...] = ()
+    changed: Mapping[str, str] = field(default_factory=dict)
+    outputs_set: tuple[str, ...] = ()
+    """Reused steps whose output was set by hand."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepReused(_EventBase):
+    """A rerun reused a step's recorded result instead of running it: no model or tool call,
+    no new usage. `usage` is what the original execution (in run `source_run_id`) cost."""
+
+    kind: Literal["step_reused"] = "step_reused"
+    visit: int = 1
+    source_run_id: str = ""
+    output: Any = None
+    edited: bool = False
+    """The output was set by hand for this rerun."""
+    usage: UsageRecord = field(default_factory=UsageRecord)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepCached(_EventBase):
+    """A step that says ``cache`` found the output of an earlier execution with the same
+    rendered prompt, model, tools and output schema, and used it without calling its model
+    (a `StepCompleted` with no usage follows). `saved` is what that execution cost."""
+
+    kind: Literal["step_cached"] = "step_cached"
+    visit: int = 1
+    key: str = ""
+    """The cache key (a SHA-256 of what it covers)."""
+    age: float = 0.0
+    """Seconds since the entry was made."""
+    source_step: str = ""
+    """The step whose execution made the entry."""
+    saved: UsageRecord = field(default_factory=UsageRecord)
+
+
 Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain here.
     RunStarted,
     RunCompleted,
@@ -344,6 +395,9 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
     CompletionDecided,
     RoutingDecided,
     PlanRevised,
+    RerunPlanned,
+    StepReused,
+    StepCached,
 ]
 """Any event (a union discriminated by the `kind` field)."""
 

@@ -21,7 +21,7 @@ ERRORS = {
     "ToolDefinitionError", "ToolError", "TransientModelError", "UnknownLinkError",
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
-    "PlanError", "MCPServerError", "IdempotencyConflictError",
+    "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
     "ScheduleExistsError", "UnknownScheduleError",
 }  # fmt: skip
 
@@ -37,7 +37,8 @@ PUBLIC: dict[str, set[str]] = {
         "Tool", "ToolCallExecutor", "ToolRegistry", "tool", "Model", "ModelCallExecutor",
         # steps
         "AgentContext", "DefaultStep", "DecisionRecord", "ExecutionConfig", "MemoryScope",
-        "OutputInstructions", "RunSettings", "Step", "StepExecution", "StepExecutor",
+        "OutputInstructions", "RunSettings", "CachePolicy", "CachedStep", "InMemoryStepCache",
+        "StepCache", "Step", "StepExecution", "StepExecutor",
         "StepInput", "StepMode", "StepRun", "StepStatus",
         # step kinds
         "AnalysisStep", "LoopStep", "RecipeStep", "ToolStep",
@@ -63,6 +64,7 @@ PUBLIC: dict[str, set[str]] = {
         "ModelCallCompleted", "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
         "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
+        "RerunPlanned", "StepReused", "StepCached",
     },
     "minions.errors": ERRORS,
     "minions.models": {
@@ -81,6 +83,7 @@ PUBLIC: dict[str, set[str]] = {
         "ApprovalRecord", "EndpointRecord", "RunFilters", "RunRecord", "RunStore", "StepRecord",
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
+        "RerunPlan", "RunDiff", "StepDiff",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -14,6 +14,7 @@ from minions._agent.stream import RunStream
 from minions._config import ExecutionConfig
 from minions._memory import ModelMemory
 from minions._routing.selection import StepSelectionChain
+from minions._step.cache import InMemoryStepCache
 from minions._step.completion import StepCompletionChain
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
@@ -134,6 +135,9 @@ class AgentExecutor:
         )
         """What every run of this executor shares (see `RunSettings`); each run's
         `AgentContext` gets it, with the recipe's model, listeners and MCP servers folded in."""
+        self.step_cache = InMemoryStepCache()
+        """Where steps that say ``cache`` keep their outputs across this executor's runs,
+        unless its settings name a `StepCache` (a run store's, say)."""
         self.tools = ToolRegistry(tools)
         self.memory = memory
         self.config = config or ExecutionConfig()
@@ -231,7 +235,7 @@ class AgentExecutor:
             changes["listeners"] = settings.listeners + extra
         if changes:
             settings = dataclasses.replace(settings, **changes)
-        return AgentContext(
+        context = AgentContext(
             settings=settings,
             tools=graph.tools if graph.tools is not None else self._registry(recipe),
             memory=self.memory,
@@ -241,6 +245,9 @@ class AgentExecutor:
             run_id=run_id,
             recipe_runner=run_inner_recipe,
         )
+        given = settings.step_cache
+        context.step_cache = given if given is not None else self.step_cache
+        return context
 
     async def execute(
         self,

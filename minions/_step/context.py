@@ -18,6 +18,7 @@ from minions.models._infer import infer_model
 from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
+    from minions._step.cache import StepCache
     from minions._step.checkpoints import ItemCheckpoints
     from minions._step.completion import StepCompletionChain
     from minions._tracing.tracer import RunTracer
@@ -82,6 +83,9 @@ class AgentContext:
 
     checkpoints: ItemCheckpoints | None = None
     """Where a durable run keeps its loop items (``None``: nothing is checkpointed)."""
+    step_cache: StepCache | None = None
+    """Where steps that say ``cache`` keep their outputs (``None``: nothing is cached): the
+    settings' `step_cache`, else the `AgentExecutor`'s in-memory one."""
 
     def __init__(
         self,

@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 
 from minions._memory import MemorySnapshot
 from minions._messages import Message, Prompt, ToolCall, ToolCallResponse, ToolSpec
+from minions._step.cache import CachedStep, StepCache, cache_age, cache_key
 from minions._step.completion import (
     COMPLETION_TOOL,
     CallLimitLink,
@@ -22,15 +23,18 @@ from minions._step.model_call import ModelCallExecutor, usage_record
 from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
 from minions._sync import run_sync
+from minions._text import as_text, jsonable
 from minions._tracing.tracer import error_type
 from minions.errors import MinionsError, ModelOutputError, StepDefinitionError
 from minions.events import (
     CompletionDecided,
     Event,
     RetryScheduled,
+    StepCached,
     StepCompleted,
     StepFailed,
     StepStarted,
+    UsageRecord,
 )
 from minions.models._base import Model
 
@@ -341,8 +345,71 @@ class StepExecutor:
         memory.append(self.conversation_id, *messages)
 
     async def run_model_loop(self) -> None:
-        """The model ⇄ tool loop, until the completion chain decides or the call limit."""
+        """The model ⇄ tool loop, until the completion chain decides or the call limit; for
+        a step that says ``cache``, the output of an earlier execution with the same rendered
+        prompt, model, tools and output schema instead, when the step cache has one."""
         self._start_conversation()
+        policy, cache = self.step.cache, self.context.step_cache
+        key = None
+        if policy is not None and cache is not None and self._cacheable(policy.side_effects):
+            key = cache_key(
+                messages=self.context.memory.messages(self.conversation_id),
+                model=self.model,
+                tools=self._tool_specs(),
+                output=self.step.output,
+            )
+            if await self._cached(cache, key, policy.ttl):
+                return
+        await self._model_loop()
+        execution = self.execution
+        if key is not None and cache is not None and execution.status is StepStatus.COMPLETED:
+            await cache.put(
+                key,
+                CachedStep(
+                    output=jsonable(execution.output),
+                    next_step=execution.next_step,
+                    usage=dataclasses.asdict(execution.usage),
+                    step_id=self.name,
+                ),
+            )
+
+    def _cacheable(self, side_effects: bool) -> bool:
+        """Whether the step may be served from the cache: its tools have no side effects and
+        need no approval, or its policy accepts skipping them."""
+        if side_effects:
+            return True
+        if getattr(self.step, "requires_approval", False):
+            return False
+        return not any(t.side_effects or t.requires_approval for t in self.tools.registry)
+
+    async def _cached(self, cache: StepCache, key: str, ttl: float | None) -> bool:
+        """Complete the step with the cache's entry of `key`, if it has one (an output that
+        no longer matches the step's schema is a miss)."""
+        entry = await cache.get(key, ttl=ttl)
+        if entry is None:
+            return False
+        output = entry.output
+        if self.step.output is not None:
+            try:
+                output = self.step.output.validate_python(output)
+            except MinionsError:
+                return False
+        self.context.memory.append(self.conversation_id, Message.assistant(as_text(output)))
+        if self.context.events.active:
+            self.context.events.emit(
+                StepCached(
+                    step_id=self.name,
+                    visit=self.execution.visit,
+                    key=key,
+                    age=max(0.0, cache_age(cache, entry)),
+                    source_step=entry.step_id,
+                    saved=UsageRecord(**entry.usage),
+                )
+            )
+        self.complete(output, next_step=entry.next_step)
+        return True
+
+    async def _model_loop(self) -> None:
         step, config, execution = self.step, self.config, self.execution
         memory = self.context.memory
         conversation = self.conversation_id

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from minions._step.cache import StepCache
     from minions._tracing.tracer import RunTracer
     from minions.events import EventListener
     from minions.models._base import Model
@@ -54,6 +55,10 @@ class RunSettings:
     """Callables receiving every event of a run, in order."""
     limiter: EndpointLimiter | None = None
     """Holds model calls to the limits of their endpoints (`Limits`); ``None``: no limits."""
+    step_cache: StepCache | None = None
+    """Where steps that say ``cache`` keep their outputs; ``None``: the runs of an
+    `AgentExecutor` share its `InMemoryStepCache` (a durable run's worker uses the run
+    store)."""
 
     def __post_init__(self) -> None:
         # Read-only, and a copy: a caller's dict changed later does not change the settings.

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 from minions._config import ExecutionConfig
 from minions._messages import Message, MessageBundle
 from minions._output import OutputInstructions
+from minions._step.cache import CachePolicy
 from minions._step.completion import StepCompletionChain
 from minions._templates import quoted_outputs, render_text
 from minions._text import as_text
@@ -96,6 +97,10 @@ class Step(ABC):
         model: a model or model string for this step only.
         config: overrides of the run's `ExecutionConfig` fields for this step.
         completion: this step's own completion chain.
+        cache: reuse the output of an earlier execution with the same rendered prompt, model,
+            tools and output schema instead of calling the model: ``True``, a mapping
+            ``{"ttl": "1h", "side_effects": False}`` or a `CachePolicy` (see
+            `minions._step.cache`). Only steps that run the model loop are cached.
     """
 
     output: OutputInstructions | None = None
@@ -123,6 +128,7 @@ class Step(ABC):
         model: Model | str | None = None,
         config: Mapping[str, Any] | ExecutionConfig | None = None,
         completion: StepCompletionChain | None = None,
+        cache: CachePolicy | bool | Mapping[str, Any] | None = None,
     ) -> None:
         self.id = id
         self.description = description
@@ -137,6 +143,7 @@ class Step(ABC):
         self.model = model
         self.config = config
         self.completion = completion
+        self.cache = CachePolicy.of(cache)
 
     # -- hooks ---------------------------------------------------------------------------------
 

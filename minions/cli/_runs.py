@@ -53,7 +53,7 @@ RunArgument = Annotated[
 
 runs_app = typer.Typer(
     name="runs",
-    help="List, show, follow, cancel, resume and approve durable runs.",
+    help="List, show, follow, cancel, resume, approve, rerun and diff durable runs.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
@@ -377,6 +377,8 @@ def show(
         + (
             f" · schedule {record.schedule}, slot {_when(record.slot)}"
             if record.schedule is not None
+            else f" · rerun of {record.parent_run_id} from {record.from_step}"
+            if record.parent_run_id
             else ""
         ),
         markup=False,

@@ -281,6 +281,10 @@ def _options(spec: StepSpec) -> dict[str, Any]:
     }
 
 
+def _cache(spec: StepSpec) -> dict[str, Any]:
+    return {"cache": spec.cache if isinstance(spec.cache, bool) else spec.cache.model_dump()}
+
+
 def _body(spec: StepSpec, base: Path, load: _Load, options: dict[str, Any]) -> Step:
     own: dict[str, Any] = {"model": spec.model, "config": spec.config or None, **options}
     output = spec.output if spec.output is not None else spec.output_format
@@ -333,9 +337,10 @@ def _body(spec: StepSpec, base: Path, load: _Load, options: dict[str, Any]) -> S
 
 def _step(spec: StepSpec, base: Path, load: _Load) -> Step:
     if spec.loop is None:
-        return _body(spec, base, load, _options(spec))
-    # The loop carries the scheduling options; the body runs once per item.
-    body = _body(spec, base, load, {"description": spec.description})
+        return _body(spec, base, load, {**_options(spec), **_cache(spec)})
+    # The loop carries the scheduling options; the body runs once per item (each item is
+    # cached on its own).
+    body = _body(spec, base, load, {"description": spec.description, **_cache(spec)})
     return LoopStep(
         body,
         spec.loop.items,

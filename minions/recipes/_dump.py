@@ -182,6 +182,13 @@ def _options(step: Step) -> dict[str, Any]:
         value = getattr(step, name)
         if value != StepSpec.model_fields[name].default:
             found[name] = value
+    policy = step.cache
+    if policy is not None:
+        found["cache"] = (
+            True
+            if policy.ttl is None and not policy.side_effects
+            else {"ttl": policy.ttl, "side_effects": policy.side_effects}
+        )
     return found
 
 

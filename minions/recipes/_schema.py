@@ -144,6 +144,33 @@ def _shorthands(schema: dict[str, Any]) -> None:
         properties[name] = {"anyOf": [{"type": "string"}, full], **kept}
 
 
+class CacheSpec(_Strict):
+    """A step's use of the step cache."""
+
+    ttl: float | str | None = Field(
+        None,
+        description="How long an entry serves: seconds, or '90s', '30m', '1h', '2d' (default: "
+        "as long as the cache keeps it).",
+    )
+    side_effects: bool = Field(
+        False,
+        description="Cache the step even though its tools have side effects or need approval "
+        "(a hit skips them).",
+    )
+
+    @field_validator("ttl")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        from minions._step.cache import duration
+        from minions.errors import StepDefinitionError
+
+        try:
+            duration(value)
+        except StepDefinitionError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
 class StepSpec(_Strict):
     """One step. Its kind comes from the key it has: `goal` (agent step), `tool` (tool step),
     `analyze` (analysis step) or `recipe` (sub-recipe step)."""
@@ -214,6 +241,12 @@ class StepSpec(_Strict):
     model: str | None = None
     max_visits: int = Field(10, ge=1)
     config: dict[str, Any] = Field(default_factory=dict, description="ExecutionConfig overrides.")
+    cache: bool | CacheSpec = Field(
+        False,
+        description="Reuse the output of an earlier execution with the same rendered prompt, "
+        "model, tools and output schema instead of calling the model: true, or {ttl, "
+        "side_effects}.",
+    )
 
     @field_validator("depends_on", "tools", "reads", "artifacts", mode="before")
     @classmethod

@@ -22,7 +22,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
+from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._log import EventLog, LiveHub
+from minions.runs._rerun import RerunPlan
 from minions.runs._runs import RunFilters, RunStore, database_url
 from minions.runs._tables import (
     STATUSES,
@@ -47,10 +49,13 @@ __all__ = [
     "History",
     "LiveHub",
     "PruneResult",
+    "RerunPlan",
+    "RunDiff",
     "RunFilters",
     "RunRecord",
     "RunStore",
     "ScheduleRecord",
+    "StepDiff",
     "StepRecord",
     "Worker",
     "WorkerConflictError",

@@ -153,6 +153,9 @@ class AsyncStore:
 
         return await self.call(read)
 
+    async def announced(self, run_id: str) -> set[tuple[str, int]]:
+        return await self.call(self.store.announced, run_id)
+
     async def saved_steps(self, run_id: str) -> dict[tuple[str, int], tuple[str, str | None]]:
         return await self.call(self.store.saved_steps, run_id)
 

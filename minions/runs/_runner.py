@@ -24,7 +24,15 @@ from minions._step.execution import StepExecution, StepStatus
 from minions._step.settings import RunSettings
 from minions._text import jsonable
 from minions.errors import MinionsError, RecipeError
-from minions.events import Event, RunCompleted, RunFailed
+from minions.events import (
+    Event,
+    EventEmitter,
+    RerunPlanned,
+    RunCompleted,
+    RunFailed,
+    StepReused,
+    UsageRecord,
+)
 from minions.models._base import Model
 from minions.models._infer import MODEL_ENV
 from minions.models._recording import Recording, ReplayModel, recording_beside
@@ -32,6 +40,7 @@ from minions.models._structured import CapabilityMemory
 from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
+from minions.runs._cache import StoreStepCache
 from minions.runs._limiter import StoreCapabilities, share_capabilities
 from minions.runs._log import TERMINAL_KINDS, LiveHub, event_row
 from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps, workflow_id
@@ -90,6 +99,12 @@ class RunRecorder:
             None if self.resumed else {}
         )
         """The run's finished steps and items, read once when it goes on from stored work."""
+        self.rerun: dict[str, Any] | None = None
+        """A rerun's plan (see `minions.runs._rerun`): the steps it reuses of its parent."""
+        self.announced: set[tuple[str, int]] | None = None
+        """The reused steps (and items) whose `StepReused` was said (a rerun's only)."""
+        self.emitter: EventEmitter | None = None
+        """The run's events (a rerun's recorder says its plan and reused steps)."""
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -248,14 +263,59 @@ class RunRecorder:
         if saved is None:
             return None
         execution, routing = saved
+        data = json.loads(execution)
+        self._announce(step_id, visit, data)
         return (
-            StepExecution.from_data(json.loads(execution)),
+            StepExecution.from_data(data),
             None if routing is None else Routing.from_data(json.loads(routing)),
         )
 
     async def restore_item(self, name: str, visit: int) -> StepExecution | None:
         saved = await self._saved(name, visit)
-        return None if saved is None else StepExecution.from_data(json.loads(saved[0]))
+        if saved is None:
+            return None
+        data = json.loads(saved[0])
+        self._announce(name, visit, data)
+        return StepExecution.from_data(data)
+
+    # -- a rerun's reused steps --------------------------------------------------------------
+
+    def on_start(self, event: Event) -> None:
+        """After `RunStarted` of a rerun: say its plan (numbered right after it)."""
+        plan = self.rerun
+        if plan is None or self.emitter is None or event.kind != "run_started":
+            return
+        self.emitter.emit(
+            RerunPlanned(
+                parent_run_id=plan["parent_run_id"],
+                from_step=plan["from_step"],
+                reused=tuple(plan["reused"]),
+                rerun=tuple(plan["rerun"]),
+                changed=dict(plan.get("changed", {})),
+                outputs_set=tuple(plan.get("outputs", {})),
+            )
+        )
+
+    def _announce(self, name: str, visit: int, data: dict[str, Any]) -> None:
+        """Say `StepReused` for a step (or loop item) the rerun took from its parent (its
+        checkpoint was copied when the rerun was queued), once: a rerun that goes on after a
+        crash knows the ones it said from its stored events."""
+        reused = data.get("reused")
+        if reused is None or self.emitter is None or self.announced is None:
+            return
+        if (name, visit) in self.announced:
+            return
+        self.announced.add((name, visit))
+        self.emitter.emit(
+            StepReused(
+                step_id=name,
+                visit=visit,
+                source_run_id=reused["run_id"],
+                output=data.get("output"),
+                edited=bool(reused.get("edited")),
+                usage=UsageRecord(**reused.get("usage", {})),
+            )
+        )
 
     async def save(
         self, execution: StepExecution, routing: Routing | None, announce: Callable[[], None]
@@ -433,6 +493,12 @@ class DurableRunner:
                     settings.model_resolver,
                     capabilities=None if capabilities is None else capabilities.memory,
                 ),
+                # Steps that say `cache` share their outputs with every worker of the store.
+                step_cache=(
+                    settings.step_cache
+                    if settings.step_cache is not None
+                    else StoreStepCache(store)
+                ),
             )
         )
         """One for every run: it validates each recipe snapshot once."""
@@ -488,6 +554,10 @@ class DurableRunner:
             term=self.lease,
         )
         recorder.renewed(claimed + self.lease)
+        if start.rerun is not None:
+            # Its reused steps' checkpoints were copied into it when it was queued.
+            recorder.rerun, recorder.saved = start.rerun, None
+            recorder.announced = await self.store.announced(run_id) if recorder.resumed else set()
         try:
             # Built off the event loop (a tools module is imported): its other runs go on.
             recipe = await self.store.call(recipe_of, start.recipe_yaml, start.recipe_path)
@@ -512,9 +582,10 @@ class DurableRunner:
             )
         graph = executor.graph(recipe)
         context = executor.create_context(
-            recipe, start.inputs, run_id=run_id, listeners=[recorder.on_event]
+            recipe, start.inputs, run_id=run_id, listeners=[recorder.on_event, recorder.on_start]
         )
         context.events.continue_after(start.last_seq)
+        recorder.emitter = context.events
         task = asyncio.create_task(executor.run(graph, context, checkpoints=recorder))
         self.running[run_id] = task
         self._recorders[run_id] = recorder

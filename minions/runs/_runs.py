@@ -6,12 +6,13 @@ get `RunStateError` with the state they found)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
@@ -36,7 +37,11 @@ from minions.runs._tables import (
 )
 
 if TYPE_CHECKING:
+    from minions._step.cache import StepCache
+    from minions.recipes._recipe import AgentRecipe
+    from minions.runs._diff import RunDiff
     from minions.runs._queue import Queue
+    from minions.runs._rerun import RerunPlan
 
 __all__ = ["RunFilters", "RunStore", "database_url"]
 
@@ -49,6 +54,22 @@ class _Snapshot:
     recipe_hash: str
     inputs: dict[str, Any]
     request_hash: str
+
+
+def _snapshot_of(text: str, built: AgentRecipe, checked: Mapping[str, Any]) -> _Snapshot:
+    """What a run (or a schedule) stores of recipe snapshot `text` and its checked inputs."""
+    recipe_hash = hashlib.sha256(text.encode()).hexdigest()
+    request = json.dumps(
+        {"recipe": built.id, "recipe_hash": recipe_hash, "inputs": jsonable(checked)},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return _Snapshot(
+        recipe_id=built.id,
+        recipe_hash=recipe_hash,
+        inputs=dict(checked),
+        request_hash=hashlib.sha256(request.encode()).hexdigest(),
+    )
 
 
 def database_url(given: str | None = None) -> str:
@@ -193,7 +214,37 @@ class RunStore:
     ) -> tuple[str, bool]:
         """Check the recipe snapshot `text` (as the file `path`) and the inputs, store the run
         and queue it."""
-        snapshot = await self._snapshot(text, path, inputs)
+        built = await self._build(text, path)
+        checked = built.check_inputs(dict(inputs or {}))
+        return await self._insert(text, path, built, checked, idempotency_key=idempotency_key)
+
+    async def _snapshot(self, text: str, path: Path, inputs: Mapping[str, Any] | None) -> _Snapshot:
+        """The recipe `text` (as the file `path`) and the inputs, checked."""
+        built = await self._build(text, path)
+        return _snapshot_of(text, built, built.check_inputs(dict(inputs or {})))
+
+    async def _build(self, text: str, path: Path | str) -> AgentRecipe:
+        """The recipe of snapshot `text` (as the file `path`), checked."""
+        from minions.recipes._build import load_recipe_file
+        from minions.runs._runner import recipe_of
+
+        if self._import_tools:
+            return await self._store.call(recipe_of, text, str(path))
+        loaded = await self._store.call(load_recipe_file, Path(path), text=text, import_tools=False)
+        return loaded.recipe
+
+    async def _insert(
+        self,
+        text: str,
+        path: Path | str,
+        built: AgentRecipe,
+        checked: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        rerun: Mapping[str, Any] | None = None,
+        steps: Sequence[Mapping[str, Any]] = (),
+    ) -> tuple[str, bool]:
+        snapshot = _snapshot_of(text, built, checked)
         queue = await self._dbos()
         return await self._store.call(
             self._store.store.insert_run,
@@ -206,31 +257,66 @@ class RunStore:
             idempotency_key=idempotency_key,
             request_hash=snapshot.request_hash,
             enqueue=queue.enqueue,
+            rerun=rerun,
+            steps=steps,
         )
 
-    async def _snapshot(self, text: str, path: Path, inputs: Mapping[str, Any] | None) -> _Snapshot:
-        """The recipe `text` (as the file `path`) and the inputs, checked."""
-        from minions.recipes._build import load_recipe_file
-        from minions.runs._runner import recipe_of
+    async def rerun(
+        self,
+        run_id: str,
+        *,
+        from_step: str,
+        inputs: Mapping[str, Any] | None = None,
+        outputs: Mapping[str, Any] | None = None,
+        recipe: str | Path | None = None,
+    ) -> RerunPlan:
+        """Queue a rerun of an ended run from step `from_step`: a new run that reuses the
+        recorded result of every step not downstream of `from_step` (no model or tool call;
+        status ``reused``) and executes `from_step` and everything after it. `inputs` change
+        some of the run's inputs (steps whose rendered templates change with them run again
+        too); `outputs` replace the recorded outputs of reused steps (checked against their
+        output schemas; what follows them runs again). `recipe`: a new version of the recipe
+        (a file), instead of the run's snapshot; steps whose definition changed run again.
+        Returns the plan, with the new run's id.
 
-        if self._import_tools:
-            built = await self._store.call(recipe_of, text, str(path))
-        else:
-            loaded = await self._store.call(load_recipe_file, path, text=text, import_tools=False)
-            built = loaded.recipe
-        checked = built.check_inputs(dict(inputs or {}))
-        recipe_hash = hashlib.sha256(text.encode()).hexdigest()
-        request = json.dumps(
-            {"recipe": built.id, "recipe_hash": recipe_hash, "inputs": jsonable(checked)},
-            sort_keys=True,
-            ensure_ascii=False,
-        )
-        return _Snapshot(
-            recipe_id=built.id,
-            recipe_hash=recipe_hash,
+        Raises:
+            UnknownRunError: no run has this id.
+            RunStateError: the run has not ended.
+            RerunError: an unknown step, or an output that cannot be set.
+            RecipeError: the recipe or the inputs are invalid (nothing is queued).
+        """
+        from minions._agent.graph import StepGraph
+        from minions.recipes._loader import read_recipe_text
+        from minions.runs._rerun import plan_rerun, seed_rows, step_definitions
+
+        parent = await self._store.get_run(run_id)
+        if not parent.terminal:
+            raise RunStateError(
+                f"run {run_id} is {parent.status}: only an ended run is rerun", status=parent.status
+            )
+        text, path, _ = await self._store.run_source(run_id)
+        definitions = None
+        if recipe is not None:
+            new_path = await self._store.call(Path(recipe).resolve)
+            new_text = await self._store.call(read_recipe_text, new_path)
+            if new_text != text:
+                definitions = (step_definitions(text), step_definitions(new_text))
+            text, path = new_text, str(new_path)
+        built = await self._build(text, path or "recipe.yaml")
+        checked = built.check_inputs({**parent.inputs, **dict(inputs or {})})
+        plan = plan_rerun(
+            parent,
+            StepGraph(built),
+            from_step=from_step,
             inputs=checked,
-            request_hash=hashlib.sha256(request.encode()).hexdigest(),
+            outputs=dict(outputs or {}),
+            definitions=definitions,
         )
+        seeds = seed_rows(plan, await self._store.saved_steps(run_id))
+        new_id, _ = await self._insert(
+            text, path or "recipe.yaml", built, checked, rerun=plan.to_data(), steps=seeds
+        )
+        return dataclasses.replace(plan, run_id=new_id)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -307,6 +393,25 @@ class RunStore:
             UnknownRunError: no run has this id.
         """
         return self.log.follow(run_id, after=after)
+
+    async def diff(self, run_a: str, run_b: str) -> RunDiff:
+        """Two runs compared step by step (status, output, tokens, calls, duration), with the
+        first step where they diverge.
+
+        Raises:
+            UnknownRunError: no run has one of these ids.
+        """
+        from minions.runs._diff import diff_runs
+
+        return diff_runs(await self._store.get_run(run_a), await self._store.get_run(run_b))
+
+    def step_cache(self, *, clock: Callable[[], float] = time.time) -> StepCache:
+        """The store's step cache (what durable runs use), for foreground runs to share it:
+        ``AgentExecutor(settings=RunSettings(step_cache=store.step_cache()))``. `clock`: the
+        time entries are made and expire by."""
+        from minions.runs._cache import StoreStepCache
+
+        return StoreStepCache(self._store, clock=clock)
 
     async def workers(self) -> list[WorkerRecord]:
         return await self._store.workers()

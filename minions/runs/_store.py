@@ -44,6 +44,7 @@ from minions.runs._tables import (
     meta_table,
     metadata,
     runs_table,
+    step_cache_table,
     steps_table,
     workers_table,
 )
@@ -117,6 +118,8 @@ class Start:
     recipe_path: str | None
     inputs: dict[str, Any]
     last_seq: int
+    rerun: dict[str, Any] | None = None
+    """For a rerun: its plan (the parent, the steps it reuses, the outputs set by hand)."""
 
 
 ANY_RUN = RunFilter()
@@ -257,9 +260,13 @@ class Store:
         idempotency_key: str | None,
         request_hash: str,
         enqueue: Enqueue,
+        rerun: Mapping[str, Any] | None = None,
+        steps: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[str, bool]:
         """Store a queued run and queue it, in one transaction: both happen or neither. With
-        an idempotency key used before, the earlier run's id and False.
+        an idempotency key used before, the earlier run's id and False. `rerun`: the plan of
+        a rerun (its ``parent_run_id`` and ``from_step`` are stored as columns too), and
+        `steps` the checkpoints it starts with (the steps it reuses of its parent).
 
         Raises:
             IdempotencyConflictError: the key was used for another request.
@@ -274,6 +281,12 @@ class Store:
             idempotency_key=idempotency_key,
             request_hash=request_hash,
         )
+        if rerun is not None:
+            row.update(
+                parent_run_id=rerun["parent_run_id"],
+                from_step=rerun["from_step"],
+                rerun=dumps(dict(rerun)),
+            )
         with self.begin() as db:
             # Written first, and only when the key is new (a concurrent submission with the same
             # key waits on the row and then inserts nothing).
@@ -281,6 +294,8 @@ class Store:
                 _insert_ignoring_conflicts(self.postgres, row).returning(runs_table.c.run_id)
             ).first()
             if inserted is not None:
+                if steps:
+                    db.execute(steps_table.insert(), [{**s, "run_id": run_id} for s in steps])
                 enqueue(db, run_id, 1)
                 return run_id, True
             found = db.execute(
@@ -405,7 +420,8 @@ class Store:
             return [row.data for row in db.execute(query)]
 
     def saved_steps(self, run_id: str) -> dict[tuple[str, int], tuple[str, str | None]]:
-        """Every finished step and loop item of the run, by name and visit (one query)."""
+        """Every finished step and loop item of the run, by name and visit, in the order they
+        were saved (one query)."""
         with self.read() as db:
             rows = db.execute(
                 sa.select(
@@ -413,9 +429,71 @@ class Store:
                     steps_table.c.visit,
                     steps_table.c.execution,
                     steps_table.c.routing,
-                ).where(steps_table.c.run_id == run_id)
+                )
+                .where(steps_table.c.run_id == run_id)
+                .order_by(steps_table.c.saved_at)
             )
             return {(r.step_id, r.visit): (r.execution, r.routing) for r in rows}
+
+    def cached_step(self, key: str) -> tuple[str, Any, str | None, dict[str, int], float] | None:
+        """The step cache's entry of `key`: (step id, output, next step, usage, made at)."""
+        with self.read() as db:
+            row = db.execute(
+                sa.select(step_cache_table).where(step_cache_table.c.key == key)
+            ).one_or_none()
+        if row is None:
+            return None
+        return (
+            row.step_id,
+            json.loads(row.output),
+            row.next_step,
+            json.loads(row.usage),
+            row.created_at,
+        )
+
+    def cache_step(
+        self,
+        key: str,
+        *,
+        step_id: str,
+        output: Any,
+        next_step: str | None,
+        usage: Mapping[str, int],
+        now: float,
+    ) -> None:
+        """Keep a step's output in the step cache under `key` (a newer one replaces it)."""
+        values = {
+            "key": key,
+            "step_id": step_id,
+            "output": dumps(output),
+            "next_step": next_step,
+            "usage": dumps(dict(usage)),
+            "created_at": now,
+        }
+        if self.postgres:
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            statement: Any = pg_insert(step_cache_table).values(**values)
+        else:
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            statement = sqlite_insert(step_cache_table).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=["key"], set_={k: v for k, v in values.items() if k != "key"}
+        )
+        with self.begin() as db:
+            db.execute(statement)
+
+    def announced(self, run_id: str) -> set[tuple[str, int]]:
+        """The steps and loop items (name, visit) a rerun said it reused (its stored
+        ``step_reused`` events)."""
+        with self.read() as db:
+            rows = db.execute(
+                sa.select(events_table.c.step_id, events_table.c.data).where(
+                    events_table.c.run_id == run_id, events_table.c.kind == "step_reused"
+                )
+            )
+            return {(r.step_id, int(json.loads(r.data).get("visit", 1))) for r in rows}
 
     def approval(self, run_id: str, call_id: str) -> ApprovalRecord | None:
         with self.read() as db:
@@ -500,6 +578,7 @@ class Store:
             recipe_path=row.recipe_path,
             inputs=json.loads(row.inputs),
             last_seq=int(row.last_seq),
+            rerun=_loads(row.rerun),
         )
 
     def append(
@@ -1145,6 +1224,8 @@ def _step_record(row: Any) -> StepRecord:
 def _execution_record(execution: dict[str, Any], *, status: str | None = None) -> StepRecord:
     """A stored execution (`StepExecution.to_data`) as a record; its loop items too."""
     items = execution.get("items", [])
+    reused = execution.get("reused") or {}
+    started, finished = execution.get("started_at"), execution.get("finished_at")
     return StepRecord(
         step_id=execution["step_id"],
         visit=execution.get("visit", 1),
@@ -1154,11 +1235,14 @@ def _execution_record(execution: dict[str, Any], *, status: str | None = None) -
         usage=execution.get("usage", {}),
         attempts=execution.get("attempts", 1),
         items=len(items),
-        started_at=execution.get("started_at"),
-        finished_at=execution.get("finished_at"),
+        started_at=started,
+        finished_at=finished,
         model_calls=execution.get("model_calls", 0),
         tool_calls=execution.get("tool_calls", 0),
         loop_items=tuple(_execution_record(item) for item in items),
+        duration=None if started is None or finished is None else finished - started,
+        reused_from=reused.get("run_id"),
+        reused_usage=reused.get("usage", {}),
     )
 
 
@@ -1198,4 +1282,6 @@ def _run_record(
         slot=row.slot,
         steps=steps,
         approvals=approvals,
+        parent_run_id=row.parent_run_id,
+        from_step=row.from_step,
     )

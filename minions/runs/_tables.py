@@ -19,7 +19,8 @@ SCHEMA_VERSION = 3
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
-schedule of a run, how far pruning went."""
+schedule of a run, how far pruning went; reruns (a run's parent, the step it reran from, its
+plan); the step cache."""
 
 Status = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("queued", "running", "waiting", "completed", "failed", "cancelled")
@@ -70,6 +71,11 @@ runs_table = sa.Table(
     # The schedule that fired it, and for which slot (schema 3).
     sa.Column("schedule", sa.Text, nullable=True, index=True),
     sa.Column("slot", sa.Float, nullable=True),
+    # A rerun (schema 3): the run it reran, the step it reran from, and its plan (JSON: the
+    # steps it reuses from the parent, outputs set by hand, the steps changed and why).
+    sa.Column("parent_run_id", sa.Text, nullable=True),
+    sa.Column("from_step", sa.Text, nullable=True),
+    sa.Column("rerun", sa.Text, nullable=True),
 )
 steps_table = sa.Table(
     "minions_steps",
@@ -190,6 +196,17 @@ capabilities_table = sa.Table(
     sa.Column("worked", sa.Text, nullable=True),
     sa.Column("learned_at", sa.Float, nullable=False),
 )
+step_cache_table = sa.Table(
+    "minions_step_cache",
+    metadata,
+    # Schema 3: the step cache of durable runs, shared by every worker of the store.
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("step_id", sa.Text, nullable=False),
+    sa.Column("output", sa.Text, nullable=False),
+    sa.Column("next_step", sa.Text, nullable=True),
+    sa.Column("usage", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 
@@ -234,9 +251,16 @@ def _to_3_schedules(db: sa.Connection) -> None:
     db.execute(sa.text("CREATE INDEX ix_minions_runs_schedule ON minions_runs (schedule)"))
 
 
+def _to_3_rerun(db: sa.Connection) -> None:
+    """Schema 2 -> 3 (reruns): a run's parent, the step it reran from, its plan."""
+    for column in ("parent_run_id TEXT", "from_step TEXT", "rerun TEXT"):
+        db.execute(sa.text(f"ALTER TABLE minions_runs ADD COLUMN {column}"))
+
+
 def _to_3(db: sa.Connection) -> None:
     """Schema 2 -> 3."""
     _to_3_schedules(db)
+    _to_3_rerun(db)
 
 
 MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3}
@@ -273,6 +297,11 @@ class StepRecord:
     model_calls: int = 0
     tool_calls: int = 0
     loop_items: tuple[StepRecord, ...] = ()
+    duration: float | None = None
+    reused_from: str | None = None
+    """For a step a rerun reused (status ``reused``): the run that executed it."""
+    reused_usage: dict[str, int] = field(default_factory=dict)
+    """For a reused step: the usage of its original execution (its own `usage` is zero)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -339,6 +368,10 @@ class RunRecord:
     """The slot of `schedule` it was fired for (a Unix time)."""
     steps: tuple[StepRecord, ...] = ()
     approvals: tuple[ApprovalRecord, ...] = ()
+    parent_run_id: str | None = None
+    """For a rerun: the run it reran."""
+    from_step: str | None = None
+    """For a rerun: the step it reran from."""
 
     @property
     def terminal(self) -> bool:

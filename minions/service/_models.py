@@ -73,6 +73,13 @@ class StepOut(BaseModel):
     finished_at: float | None = None
     model_calls: int = Field(0, description="Model calls, retries included.")
     tool_calls: int = 0
+    duration: float | None = None
+    reused_from: str | None = Field(
+        None, description="For a step a rerun reused (status `reused`): the run that ran it."
+    )
+    reused_usage: dict[str, Any] = Field(
+        default_factory=dict, description="For a reused step: its original execution's usage."
+    )
     loop_items: list[StepOut] = Field(
         default_factory=list, description="Its loop items (`step[0]`, `step[1]`...), in order."
     )
@@ -121,6 +128,8 @@ class RunOut(RunSummary):
     steps: list[StepOut] = Field(default_factory=list)
     approvals: list[ApprovalOut] = Field(default_factory=list)
     graph: list[GraphNode] = Field(default_factory=list, description="The recipe's steps.")
+    parent_run_id: str | None = Field(None, description="For a rerun: the run it reran.")
+    from_step: str | None = Field(None, description="For a rerun: the step it reran from.")
 
 
 class HistoryOut(BaseModel):

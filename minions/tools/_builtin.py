@@ -29,7 +29,7 @@ MAX_HTTP_CHARS = 200_000
 """The most text `http_get` returns, whatever `max_chars` the model asks for."""
 
 
-@tool(run_in_thread=False)
+@tool(run_in_thread=False, side_effects=False)
 def current_datetime(
     hours_ago: float = 0, days_ago: float = 0, timezone: str = "UTC"
 ) -> dict[str, Any]:
@@ -388,7 +388,11 @@ def file_tools(workspace: str | Path, *, protected: Collection[Path] = ()) -> li
             )
         return found
 
-    return [tool(read_file), tool(write_file), tool(list_files)]
+    return [
+        Tool(read_file, side_effects=False),
+        tool(write_file),
+        Tool(list_files, side_effects=False),
+    ]
 
 
 def _pattern_steps(pattern: str) -> tuple[str, ...]:

@@ -332,6 +332,7 @@ class MCPTool(Tool):
         self.name = exposed_name(server, remote_name)
         self.origin = (server, remote_name)
         self.requires_approval = False
+        self.side_effects = True  # a server's tool may do anything
         self.is_async = True
         self.run_in_thread = False
         self._description = self._summary = description

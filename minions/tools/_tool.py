@@ -36,6 +36,9 @@ class Tool:
             tool never stalls other steps); set False for quick, CPU-only functions.
         requires_approval: a person approves each call first (the run asks its approver;
             see `minions.tools.Approver`); a rejected call is not made.
+        side_effects: calling it changes something outside the run (the default, as a tool
+            cannot tell); ``False`` for a tool that only reads, so that a step using it may be
+            served from the step cache (see `Step`'s ``cache``).
     """
 
     origin: tuple[str, str] | None = None
@@ -50,9 +53,11 @@ class Tool:
         description: str | None = None,
         run_in_thread: bool = True,
         requires_approval: bool = False,
+        side_effects: bool = True,
     ) -> None:
         self.fn = fn
         self.requires_approval = requires_approval
+        self.side_effects = side_effects
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
             raise ToolDefinitionError(
@@ -234,6 +239,7 @@ def tool(
     description: str | None = None,
     run_in_thread: bool = True,
     requires_approval: bool = False,
+    side_effects: bool = True,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -243,6 +249,7 @@ def tool(
     description: str | None = None,
     run_in_thread: bool = True,
     requires_approval: bool = False,
+    side_effects: bool = True,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a function; use as `@tool` or `@tool(name=..., ...)`."""
 
@@ -253,6 +260,7 @@ def tool(
             description=description,
             run_in_thread=run_in_thread,
             requires_approval=requires_approval,
+            side_effects=side_effects,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -132,6 +132,8 @@ async def get_run(run_id: RunId, runs: Runs) -> RunOut:
         steps=data["steps"],
         approvals=data["approvals"],
         graph=nodes,
+        parent_run_id=record.parent_run_id,
+        from_step=record.from_step,
     )
 
 

@@ -1,0 +1,150 @@
+"""`minions runs rerun` and `minions runs diff`: a new run from a step of an ended one, reusing
+what does not depend on that step, and two runs compared step by step (see docs/runs.md,
+"Rerun from a step")."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from minions._text import jsonable
+from minions.cli._errors import UsageError
+from minions.cli._running import InputsOption, parse_inputs
+from minions.cli._runs import DatabaseOption, JsonOption, RunArgument, _out, _run, _store
+
+__all__: list[str] = []
+
+
+def rerun(
+    run: RunArgument,
+    from_step: Annotated[
+        str,
+        typer.Option(
+            "--from", metavar="STEP", help="The step to run again (with what follows it)."
+        ),
+    ],
+    inputs: InputsOption = None,
+    outputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="STEP=JSON",
+            help="Replace a reused step's output (checked against its output schema); what "
+            "follows it runs again. Repeat for more.",
+            show_default=False,
+        ),
+    ] = None,
+    recipe: Annotated[
+        Path | None,
+        typer.Option(
+            "--recipe",
+            metavar="FILE",
+            help="A new version of the recipe (steps whose definition changed run again).",
+            show_default=False,
+        ),
+    ] = None,
+    json_output: JsonOption = False,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Queue a new run of an ended run from step STEP: the steps that do not depend on it are
+    reused as recorded (no model or tool calls); print the new run's id."""
+    given = parse_inputs(inputs or ())
+    edited = _parse_outputs(outputs or ())
+    if recipe is not None and not recipe.is_file():
+        raise UsageError(f"no such recipe file: {str(recipe)!r}")
+    store = _store(database_url)
+    try:
+        plan = _run(
+            store.rerun(run, from_step=from_step, inputs=given, outputs=edited, recipe=recipe)
+        )
+    finally:
+        store.close()
+    if json_output:
+        typer.echo(json.dumps(jsonable(dataclasses.asdict(plan)), ensure_ascii=False))
+        return
+    typer.echo(plan.run_id)
+    said = Console(stderr=True, highlight=False, soft_wrap=True)
+    said.print(
+        f"reuses {', '.join(plan.reused) or 'no step'}; runs {', '.join(plan.rerun)}",
+        markup=False,
+    )
+    for step, why in plan.changed.items():
+        reason = "its inputs changed" if why == "inputs" else "its definition changed"
+        said.print(f"step {step} runs again: {reason}", markup=False)
+
+
+def _parse_outputs(pairs: Sequence[str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        step, sep, text = pair.partition("=")
+        if not sep or not step:
+            raise UsageError(f"--set {pair!r}: expected STEP=JSON")
+        try:
+            found[step] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"--set {step}=...: the value is not JSON ({exc.msg}); quote a string as "
+                f"'{step}=\"text\"'"
+            ) from None
+    return found
+
+
+def diff(
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A", show_default=False)],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B", show_default=False)],
+    json_output: JsonOption = False,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Compare two runs step by step (status, output, tokens, calls, duration) and name the
+    first step where they diverge."""
+    store = _store(database_url)
+    try:
+        result = _run(store.diff(run_a, run_b))
+    finally:
+        store.close()
+    if json_output:
+        data = jsonable(dataclasses.asdict(result))
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    out = _out()
+    out.print(
+        f"{result.run_a} ({result.status[0]}) vs {result.run_b} ({result.status[1]})",
+        markup=False,
+    )
+    table = Table(show_edge=False, pad_edge=False)
+    for name in ("", "step", "status", "tokens", "calls", "time", "output"):
+        table.add_column(name)
+    for s in result.steps:
+        table.add_row(
+            "≠" if s.diverges else "",
+            s.key,
+            " / ".join(x or "-" for x in s.status),
+            f"{s.tokens[0]} / {s.tokens[1]}",
+            f"{s.calls[0]} / {s.calls[1]}",
+            " / ".join("-" if d is None else f"{d:.2f}s" for d in s.duration),
+            "; ".join(
+                f"{c.path}: {json.dumps(c.a, ensure_ascii=False)[:30]} -> "
+                f"{json.dumps(c.b, ensure_ascii=False)[:30]}"
+                for c in s.changes[:3]
+            ),
+        )
+    out.print(table)
+    out.print(
+        f"first divergence: {result.first_divergence}"
+        if result.first_divergence
+        else "no divergence: every step has the same outcome and output",
+        markup=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `rerun` and `diff` to `minions runs`."""
+    app.command("rerun")(rerun)
+    app.command("diff")(diff)

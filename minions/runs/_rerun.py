@@ -1,0 +1,281 @@
+"""Reruns: which steps of a finished run a new run reuses, and which it executes again.
+
+A rerun from step S reuses the recorded result of every step that does not depend on S,
+directly or through others (its dependencies and the targets of its transitions, loops
+included). It executes again S, every step whose definition changed (a new recipe version),
+every step whose rendered templates (goal, params, items...) change with the new inputs,
+what follows an output set by hand, and everything downstream of those. `reexecuted` is that
+rule as a pure function of the graph; `plan_rerun` applies it to a stored run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from minions._templates import render, template_expressions, template_roots
+from minions.errors import MinionsError, RerunError, TemplateError
+
+if TYPE_CHECKING:
+    from minions._agent.graph import StepGraph
+    from minions.recipes._recipe import AgentRecipe
+    from minions.runs._tables import RunRecord
+
+__all__: list[str] = []
+
+
+def reexecuted(
+    followers: Mapping[str, Sequence[str]],
+    *,
+    from_step: str,
+    changed: Collection[str] = (),
+    edited: Collection[str] = (),
+) -> frozenset[str]:
+    """The steps a rerun executes again: `from_step`, the `changed` steps and everything
+    downstream of them (`followers`: each step's dependents and transition targets), and
+    everything downstream of an `edited` step (one whose output is set by hand; the edited
+    step itself is reused, unless something upstream of it runs again)."""
+    found: set[str] = set()
+    pending = [from_step, *changed, *(f for e in edited for f in followers.get(e, ()))]
+    while pending:
+        step = pending.pop()
+        if step in found:
+            continue
+        found.add(step)
+        pending.extend(followers.get(step, ()))
+    return frozenset(found)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RerunPlan:
+    """What a rerun reuses of its parent and what it executes again, and why.
+
+    Attributes:
+        reused: the steps whose recorded results are reused (as recorded, or as `outputs`
+            sets them); a step the parent never finished runs live.
+        rerun: the steps executed again.
+        changed: steps executed again for a reason of their own besides being downstream of
+            `from_step`: ``"inputs"`` (their rendered templates change with the new inputs)
+            or ``"definition"`` (the new recipe version changed them).
+    """
+
+    parent_run_id: str
+    from_step: str
+    run_id: str = ""
+    """The rerun's id (once it is queued)."""
+    reused: tuple[str, ...]
+    rerun: tuple[str, ...]
+    changed: Mapping[str, str] = field(default_factory=dict)
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "parent_run_id": self.parent_run_id,
+            "from_step": self.from_step,
+            "reused": list(self.reused),
+            "rerun": list(self.rerun),
+            "changed": dict(self.changed),
+            "outputs": dict(self.outputs),
+        }
+
+
+def plan_rerun(
+    parent: RunRecord,
+    graph: StepGraph,
+    *,
+    from_step: str,
+    inputs: Mapping[str, Any],
+    outputs: Mapping[str, Any],
+    definitions: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+) -> RerunPlan:
+    """Plan a rerun of `parent` (with its finished steps) on `graph` from `from_step`, with
+    the checked `inputs` and the outputs set by hand. `definitions`: the parent's and the new
+    recipe version's step definitions (by step id), when the recipe changed.
+
+    Raises:
+        RerunError: an unknown step, an output set on a step that runs again or that the
+            parent did not complete, or an output its step's schema refuses.
+    """
+    steps, followers = graph.steps, graph.followers
+    for name in (from_step, *outputs):
+        if name not in steps:
+            raise RerunError(
+                f"run {parent.run_id} has no step {name!r}; its steps: {', '.join(steps)}"
+            )
+    changed: dict[str, str] = {}
+    if definitions is not None:
+        before, after = definitions
+        for step_id in steps:
+            if before.get(step_id) != after.get(step_id):
+                changed[step_id] = "definition"
+    old_state, new_state = _states(parent, graph.recipe, inputs)
+    for step_id, step in steps.items():
+        if step_id in changed:
+            continue
+        if _renders_differently(step.templates(), old_state, new_state):
+            changed[step_id] = "inputs"
+            continue
+        # Its routing: a condition of its transitions that reads the inputs may now choose
+        # otherwise (conditions see the step's own result too).
+        own = old_state.get(step_id)
+        conditions = {
+            str(i): t.when if "{{" in t.when else "{{ " + t.when + " }}"
+            for i, t in enumerate(graph.outgoing[step_id])
+            if isinstance(t.when, str)
+        }
+        if conditions and _renders_differently(
+            conditions,
+            {**old_state, **(own if isinstance(own, dict) else {})},
+            {**new_state, **(own if isinstance(own, dict) else {})},
+        ):
+            changed[step_id] = "inputs"
+    again = reexecuted(followers, from_step=from_step, changed=changed, edited=outputs)
+    completed = {s.step_id for s in parent.steps if s.status in ("completed", "reused")}
+    checked: dict[str, Any] = {}
+    for step_id, value in outputs.items():
+        if step_id in again:
+            raise RerunError(
+                f"step {step_id!r} runs again in this rerun (it is {from_step!r} or after it, "
+                "or its inputs changed): its output cannot be set"
+            )
+        if step_id not in completed:
+            raise RerunError(
+                f"step {step_id!r} did not complete in run {parent.run_id}: there is no output "
+                "of it to replace"
+            )
+        instructions = steps[step_id].output
+        if instructions is not None:
+            try:
+                value = instructions.validate_python(value)
+            except MinionsError as exc:
+                raise RerunError(
+                    f"the output set for step {step_id!r} does not match its schema: {exc}"
+                ) from None
+        checked[step_id] = _jsonable(value)
+    return RerunPlan(
+        parent_run_id=parent.run_id,
+        from_step=from_step,
+        reused=tuple(s for s in steps if s not in again),
+        rerun=tuple(s for s in steps if s in again),
+        changed={s: why for s, why in changed.items() if s in again},
+        outputs=checked,
+    )
+
+
+def seed_rows(
+    plan: RerunPlan, saved: Mapping[tuple[str, int], tuple[str, str | None]]
+) -> list[dict[str, Any]]:
+    """The checkpoints a rerun starts with: the parent's completed executions (`saved`: its
+    finished steps and loop items) of the steps the rerun reuses, each with status
+    ``reused``, no calls and no new usage (the original usage, and the run that spent it,
+    kept under ``reused``), and the outputs set by hand in place; `saved` is in the order
+    the parent saved them. A loop item is copied only
+    when its step did not finish in the parent (its items are then reused as recorded)."""
+    import time
+
+    now = time.time()
+    reused = set(plan.reused)
+    rows: list[dict[str, Any]] = []
+    for (name, visit), (execution, routing) in saved.items():
+        step_id, bracket, index = name.partition("[")
+        if step_id not in reused or (bracket and (step_id, visit) in saved):
+            continue
+        data = json.loads(execution)
+        if data.get("status") != "completed":
+            continue
+        earlier = data.get("reused") or {}
+        edited = not bracket and step_id in plan.outputs
+        if edited:
+            data["output"] = plan.outputs[step_id]
+        data.update(
+            usage={},
+            model_calls=0,
+            tool_calls=0,
+            started_at=now,
+            finished_at=now,
+            reused={
+                "run_id": earlier.get("run_id", plan.parent_run_id),
+                "usage": earlier.get("usage", data.get("usage", {})),
+                "edited": edited,
+            },
+        )
+        rows.append(
+            {
+                "step_id": name,
+                "visit": visit,
+                "status": "reused",
+                "execution": json.dumps(data, ensure_ascii=False, separators=(",", ":")),
+                "routing": routing,
+                # In the order the parent saved them (`runs show` lists steps in that order).
+                "saved_at": now + len(rows) * 1e-6,
+                "item": int(index.rstrip("]")) if bracket else None,
+            }
+        )
+    return rows
+
+
+def step_definitions(text: str) -> dict[str, Any]:
+    """Each step's definition in recipe YAML `text`, by step id, as data to compare. A change
+    of what every step shares (the recipe's model, system prompt, config, transitions...)
+    changes every step's definition."""
+    from minions.recipes._loader import parse_spec
+
+    spec, _ = parse_spec(text)
+    shared = spec.model_dump(exclude={"steps", "description", "inputs"})
+    return {
+        step.id: {"step": step.model_dump(exclude={"description"}), "shared": shared}
+        for step in spec.steps
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    from minions._text import jsonable
+
+    return jsonable(value)
+
+
+def _states(
+    parent: RunRecord, recipe: AgentRecipe, inputs: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The template state the parent's steps saw (its inputs and its steps' results, the
+    last visit of each), and the same state with the new inputs."""
+    results: dict[str, Any] = {}
+    for s in parent.steps:
+        results[s.step_id] = {
+            "output": s.output,
+            "status": "completed" if s.status == "reused" else s.status,
+            "error": s.error,
+            "visit": s.visit,
+        }
+    for alias, step_id in recipe.aliases.items():
+        if step_id in results:
+            results[alias] = results[step_id]["output"]
+    return {**results, "inputs": dict(parent.inputs)}, {**results, "inputs": dict(inputs)}
+
+
+def _renders_differently(
+    templates: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]
+) -> bool:
+    """Whether an expression of the step's templates that reads the inputs renders to
+    something else with the new inputs. Expressions are rendered one at a time, so that one
+    which reads only a loop's item (unknown before the step runs) does not count."""
+    if old["inputs"] == new["inputs"]:
+        return False
+    for value in templates.values():
+        for expression in template_expressions(value):
+            whole = "{{ " + expression + " }}"
+            try:
+                if "inputs" not in template_roots(whole):
+                    continue
+                before, after = render(whole, old), render(whole, new)
+            except TemplateError:
+                # It cannot be rendered from the run's state alone (it reads a loop's item
+                # too, or a value the model fills in): it reads the inputs, which changed.
+                return True
+            if json.dumps(_jsonable(before), sort_keys=True) != json.dumps(
+                _jsonable(after), sort_keys=True
+            ):
+                return True
+    return False

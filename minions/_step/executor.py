@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from minions._memory import MemorySnapshot
 from minions._messages import Message, Prompt, ToolCall, ToolCallResponse, ToolSpec
@@ -24,15 +24,10 @@ from minions._step.tool_call import ToolCallExecutor
 from minions._sync import run_sync
 from minions._tracing.tracer import error_type
 from minions.errors import MinionsError, ModelOutputError, StepDefinitionError
-from minions.events import (
-    CompletionDecided,
-    Event,
-    RetryScheduled,
-    StepCompleted,
-    StepFailed,
-    StepStarted,
-)
 from minions.models._base import Model
+
+if TYPE_CHECKING:
+    from minions.events import Event
 
 __all__ = ["StepExecutor"]
 
@@ -157,6 +152,8 @@ class StepExecutor:
         execution.status = StepStatus.IN_PROGRESS
         execution.started_at = time.time()
         if self.context.events.active:
+            from minions.events import StepStarted  # events load on first use
+
             self.context.events.emit(StepStarted(step_id=self.name, visit=execution.visit))
         timeout = self.step.timeout
         try:
@@ -267,6 +264,8 @@ class StepExecutor:
         events = self.context.events
         if not events.active:
             return
+        from minions.events import StepCompleted, StepFailed
+
         if execution.status is StepStatus.COMPLETED:
             events.emit(
                 StepCompleted(
@@ -401,6 +400,8 @@ class StepExecutor:
                 f"(max_output_retries={self.config.max_output_retries}): {note}"
             )
             raise _StepEnded
+        from minions.events import RetryScheduled
+
         self.context.events.emit(
             RetryScheduled(step_id=self.name, target="output", attempt=reasks, reason=note)
         )
@@ -417,6 +418,8 @@ class StepExecutor:
             DecisionRecord(link=link, kind=decision.kind, reason=reason, turn=turn)
         )
         if self.context.events.active:
+            from minions.events import CompletionDecided
+
             self.context.events.emit(
                 CompletionDecided(
                     step_id=self.name, link=link, decision=decision.kind, reason=reason

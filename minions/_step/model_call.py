@@ -16,20 +16,12 @@ from minions.errors import (
     ModelOutputError,
     TransientModelError,
 )
-from minions.events import (
-    ModelCallCompleted,
-    ModelCallFailed,
-    ModelCallStarted,
-    OutputModeDemoted,
-    RetryScheduled,
-    TokenDelta,
-    UsageRecord,
-)
 
 if TYPE_CHECKING:
     from minions._config import ExecutionConfig
     from minions._step.context import AgentContext
     from minions._step.execution import StepExecution
+    from minions.events import UsageRecord
     from minions.models._base import Model, TokenCallback
 
 __all__ = ["ModelCallExecutor"]
@@ -41,6 +33,10 @@ def is_transient(error: BaseException) -> bool:
 
 
 def usage_record(usage: Usage) -> UsageRecord:
+    # The event types load on first use: a run nobody listens to never builds an event, and
+    # building their dataclasses is a fifth of `import minions`.
+    from minions.events import UsageRecord
+
     return UsageRecord(
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
@@ -111,6 +107,8 @@ class ModelCallExecutor:
         events = self.context.events
         on_token = None
         if events.active:
+            from minions.events import ModelCallStarted, TokenDelta
+
             events.emit(
                 ModelCallStarted(step_id=step_id, turn=turn, attempt=attempt, model=self.model.name)
             )
@@ -155,6 +153,8 @@ class ModelCallExecutor:
                     duration=duration,
                 )
             )
+            from minions.events import ModelCallFailed
+
             events.emit(
                 ModelCallFailed(
                     step_id=step_id,
@@ -185,6 +185,8 @@ class ModelCallExecutor:
             )
         )
         if events.active:
+            from minions.events import ModelCallCompleted
+
             events.emit(
                 ModelCallCompleted(
                     step_id=step_id,
@@ -208,6 +210,10 @@ class ModelCallExecutor:
             return await self.model.call(prompt, on_token=on_token)
 
     def _announce_demotions(self, demoted: tuple[ModeDemotion, ...]) -> None:
+        if not demoted:
+            return
+        from minions.events import OutputModeDemoted
+
         for demotion in demoted:
             self.context.events.emit(
                 OutputModeDemoted(
@@ -241,6 +247,8 @@ class ModelCallExecutor:
             ) from exc
 
     def _announce_retry(self, attempt: int, error: BaseException, delay: float) -> None:
+        from minions.events import RetryScheduled
+
         self.context.events.emit(
             RetryScheduled(
                 step_id=self.execution.step_id,

@@ -10,18 +10,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from minions._config import ExecutionConfig
+from minions._emitter import EventEmitter
 from minions._messages import ToolCall, ToolCallResponse
 from minions._retry import RetryHook, RetryPolicy
 from minions.errors import ApprovalRequiredError, ToolError
-from minions.events import (
-    ApprovalRequested,
-    ApprovalResolved,
-    EventEmitter,
-    RetryScheduled,
-    ToolCallCompleted,
-    ToolCallFailed,
-    ToolCallStarted,
-)
 from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
 from minions.tools._context import ToolContext, enter, leave
 from minions.tools._tool import Tool, ToolRegistry
@@ -105,6 +97,8 @@ class ToolCallExecutor:
 
     def _announce(self, call: ToolCall) -> RetryHook:
         def before_sleep(attempt: int, error: BaseException, delay: float) -> None:
+            from minions.events import RetryScheduled  # events load on first use
+
             self.emitter.emit(
                 RetryScheduled(
                     step_id=self.step_id,
@@ -142,6 +136,8 @@ class ToolCallExecutor:
 
     def _started(self, call: ToolCall, attempt: int) -> None:
         if self.emitter.active:
+            from minions.events import ToolCallStarted  # events load on first use
+
             self.emitter.emit(
                 ToolCallStarted(
                     step_id=self.step_id,
@@ -161,6 +157,8 @@ class ToolCallExecutor:
                 "nobody can be asked: run it on a terminal, pass --approve-all, or give the "
                 "executor an approver"
             )
+        from minions.events import ApprovalRequested, ApprovalResolved
+
         emitter = self.emitter
         if emitter.active:
             emitter.emit(
@@ -274,6 +272,8 @@ class ToolCallExecutor:
             duration=duration,
         )
         if emitter.active and error is None:
+            from minions.events import ToolCallCompleted  # events load on first use
+
             emitter.emit(
                 ToolCallCompleted(
                     step_id=self.step_id,
@@ -285,6 +285,8 @@ class ToolCallExecutor:
                 )
             )
         elif emitter.active and error is not None:
+            from minions.events import ToolCallFailed
+
             emitter.emit(
                 ToolCallFailed(
                     step_id=self.step_id,

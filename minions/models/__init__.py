@@ -6,26 +6,43 @@ package (``from minions.models import OpenAIChatModel``, or `infer_model` with a
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
+from minions._messages import OutputMode
 from minions._values import ModeDemotion
 from minions.models._base import Model, TokenCallback
 from minions.models._infer import MODEL_ENV, infer_model
-from minions.models._recording import Recording, RecordingModel, ReplayMissError, ReplayModel
-from minions.models._structured import CapabilityMemory, OutputMode
+
+# Loaded on first use of one of their names: `OpenAIChatModel` so that `import minions` never
+# loads `openai`; record/replay (hashlib, pathlib) and the structured-output ladder because a
+# run on a model of its own needs neither.
+_LAZY: dict[str, str] = {
+    "OpenAIChatModel": "minions.models._openai",
+    "Recording": "minions.models._recording",
+    "RecordingModel": "minions.models._recording",
+    "ReplayMissError": "minions.models._recording",
+    "ReplayModel": "minions.models._recording",
+    "CapabilityMemory": "minions.models._structured",
+}
 
 if TYPE_CHECKING:
     from minions.models._openai import OpenAIChatModel
+    from minions.models._recording import Recording, RecordingModel, ReplayMissError, ReplayModel
+    from minions.models._structured import CapabilityMemory
 
 
 def __getattr__(name: str) -> Any:
-    # `OpenAIChatModel` is importable from here without `import minions` loading `openai`.
-    if name == "OpenAIChatModel":
-        from minions.models._openai import OpenAIChatModel
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        globals()[name] = OpenAIChatModel
-        return OpenAIChatModel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [

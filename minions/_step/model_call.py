@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,18 @@ def usage_record(usage: Usage) -> UsageRecord:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _policy(attempts: int, initial_delay: float, max_delay: float) -> RetryPolicy:
+    """The (immutable) retry policy of a step's model calls, shared by the steps of a config
+    (building one per step cost ~4 % of a one-call step)."""
+    return RetryPolicy(
+        attempts=attempts,
+        retry_on=is_transient,
+        initial_delay=initial_delay,
+        max_delay=max_delay,
+    )
+
+
 def _usage_of_failure(error: BaseException) -> Usage:
     usage = getattr(error, "usage", None)
     if isinstance(usage, Usage):
@@ -77,11 +90,8 @@ class ModelCallExecutor:
         self.execution = execution
         self.config = config
         self._attempts: dict[int, int] = {}
-        self._policy = RetryPolicy(
-            attempts=1 + config.max_model_retries,
-            retry_on=is_transient,
-            initial_delay=config.retry_initial_delay,
-            max_delay=config.retry_max_delay,
+        self._policy = _policy(
+            1 + config.max_model_retries, config.retry_initial_delay, config.retry_max_delay
         )
 
     def _check_budgets(self) -> None:

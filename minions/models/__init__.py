@@ -6,9 +6,9 @@ package (``from minions.models import OpenAIChatModel``, or `infer_model` with a
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from minions._lazy import lazy_names
 from minions._messages import OutputMode
 from minions._values import ModeDemotion
 from minions.models._base import Model, TokenCallback
@@ -32,17 +32,7 @@ if TYPE_CHECKING:
     from minions.models._structured import CapabilityMemory
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -6,9 +6,9 @@ and the opt-in `http_get_tool`. `MCPStdioServer` and `MCPHttpServer` configure M
 tools a recipe's steps may call (``mcp_servers``; needs ``pip install 'minions[mcp]'``).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from minions._lazy import lazy_names
 from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
 from minions.tools._context import ToolContext, tool_context
 from minions.tools._tool import Tool, ToolRegistry, tool
@@ -46,14 +46,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'minions.tools' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -7,10 +7,10 @@ their YAML form) and `minions.testing` (test doubles). Modules and packages whos
 with ``_`` are private and may change at any time.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from minions._config import ExecutionConfig
+from minions._lazy import lazy_names
 from minions._memory import InMemoryModelMemory, MemorySnapshot, ModelMemory
 from minions._messages import (
     Message,
@@ -146,17 +146,7 @@ if TYPE_CHECKING:
     from minions.recipes._validation import recipe_problems
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'minions' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -14,13 +14,12 @@ Events reach, in order:
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from minions._log import configured_logger, loud_logger
+from minions._emitter import EventEmitter
 from minions._messages import OutputMode
 
 if TYPE_CHECKING:
@@ -425,68 +424,3 @@ def event_from_json(data: str | bytes) -> Event:
     """
     event: Event = _adapter().validate_json(data)
     return event
-
-
-_QUIET = frozenset({"token_delta", "model_call_started", "tool_call_started"})
-
-
-class EventEmitter:
-    """Numbers the events of one run and hands them to its listeners: 1, 2, 3... without a
-    gap; a token delta carries the number of the event before it.
-
-    Build an event without `run_id`, `seq` and `timestamp` and `emit` it: the emitter stamps
-    those. Listeners are called in the order given; an exception in a listener is logged and
-    does not stop the run or the other listeners. Where building an event costs something
-    (one per token), check `active` first.
-    """
-
-    def __init__(self, run_id: str, listeners: Iterable[EventListener] = ()) -> None:
-        self.run_id = run_id
-        self._listeners: tuple[EventListener, ...] = tuple(listeners)
-        self.last = 0
-        """The number of the last event emitted (a token delta takes none of its own)."""
-
-    def continue_after(self, seq: int) -> None:
-        """Number the next event `seq + 1`: a durable run that goes on after its stored
-        events continues their numbering, so every event is numbered once, here."""
-        self.last = seq
-
-    @property
-    def listeners(self) -> Sequence[EventListener]:
-        return self._listeners
-
-    @property
-    def active(self) -> bool:
-        """Whether anybody receives events (so building them is worth it)."""
-        return bool(self._listeners) or configured_logger() is not None
-
-    def emit(self, event: Event) -> Event | None:
-        """Stamp `event` with the run id, the next sequence number and the time, and deliver
-        it. Returns the delivered event, or ``None`` when nobody listens."""
-        logger = configured_logger()
-        if not self._listeners and logger is None:
-            return None
-        if event.kind != "token_delta":
-            # A token delta is never stored (it is live text): it carries the number of the
-            # event before it, so stored events are numbered without a gap.
-            self.last += 1
-        event = replace(event, run_id=self.run_id, seq=self.last, timestamp=time.time())
-        for listener in self._listeners:
-            try:
-                listener(event)
-            except Exception:
-                _report_listener_failure(listener, event)
-        if logger is not None:
-            data = asdict(event)
-            kind = data.pop("kind")
-            if kind in _QUIET:
-                logger.debug(kind, **data)
-            else:
-                logger.info(kind, **data)
-        return event
-
-
-def _report_listener_failure(listener: EventListener, event: Event) -> None:
-    # A broken listener must not go unnoticed, even when the application configured no
-    # logging: then the report goes to stderr (the library never configures structlog).
-    loud_logger().exception("event listener failed", listener=repr(listener), event_kind=event.kind)

@@ -47,6 +47,17 @@ def execute(call: ToolCall, *tools: Tool, config: ExecutionConfig = FAST) -> Too
     return asyncio.run(executor.execute(call))
 
 
+def test_an_executed_call_keeps_every_field_of_the_call() -> None:
+    # The executor copies a call field by field (cheaper than `dataclasses.replace`): a field
+    # added to `ToolCall` must be copied there too, or this fails.
+    assert [f.name for f in dataclasses.fields(ToolCall)] == ["id", "name", "arguments", "response"]
+    call = ToolCall(id="c1", name="forecast", arguments={"city": "Oslo"})
+    done = execute(call, forecast)
+    assert done.response is not None
+    assert done.response.error is None
+    assert done == dataclasses.replace(call, response=done.response)
+
+
 def test_schema_comes_from_type_hints_and_docstring() -> None:
     spec = forecast.spec
     assert spec.name == "forecast"

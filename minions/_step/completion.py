@@ -13,7 +13,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from minions._chain import LinkChain, NamedLink, answer_of
+from minions._chain import LinkChain, NamedLink
 from minions.errors import OutputValidationError
 
 if TYPE_CHECKING:
@@ -255,7 +255,10 @@ class StepCompletionChain(LinkChain[StepCompletionLink]):
     ) -> tuple[StepCompletionLink, CompletionDecision] | None:
         """Walk the links in order; the first decision wins. ``None``: nobody decided."""
         for link in self.links:
-            decision = await answer_of(link.check(execution, context), CompletionDecision)
+            # `answer_of` inlined: this loop runs after every answer, and most links are sync.
+            decision = link.check(execution, context)
+            if decision is not None and not isinstance(decision, CompletionDecision):
+                decision = await decision
             if decision is not None:
                 return link, decision
         return None

@@ -7,12 +7,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from minions._config import ExecutionConfig
+from minions._emitter import EventEmitter
 from minions._memory import InMemoryModelMemory, ModelMemory
 from minions._messages import Usage
 from minions._step.result import AgentResult
 from minions._step.settings import RunSettings, with_given
 from minions.errors import BudgetExceededError
-from minions.events import EventEmitter, EventListener
 from minions.models._base import Model
 from minions.models._infer import infer_model
 from minions.tools._tool import Tool, ToolRegistry
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from minions._step.checkpoints import ItemCheckpoints
     from minions._step.completion import StepCompletionChain
     from minions._tracing.tracer import RunTracer
+    from minions.events import EventListener
     from minions.tools._approval import Approver
 
 __all__ = ["AgentContext"]

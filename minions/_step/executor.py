@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from minions._memory import MemorySnapshot
 from minions._messages import Message, Prompt, ToolCall, ToolCallResponse, ToolSpec
@@ -26,17 +26,10 @@ from minions._sync import run_sync
 from minions._text import as_text, jsonable
 from minions._tracing.tracer import error_type
 from minions.errors import MinionsError, ModelOutputError, StepDefinitionError
-from minions.events import (
-    CompletionDecided,
-    Event,
-    RetryScheduled,
-    StepCached,
-    StepCompleted,
-    StepFailed,
-    StepStarted,
-    UsageRecord,
-)
 from minions.models._base import Model
+
+if TYPE_CHECKING:
+    from minions.events import Event, StepCompleted
 
 __all__ = ["StepExecutor"]
 
@@ -167,6 +160,8 @@ class StepExecutor:
         execution.status = StepStatus.IN_PROGRESS
         execution.started_at = time.time()
         if self.context.events.active:
+            from minions.events import StepStarted  # events load on first use
+
             self.context.events.emit(StepStarted(step_id=self.name, visit=execution.visit))
         timeout = self.step.timeout
         try:
@@ -278,6 +273,8 @@ class StepExecutor:
         events = self.context.events
         if not events.active:
             return
+        from minions.events import StepCompleted, StepFailed
+
         if execution.status is StepStatus.COMPLETED:
             completion = StepCompleted(
                 step_id=self.name,
@@ -388,6 +385,8 @@ class StepExecutor:
         entry = await cache.get(key, ttl=ttl)
         if entry is None:
             return False
+        from minions.events import StepCached, UsageRecord  # events load on first use
+
         output = entry.output
         if self.step.output is not None:
             try:
@@ -483,6 +482,8 @@ class StepExecutor:
                 f"(max_output_retries={self.config.max_output_retries}): {reason}"
             )
             raise _StepEnded
+        from minions.events import RetryScheduled
+
         self.context.events.emit(
             RetryScheduled(step_id=self.name, target="output", attempt=reasks, reason=reason)
         )
@@ -499,6 +500,8 @@ class StepExecutor:
             DecisionRecord(link=link, kind=decision.kind, reason=reason, turn=turn)
         )
         if self.context.events.active:
+            from minions.events import CompletionDecided
+
             self.context.events.emit(
                 CompletionDecided(
                     step_id=self.name, link=link, decision=decision.kind, reason=reason

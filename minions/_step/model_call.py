@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import TYPE_CHECKING
 
@@ -16,21 +17,12 @@ from minions.errors import (
     ModelOutputError,
     TransientModelError,
 )
-from minions.events import (
-    ModelCallCompleted,
-    ModelCallFailed,
-    ModelCallStarted,
-    ModelCallWaiting,
-    OutputModeDemoted,
-    RetryScheduled,
-    TokenDelta,
-    UsageRecord,
-)
 
 if TYPE_CHECKING:
     from minions._config import ExecutionConfig
     from minions._step.context import AgentContext
     from minions._step.execution import StepExecution
+    from minions.events import UsageRecord
     from minions.models._base import Model, TokenCallback
     from minions.models._limits import EndpointLimiter, EndpointWait
 
@@ -43,11 +35,27 @@ def is_transient(error: BaseException) -> bool:
 
 
 def usage_record(usage: Usage) -> UsageRecord:
+    # The event types load on first use: a run nobody listens to never builds an event, and
+    # building their dataclasses is a fifth of `import minions`.
+    from minions.events import UsageRecord
+
     return UsageRecord(
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         calls=usage.calls,
         unknown_calls=usage.unknown_calls,
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _policy(attempts: int, initial_delay: float, max_delay: float) -> RetryPolicy:
+    """The (immutable) retry policy of a step's model calls, shared by the steps of a config
+    (building one per step cost ~4 % of a one-call step)."""
+    return RetryPolicy(
+        attempts=attempts,
+        retry_on=is_transient,
+        initial_delay=initial_delay,
+        max_delay=max_delay,
     )
 
 
@@ -83,11 +91,8 @@ class ModelCallExecutor:
         self.execution = execution
         self.config = config
         self._attempts: dict[int, int] = {}
-        self._policy = RetryPolicy(
-            attempts=1 + config.max_model_retries,
-            retry_on=is_transient,
-            initial_delay=config.retry_initial_delay,
-            max_delay=config.retry_max_delay,
+        self._policy = _policy(
+            1 + config.max_model_retries, config.retry_initial_delay, config.retry_max_delay
         )
         # The limits of the model's endpoint, when some apply (else one check per call).
         self._limiter: EndpointLimiter | None = None
@@ -146,6 +151,7 @@ class ModelCallExecutor:
 
     def _announce_wait(self, wait: EndpointWait, turn: int, attempt: int) -> None:
         from minions._text import redact_url
+        from minions.events import ModelCallWaiting  # events load on first use
 
         limiter = self._limiter
         assert limiter is not None
@@ -169,6 +175,8 @@ class ModelCallExecutor:
         events = self.context.events
         on_token = None
         if events.active:
+            from minions.events import ModelCallStarted, TokenDelta
+
             events.emit(
                 ModelCallStarted(step_id=step_id, turn=turn, attempt=attempt, model=self.model.name)
             )
@@ -213,6 +221,8 @@ class ModelCallExecutor:
                     duration=duration,
                 )
             )
+            from minions.events import ModelCallFailed
+
             events.emit(
                 ModelCallFailed(
                     step_id=step_id,
@@ -243,6 +253,8 @@ class ModelCallExecutor:
             )
         )
         if events.active:
+            from minions.events import ModelCallCompleted
+
             events.emit(
                 ModelCallCompleted(
                     step_id=step_id,
@@ -266,6 +278,10 @@ class ModelCallExecutor:
             return await self.model.call(prompt, on_token=on_token)
 
     def _announce_demotions(self, demoted: tuple[ModeDemotion, ...]) -> None:
+        if not demoted:
+            return
+        from minions.events import OutputModeDemoted
+
         for demotion in demoted:
             self.context.events.emit(
                 OutputModeDemoted(
@@ -299,6 +315,8 @@ class ModelCallExecutor:
             ) from exc
 
     def _announce_retry(self, attempt: int, error: BaseException, delay: float) -> None:
+        from minions.events import RetryScheduled
+
         self.context.events.emit(
             RetryScheduled(
                 step_id=self.execution.step_id,

@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from minions._config import ExecutionConfig
+from minions._emitter import EventEmitter
 from minions._messages import ToolCall, ToolCallResponse
 from minions._retry import RetryHook, RetryPolicy
 from minions.errors import ApprovalRequiredError, ToolError
-from minions.events import (
-    ApprovalRequested,
-    ApprovalResolved,
-    EventEmitter,
-    RetryScheduled,
-    ToolCallCompleted,
-    ToolCallFailed,
-    ToolCallStarted,
-)
 from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
 from minions.tools._context import ToolContext, enter, leave
 from minions.tools._tool import Tool, ToolRegistry
@@ -30,6 +22,15 @@ if TYPE_CHECKING:
     from minions._tracing.tracer import RunTracer
 
 __all__ = ["ToolCallExecutor"]
+
+
+@functools.lru_cache(maxsize=64)
+def _policy(attempts: int, initial_delay: float, max_delay: float) -> RetryPolicy:
+    """The (immutable) retry policy of a step's tool calls, shared by the steps of a config
+    (building one per step cost ~4 % of a one-call step)."""
+    return RetryPolicy(
+        attempts=attempts, retry_on=_retryable, initial_delay=initial_delay, max_delay=max_delay
+    )
 
 
 def serialize_result(name: str, result: Any) -> str:
@@ -100,15 +101,16 @@ class ToolCallExecutor:
         self.item = item
         self.approve_every_call = approve_every_call
         """Every call needs approval (a YAML tool step with ``requires_approval: true``)."""
-        self._policy = RetryPolicy(
-            attempts=1 + self.config.max_tool_call_retries,
-            retry_on=_retryable,
-            initial_delay=self.config.tool_retry_initial_delay,
-            max_delay=self.config.retry_max_delay,
+        self._policy = _policy(
+            1 + self.config.max_tool_call_retries,
+            self.config.tool_retry_initial_delay,
+            self.config.retry_max_delay,
         )
 
     def _announce(self, call: ToolCall) -> RetryHook:
         def before_sleep(attempt: int, error: BaseException, delay: float) -> None:
+            from minions.events import RetryScheduled  # events load on first use
+
             self.emitter.emit(
                 RetryScheduled(
                     step_id=self.step_id,
@@ -146,6 +148,8 @@ class ToolCallExecutor:
 
     def _started(self, call: ToolCall, attempt: int) -> None:
         if self.emitter.active:
+            from minions.events import ToolCallStarted  # events load on first use
+
             self.emitter.emit(
                 ToolCallStarted(
                     step_id=self.step_id,
@@ -165,6 +169,8 @@ class ToolCallExecutor:
                 "nobody can be asked: run it on a terminal, pass --approve-all, or give the "
                 "executor an approver"
             )
+        from minions.events import ApprovalRequested, ApprovalResolved
+
         emitter = self.emitter
         if emitter.active:
             emitter.emit(
@@ -280,6 +286,8 @@ class ToolCallExecutor:
             duration=duration,
         )
         if emitter.active and error is None:
+            from minions.events import ToolCallCompleted  # events load on first use
+
             emitter.emit(
                 ToolCallCompleted(
                     step_id=self.step_id,
@@ -291,6 +299,8 @@ class ToolCallExecutor:
                 )
             )
         elif emitter.active and error is not None:
+            from minions.events import ToolCallFailed
+
             emitter.emit(
                 ToolCallFailed(
                     step_id=self.step_id,
@@ -301,4 +311,6 @@ class ToolCallExecutor:
                     duration=duration,
                 )
             )
-        return dataclasses.replace(call, response=response)
+        # Not `dataclasses.replace`, which looks the fields up on every call (a test checks
+        # that a call keeps every field).
+        return ToolCall(id=call.id, name=call.name, arguments=call.arguments, response=response)

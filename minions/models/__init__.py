@@ -6,13 +6,32 @@ package (``from minions.models import OpenAIChatModel``, or `infer_model` with a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from minions._lazy import lazy_names
+from minions._messages import OutputMode
 from minions._values import ModeDemotion
 from minions.models._base import Model, TokenCallback
 from minions.models._infer import MODEL_ENV, infer_model
-from minions.models._recording import Recording, RecordingModel, ReplayMissError, ReplayModel
-from minions.models._structured import CapabilityMemory, OutputMode
+
+# Loaded on first use of one of their names: `OpenAIChatModel` so that `import minions` never
+# loads `openai`; record/replay (hashlib, pathlib) and the structured-output ladder because a
+# run on a model of its own needs neither.
+_LAZY: dict[str, str] = {
+    "OpenAIChatModel": "minions.models._openai",
+    "Recording": "minions.models._recording",
+    "RecordingModel": "minions.models._recording",
+    "ReplayMissError": "minions.models._recording",
+    "ReplayModel": "minions.models._recording",
+    "CapabilityMemory": "minions.models._structured",
+    # Limits (pydantic models): loaded when limits are used.
+    "EndpointLimit": "minions.models._limits",
+    "EndpointLimiter": "minions.models._limits",
+    "EndpointPermit": "minions.models._limits",
+    "EndpointWait": "minions.models._limits",
+    "Limits": "minions.models._limits",
+    "LocalLimiter": "minions.models._limits",
+}
 
 if TYPE_CHECKING:
     from minions.models._limits import (
@@ -24,31 +43,11 @@ if TYPE_CHECKING:
         LocalLimiter,
     )
     from minions.models._openai import OpenAIChatModel
-
-_LIMITS = (
-    "EndpointLimit",
-    "EndpointLimiter",
-    "EndpointPermit",
-    "EndpointWait",
-    "Limits",
-    "LocalLimiter",
-)
+    from minions.models._recording import Recording, RecordingModel, ReplayMissError, ReplayModel
+    from minions.models._structured import CapabilityMemory
 
 
-def __getattr__(name: str) -> Any:
-    # `OpenAIChatModel` is importable from here without `import minions` loading `openai`.
-    if name == "OpenAIChatModel":
-        from minions.models._openai import OpenAIChatModel
-
-        globals()[name] = OpenAIChatModel
-        return OpenAIChatModel
-    if name in _LIMITS:  # pydantic models: loaded when limits are used
-        from minions.models import _limits
-
-        value = getattr(_limits, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -8,9 +8,9 @@ wrong with one; `RecipeStep` runs a whole recipe as one step of another. `load_r
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from minions._lazy import lazy_names
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._subrecipe import RecipeStep
 from minions.recipes._validation import recipe_problems
@@ -31,17 +31,7 @@ _YAML: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _YAML.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_YAML})
+__getattr__, __dir__ = lazy_names(__name__, _YAML, globals())
 
 
 __all__ = [

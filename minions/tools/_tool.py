@@ -309,6 +309,8 @@ class ToolRegistry:
         reference: ``server.tool`` for one tool of an MCP server, ``server.*`` for all of
         them."""
         wanted = set(names)
+        if not wanted:
+            return ToolRegistry()  # a step without tools: the common case, on every step
         references = {(s, t) for s, _, t in (n.partition(".") for n in wanted if "." in n)}
         subset = ToolRegistry()
         subset._tools = {

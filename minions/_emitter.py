@@ -1,0 +1,84 @@
+"""The emitter of a run's events, apart from the event types themselves (`minions.events`).
+
+Building the event dataclasses is a fifth of ``import minions``; a run without listeners (and
+without a configured structlog) never builds an event, so the step loop imports the types only
+when it emits one, and this module keeps the emitter free of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
+
+from minions._log import configured_logger, loud_logger
+
+if TYPE_CHECKING:
+    from minions.events import Event, EventListener
+
+__all__ = ["EventEmitter"]
+
+_QUIET = frozenset({"token_delta", "model_call_started", "tool_call_started"})
+
+
+class EventEmitter:
+    """Numbers the events of one run and hands them to its listeners: 1, 2, 3... without a
+    gap; a token delta carries the number of the event before it.
+
+    Build an event without `run_id`, `seq` and `timestamp` and `emit` it: the emitter stamps
+    those. Listeners are called in the order given; an exception in a listener is logged and
+    does not stop the run or the other listeners. Where building an event costs something
+    (one per token), check `active` first.
+    """
+
+    def __init__(self, run_id: str, listeners: Iterable[EventListener] = ()) -> None:
+        self.run_id = run_id
+        self._listeners: tuple[EventListener, ...] = tuple(listeners)
+        self.last = 0
+        """The number of the last event emitted (a token delta takes none of its own)."""
+
+    def continue_after(self, seq: int) -> None:
+        """Number the next event `seq + 1`: a durable run that goes on after its stored
+        events continues their numbering, so every event is numbered once, here."""
+        self.last = seq
+
+    @property
+    def listeners(self) -> Sequence[EventListener]:
+        return self._listeners
+
+    @property
+    def active(self) -> bool:
+        """Whether anybody receives events (so building them is worth it)."""
+        return bool(self._listeners) or configured_logger() is not None
+
+    def emit(self, event: Event) -> Event | None:
+        """Stamp `event` with the run id, the next sequence number and the time, and deliver
+        it. Returns the delivered event, or ``None`` when nobody listens."""
+        logger = configured_logger()
+        if not self._listeners and logger is None:
+            return None
+        if event.kind != "token_delta":
+            # A token delta is never stored (it is live text): it carries the number of the
+            # event before it, so stored events are numbered without a gap.
+            self.last += 1
+        event = replace(event, run_id=self.run_id, seq=self.last, timestamp=time.time())
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                _report_listener_failure(listener, event)
+        if logger is not None:
+            data = asdict(event)
+            kind = data.pop("kind")
+            if kind in _QUIET:
+                logger.debug(kind, **data)
+            else:
+                logger.info(kind, **data)
+        return event
+
+
+def _report_listener_failure(listener: EventListener, event: Event) -> None:
+    # A broken listener must not go unnoticed, even when the application configured no
+    # logging: then the report goes to stderr (the library never configures structlog).
+    loud_logger().exception("event listener failed", listener=repr(listener), event_kind=event.kind)

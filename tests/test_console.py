@@ -417,7 +417,7 @@ def read_failures(page: Page, runs: dict[str, str], shots: Path) -> None:
     expect(drawer.locator(".model-call")).to_have_count(3)
     expect(drawer.locator(".retry")).to_have_count(2)
     expect(drawer.locator(".retry").first).to_contain_text("the answer was unusable")
-    expect(drawer.locator(".step-error")).to_contain_text("the model's reply was cut off")
+    expect(drawer.locator(".step-error")).to_contain_text("cut off at the length limit")
     expect(drawer.locator("dl")).to_contain_text(re.compile(r"tokens\s*\d+ \(\d+ in, \d+ out\)"))
     assert NOTE_TO_THE_MODEL not in page.locator("body").inner_text()
     page.screenshot(path=str(shots / "console-step-desktop-light.png"))

@@ -476,3 +476,125 @@ def shoot(page: Page, folder: Path, name: str, run_id: str) -> None:
             page.screenshot(path=str(folder / f"console-list-{device}-{scheme}.png"))
     page.emulate_media(color_scheme="light")
     page.set_viewport_size({"width": 1280, "height": 900})
+
+
+# -- reruns, their parents, schedules --------------------------------------------------------
+
+SHOUTS = """\
+id: shouts
+description: Shout three times; the second says the input.
+tools: [shouting]
+inputs: {text: {type: string, default: first}}
+steps:
+  - {id: one, tool: shout, params: {text: one}}
+  - {id: two, depends_on: [one], tool: shout, params: {text: "{{ inputs.text }}"}}
+  - {id: three, depends_on: [two], tool: shout, params: {text: three}}
+"""
+
+
+def test_an_operator_reruns_from_a_step_compares_and_pauses_a_schedule(
+    browser: Browser, tmp_path: Path
+) -> None:
+    recipes = write_recipes(tmp_path / "recipes")
+    (recipes / "shouts.yaml").write_text(SHOUTS)
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    shots = DOCS if os.environ.get("MINIONS_SCREENSHOTS") == "docs" else tmp_path
+    with (
+        server(tmp_path, url, "--recipes", str(recipes)) as service,
+        httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as client,
+    ):
+        parent = submit(client, "shouts", text="first")
+        until_settled(client, parent, None)
+        made = client.post("/schedules", json={"recipe": "shouts", "every": "1d", "name": "daily"})
+        assert made.status_code == 201, made.text
+        made = client.post(
+            "/schedules",
+            json={"recipe": "shouts", "cron": "0 7 * * 1-5", "timezone": "Europe/Paris"},
+        )
+        assert made.status_code == 201, made.text
+        assert client.post("/schedules/shouts/pause").status_code == 200
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            log_in(page, service.base, TOKEN)
+            rerun_in_console(page, parent, shots)
+            pause_a_schedule(page, shots)
+        finally:
+            page.close()
+
+
+def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
+    base = page.url.split("#")[0]
+    page.goto(f"{base}#/runs/{parent}")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator("#lineage")).to_be_hidden()
+    # From step three's drawer: the run's inputs to edit, an error in plain words.
+    page.click('#steps tr[data-step="three"] td:first-child button')
+    page.click("#drawer button.rerun")
+    dialog = page.locator("#rerun-dialog")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#rerun-title")).to_have_text("rerun from step three")
+    assert '"text": "first"' in page.locator("#rerun-inputs").input_value()
+    page.fill("#rerun-inputs", "{not json")
+    page.click("#rerun-submit")
+    expect(page.locator("#rerun-error")).to_have_text("The inputs are not valid JSON.")
+    # Steps before three, not downstream of it, may have their output replaced.
+    options = page.locator("#rerun-set option").all_inner_texts()
+    assert options[1:] == ["one", "two"]
+    page.fill("#rerun-inputs", '{"text": "second"}')
+    page.click("#rerun-submit")
+
+    # The new run's page: its lineage; step one reused (the input did not change it), step
+    # two run again (its rendered params did change), three too; it completes.
+    expect(page.locator("#lineage")).to_contain_text(f"Rerun of run {parent[:12]} from step three")
+    rerun = page.locator("#run-id").inner_text()
+    assert rerun != parent
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator('#steps tr[data-step="one"]')).to_have_attribute("data-status", "reused")
+    expect(page.locator('#graph g[data-step="one"]')).to_have_attribute("data-status", "reused")
+    expect(page.locator('#timeline .tl-row[data-step="one"] .tl-bar.s-reused')).to_have_count(1)
+    expect(page.locator('#steps tr[data-step="two"]')).to_contain_text("SECOND")
+    expect(page.locator('#steps tr[data-step="two"]')).to_have_attribute("data-status", "completed")
+    expect(page.locator('#events li[data-kind="step_reused"]')).to_have_count(1)
+    page.click('#steps tr[data-step="one"] td:first-child button')
+    expect(page.locator("#drawer .reused-note")).to_contain_text(
+        f"Reused as recorded in run {parent[:12]}"
+    )
+    page.keyboard.press("Escape")
+
+    # Compared with its parent: step two diverges first, its output's change listed.
+    page.click("#compare")
+    expect(page.locator("#diff-first")).to_have_text("First divergence: step two")
+    first = page.locator("#diff-table tr.first")
+    expect(first).to_have_count(1)
+    expect(first).to_have_attribute("data-step", "two")
+    expect(first.locator("td.changes")).to_contain_text("FIRST")
+    expect(first.locator("td.changes")).to_contain_text("SECOND")
+    expect(page.locator('#diff-table tr[data-step="one"]')).to_contain_text("reused")
+    page.locator("#diff").screenshot(path=str(shots / "console-rerun-diff.png"))
+
+    # The parent link leads back.
+    page.click("#lineage a.parent")
+    expect(page.locator("#run-id")).to_have_text(parent)
+
+
+def pause_a_schedule(page: Page, shots: Path) -> None:
+    page.click("#nav-schedules")
+    row = page.locator('#schedules tr[data-schedule="daily"]')
+    expect(row).to_contain_text("shouts")
+    expect(row).to_contain_text("every 1 d")
+    expect(row).to_have_attribute("data-paused", "false")
+    expect(row).to_contain_text(re.compile(r"in \d+ (s|min|h)"))  # the next fire, a day at most
+    expect(row).to_contain_text("never")  # the last fire
+    weekdays = page.locator('#schedules tr[data-schedule="shouts"]')
+    expect(weekdays).to_contain_text("cron 0 7 * * 1-5 (Europe/Paris)")
+    expect(weekdays).to_have_attribute("data-paused", "true")
+    row.locator("button.pause").click()
+    expect(row).to_have_attribute("data-paused", "true")
+    expect(row).to_contain_text("paused")
+    row.locator("button.resume").click()
+    expect(row).to_have_attribute("data-paused", "false")
+    # A schedule's runs: none fired yet.
+    row.locator("a").first.click()
+    expect(page.locator("#schedule-runs-title")).to_contain_text("runs of daily")
+    expect(page.locator("#schedule-runs tbody")).to_contain_text("It has fired no run yet.")
+    page.screenshot(path=str(shots / "console-schedules.png"))

@@ -2,7 +2,9 @@
 // item a bar from its start to its end, retries and waits marked), its graph, its steps, its
 // events as they come (Server-Sent Events, through an EventSource opened with a stream ticket:
 // the token stays in headers), its output and streaming text; a step's calls in a drawer;
-// cancel, resume, approve, reject. No build step, no dependencies.
+// cancel, resume, approve, reject; rerun a finished run from a step (its inputs, and a reused
+// step's output, edited first), a rerun's lineage and its differences from its parent; the
+// schedules, paused and resumed. No build step, no dependencies.
 "use strict";
 
 const TOKEN_KEY = "minions-token";
@@ -49,11 +51,25 @@ function absolute(t) {
 function relative(t) {
   if (!t) return "";
   const s = Date.now() / 1000 - t;
+  if (s < -5) return `in ${ahead(-s)}`;
   if (s < 5) return "just now";
   if (s < 60) return `${Math.floor(s)} s ago`;
   if (s < 3600) return `${Math.floor(s / 60)} min ago`;
   if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
   return `${Math.floor(s / 86400)} d ago`;
+}
+
+function ahead(s) {
+  if (s < 60) return `${Math.ceil(s)} s`;
+  if (s < 3600) return `${Math.round(s / 60)} min`;
+  if (s < 86400) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86400)} d`;
+}
+
+function interval(seconds) {
+  // A schedule's interval as it was given: 30 s, 5 min, 2 h, 1 d.
+  for (const [size, unit] of [[86400, "d"], [3600, "h"], [60, "min"]]) if (seconds >= size && seconds % size === 0) return `${seconds / size} ${unit}`;
+  return `${seconds} s`;
 }
 
 function duration(seconds) {
@@ -143,7 +159,10 @@ async function start() {
   $("#forget").hidden = false;
   await loadRecipes();
   clearInterval(listTimer);
-  listTimer = setInterval(() => { if (!$("#list-view").hidden && list.cursors.length === 1) refreshList(); }, 2000);
+  listTimer = setInterval(() => {
+    if (!$("#list-view").hidden && list.cursors.length === 1) refreshList();
+    if (!$("#schedules-view").hidden) refreshSchedules();
+  }, 2000);
   route();
 }
 
@@ -190,6 +209,11 @@ async function refreshList() {
   $("#connection").textContent = "";
   list.next = page.next_cursor;
   list.total = page.total;
+  const history = page.history;
+  $("#history").hidden = !(history && history.pruned_before);
+  if (history && history.pruned_before) {
+    $("#history").textContent = `History goes back to ${history.oldest_at ? absolute(history.oldest_at) : "now"}: runs that finished before ${absolute(history.pruned_before)} were pruned.`;
+  }
   const rows = page.runs.map((r) => {
     const row = el("tr");
     row.dataset.run = r.run_id;
@@ -248,8 +272,16 @@ $("#submit-form").addEventListener("submit", async (event) => {
 
 function route() {
   const match = location.hash.match(/^#\/runs\/([^/]+)$/);
+  const schedules = location.hash.match(/^#\/schedules(?:\/([^/]+))?$/);
   closeDrawer(false);
-  if (match) {
+  if ($("#rerun-dialog").open) $("#rerun-dialog").close();
+  $("#schedules-view").hidden = !schedules;
+  if (schedules) {
+    stopRun();
+    $("#run-view").hidden = true;
+    $("#list-view").hidden = true;
+    showSchedules(schedules[1] ? decodeURIComponent(schedules[1]) : null);
+  } else if (match) {
     $("#list-view").hidden = true;
     showRun(decodeURIComponent(match[1]));
   } else {
@@ -284,6 +316,8 @@ async function showRun(runId) {
   $("#tokens").replaceChildren(el("p", { className: "muted small", textContent: "A model's answer appears here as it is written." }));
   $("#event-count").textContent = "";
   $("#run-error").hidden = true;
+  $("#lineage").hidden = true;
+  $("#diff").hidden = true;
   $("#run-output").textContent = "";
   window.scrollTo(0, 0);
   await refreshRun(run);
@@ -314,8 +348,129 @@ async function refreshRun(run) {
   $("#resume").disabled = !(data.status === "failed" || data.status === "cancelled");
   $("#run-output").textContent = data.output === null || data.output === undefined ? "—" : clipped(data.output, 20000);
   renderApprovals(run, data.approvals.filter((a) => a.decided_at === null));
+  renderLineage(data);
   render(run);
 }
+
+// -- a rerun's lineage, and its differences from its parent ----------------------------------
+
+function renderLineage(data) {
+  const parts = [];
+  if (data.parent_run_id) {
+    parts.push("Rerun of run ", el("a", { href: `#/runs/${data.parent_run_id}`, className: "mono parent", textContent: data.parent_run_id.slice(0, 12), title: data.parent_run_id }),
+      " from step ", el("code", { textContent: data.from_step || "?" }), " ",
+      el("button", { type: "button", id: "compare", textContent: "compare with parent", onclick: () => compare(current) }));
+  }
+  if (data.schedule) {
+    if (parts.length) parts.push(" · ");
+    parts.push("Fired by schedule ", el("a", { href: `#/schedules/${encodeURIComponent(data.schedule)}`, textContent: data.schedule }), data.slot ? ` for ${absolute(data.slot)}` : "");
+  }
+  $("#lineage").hidden = !parts.length;
+  swap($("#lineage"), parts);
+}
+
+async function compare(run) {
+  if (!run || !run.data || !run.data.parent_run_id) return;
+  const box = $("#diff");
+  box.hidden = false;
+  $("#diff-first").replaceChildren(el("span", { className: "muted", textContent: "comparing…" }));
+  let diff;
+  try { diff = await api(`/runs/${encodeURIComponent(run.data.parent_run_id)}/diff/${encodeURIComponent(run.id)}`); }
+  catch (error) { $("#diff-first").replaceChildren(el("span", { className: "error", textContent: error.message })); return; }
+  if (current !== run) return;
+  const first = diff.first_divergence;
+  $("#diff-first").replaceChildren(first
+    ? el("strong", {}, "First divergence: step ", el("code", { textContent: first }))
+    : el("strong", { textContent: "No divergence: both runs did the same." }));
+  $("#diff-summary").textContent = `parent ${diff.status[0]}, ${number(diff.tokens[0])} tokens, ${diff.calls[0]} calls · this run ${diff.status[1]}, ${number(diff.tokens[1])} tokens, ${diff.calls[1]} calls`;
+  const pair = (a, b, show = (x) => x) => (a === b ? show(a) : `${show(a)} → ${show(b)}`);
+  const rows = diff.steps.map((s) => {
+    const name = s.visit > 1 ? `${s.step_id}#${s.visit}` : s.step_id;
+    const row = el("tr", { className: `${s.diverges ? "diverges" : ""}${name === first || s.step_id === first ? " first" : ""}` });
+    row.dataset.step = name;
+    const [a, b] = s.status;
+    const badge = (status) => (status ? statusBadge(status) : "—");
+    const statuses = a === b ? el("td", {}, badge(a)) : el("td", {}, badge(a), " → ", badge(b));
+    const changes = el("td", { className: "changes" });
+    if (!s.changes.length) changes.append(el("span", { className: "muted", textContent: s.diverges ? "" : "same output" }));
+    for (const c of s.changes.slice(0, 20)) {
+      changes.append(el("div", {}, el("code", { textContent: !c.path || c.path === "$" ? "output" : c.path }), ": ", el("del", { textContent: clipped(c.a, 200) ?? "—" }), " → ", el("ins", { textContent: clipped(c.b, 200) ?? "—" })));
+    }
+    if (s.changes.length > 20) changes.append(el("div", { className: "muted", textContent: `… ${s.changes.length - 20} more` }));
+    row.append(el("td", { className: "mono", textContent: name }), statuses, changes,
+      el("td", { className: "num", textContent: pair(s.tokens[0], s.tokens[1], number) }),
+      el("td", { className: "num", textContent: pair(s.calls[0], s.calls[1], String) }),
+      el("td", { className: "num wide", textContent: pair(s.duration[0], s.duration[1], duration) }));
+    return row;
+  });
+  $("#diff-table tbody").replaceChildren(...rows);
+  box.scrollIntoView({ block: "nearest" });
+}
+
+// -- rerun from a step ------------------------------------------------------------------------
+
+function downstream(graph, stepId) {
+  // The steps that depend on `stepId`, directly or through others (its transitions too).
+  const found = new Set();
+  const todo = [stepId];
+  while (todo.length) {
+    const id = todo.pop();
+    const node = graph.find((n) => n.id === id);
+    const next = [...(node ? node.next : []), ...graph.filter((n) => n.depends_on.includes(id)).map((n) => n.id)];
+    for (const n of next) if (!found.has(n)) { found.add(n); todo.push(n); }
+  }
+  return found;
+}
+
+function openRerun(run, stepId) {
+  if (!run || !run.data) return;
+  const dialog = $("#rerun-dialog");
+  dialog.dataset.step = stepId;
+  $("#rerun-step").textContent = stepId;
+  $("#rerun-title").textContent = `rerun from step ${stepId}`;
+  $("#rerun-inputs").value = JSON.stringify(run.data.inputs || {}, null, 2);
+  $("#rerun-error").textContent = "";
+  const later = downstream(run.graph, stepId);
+  const reusable = run.graph.map((n) => n.id).filter((id) => id !== stepId && !later.has(id) && ["completed", "reused"].includes(stepStatus(run, id)));
+  $("#rerun-set").replaceChildren(el("option", { value: "", textContent: "— none —" }), ...reusable.map((id) => el("option", { value: id, textContent: id })));
+  $("#rerun-output-label").hidden = true;
+  $("#rerun-output").value = "";
+  dialog.showModal();
+  $("#rerun-inputs").focus();
+}
+
+$("#rerun-set").addEventListener("change", () => {
+  const id = $("#rerun-set").value;
+  $("#rerun-output-label").hidden = !id;
+  const record = id && current && current.steps[id] ? current.steps[id].record : null;
+  $("#rerun-output").value = record ? JSON.stringify(record.output, null, 2) : "";
+});
+$("#rerun-cancel").addEventListener("click", () => $("#rerun-dialog").close());
+$("#rerun-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const run = current;
+  const stepId = $("#rerun-dialog").dataset.step;
+  const say = (text) => { $("#rerun-error").textContent = text; };
+  say("");
+  const body = { from_step: stepId };
+  try { body.inputs = JSON.parse($("#rerun-inputs").value || "{}"); } catch { say("The inputs are not valid JSON."); return; }
+  if (typeof body.inputs !== "object" || body.inputs === null || Array.isArray(body.inputs)) { say("The inputs must be a JSON object, like {\"text\": \"hi\"}."); return; }
+  const set = $("#rerun-set").value;
+  if (set) {
+    try { body.outputs = { [set]: JSON.parse($("#rerun-output").value) }; }
+    catch { say(`The new output of step ${set} is not valid JSON (a text goes in quotes).`); return; }
+  }
+  $("#rerun-submit").disabled = true;
+  try {
+    const made = await api(`/runs/${encodeURIComponent(run.id)}/rerun`, { method: "POST", body: JSON.stringify(body) });
+    $("#rerun-dialog").close();
+    location.hash = `#/runs/${made.run_id}`;
+  } catch (error) {
+    if (error.type === "wrong_state") say(`This run cannot be rerun now: ${error.message}`);
+    else if (error.type === "invalid_rerun") say(`This rerun is not possible: ${error.message}`);
+    else say(error.message);
+  } finally { $("#rerun-submit").disabled = false; }
+});
 
 function fromRecord(run, record, base) {
   // A stored execution fills in what the events did not tell (a run resumed from its
@@ -440,7 +595,7 @@ function renderTimeline(run) {
     if (r.start) {
       const end = r.end || (live ? Date.now() / 1000 : t1);
       const tokens = tokensOf(r.usage);
-      const bar = el("div", { className: `tl-bar s-${r.status}`, title: `${r.id}: ${r.status}, ${duration(end - r.start)}${tokens ? `, ${number(tokens)} tokens` : ""}` });
+      const bar = el("div", { className: `tl-bar s-${r.status}`, title: r.status === "reused" ? `${r.id}: reused from the parent run, no call` : `${r.id}: ${r.status}, ${duration(end - r.start)}${tokens ? `, ${number(tokens)} tokens` : ""}` });
       bar.style.left = at(r.start);
       bar.style.width = `calc(${at(end)} - ${at(r.start)})`;
       track.append(bar);
@@ -448,7 +603,8 @@ function renderTimeline(run) {
       track.append(el("span", { className: "tl-skip", textContent: `skipped${r.reason ? `: ${forPerson(r.reason, 80)}` : ""}` }));
     }
     for (const w of r.waits) {
-      const wait = el("div", { className: "tl-wait", title: `waited for a person ${duration((w.to || Date.now() / 1000) - w.from)}` });
+      const how = w.model ? `${w.text}; waited` : "waited for a person";
+      const wait = el("div", { className: `tl-wait${w.model ? " model" : ""}`, title: `${how} ${duration((w.to || Date.now() / 1000) - w.from)}` });
       wait.style.left = at(w.from);
       wait.style.width = `calc(${at(w.to || (live ? Date.now() / 1000 : t1))} - ${at(w.from)})`;
       track.append(wait);
@@ -557,10 +713,16 @@ function renderSteps(run) {
       el("td", { className: "num", textContent: last.start && end ? duration(end - last.start) : "" }),
       el("td", { className: "num", textContent: number(tokensOf(usage)) }),
       result,
+      el("td", {}, rerunnable(run, id) ? el("button", { type: "button", className: "rerun", textContent: "rerun from here", title: `a new run from step ${id}`, onclick: () => openRerun(current, id) }) : ""),
     );
     return row;
   });
   swap($("#steps tbody"), rows);
+}
+
+function rerunnable(run, stepId) {
+  // An ended run's step of the recipe (not a loop item) that ran or was reused.
+  return Boolean(run.data && TERMINAL.has(run.data.status) && run.graph.some((n) => n.id === stepId) && !["pending", "skipped"].includes(stepStatus(run, stepId)));
 }
 
 // -- the step drawer --------------------------------------------------------------------------
@@ -582,7 +744,15 @@ async function openDrawer(run, stepId) {
   catch (error) { $("#drawer-body").replaceChildren(el("p", { className: "error", textContent: error.message })); return; }
   if (current !== run || drawer.dataset.step !== stepId) return;
   $("#drawer-title").replaceChildren(`step ${stepId} `, statusBadge(detail.status));
-  $("#drawer-body").replaceChildren(...stepDetail(detail));
+  const extra = [];
+  if (rerunnable(run, stepId)) extra.push(el("p", {}, el("button", { type: "button", className: "rerun", textContent: "rerun from here", onclick: () => openRerun(current, stepId) })));
+  const record = run.steps[stepId] && run.steps[stepId].record;
+  if (record && record.reused_from) {
+    const cost = tokensOf(record.reused_usage);
+    extra.push(el("p", { className: "reused-note" }, "Reused as recorded in run ", el("a", { href: `#/runs/${record.reused_from}`, className: "mono", textContent: record.reused_from.slice(0, 12), title: record.reused_from }),
+      `: no model or tool call this time${cost ? ` (it cost ${number(cost)} tokens there)` : ""}.`));
+  }
+  $("#drawer-body").replaceChildren(...extra, ...stepDetail(detail), ...modelWaits(run, stepId));
 }
 
 function closeDrawer(refocus = true) {
@@ -688,11 +858,31 @@ function stepDetail(d) {
   return parts;
 }
 
+const WAIT_REASON = {
+  max_concurrent: "as many calls as allowed were in flight",
+  requests_per_minute: "its requests per minute were used up",
+  tokens_per_minute: "its tokens per minute were used up",
+  retry_after: "it asked to wait (429, Retry-After)",
+};
+
+function waitText(event) {
+  return `waits for ${event.endpoint || event.model || "its model endpoint"}: ${WAIT_REASON[event.reason] || event.reason}${event.delay ? `, about ${duration(event.delay)}` : ""}`;
+}
+
+function modelWaits(run, stepId) {
+  // The waits for a model endpoint's limits, from the events this page saw.
+  const waits = [...run.rows.values()].filter((r) => r.base === stepId).flatMap((r) => r.waits.filter((w) => w.model).map((w) => ({ ...w, id: r.id })));
+  if (!waits.length) return [];
+  const ul = el("ul", { className: "model-waits" });
+  for (const w of waits) ul.append(el("li", { textContent: `${w.id !== stepId ? `${w.id}: ` : ""}${w.text}${w.to ? ` — waited ${duration(w.to - w.from)}` : " — waiting"}` }));
+  return [el("h3", { textContent: `waits for the model endpoint (${waits.length})` }), ul];
+}
+
 // -- the event stream ---------------------------------------------------------------------
 
-const STEP_STATUS = { step_started: "running", approval_requested: "waiting", approval_resolved: "running", step_completed: "completed", step_failed: "failed", step_skipped: "skipped" };
-const REFRESH_ON = new Set(["step_completed", "step_failed", "step_skipped", "approval_requested", "approval_resolved", "run_completed", "run_failed", "run_started"]);
-const KINDS = ["run_started", "run_completed", "run_failed", "step_started", "step_completed", "step_failed", "step_skipped", "model_call_started", "model_call_completed", "model_call_failed", "token_delta", "tool_call_started", "tool_call_completed", "tool_call_failed", "retry_scheduled", "output_mode_demoted", "approval_requested", "approval_resolved", "completion_decided", "routing_decided", "plan_revised"];
+const STEP_STATUS = { step_reused: "reused", step_started: "running", approval_requested: "waiting", approval_resolved: "running", step_completed: "completed", step_failed: "failed", step_skipped: "skipped" };
+const REFRESH_ON = new Set(["step_reused", "rerun_planned", "step_completed", "step_failed", "step_skipped", "approval_requested", "approval_resolved", "run_completed", "run_failed", "run_started"]);
+const KINDS = ["run_started", "run_completed", "run_failed", "step_started", "step_completed", "step_failed", "step_skipped", "model_call_waiting", "model_call_started", "model_call_completed", "model_call_failed", "token_delta", "tool_call_started", "tool_call_completed", "tool_call_failed", "retry_scheduled", "output_mode_demoted", "approval_requested", "approval_resolved", "completion_decided", "routing_decided", "plan_revised", "rerun_planned", "step_reused", "step_cached"];
 const ENDS = new Set(["run_completed", "run_failed"]);
 
 async function follow(run) {
@@ -750,14 +940,17 @@ function track(run, event) {
     return;
   }
   let row = lastRow(run, id);
-  if (!row && event.kind === "step_skipped") row = newRow(run, id, baseOf(id), 1);
+  if (!row && (event.kind === "step_skipped" || event.kind === "step_reused")) row = newRow(run, id, baseOf(id), event.visit || 1);
   if (!row) return;
   switch (event.kind) {
     case "step_completed": Object.assign(row, { status: "completed", end: t, usage: event.usage }); break;
     case "step_failed": Object.assign(row, { status: "failed", end: t, usage: event.usage, error: event.error }); break;
     case "step_skipped": Object.assign(row, { status: "skipped", reason: event.reason }); break;
     case "approval_requested": row.status = "waiting"; row.waits.push({ from: t, to: null }); break;
-    case "approval_resolved": row.status = "running"; { const w = row.waits.find((x) => x.to === null); if (w) w.to = t; } break;
+    case "approval_resolved": row.status = "running"; { const w = row.waits.find((x) => x.to === null && !x.model); if (w) w.to = t; } break;
+    case "step_reused": Object.assign(row, { status: "reused", start: row.start || t, end: row.end || t }); break;
+    case "model_call_waiting": row.waits.push({ from: t, to: null, model: true, text: waitText(event) }); break;
+    case "model_call_started": case "model_call_failed": { const w = row.waits.find((x) => x.to === null && x.model); if (w) w.to = t; } break;
     case "retry_scheduled": row.retries.push({ at: t, target: event.target, attempt: event.attempt, reason: event.reason }); break;
     default: break;
   }
@@ -785,7 +978,10 @@ function onEvent(run, event) {
   track(run, event);
   const item = el("li");
   item.dataset.kind = event.kind;
-  const detail = event.error || event.reason || event.name || event.tool || "";
+  const detail = event.kind === "model_call_waiting" ? waitText(event)
+    : event.kind === "step_reused" ? `from run ${String(event.source_run_id).slice(0, 12)}${event.edited ? " (its output set by hand)" : ""}`
+    : event.kind === "rerun_planned" ? `of run ${String(event.parent_run_id).slice(0, 12)} from step ${event.from_step}`
+    : event.error || event.reason || event.name || event.tool || "";
   const since = run.startedAt ? `+${duration(event.timestamp - run.startedAt)}` : "";
   item.append(el("span", { className: "seq", textContent: String(event.seq) }), el("span", { className: "at", textContent: since, title: absolute(event.timestamp) }),
     `${event.kind}${event.step_id ? ` ${event.step_id}` : ""}${detail ? ` ${forPerson(detail, 160)}` : ""}`);
@@ -811,6 +1007,70 @@ function scheduleRender(run) {
   // Many events come at once (a finished run's, replayed): draw once per frame.
   if (pending) return;
   pending = requestAnimationFrame(() => { pending = null; if (current === run) render(run); });
+}
+
+// -- the schedules ----------------------------------------------------------------------------
+
+let scheduleShown = null; // the schedule whose runs are shown
+
+function showSchedules(name) {
+  scheduleShown = name;
+  $("#schedule-runs").hidden = !name;
+  if (name) $("#schedule-runs tbody").replaceChildren();
+  refreshSchedules();
+}
+
+async function refreshSchedules() {
+  let schedules;
+  try { schedules = await api("/schedules"); } catch (error) { $("#schedules-error").textContent = error.message; return; }
+  $("#schedules-error").textContent = "";
+  const rows = schedules.map((s) => {
+    const row = el("tr", { className: s.name === scheduleShown ? "chosen" : "" });
+    row.dataset.schedule = s.name;
+    row.dataset.paused = String(s.paused);
+    const when = s.cron ? `cron ${s.cron}${s.timezone && s.timezone !== "UTC" ? ` (${s.timezone})` : " (UTC)"}` : `every ${interval(s.every)}`;
+    const last = s.last_fired_at ? timeCell(s.last_fired_at) : el("td", { className: "muted", textContent: "never" });
+    if (s.last_run_id) last.append(el("div", {}, el("a", { href: `#/runs/${s.last_run_id}`, className: "mono last-run", textContent: s.last_run_id.slice(0, 12), title: s.last_run_id })));
+    const toggle = el("button", { type: "button", className: s.paused ? "resume" : "pause", textContent: s.paused ? "resume" : "pause" });
+    toggle.addEventListener("click", async () => {
+      try { await api(`/schedules/${encodeURIComponent(s.name)}/${s.paused ? "resume" : "pause"}`, { method: "POST" }); }
+      catch (error) { $("#schedules-error").textContent = error.message; }
+      await refreshSchedules();
+    });
+    row.append(
+      el("td", {}, el("a", { href: `#/schedules/${encodeURIComponent(s.name)}`, textContent: s.name, title: "its runs" })),
+      el("td", { className: "wide", textContent: s.recipe }),
+      el("td", { className: "mono small", textContent: when }),
+      el("td", {}, el("span", { className: `status ${s.paused ? "s-paused" : "s-active"}`, textContent: s.paused ? "paused" : "active" })),
+      s.paused ? el("td", { className: "muted", textContent: "—" }) : timeCell(s.next_at),
+      last,
+      el("td", { className: "num", textContent: number(s.fired) }),
+      el("td", {}, toggle),
+    );
+    return row;
+  });
+  if (!rows.length) rows.push(el("tr", { className: "empty" }, el("td", { colSpan: 8, textContent: "No schedules. Add one with `minions schedules add RECIPE --every 1h` or POST /schedules." })));
+  swap($("#schedules tbody"), rows);
+  if (scheduleShown) await refreshScheduleRuns(scheduleShown);
+}
+
+async function refreshScheduleRuns(name) {
+  let detail;
+  try { detail = await api(`/schedules/${encodeURIComponent(name)}`); }
+  catch (error) { $("#schedule-runs-title").textContent = error.message; return; }
+  if (scheduleShown !== name) return;
+  $("#schedule-runs-title").textContent = `runs of ${name} (${detail.runs.length}${detail.fired > detail.runs.length ? ` of ${number(detail.fired)}` : ""})`;
+  const rows = detail.runs.map((r) => {
+    const row = el("tr");
+    row.dataset.run = r.run_id;
+    const ended = r.finished_at || (TERMINAL.has(r.status) ? null : Date.now() / 1000);
+    row.append(el("td", {}, el("a", { href: `#/runs/${r.run_id}`, className: "mono", textContent: r.run_id.slice(0, 12), title: r.run_id })),
+      el("td", {}, statusBadge(r.status)), el("td", { textContent: r.slot ? absolute(r.slot) : "" }), timeCell(r.created_at),
+      el("td", { className: "num", textContent: r.started_at && ended ? duration(ended - r.started_at) : "" }));
+    return row;
+  });
+  if (!rows.length) rows.push(el("tr", { className: "empty" }, el("td", { colSpan: 5, textContent: "It has fired no run yet." })));
+  swap($("#schedule-runs tbody"), rows);
 }
 
 if (token) start(); else askToken("");

@@ -15,11 +15,13 @@ Screenshots go to the test's folder (to docs/ with ``MINIONS_SCREENSHOTS=docs``)
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import stat
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +39,7 @@ from service_helpers import (
     write_recipes,
 )
 
+from minions.runs import RunStore
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
 pytestmark = pytest.mark.slow
@@ -518,8 +521,28 @@ def test_an_operator_reruns_from_a_step_compares_and_pauses_a_schedule(
             log_in(page, service.base, TOKEN)
             rerun_in_console(page, parent, shots)
             pause_a_schedule(page, shots)
+            # Pruned history: the runs list says how far back it goes.
+            expect(page.locator("#history")).to_be_hidden()
+            failed = submit(client, "flaky")
+            until_settled(client, failed, None)
+            with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
+                pool.submit(asyncio.run, prune_failed(url)).result()
+            page.click("#nav-runs")
+            expect(page.locator("#history")).to_contain_text(
+                re.compile(r"^History goes back to .+: runs that finished before .+ were pruned\.$")
+            )
+            assert failed not in rows(page)
         finally:
             page.close()
+
+
+async def prune_failed(url: str) -> None:
+    """Prune the failed runs of the store at `url`, as `minions runs prune` would."""
+    store = RunStore(url)
+    try:
+        assert (await store.prune(0.0, statuses=["failed"])).runs == 1
+    finally:
+        store.close()
 
 
 def rerun_in_console(page: Page, parent: str, shots: Path) -> None:

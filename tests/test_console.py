@@ -495,45 +495,85 @@ steps:
 """
 
 
-def test_an_operator_reruns_from_a_step_compares_and_pauses_a_schedule(
+def test_an_operator_reruns_compares_pauses_a_schedule_and_sees_waits_for_a_model(
     browser: Browser, tmp_path: Path
 ) -> None:
+    release = threading.Event()
+
+    def answer(request: FakeRequest) -> str:
+        release.wait(60)  # the first run's call holds the endpoint's only slot meanwhile
+        return ANSWER
+
     recipes = write_recipes(tmp_path / "recipes")
     (recipes / "shouts.yaml").write_text(SHOUTS)
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     shots = DOCS if os.environ.get("MINIONS_SCREENSHOTS") == "docs" else tmp_path
-    with (
-        server(tmp_path, url, "--recipes", str(recipes)) as service,
-        httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as client,
-    ):
-        parent = submit(client, "shouts", text="first")
-        until_settled(client, parent, None)
-        made = client.post("/schedules", json={"recipe": "shouts", "every": "1d", "name": "daily"})
-        assert made.status_code == 201, made.text
-        made = client.post(
-            "/schedules",
-            json={"recipe": "shouts", "cron": "0 7 * * 1-5", "timezone": "Europe/Paris"},
-        )
-        assert made.status_code == 201, made.text
-        assert client.post("/schedules/shouts/pause").status_code == 200
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        try:
-            log_in(page, service.base, TOKEN)
-            rerun_in_console(page, parent, shots)
-            pause_a_schedule(page, shots)
-            # Pruned history: the runs list says how far back it goes.
-            expect(page.locator("#history")).to_be_hidden()
-            failed = submit(client, "flaky")
-            until_settled(client, failed, None)
-            with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
-                pool.submit(asyncio.run, prune_failed(url)).result()
-            page.click("#nav-runs")
-            expect(page.locator("#history")).to_contain_text(
-                re.compile(r"^History goes back to .+: runs that finished before .+ were pruned\.$")
-            )
-            assert failed not in rows(page)
-        finally:
-            page.close()
+    with FakeOpenAIServer(answer) as model:
+        write_chat_recipe(recipes, model.url)
+        limits = tmp_path / "limits.yaml"
+        limits.write_text(f'endpoints:\n  - {{match: "{model.url}/v1", max_concurrent: 1}}\n')
+        with (
+            server(tmp_path, url, "--recipes", str(recipes), "--limits", str(limits)) as service,
+            httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as client,
+        ):
+            parent = submit(client, "shouts", text="first")
+            until_settled(client, parent, None)
+            for body in (
+                {"recipe": "shouts", "every": "1d", "name": "daily"},
+                {"recipe": "shouts", "cron": "0 7 * * 1-5", "timezone": "Europe/Paris"},
+            ):
+                made = client.post("/schedules", json=body)
+                assert made.status_code == 201, made.text
+            assert client.post("/schedules/shouts/pause").status_code == 200
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            try:
+                log_in(page, service.base, TOKEN)
+                rerun_in_console(page, parent, shots)
+                pause_a_schedule(page, shots)
+                see_a_wait_for_a_model(page, client, release)
+                # Pruned history: the runs list says how far back it goes.
+                failed = submit(client, "flaky")
+                until_settled(client, failed, None)
+                page.click("#nav-runs")
+                expect(page.locator("#history")).to_be_hidden()
+                with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
+                    pool.submit(asyncio.run, prune_failed(url)).result()
+                expect(page.locator("#history")).to_contain_text(
+                    re.compile(
+                        r"^History goes back to .+: runs that finished before .+ were pruned\.$"
+                    )
+                )
+                assert failed not in rows(page)
+            finally:
+                release.set()
+                page.close()
+
+
+def until_event(client: httpx2.Client, run_id: str, kind: str) -> None:
+    """Follow the run's stream until an event of `kind`."""
+    with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+        for line in response.iter_lines():
+            if line == f"event: {kind}":
+                return
+
+
+def see_a_wait_for_a_model(page: Page, client: httpx2.Client, release: threading.Event) -> None:
+    # The first run's call holds the endpoint's one slot: the second's waits, shown so.
+    first = submit(client, "chat")
+    until_event(client, first, "model_call_started")
+    second = submit(client, "chat")
+    until_event(client, second, "model_call_waiting")
+    page.goto(f"{page.url.split('#')[0]}#/runs/{second}")
+    waiting = page.locator('#events li[data-kind="model_call_waiting"]')
+    expect(waiting).to_have_count(1)
+    expect(waiting).to_contain_text("as many calls as allowed were in flight")
+    expect(page.locator('#timeline .tl-row[data-step="answer"] .tl-wait.model')).to_have_count(1)
+    release.set()
+    expect(page.locator("#run-status")).to_have_text("completed")
+    page.click('#steps tr[data-step="answer"] td:first-child button')
+    expect(page.locator("#drawer .model-waits li")).to_have_count(1)
+    expect(page.locator("#drawer .model-waits li")).to_contain_text(re.compile(r"waited \d"))
+    page.keyboard.press("Escape")
 
 
 async def prune_failed(url: str) -> None:

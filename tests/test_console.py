@@ -635,7 +635,26 @@ def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
     expect(page.locator('#diff-table tr[data-step="one"]')).to_contain_text("reused")
     page.locator("#diff").screenshot(path=str(shots / "console-rerun-diff.png"))
 
+    # A rerun of the rerun, with step one's output set by hand: what follows it runs again.
+    page.click('#steps tr[data-step="three"] button.rerun')
+    page.select_option("#rerun-set", "one")
+    expect(page.locator("#rerun-output")).to_have_value('"ONE"')
+    page.fill("#rerun-output", "EDITED")
+    page.click("#rerun-submit")
+    expect(page.locator("#rerun-error")).to_have_text(
+        "The new output of step one is not valid JSON (a text goes in quotes)."
+    )
+    page.fill("#rerun-output", '"EDITED"')
+    page.click("#rerun-submit")
+    expect(page.locator("#lineage")).to_contain_text(f"Rerun of run {rerun[:12]} from step three")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator('#steps tr[data-step="one"]')).to_contain_text("EDITED")
+    expect(page.locator('#steps tr[data-step="one"]')).to_have_attribute("data-status", "reused")
+    expect(page.locator('#events li[data-kind="step_reused"]')).to_contain_text("set by hand")
+
     # The parent link leads back.
+    page.click("#lineage a.parent")
+    expect(page.locator("#run-id")).to_have_text(rerun)
     page.click("#lineage a.parent")
     expect(page.locator("#run-id")).to_have_text(parent)
 

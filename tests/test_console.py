@@ -595,6 +595,11 @@ def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
     page.click("#drawer button.rerun")
     dialog = page.locator("#rerun-dialog")
     expect(dialog).to_be_visible()
+    page.keyboard.press("Escape")  # the editor closes, the drawer under it stays
+    expect(dialog).to_be_hidden()
+    expect(page.locator("#drawer")).to_be_visible()
+    page.click("#drawer button.rerun")
+    expect(dialog).to_be_visible()
     expect(page.locator("#rerun-title")).to_have_text("rerun from step three")
     assert '"text": "first"' in page.locator("#rerun-inputs").input_value()
     page.fill("#rerun-inputs", "{not json")
@@ -670,6 +675,10 @@ def pause_a_schedule(page: Page, shots: Path) -> None:
     weekdays = page.locator('#schedules tr[data-schedule="shouts"]')
     expect(weekdays).to_contain_text("cron 0 7 * * 1-5 (Europe/Paris)")
     expect(weekdays).to_have_attribute("data-paused", "true")
+    page.set_viewport_size({"width": 420, "height": 900})  # a phone: nothing wider
+    wide: Any = page.evaluate("document.documentElement.scrollWidth")
+    assert wide <= 420, f"the schedules are {wide} px wide"
+    page.set_viewport_size({"width": 1280, "height": 900})
     row.locator("button.pause").click()
     expect(row).to_have_attribute("data-paused", "true")
     expect(row).to_contain_text("paused")

@@ -763,7 +763,8 @@ function closeDrawer(refocus = true) {
   if (refocus && opener && document.contains(opener)) opener.focus();
 }
 $("#drawer-close").addEventListener("click", () => closeDrawer());
-document.addEventListener("keydown", (event) => { if (event.key === "Escape") closeDrawer(); });
+// Escape in the rerun editor closes the editor only (the browser does), not the drawer under it.
+document.addEventListener("keydown", (event) => { if (event.key === "Escape" && !$("#rerun-dialog").open) closeDrawer(); });
 
 function facts(pairs) {
   const dl = el("dl");
@@ -981,6 +982,7 @@ function onEvent(run, event) {
   const detail = event.kind === "model_call_waiting" ? waitText(event)
     : event.kind === "step_reused" ? `from run ${String(event.source_run_id).slice(0, 12)}${event.edited ? " (its output set by hand)" : ""}`
     : event.kind === "rerun_planned" ? `of run ${String(event.parent_run_id).slice(0, 12)} from step ${event.from_step}`
+    : event.kind === "step_cached" ? `from the cache (made ${duration(event.age)} ago${tokensOf(event.saved) ? `, saved ${number(tokensOf(event.saved))} tokens` : ""})`
     : event.error || event.reason || event.name || event.tool || "";
   const since = run.startedAt ? `+${duration(event.timestamp - run.startedAt)}` : "";
   item.append(el("span", { className: "seq", textContent: String(event.seq) }), el("span", { className: "at", textContent: since, title: absolute(event.timestamp) }),

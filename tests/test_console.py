@@ -642,6 +642,15 @@ def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
 
     # A rerun of the rerun, with step one's output set by hand: what follows it runs again.
     page.click('#steps tr[data-step="three"] button.rerun')
+    # Refused by the service (step two would run again with a new input): said in the editor.
+    page.fill("#rerun-inputs", '{"text": "third"}')
+    page.select_option("#rerun-set", "two")
+    page.fill("#rerun-output", '"TWO"')
+    page.click("#rerun-submit")
+    expect(page.locator("#rerun-error")).to_contain_text(
+        "This rerun is not possible: step 'two' runs again in this rerun"
+    )
+    page.fill("#rerun-inputs", '{"text": "second"}')
     page.select_option("#rerun-set", "one")
     expect(page.locator("#rerun-output")).to_have_value('"ONE"')
     page.fill("#rerun-output", "EDITED")

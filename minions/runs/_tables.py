@@ -244,21 +244,31 @@ def _to_2(db: sa.Connection) -> None:
                     )
 
 
+def _add_columns(db: sa.Connection, table: str, columns: list[str]) -> None:
+    """``ALTER TABLE table ADD COLUMN`` each of `columns` ("name TYPE") it does not have yet
+    (a store some of whose columns were added by hand, or by a test)."""
+    have = {c["name"] for c in sa.inspect(db).get_columns(table)}
+    for column in columns:
+        if column.split()[0] not in have:
+            db.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {column}"))
+
+
 def _to_3_schedules(db: sa.Connection) -> None:
     """The schedule of a run and its slot (the schedules table is made by ``create_all``)."""
-    db.execute(sa.text("ALTER TABLE minions_runs ADD COLUMN schedule TEXT"))
-    db.execute(sa.text("ALTER TABLE minions_runs ADD COLUMN slot FLOAT"))
-    db.execute(sa.text("CREATE INDEX ix_minions_runs_schedule ON minions_runs (schedule)"))
+    _add_columns(db, "minions_runs", ["schedule TEXT", "slot FLOAT"])
+    db.execute(
+        sa.text("CREATE INDEX IF NOT EXISTS ix_minions_runs_schedule ON minions_runs (schedule)")
+    )
 
 
 def _to_3_rerun(db: sa.Connection) -> None:
-    """Schema 2 -> 3 (reruns): a run's parent, the step it reran from, its plan."""
-    for column in ("parent_run_id TEXT", "from_step TEXT", "rerun TEXT"):
-        db.execute(sa.text(f"ALTER TABLE minions_runs ADD COLUMN {column}"))
+    """Reruns: a run's parent, the step it reran from, its plan (the step cache's table is
+    made by ``create_all``)."""
+    _add_columns(db, "minions_runs", ["parent_run_id TEXT", "from_step TEXT", "rerun TEXT"])
 
 
 def _to_3(db: sa.Connection) -> None:
-    """Schema 2 -> 3."""
+    """Schema 2 -> 3: schedules, reruns, the step cache."""
     _to_3_schedules(db)
     _to_3_rerun(db)
 

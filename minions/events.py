@@ -32,6 +32,7 @@ __all__ = [
     "Event",
     "EventEmitter",
     "EventListener",
+    "MessageRecord",
     "ModelCallCompleted",
     "ModelCallFailed",
     "ModelCallStarted",
@@ -68,6 +69,15 @@ class UsageRecord:
     completion_tokens: int = 0
     calls: int = 0
     unknown_calls: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MessageRecord:
+    """One message of a model call's request, as kept by events when content capture is on:
+    its role and its text (an assistant's tool calls and a tool's result written as text)."""
+
+    role: str = ""
+    text: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -167,6 +177,12 @@ class ModelCallStarted(_EventBase):
     turn: int = 1
     attempt: int = 1
     model: str = ""
+    messages: tuple[MessageRecord, ...] = ()
+    """The request's messages, only when content capture is on (``RunSettings.capture_content``,
+    or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``); empty otherwise. Bounded: each
+    message's text and the whole are cut, with a note saying so."""
+    messages_omitted: int = 0
+    """Messages of the request left out of `messages` (from its middle) to keep it bounded."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -179,6 +195,8 @@ class ModelCallCompleted(_EventBase):
     output_mode: OutputMode | None = None
     tool_calls: tuple[str, ...] = ()
     duration: float = 0.0
+    answer: str | None = None
+    """The answer's text (bounded), only when content capture is on; ``None`` otherwise."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -293,6 +293,39 @@ def test_an_operator_finds_runs_and_reads_what_happened_when_and_why(
         page.close()
 
 
+def test_a_step_drawer_shows_the_request_and_answer_a_capturing_server_kept(
+    browser: Browser, tmp_path: Path
+) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    capture = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
+    with FakeOpenAIServer(lambda request: ANSWER) as model:
+        write_chat_recipe(recipes, model.url)
+        with (
+            server(tmp_path, url, "--recipes", str(recipes), **capture) as service,
+            httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as client,
+        ):
+            run_id = submit(client, "chat")
+            until_settled(client, run_id, None)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            try:
+                log_in(page, service.base, TOKEN, f"#/runs/{run_id}")
+                expect(page.locator("#run-status")).to_have_text("completed")
+                page.click('#steps tr[data-step="answer"] button')
+                call = page.locator("#drawer .model-call")
+                expect(call.locator("details.answer pre")).to_have_text(ANSWER)
+                request = call.locator("details.request")
+                expect(request.locator("summary")).to_have_text("request (1 message)")
+                request.locator("summary").click()
+                expect(request.locator("pre")).to_have_text(
+                    "── user ──\nHow do bees tell where flowers are?"
+                )
+                expect(page.locator("#drawer .prompts-not-kept")).to_have_count(0)
+            finally:
+                page.close()
+
+
 def shown(first: int, last: int, total: int) -> str:
     """What the pager says of a page."""
     return f"{first}\u2013{last} of {total}"
@@ -421,6 +454,12 @@ def read_failures(page: Page, runs: dict[str, str], shots: Path) -> None:
     expect(drawer.locator(".retry")).to_have_count(2)
     expect(drawer.locator(".retry").first).to_contain_text("the answer was unusable")
     expect(drawer.locator(".step-error")).to_contain_text("cut off at the length limit")
+    # Prompts are not kept on this server: said once, with the switch that keeps them.
+    expect(drawer.locator(".prompts-not-kept")).to_have_count(1)
+    expect(drawer.locator(".prompts-not-kept")).to_contain_text(
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true"
+    )
+    expect(drawer.locator("details.request")).to_have_count(0)
     expect(drawer.locator("dl")).to_contain_text(re.compile(r"tokens\s*\d+ \(\d+ in, \d+ out\)"))
     assert NOTE_TO_THE_MODEL not in page.locator("body").inner_text()
     page.screenshot(path=str(shots / "console-step-desktop-light.png"))

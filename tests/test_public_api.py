@@ -58,8 +58,8 @@ PUBLIC: dict[str, set[str]] = {
         *ERRORS,
     },
     "minions.events": {
-        "Event", "EventEmitter", "EventListener", "UsageRecord", "event_from_json",
-        "event_to_json", "RunStarted", "RunCompleted", "RunFailed", "StepStarted",
+        "Event", "EventEmitter", "EventListener", "UsageRecord", "MessageRecord",
+        "event_from_json", "event_to_json", "RunStarted", "RunCompleted", "RunFailed", "StepStarted",
         "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallWaiting",
         "ModelCallCompleted", "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",

@@ -497,6 +497,33 @@ def test_token_deltas_stream_live_without_ids(
     assert [int(m["id"]) for m in stored] == list(range(1, len(stored) + 1))
     assert stored[-1]["event"] == "run_completed"
     assert client.get(f"/runs/{run_id}").json()["output"] == ANSWER
+    # This server was started without content capture: the step's detail keeps no prompt.
+    [call] = client.get(f"/runs/{run_id}/steps/answer").json()["model_calls"]
+    assert (call["messages"], call["answer"]) == ([], None)
+
+
+def test_a_server_started_with_content_capture_tells_prompts_and_answers(
+    tmp_path: Path,
+) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    with FakeOpenAIServer(lambda request: ANSWER) as model:
+        write_chat_recipe(recipes, model.url)
+        store = f"sqlite:///{tmp_path / 'minions.db'}"
+        capture = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
+        with (
+            server(tmp_path, store, "--recipes", str(recipes), **capture) as process,
+            httpx2.Client(base_url=process.base, headers=auth(), timeout=60) as client,
+        ):
+            run_id = submit(client, "chat")
+            stream_to_end(client, run_id)
+            [call] = client.get(f"/runs/{run_id}/steps/answer").json()["model_calls"]
+            events = client.get(f"/runs/{run_id}/events").json()
+    assert call["messages"] == [{"role": "user", "text": "How do bees tell where flowers are?"}]
+    assert (call["messages_omitted"], call["answer"]) == (0, ANSWER)
+    # Stored with the run's events as they were emitted.
+    [started] = [e for e in events if e["kind"] == "model_call_started"]
+    assert started["messages"] == call["messages"]
 
 
 def test_an_idle_stream_sends_heartbeats_and_ends_with_its_run(

@@ -75,9 +75,11 @@ class AgentExecutor:
             ``None``: nothing is traced. minions never sets a global provider: pass
             ``opentelemetry.trace.get_tracer_provider()`` to use the application's. Needs
             ``minions[otel]``.
-        capture_message_content: write prompts, answers, tool arguments and results on spans
-            (off by default). ``None``: as ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
-            says (``SPAN_ONLY`` turns it on).
+        capture_message_content: write prompts, answers, tool arguments and results on spans,
+            and keep prompts and answers in the model call events (`RunSettings.capture_content`;
+            off by default: prompts may hold users' data). ``None``: as
+            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says (``SPAN_ONLY`` or
+            ``true`` turns it on).
         mcp_servers: MCP servers every recipe's steps may use, by name (see
             `AgentRecipe.mcp_servers`; a recipe's server of the same name wins). Each run
             connects to the servers of its recipe and of the executor, once.
@@ -132,6 +134,7 @@ class AgentExecutor:
             mcp_servers=servers,
             listeners=tuple(listeners) or None,
             limiter=None if limits is None else _limiter(limits),
+            capture_content=capture_message_content,
         )
         """What every run of this executor shares (see `RunSettings`); each run's
         `AgentContext` gets it, with the recipe's model, listeners and MCP servers folded in."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from minions._messages import ModelCall, ModelCallResponse, Prompt, Usage
 from minions._retry import RetryPolicy
+from minions._step.capture import captured_answer, captured_messages
 from minions._values import ModeDemotion
 from minions.errors import (
     BudgetExceededError,
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from minions._config import ExecutionConfig
     from minions._step.context import AgentContext
     from minions._step.execution import StepExecution
-    from minions.events import UsageRecord
+    from minions.events import ModelCallStarted, UsageRecord
     from minions.models._base import Model, TokenCallback
     from minions.models._limits import EndpointLimiter, EndpointWait
 
@@ -177,9 +178,14 @@ class ModelCallExecutor:
         if events.active:
             from minions.events import ModelCallStarted, TokenDelta
 
-            events.emit(
-                ModelCallStarted(step_id=step_id, turn=turn, attempt=attempt, model=self.model.name)
-            )
+            if self.context.settings.capture_content:
+                events.emit(self._started_with_content(prompt, turn, attempt))
+            else:
+                events.emit(
+                    ModelCallStarted(
+                        step_id=step_id, turn=turn, attempt=attempt, model=self.model.name
+                    )
+                )
 
             def on_token(text: str) -> None:
                 events.emit(TokenDelta(step_id=step_id, turn=turn, attempt=attempt, text=text))
@@ -265,9 +271,28 @@ class ModelCallExecutor:
                     output_mode=response.output_mode,
                     tool_calls=tuple(call.name for call in response.tool_calls),
                     duration=duration,
+                    answer=(
+                        captured_answer(response.text)
+                        if self.context.settings.capture_content
+                        else None
+                    ),
                 )
             )
         return response
+
+    def _started_with_content(self, prompt: Prompt, turn: int, attempt: int) -> ModelCallStarted:
+        """The attempt's `ModelCallStarted` carrying its request (content capture is on)."""
+        from minions.events import ModelCallStarted
+
+        messages, omitted = captured_messages(prompt.messages)
+        return ModelCallStarted(
+            step_id=self.execution.step_id,
+            turn=turn,
+            attempt=attempt,
+            model=self.model.name,
+            messages=messages,
+            messages_omitted=omitted,
+        )
 
     async def _call(
         self, prompt: Prompt, on_token: TokenCallback | None, limit: float | None

@@ -59,8 +59,19 @@ class RunSettings:
     """Where steps that say ``cache`` keep their outputs; ``None``: the runs of an
     `AgentExecutor` share its `InMemoryStepCache` (a durable run's worker uses the run
     store)."""
+    capture_content: bool | None = None
+    """Whether the model call events carry the request's messages (`ModelCallStarted`) and
+    the answer's text (`ModelCallCompleted`), bounded; durable runs store them with their
+    events. Off by default: prompts may hold users' data. ``None``: as
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says (``true`` or ``SPAN_ONLY``
+    turns it on), read when the settings are built."""
 
     def __post_init__(self) -> None:
+        if self.capture_content is None:
+            # Resolved once here, so a model call checks one attribute, never the environment.
+            from minions._tracing.tracer import capture_from_environment
+
+            object.__setattr__(self, "capture_content", capture_from_environment())
         # Read-only, and a copy: a caller's dict changed later does not change the settings.
         servers = self.mcp_servers
         if servers is not _NO_SERVERS:

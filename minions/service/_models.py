@@ -149,6 +149,13 @@ class RunPage(BaseModel):
     total: int = Field(description="The runs of every page with these filters.")
 
 
+class MessageOut(BaseModel):
+    """One message of a model call's request, as content capture kept it."""
+
+    role: str
+    text: str
+
+
 class ModelCallOut(BaseModel):
     """One attempt of a model call of the step."""
 
@@ -164,6 +171,17 @@ class ModelCallOut(BaseModel):
     tool_calls: list[str] = Field(default_factory=list, description="The calls it asked for.")
     output_mode: str | None = None
     error: str | None = None
+    messages: list[MessageOut] = Field(
+        default_factory=list,
+        description="The request's messages, bounded; empty when content capture was off "
+        "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true where the run ran keeps them).",
+    )
+    messages_omitted: int = Field(
+        0, description="Messages of the request left out of `messages` to keep it bounded."
+    )
+    answer: str | None = Field(
+        None, description="The answer's text, bounded; None when not captured (or failed)."
+    )
 
 
 class ToolCallOut(BaseModel):

@@ -31,6 +31,7 @@ from minions.service._errors import ERRORS, Refused
 from minions.service._models import (
     ApprovalOut,
     DecisionOut,
+    MessageOut,
     ModelCallOut,
     RetryOut,
     StepDetail,
@@ -115,6 +116,8 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
                     attempt=event.attempt,
                     model=event.model,
                     started_at=at,
+                    messages=[MessageOut(role=m.role, text=m.text) for m in event.messages],
+                    messages_omitted=event.messages_omitted,
                 )
             case ModelCallCompleted() | ModelCallFailed():
                 call = models.get((starts, item, event.turn, event.attempt))
@@ -126,6 +129,7 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
                 if isinstance(event, ModelCallCompleted):
                     call.finish_reason = event.finish_reason
                     call.tool_calls = list(event.tool_calls)
+                    call.answer = event.answer
                 else:
                     call.error = event.error
             case ToolCallStarted():

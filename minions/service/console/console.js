@@ -776,6 +776,26 @@ function itemName(call) {
   return call.item === null || call.item === undefined ? "" : `item ${call.item} · `;
 }
 
+const CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+
+function callContent(call) {
+  // A model call's request and answer, when the server kept them (content capture): each in
+  // a collapsible, bounded, scrollable pre; the messages labelled by role.
+  if (!call.messages || !call.messages.length) return [];
+  const lines = call.messages.map((m) => `── ${m.role} ──\n${m.text}`);
+  if (call.messages_omitted) lines.splice(1, 0, `── … ${call.messages_omitted} message${call.messages_omitted === 1 ? "" : "s"} not kept (the request was too long) ──`);
+  const count = call.messages.length + (call.messages_omitted || 0);
+  const parts = [el("details", { className: "request" },
+    el("summary", { textContent: `request (${count} message${count === 1 ? "" : "s"})` }),
+    el("pre", { className: "request-text", textContent: lines.join("\n\n") }))];
+  if (call.answer !== null && call.answer !== undefined) {
+    parts.push(el("details", { className: "answer", open: true },
+      el("summary", { textContent: "answer" }),
+      el("pre", { className: "answer-text", textContent: call.answer || "(no text: it asked for tool calls)" })));
+  }
+  return parts;
+}
+
 function stepDetail(d) {
   const parts = [];
   const execution = d.executions[d.executions.length - 1] || {};
@@ -817,9 +837,11 @@ function stepDetail(d) {
     if (call.tool_calls.length) box.append(el("div", { textContent: `answered with calls to ${call.tool_calls.join(", ")}` }));
     else if (!call.error && call.finished_at) box.append(el("div", { className: "muted", textContent: "answered with text" }));
     if (call.error) box.append(el("div", { className: "error", textContent: forPerson(call.error, 400) }));
+    box.append(...callContent(call));
     parts.push(box);
   }
-  if (d.model_calls.length) parts.push(el("p", { className: "note", textContent: "Prompts and the model's text are not kept in the event log (tool arguments and results are); the step's output is above." }));
+  // Said once, under the calls: content capture is the server's switch, not one call's.
+  if (d.model_calls.some((c) => !(c.messages && c.messages.length))) parts.push(el("p", { className: "note prompts-not-kept", textContent: `Prompts are not kept: start the worker (or serve) with ${CAPTURE_ENV}=true to keep them (they may hold users' data); tool arguments and results are kept, and the step's output is above.` }));
   parts.push(el("h3", { textContent: "tool calls" }));
   if (!d.tool_calls.length) parts.push(el("p", { className: "muted", textContent: "None." }));
   for (const call of d.tool_calls) {

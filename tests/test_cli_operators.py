@@ -378,7 +378,6 @@ def test_otel_exports_within_a_few_seconds_unless_told_otherwise(
 ) -> None:
     # A collector that is not there must not hold the end of a run for the exporter's own
     # default of 10 s; a timeout the environment sets is the exporter's to read.
-    pytest.importorskip("opentelemetry.sdk")
     from opentelemetry.exporter.otlp.proto.http import trace_exporter
 
     from minions.cli._otel import otlp_tracer_provider

@@ -643,6 +643,14 @@ class Store:
         Raises:
             LeaseLost: the run is no longer this holder's.
         """
+        self._held_update(lease, status=status)
+
+    def _held_update(self, lease: Lease, **values: Any) -> None:
+        """Set `values` on the run while `lease` holds it (its epoch is the run's).
+
+        Raises:
+            LeaseLost: the run is no longer this holder's.
+        """
         with self.begin() as db:
             updated = db.execute(
                 runs_table.update()
@@ -651,7 +659,7 @@ class Store:
                     runs_table.c.epoch == lease.epoch,
                     runs_table.c.status.in_(HELD),
                 )
-                .values(status=status)
+                .values(**values)
             ).rowcount
         if not updated:
             raise LeaseLost(lease.run_id)
@@ -927,19 +935,7 @@ class Store:
         Raises:
             LeaseLost: the run is no longer this holder's.
         """
-        with self.begin() as db:
-            renewed = db.execute(
-                runs_table.update()
-                .where(
-                    runs_table.c.run_id == lease.run_id,
-                    runs_table.c.epoch == lease.epoch,
-                    runs_table.c.holder == lease.holder,
-                    runs_table.c.status.in_(HELD),
-                )
-                .values(lease_until=lease_until)
-            ).rowcount
-        if not renewed:
-            raise LeaseLost(lease.run_id)
+        self._held_update(lease, lease_until=lease_until)
 
     def stopped(self, executor_id: str, *, incarnation: str) -> None:
         with self.begin() as db:

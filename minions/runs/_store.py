@@ -160,10 +160,23 @@ class Store:
             # it holds on a run go with it, or no other worker could take the run over.
             idle = f"-c idle_in_transaction_session_timeout={int(DEAD_AFTER * 1000)}"
             self.engine = sa.create_engine(
-                sqlalchemy_url(url), connect_args={"connect_timeout": 10, "options": idle}
+                sqlalchemy_url(url),
+                connect_args={"connect_timeout": 10, "options": idle},
+                # Connections are kept for as many threads as use them at once (a worker's
+                # store threads, its heartbeat): SQLAlchemy's default keeps 5 and closes the
+                # rest after each use, and a new connection is a new Postgres process (it
+                # cost Postgres 40 % more CPU per run at 8 runs at a time).
+                pool_size=16,
+                max_overflow=8,
             )
             sa.event.listen(self.engine, "checkout", _ping_if_idle)
         self.postgres = self.engine.dialect.name == "postgresql"
+        # On Postgres a read, or a write of one statement, is its own transaction: one round
+        # trip instead of three (BEGIN, the statement, COMMIT). Nothing is lost: under READ
+        # COMMITTED each statement of a transaction sees its own snapshot anyway.
+        self._single = (
+            self.engine.execution_options(isolation_level="AUTOCOMMIT") if self.postgres else None
+        )
         self._turns = _SQLITE_TURNS.setdefault(
             str(path.resolve()) if path is not None else url, threading.RLock()
         )
@@ -241,9 +254,20 @@ class Store:
             yield db
 
     @contextmanager
+    def statement(self) -> Iterator[sa.Connection]:
+        """A write transaction of one statement (on Postgres, the statement's own)."""
+        if self._single is None:
+            with self.begin() as db:
+                yield db
+            return
+        with self._single.connect() as db:
+            yield db
+
+    @contextmanager
     def read(self) -> Iterator[sa.Connection]:
-        """A read: it takes no turn (in WAL mode readers never wait for the writer)."""
-        with self.engine.connect() as db:
+        """A read: it takes no turn (in WAL mode readers never wait for the writer); on
+        Postgres each of its statements is a transaction of its own."""
+        with (self.engine if self._single is None else self._single).connect() as db:
             yield db
 
     # -- submitting ----------------------------------------------------------------------------
@@ -536,34 +560,17 @@ class Store:
         """Take the run for `holder`: attempt `attempt` is the current one, it has not ended,
         and nobody holds it (or the holder's lease ran out). A new epoch fences every earlier
         holder out."""
-        runs = runs_table.c
-        with self.begin() as db:
+        with self.statement() as db:
             row = db.execute(
-                runs_table.update()
-                .where(
-                    runs.run_id == run_id,
-                    runs.attempt == attempt,
-                    runs.status.in_(ACTIVE),
-                    # Never the same holder again: a second delivery of a run its holder
-                    # runs already would fence out the execution in flight after its effects.
-                    sa.or_(
-                        runs.holder.is_(None),
-                        runs.lease_until.is_(None),
-                        runs.lease_until < now,
-                    ),
-                )
-                .values(
-                    holder=holder,
-                    epoch=runs.epoch + 1,
-                    lease_until=lease_until,
-                    status="running",
-                    executor_id=executor_id,
-                    started_at=sa.func.coalesce(runs.started_at, now),
-                    starts=runs.starts + 1,
-                    finished_at=None,
-                    error=None,
-                )
-                .returning(*runs_table.c)
+                _CLAIM,
+                {
+                    "run_id": run_id,
+                    "attempt": attempt,
+                    "holder": holder,
+                    "lease_until": lease_until,
+                    "executor_id": executor_id,
+                    "now": now,
+                },
             ).one_or_none()
         if row is None:
             with self.read() as db:
@@ -607,7 +614,9 @@ class Store:
         rows = [(lease.run_id, seq, kind, step_id, data) for seq, kind, step_id, data in events]
         step_row = None if step is None else tuple(step[c] for c in _STEP_COLUMN_NAMES)
         step_row = None if step_row is None else (lease.run_id, *step_row)
-        with self.begin() as db:
+        # On Postgres the commit is one statement (a transaction of its own) unless thousands
+        # of events go in chunks.
+        with self.statement() if len(rows) <= _CHUNK else self.begin() as db:
             # The step loop waits on this commit, so its statements go straight to the driver
             # (SQLAlchemy's compiled statements cost as much as the commit itself).
             cursor = db.connection.driver_connection.cursor()  # type: ignore[union-attr]
@@ -651,7 +660,7 @@ class Store:
         Raises:
             LeaseLost: the run is no longer this holder's.
         """
-        with self.begin() as db:
+        with self.statement() as db:
             updated = db.execute(
                 runs_table.update()
                 .where(
@@ -1050,6 +1059,10 @@ def _append_sqlite(
     return True
 
 
+_CHUNK = 1000
+"""Events a statement inserts at most (a statement holds at most 65,535 parameters)."""
+
+
 def _append_postgres(
     cursor: Any,
     lease: Lease,
@@ -1067,7 +1080,7 @@ def _append_postgres(
         "AND last_seq = %s RETURNING 1)"
     ]
     params += [lease.run_id, lease.epoch, after]
-    *before, last = [rows[i : i + 1000] for i in range(0, len(rows), 1000)] or [[]]
+    *before, last = [rows[i : i + _CHUNK] for i in range(0, len(rows), _CHUNK)] or [[]]
     if before:  # thousands of events at once (a big loop): a statement holds at most 65,535
         # parameters; the earlier chunks go first, fenced by the same condition
         cursor.execute(
@@ -1102,6 +1115,22 @@ def _append_postgres(
     )
     found = cursor.fetchone()
     return bool(found and found[0])
+
+
+_ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
+_CLAIM = sa.text(
+    # Written out once (every run's start pays for it; SQLAlchemy's expression of it cost a
+    # millisecond of CPU to build and compile each time). Never the same holder again: a
+    # second delivery of a run its holder runs already would fence out the execution in
+    # flight after its effects.
+    "UPDATE minions_runs SET holder = :holder, epoch = epoch + 1, lease_until = :lease_until, "
+    "status = 'running', executor_id = :executor_id, "
+    "started_at = coalesce(started_at, :now), starts = starts + 1, finished_at = NULL, "
+    "error = NULL "
+    f"WHERE run_id = :run_id AND attempt = :attempt AND status IN ({_ACTIVE_SQL}) "
+    "AND (holder IS NULL OR lease_until IS NULL OR lease_until < :now) "
+    f"RETURNING {', '.join(c.name for c in runs_table.c)}"
+).columns(*runs_table.c)
 
 
 def _insert_ignoring_conflicts(

@@ -12,7 +12,9 @@ folder goes first on their PYTHONPATH; nothing here is part of minions).
   completion and its checkpoint.
 - ``HOLD_IN_CHECKPOINT=FILE``: the first checkpoint the process writes waits inside its
   transaction, before its commit (its run's row locked), while FILE exists (touching
-  ``FILE.reached`` first).
+  ``FILE.reached`` first). On Postgres a checkpoint is one statement, its own transaction:
+  here it is written in a transaction of several, as the worker's other writes are (a
+  heartbeat renewing its runs' leases), so that one stands for them all.
 - ``CLAIMS=FILE``: each claim of a run by the worker is a line of FILE (``claim TIME PID RUN
   EPOCH``), and the epoch of the lease is `EPOCH` in the run's tasks (the fault tests' ledger
   tool writes it beside each call).
@@ -110,6 +112,7 @@ if os.environ.get("HOLD_IN_CHECKPOINT"):
     from minions.runs import _store
 
     _begin_outside = _store.Store.begin
+    _statement_outside = _store.Store.statement
     _append_outside = _store.Store.append
     _in_checkpoint = threading.local()
     _in_hold = pathlib.Path(os.environ["HOLD_IN_CHECKPOINT"])
@@ -125,6 +128,15 @@ if os.environ.get("HOLD_IN_CHECKPOINT"):
                 while _in_hold.exists():
                     time.sleep(0.02)
 
+    @contextlib.contextmanager
+    def _statement_holding(self: Any) -> Iterator[Any]:
+        if getattr(_in_checkpoint, "on", False) and not _held_inside:
+            with _begin_holding(self) as db:
+                yield db
+            return
+        with _statement_outside(self) as db:
+            yield db
+
     def _append_marked(self: Any, lease: Any, **kwargs: Any) -> None:
         _in_checkpoint.on = kwargs.get("step") is not None
         try:
@@ -133,6 +145,7 @@ if os.environ.get("HOLD_IN_CHECKPOINT"):
             _in_checkpoint.on = False
 
     _store.Store.begin = _begin_holding  # type: ignore[method-assign]
+    _store.Store.statement = _statement_holding  # type: ignore[method-assign]
     _store.Store.append = _append_marked  # type: ignore[method-assign]
 
 if os.environ.get("CLAIMS"):
@@ -202,3 +215,4 @@ if os.environ.get("STORE_DOWN"):
 
     _store.Store.begin = _gone(_store.Store.begin)  # type: ignore[method-assign]
     _store.Store.read = _gone(_store.Store.read)  # type: ignore[method-assign]
+    _store.Store.statement = _gone(_store.Store.statement)  # type: ignore[method-assign]

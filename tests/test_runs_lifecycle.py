@@ -524,6 +524,67 @@ async def test_a_runs_end_is_stored_only_with_its_status(tmp_path: Path) -> None
     store.close()
 
 
+async def test_a_worker_runs_at_most_its_own_concurrency_whatever_the_queue_hands_it(
+    tmp_path: Path,
+) -> None:
+    """DBOS hands each worker of a store as many runs as the last worker started asked for: a
+    worker started with fewer runs its own number at a time, the others wait in it unclaimed
+    (before, it ran all it was handed)."""
+    from minions import Prompt, RunSettings
+    from minions.runs._async import AsyncStore
+    from minions.runs._runner import DurableRunner
+    from minions.runs._store import Store
+    from minions.testing import FunctionModel
+
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    store = RunStore(url, create=True)
+    recipe = tmp_path / "one.yaml"
+    recipe.write_text("id: one\nsteps:\n  - {id: only, goal: go}\n")
+    ids = [(await store.submit(recipe))[0] for _ in range(3)]
+    calls, two, go = 0, asyncio.Event(), asyncio.Event()
+
+    async def answer(_: Prompt) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            two.set()
+        await go.wait()
+        return "ok"
+
+    async_store = AsyncStore(Store(url), patient=True)
+    settings = RunSettings(model=FunctionModel(answer, name="held"))
+    runner = DurableRunner(
+        async_store, executor_id="w", incarnation="w", settings=settings, concurrency=2
+    )
+    runs = asyncio.gather(*(runner.execute(run_id, 1) for run_id in ids))
+    await asyncio.wait_for(two.wait(), 60)
+    # Two runs call the model; the third, handed over too, waits for a place unclaimed (a
+    # runner holds a run from the moment it starts to claim it).
+    assert len(runner.held) == 2
+    statuses = sorted([(await store.get(run_id)).status for run_id in ids])
+    assert statuses == ["queued", "running", "running"]
+    go.set()
+    await runs
+    assert [(await store.get(run_id)).status for run_id in ids] == ["completed"] * 3
+    assert calls == 3
+    async_store.close()
+    store.close()
+
+
+def test_a_worker_says_when_it_changes_what_the_queue_hands_every_worker(
+    tmp_path: Path,
+) -> None:
+    """The last worker started sets how many runs DBOS hands each worker of the store: one
+    that changes it says so, naming both numbers."""
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    ledger = tmp_path / "ledger.txt"
+    with worker(url, tmp_path, "w1", ledger) as first:  # --concurrency 4
+        with worker(url, tmp_path, "w2", ledger, "--concurrency", "2") as second:
+            said = second.log.read_text()
+        assert "handed each worker up to 4 runs at a time; from now on up to 2" in said
+        assert "handed each worker" not in first.log.read_text()
+
+
 async def test_a_run_delivered_twice_to_one_worker_runs_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -454,6 +454,9 @@ class DurableRunner:
         heartbeat: seconds between the worker's heartbeats.
         capabilities: what endpoints taught the structured-output ladder, kept in the store
             (loaded again as each run starts).
+        concurrency: runs at a time, at most, whatever the queue hands over (DBOS hands each
+            worker of a store as many as the last worker started asked for); the others
+            wait, unclaimed. None: no limit of the runner's own.
     """
 
     def __init__(
@@ -468,9 +471,11 @@ class DurableRunner:
         lease: float = 10.0,
         heartbeat: float = 2.0,
         capabilities: StoreCapabilities | None = None,
+        concurrency: int | None = None,
     ) -> None:
         self.store = store
         self.capabilities = capabilities
+        self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
         self.executor_id = executor_id
         self.incarnation = incarnation
         self.hub = hub
@@ -505,6 +510,13 @@ class DurableRunner:
 
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it."""
+        if self._slots is None:
+            await self._execute(run_id, attempt)
+            return
+        async with self._slots:
+            await self._execute(run_id, attempt)
+
+    async def _execute(self, run_id: str, attempt: int) -> None:
         while run_id in self.held:
             if self.held[run_id] >= attempt:
                 return  # delivered again while this runner runs it (DBOS's recovery at a start)

@@ -99,6 +99,16 @@ class _RunEndsInOneLine(logging.Filter):
         return True
 
 
+def concurrency_changed(handed: int, concurrency: int) -> str:
+    return (
+        f"the store's queue handed each worker up to {handed} runs at a time; from now on up "
+        f"to {concurrency}, this worker's --concurrency (the last worker started sets it for "
+        f"all): a worker started with a smaller one runs only its own number at a time, and "
+        "the runs it was handed beyond it wait in it; give the workers of a store the same "
+        "--concurrency"
+    )
+
+
 class WorkerConflictError(MinionsError):
     """Another live worker has this executor id."""
 
@@ -186,6 +196,7 @@ class Worker:
             lease=DEAD_AFTER,
             heartbeat=HEARTBEAT,
             capabilities=StoreCapabilities(store, expiry=limits.capability_expiry),
+            concurrency=concurrency,
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"
@@ -248,9 +259,7 @@ class Worker:
         try:
             DBOS.launch()
             self.queue.client()  # before any transaction enqueues (see Queue.enqueue)
-            DBOS.register_queue(
-                QUEUE, worker_concurrency=self.concurrency, polling_interval_sec=POLLING
-            )
+            self._register_queue()
             self._adopt_other_versions()
             # The model client (openai and its types: seconds of imports) loads now, beside
             # the worker, rather than inside its event loop when the first run needs a model
@@ -287,6 +296,18 @@ class Worker:
             self.queue.close()
             for restored, handler in previous.items():
                 signal.signal(restored, handler)
+
+    def _register_queue(self) -> None:
+        """DBOS keeps one per-worker limit for the store's queue, and every worker reads it
+        as it polls: the last worker started sets it for all. Each worker still runs at most
+        its own `concurrency` at a time (its runner waits for a place before it claims)."""
+        before = DBOS.retrieve_queue(QUEUE)
+        handed = None if before is None else before.worker_concurrency
+        DBOS.register_queue(
+            QUEUE, worker_concurrency=self.concurrency, polling_interval_sec=POLLING
+        )
+        if handed is not None and handed != self.concurrency:
+            log.warning(concurrency_changed(handed, self.concurrency), executor_id=self.executor_id)
 
     def _fire_schedules(self) -> None:
         """Fire the schedules' due slots, a tick at a time (every worker on the store does;

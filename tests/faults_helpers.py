@@ -370,6 +370,38 @@ class Driver:
                 return True
         return False
 
+    def _database_state(self, run_ids: list[str]) -> str:
+        """What the store says of `run_ids`, and on Postgres its sessions and who waits on
+        whom: for the report of a sequence that went wrong."""
+        import sqlalchemy as sa
+
+        from minions.runs._store import Store
+
+        store = Store(self.url)
+        lines = []
+        try:
+            with store.read() as db:
+                for row in db.execute(
+                    sa.text(
+                        "SELECT run_id, status, attempt, epoch, holder, executor_id, lease_until "
+                        "FROM minions_runs WHERE run_id IN :ids"
+                    ).bindparams(sa.bindparam("ids", expanding=True)),
+                    {"ids": run_ids},
+                ):
+                    lines.append(f"run {tuple(row)} (now {time.time():.2f})")
+                if store.postgres:
+                    for row in db.execute(
+                        sa.text(
+                            "SELECT pid, state, wait_event_type, wait_event, "
+                            "pg_blocking_pids(pid), left(query, 100) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        )
+                    ):
+                        lines.append(f"session {tuple(row)}")
+        finally:
+            store.close()
+        return "\n".join(lines)
+
     def _thaw(self, worker: Incarnation) -> None:
         os.kill(worker.pid, signal.SIGCONT)
         worker.frozen = False
@@ -561,7 +593,9 @@ class Driver:
 
         deadline = time.monotonic() + 60
         while not await taken_over():
-            assert time.monotonic() < deadline, f"the runs of a frozen worker stayed: {held}"
+            if time.monotonic() > deadline:
+                state = await asyncio.to_thread(self._database_state, sorted(held))
+                raise AssertionError(f"the runs of a frozen worker stayed: {held}\n{state}")
             await asyncio.sleep(0.1)
         self.say(f"runs of the frozen worker taken over: {sorted(held)}")
         self._thaw(victim)

@@ -7,6 +7,7 @@ run cancelled from outside, a second worker with its id) stands down without wri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
@@ -510,10 +511,7 @@ class DurableRunner:
 
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it."""
-        if self._slots is None:
-            await self._execute(run_id, attempt)
-            return
-        async with self._slots:
+        async with self._slots or contextlib.nullcontext():
             await self._execute(run_id, attempt)
 
     async def _execute(self, run_id: str, attempt: int) -> None:

@@ -164,8 +164,8 @@ class Store:
                 connect_args={"connect_timeout": 10, "options": idle},
                 # Connections are kept for as many threads as use them at once (a worker's
                 # store threads, its heartbeat): SQLAlchemy's default keeps 5 and closes the
-                # rest after each use, and a new connection is a new Postgres process (it
-                # cost Postgres 40 % more CPU per run at 8 runs at a time).
+                # rest after each use, and a new connection is a new Postgres process
+                # (Postgres spent 11.9 instead of 7.2 ms of CPU per W6b run, 8 at a time).
                 pool_size=16,
                 max_overflow=8,
             )

@@ -99,16 +99,6 @@ class _RunEndsInOneLine(logging.Filter):
         return True
 
 
-def concurrency_changed(handed: int, concurrency: int) -> str:
-    return (
-        f"the store's queue handed each worker up to {handed} runs at a time; from now on up "
-        f"to {concurrency}, this worker's --concurrency (the last worker started sets it for "
-        f"all): a worker started with a smaller one runs only its own number at a time, and "
-        "the runs it was handed beyond it wait in it; give the workers of a store the same "
-        "--concurrency"
-    )
-
-
 class WorkerConflictError(MinionsError):
     """Another live worker has this executor id."""
 
@@ -307,7 +297,14 @@ class Worker:
             QUEUE, worker_concurrency=self.concurrency, polling_interval_sec=POLLING
         )
         if handed is not None and handed != self.concurrency:
-            log.warning(concurrency_changed(handed, self.concurrency), executor_id=self.executor_id)
+            log.warning(
+                f"the store's queue handed each worker up to {handed} runs at a time; from now "
+                f"on up to {self.concurrency}, this worker's --concurrency (the last worker "
+                "started sets it for all): a worker started with a smaller one runs only its "
+                "own number at a time, and the runs it was handed beyond it wait in it; give "
+                "the workers of a store the same --concurrency",
+                executor_id=self.executor_id,
+            )
 
     def _fire_schedules(self) -> None:
         """Fire the schedules' due slots, a tick at a time (every worker on the store does;

@@ -571,6 +571,83 @@ async def test_a_worker_runs_at_most_its_own_concurrency_whatever_the_queue_hand
     store.close()
 
 
+async def test_a_run_waiting_in_a_busy_worker_is_handed_back_to_one_with_a_place(
+    tmp_path: Path,
+) -> None:
+    """DBOS hands a worker one run beyond its --concurrency, to start the moment a place
+    frees instead of at the queue's next poll. It waits there while no other worker has a
+    place; once one has, it is handed back to the queue (its next attempt) and that worker
+    runs it; the busy worker does not take it again (its delivery keeps its place in DBOS's
+    count until a place frees)."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    recipe = write_ledger_recipe(tmp_path)
+    ledger, gate = tmp_path / "ledger.txt", tmp_path / "gate"
+    gate.touch()
+    store = RunStore(url, create=True)
+    held, _ = await store.submit(recipe, {"tag": "held"})
+    busy = ("--concurrency", "1")
+    with worker(url, tmp_path, "w1", ledger, *busy, GATE=str(gate), MINIONS_HAND_BACK_AFTER="0.1"):
+        await until(lambda: len(ledger_lines(ledger)) >= 1)  # w1's one place: held, at step one
+        waiting, _ = await store.submit(recipe, {"tag": "waiting"})
+
+        def handed_to(executor: str) -> bool:
+            with sqlite3.connect(tmp_path / "store" / "minions.db") as db:
+                row = db.execute(
+                    "SELECT status, executor_id FROM workflow_status WHERE workflow_uuid = ?",
+                    (waiting,),
+                ).fetchone()
+            return bool(row == ("PENDING", executor))
+
+        await until(lambda: handed_to("w1"))  # the one beyond its place: it waits in w1
+        await asyncio.sleep(1)  # ten looks for a worker with a place: there is none
+        assert ((await store.get(waiting)).status, (await store.get(waiting)).attempt) == (
+            "queued",
+            1,
+        )
+        with worker(url, tmp_path, "w2", ledger, *busy):
+            assert await finished(store, waiting) == "completed"
+            assert (await store.get(held)).status == "running"
+        gate.unlink()
+        assert await finished(store, held) == "completed"
+    record = await store.get(waiting)
+    assert (record.executor_id, record.attempt) == ("w2", 2)  # handed back once, not again
+    assert [step for run, step, _ in ledger_lines(ledger) if run == "waiting"] == STEPS
+    completed_once(await store.events(waiting))
+
+
+def test_a_hand_back_is_a_compare_and_set_on_the_runs_attempt(tmp_path: Path) -> None:
+    """A run is handed back only while the attempt handed over is its current one and it is
+    queued: a cancel, or a takeover that queued a newer attempt, wins."""
+    from minions.runs._store import Store
+
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    recipe = write_ledger_recipe(tmp_path)
+    store = RunStore(url, create=True)
+    run_id, _ = asyncio.run(store.submit(recipe, {"tag": "t"}))
+    queued: list[tuple[str, int]] = []
+
+    def hand_back(attempt: int) -> int | None:
+        record = Store(url).requeue(
+            run_id,
+            statuses=("queued",),
+            epoch=None,
+            attempt=attempt,
+            recovery=False,
+            enqueue=lambda _db, run, number: queued.append((run, number)),
+        )
+        return None if record is None else record.attempt
+
+    assert hand_back(2) is None  # not its current attempt
+    assert hand_back(1) == 2
+    assert hand_back(1) is None  # handed back already
+    asyncio.run(store.cancel(run_id))
+    assert hand_back(2) is None  # cancelled
+    assert queued == [(run_id, 2)]
+    store.close()
+
+
 def test_a_worker_says_when_it_changes_what_the_queue_hands_every_worker(
     tmp_path: Path,
 ) -> None:
@@ -581,7 +658,7 @@ def test_a_worker_says_when_it_changes_what_the_queue_hands_every_worker(
     with worker(url, tmp_path, "w1", ledger) as first:  # --concurrency 4
         with worker(url, tmp_path, "w2", ledger, "--concurrency", "2") as second:
             said = second.log.read_text()
-        assert "handed each worker up to 4 runs at a time; from now on up to 2" in said
+        assert "handed each worker 4 runs to run at a time; from now on 2" in said
         assert "handed each worker" not in first.log.read_text()
 
 

@@ -7,7 +7,6 @@ run cancelled from outside, a second worker with its id) stands down without wri
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import json
@@ -15,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
@@ -44,7 +43,7 @@ from minions.runs._async import AsyncStore
 from minions.runs._cache import StoreStepCache
 from minions.runs._limiter import StoreCapabilities, share_capabilities
 from minions.runs._log import TERMINAL_KINDS, LiveHub, event_row
-from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps, workflow_id
+from minions.runs._store import Enqueue, Lease, LeaseLost, Refusal, Start, dumps, workflow_id
 from minions.runs._tables import TERMINAL
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
 
@@ -458,6 +457,14 @@ class DurableRunner:
         concurrency: runs at a time, at most, whatever the queue hands over (DBOS hands each
             worker of a store as many as the last worker started asked for); the others
             wait, unclaimed. None: no limit of the runner's own.
+        enqueue: queues a run's attempt in the store's transaction (the worker's queue): with
+            it, a run handed over while no place is free, still waiting for one after
+            `hand_back_after` seconds while another live worker has one, is handed back
+            (queued as its next attempt, on `queue_name`), and its delivery only keeps its
+            place in DBOS's count until a place frees here (or the queue would hand it to
+            this worker again).
+        queue_name: the DBOS queue of the runs (to count what other workers were handed).
+        hand_back_after: seconds between a waiting run's looks for a place elsewhere.
     """
 
     def __init__(
@@ -473,10 +480,17 @@ class DurableRunner:
         heartbeat: float = 2.0,
         capabilities: StoreCapabilities | None = None,
         concurrency: int | None = None,
+        enqueue: Enqueue | None = None,
+        queue_name: str = "minions-runs",
+        hand_back_after: float = 1.0,
     ) -> None:
         self.store = store
         self.capabilities = capabilities
+        self._places = concurrency
         self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
+        self.enqueue = enqueue
+        self.queue_name = queue_name
+        self.hand_back_after = hand_back_after
         self.executor_id = executor_id
         self.incarnation = incarnation
         self.hub = hub
@@ -510,9 +524,81 @@ class DurableRunner:
         """One for every run: it validates each recipe snapshot once."""
 
     async def execute(self, run_id: str, attempt: int) -> None:
-        """Run the run's attempt if it is still its current one and nobody else holds it."""
-        async with self._slots or contextlib.nullcontext():
+        """Run the run's attempt if it is still its current one and nobody else holds it
+        (once a place is free here, or handed back: see `enqueue`)."""
+        if self._slots is None:
             await self._execute(run_id, attempt)
+            return
+        slots = self._slots
+        if not slots.locked() or self.enqueue is None:
+            async with slots:  # a place free: taken at once, without a task
+                await self._execute(run_id, attempt)
+            return
+        # The request for a place stays in line while the run is handed back: no race with
+        # a place freed meanwhile, and the delivery keeps its turn.
+        place = asyncio.ensure_future(slots.acquire())
+        try:
+            handed = False
+            while not handed:
+                done, _ = await asyncio.wait({place}, timeout=self.hand_back_after)
+                if done:
+                    break
+                outcome = await self._hand_back(run_id, attempt)
+                if outcome == "not queued":
+                    break  # cancelled, or taken over: the delivery is stale
+                handed = outcome == "handed back"
+            await place
+        except BaseException:
+            if not place.cancel() and not place.cancelled() and place.exception() is None:
+                slots.release()  # the place came as this delivery was cancelled
+            raise
+        try:
+            if not handed:
+                await self._execute(run_id, attempt)
+        finally:
+            slots.release()
+
+    async def _hand_back(
+        self, run_id: str, attempt: int
+    ) -> Literal["handed back", "no room elsewhere", "not queued"]:
+        """Queue the run's next attempt if another worker has a place free, and this attempt
+        is still the run's current one and it is queued (compare-and-set: a cancel, or a
+        takeover of this worker, wins). Not handed back, the delivery runs here when a place
+        frees (or does nothing then, when stale)."""
+        assert self.enqueue is not None
+        assert self._places is not None
+        store = self.store.store
+        try:
+            room = await self.store.call(
+                store.room_elsewhere,
+                self.executor_id,
+                queue=self.queue_name,
+                places=self._places,
+                now=time.time(),
+            )
+            if not room:
+                return "no room elsewhere"
+            requeued = await self.store.call(
+                store.requeue,
+                run_id,
+                statuses=("queued",),
+                epoch=None,
+                attempt=attempt,
+                recovery=False,
+                enqueue=self.enqueue,
+            )
+        except Exception as exc:  # not handed back: it runs here when a place frees
+            log.warning("could not hand a waiting run back", run_id=run_id, error=str(exc))
+            return "no room elsewhere"
+        if requeued is None:
+            return "not queued"
+        log.info(
+            "run handed back to the queue: no place here, one elsewhere",
+            run_id=run_id,
+            attempt=requeued.attempt,
+            executor_id=self.executor_id,
+        )
+        return "handed back"
 
     async def _execute(self, run_id: str, attempt: int) -> None:
         while run_id in self.held:

@@ -813,14 +813,17 @@ class Store:
         epoch: int | None,
         recovery: bool,
         enqueue: Enqueue,
+        attempt: int | None = None,
     ) -> RunRecord | None:
-        """Queue the run's next attempt (compare-and-set: its status is one of `statuses`, and
-        its epoch is `epoch` when given), and enqueue it in the same transaction. None when
-        the run was not in that state."""
+        """Queue the run's next attempt (compare-and-set: its status is one of `statuses`, its
+        epoch is `epoch` and its current attempt `attempt` when given), and enqueue it in the
+        same transaction. None when the run was not in that state."""
         runs = runs_table.c
         condition = [runs.run_id == run_id, runs.status.in_(list(statuses))]
         if epoch is not None:
             condition.append(runs.epoch == epoch)
+        if attempt is not None:
+            condition.append(runs.attempt == attempt)
         values: dict[str, Any] = {
             "status": "queued",
             "attempt": runs.attempt + 1,
@@ -956,6 +959,23 @@ class Store:
                 )
                 .values(stopped_at=time.time(), runs="[]")
             )
+
+    def room_elsewhere(self, executor_id: str, *, queue: str, places: int, now: float) -> bool:
+        """Whether another live worker of the store has a place free: fewer than `places` of
+        the queue's workflows handed to it and not finished (DBOS's count, which includes a
+        run waiting in it for a place)."""
+        dbos = _dbos_status_table(self.postgres)
+        with self.read() as db:
+            found = db.execute(
+                sa.text(
+                    "SELECT 1 FROM minions_workers w WHERE w.executor_id <> :me "
+                    "AND w.stopped_at IS NULL AND w.heartbeat_at > :alive "
+                    f"AND (SELECT count(*) FROM {dbos} s WHERE s.executor_id = w.executor_id "
+                    "AND s.queue_name = :queue AND s.status = 'PENDING') < :places LIMIT 1"
+                ),
+                {"me": executor_id, "alive": now - DEAD_AFTER, "queue": queue, "places": places},
+            ).first()
+        return found is not None
 
     def workers(self) -> list[WorkerRecord]:
         now = time.time()

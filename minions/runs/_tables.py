@@ -352,8 +352,8 @@ class RunRecord:
     """A run as stored.
 
     Attributes:
-        attempt: 1, then one more each time the run was resumed or taken over from a worker
-            that died.
+        attempt: 1, then one more each time the run was resumed, taken over from a worker
+            that died, or handed back by a busy worker to one with a place free.
         executor_id: the worker that runs it (or ran it last).
     """
 

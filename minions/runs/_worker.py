@@ -48,6 +48,13 @@ log = structlog.get_logger(__name__)
 
 POLLING = 0.05
 """Seconds between the queue's polls (DBOS's default of 1 s caps throughput)."""
+PREFETCH = 1
+"""Runs DBOS hands a worker beyond its concurrency: the next one waits in it, unclaimed, and
+starts the moment a place frees, not at the queue's next poll (short runs otherwise leave
+places idle between polls). While it waits, it is handed back to the queue as soon as another
+worker has a place free (looked at every `HAND_BACK_AFTER`)."""
+HAND_BACK_AFTER = float(os.environ.get("MINIONS_HAND_BACK_AFTER", "1.0"))
+"""Seconds between a waiting run's looks for a worker with a place free."""
 SLOT_LEASE = max(DEAD_AFTER, 15.0)
 """Seconds a model call's place under the limits stays taken without a heartbeat: the places
 of a worker that was killed are free after this. Longer than a run's lease: a worker slow to
@@ -187,6 +194,9 @@ class Worker:
             heartbeat=HEARTBEAT,
             capabilities=StoreCapabilities(store, expiry=limits.capability_expiry),
             concurrency=concurrency,
+            enqueue=self.queue.enqueue,
+            queue_name=QUEUE,
+            hand_back_after=HAND_BACK_AFTER,
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"
@@ -289,19 +299,21 @@ class Worker:
 
     def _register_queue(self) -> None:
         """DBOS keeps one per-worker limit for the store's queue, and every worker reads it
-        as it polls: the last worker started sets it for all. Each worker still runs at most
-        its own `concurrency` at a time (its runner waits for a place before it claims)."""
+        as it polls: the last worker started sets it for all (its concurrency and the one
+        run that waits, `PREFETCH`). Each worker still runs at most its own `concurrency` at
+        a time (its runner waits for a place before it claims, and hands back a run that
+        waits too long)."""
         before = DBOS.retrieve_queue(QUEUE)
         handed = None if before is None else before.worker_concurrency
         DBOS.register_queue(
-            QUEUE, worker_concurrency=self.concurrency, polling_interval_sec=POLLING
+            QUEUE, worker_concurrency=self.concurrency + PREFETCH, polling_interval_sec=POLLING
         )
-        if handed is not None and handed != self.concurrency:
+        if handed is not None and handed != self.concurrency + PREFETCH:
             log.warning(
-                f"the store's queue handed each worker up to {handed} runs at a time; from now "
-                f"on up to {self.concurrency}, this worker's --concurrency (the last worker "
-                "started sets it for all): a worker started with a smaller one runs only its "
-                "own number at a time, and the runs it was handed beyond it wait in it; give "
+                f"the store's queue handed each worker {handed - PREFETCH} runs to run at a "
+                f"time; from now on {self.concurrency}, this worker's --concurrency (the last "
+                "worker started sets it for all): a worker started with a smaller one runs "
+                "only its own number at a time, and hands the others back to the queue; give "
                 "the workers of a store the same --concurrency",
                 executor_id=self.executor_id,
             )

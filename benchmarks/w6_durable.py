@@ -236,6 +236,8 @@ def w6b(url: str, folder: Path, variant: str) -> None:
             assert process.stdout is not None
             if process.stdout.readline().strip() != "ready":
                 fail("W6b: a worker process did not start")
+            # What it logs after: read, or a full pipe would stop it.
+            threading.Thread(target=process.stdout.read, daemon=True).start()
     else:
         model = FunctionModel(lambda prompt: "ok", name="zero-latency")
         worker, thread = start_worker(url, model, concurrency=concurrency)

@@ -617,6 +617,42 @@ async def test_a_run_waiting_in_a_busy_worker_is_handed_back_to_one_with_a_place
     completed_once(await store.events(waiting))
 
 
+async def test_a_place_free_elsewhere_is_counted_from_dbos_on_both_stores(
+    tmp_path: Path, url: str
+) -> None:
+    """A waiting run is handed back only to a live worker with a place free: fewer of the
+    queue's workflows handed to it and unfinished than its places (DBOS's table, the same
+    query on SQLite and Postgres)."""
+    import sqlalchemy as sa
+
+    from minions.runs._queue import QUEUE, Queue
+    from minions.runs._store import Store
+
+    recipe = write_ledger_recipe(tmp_path)
+    store = RunStore(url, create=True)
+    await store.submit(recipe, {"tag": "t"})  # its workflow: ENQUEUED
+    raw = Store(url)
+    raw.register_worker("other", incarnation="i", version="v", host="h", pid=1)
+
+    def room(places: int) -> bool:
+        return raw.room_elsewhere("me", queue=QUEUE, places=places, now=time.time())
+
+    assert room(1)
+    assert not Store(url).room_elsewhere("other", queue=QUEUE, places=1, now=time.time())
+    table = "dbos.workflow_status" if raw.postgres else "workflow_status"
+    with raw.begin() as db:  # handed to "other" by DBOS's queue
+        db.execute(
+            sa.text(f"UPDATE {table} SET status = 'PENDING', executor_id = 'other'"),
+        )
+    assert not room(1)
+    assert room(2)
+    raw.stopped("other", incarnation="i")
+    assert not room(2)  # a stopped worker has no place
+    raw.close()
+    Queue(url).close()
+    store.close()
+
+
 def test_a_hand_back_is_a_compare_and_set_on_the_runs_attempt(tmp_path: Path) -> None:
     """A run is handed back only while the attempt handed over is its current one and it is
     queued: a cancel, or a takeover that queued a newer attempt, wins."""

@@ -48,12 +48,17 @@ def emit(
     metrics: dict[str, dict[str, Any]],
     headline: bool = True,
     extra: dict[str, Any] | None = None,
+    anchor: tuple[str, str] | None = None,
 ) -> None:
-    import minions
+    """Print the workload's JSON line; `anchor`: (name, version) of a peer measured instead
+    of minions."""
+    if anchor is None:
+        import minions
 
+        anchor = ("minions", minions.__version__)
     line = {
-        "anchor": "minions",
-        "anchor_version": minions.__version__,
+        "anchor": anchor[0],
+        "anchor_version": anchor[1],
         "workload": workload,
         "variant": variant,
         "headline": headline,

@@ -25,7 +25,6 @@ import gc
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from _common import emit, mark_imported
+from _common import emit, mark_imported, summary
 
 mark_imported()
 
@@ -313,13 +312,7 @@ def latency(kind: str, folder: Path, stack: ExitStack, *, separate: bool = False
         f"latency-{kind}" + ("-separate-worker" if separate else ""),
         primary="delivery_p99_ms",
         metrics={
-            "submit_to_first_event_ms": {
-                "median": round(statistics.median(first), 1),
-                "min": round(min(first), 1),
-                "max": round(max(first), 1),
-                "n": len(first),
-                "unit": "ms",
-            },
+            "submit_to_first_event_ms": summary(first, "ms", digits=1),
             "delivery_p50_ms": {"value": round(percentile(commit, 50), 1), "unit": "ms"},
             "delivery_p99_ms": {"value": round(percentile(commit, 99), 1), "unit": "ms"},
             "from_creation_p50_ms": {

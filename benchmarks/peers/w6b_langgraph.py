@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import statistics
 import sys
 import time
 import uuid
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -34,7 +33,13 @@ from langgraph.graph import END, START, StateGraph
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # _common (no minions needed)
+sys.path.insert(0, str(HERE.parents[1] / "tests"))  # the throwaway Postgres cluster
+
+from _common import emit, mark_imported, summary  # noqa: E402
+
+mark_imported()
 
 RUNS, CONCURRENCY, STEPS = 200, 8, 5
 
@@ -115,28 +120,13 @@ def main() -> None:
 
         with cluster() as url:
             rates = asyncio.run(measure(url))
-    import langgraph
-
-    print(
-        json.dumps(
-            {
-                "anchor": "langgraph",
-                "anchor_version": getattr(langgraph, "__version__", "?"),
-                "workload": "W6b",
-                "variant": "postgres",
-                "primary": "runs_per_s",
-                "metrics": {
-                    "runs_per_s": {
-                        "median": round(statistics.median(rates), 1),
-                        "min": round(min(rates), 1),
-                        "max": round(max(rates), 1),
-                        "n": len(rates),
-                        "unit": "runs/s",
-                    }
-                },
-                "extra": {"runs": RUNS, "steps": STEPS, "concurrency": CONCURRENCY},
-            }
-        )
+    emit(
+        "W6b",
+        "postgres",
+        primary="runs_per_s",
+        metrics={"runs_per_s": summary(rates, "runs/s", digits=1)},
+        extra={"runs": RUNS, "steps": STEPS, "concurrency": CONCURRENCY},
+        anchor=("langgraph", version("langgraph")),
     )
 
 

@@ -49,6 +49,8 @@ class Queue:
     """The store's DBOS queue seen from outside a worker. One DBOS client, made on first use;
     DBOS's tables are made first when no worker made them yet."""
 
+    name = QUEUE
+
     def __init__(self, url: str) -> None:
         self.url = url
         self._client: DBOSClient | None = None

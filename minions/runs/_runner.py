@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
@@ -43,9 +43,12 @@ from minions.runs._async import AsyncStore
 from minions.runs._cache import StoreStepCache
 from minions.runs._limiter import StoreCapabilities, share_capabilities
 from minions.runs._log import TERMINAL_KINDS, LiveHub, event_row
-from minions.runs._store import Enqueue, Lease, LeaseLost, Refusal, Start, dumps, workflow_id
+from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps, workflow_id
 from minions.runs._tables import TERMINAL
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
+
+if TYPE_CHECKING:
+    from minions.runs._queue import Queue  # imports DBOS: only a worker's process needs it
 
 __all__: list[str] = []
 
@@ -457,13 +460,10 @@ class DurableRunner:
         concurrency: runs at a time, at most, whatever the queue hands over (DBOS hands each
             worker of a store as many as the last worker started asked for); the others
             wait, unclaimed. None: no limit of the runner's own.
-        enqueue: queues a run's attempt in the store's transaction (the worker's queue): with
-            it, a run handed over while no place is free, still waiting for one after
-            `hand_back_after` seconds while another live worker has one, is handed back
-            (queued as its next attempt, on `queue_name`), and its delivery only keeps its
-            place in DBOS's count until a place frees here (or the queue would hand it to
-            this worker again).
-        queue_name: the DBOS queue of the runs (to count what other workers were handed).
+        queue: the worker's queue: with it, a run handed over while no place is free is
+            handed back (queued as its next attempt) as soon as another live worker has a
+            place, and its delivery only keeps its place in DBOS's count until a place frees
+            here (or the queue would hand it to this worker again).
         hand_back_after: seconds between a waiting run's looks for a place elsewhere.
     """
 
@@ -480,16 +480,14 @@ class DurableRunner:
         heartbeat: float = 2.0,
         capabilities: StoreCapabilities | None = None,
         concurrency: int | None = None,
-        enqueue: Enqueue | None = None,
-        queue_name: str = "minions-runs",
+        queue: Queue | None = None,
         hand_back_after: float = 1.0,
     ) -> None:
         self.store = store
         self.capabilities = capabilities
         self._places = concurrency
         self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
-        self.enqueue = enqueue
-        self.queue_name = queue_name
+        self.queue = queue
         self.hand_back_after = hand_back_after
         self.executor_id = executor_id
         self.incarnation = incarnation
@@ -525,12 +523,12 @@ class DurableRunner:
 
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it
-        (once a place is free here, or handed back: see `enqueue`)."""
+        (once a place is free here, or handed back: see `queue`)."""
         if self._slots is None:
             await self._execute(run_id, attempt)
             return
         slots = self._slots
-        if not slots.locked() or self.enqueue is None:
+        if not slots.locked() or self.queue is None:
             async with slots:  # a place free: taken at once, without a task
                 await self._execute(run_id, attempt)
             return
@@ -538,46 +536,43 @@ class DurableRunner:
         # a place freed meanwhile, and the delivery keeps its turn.
         place = asyncio.ensure_future(slots.acquire())
         try:
-            handed = False
-            while not handed:
+            outcome = "stay"
+            while outcome == "stay":
                 done, _ = await asyncio.wait({place}, timeout=self.hand_back_after)
                 if done:
                     break
                 outcome = await self._hand_back(run_id, attempt)
-                if outcome == "not queued":
-                    break  # cancelled, or taken over: the delivery is stale
-                handed = outcome == "handed back"
             await place
         except BaseException:
             if not place.cancel() and not place.cancelled() and place.exception() is None:
                 slots.release()  # the place came as this delivery was cancelled
             raise
         try:
-            if not handed:
+            if outcome != "handed back":  # a stale delivery finds nothing to run
                 await self._execute(run_id, attempt)
         finally:
             slots.release()
 
     async def _hand_back(
         self, run_id: str, attempt: int
-    ) -> Literal["handed back", "no room elsewhere", "not queued"]:
+    ) -> Literal["handed back", "stay", "stale"]:
         """Queue the run's next attempt if another worker has a place free, and this attempt
         is still the run's current one and it is queued (compare-and-set: a cancel, or a
-        takeover of this worker, wins). Not handed back, the delivery runs here when a place
-        frees (or does nothing then, when stale)."""
-        assert self.enqueue is not None
+        takeover of this worker, wins). `stay`: no place elsewhere (or the store failed),
+        look again later; `stale`: the run moved on, the delivery does nothing."""
+        assert self.queue is not None
         assert self._places is not None
         store = self.store.store
         try:
             room = await self.store.call(
                 store.room_elsewhere,
                 self.executor_id,
-                queue=self.queue_name,
+                queue=self.queue.name,
                 places=self._places,
                 now=time.time(),
             )
             if not room:
-                return "no room elsewhere"
+                return "stay"
             requeued = await self.store.call(
                 store.requeue,
                 run_id,
@@ -585,13 +580,13 @@ class DurableRunner:
                 epoch=None,
                 attempt=attempt,
                 recovery=False,
-                enqueue=self.enqueue,
+                enqueue=self.queue.enqueue,
             )
         except Exception as exc:  # not handed back: it runs here when a place frees
             log.warning("could not hand a waiting run back", run_id=run_id, error=str(exc))
-            return "no room elsewhere"
+            return "stay"
         if requeued is None:
-            return "not queued"
+            return "stale"
         log.info(
             "run handed back to the queue: no place here, one elsewhere",
             run_id=run_id,

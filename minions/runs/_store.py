@@ -969,7 +969,7 @@ class Store:
             found = db.execute(
                 sa.text(
                     "SELECT 1 FROM minions_workers w WHERE w.executor_id <> :me "
-                    "AND w.stopped_at IS NULL AND w.heartbeat_at > :alive "
+                    "AND w.stopped_at IS NULL AND w.heartbeat_at >= :alive "
                     f"AND (SELECT count(*) FROM {dbos} s WHERE s.executor_id = w.executor_id "
                     "AND s.queue_name = :queue AND s.status = 'PENDING') < :places LIMIT 1"
                 ),

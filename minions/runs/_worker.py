@@ -194,8 +194,7 @@ class Worker:
             heartbeat=HEARTBEAT,
             capabilities=StoreCapabilities(store, expiry=limits.capability_expiry),
             concurrency=concurrency,
-            enqueue=self.queue.enqueue,
-            queue_name=QUEUE,
+            queue=self.queue,
             hand_back_after=HAND_BACK_AFTER,
         )
         self.on_ready = on_ready
@@ -301,8 +300,8 @@ class Worker:
         """DBOS keeps one per-worker limit for the store's queue, and every worker reads it
         as it polls: the last worker started sets it for all (its concurrency and the one
         run that waits, `PREFETCH`). Each worker still runs at most its own `concurrency` at
-        a time (its runner waits for a place before it claims, and hands back a run that
-        waits too long)."""
+        a time (its runner waits for a place before it claims, and hands a waiting run back
+        when another worker has a place)."""
         before = DBOS.retrieve_queue(QUEUE)
         handed = None if before is None else before.worker_concurrency
         DBOS.register_queue(
@@ -313,7 +312,8 @@ class Worker:
                 f"the store's queue handed each worker {handed - PREFETCH} runs to run at a "
                 f"time; from now on {self.concurrency}, this worker's --concurrency (the last "
                 "worker started sets it for all): a worker started with a smaller one runs "
-                "only its own number at a time, and hands the others back to the queue; give "
+                "only its own number at a time, the others waiting in it or handed back to a "
+                "worker with a place; give "
                 "the workers of a store the same --concurrency",
                 executor_id=self.executor_id,
             )

@@ -130,6 +130,18 @@ def _resolver(ctx: typer.Context) -> Callable[[str], Model]:
     return settings.resolve_model
 
 
+def _resolved(resolve: Callable[[str], Model], spec: str | None, option: str) -> Model | None:
+    """The model `spec` names, or a usage error saying why it cannot be used."""
+    from minions.errors import MinionsError
+
+    if spec is None:
+        return None
+    try:
+        return resolve(spec)
+    except MinionsError as exc:
+        raise UsageError(f"cannot use model {spec!r} ({option}): {exc}") from None
+
+
 def _needs_a_model(dataset: Dataset) -> str | None:
     """A target that would call a model and names none (no `--model`, no `MINIONS_MODEL`)."""
     from minions.cli._model_choice import needs_model
@@ -257,6 +269,21 @@ def report_table(report: EvalReport) -> Table:
     return table
 
 
+def comparison_line(report: EvalReport) -> str | None:
+    """The comparison with the baseline in one line, if there is one."""
+    comparison = report.comparison
+    if comparison is None:
+        return None
+    change = comparison.pass_rate_change
+    shown = "" if change is None else f"pass rate {change:+.2f}; "
+    noise = "beyond noise" if comparison.beyond_noise else "within noise"
+    return (
+        f"against {comparison.baseline}: {shown}{len(comparison.regressed)} regressed, "
+        f"{len(comparison.improved)} improved, {len(comparison.unchanged)} unchanged; "
+        f"{noise} (sign test p = {comparison.p_value:.3f})"
+    )
+
+
 def summary_lines(report: EvalReport) -> list[str]:
     """What the report says in total, its first failure per case, and its gates."""
     lines = []
@@ -283,19 +310,9 @@ def summary_lines(report: EvalReport) -> list[str]:
     )
     if report.note:
         lines.append(f"stopped: {report.note}")
-    comparison = report.comparison
-    if comparison is not None:
-        change = (
-            ""
-            if comparison.pass_rate_change is None
-            else f"pass rate {comparison.pass_rate_change:+.2f}; "
-        )
-        noise = "beyond noise" if comparison.beyond_noise else "within noise"
-        lines.append(
-            f"against {comparison.baseline}: {change}{len(comparison.regressed)} regressed, "
-            f"{len(comparison.improved)} improved, {len(comparison.unchanged)} unchanged; "
-            f"{noise} (sign test p = {comparison.p_value:.3f})"
-        )
+    line = comparison_line(report)
+    if line is not None:
+        lines.append(line)
     for gate in report.gates:
         lines.append(f"gate {gate.gate}: {'ok' if gate.ok else 'FAILED'} ({gate.reason})")
     return lines
@@ -496,7 +513,13 @@ def eval_command(
     price_table = _prices(prices) if prices is not None else None
     base = EvalReport.load(baseline) if baseline is not None else None
     dataset = load_dataset(dataset_path)
-    chosen = resolve(model) if model is not None else None
+    judging = _uses_judge(dataset)
+    if judging and replay is None and judge_model is None and dataset.judge_model is None:
+        raise UsageError(
+            f"case {judging[0]!r} has a judge: check: give --judge-model MODEL (or judge_model: "
+            "in the dataset)"
+        )
+    chosen = _resolved(resolve, model, "--model")
     if replay is None and chosen is None:
         lacking = _needs_a_model(dataset)
         if lacking is not None:
@@ -504,12 +527,9 @@ def eval_command(
                 f"recipe {lacking!r} names no model: give --model MODEL, set {MODEL_ENV}, or "
                 "--replay DIR to run from recordings"
             )
-    judging = _uses_judge(dataset)
-    if judging and replay is None and judge_model is None and dataset.judge_model is None:
-        raise UsageError(
-            f"case {judging[0]!r} has a judge: check: give --judge-model MODEL (or judge_model: "
-            "in the dataset)"
-        )
+    judge = _resolved(
+        resolve, judge_model or (dataset.judge_model if replay is None else None), "--judge-model"
+    )
     err = _err()
     total = sum(dataset.repeats(case, repeat) for case in dataset.cases for _ in dataset.targets)
     if not quiet and not json_output and not err.is_terminal:
@@ -531,7 +551,7 @@ def eval_command(
             evaluate(
                 dataset,
                 model=chosen,
-                judge_model=judge_model,
+                judge_model=judge if judge is not None else judge_model,
                 repeat=repeat,
                 concurrency=concurrency,
                 max_tokens=max_tokens,
@@ -606,8 +626,7 @@ def compare_command(
         raise typer.Exit(EXIT_OK)
     console = _out()
     console.print(report_table(compared))
-    for line in summary_lines(compared)[-1:]:
-        console.print(line, markup=False)
+    console.print(comparison_line(compared) or "", markup=False)
     if comparison.missing:
         console.print(f"not in {new}: {', '.join(comparison.missing)}", markup=False)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from minions._text import as_text, jsonable
+from minions.errors import did_you_mean
 from minions.evals._run import CaseRun
 
 if TYPE_CHECKING:
@@ -192,9 +193,11 @@ class ExprCheck(Check):
         document = run.document
         missing = missing_fields(self.expression, document)
         if missing:
+            part, keys = _keys_beside(document, missing[0])
+            hint = did_you_mean(part, keys)
             return self.error(
                 f"{self.expression!r} reads {', '.join(map(repr, missing))}, which the result "
-                f"does not have (it has: {_listing(document, missing[0])})"
+                f"does not have{hint} (it has: {', '.join(keys[:20]) or 'nothing'})"
             )
         try:
             value = self.compiled.search(document)
@@ -211,15 +214,15 @@ class ExprCheck(Check):
         )
 
 
-def _listing(document: Mapping[str, Any], missing: str) -> str:
-    """The keys beside the first missing part of a dotted path."""
+def _keys_beside(document: Mapping[str, Any], missing: str) -> tuple[str, list[str]]:
+    """The first missing part of a dotted path, and the keys beside it."""
     current: Any = document
     for part in missing.split("."):
         if not isinstance(current, Mapping) or part not in current:
-            break
+            keys = [str(k) for k in current] if isinstance(current, Mapping) else []
+            return part, keys
         current = current[part]
-    keys = list(current) if isinstance(current, Mapping) else []
-    return ", ".join(map(str, keys[:20])) or "nothing"
+    return "", []
 
 
 def _read_values(paths: set[tuple[str, ...]], document: Mapping[str, Any]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -26,6 +26,9 @@ CHECK_KINDS = ("expr", "trajectory", "judge", "python")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+_Spec = TypeVar("_Spec", bound=_Strict)
 
 
 class ToolSpec(_Strict):
@@ -64,7 +67,8 @@ class CaseSpec(_Strict):
     description: str = ""
     inputs: dict[str, Any] = Field(default_factory=dict)
     expected: Any = None
-    checks: list[CheckSpec] = Field(default_factory=list)
+    checks: list[Any] = Field(default_factory=list)
+    """Each checked on its own (`CheckSpec`), so every bad check is said at once."""
     repeat: int | None = Field(default=None, ge=1, le=MAX_REPEAT)
 
 
@@ -75,8 +79,9 @@ class DatasetSpec(_Strict):
     inputs: dict[str, Any] = Field(default_factory=dict)
     repeat: int = Field(default=1, ge=1, le=MAX_REPEAT)
     judge_model: str | None = None
-    checks: list[CheckSpec] = Field(default_factory=list)
-    cases: list[CaseSpec] = Field(min_length=1)
+    checks: list[Any] = Field(default_factory=list)
+    cases: list[Any] = Field(min_length=1)
+    """Each checked on its own (`CaseSpec`), so every bad case is said at once."""
 
 
 def load_dataset(path: str | Path, *, import_code: bool = True) -> Dataset:
@@ -116,10 +121,6 @@ def parse_dataset(text: str, *, path: str | Path, import_code: bool = True) -> D
     if not isinstance(located.data, Mapping):
         message = "a dataset must be a mapping with recipe and cases"
         raise DatasetError([Problem(message=message, file=str(path), line=1)])
-    try:
-        spec = DatasetSpec.model_validate(located.data)
-    except ValidationError as exc:
-        raise DatasetError(_problems(exc, located)) from None
     problems: list[Problem] = []
 
     def problem(message: str, loc: Sequence[str | int]) -> None:
@@ -129,19 +130,26 @@ def parse_dataset(text: str, *, path: str | Path, import_code: bool = True) -> D
             )
         )
 
-    shared = _checks(spec.checks, ("checks",), file.parent, import_code, problem)
+    spec = _valid(DatasetSpec, located.data, (), located, problems)
+    if spec is None:
+        raise DatasetError(_sorted(problems))
+    shared = _checks(spec.checks, ("checks",), file.parent, import_code, problem, located, problems)
     cases = []
     seen: dict[str, int] = {}
-    for index, case in enumerate(spec.cases):
+    for index, raw in enumerate(spec.cases):
         loc: tuple[str | int, ...] = ("cases", index)
+        case = _valid(CaseSpec, raw, loc, located, problems)
+        if case is None:
+            continue
         if case.id in seen:
             problem(
                 f"two cases have the id {case.id!r} (case {seen[case.id] + 1} too)", (*loc, "id")
             )
             continue
         seen[case.id] = index
-        checks = _checks(case.checks, (*loc, "checks"), file.parent, import_code, problem)
-        raw = located.data["cases"][index]
+        checks = _checks(
+            case.checks, (*loc, "checks"), file.parent, import_code, problem, located, problems
+        )
         try:
             cases.append(
                 Case(
@@ -157,7 +165,7 @@ def parse_dataset(text: str, *, path: str | Path, import_code: bool = True) -> D
         except ValueError as exc:
             problem(str(exc), (*loc, "id"))
     if problems:
-        raise DatasetError(problems)
+        raise DatasetError(_sorted(problems))
     recipes = spec.recipe if isinstance(spec.recipe, list) else [spec.recipe]
     targets = []
     for index, recipe in enumerate(recipes):
@@ -171,8 +179,10 @@ def parse_dataset(text: str, *, path: str | Path, import_code: bool = True) -> D
         from minions.recipes._build import load_recipe_file
 
         targets.append(load_recipe_file(recipe_path, import_tools=import_code).recipe)
+    for target in targets:
+        _check_steps(target, spec, problem)
     if problems:
-        raise DatasetError(problems)
+        raise DatasetError(_sorted(problems))
     dataset = Dataset(
         targets,
         cases,
@@ -189,16 +199,61 @@ def parse_dataset(text: str, *, path: str | Path, import_code: bool = True) -> D
     return dataset
 
 
+def _check_steps(recipe: Any, spec: DatasetSpec, problem: Any) -> None:
+    """Each step a trajectory names is a step of the recipe."""
+    known = [step.id for step in recipe.steps]
+    places: list[tuple[tuple[str | int, ...], Any]] = [
+        (("checks", i), raw) for i, raw in enumerate(spec.checks)
+    ]
+    for c, case in enumerate(spec.cases):
+        if isinstance(case, Mapping):
+            places += [
+                (("cases", c, "checks", i), raw) for i, raw in enumerate(case.get("checks") or [])
+            ]
+    for loc, raw in places:
+        trajectory = raw.get("trajectory") if isinstance(raw, Mapping) else None
+        steps = trajectory.get("steps") if isinstance(trajectory, Mapping) else None
+        for step in steps if isinstance(steps, list) else []:
+            if step not in known:
+                problem(
+                    f"step {step!r} is not a step of recipe {recipe.id!r}"
+                    f"{did_you_mean(str(step), known)}",
+                    (*loc, "trajectory"),
+                )
+
+
+def _valid(
+    model: type[_Spec], data: Any, at: tuple[str | int, ...], located: Any, problems: list[Problem]
+) -> _Spec | None:
+    """`data` as a `model`, or ``None`` with its problems added."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        for found in _problems(exc, located, at):
+            if found not in problems:
+                problems.append(found)
+        return None
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: p.line or 0)
+
+
 def _checks(
-    specs: Sequence[CheckSpec],
+    raws: Sequence[Any],
     at: tuple[str | int, ...],
     folder: Path,
     import_code: bool,
     problem: Any,
+    located: Any,
+    problems: list[Problem],
 ) -> list[Check]:
     checks: list[Check] = []
-    for index, spec in enumerate(specs):
+    for index, raw in enumerate(raws):
         loc = (*at, index)
+        spec = _valid(CheckSpec, raw, loc, located, problems)
+        if spec is None:
+            continue
         try:
             if spec.expr is not None:
                 checks.append(ExprCheck(spec.expr, name=spec.name))
@@ -277,15 +332,6 @@ def scorer(reference: str, folder: Path) -> Any:
     return function
 
 
-_MODELS: dict[str, type[BaseModel]] = {
-    "": DatasetSpec,
-    "case": CaseSpec,
-    "check": CheckSpec,
-    "trajectory": TrajectorySpec,
-    "tool": ToolSpec,
-}
-
-
 def _model_at(loc: Sequence[str | int]) -> type[BaseModel] | None:
     """The spec model of the mapping at `loc` (a location in the dataset's data)."""
     model: type[BaseModel] | None = DatasetSpec
@@ -327,16 +373,21 @@ def _field(loc: Sequence[str | int], located: Any) -> str | None:
     return ".".join(parts) or None
 
 
-def _problems(error: ValidationError, located: Any) -> list[Problem]:
+def _problems(
+    error: ValidationError, located: Any, at: tuple[str | int, ...] = ()
+) -> list[Problem]:
     problems = []
     for err in error.errors(include_url=False):
         loc = [
-            p
-            for p in err["loc"]
-            if not (
-                isinstance(p, str)
-                and (p.startswith("function-") or p[:1].isupper() or p in ("str", "list[str]"))
-            )
+            *at,
+            *(
+                p
+                for p in err["loc"]
+                if not (
+                    isinstance(p, str)
+                    and (p.startswith("function-") or p[:1].isupper() or p in ("str", "list[str]"))
+                )
+            ),
         ]
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":

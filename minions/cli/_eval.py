@@ -287,14 +287,16 @@ def comparison_line(report: EvalReport) -> str | None:
 def summary_lines(report: EvalReport) -> list[str]:
     """What the report says in total, its first failure per case, and its gates."""
     lines = []
+    several = len({c.target for c in report.cases}) > 1
     for case in report.cases:
+        name = f"{case.target}/{case.id}" if several else case.id
         seen = set()
         for failure in case.failures:
             if failure.check in seen:
                 continue
             seen.add(failure.check)
             lines.append(
-                f"  {case.id}: {failure.kind}: {failure.check}: {failure.reason} "
+                f"  {name}: {failure.kind}: {failure.check}: {failure.reason} "
                 f"(run {failure.run_id})"
             )
     rate = "no graded run"

@@ -53,3 +53,21 @@ def test_the_stand_in_reproduces_the_recordings(tmp_path: Path) -> None:
         assert (copy / "recordings" / name).read_text() == (
             EXAMPLE / "recordings" / name
         ).read_text(), name
+
+
+def test_the_measured_claim_replays_to_the_numbers_in_the_docs() -> None:
+    """docs/evals.md, "Fresh context or full history": the live measurement's recordings
+    replay to the pass counts and tokens the page gives."""
+    claim = Path(__file__).parent / "live" / "claim"
+    result = CliRunner().invoke(
+        app, ["eval", str(claim / "people.yaml"), "--replay", str(claim / "recordings"), "--json"]
+    )
+    report = json.loads(result.stdout)
+    assert report["errors"] == 0
+    totals: dict[str, list[int]] = {"fresh": [0, 0, 0], "full_history": [0, 0, 0]}
+    for case in report["cases"]:
+        total = totals[case["target"]]
+        total[0] += case["passed"]
+        total[1] += case["runs"]
+        total[2] += case["tokens"]
+    assert totals == {"fresh": [7, 20, 7269], "full_history": [8, 20, 7637]}

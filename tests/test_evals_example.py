@@ -19,7 +19,13 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "evals"
 def test_the_example_eval_replays_offline() -> None:
     result = CliRunner().invoke(
         app,
-        ["eval", str(EXAMPLE / "capitals.yaml"), "--replay", str(EXAMPLE / "recordings"), "--json"],
+        [
+            "eval",
+            str(EXAMPLE / "capitals.eval.yaml"),
+            "--replay",
+            str(EXAMPLE / "recordings"),
+            "--json",
+        ],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -60,7 +66,8 @@ def test_the_measured_claim_replays_to_the_numbers_in_the_docs() -> None:
     replay to the pass counts and tokens the page gives."""
     claim = Path(__file__).parent / "live" / "claim"
     result = CliRunner().invoke(
-        app, ["eval", str(claim / "people.yaml"), "--replay", str(claim / "recordings"), "--json"]
+        app,
+        ["eval", str(claim / "people.eval.yaml"), "--replay", str(claim / "recordings"), "--json"],
     )
     report = json.loads(result.stdout)
     assert report["errors"] == 0

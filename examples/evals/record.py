@@ -22,7 +22,7 @@ def main() -> None:
     recordings = HERE / "recordings"
     shutil.rmtree(recordings, ignore_errors=True)
     report = evaluate_sync(
-        load_dataset(HERE / "capitals.yaml"),
+        load_dataset(HERE / "capitals.eval.yaml"),
         model=FunctionModel(reply, name="stand-in"),
         judge_model=FunctionModel(judge, name="stand-in-judge"),
         record=recordings,

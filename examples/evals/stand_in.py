@@ -4,7 +4,7 @@ No model runs on the machine that builds minions, so the recordings beside the d
 made by these functions (``python examples/evals/record.py``): the agent calls the tool, then
 answers with its result, except that every second answer about Peru comes with a sentence
 around it (a flaky case, as real models have); the judge passes an answer that is one word.
-Record a real model with ``minions eval capitals.yaml --model MODEL --judge-model MODEL
+Record a real model with ``minions eval capitals.eval.yaml --model MODEL --judge-model MODEL
 --record recordings``.
 """
 

@@ -124,10 +124,12 @@ def _writable(path: Path | None, option: str) -> None:
 
 
 def _resolver(ctx: typer.Context) -> Callable[[str], Model]:
-    from minions.cli._app import Settings
+    """How the command turns model strings into models: the `Settings` object the command
+    was given (``CliRunner().invoke(app, ..., obj=Settings(...))``), else `infer_model`."""
+    from minions.models._infer import infer_model
 
-    settings = ctx.find_object(Settings) or Settings()
-    return settings.resolve_model
+    resolve = getattr(ctx.obj, "resolve_model", None)
+    return resolve if callable(resolve) else infer_model
 
 
 def _resolved(resolve: Callable[[str], Model], spec: str | None, option: str) -> Model | None:

@@ -173,7 +173,9 @@ class Dataset:
         self.repeat = repeat
         self.checks: tuple[Check, ...] = tuple(as_check(c) for c in checks)
         self.judge_model = judge_model
-        self.name = name or (self.path.stem if self.path is not None else self.targets[0].id)
+        self.name = name or (
+            self.path.name.split(".")[0] if self.path is not None else self.targets[0].id
+        )
         problems = []
         if not self.targets:
             problems.append("a dataset needs a target recipe")

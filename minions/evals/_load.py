@@ -186,7 +186,7 @@ def parse_dataset(text: str, *, path: str | Path, import_code: bool = True) -> D
     dataset = Dataset(
         targets,
         cases,
-        name=spec.name or file.stem,
+        name=spec.name or file.name.split(".")[0],
         inputs=spec.inputs,
         repeat=spec.repeat,
         checks=shared,

@@ -74,7 +74,7 @@ def dataset_cases(
 
         from minions.evals import dataset_cases
 
-        @dataset_cases("evals/capitals.yaml", replay="evals/recordings")
+        @dataset_cases("evals/capitals.eval.yaml", replay="evals/recordings")
         def test_capitals(case):
             case.check()
 

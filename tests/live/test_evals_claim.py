@@ -22,7 +22,7 @@ from .conftest import LiveServer
 
 pytestmark = pytest.mark.live
 
-CLAIM = Path(__file__).parent / "claim" / "people.yaml"
+CLAIM = Path(__file__).parent / "claim" / "people.eval.yaml"
 
 
 def test_fresh_context_and_full_history_side_by_side(smollm2: LiveServer, tmp_path: Path) -> None:

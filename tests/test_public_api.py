@@ -96,6 +96,17 @@ PUBLIC: dict[str, set[str]] = {
         "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "Quirk",
         "Reply", "ScriptedModel", "estimate_tokens",
     },
+    "minions.evals": {
+        "NOT_GIVEN", "Case", "Dataset", "DatasetError", "Target", "load_dataset",
+        "parse_dataset", "add_case", "case_text",
+        "Check", "CheckResult", "ExpectedCheck", "ExprCheck", "FunctionCheck", "Grading",
+        "JudgeCheck", "ToolExpectation", "TrajectoryCheck", "Judge", "Verdict",
+        "CaseJob", "CaseRun", "CaseRunFinished", "CaseRunStarted", "CaseRunner",
+        "ForegroundRunner", "GradedRun", "TokenBudget", "evaluate", "evaluate_sync",
+        "CaseReport", "CheckReport", "Comparison", "EvalReport", "Failure", "GateReport",
+        "Gates", "ReportError", "RunReport", "apply_gates", "compare_reports", "junit_xml",
+        "pass_at_k", "pass_hat_k", "wilson_interval", "EvalCase", "dataset_cases",
+    },
     "minions.cli": {"app", "main"},
 }  # fmt: skip
 

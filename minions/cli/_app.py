@@ -367,3 +367,12 @@ def _register_plan() -> None:
 
 
 _register_plan()
+
+
+def _register_eval() -> None:
+    from minions.cli._eval import register
+
+    register(app, _user_errors_of)
+
+
+_register_eval()

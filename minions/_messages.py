@@ -31,6 +31,9 @@ __all__ = [
 
 Role = Literal["system", "user", "assistant", "tool"]
 
+COMPLETION_TOOL: Final = "complete_step"
+"""The name of the tool a model calls to say a step is done (when the step offers it)."""
+
 _PREVIEW: Final = 60
 """Characters of text, arguments or output a short repr shows."""
 

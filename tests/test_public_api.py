@@ -94,7 +94,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "minions.testing": {
         "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "Quirk",
-        "Reply", "ScriptedModel", "estimate_tokens",
+        "Reply", "ScriptedModel", "TestModel", "estimate_tokens",
     },
     "minions.cli": {"app", "main"},
 }  # fmt: skip

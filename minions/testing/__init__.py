@@ -1,5 +1,5 @@
-"""Test doubles, so agents can be tested offline: scripted and function models, and a local
-OpenAI-compatible HTTP server.
+"""Test doubles, so agents can be tested offline: a model that needs no script, scripted and
+function models, and a local OpenAI-compatible HTTP server.
 
 Use them in your own tests::
 
@@ -20,6 +20,7 @@ from minions.testing._fake_openai import (
     Quirk,
 )
 from minions.testing._scripted import FunctionModel, Reply, ScriptedModel
+from minions.testing._test_model import TestModel
 
 __all__ = [
     "FakeOpenAIServer",
@@ -30,5 +31,6 @@ __all__ = [
     "Quirk",
     "Reply",
     "ScriptedModel",
+    "TestModel",
     "estimate_tokens",
 ]

@@ -93,7 +93,8 @@ PUBLIC: dict[str, set[str]] = {
         "load_recipe_file", "parse_recipe", "recipe_problems",
     },
     "minions.testing": {
-        "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "Quirk",
+        "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "ModelBlock",
+        "Quirk", "block_real_models",
         "Reply", "ScriptedModel", "TestModel", "estimate_tokens",
     },
     "minions.cli": {"app", "main"},

@@ -18,6 +18,7 @@ from minions.errors import (
     ModelOutputError,
     TransientModelError,
 )
+from minions.models._blocking import check_model
 
 if TYPE_CHECKING:
     from minions._config import ExecutionConfig
@@ -195,6 +196,7 @@ class ModelCallExecutor:
         timeout = self.config.model_call_timeout
         tracer = self.context.settings.tracer
         try:
+            check_model(self.model)  # refused inside `block_real_models()`, like a provider
             if tracer is None:
                 if timeout is None:
                     response = await self.model.call(prompt, on_token=on_token)

@@ -244,6 +244,11 @@ class ModelCall:
     output_mode: OutputMode | None = None
     """The structured-output mode of the answer: the one that produced its output, or, for an
     answer that failed as output, the one it was asked in; `None` without structured output."""
+    model: str = ""
+    """The name of the model asked (with a `FallbackModel`, the one of its models)."""
+    endpoint: str | None = None
+    """The base URL it was asked at, without credentials; `None` for a model not behind a
+    server (test doubles, replays)."""
     started_at: float = 0.0
     duration: float = 0.0
 
@@ -253,6 +258,8 @@ class ModelCall:
 
     def __repr__(self) -> str:
         parts = [f"step={self.step_id!r}", f"turn={self.turn}", f"attempt={self.attempt}"]
+        if self.model:
+            parts.append(f"model={self.model!r}")
         response = self.response
         if self.error is not None or response is None:
             parts += ["status='failed'", f"error={_preview(self.error or 'no response')}"]

@@ -52,18 +52,19 @@ def test_a_step_s_calls_read_as_one_line_each() -> None:
     execution = StepExecutor(step, context).execute_sync()
     failed, asked, answered = execution.model_calls
     assert repr(failed) == (
-        "ModelCall(step='geo', turn=1, attempt=1, status='failed', "
+        "ModelCall(step='geo', turn=1, attempt=1, model='scripted', status='failed', "
         "error='HTTP 503: the server is busy', tokens='0+0')"
     )
     assert repr(asked) == (
-        "ModelCall(step='geo', turn=1, attempt=2, status='ok', "
+        "ModelCall(step='geo', turn=1, attempt=2, model='scripted', status='ok', "
         "tool_calls=['lookup', 'lookup'], tokens='8+16')"
     )
     assert repr(answered).startswith(
-        "ModelCall(step='geo', turn=2, attempt=1, status='ok', answer='Oslo is in Norway, a "
+        "ModelCall(step='geo', turn=2, attempt=1, model='scripted', status='ok', "
+        "answer='Oslo is in Norway, a "
     )
     assert "…', tokens='" in repr(answered)
-    assert len(repr(answered)) < 160 < len(long_answer)
+    assert len(repr(answered)) < 200 < len(long_answer)
     oslo, atlantis = execution.tool_calls
     assert repr(oslo) == (
         "ToolCall(id='call_1', name='lookup', arguments={'city': 'Oslo'}, status='ok', "

@@ -69,7 +69,7 @@ PUBLIC: dict[str, set[str]] = {
     "minions.errors": ERRORS,
     "minions.models": {
         "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "EndpointPermit", "EndpointWait",
-        "Limits", "LocalLimiter",
+        "FallbackModel", "Limits", "LocalLimiter",
         "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },

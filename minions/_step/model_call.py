@@ -20,8 +20,8 @@ from minions.errors import (
     TransientModelError,
     is_transient,
 )
-from minions.models._blocking import check_model
-from minions.models._fallback import FallbackModel
+from minions.models._blocking import BLOCK, check_model
+from minions.models._fallback import FallbackModel, is_fallback
 
 if TYPE_CHECKING:
     from minions._config import ExecutionConfig
@@ -98,8 +98,11 @@ class ModelCallExecutor:
         self._policy = _policy(
             1 + config.max_model_retries, config.retry_initial_delay, config.retry_max_delay
         )
-        self._models = model.resolved() if isinstance(model, FallbackModel) else (model,)
-        self._gave_up: list[str] = []
+        self._models: tuple[Model, ...] = (model,)
+        if is_fallback(model):
+            assert isinstance(model, FallbackModel)
+            self._models = model.resolved()
+        self._gave_up: tuple[str, ...] = ()
         """What each model a fallback left said, for the error when none answers."""
         self._use(0)
 
@@ -211,7 +214,8 @@ class ModelCallExecutor:
         timeout = self.config.model_call_timeout
         tracer = self.context.settings.tracer
         try:
-            check_model(model)  # refused inside `block_real_models()`, like a provider
+            if BLOCK.get() is not None:  # inside `block_real_models()`: refused, like a provider
+                check_model(model)
             if tracer is None:
                 if timeout is None:
                     response = await model.call(prompt, on_token=on_token)
@@ -372,7 +376,7 @@ class ModelCallExecutor:
     ) -> ModelCallResponse:
         """`call` again with the next model of the fallback, once the one before gave up."""
         failed = self._active.name
-        self._gave_up.append(f"{failed} after {attempts} attempts: {_describe(error, None)}")
+        self._gave_up += (f"{failed} after {attempts} attempts: {_describe(error, None)}",)
         self._use(self._index + 1)
         from minions.events import RetryScheduled
 

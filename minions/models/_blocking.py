@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 __all__: list[str] = []
 
-_BLOCK: Final[ContextVar[ModelBlock | None]] = ContextVar("minions_model_block", default=None)
+BLOCK: Final[ContextVar[ModelBlock | None]] = ContextVar("minions_model_block", default=None)
+"""The innermost block of the running task, if any."""
 _lock = threading.Lock()
 _test_servers: frozenset[str] = frozenset()
 """Base URLs of the `FakeOpenAIServer`s running in this process (replaced whole)."""
@@ -62,11 +63,11 @@ class ModelBlock:
     _tokens: list[Token[ModelBlock | None]] = field(default_factory=list, repr=False)
 
     def __enter__(self) -> ModelBlock:
-        outer = _BLOCK.get()
+        outer = BLOCK.get()
         self._outer = outer
         if outer is not None:
             self.allow = self.allow | outer.allow
-        self._tokens.append(_BLOCK.set(self))
+        self._tokens.append(BLOCK.set(self))
         return self
 
     def __exit__(
@@ -75,7 +76,7 @@ class ModelBlock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _BLOCK.reset(self._tokens.pop())
+        BLOCK.reset(self._tokens.pop())
 
     def allows(self, base_url: str) -> bool:
         url = _normal(base_url)
@@ -100,7 +101,7 @@ def check_request(model: str, base_url: str) -> None:
         ModelError: the request is refused; the message names the model, the endpoint and
             what to do.
     """
-    block = _BLOCK.get()
+    block = BLOCK.get()
     if block is None or block.allows(base_url):
         return
     where = f"{model} at {redact_url(_normal(base_url))}"
@@ -126,7 +127,7 @@ def check_model(model: Model) -> None:
     Raises:
         ModelError: the request is refused.
     """
-    if _BLOCK.get() is None:
+    if BLOCK.get() is None:
         return
     endpoint = model.endpoint
     if endpoint is not None:

@@ -33,6 +33,9 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 COMPLETION_TOOL: Final = "complete_step"
 """The name of the tool a model calls to say a step is done (when the step offers it)."""
+SELECT_TOOL: Final = "select_next_step"
+"""The name of the tool a model calls to choose the next step among candidates (its `step`
+argument is an enum of their ids)."""
 
 _PREVIEW: Final = 60
 """Characters of text, arguments or output a short repr shows."""

@@ -314,3 +314,20 @@ def test_schemas_no_value_satisfies_are_named(schema: Any, problem: str) -> None
     with pytest.raises(SchemaDataError) as raised:
         example_for(schema)
     assert problem in str(raised.value)
+
+
+def test_a_loop_back_chosen_by_the_model_runs_again_then_ends() -> None:
+    recipe = AgentRecipe(
+        id="drafts",
+        steps=[
+            DefaultStep("draft", "Draft.", max_visits=3),
+            DefaultStep("review", "Review.", depends_on=["draft"]),
+            DefaultStep("publish", "Publish."),
+        ],
+        transitions=[Transition("review", "draft"), Transition("review", "publish")],
+    )
+    result = AgentExecutor(model=TestModel()).execute_sync(recipe)
+    assert result.status is StepStatus.COMPLETED, result.error
+    assert [e.step_id for e in result.executions] == [
+        "draft", "review", "draft", "review", "publish"
+    ]  # fmt: skip

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Mapping
 from typing import Any, Final, Literal
 
 from minions._messages import (
     COMPLETION_TOOL,
+    SELECT_TOOL,
     Message,
     ModelCallResponse,
     OutputMode,
@@ -27,6 +29,17 @@ NO_TOOL_CALLS: Final = "success (no tool calls)"
 """`TestModel`'s text answer when it called no tool (and was given no `custom_output_text`)."""
 _UNSET: Final = object()
 _MODES: Final = ("json_schema", "tool", "prompted_json")
+_VISIT: Final = re.compile(r"#(\d+)(?:\[\d+\])?/route$")
+
+
+def _route(prompt: Prompt, schema: Mapping[str, Any], arguments: Any) -> Any:
+    """A choice of the next step: the candidate of the choosing step's visit (the first at
+    its first visit, the second at its second...), so a loop back runs again and then ends."""
+    candidates = schema.get("properties", {}).get("step", {}).get("enum")
+    found = _VISIT.search(prompt.scope)
+    if not candidates or found is None or not isinstance(arguments, dict):
+        return arguments
+    return {**arguments, "step": candidates[(int(found[1]) - 1) % len(candidates)]}
 
 
 class TestModel(Model):
@@ -39,8 +52,10 @@ class TestModel(Model):
     ``complete_step`` tool is answered by calling it. A tool counts as called once the
     conversation holds a call to it, so a step calls each tool once, then ends.
 
-    A ``select_next_step`` request (a model choosing the next step among candidates) is a
-    request with one tool whose ``step`` is an enum of the candidates' ids: it gets the first.
+    A model choosing the next step among candidates (``select_next_step``, whose ``step`` is
+    an enum of their ids) gets the first candidate at the choosing step's first visit, the
+    second at its second visit, and so on round: a loop back to an earlier step runs again,
+    then the run goes on.
 
     Args:
         call_tools: which offered tools it calls: ``"all"`` (the default), or a collection of
@@ -145,6 +160,8 @@ class TestModel(Model):
                     f"TestModel cannot call tool {name!r} of step {prompt.step_id!r}: {exc}; "
                     "leave it out with call_tools=[...], or script the call with ScriptedModel"
                 ) from None
+            if name == SELECT_TOOL:
+                arguments = _route(prompt, specs[name].parameters, arguments)
             calls += self._call(prompt, name, arguments, offset=len(calls))
         return tuple(calls)
 

@@ -214,8 +214,8 @@ class ModelCallExecutor:
         timeout = self.config.model_call_timeout
         tracer = self.context.settings.tracer
         try:
-            if BLOCK.get() is not None:  # inside `block_real_models()`: refused, like a provider
-                check_model(model)
+            if self._served is not None and BLOCK.get() is not None:
+                check_model(model)  # inside `block_real_models()`: refused, like a provider
             if tracer is None:
                 if timeout is None:
                     response = await model.call(prompt, on_token=on_token)

@@ -236,6 +236,12 @@ class PlanError(RecipeError):
     what = "plan"
 
 
+def is_transient(error: BaseException) -> bool:
+    """Errors worth retrying (and then trying another model for): timeouts, connection
+    errors, 408, 409, 429 and 5xx."""
+    return isinstance(error, TransientModelError | TimeoutError | ConnectionError)
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the known name closest to a wrong one, else ``""``."""
     import difflib

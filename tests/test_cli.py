@@ -867,3 +867,48 @@ def test_url_credentials_never_show_in_the_header_dry_run_or_recording(tmp_path:
     for text in (live.stderr, live.stdout, plan.stdout, recording.read_text()):
         assert "hunter2" not in text
     assert "http://***@127.0.0.1" in live.stderr
+
+
+FALLBACK = """\
+id: fallback
+config: {{retry_initial_delay: 0.01, retry_max_delay: 0.02, max_model_retries: 1}}
+model:
+  - openai-compatible:big@{dead}
+  - openai-compatible:small@{live}
+steps:
+  - {{id: a, goal: Say hi.}}
+"""
+
+
+def test_a_recipe_s_model_list_runs_records_and_replays(tmp_path: Path) -> None:
+    from minions.testing import FakeOpenAIServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    with FakeOpenAIServer(["Hi from the second model."]) as server:
+        recipe = tmp_path / "recipe.yaml"
+        recipe.write_text(FALLBACK.format(dead=dead, live=server.url))
+        planned = invoke(["run", str(recipe), "--dry-run"], None)
+        record = tmp_path / "run.recording.json"
+        live = invoke(["run", str(recipe), "--json", "--record", str(record)], None)
+    assert planned.exit_code == 0, planned.stderr
+    assert f"openai-compatible:big@{dead}, then openai-compatible:small@" in planned.stdout
+    # The pre-flight check passes with one model up, and the run falls through to it.
+    assert live.exit_code == 0, live.stderr
+    assert json.loads(live.stdout)["output"] == "Hi from the second model."
+    assert sorted(Recording.load(record).entries) == ["a#1/1", "a#1/2", "a#1/3"]
+    replayed = invoke(["run", str(recipe), "--json", "--replay", str(record)], None)
+    assert replayed.exit_code == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["output"] == "Hi from the second model."
+
+
+def test_an_unusable_model_of_a_list_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "id: r\nmodel: [ollama:llama3.2, 'nowhere:nothing']\nsteps:\n  - {id: a, goal: Hi.}\n"
+    )
+    result = invoke(["run", str(recipe)], None)
+    assert result.exit_code == 2
+    assert "cannot use model 'nowhere:nothing' (the recipe's model, model 2 of 2)" in result.stderr
+    assert_no_traceback(result)

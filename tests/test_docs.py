@@ -52,7 +52,8 @@ def test_code_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
         block, expected = found["code"], found["prints"]
         if block.startswith("# doc: no-run"):
             continue
-        code = compile(block, f"{page.name} block {number}", "exec")
+        # As a reader runs it: without this module's `from __future__ import annotations`.
+        code = compile(block, f"{page.name} block {number}", "exec", dont_inherit=True)
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             exec(code, namespace)

@@ -342,7 +342,8 @@ def _dry_run(
 ) -> int:
     """Print what a run would do (`--dry-run`): nothing is resolved, called or written."""
     model = source.label
-    if source.spec is None and source.replay is None and needs_model(recipe.steps):
+    named = source.spec is not None or source.replay is not None or source.fallback is not None
+    if not named and needs_model(recipe.steps):
         model = "none configured (a real run would stop here: give --model)"
     try:
         servers = _listed_mcp_servers(recipe)

@@ -26,6 +26,8 @@ from minions._output import OutputInstructions
 from minions._routing.transition import Transition
 from minions._step.step import DefaultStep, Step, recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
+from minions.models._base import Model
+from minions.models._fallback import FallbackModel
 from minions.recipes._loader import by_line, check_spec, read_recipe_text
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._schema import HttpSpec, RecipeSpec, StepSpec
@@ -235,7 +237,7 @@ def build_recipe(
         description=spec.description,
         steps=steps,
         transitions=transitions,
-        model=spec.model,
+        model=model_of(spec.model),
         config=config,
         inputs=defaults,
         tools=tools,
@@ -258,6 +260,14 @@ def build_recipe(
     loaded = RecipeFile(recipe=recipe, spec=spec, path=path, located=located)
     object.__setattr__(recipe, "source", loaded)
     return loaded
+
+
+def model_of(spec: str | list[str] | None) -> Model | str | None:
+    """The model a recipe's ``model:`` names: a string as it is, a list as a `FallbackModel`
+    of its strings (resolved when a run uses them, like any model string)."""
+    if isinstance(spec, list):
+        return FallbackModel(*spec)
+    return spec
 
 
 def _yaml_field(field: str | None) -> str | None:
@@ -286,7 +296,7 @@ def _cache(spec: StepSpec) -> dict[str, Any]:
 
 
 def _body(spec: StepSpec, base: Path, load: _Load, options: dict[str, Any]) -> Step:
-    own: dict[str, Any] = {"model": spec.model, "config": spec.config or None, **options}
+    own: dict[str, Any] = {"model": model_of(spec.model), "config": spec.config or None, **options}
     output = spec.output if spec.output is not None else spec.output_format
     if spec.kind == "agent" and spec.type is not None:
         assert spec.goal is not None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.errors import InputError, Problem, RecipeError, did_you_mean
-from minions.recipes._schema import InputSpec, RecipeSpec, StepSpec
+from minions.recipes._schema import MODEL_TAGS, InputSpec, RecipeSpec, StepSpec
 from minions.recipes._source import Located, load_yaml
 
 __all__ = []
@@ -119,7 +119,7 @@ def _location(err: Any) -> list[Any]:
     """A validation error's location in the data (pydantic's validator and union-branch
     names taken out)."""
     loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-    return [p for p in loc if p not in ("HttpSpec", "bool")]
+    return [p for p in loc if p not in ("HttpSpec", "bool", *MODEL_TAGS)]
 
 
 def _step_of(located: Located, loc: Sequence[Any]) -> tuple[str | None, list[Any]]:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PlainValidator,
+    Tag,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -24,6 +26,7 @@ from minions._step.step import (
     recipe_id_problem,
     step_id_problem,
 )
+from minions.models._infer import model_string_problem
 
 __all__ = ["InputSpec"]
 
@@ -49,6 +52,36 @@ def _id_schema(pattern: str) -> WithJsonSchema:
 
 StepId = Annotated[str, _checked(step_id_problem), _id_schema(STEP_ID_PATTERN)]
 RecipeId = Annotated[str, _checked(recipe_id_problem), _id_schema(RECIPE_ID_PATTERN)]
+
+
+def _distinct(models: list[str]) -> list[str]:
+    twice = sorted({m for m in models if models.count(m) > 1})
+    if twice:
+        raise ValueError(
+            f"model {twice[0]!r} is listed twice; a fallback tries each model once, in order"
+        )
+    return models
+
+
+ModelString = Annotated[str, _checked(model_string_problem)]
+MODEL_TAGS: Final = ("model-string", "model-list")
+"""The branches of `ModelSpec` (taken out of problems' locations)."""
+ModelSpec = (
+    Annotated[
+        Annotated[ModelString, Tag(MODEL_TAGS[0])]
+        | Annotated[
+            list[ModelString], Field(min_length=1), AfterValidator(_distinct), Tag(MODEL_TAGS[1])
+        ],
+        # One branch by the value's shape, so a problem is told once, about that branch.
+        Discriminator(lambda value: MODEL_TAGS[isinstance(value, list)]),
+    ]
+    | None
+)
+"""A model string, or a list of them: a `FallbackModel` trying each in order."""
+_MODEL_HELP: Final = (
+    "A model string, e.g. 'ollama:llama3.2:3b' or 'openai:gpt-4o-mini', or a list of them "
+    "tried in order when one is down (connection errors, 5xx, 429)."
+)
 
 
 class _Strict(BaseModel):
@@ -238,7 +271,7 @@ class StepSpec(_Strict):
     mode: Literal["async", "sync", "fire_and_forget"] = "async"
     timeout: float | None = Field(None, gt=0, description="Seconds.")
     memory: Literal["step", "agent"] = "step"
-    model: str | None = None
+    model: ModelSpec = Field(None, description=_MODEL_HELP)
     max_visits: int = Field(10, ge=1)
     config: dict[str, Any] = Field(default_factory=dict, description="ExecutionConfig overrides.")
     cache: bool | CacheSpec = Field(
@@ -381,9 +414,7 @@ class RecipeSpec(_Strict):
         "letter or a digit. It names the run's workspace folder."
     )
     description: str = ""
-    model: str | None = Field(
-        None, description="Default model, e.g. 'ollama:llama3.2:3b' or 'openai:gpt-4o-mini'."
-    )
+    model: ModelSpec = Field(None, description="The default model. " + _MODEL_HELP)
     config: dict[str, Any] = Field(
         default_factory=dict,
         description="ExecutionConfig fields: max_parallel_steps, fail_fast, budgets, retries...",

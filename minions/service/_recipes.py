@@ -232,9 +232,15 @@ def _model_problems(spec: RecipeSpec, model: str | None) -> list[Problem]:
 
     own = model_endpoint(model) if model is not None else None
     problems = []
-    named: list[tuple[str | None, str | None]] = [(None, spec.model)]
+    named: list[tuple[str | None, str | list[str] | None]] = [(None, spec.model)]
     named += [(step.id, step.model) for step in spec.steps]
-    for step_id, name in named:
+    # Each model of a fallback list is a model the server would call.
+    each = [
+        (step_id, name)
+        for step_id, names in named
+        for name in (names if isinstance(names, list) else [names])
+    ]
+    for step_id, name in each:
         if name is None or model_endpoint(name) == own:
             continue
         served = (

@@ -26,7 +26,7 @@ from minions._output import OutputInstructions
 from minions._routing.transition import Transition
 from minions._step.step import DefaultStep, Step, recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
-from minions.recipes._loader import by_line, check_spec, read_recipe_text
+from minions.recipes._loader import by_line, check_spec, read_recipe_text, step_label
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._schema import HttpSpec, RecipeSpec, StepSpec
 from minions.recipes._source import Located
@@ -192,7 +192,7 @@ def build_recipe(
     problems: list[Problem] = []
 
     def problem(message: str, index: int | None = None, field: str | None = None) -> None:
-        step = spec.steps[index].id if index is not None else None
+        step = step_label(located, index) if index is not None else None
         where: tuple[str | int, ...] = ("steps", index) if index is not None else ()
         if field is not None:
             where = (*where, *(int(p) if p.isdigit() else p for p in field.split(".")))
@@ -217,9 +217,11 @@ def build_recipe(
         except RecipeError as exc:
             for p in exc.problems:
                 problem(f"in {p.file}: {p}" if p.file else p.message, index, "recipe")
+            steps.append(_stand_in(step_spec))
         except MinionsError as exc:
             for message in getattr(exc, "problems", [str(exc)]):
                 problem(message.removeprefix(f"step {step_spec.id!r}: "), index)
+            steps.append(_stand_in(step_spec))
         for target in step_spec.next:
             transitions.append(Transition(step_spec.id, target.step, when=target.when))
         if step_spec.save_as is not None:
@@ -228,8 +230,6 @@ def build_recipe(
             aliases[step_spec.save_as] = step_spec.id
     config = dict(spec.config)
     defaults = {name: i.default for name, i in spec.inputs.items() if i.default is not None}
-    if len(steps) < len(spec.steps):
-        raise RecipeError(problems)  # the recipe checks below need every step
     recipe = AgentRecipe(
         id=spec.id,
         description=spec.description,
@@ -347,6 +347,14 @@ def _step(spec: StepSpec, base: Path, load: _Load) -> Step:
         parallel=spec.parallel or spec.loop.parallel,
         continue_on_error=spec.loop.continue_on_error,
         **_options(spec),
+    )
+
+
+def _stand_in(spec: StepSpec) -> Step:
+    """What the recipe's checks see of a step that could not be built (its problems are
+    said): its id and dependencies, so that the other steps are checked in the same pass."""
+    return DefaultStep(
+        spec.id, MessageBundle(goal="(a step that could not be built)"), depends_on=spec.depends_on
     )
 
 

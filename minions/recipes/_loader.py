@@ -54,9 +54,11 @@ def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:
 def check_spec(text: str, *, file: str = "") -> tuple[RecipeSpec | None, Located, list[Problem]]:
     """Check recipe YAML text against the recipe format, and say every problem, by line.
 
-    With problems, the spec returned is the recipe without the fields that have them, so that
-    the checks that need a spec (references, templates, tools) find the rest of the problems
-    in the same pass; ``None`` when leaving fields out is not enough (a required one is bad).
+    With problems, the spec returned is the recipe as far as it could be read: a bad field
+    left out, a step that breaks a rule checked as the kind it has first (an agent step with
+    no goal when it has none), a step or recipe without a usable id given one of its own;
+    so that the checks that need a spec (references, templates, tools) find the problems of
+    every step in the same pass. ``None`` when that is not enough (``steps`` itself is bad).
 
     Raises:
         RecipeError: the text is not YAML, or not a mapping.
@@ -70,28 +72,30 @@ def check_spec(text: str, *, file: str = "") -> tuple[RecipeSpec | None, Located
         )
     data = copy.deepcopy(located.data)
     problems: list[Problem] = []
-    left_out: list[list[Any]] = []
+    changed: set[tuple[Any, ...]] = set()
     for _ in range(_SALVAGES):
         try:
-            spec = RecipeSpec.model_validate(data)
+            return RecipeSpec.model_validate(data), located, by_line(problems)
         except ValidationError as exc:
             errors = exc.errors(include_url=False)
-            if any(_location(err) in left_out for err in errors):
-                # A field left out is required: the rest cannot be checked without it (and
-                # "is required" would blame the recipe for what was taken out here).
-                return None, located, by_line(problems)
-            problems += [p for p in _problems(exc, located) if p not in problems]
-            locations = [_location(err) for err in errors]
-            left_out += locations
-            if all(_leave_out(data, loc) for loc in locations):
-                continue
-            spec = None
-        return spec, located, by_line(problems)
+        located_errors = [(tuple(_location(err)), err) for err in errors]
+        for loc, err in located_errors:
+            if not _made_here(loc, err, changed):
+                problem = _problem(err, loc, located)
+                if problem not in problems:
+                    problems.append(problem)
+        salvaged = [_salvage(data, loc, err, changed) for loc, err in located_errors]
+        if not all(salvaged):
+            return None, located, by_line(problems)
     return None, located, by_line(problems)
 
 
-_SALVAGES = 5
-"""Rounds of leaving bad fields out (a field left out may uncover one in another)."""
+_SALVAGES = 8
+"""Rounds of checking what is left (a field left out, or a rule of a step, may uncover
+another: pydantic checks a step's rules once its fields are valid, one rule at a time)."""
+
+STAND_IN_RECIPE_ID = "recipe"
+"""The id a recipe whose own is bad is checked under (its problem is reported)."""
 
 
 def by_line(problems: Sequence[Problem]) -> list[Problem]:
@@ -99,20 +103,97 @@ def by_line(problems: Sequence[Problem]) -> list[Problem]:
     return sorted(problems, key=lambda p: p.line or 0)
 
 
-def _leave_out(data: Any, loc: Sequence[Any]) -> bool:
-    """Delete the mapping key at `loc` in `data`; False when there is none to delete."""
-    *parents, last = loc or [None]
-    for part in parents:
-        inside = isinstance(data, Mapping) and part in data
-        if not inside and not (isinstance(data, list) and isinstance(part, int)):
-            return False
-        if not inside and part >= len(data):
-            return False
-        data = data[part]
-    if isinstance(data, dict) and last in data:
-        del data[last]
+def _made_here(loc: tuple[Any, ...], err: Any, changed: set[tuple[Any, ...]]) -> bool:
+    """Whether an error is about what the check changed, not about the recipe ("is required"
+    for a field it left out, "it has none" for a step whose only kind was unreadable)."""
+    if loc in changed:
         return True
+    about = (err.get("ctx") or {}).get("about", ())
+    return any((*loc, name) in changed for name in about)
+
+
+def _salvage(data: Any, loc: tuple[Any, ...], err: Any, changed: set[tuple[Any, ...]]) -> bool:
+    """Change `data` so that the next round meets no error at `loc`: leave the bad value out
+    (or the nearest field around it that is not required), follow a step's rule, or stand an
+    id in. False when nothing can be changed (the next round would meet the same error)."""
+    if loc[:1] == ("id",):
+        return _put(data, (), "id", STAND_IN_RECIPE_ID, changed)
+    steps = data.get("steps")
+    if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+        if not isinstance(steps, list) or loc[1] >= len(steps):
+            return False
+        index, inner = loc[1], loc[2:]
+        step, where = steps[index], loc[:2]
+        if not isinstance(step, dict):
+            steps[index] = {"id": _stand_in_id(steps, index), "goal": "(not a step)"}
+            return True
+        if not inner:
+            rule = err.get("ctx") or {}
+            left = [_drop(step, where, name, changed) for name in rule.get("leave_out", ())]
+            put = [_put(step, where, k, v, changed) for k, v in rule.get("put", {}).items()]
+            return any(left) or any(put)
+        if inner[0] == "id":
+            return _put(step, where, "id", _stand_in_id(steps, index), changed)
+        return _leave_out(data, loc, changed, keep=3)
+    return _leave_out(data, loc, changed, keep=1)
+
+
+def _stand_in_id(steps: list[Any], index: int) -> str:
+    """An id for step `index` that no step has (its own is missing or bad)."""
+    taken = {s.get("id") for s in steps if isinstance(s, dict)}
+    stand_in = f"step-{index + 1}"
+    while stand_in in taken:
+        stand_in += "_"
+    return stand_in
+
+
+def _put(
+    mapping: dict[Any, Any],
+    where: tuple[Any, ...],
+    key: str,
+    value: Any,
+    changed: set[tuple[Any, ...]],
+) -> bool:
+    if key in mapping and mapping[key] == value:
+        return False
+    mapping[key] = value
+    changed.add((*where, key))
+    return True
+
+
+def _drop(
+    mapping: dict[Any, Any], where: tuple[Any, ...], key: str, changed: set[tuple[Any, ...]]
+) -> bool:
+    if key not in mapping:
+        return False
+    del mapping[key]
+    changed.add((*where, key))
+    return True
+
+
+def _leave_out(
+    data: Any, loc: tuple[Any, ...], changed: set[tuple[Any, ...]], *, keep: int
+) -> bool:
+    """Delete the value at `loc`, or the nearest mapping key around it that was not left out
+    already (so is not required), but none of the first `keep` parts of `loc`."""
+    for end in range(len(loc), keep - 1, -1):
+        path = loc[:end]
+        if path in changed:
+            continue
+        parent = _at(data, path[:-1])
+        if isinstance(parent, dict) and path[-1] in parent:
+            return _drop(parent, path[:-1], path[-1], changed)
     return False
+
+
+def _at(data: Any, path: Sequence[Any]) -> Any:
+    """The value at `path` in `data`, or None when there is none."""
+    for part in path:
+        in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if not in_list and not (isinstance(data, dict) and part in data):
+            return None
+        data = data[part]
+    return data
 
 
 def _location(err: Any) -> list[Any]:
@@ -125,34 +206,34 @@ def _location(err: Any) -> list[Any]:
 def _step_of(located: Located, loc: Sequence[Any]) -> tuple[str | None, list[Any]]:
     """The step id a location is in, and the location inside the step."""
     if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
-        steps = located.data.get("steps") if isinstance(located.data, Mapping) else None
-        step_id = None
-        if isinstance(steps, list) and loc[1] < len(steps) and isinstance(steps[loc[1]], Mapping):
-            raw = steps[loc[1]].get("id")
-            step_id = str(raw) if raw is not None else f"#{loc[1] + 1}"
-            if len(step_id) > 80:  # an id too long to be one: enough of it to find it
-                step_id = f"{step_id[:60]}..."
-        return step_id, list(loc[2:])
+        return step_label(located, loc[1]), list(loc[2:])
     return None, list(loc)
 
 
-def _problems(error: Any, located: Located) -> list[Problem]:
-    problems = []
-    for err in error.errors(include_url=False):
-        loc = _location(err)
-        step, inner = _step_of(located, loc)
-        field_path = ".".join(str(p) for p in inner) or None
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            name = str(inner[-1] if inner else loc[-1])
-            message = f"unknown field {name!r}{_suggest(name, inner, step)}"
-        elif err["type"] == "missing":
-            message = "is required"
-        line = located.line(loc)
-        problems.append(
-            Problem(message=message, file=located.file, line=line, step=step, field=field_path)
-        )
-    return problems
+def step_label(located: Located, index: int) -> str | None:
+    """How problems name the step at `index` of the file: its id as written, or ``#N`` when
+    it has none."""
+    steps = located.data.get("steps") if isinstance(located.data, Mapping) else None
+    if not isinstance(steps, list) or index >= len(steps):
+        return None
+    raw = steps[index].get("id") if isinstance(steps[index], Mapping) else None
+    label = str(raw) if raw is not None else f"#{index + 1}"
+    if len(label) > 80:  # an id too long to be one: enough of it to find it
+        label = f"{label[:60]}..."
+    return label
+
+
+def _problem(err: Any, loc: Sequence[Any], located: Located) -> Problem:
+    step, inner = _step_of(located, loc)
+    field_path = ".".join(str(p) for p in inner) or None
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        name = str(inner[-1] if inner else loc[-1])
+        message = f"unknown field {name!r}{_suggest(name, inner, step)}"
+    elif err["type"] == "missing":
+        message = "is required"
+    line = located.line(loc)
+    return Problem(message=message, file=located.file, line=line, step=step, field=field_path)
 
 
 def _suggest(name: str, inner: Sequence[Any], step: str | None) -> str:

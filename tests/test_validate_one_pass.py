@@ -1,0 +1,173 @@
+"""`minions validate` (and every load) says every problem of every step in one pass, by line:
+a step that cannot be read (an unknown field, no kind, no id, a bad recipe id) no longer hides
+the unknown dependencies, tools and template references of the others; `cache:` where the step
+cache never serves a step is refused."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from minions.cli import app
+from minions.errors import RecipeError
+from minions.recipes import load_recipe, parse_recipe
+
+TOOLS = '''
+from minions import tool
+
+@tool
+def shout(text: str) -> str:
+    """Upper-case a text."""
+    return text.upper()
+'''
+
+BROKEN = """\
+id: bad id
+inputs:
+  topic: string
+tools: [tools]
+steps:
+  - id: a
+    goal: "About {{ inputs.topic }}"
+    colour: red
+  - id: b
+    depends_on: [nope_b]
+  - id: c
+    goal: "{{ missing.output }}"
+    depends_on: [a, nope]
+  - id: d
+    tool: shuot
+    tools: [{x: 1}]
+  - goal: no id
+    tools: [shoot]
+  - id: e
+    goal: "{{ a.output }}"
+    depends_on: a
+    next: [{when: "output.x"}, c]
+    parallel: 2
+  - id: f
+    goal: [not, text]
+    depends_on: [ghost]
+  - just a string
+  - id: g
+    goal: x
+    tool: shout
+    depends_on: [phantom]
+"""
+
+EXPECTED = [
+    "recipe.yaml:1: field 'id': recipe id 'bad id' must be 1 to 64 letters, digits, '_' or "
+    "'-', starting with a letter or a digit (it names the run's workspace folder)",
+    "recipe.yaml:8: step 'a', field 'colour': unknown field 'colour'",
+    "recipe.yaml:9: step 'b': a step needs exactly one of goal (agent step), tool (tool step), "
+    "analyze (analysis step) or recipe (sub-recipe step); it has none",
+    "recipe.yaml:10: step 'b', field 'depends_on': unknown step 'nope_b'",
+    "recipe.yaml:12: step 'c', field 'goal': template {{ missing.output }} refers to "
+    "'missing', which is not an input, a step or a saved result",
+    "recipe.yaml:13: step 'c', field 'depends_on': unknown step 'nope'",
+    "recipe.yaml:15: step 'd', field 'tool': unknown tool 'shuot' (did you mean 'shout'?); "
+    "known tools: current_datetime, list_files, read_file, shout, write_file",
+    "recipe.yaml:16: step 'd', field 'tools.0': Input should be a valid string",
+    "recipe.yaml:17: step '#5', field 'id': is required",
+    "recipe.yaml:18: step '#5', field 'tools': unknown tool 'shoot' (did you mean 'shout'?); "
+    "known tools: current_datetime, list_files, read_file, shout, write_file",
+    "recipe.yaml:19: step 'e': `parallel` needs `loop`",
+    "recipe.yaml:22: step 'e', field 'next.0.step': is required",
+    "recipe.yaml:25: step 'f', field 'goal': Input should be a valid string",
+    "recipe.yaml:26: step 'f', field 'depends_on': unknown step 'ghost'",
+    "recipe.yaml:27: step '#8': Input should be a valid dictionary or instance of StepSpec",
+    "recipe.yaml:28: step 'g': a step needs exactly one of goal (agent step), tool (tool step), "
+    "analyze (analysis step) or recipe (sub-recipe step); it has goal, tool",
+    "recipe.yaml:31: step 'g', field 'depends_on': unknown step 'phantom'",
+]
+
+
+def write(folder: Path, text: str) -> Path:
+    (folder / "tools.py").write_text(TOOLS)
+    path = folder / "recipe.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems_of(path: Path) -> list[str]:
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(path)
+    return [str(p).replace(f"{path.parent}/", "") for p in caught.value.problems]
+
+
+def test_every_problem_of_every_step_in_one_pass_by_line(tmp_path: Path) -> None:
+    assert problems_of(write(tmp_path, BROKEN)) == EXPECTED
+
+
+def test_validate_prints_them_all_with_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, BROKEN)
+    result = CliRunner().invoke(app, ["validate", "recipe.yaml"])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[1:] == [f"  {line}" for line in EXPECTED]
+
+
+def test_fixing_what_was_reported_leaves_nothing_unreported(tmp_path: Path) -> None:
+    """Each problem reported is one the recipe has: fixing them all gives a valid recipe (no
+    second round of problems the first pass hid)."""
+    fixed = (
+        BROKEN.replace("id: bad id", "id: good")
+        .replace("    colour: red\n", "")
+        .replace("  - id: b\n", "  - id: b\n    goal: B\n")
+        .replace("[nope_b]", "[a]")
+        .replace("missing.output", "a.output")
+        .replace("[a, nope]", "[a]")
+        .replace("shuot", "shout")
+        .replace("    tools: [{x: 1}]\n", "    params: {text: hi}\n")
+        .replace("  - goal: no id\n", "  - id: h\n    goal: no id\n")
+        .replace("[shoot]", "[shout]")
+        .replace("    parallel: 2\n", "")
+        .replace('[{when: "output.x"}, c]', "[c]")
+        .replace("goal: [not, text]", "goal: F")
+        .replace("[ghost]", "[a]")
+        .replace("  - just a string\n", "")
+        .replace("    tool: shout\n    depends_on: [phantom]", "    depends_on: [a]")
+    )
+    recipe = load_recipe(write(tmp_path, fixed))
+    assert [s.id for s in recipe.steps] == ["a", "b", "c", "d", "h", "e", "f", "g"]
+
+
+def test_a_step_that_cannot_be_built_does_not_hide_the_others(tmp_path: Path) -> None:
+    (tmp_path / "child.yaml").write_text("id: child\nsteps:\n  - id: x\n    goal: [1]\n")
+    path = write(
+        tmp_path,
+        textwrap.dedent(
+            """\
+            id: parent
+            steps:
+              - id: sub
+                recipe: child.yaml
+              - id: after
+                goal: "{{ sub.output }} {{ nothing }}"
+                depends_on: [sub, gone]
+            """
+        ),
+    )
+    problems = problems_of(path)
+    assert problems[0].startswith("recipe.yaml:4: step 'sub', field 'recipe': in ")
+    assert problems[0].endswith(
+        "child.yaml:4: step 'x', field 'goal': Input should be a valid string"
+    )
+    assert problems[1:] == [
+        "recipe.yaml:6: step 'after', field 'goal': template {{ nothing }} refers to 'nothing', "
+        "which is not an input, a step or a saved result",
+        "recipe.yaml:7: step 'after', field 'depends_on': unknown step 'gone'",
+    ]
+
+
+def test_parse_recipe_and_recipe_problems_say_the_same(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError) as caught:
+        parse_recipe(BROKEN.replace("tools: [tools]\n", ""), base=tmp_path)
+    messages = [p.message for p in caught.value.problems]
+    assert "unknown step 'nope_b'" in messages
+    assert "unknown step 'phantom'" in messages

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from minions import AgentRecipe, DefaultStep, MessageBundle, Transition
 from minions.cli import app
 from minions.errors import RecipeError
-from minions.recipes import load_recipe, parse_recipe
+from minions.recipes import load_recipe, parse_recipe, recipe_problems
 
 TOOLS = '''
 from minions import tool
@@ -171,3 +172,26 @@ def test_parse_recipe_and_recipe_problems_say_the_same(tmp_path: Path) -> None:
     messages = [p.message for p in caught.value.problems]
     assert "unknown step 'nope_b'" in messages
     assert "unknown step 'phantom'" in messages
+
+
+def test_a_depends_on_cycle_does_not_hide_a_transition_deadlock_elsewhere() -> None:
+    def step(step_id: str, *depends_on: str) -> DefaultStep:
+        return DefaultStep(step_id, MessageBundle(goal=step_id), depends_on=depends_on)
+
+    deadlock = [step("r"), step("s", "u"), step("t"), step("u", "t")]
+    transitions = [Transition("r", "s"), Transition("s", "t")]
+    expected = (
+        "s",
+        "depends_on",
+        "waits for 'u', which can only run after 's' itself (through transitions): neither "
+        "could start",
+    )
+    alone = AgentRecipe(id="alone", steps=deadlock, transitions=transitions)
+    assert [(p.step, p.field, p.message) for p in recipe_problems(alone)] == [expected]
+    both = AgentRecipe(
+        id="both", steps=[step("a", "b"), step("b", "a"), *deadlock], transitions=transitions
+    )
+    assert [(p.step, p.field, p.message) for p in recipe_problems(both)] == [
+        ("a", "depends_on", "depends_on forms a cycle: a -> b -> a (each step waits for the next)"),
+        expected,
+    ]

@@ -287,7 +287,6 @@ class Analysis:
         the path is a loop; the other transitions are forward, and gate their targets."""
         loops: set[tuple[str, str]] = set()
         state: dict[str, int] = {}  # 1: on the path, 2: done
-        acyclic = len(self.order) == len(self.steps)  # else the cycles are reported already
         ordered = set(self.order)
         roots = [*self.order, *(s for s in self.steps if s not in ordered)]
         for root in roots:
@@ -295,6 +294,9 @@ class Analysis:
                 continue
             state[root] = 1
             stack = [(root, iter(self._successors(root)))]
+            # Where each step of the path is, and whether a transition led to it.
+            at = {root: 0}
+            entered_by_transition = [False]
             while stack:
                 current, successors = stack[-1]
                 for successor, via_transition in successors:
@@ -302,7 +304,9 @@ class Analysis:
                     if seen == 1:
                         if via_transition:
                             loops.add((current, successor))
-                        elif acyclic:
+                        elif any(entered_by_transition[at[successor] + 1 :]):
+                            # (Without a transition on the way, it is a cycle of depends_on,
+                            # reported already.)
                             self._add(
                                 f"waits for {current!r}, which can only run after "
                                 f"{successor!r} itself (through transitions): neither could "
@@ -312,11 +316,14 @@ class Analysis:
                             )
                     elif seen is None:
                         state[successor] = 1
+                        at[successor] = len(stack)
+                        entered_by_transition.append(via_transition)
                         stack.append((successor, iter(self._successors(successor))))
                         break
                 else:
                     state[current] = 2
                     stack.pop()
+                    entered_by_transition.pop()
         gates: dict[str, list[str]] = {}
         for source, transitions in self.outgoing.items():
             for transition in transitions:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from minions import AgentRecipe, DefaultStep, MessageBundle, Transition
+from minions import AgentRecipe, DefaultStep, LoopStep, MessageBundle, ToolStep, Transition
 from minions.cli import app
 from minions.errors import RecipeError
-from minions.recipes import load_recipe, parse_recipe, recipe_problems
+from minions.recipes import RecipeStep, load_recipe, parse_recipe, recipe_problems
 
 TOOLS = '''
 from minions import tool
@@ -194,4 +194,74 @@ def test_a_depends_on_cycle_does_not_hide_a_transition_deadlock_elsewhere() -> N
     assert [(p.step, p.field, p.message) for p in recipe_problems(both)] == [
         ("a", "depends_on", "depends_on forms a cycle: a -> b -> a (each step waits for the next)"),
         expected,
+    ]
+
+
+# -- cache: where the step cache never serves a step -----------------------------------------
+
+
+def test_cache_on_a_tool_or_sub_recipe_step_is_refused_at_its_line(tmp_path: Path) -> None:
+    (tmp_path / "child.yaml").write_text("id: child\nsteps:\n  - id: x\n    goal: hi\n")
+    path = write(
+        tmp_path,
+        textwrap.dedent(
+            """\
+            id: caching
+            tools: [tools]
+            steps:
+              - id: loud
+                tool: shout
+                params: {text: hi}
+                cache: true
+              - id: each
+                loop: [a, b]
+                tool: shout
+                params: {text: "{{ loop.item }}"}
+                cache: {ttl: 1h}
+              - id: sub
+                recipe: child.yaml
+                cache: true
+              - id: think
+                goal: hi
+                cache: true
+              - id: judge
+                analyze: Is it loud?
+                input: "{{ loud.output }}"
+                depends_on: loud
+                cache: true
+            """
+        ),
+    )
+    assert problems_of(path) == [
+        "recipe.yaml:7: step 'loud', field 'cache': a tool step is never served from the step "
+        "cache (it calls its tool directly: there is no model call to reuse); remove `cache`",
+        "recipe.yaml:12: step 'each', field 'cache': a tool step is never served from the step "
+        "cache (it calls its tool directly: there is no model call to reuse); remove `cache`",
+        "recipe.yaml:15: step 'sub', field 'cache': a sub-recipe step is not cached as a "
+        "whole; give `cache` to the steps of the sub-recipe that may be reused",
+    ]
+
+
+def test_cache_where_it_cannot_apply_is_a_problem_of_python_recipes_too() -> None:
+    child = AgentRecipe(id="child", steps=[DefaultStep("x", MessageBundle(goal="hi"))])
+    recipe = AgentRecipe(
+        id="py",
+        steps=[
+            ToolStep("t", "current_datetime", cache=True),
+            LoopStep(DefaultStep("l", MessageBundle(goal="{{ loop.item }}")), [1], cache=True),
+            LoopStep(ToolStep("lt", "current_datetime", cache=True), [1]),
+            RecipeStep("r", child, cache=True),
+            DefaultStep("ok", MessageBundle(goal="hi"), cache=True),
+        ],
+    )
+    found = [(p.step, p.field, p.message.split(" (")[0]) for p in recipe_problems(recipe)]
+    assert found == [
+        ("t", "cache", "a tool step is never served from the step cache"),
+        ("l", "cache", "a loop step is not cached as a whole; give `cache` to its body"),
+        ("lt", "cache", "a tool step is never served from the step cache"),
+        (
+            "r",
+            "cache",
+            "a sub-recipe step is not cached as a whole; give `cache` to the steps of the sub-recipe that may be reused",
+        ),
     ]

@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from minions._kinds.loop import LoopStep
+from minions._kinds.tool import ToolStep
 from minions._output import OutputInstructions
 from minions._routing.conditions import as_template
 from minions._routing.transition import Transition
@@ -26,6 +27,7 @@ from minions._templates import (
 )
 from minions.errors import Problem, did_you_mean
 from minions.recipes._recipe import AgentRecipe
+from minions.recipes._subrecipe import RecipeStep
 
 if TYPE_CHECKING:
     from minions.tools._tool import ToolRegistry
@@ -118,6 +120,9 @@ class Analysis:
             seen[step.id] = position
             self.steps[step.id] = step
             self.problems.extend(step.problems(tools))
+            problem = _uncached(step)
+            if problem is not None:
+                self._add(problem, step.id, "cache")
         if not self.steps and not self.problems:
             self._add("a recipe needs at least one step", field="steps")
 
@@ -446,6 +451,31 @@ class _RunsBefore:
                     todo.extend(self._incoming[current])
             found = self._ancestors[step_id] = frozenset(seen)
         return found
+
+
+def _uncached(step: Step) -> str | None:
+    """Why a step that says ``cache`` is never served from the step cache, if it is not: the
+    cache reuses a model loop's answer, and these kinds have none of their own."""
+    if isinstance(step, LoopStep):
+        if step.cache is not None:
+            return (
+                "a loop step is not cached as a whole; give `cache` to its body (each item "
+                "is cached on its own)"
+            )
+        return _uncached(step.body)
+    if step.cache is None:
+        return None
+    if isinstance(step, ToolStep):
+        return (
+            "a tool step is never served from the step cache (it calls its tool directly: "
+            "there is no model call to reuse); remove `cache`"
+        )
+    if isinstance(step, RecipeStep):
+        return (
+            "a sub-recipe step is not cached as a whole; give `cache` to the steps of the "
+            "sub-recipe that may be reused"
+        )
+    return None
 
 
 def _schema_field_problem(schema: Mapping[str, Any], fields: tuple[str, ...]) -> str | None:

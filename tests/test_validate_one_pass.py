@@ -265,3 +265,25 @@ def test_cache_where_it_cannot_apply_is_a_problem_of_python_recipes_too() -> Non
             "a sub-recipe step is not cached as a whole; give `cache` to the steps of the sub-recipe that may be reused",
         ),
     ]
+
+
+def test_cache_and_http_of_the_wrong_form_are_one_problem_each() -> None:
+    text = """\
+id: forms
+http: 3
+steps:
+  - id: a
+    goal: x
+    cache: {ttl: soon}
+  - id: b
+    goal: y
+    cache: 3
+"""
+    with pytest.raises(RecipeError) as caught:
+        parse_recipe(text)
+    assert [str(p) for p in caught.value.problems] == [
+        "recipe:2: field 'http': must be true, false or {enabled: ..., allowed_hosts: [...]}",
+        "recipe:6: step 'a', field 'cache.ttl': cache ttl must be a positive duration such as 90, "
+        "'90s', '30m', '1h' or '2d', not 'soon'",
+        "recipe:9: step 'b', field 'cache': must be true, false or {ttl: ..., side_effects: ...}",
+    ]

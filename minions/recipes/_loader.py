@@ -200,7 +200,7 @@ def _location(err: Any) -> list[Any]:
     """A validation error's location in the data (pydantic's validator and union-branch
     names taken out)."""
     loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-    return [p for p in loc if p not in ("HttpSpec", "bool")]
+    return [p for p in loc if p not in ("mapping", "bool")]
 
 
 def _step_of(located: Located, loc: Sequence[Any]) -> tuple[str | None, list[Any]]:

@@ -10,8 +10,10 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PlainValidator,
+    Tag,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -193,6 +195,27 @@ class CacheSpec(_Strict):
         return value
 
 
+def _switch_or_mapping(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    return "mapping" if isinstance(value, dict | BaseModel) else None
+
+
+def _switch_or(form: str) -> Discriminator:
+    """``true``, ``false`` or a spec's mapping: one error, about the form given."""
+    return Discriminator(
+        _switch_or_mapping,
+        custom_error_type="switch_or_mapping",
+        custom_error_message=f"must be true, false or {form}",
+    )
+
+
+CacheForm = Annotated[
+    Annotated[bool, Tag("bool")] | Annotated[CacheSpec, Tag("mapping")],
+    _switch_or("{ttl: ..., side_effects: ...}"),
+]
+
+
 class StepSpec(_Strict):
     """One step. Its kind comes from the key it has: `goal` (agent step), `tool` (tool step),
     `analyze` (analysis step) or `recipe` (sub-recipe step)."""
@@ -263,7 +286,7 @@ class StepSpec(_Strict):
     model: str | None = None
     max_visits: int = Field(10, ge=1)
     config: dict[str, Any] = Field(default_factory=dict, description="ExecutionConfig overrides.")
-    cache: bool | CacheSpec = Field(
+    cache: CacheForm = Field(
         False,
         description="Reuse the output of an earlier execution with the same rendered prompt, "
         "model, tools and output schema instead of calling the model: true, or {ttl, "
@@ -434,7 +457,10 @@ class RecipeSpec(_Strict):
         description="The folder file tools may use (relative to the file); by default the "
         "run's own folder .minions/workspace/<recipe id> in the current directory.",
     )
-    http: HttpSpec | bool = Field(False, description="Enable the http_get tool.")
+    http: Annotated[
+        Annotated[bool, Tag("bool")] | Annotated[HttpSpec, Tag("mapping")],
+        _switch_or("{enabled: ..., allowed_hosts: [...]}"),
+    ] = Field(False, description="Enable the http_get tool.")
     execution_mode: Literal["planned", "sequential"] = Field(
         "planned",
         description="planned: follow depends_on, in parallel; sequential: file order, one at a "

@@ -5,7 +5,9 @@ cache never serves a step is refused."""
 
 from __future__ import annotations
 
+import gc
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from minions import AgentRecipe, DefaultStep, LoopStep, MessageBundle, ToolStep,
 from minions.cli import app
 from minions.errors import RecipeError
 from minions.recipes import RecipeStep, load_recipe, parse_recipe, recipe_problems
+from minions.recipes._source import BIG_TEXT, collector_paused
 
 TOOLS = '''
 from minions import tool
@@ -287,3 +290,59 @@ steps:
         "'90s', '30m', '1h' or '2d', not 'soon'",
         "recipe:9: step 'b', field 'cache': must be true, false or {ttl: ..., side_effects: ...}",
     ]
+
+
+# -- a big recipe is read with the cyclic garbage collector paused ----------------------------
+
+
+def test_a_big_recipe_is_read_with_the_collector_paused_and_left_as_found(tmp_path: Path) -> None:
+    (tmp_path / "tools.py").write_text(
+        "import gc\nfrom pathlib import Path\n"
+        "Path(__file__).with_name('seen.txt').write_text(str(gc.isenabled()))\n"
+        "from minions import tool\n\n@tool\ndef noop() -> str:\n    return 'ok'\n"
+    )
+    text = "id: big\ntools: [tools]\nsteps:\n  - id: a\n    tool: noop\n"
+    big = tmp_path / "big.yaml"
+    big.write_text(f"description: {'x' * BIG_TEXT}\n{text}")
+    assert gc.isenabled()
+    load_recipe(big)
+    assert (tmp_path / "seen.txt").read_text() == "False"
+    assert gc.isenabled()
+    with pytest.raises(RecipeError):
+        parse_recipe(f"description: {'x' * BIG_TEXT}\nid: [bad]\nsteps: []\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        load_recipe(big)
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()
+
+
+def test_the_collector_comes_back_when_the_last_of_several_loads_ends() -> None:
+    big = "x" * BIG_TEXT
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def first() -> None:
+        with collector_paused(big):
+            first_in.set()
+            second_in.wait()
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait()
+        with collector_paused(big):
+            second_in.set()
+            first_out.wait()
+            seen.append(gc.isenabled())  # the first load ended, this one goes on
+        seen.append(gc.isenabled())
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == [False, True]
+    with collector_paused("small"):
+        assert gc.isenabled()

@@ -29,7 +29,7 @@ from minions.errors import MinionsError, Problem, RecipeError
 from minions.recipes._loader import by_line, check_spec, read_recipe_text, step_label
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._schema import HttpSpec, RecipeSpec, StepSpec
-from minions.recipes._source import Located
+from minions.recipes._source import Located, collector_paused
 from minions.recipes._subrecipe import RecipeStep
 from minions.recipes._validation import recipe_problems
 from minions.tools._builtin import builtin_tools
@@ -133,14 +133,15 @@ def load_recipe_file(
 def _built(text: str, file: str, build: Callable[[RecipeSpec, Located], RecipeFile]) -> RecipeFile:
     """`build` the recipe of YAML `text`, or raise every problem of it in one pass, by line:
     those of the format, and those `build` finds in the rest of the recipe."""
-    spec, located, problems = check_spec(text, file=file)
-    if spec is not None and not problems:
-        return build(spec, located)
-    if spec is not None:
-        try:
-            build(spec, located)
-        except RecipeError as exc:
-            problems += [p for p in exc.problems if p not in problems]
+    with collector_paused(text):
+        spec, located, problems = check_spec(text, file=file)
+        if spec is not None and not problems:
+            return build(spec, located)
+        if spec is not None:
+            try:
+                build(spec, located)
+            except RecipeError as exc:
+                problems += [p for p in exc.problems if p not in problems]
     raise RecipeError(by_line(problems))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from minions.errors import InputError, Problem, RecipeError, did_you_mean
 from minions.recipes._schema import InputSpec, RecipeSpec, StepSpec
-from minions.recipes._source import Located, load_yaml
+from minions.recipes._source import Located, collector_paused, load_yaml
 
 __all__ = []
 
@@ -45,7 +45,8 @@ def read_recipe_text(path: str | Path) -> str:
 
 def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:
     """Check recipe YAML text (see `load_spec`)."""
-    spec, located, problems = check_spec(text, file=file)
+    with collector_paused(text):
+        spec, located, problems = check_spec(text, file=file)
     if problems or spec is None:
         raise RecipeError(problems)
     return spec, located
@@ -70,7 +71,7 @@ def check_spec(text: str, *, file: str = "") -> tuple[RecipeSpec | None, Located
         raise RecipeError(
             [Problem(message="a recipe must be a mapping with id and steps", file=file, line=1)]
         )
-    data = copy.deepcopy(located.data)
+    data = located.data  # copied before the first change (a valid recipe needs none)
     problems: list[Problem] = []
     changed: set[tuple[Any, ...]] = set()
     for _ in range(_SALVAGES):
@@ -78,6 +79,8 @@ def check_spec(text: str, *, file: str = "") -> tuple[RecipeSpec | None, Located
             return RecipeSpec.model_validate(data), located, by_line(problems)
         except ValidationError as exc:
             errors = exc.errors(include_url=False)
+        if data is located.data:
+            data = copy.deepcopy(data)
         located_errors = [(tuple(_location(err)), err) for err in errors]
         for loc, err in located_errors:
             if not _made_here(loc, err, changed):

@@ -6,6 +6,7 @@ cache never serves a step is refused."""
 from __future__ import annotations
 
 import gc
+import os
 import textwrap
 import threading
 from pathlib import Path
@@ -17,6 +18,7 @@ from minions import AgentRecipe, DefaultStep, LoopStep, MessageBundle, ToolStep,
 from minions.cli import app
 from minions.errors import RecipeError
 from minions.recipes import RecipeStep, load_recipe, parse_recipe, recipe_problems
+from minions.recipes._loader import MAX_RECIPE_BYTES
 from minions.recipes._source import BIG_TEXT, collector_paused
 
 TOOLS = '''
@@ -346,3 +348,30 @@ def test_the_collector_comes_back_when_the_last_of_several_loads_ends() -> None:
     assert seen == [False, True]
     with collector_paused("small"):
         assert gc.isenabled()
+
+
+# -- a recipe file that is not a file ---------------------------------------------------------
+
+
+def test_a_recipe_that_is_a_device_a_folder_or_huge_is_one_problem(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.yaml"
+    with huge.open("wb") as file:
+        file.truncate(MAX_RECIPE_BYTES + 1)  # sparse: costs no disk
+    for path, said in [
+        (Path("/dev/zero"), "a character device, not a regular file"),
+        (tmp_path, "a folder, not a regular file"),
+        (huge, "larger than 64 MiB"),
+    ]:
+        with pytest.raises(RecipeError) as caught:
+            load_recipe(path)
+        assert [str(p) for p in caught.value.problems] == [f"{path}: {said}"]
+
+
+def test_a_recipe_is_read_from_a_pipe(tmp_path: Path) -> None:
+    read, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as writer:
+        writer.write("id: piped\nsteps:\n  - {id: a, goal: hi}\n")
+    try:
+        assert load_recipe(f"/dev/fd/{read}").id == "piped"
+    finally:
+        os.close(read)

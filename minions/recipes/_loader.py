@@ -28,19 +28,21 @@ def read_recipe_text(path: str | Path) -> str:
     """A recipe file's text.
 
     Raises:
-        RecipeError: the file is missing, unreadable or not UTF-8.
+        RecipeError: the file is missing, unreadable, not a regular file, larger than
+            `MAX_RECIPE_BYTES` or not UTF-8.
     """
-    file = Path(path)
+    from minions._files import UnreadableFileError, read_text_file
+
     try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecipeError([Problem(message="no such recipe file", file=str(path))]) from None
-    except UnicodeDecodeError as exc:
-        message = f"not UTF-8 text (byte {exc.start} cannot be read); save the recipe as UTF-8"
+        return read_text_file(path, limit=MAX_RECIPE_BYTES, what="the recipe", pipes=True)
+    except UnreadableFileError as exc:
+        message = "no such recipe file" if exc.missing else str(exc)
         raise RecipeError([Problem(message=message, file=str(path))]) from None
-    except OSError as exc:
-        raise RecipeError([Problem(message=f"cannot read: {exc}", file=str(path))]) from None
-    return text
+
+
+MAX_RECIPE_BYTES = 64 << 20
+"""The largest recipe file read (a 20,000-step recipe is a few MiB): a bigger one is refused,
+like `/dev/zero` or a folder. A pipe is read (``minions run <(generate-recipe)``)."""
 
 
 def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:

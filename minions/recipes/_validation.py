@@ -456,15 +456,13 @@ class _RunsBefore:
 def _uncached(step: Step) -> str | None:
     """Why a step that says ``cache`` is never served from the step cache, if it is not: the
     cache reuses a model loop's answer, and these kinds have none of their own."""
-    if isinstance(step, LoopStep):
-        if step.cache is not None:
-            return (
-                "a loop step is not cached as a whole; give `cache` to its body (each item "
-                "is cached on its own)"
-            )
-        return _uncached(step.body)
     if step.cache is None:
-        return None
+        return _uncached(step.body) if isinstance(step, LoopStep) else None
+    if isinstance(step, LoopStep):
+        return (
+            "a loop step is not cached as a whole; give `cache` to its body (each item is "
+            "cached on its own)"
+        )
     if isinstance(step, ToolStep):
         return (
             "a tool step is never served from the step cache (it calls its tool directly: "

@@ -11,6 +11,8 @@ per step:
   output schemas, `save_as`), check it against the format and build and check the recipe.
   ``extra.cli_ms`` is `minions validate FILE` as a command (a fresh interpreter: imports
   included), the median of 3.
+- ``20000 independent steps from YAML``: steps that depend on nothing (all ready at once).
+- ``20000 broken steps from YAML``: each with an unknown field: 20,000 problems to say.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from _common import emit, mark_imported, summary
 mark_imported()
 
 from minions import AgentRecipe, DefaultStep, StepGraph  # noqa: E402
+from minions.errors import RecipeError  # noqa: E402
 from minions.recipes._build import load_recipe_file  # noqa: E402
 
 STEPS = 20_000
@@ -74,6 +77,27 @@ def recipe_yaml() -> str:
         if i % 100 == 0:
             lines += [f"    save_as: part{i // 100}"]
     return "\n".join(lines) + "\n"
+
+
+def wide_yaml(*, broken: bool) -> str:
+    """`STEPS` steps that depend on nothing (all ready at once); `broken`: each with an
+    unknown field, so that every step has a problem to report."""
+    lines = ["id: wide", "steps:"]
+    for i in range(STEPS):
+        lines += [f"  - id: s{i}", "    goal: Say something."]
+        if broken:
+            lines += ["    colour: red"]
+    return "\n".join(lines) + "\n"
+
+
+def load_problems(path: Path) -> None:
+    problems: list[object] = []
+    try:
+        load_recipe_file(path)
+    except RecipeError as exc:
+        problems += exc.problems
+    if len(problems) != STEPS:
+        raise SystemExit(f"expected {STEPS} problems, got {len(problems)}")
 
 
 def command_ms(path: Path) -> list[float]:
@@ -131,6 +155,12 @@ def main() -> None:
             cli_ms=round(statistics.median(cli), 1),
             yaml_bytes=path.stat().st_size,
         )
+        wide = Path(folder) / "wide.yaml"
+        wide.write_text(wide_yaml(broken=False))
+        report(f"{STEPS} independent steps from YAML", lambda: load_recipe_file(wide))
+        broken = Path(folder) / "broken.yaml"
+        broken.write_text(wide_yaml(broken=True))
+        report(f"{STEPS} broken steps from YAML", lambda: load_problems(broken))
 
 
 if __name__ == "__main__":

@@ -141,8 +141,8 @@ def _built(text: str, file: str, build: Callable[[RecipeSpec, Located], RecipeFi
             try:
                 build(spec, located)
             except RecipeError as exc:
-                problems += [p for p in exc.problems if p not in problems]
-    raise RecipeError(by_line(problems))
+                problems += exc.problems
+    raise RecipeError(by_line(dict.fromkeys(problems)))  # each once
 
 
 def load_recipe(path: str | Path) -> AgentRecipe:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,24 +74,18 @@ def check_spec(text: str, *, file: str = "") -> tuple[RecipeSpec | None, Located
         raise RecipeError(
             [Problem(message="a recipe must be a mapping with id and steps", file=file, line=1)]
         )
-    data = located.data  # copied before the first change (a valid recipe needs none)
-    problems: list[Problem] = []
-    changed: set[tuple[Any, ...]] = set()
+    problems: dict[Problem, None] = {}  # in the order found, each once
+    salvage = _Salvage(located.data)
     for _ in range(_SALVAGES):
         try:
-            return RecipeSpec.model_validate(data), located, by_line(problems)
+            return RecipeSpec.model_validate(salvage.data), located, by_line(problems)
         except ValidationError as exc:
-            errors = exc.errors(include_url=False)
-        if data is located.data:
-            data = copy.deepcopy(data)
-        located_errors = [(tuple(_location(err)), err) for err in errors]
-        for loc, err in located_errors:
-            if not _made_here(loc, err, changed):
-                problem = _problem(err, loc, located)
-                if problem not in problems:
-                    problems.append(problem)
-        salvaged = [_salvage(data, loc, err, changed) for loc, err in located_errors]
-        if not all(salvaged):
+            errors = [(tuple(_location(err)), err) for err in exc.errors(include_url=False)]
+        for loc, err in errors:
+            if not salvage.made_here(loc, err):
+                problems.setdefault(_problem(err, loc, located))
+        changed = [salvage.change(loc, err) for loc, err in errors]  # every one, then:
+        if not all(changed):
             return None, located, by_line(problems)
     return None, located, by_line(problems)
 
@@ -103,92 +98,95 @@ STAND_IN_RECIPE_ID = "recipe"
 """The id a recipe whose own is bad is checked under (its problem is reported)."""
 
 
-def by_line(problems: Sequence[Problem]) -> list[Problem]:
+def by_line(problems: Iterable[Problem]) -> list[Problem]:
     """The problems in the order of their lines (those without one first)."""
     return sorted(problems, key=lambda p: p.line or 0)
 
 
-def _made_here(loc: tuple[Any, ...], err: Any, changed: set[tuple[Any, ...]]) -> bool:
-    """Whether an error is about what the check changed, not about the recipe ("is required"
-    for a field it left out, "it has none" for a step whose only kind was unreadable)."""
-    if loc in changed:
-        return True
-    about = (err.get("ctx") or {}).get("about", ())
-    return any((*loc, name) in changed for name in about)
+class _Salvage:
+    """A recipe's data as far as it can be read: what the check changed in its copy (left
+    out, or put in) so that the next round of the check meets the other problems."""
 
+    def __init__(self, data: Any) -> None:
+        self.data = data
+        self.changed: set[tuple[Any, ...]] = set()
+        """The paths left out or put in."""
+        self._copied = False
+        self._ids: set[Any] | None = None
 
-def _salvage(data: Any, loc: tuple[Any, ...], err: Any, changed: set[tuple[Any, ...]]) -> bool:
-    """Change `data` so that the next round meets no error at `loc`: leave the bad value out
-    (or the nearest field around it that is not required), follow a step's rule, or stand an
-    id in. False when nothing can be changed (the next round would meet the same error)."""
-    if loc[:1] == ("id",):
-        return _put(data, (), "id", STAND_IN_RECIPE_ID, changed)
-    steps = data.get("steps")
-    if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
-        if not isinstance(steps, list) or loc[1] >= len(steps):
-            return False
-        index, inner = loc[1], loc[2:]
-        step, where = steps[index], loc[:2]
-        if not isinstance(step, dict):
-            steps[index] = {"id": _stand_in_id(steps, index), "goal": "(not a step)"}
+    def made_here(self, loc: tuple[Any, ...], err: Any) -> bool:
+        """Whether an error is about what the check changed, not about the recipe ("is
+        required" for a field it left out, "it has none" for a step whose only kind was
+        unreadable)."""
+        if loc in self.changed:
             return True
-        if not inner:
-            rule = err.get("ctx") or {}
-            left = [_drop(step, where, name, changed) for name in rule.get("leave_out", ())]
-            put = [_put(step, where, k, v, changed) for k, v in rule.get("put", {}).items()]
-            return any(left) or any(put)
-        if inner[0] == "id":
-            return _put(step, where, "id", _stand_in_id(steps, index), changed)
-        return _leave_out(data, loc, changed, keep=3)
-    return _leave_out(data, loc, changed, keep=1)
+        about = (err.get("ctx") or {}).get("about", ())
+        return any((*loc, name) in self.changed for name in about)
 
+    def change(self, loc: tuple[Any, ...], err: Any) -> bool:
+        """Change the data so that the next round meets no error at `loc`: leave the bad value
+        out (or the nearest field around it that is not required), follow a step's rule, or
+        stand an id in. False when nothing can be changed (the same error would come back)."""
+        if not self._copied:  # the caller's data stays as it was read
+            self.data, self._copied = copy.deepcopy(self.data), True
+        if loc[:1] == ("id",):
+            return self._put(self.data, (), "id", STAND_IN_RECIPE_ID)
+        steps = self.data.get("steps")
+        if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+            if not isinstance(steps, list) or loc[1] >= len(steps):
+                return False
+            index, inner = loc[1], loc[2:]
+            step, where = steps[index], loc[:2]
+            if not isinstance(step, dict):
+                steps[index] = {"id": self._stand_in_id(index), "goal": "(not a step)"}
+                return True
+            if not inner:
+                rule = err.get("ctx") or {}
+                left = [self._drop(step, where, name) for name in rule.get("leave_out", ())]
+                put = [self._put(step, where, k, v) for k, v in rule.get("put", {}).items()]
+                return any(left) or any(put)
+            if inner[0] == "id":
+                return self._put(step, where, "id", self._stand_in_id(index))
+            return self._leave_out(loc, keep=3)
+        return self._leave_out(loc, keep=1)
 
-def _stand_in_id(steps: list[Any], index: int) -> str:
-    """An id for step `index` that no step has (its own is missing or bad)."""
-    taken = {s.get("id") for s in steps if isinstance(s, dict)}
-    stand_in = f"step-{index + 1}"
-    while stand_in in taken:
-        stand_in += "_"
-    return stand_in
+    def _stand_in_id(self, index: int) -> str:
+        """An id for step `index` that no step has (its own is missing or bad)."""
+        if self._ids is None:
+            steps = self.data.get("steps")
+            self._ids = {s.get("id") for s in steps if isinstance(s, dict)}
+        stand_in = f"step-{index + 1}"
+        while stand_in in self._ids:
+            stand_in += "_"
+        self._ids.add(stand_in)
+        return stand_in
 
+    def _put(self, mapping: dict[Any, Any], where: tuple[Any, ...], key: str, value: Any) -> bool:
+        if key in mapping and mapping[key] == value:
+            return False
+        mapping[key] = value
+        self.changed.add((*where, key))
+        return True
 
-def _put(
-    mapping: dict[Any, Any],
-    where: tuple[Any, ...],
-    key: str,
-    value: Any,
-    changed: set[tuple[Any, ...]],
-) -> bool:
-    if key in mapping and mapping[key] == value:
+    def _drop(self, mapping: dict[Any, Any], where: tuple[Any, ...], key: str) -> bool:
+        if key not in mapping:
+            return False
+        del mapping[key]
+        self.changed.add((*where, key))
+        return True
+
+    def _leave_out(self, loc: tuple[Any, ...], *, keep: int) -> bool:
+        """Delete the value at `loc`, or the nearest mapping key around it that was not
+        left out already (so is not required), but none of the first `keep` parts of
+        `loc`."""
+        for end in range(len(loc), keep - 1, -1):
+            path = loc[:end]
+            if path in self.changed:
+                continue
+            parent = _at(self.data, path[:-1])
+            if isinstance(parent, dict) and path[-1] in parent:
+                return self._drop(parent, path[:-1], path[-1])
         return False
-    mapping[key] = value
-    changed.add((*where, key))
-    return True
-
-
-def _drop(
-    mapping: dict[Any, Any], where: tuple[Any, ...], key: str, changed: set[tuple[Any, ...]]
-) -> bool:
-    if key not in mapping:
-        return False
-    del mapping[key]
-    changed.add((*where, key))
-    return True
-
-
-def _leave_out(
-    data: Any, loc: tuple[Any, ...], changed: set[tuple[Any, ...]], *, keep: int
-) -> bool:
-    """Delete the value at `loc`, or the nearest mapping key around it that was not left out
-    already (so is not required), but none of the first `keep` parts of `loc`."""
-    for end in range(len(loc), keep - 1, -1):
-        path = loc[:end]
-        if path in changed:
-            continue
-        parent = _at(data, path[:-1])
-        if isinstance(parent, dict) and path[-1] in parent:
-            return _drop(parent, path[:-1], path[-1], changed)
-    return False
 
 
 def _at(data: Any, path: Sequence[Any]) -> Any:
@@ -243,12 +241,18 @@ def _problem(err: Any, loc: Sequence[Any], located: Located) -> Problem:
 
 def _suggest(name: str, inner: Sequence[Any], step: str | None) -> str:
     if step is not None and len(inner) == 1:
-        known = list(StepSpec.model_fields)
-    elif not inner or len(inner) == 1:
-        known = list(RecipeSpec.model_fields)
-    else:
-        known = []
-    return did_you_mean(name, known)
+        return _closest(name, "step")
+    if not inner or len(inner) == 1:
+        return _closest(name, "recipe")
+    return ""
+
+
+@functools.lru_cache(maxsize=256)
+def _closest(name: str, of: str) -> str:
+    """`did_you_mean` among the fields of a step or a recipe (a recipe may repeat one
+    misspelling thousands of times)."""
+    known = StepSpec.model_fields if of == "step" else RecipeSpec.model_fields
+    return did_you_mean(name, list(known))
 
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {

@@ -8,6 +8,7 @@ to a step that never runs before. The same pass computes the structure `StepGrap
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -234,16 +235,16 @@ class Analysis:
             for s, step in self.steps.items()
         }
         position = {s: i for i, s in enumerate(self.steps)}
-        ready = [s for s, n in waiting.items() if n == 0]
+        # The ready steps by position: a heap, as thousands of steps may be ready at once.
+        ready = [(position[s], s) for s, n in waiting.items() if n == 0]
         order: list[str] = []
         while ready:
-            ready.sort(key=position.__getitem__)
-            current = ready.pop(0)
+            _, current = heapq.heappop(ready)
             order.append(current)
             for dependent in self.dependents[current]:
                 waiting[dependent] -= 1
                 if waiting[dependent] == 0:
-                    ready.append(dependent)
+                    heapq.heappush(ready, (position[dependent], dependent))
         if len(order) < len(self.steps):
             placed = set(order)
             self._report_cycles({s for s in self.steps if s not in placed})

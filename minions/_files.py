@@ -58,8 +58,7 @@ def read_text_file(path: str | Path, *, limit: int, what: str = "it", pipes: boo
         elif not stat.S_ISREG(mode):
             kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
             raise UnreadableFileError(f"{kind}, not a regular file")
-        with os.fdopen(descriptor, "rb", closefd=False) as file:
-            data = file.read(limit + 1)
+        data = _read(descriptor, limit + 1)
     except OSError as exc:
         raise UnreadableFileError(exc.strerror or str(exc)) from None
     finally:
@@ -72,6 +71,23 @@ def read_text_file(path: str | Path, *, limit: int, what: str = "it", pipes: boo
         raise UnreadableFileError(
             f"not UTF-8 text (byte {exc.start} cannot be read); save {what} as UTF-8"
         ) from None
+
+
+_CHUNK = 1 << 20
+
+
+def _read(descriptor: int, most: int) -> bytes:
+    """Up to `most` bytes, a chunk at a time (a buffer of `most` bytes is never made for a
+    small file)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < most:
+        chunk = os.read(descriptor, min(_CHUNK, most - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _size(count: int) -> str:

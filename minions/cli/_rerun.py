@@ -18,6 +18,7 @@ from minions._text import jsonable
 from minions.cli._errors import UsageError
 from minions.cli._running import InputsOption, parse_inputs
 from minions.cli._runs import DatabaseOption, JsonOption, RunArgument, _out, _run, _store
+from minions.errors import DiffTooLargeError
 
 __all__: list[str] = []
 
@@ -100,13 +101,26 @@ def diff(
     run_a: Annotated[str, typer.Argument(metavar="RUN_A", show_default=False)],
     run_b: Annotated[str, typer.Argument(metavar="RUN_B", show_default=False)],
     json_output: JsonOption = False,
+    max_values: Annotated[
+        int | None,
+        typer.Option(
+            "--max-values",
+            min=1,
+            metavar="N",
+            help="The most JSON values of step outputs (both runs together) to compare "
+            "[default: 500,000].",
+            show_default=False,
+        ),
+    ] = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Compare two runs step by step (status, output, tokens, calls, duration) and name the
     first step where they diverge."""
     store = _store(database_url)
     try:
-        result = _run(store.diff(run_a, run_b))
+        result = _run(store.diff(run_a, run_b, max_values=max_values))
+    except DiffTooLargeError as exc:
+        raise UsageError(f"{exc}; compare more with --max-values N") from None
     finally:
         store.close()
     if json_output:

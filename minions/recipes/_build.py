@@ -28,10 +28,10 @@ from minions._step.step import DefaultStep, Step, recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
 from minions.models._base import Model
 from minions.models._fallback import FallbackModel
-from minions.recipes._loader import by_line, check_spec, read_recipe_text
+from minions.recipes._loader import by_line, check_spec, read_recipe_text, step_label
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._schema import HttpSpec, RecipeSpec, StepSpec
-from minions.recipes._source import Located
+from minions.recipes._source import Located, collector_paused
 from minions.recipes._subrecipe import RecipeStep
 from minions.recipes._validation import recipe_problems
 from minions.tools._builtin import builtin_tools
@@ -135,15 +135,16 @@ def load_recipe_file(
 def _built(text: str, file: str, build: Callable[[RecipeSpec, Located], RecipeFile]) -> RecipeFile:
     """`build` the recipe of YAML `text`, or raise every problem of it in one pass, by line:
     those of the format, and those `build` finds in the rest of the recipe."""
-    spec, located, problems = check_spec(text, file=file)
-    if spec is not None and not problems:
-        return build(spec, located)
-    if spec is not None:
-        try:
-            build(spec, located)
-        except RecipeError as exc:
-            problems += [p for p in exc.problems if p not in problems]
-    raise RecipeError(by_line(problems))
+    with collector_paused(text):
+        spec, located, problems = check_spec(text, file=file)
+        if spec is not None and not problems:
+            return build(spec, located)
+        if spec is not None:
+            try:
+                build(spec, located)
+            except RecipeError as exc:
+                problems += exc.problems
+    raise RecipeError(by_line(dict.fromkeys(problems)))  # each once
 
 
 def load_recipe(path: str | Path) -> AgentRecipe:
@@ -194,7 +195,7 @@ def build_recipe(
     problems: list[Problem] = []
 
     def problem(message: str, index: int | None = None, field: str | None = None) -> None:
-        step = spec.steps[index].id if index is not None else None
+        step = step_label(located, index) if index is not None else None
         where: tuple[str | int, ...] = ("steps", index) if index is not None else ()
         if field is not None:
             where = (*where, *(int(p) if p.isdigit() else p for p in field.split(".")))
@@ -219,9 +220,11 @@ def build_recipe(
         except RecipeError as exc:
             for p in exc.problems:
                 problem(f"in {p.file}: {p}" if p.file else p.message, index, "recipe")
+            steps.append(_stand_in(step_spec))
         except MinionsError as exc:
             for message in getattr(exc, "problems", [str(exc)]):
                 problem(message.removeprefix(f"step {step_spec.id!r}: "), index)
+            steps.append(_stand_in(step_spec))
         for target in step_spec.next:
             transitions.append(Transition(step_spec.id, target.step, when=target.when))
         if step_spec.save_as is not None:
@@ -230,8 +233,6 @@ def build_recipe(
             aliases[step_spec.save_as] = step_spec.id
     config = dict(spec.config)
     defaults = {name: i.default for name, i in spec.inputs.items() if i.default is not None}
-    if len(steps) < len(spec.steps):
-        raise RecipeError(problems)  # the recipe checks below need every step
     recipe = AgentRecipe(
         id=spec.id,
         description=spec.description,
@@ -357,6 +358,14 @@ def _step(spec: StepSpec, base: Path, load: _Load) -> Step:
         parallel=spec.parallel or spec.loop.parallel,
         continue_on_error=spec.loop.continue_on_error,
         **_options(spec),
+    )
+
+
+def _stand_in(spec: StepSpec) -> Step:
+    """What the recipe's checks see of a step that could not be built (its problems are
+    said): its id and dependencies, so that the other steps are checked in the same pass."""
+    return DefaultStep(
+        spec.id, MessageBundle(goal="(a step that could not be built)"), depends_on=spec.depends_on
     )
 
 

@@ -394,16 +394,19 @@ class RunStore:
         """
         return self.log.follow(run_id, after=after)
 
-    async def diff(self, run_a: str, run_b: str) -> RunDiff:
+    async def diff(self, run_a: str, run_b: str, *, max_values: int | None = None) -> RunDiff:
         """Two runs compared step by step (status, output, tokens, calls, duration), with the
-        first step where they diverge.
+        first step where they diverge; computed in a thread, off the event loop.
 
         Raises:
             UnknownRunError: no run has one of these ids.
+            DiffTooLargeError: their step outputs hold more than `max_values` JSON values
+                (default 500,000).
         """
-        from minions.runs._diff import diff_runs
+        from minions.runs._diff import diff_off_loop
 
-        return diff_runs(await self._store.get_run(run_a), await self._store.get_run(run_b))
+        runs = await self._store.get_run(run_a), await self._store.get_run(run_b)
+        return await diff_off_loop(*runs, max_values)
 
     def step_cache(self, *, clock: Callable[[], float] = time.time) -> StepCache:
         """The store's step cache (what durable runs use), for foreground runs to share it:

@@ -4,15 +4,16 @@ names a recipe file."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from minions._text import jsonable
-from minions.service._deps import Runs
+from minions.service._deps import Config, Runs
 from minions.service._errors import ERRORS
 from minions.service._models import Status
 
@@ -103,8 +104,17 @@ async def rerun(run_id: RunId, body: RerunRequest, runs: Runs) -> Rerun:
 
 
 @router.get("/runs/{run_a}/diff/{run_b}", response_model=RunDiffOut)
-async def diff(run_a: RunId, run_b: RunId, runs: Runs) -> RunDiffOut:
+async def diff(run_a: RunId, run_b: RunId, runs: Runs, config: Config) -> Response:
     """Two runs compared step by step: status, output (a structured diff), tokens, calls,
-    duration, and the first step where they diverge."""
-    result = await runs.diff(run_a, run_b)
-    return RunDiffOut.model_validate(jsonable(dataclasses.asdict(result)))
+    duration, and the first step where they diverge. Runs whose step outputs hold more
+    JSON values than the server's bound (500,000 by default) are a 422."""
+    result = await runs.diff(run_a, run_b, max_values=config.max_diff_values)
+    # Shaping a big diff's answer takes as long as the diff: off the event loop too.
+    body = await asyncio.to_thread(_diff_json, result)
+    return Response(body, media_type="application/json")
+
+
+def _diff_json(result: Any) -> bytes:
+    return (
+        RunDiffOut.model_validate(jsonable(dataclasses.asdict(result))).model_dump_json().encode()
+    )

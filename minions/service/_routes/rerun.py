@@ -4,14 +4,12 @@ names a recipe file."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Any
 
 from fastapi import APIRouter
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
-from minions._text import jsonable
 from minions.service._deps import Runs
 from minions.service._errors import ERRORS
 from minions.service._models import Status
@@ -42,8 +40,13 @@ class RerunRequest(BaseModel):
 
 
 class Rerun(BaseModel):
+    # Validated from the rerun's plan: queued, and every field always in the answer.
+    model_config = ConfigDict(
+        from_attributes=True, json_schema_serialization_defaults_required=True
+    )
+
     run_id: str
-    status: Status
+    status: Status = "queued"
     parent_run_id: str
     from_step: str
     reused: list[str] = Field(default_factory=list, description="Steps reused as recorded.")
@@ -55,12 +58,16 @@ class Rerun(BaseModel):
 
 
 class OutputChangeOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     path: str
     a: Any = None
     b: Any = None
 
 
 class StepDiffOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     step_id: str
     visit: int
     status: tuple[str | None, str | None]
@@ -73,6 +80,8 @@ class StepDiffOut(BaseModel):
 
 
 class RunDiffOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     run_a: str
     run_b: str
     status: tuple[str, str]
@@ -91,20 +100,11 @@ async def rerun(run_id: RunId, body: RerunRequest, runs: Runs) -> Rerun:
     plan = await runs.rerun(
         run_id, from_step=body.from_step, inputs=body.inputs, outputs=body.outputs
     )
-    return Rerun(
-        run_id=plan.run_id,
-        status="queued",
-        parent_run_id=plan.parent_run_id,
-        from_step=plan.from_step,
-        reused=list(plan.reused),
-        rerun=list(plan.rerun),
-        changed=dict(plan.changed),
-    )
+    return Rerun.model_validate(plan)
 
 
 @router.get("/runs/{run_a}/diff/{run_b}", response_model=RunDiffOut)
 async def diff(run_a: RunId, run_b: RunId, runs: Runs) -> RunDiffOut:
     """Two runs compared step by step: status, output (a structured diff), tokens, calls,
     duration, and the first step where they diverge."""
-    result = await runs.diff(run_a, run_b)
-    return RunDiffOut.model_validate(jsonable(dataclasses.asdict(result)))
+    return RunDiffOut.model_validate(await runs.diff(run_a, run_b))

@@ -840,6 +840,46 @@ def test_inline_recipes_name_only_built_in_tools_and_the_servers_own(
             assert "model endpoint" in message
 
 
+def test_an_inline_recipe_is_parsed_once_and_its_graph_names_each_steps_kind(
+    service: ServerProcess, folder: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from minions.recipes import _loader
+    from minions.recipes._source import load_yaml
+
+    parsed: list[str] = []
+
+    def counted(text: str, file: str = "") -> Any:
+        parsed.append(text)
+        return load_yaml(text, file)
+
+    monkeypatch.setattr(_loader, "load_yaml", counted)
+    config = ServiceConfig(
+        token=TOKEN, database_url=url, recipes=folder / "recipes", allow_inline_recipes=True
+    )
+    text = (
+        "id: kinds\ntools: [shouting]\nsteps:\n"
+        "  - {id: shout, tool: shout, params: {text: hi}}\n"
+        "  - {id: judge, tool: llm_analyze, context: Judge it., input: hi}\n"
+        "  - {id: think, analyze: What is it?, input: hi}\n"
+        "  - {id: ask, goal: Ask.}\n"
+    )
+    with (
+        app_in_thread(create_app(config)) as base,
+        httpx2.Client(base_url=base, headers=auth(), timeout=60) as c,
+    ):
+        parsed.clear()  # the server read its folder's recipes when it started
+        made = c.post("/runs", json={"recipe_yaml": text})
+        assert made.status_code == 201, made.text
+        assert parsed == [text]  # checked, built and stored from one parse
+        graph = c.get(f"/runs/{made.json()['run_id']}").json()["graph"]
+    assert {n["id"]: n["kind"] for n in graph} == {
+        "shout": "tool",
+        "judge": "analysis",  # as `StepSpec.kind` says: `tool: llm_analyze` is an analysis
+        "think": "analysis",
+        "ask": "agent",
+    }
+
+
 # -- the token ------------------------------------------------------------------------------
 
 

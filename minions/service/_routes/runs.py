@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -50,12 +52,13 @@ async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catal
                 "`recipe_yaml`: this server takes no inline recipes (start it with "
                 "--allow-inline-recipes); submit a recipe id from GET /recipes",
             )
-        spec = check_inline(body.recipe_yaml, catalog, model=config.model)
+        # Parsed once, in the store, and checked before anything is built or stored.
         run_id, created = await runs.submit_yaml(
             body.recipe_yaml,
             body.inputs,
-            base=catalog.inline_path(spec.id).parent,
+            base=catalog.folder or Path.cwd(),
             idempotency_key=body.idempotency_key,
+            check=functools.partial(check_inline, catalog=catalog, model=config.model),
         )
     else:
         assert body.recipe is not None

@@ -449,7 +449,7 @@ def _report_interrupted(
         dataclasses.replace(s, status="cancelled")
         if s.status == "failed" and s.error and "was cancelled" in s.error
         else s
-        for s in summarize_rows(view.rows.values(), time.monotonic())
+        for s in summarize_rows(view.rows.values(), time.time())
     ]
     # Each step under what became of it: a step skipped (because one before it was
     # cancelled) never ran, and did not finish.

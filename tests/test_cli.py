@@ -635,6 +635,28 @@ def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
     assert "bye" in screen.getvalue()
 
 
+def test_every_group_lists_its_commands_in_order_each_turning_mistakes_into_exit_2() -> None:
+    groups = {
+        g.typer_instance.info.name: [c.name for c in g.typer_instance.registered_commands]
+        for g in app.registered_groups
+        if g.typer_instance is not None
+    }
+    assert groups == {
+        "runs": ["list", "show", "events", "cancel", "resume", "approve", "prune", "rerun", "diff"],
+        "schedules": ["add", "list", "show", "pause", "resume", "remove"],
+        "endpoints": ["list", "forget"],
+    }
+    for args in (
+        ["runs", "prune", "--older-than", "soon"],
+        ["runs", "rerun", "r", "--from", "s", "--set", "oops"],
+        ["schedules", "add", "x.yaml", "--every", "often"],
+    ):
+        result = invoke(args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert result.stderr.startswith("error: ")
+        assert_no_traceback(result)
+
+
 def test_the_live_view_tells_a_step_waiting_for_a_person_as_the_console_does() -> None:
     from minions import events as ev
     from minions._fold import EXECUTION_STATUSES

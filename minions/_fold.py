@@ -351,9 +351,9 @@ class RunStates:
                 return [self._skipped(step_id, event.reason)]
             case ev.StepReused():
                 execution = self._execution(step_id, event.visit)
-                execution.status = "reused"
-                execution.started_at = execution.started_at or at
-                execution.finished_at = execution.finished_at or at
+                # Reused when the event says (a rerun's reused steps are stored when it is
+                # queued, with that moment: not when it ran).
+                execution.status, execution.started_at, execution.finished_at = "reused", at, at
                 execution.reused_from = event.source_run_id
                 return [execution]
         execution = self._current(step_id)

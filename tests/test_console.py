@@ -656,6 +656,14 @@ def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
     rerun = page.locator("#run-id").inner_text()
     assert rerun != parent
     expect(page.locator("#run-status")).to_have_text("completed")
+    # The timeline is the server's fold of the run's events: the same watched live as read
+    # later (a reused step's bar is where the rerun reused it, not where it was queued).
+    expect(page.locator('#events li[data-kind="run_completed"]')).to_have_count(1)
+    watched = bars(page)
+    page.reload()
+    expect(page.locator('#events li[data-kind="run_completed"]')).to_have_count(1)
+    expect(page.locator("#timeline .tl-row")).to_have_count(3)
+    assert bars(page) == watched
     expect(page.locator('#steps tr[data-step="one"]')).to_have_attribute("data-status", "reused")
     expect(page.locator('#graph g[data-step="one"]')).to_have_attribute("data-status", "reused")
     expect(page.locator('#timeline .tl-row[data-step="one"] .tl-bar.s-reused')).to_have_count(1)
@@ -710,6 +718,16 @@ def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
     expect(page.locator("#run-id")).to_have_text(rerun)
     page.click("#lineage a.parent")
     expect(page.locator("#run-id")).to_have_text(parent)
+
+
+def bars(page: Page) -> dict[str, str]:
+    """Where the timeline draws each step's bar (its style: left and width)."""
+    page.wait_for_timeout(100)  # the frame that draws the last states
+    found: dict[str, str] = page.locator("#timeline .tl-row").evaluate_all(
+        "(rows) => Object.fromEntries(rows.map((r) => [r.dataset.step, "
+        "(r.querySelector('.tl-bar') || {}).getAttribute?.('style') || '']))"
+    )
+    return found
 
 
 def pause_a_schedule(page: Page, shots: Path) -> None:

@@ -217,6 +217,41 @@ def test_health_and_the_console_page_need_no_token(service: ServerProcess) -> No
     assert httpx2.get(service.base + "/console/console.js").status_code == 200
 
 
+def test_the_console_is_es_modules_served_with_their_types_and_the_servers_names(
+    service: ServerProcess,
+) -> None:
+    import re
+
+    from minions._fold import EXECUTION_STATUSES, RUN_STATUSES, TERMINAL
+
+    page = httpx2.get(service.base + "/").text
+    assert '<script type="module" src="/console/console.js"></script>' in page
+    # Every module the page imports, and those they import, is served (no token, no build
+    # step, nothing from the network) as JavaScript.
+    todo, seen = ["console.js"], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        served = httpx2.get(f"{service.base}/console/{name}")
+        assert served.status_code == 200, name
+        assert served.headers["content-type"].startswith("text/javascript"), name
+        imports = re.findall(r'from "([^"]+)"', served.text)
+        assert all(i.startswith("./") for i in imports), (name, imports)
+        todo += [i.removeprefix("./") for i in imports]
+    assert {"console.js", "names.js", "state.js", "stream.js", "timeline.js"} <= seen
+    # The statuses and event kinds are the server's own lists.
+    names = httpx2.get(service.base + "/console/names.js").text
+    lists = dict(re.findall(r"export const (\w+) = (\[.*\]);", names))
+    assert json.loads(lists["RUN_STATUSES"]) == list(RUN_STATUSES)
+    assert json.loads(lists["TERMINAL_STATUSES"]) == sorted(TERMINAL)
+    assert json.loads(lists["EXECUTION_STATUSES"]) == list(EXECUTION_STATUSES)
+    assert "approval_requested" in json.loads(lists["EVENT_KINDS"])
+    css = httpx2.get(service.base + "/console/console.css")
+    assert css.headers["content-type"].startswith("text/css")
+
+
 def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
     schema = client.get("/openapi.json").json()
     assert set(schema["paths"]) == {

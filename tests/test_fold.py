@@ -250,6 +250,16 @@ def test_a_reused_step_and_token_deltas() -> None:
         T0 + 1,
         T0 + 1,
     )
+    # Reused when the rerun reused it, not when it was queued (and its reuse stored): the
+    # same whether the store or the event came first.
+    queued = StepRecord(step_id="one", visit=1, status="reused", started_at=1.0, finished_at=1.0)
+    first = RunStates()
+    first.stored([queued])
+    first.fold(numbered(ev.StepReused(step_id="one", source_run_id="parent"))[0])
+    states.stored([queued])
+    for told in (first.latest("one"), states.latest("one")):
+        assert told is not None
+        assert (told.started_at, told.finished_at) == (T0 + 1, T0 + 1)
     two = states.latest("two")
     assert two is not None
     delta = ev.TokenDelta(step_id="two", text="a", seq=2)

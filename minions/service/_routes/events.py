@@ -1,4 +1,5 @@
-"""``/runs/{run_id}/events``: a run's events as JSON pages, and as Server-Sent Events."""
+"""``/runs/{run_id}/events``: a run's events as JSON pages, and as Server-Sent Events (with
+the states of its steps the server folds from them, when asked)."""
 
 from __future__ import annotations
 

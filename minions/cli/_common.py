@@ -77,6 +77,11 @@ def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
     return inputs
 
 
+def one_of(names: Sequence[str]) -> str:
+    """``a, b or c``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else "".join(names)
+
+
 def stdout() -> Console:
     """The console of a command's output: ids and times whole in pipes and logs."""
     console = Console(highlight=False, soft_wrap=True)

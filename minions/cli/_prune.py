@@ -10,10 +10,21 @@ from typing import Annotated
 
 import typer
 
-from minions.cli._common import DatabaseOption, JsonOption, local_time, open_store, stdout
+from minions._fold import RUN_STATUSES, TERMINAL
+from minions.cli._common import (
+    DatabaseOption,
+    JsonOption,
+    local_time,
+    one_of,
+    open_store,
+    stdout,
+)
 from minions.cli._errors import UsageError
 
 __all__: list[str] = []
+
+ENDED = [s for s in RUN_STATUSES if s in TERMINAL]
+"""The statuses of the runs a prune may delete, in the order runs reach them."""
 
 
 def prune(
@@ -31,8 +42,8 @@ def prune(
         typer.Option(
             "--status",
             metavar="STATUS",
-            help="Only runs in this status: completed, failed or cancelled (repeat for more; "
-            "default: all three).",
+            help=f"Only runs in this status: {one_of(ENDED)} (repeat for more; default: all "
+            "three).",
             show_default=False,
         ),
     ] = None,

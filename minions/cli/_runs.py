@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from minions._fold import RUN_STATUSES
 from minions.cli._common import (
     DatabaseOption,
     InputsOption,
@@ -25,6 +26,7 @@ from minions.cli._common import (
     local_time,
     model_note,
     once,
+    one_of,
     open_store,
     parse_inputs,
     record_data,
@@ -198,7 +200,7 @@ def list_runs(
         typer.Option(
             "--status",
             metavar="STATUS",
-            help="queued, running, waiting, completed, failed or cancelled.",
+            help=f"{one_of(RUN_STATUSES)}.",
             show_default=False,
         ),
     ] = None,

@@ -21,7 +21,11 @@ export async function follow(run, page) {
   if (state.run !== run || run.ended) return;
   let ticket;
   try { ticket = await api(`/runs/${run.id}/events/ticket`, { method: "POST" }); }
-  catch (error) { $("#event-count").textContent = `stream: ${error.message}`; await folded(run, page); return; }
+  catch (error) {
+    $("#event-count").textContent = `stream: ${error.message}`;
+    if (error.status !== 401) await folded(run, page); // what the stream would have brought
+    return;
+  }
   if (state.run !== run) return;
   const after = run.lastSeq ? `&after=${run.lastSeq}` : "";
   const source = new EventSource(`/runs/${run.id}/events/stream?ticket=${encodeURIComponent(ticket.ticket)}&states=true${after}`);

@@ -641,6 +641,62 @@ def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
     assert "bye" in screen.getvalue()
 
 
+def test_every_group_lists_its_commands_in_order_each_turning_mistakes_into_exit_2() -> None:
+    groups = {
+        g.typer_instance.info.name: [c.name for c in g.typer_instance.registered_commands]
+        for g in app.registered_groups
+        if g.typer_instance is not None
+    }
+    assert groups == {
+        "runs": ["list", "show", "events", "cancel", "resume", "approve", "prune", "rerun", "diff"],
+        "schedules": ["add", "list", "show", "pause", "resume", "remove"],
+        "endpoints": ["list", "forget"],
+        "eval": ["run", "compare", "add-case"],
+    }
+    for args in (
+        ["runs", "prune", "--older-than", "soon"],
+        ["runs", "rerun", "r", "--from", "s", "--set", "oops"],
+        ["schedules", "add", "x.yaml", "--every", "often"],
+    ):
+        result = invoke(args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert result.stderr.startswith("error: ")
+        assert_no_traceback(result)
+
+
+def test_the_live_view_tells_a_step_waiting_for_a_person_as_the_console_does() -> None:
+    from minions import events as ev
+    from minions._fold import EXECUTION_STATUSES
+    from minions.cli._live import _STYLE
+
+    assert set(_STYLE) == set(EXECUTION_STATUSES)  # a mark for every status the fold tells
+    screen = io.StringIO()
+    view = LiveView(Console(file=screen, width=120), ["say", "loop"], mode="lines")
+    for event in (
+        ev.StepStarted(step_id="loop", seq=1, timestamp=10.0),
+        ev.StepStarted(step_id="loop[0]", seq=2, timestamp=10.0),
+        ev.StepStarted(step_id="say", seq=3, timestamp=11.0),
+        ev.ApprovalRequested(step_id="say", call_id="say#1/c", name="shout", seq=4),
+    ):
+        view(event)
+    say, loop = view.rows["say"], view.rows["loop"]
+    assert (say.status, say.note) == ("waiting", "waiting for approval of shout")
+    assert (loop.status, loop.items_started, loop.items_done) == ("running", 1, 0)
+    progress = view.progress_line()
+    assert progress is not None
+    assert "say (" in progress
+    assert "waiting for approval of shout" in progress
+    view(ev.ApprovalResolved(step_id="say", call_id="say#1/c", name="shout", approved=False))
+    assert (view.rows["say"].status, view.rows["say"].note) == ("running", "shout rejected")
+    view(ev.StepCompleted(step_id="say", seq=6, timestamp=13.5))
+    assert "✓ say completed in 2.50s" in screen.getvalue()  # by the events' own times
+    assert screen.getvalue().splitlines()[:3] == [
+        "▶ loop",
+        "▶ say (alongside loop)",
+        "? say waits for approval: shout (say#1/c)",
+    ]
+
+
 def test_the_live_view_and_the_summary_name_their_columns_alike() -> None:
     from rich.console import Group
     from rich.table import Table

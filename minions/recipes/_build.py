@@ -95,12 +95,15 @@ def load_recipe_file(
     import_tools: bool = True,
     workspace: str | Path | None = None,
     text: str | None = None,
+    parsed: tuple[RecipeSpec, Located] | None = None,
     _load: _Load | None = None,
 ) -> RecipeFile:
     """Load, check and build a YAML recipe file.
 
     `text` is the file's content when the caller has it already (a durable run's snapshot):
     the file is then not read, but tools and included recipes are still found beside it.
+    `parsed` is `text` checked against the recipe format already (`parse_spec`): it is not
+    parsed again.
 
     `workspace` is the folder of the file tools (``read_file``, ``write_file``,
     ``list_files``), overriding the recipe's ``workspace:``; by default a recipe that names
@@ -129,12 +132,21 @@ def load_recipe_file(
         lambda spec, located: build_recipe(
             spec, located, base=file.parent, path=file, _load=load.enter(file)
         ),
+        parsed,
     )
 
 
-def _built(text: str, file: str, build: Callable[[RecipeSpec, Located], RecipeFile]) -> RecipeFile:
-    """`build` the recipe of YAML `text`, or raise every problem of it in one pass, by line:
-    those of the format, and those `build` finds in the rest of the recipe."""
+def _built(
+    text: str,
+    file: str,
+    build: Callable[[RecipeSpec, Located], RecipeFile],
+    parsed: tuple[RecipeSpec, Located] | None = None,
+) -> RecipeFile:
+    """`build` the recipe of YAML `text` (`parsed` already: a spec without problems), or
+    raise every problem of it in one pass, by line: those of the format, and those `build`
+    finds in the rest of the recipe."""
+    if parsed is not None:
+        return build(parsed[0], dataclasses.replace(parsed[1], file=file))
     with collector_paused(text):
         spec, located, problems = check_spec(text, file=file)
         if spec is not None and not problems:

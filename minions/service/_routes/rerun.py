@@ -43,8 +43,13 @@ class RerunRequest(BaseModel):
 
 
 class Rerun(BaseModel):
+    # Validated from the rerun's plan: queued, and every field always in the answer.
+    model_config = ConfigDict(
+        from_attributes=True, json_schema_serialization_defaults_required=True
+    )
+
     run_id: str
-    status: Status
+    status: Status = "queued"
     parent_run_id: str
     from_step: str
     reused: list[str] = Field(default_factory=list, description="Steps reused as recorded.")
@@ -56,12 +61,16 @@ class Rerun(BaseModel):
 
 
 class OutputChangeOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     path: str
     a: Any = None
     b: Any = None
 
 
 class StepDiffOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     step_id: str
     visit: int
     status: tuple[str | None, str | None]
@@ -74,6 +83,8 @@ class StepDiffOut(BaseModel):
 
 
 class RunDiffOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     run_a: str
     run_b: str
     status: tuple[str, str]
@@ -92,15 +103,7 @@ async def rerun(run_id: RunId, body: RerunRequest, runs: Runs) -> Rerun:
     plan = await runs.rerun(
         run_id, from_step=body.from_step, inputs=body.inputs, outputs=body.outputs
     )
-    return Rerun(
-        run_id=plan.run_id,
-        status="queued",
-        parent_run_id=plan.parent_run_id,
-        from_step=plan.from_step,
-        reused=list(plan.reused),
-        rerun=list(plan.rerun),
-        changed=dict(plan.changed),
-    )
+    return Rerun.model_validate(plan)
 
 
 @router.get("/runs/{run_a}/diff/{run_b}", response_model=RunDiffOut)

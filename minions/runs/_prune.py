@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from minions._text import duration_seconds
+from minions.runs._evals import prune_evals
 from minions.runs._store import Store, sqlite_path, workflow_id
 from minions.runs._tables import (
     OURS,
@@ -95,10 +96,16 @@ def prune(
     total = max(0, total - (keep or 0))
     path = sqlite_path(store.url)
     size_before = _size(path)
+    # Kept eval reports go with the runs when every finished run is pruned.
+    evals = (
+        prune_evals(store, before=before, keep=keep, dry_run=dry_run)
+        if set(chosen) == TERMINAL
+        else 0
+    )
     if dry_run or not total:
         return PruneResult(
             runs=total, before=before, statuses=chosen, dry_run=dry_run, bytes_before=size_before,
-            bytes_after=size_before,
+            bytes_after=size_before, evals=evals,
         )  # fmt: skip
     deleted = 0
     while deleted < total:
@@ -127,7 +134,7 @@ def prune(
         _vacuum(store)
     return PruneResult(
         runs=deleted, before=before, statuses=chosen, bytes_before=size_before,
-        bytes_after=_size(path),
+        bytes_after=_size(path), evals=evals,
     )  # fmt: skip
 
 

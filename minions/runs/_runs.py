@@ -28,6 +28,7 @@ from minions.runs._tables import (
     TERMINAL,
     CatchUp,
     EndpointRecord,
+    EvalRecord,
     History,
     PruneResult,
     RunFilter,
@@ -738,6 +739,71 @@ class RunStore:
 
         await self._store.call(_schedules.delete, self._store.store, name)
 
+    # -- evals ---------------------------------------------------------------------------------
+
+    async def open_eval(
+        self, fingerprint: str, *, dataset: str, target: str, total: int
+    ) -> tuple[EvalRecord, bool]:
+        """The eval run on this store's workers whose `fingerprint` (its dataset and recipes)
+        this is: the unfinished one, and True (it resumes), else a new one, and False. Its
+        case runs are submitted under idempotency keys holding its id, so an eval resumed
+        submits none twice."""
+        from minions.runs._evals import open_eval
+
+        return await self._store.call(
+            open_eval,
+            self._store.store,
+            eval_id=uuid.uuid4().hex[:12],
+            fingerprint=fingerprint,
+            dataset=dataset,
+            target=target,
+            total=total,
+            now=time.time(),
+        )
+
+    async def keep_eval(
+        self,
+        record: EvalRecord,
+        report: Mapping[str, Any],
+        *,
+        summary: Mapping[str, Any],
+    ) -> None:
+        """Keep the report of the eval (plain JSON data, up to 16 MiB) and a `summary` of it
+        for listings: the eval is finished. Pruned with the runs.
+
+        Raises:
+            ValueError: the report is too large to keep.
+        """
+        from minions.runs._evals import finish_eval
+
+        await self._store.call(
+            finish_eval,
+            self._store.store,
+            record.eval_id,
+            report=jsonable(dict(report)),
+            summary=jsonable(dict(summary)),
+            dataset=record.dataset,
+            target=record.target,
+            total=record.total,
+            now=time.time(),
+        )
+
+    async def evals(
+        self, *, limit: int = 50, before: tuple[float, str] | None = None
+    ) -> list[EvalRecord]:
+        """The evals run on this store's workers, newest first, a page at a time (`before`:
+        the created_at and eval id of a page's last one), without their reports."""
+        from minions.runs._evals import list_evals
+
+        return await self._store.call(list_evals, self._store.store, limit=limit, before=before)
+
+    async def eval(self, eval_id: str) -> EvalRecord | None:
+        """The eval with its report (once it finished), or None when the store has none of
+        this id."""
+        from minions.runs._evals import get_eval
+
+        return await self._store.call(get_eval, self._store.store, eval_id)
+
     # -- retention -----------------------------------------------------------------------------
 
     async def prune(
@@ -751,7 +817,9 @@ class RunStore:
         """Delete the finished runs (in one of `statuses`: default, every finished one) that
         finished over `older_than` ago (``30d``, or seconds), but the newest `keep`, with
         their steps, events, approvals and DBOS workflows; in batches, so workers go on
-        meanwhile. An SQLite file then gives the freed space back.
+        meanwhile. An SQLite file then gives the freed space back. With every status, the
+        kept evals that finished (or were last started) as long ago go too, but the newest
+        `keep`.
 
         Raises:
             ValueError: `older_than` is not a duration, or a status is not a finished one.

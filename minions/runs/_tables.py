@@ -209,6 +209,24 @@ step_cache_table = sa.Table(
     sa.Column("usage", sa.Text, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
 )
+evals_table = sa.Table(
+    "minions_evals",
+    metadata,
+    # The evals run on the store's workers (`minions eval --durable`) and their reports
+    # (minions.runs._evals). `open_key` is the eval's fingerprint while it has not finished
+    # (unique: an eval started again with the same dataset resumes it), NULL after.
+    sa.Column("eval_id", sa.Text, primary_key=True),
+    sa.Column("fingerprint", sa.Text, nullable=False),
+    sa.Column("open_key", sa.Text, nullable=True, unique=True),
+    sa.Column("dataset", sa.Text, nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False, index=True),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("summary", sa.Text, nullable=True),
+    sa.Column("report", sa.Text, nullable=True),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 
@@ -466,6 +484,8 @@ class PruneResult:
     dry_run: bool = False
     bytes_before: int | None = None
     bytes_after: int | None = None
+    evals: int = 0
+    """Kept eval reports deleted with them (see `RunStore.keep_eval`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -481,6 +501,35 @@ class History:
     oldest_at: float | None
     pruned_before: float | None = None
     pruned_at: float | None = None
+
+
+EvalStatus = Literal["running", "finished"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalRecord:
+    """An eval run on the store's workers (``minions eval --durable``), and its report once
+    it finished.
+
+    Attributes:
+        fingerprint: what makes it the same eval (its dataset and recipes): an eval started
+            again with the same one resumes it until it finished.
+        total: its case runs.
+        status: ``running`` until its report is kept, then ``finished``.
+        summary: a few numbers of the report, for a listing (plain JSON data).
+        report: the report (plain JSON data; ``None`` until finished, and in listings).
+    """
+
+    eval_id: str
+    fingerprint: str
+    dataset: str
+    target: str
+    total: int
+    status: EvalStatus
+    created_at: float
+    finished_at: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from minions.service._config import ServiceConfig
 from minions.service._errors import install
 from minions.service._guard import Guard
 from minions.service._recipes import RecipeCatalog
-from minions.service._routes import console, events, info, rerun, runs, schedules, steps
+from minions.service._routes import console, evals, events, info, rerun, runs, schedules, steps
 from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def create_app(
     app.state.streams = OpenStreams()
     install(app)
     routers = (runs.router, rerun.router, events.router, steps.router, info.router)
-    for router in (*routers, schedules.router, console.router):
+    for router in (*routers, schedules.router, evals.router, console.router):
         app.include_router(router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(

@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 from evals_helpers import CAPITALS, country, write
-from runs_helpers import WorkerProcess, until
+from runs_helpers import WorkerProcess, until, worker, write_ledger_recipe
 from typer.testing import CliRunner
 
+from minions import events as ev
 from minions.cli import app
 from minions.errors import ConfigError
-from minions.evals import Case, Dataset, EvalReport, evaluate_durable, load_dataset
-from minions.runs import RunStore
+from minions.evals import Case, CaseJob, Dataset, EvalReport, evaluate_durable, load_dataset
+from minions.evals._durable import case_run_of
+from minions.runs import RunRecord, RunStore, StepRecord
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
 DATASET = """\
@@ -229,3 +231,119 @@ def test_durable_options_that_cannot_apply_are_refused(
     assert result.exit_code == 2, result.output
     assert said in result.output
     assert not (tmp_path / "x.db").exists()
+
+
+LEDGER_DATASET = """\
+recipe: recipe.yaml
+repeat: 1
+checks:
+  - trajectory: {tools: [mark, mark, mark, mark, mark], steps: [one, two, three, four, five],
+                 order: exact, max_model_calls: 0}
+  - expr: "tool_calls[0].result == 'a:one' && steps.five.output == 'a:five'"
+cases:
+  - id: a
+    inputs: {tag: a}
+"""
+
+
+async def test_a_case_run_on_a_worker_is_graded_from_the_document_a_foreground_run_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from minions.evals import evaluate
+
+    write_ledger_recipe(tmp_path)
+    dataset = load_dataset(
+        write(tmp_path, LEDGER_DATASET, recipe=(tmp_path / "recipe.yaml").read_text())
+    )
+    ledger = tmp_path / "ledger.txt"
+    monkeypatch.setenv("LEDGER", str(ledger))
+    here = await evaluate(dataset)
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    store = RunStore(url, create=True)
+    documents = []
+
+    def keep(event: object) -> None:
+        from minions.evals import CaseRunFinished
+
+        if isinstance(event, CaseRunFinished):
+            documents.append(event.graded.run.document)
+
+    try:
+        with worker(url, tmp_path, "w1", ledger):
+            there = await evaluate_durable(dataset, store, progress=keep)
+    finally:
+        await store.aclose()
+    assert (here.passed, there.passed) == (1, 1), there.cases[0].failures
+    foreground = (await evaluate(dataset, progress=keep), documents.pop())[1]
+    durable = documents[0]
+    ignored = {"run_id", "duration"}
+    assert {k: v for k, v in durable.items() if k not in ignored} == {
+        k: v for k, v in foreground.items() if k not in ignored
+    } | {"steps": durable["steps"]}
+    assert {
+        s: {k: v for k, v in d.items() if k != "duration"} for s, d in durable["steps"].items()
+    } == {
+        s: {k: v for k, v in d.items() if k != "duration"} for s, d in foreground["steps"].items()
+    }
+
+
+def _job(tmp_path: Path) -> CaseJob:
+    dataset = load_dataset(write(tmp_path, DATASET))
+    return CaseJob(eval_id="e", target=dataset.targets[0], case=dataset.cases[0], repetition=1)
+
+
+def _record(status: str, step_status: str) -> RunRecord:
+    return RunRecord(
+        run_id="r", recipe_id="capital", status=status, created_at=1.0, started_at=1.0,
+        finished_at=2.0, error="boom" if status == "failed" else None,
+        steps=(StepRecord(step_id="answer", visit=1, status=step_status),),
+    )  # fmt: skip
+
+
+def test_a_run_that_failed_for_want_of_a_model_is_an_error_not_a_failure(tmp_path: Path) -> None:
+    unreachable: list[ev.Event] = [
+        ev.StepStarted(step_id="answer"),
+        ev.ModelCallStarted(step_id="answer", model="m"),
+        ev.ModelCallFailed(step_id="answer", error="connection refused"),
+        ev.StepFailed(step_id="answer", error="connection refused"),
+    ]
+    run = case_run_of(_job(tmp_path), _record("failed", "failed"), unreachable)
+    assert run.problem == "the model could not be used in step 'answer': connection refused"
+    # A model that answered wrong (tokens spent) is the agent's failure.
+    answered: list[ev.Event] = [
+        *unreachable[:2],
+        ev.ModelCallFailed(
+            step_id="answer", error="not valid JSON", usage=ev.UsageRecord(prompt_tokens=5)
+        ),
+        unreachable[3],
+    ]
+    run = case_run_of(_job(tmp_path), _record("failed", "failed"), answered)
+    assert run.problem is None
+    assert run.status == "failed"
+    cancelled = case_run_of(_job(tmp_path), _record("cancelled", "completed"), [])
+    assert cancelled.problem == "run r was cancelled: it says nothing of the agent"
+
+
+def test_a_step_started_again_after_a_takeover_counts_once(tmp_path: Path) -> None:
+    once: list[ev.Event] = [
+        ev.StepStarted(step_id="answer"),
+        ev.ModelCallStarted(step_id="answer", model="m"),
+        ev.ToolCallStarted(step_id="answer", call_id="c1", name="look", arguments={"q": 1}),
+    ]
+    again: list[ev.Event] = [
+        ev.StepStarted(step_id="answer"),  # a survivor took the run over
+        ev.ModelCallStarted(step_id="answer", model="m"),
+        ev.ToolCallStarted(step_id="answer", call_id="c2", name="look", arguments={"q": 2}),
+        ev.ToolCallCompleted(step_id="answer", call_id="c2", name="look", content="found"),
+        ev.ModelCallCompleted(
+            step_id="answer", usage=ev.UsageRecord(prompt_tokens=3, completion_tokens=1, calls=1)
+        ),
+        ev.StepCompleted(step_id="answer", output="Paris"),
+    ]
+    run = case_run_of(_job(tmp_path), _record("completed", "completed"), [*once, *again])
+    assert run.document["step_order"] == ["answer"]
+    assert run.document["model_calls"] == 1
+    assert run.document["tool_calls"] == [
+        {"step": "answer", "name": "look", "arguments": {"q": 2}, "result": "found", "error": None}
+    ]
+    assert run.models["m"].total_tokens == 4

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from minions._fold import ItemId
@@ -92,54 +93,8 @@ def case_run_of(job: CaseJob, record: RunRecord, events: Sequence[Event]) -> Cas
         return dataclasses.replace(
             base, problem=f"run {record.run_id} was {record.status}: it says nothing of the agent"
         )
-    # Each execution (a step's visit, or a loop item) by the events of its last start: a
-    # worker that died mid-step left the events of a start that a survivor did again.
-    visit: dict[str, int] = {}
-    started: dict[tuple[str, int], int] = {}
-    calls: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
-    asked: dict[tuple[str, int], list[str]] = {}
-    models: dict[str, Usage] = {}
-    for event in events:
-        name_id = event.step_id or ""
-        data: Any = event
-        if event.kind == "step_started":
-            visit[name_id] = data.visit
-            key = (name_id, data.visit)
-            started.setdefault(key, len(started))
-            calls[key], asked[key] = {}, []
-            continue
-        key = (name_id, visit.get(name_id, 1))
-        if event.kind == "model_call_started":
-            asked.setdefault(key, []).append(data.model)
-        elif event.kind == "model_call_completed" and asked.get(key):
-            used = Usage(
-                prompt_tokens=data.usage.prompt_tokens,
-                completion_tokens=data.usage.completion_tokens,
-                calls=data.usage.calls,
-                unknown_calls=data.usage.unknown_calls,
-            )
-            model = asked[key][-1]
-            models[model] = models.get(model, Usage()) + used
-        elif event.kind == "tool_call_started":
-            calls.setdefault(key, {})[data.call_id] = {
-                "step": ItemId.parse(name_id).step,
-                "name": data.name,
-                "arguments": jsonable(dict(data.arguments)),
-                "result": None,
-                "error": None,
-            }
-        elif event.kind in ("tool_call_completed", "tool_call_failed"):
-            done = calls.get(key, {}).get(data.call_id)
-            if done is not None:
-                done["result"] = data.content if event.kind == "tool_call_completed" else None
-                done["error"] = data.error if event.kind == "tool_call_failed" else None
-    ordered = sorted(started, key=started.__getitem__)
-    order = [name for name, _ in ordered if ItemId.parse(name).item is None]
-    model_calls: dict[str, int] = {}
-    for (name, _), made in asked.items():
-        step = ItemId.parse(name).step
-        model_calls[step] = model_calls.get(step, 0) + len(made)
-    tool_calls = [call for key in ordered for call in calls.get(key, {}).values()]
+    trail = _Trail.of(events)
+    model_calls, tool_calls = trail.model_calls, trail.tool_calls
     steps: dict[str, dict[str, Any]] = {}
     for step_record in record.steps:
         previous = steps.get(step_record.step_id)
@@ -164,6 +119,15 @@ def case_run_of(job: CaseJob, record: RunRecord, events: Sequence[Event]) -> Cas
         else 0.0
     )
     completed = record.status == "completed"
+    problem = None
+    if not completed:
+        # A run that failed for want of a model (unreachable, refused, timed out) says nothing
+        # of the agent: a failed step whose last model call got no answer at all.
+        for name in trail.failed:
+            why = trail.unanswered.get(name)
+            if why:
+                problem = f"the model could not be used in step {name!r}: {why}"
+                break
     expected = case.expected if case.has_expected else None
     document = {
         "run_id": record.run_id,
@@ -178,7 +142,7 @@ def case_run_of(job: CaseJob, record: RunRecord, events: Sequence[Event]) -> Cas
         "model_calls": sum(model_calls.values()),
         "steps": steps,
         "tool_calls": tool_calls,
-        "step_order": order,
+        "step_order": trail.order,
     }
     return dataclasses.replace(
         base,
@@ -193,8 +157,84 @@ def case_run_of(job: CaseJob, record: RunRecord, events: Sequence[Event]) -> Cas
             unknown_calls=usage["unknown_calls"],
         ),
         duration=duration,
-        models={name: used for name, used in models.items() if name},
+        problem=problem,
+        models={name: used for name, used in trail.models.items() if name},
     )
+
+
+@dataclass
+class _Trail:
+    """What a stored run's events tell of its executions (a step's visit, or a loop item),
+    each by the events of its last start: a worker that died mid-step left the events of a
+    start that a survivor did again."""
+
+    order: list[str] = field(default_factory=list)
+    """The steps in the order they started (not their loop items)."""
+    model_calls: dict[str, int] = field(default_factory=dict)
+    """Model calls (attempts) by step."""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    """The executions that failed."""
+    unanswered: dict[str, str | None] = field(default_factory=dict)
+    """Each execution's last model call, when it failed with no answer at all (no token): why."""
+    models: dict[str, Usage] = field(default_factory=dict)
+    """Tokens by the model asked."""
+
+    @classmethod
+    def of(cls, events: Sequence[Event]) -> _Trail:
+        trail = cls()
+        visit: dict[str, int] = {}
+        started: dict[tuple[str, int], int] = {}
+        calls: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+        asked: dict[tuple[str, int], list[str]] = {}
+        for event in events:
+            name = event.step_id or ""
+            data: Any = event
+            if event.kind == "step_started":
+                visit[name] = data.visit
+                key = (name, data.visit)
+                started.setdefault(key, len(started))
+                calls[key], asked[key] = {}, []
+                continue
+            key = (name, visit.get(name, 1))
+            if event.kind == "step_failed":
+                trail.failed.append(name)
+            elif event.kind == "model_call_started":
+                asked.setdefault(key, []).append(data.model)
+            elif event.kind in ("model_call_completed", "model_call_failed"):
+                tokens = data.usage.prompt_tokens + data.usage.completion_tokens
+                answered = event.kind == "model_call_completed" or tokens
+                trail.unanswered[name] = None if answered else data.error
+                if event.kind == "model_call_completed" and asked.get(key):
+                    model = asked[key][-1]
+                    trail.models[model] = trail.models.get(model, Usage()) + Usage(
+                        prompt_tokens=data.usage.prompt_tokens,
+                        completion_tokens=data.usage.completion_tokens,
+                        calls=data.usage.calls,
+                        unknown_calls=data.usage.unknown_calls,
+                    )
+            elif event.kind == "tool_call_started":
+                calls.setdefault(key, {})[data.call_id] = {
+                    "step": ItemId.parse(name).step,
+                    "name": data.name,
+                    "arguments": jsonable(dict(data.arguments)),
+                    "result": None,
+                    "error": None,
+                }
+            elif event.kind in ("tool_call_completed", "tool_call_failed"):
+                done = calls.get(key, {}).get(data.call_id)
+                if done is not None:
+                    ok = event.kind == "tool_call_completed"
+                    done["result"], done["error"] = (
+                        (data.content, None) if ok else (None, data.error)
+                    )
+        ordered = sorted(started, key=started.__getitem__)
+        trail.order = [name for name, _ in ordered if ItemId.parse(name).item is None]
+        for (name, _), made in asked.items():
+            step = ItemId.parse(name).step
+            trail.model_calls[step] = trail.model_calls.get(step, 0) + len(made)
+        trail.tool_calls = [call for key in ordered for call in calls.get(key, {}).values()]
+        return trail
 
 
 def _usage(data: Mapping[str, int]) -> dict[str, int]:

@@ -6,11 +6,13 @@ The report is kept in the store."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -197,6 +199,26 @@ async def test_a_report_too_large_is_not_kept(tmp_path: Path) -> None:
         assert kept.status == "running"
     finally:
         await store.aclose()
+
+
+def test_runs_prune_says_how_many_kept_evals_went(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+
+    from minions.runs._evals import finish_eval, open_eval
+    from minions.runs._store import Store
+
+    store = Store(url, create=True)
+    a_day_ago = time.time() - 86400
+    open_eval(store, eval_id="e1", fingerprint="f", dataset="d", target="t", total=1, now=a_day_ago)
+    finish_eval(store, "e1", report={}, summary={}, dataset="d", target="t", total=1, now=a_day_ago)
+    store.close()
+    prune = ["runs", "prune", "--older-than", "1h", "--database-url", url]
+    dry = CliRunner().invoke(app, [*prune, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "would delete 0 run(s)" in dry.output
+    assert "and 1 kept eval(s)" in dry.output
+    done = CliRunner().invoke(app, [*prune, "--json"])
+    assert json.loads(done.output)["evals"] == 1
 
 
 async def test_a_durable_eval_runs_recipe_files_only(tmp_path: Path) -> None:

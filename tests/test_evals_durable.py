@@ -122,6 +122,8 @@ async def test_a_durable_eval_resumes_after_a_crash_without_repeating_a_finished
                 worker.stop()
         assert second.returncode == 0, said
         assert f"resuming eval {opened[1]}" in said
+        # Every case run had been submitted: each was given back, none submitted again.
+        assert "0 case runs submitted, 6 found in the store" in said
         report = EvalReport.model_validate_json(out)
         assert report.eval_id == opened[1]
         failures = [f.reason for c in report.cases for f in c.failures]

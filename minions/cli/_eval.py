@@ -562,7 +562,7 @@ def eval_command(
             markup=False,
         )
     report = None
-    opened: list[Any] = []
+    opened: dict[str, Any] = {}  # the durable eval's id and runner, once opened
     with _event_loop(err) as loop, _Progress(err, quiet=quiet, total=total) as progress:
         common: dict[str, Any] = {
             "judge_model": judge if judge is not None else judge_model,
@@ -576,7 +576,7 @@ def eval_command(
         if durable:
 
             def told(record: EvalRecord, resumed: bool, runner: Any) -> None:
-                opened.append(record.eval_id)
+                opened.update(eval_id=record.eval_id, runner=runner)
                 if not quiet:
                     said = "resuming eval" if resumed else "eval"
                     err.print(
@@ -584,10 +584,10 @@ def eval_command(
                         markup=False,
                     )
 
-            store = open_store(database_url, create=True)
-            try:
-                report = loop.run(
-                    evaluate_durable(
+            async def on_workers() -> EvalReport:
+                store = open_store(database_url, create=True)
+                try:
+                    return await evaluate_durable(
                         dataset,
                         store,
                         baseline=base,
@@ -596,9 +596,10 @@ def eval_command(
                         opened=told,
                         **common,
                     )
-                )
-            finally:
-                store.close()
+                finally:
+                    await store.aclose()
+
+            report = loop.run(on_workers())
         else:
             report = loop.run(
                 evaluate(
@@ -612,7 +613,8 @@ def eval_command(
             )
     if report is None:
         resume = (
-            f"; its case runs go on on the workers: the same command resumes eval {opened[0]}"
+            f"; its case runs go on on the workers: the same command resumes eval "
+            f"{opened['eval_id']}"
             if opened
             else ""
         )
@@ -622,6 +624,13 @@ def eval_command(
             style="yellow",
         )
         raise typer.Exit(EXIT_INTERRUPTED)
+    if durable and not quiet:
+        runner = opened["runner"]
+        err.print(
+            f"eval {report.eval_id}: {runner.submitted} case runs submitted, {runner.found} "
+            "found in the store (submitted before: not run again); its report is kept there",
+            markup=False,
+        )
     if not durable:  # a durable eval compared and gated its report before keeping it
         if base is not None:
             report = compare_reports(base, report, name=str(baseline))

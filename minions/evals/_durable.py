@@ -68,10 +68,9 @@ class DurableRunner(CaseRunner):
             self.submitted += 1
         else:
             self.found += 1
-        async for _ in self.store.follow(run_id):
-            pass
-        record = await self.store.get(run_id)
-        return case_run_of(job, record, await self.store.events(run_id))
+        # The run's stored events, then new ones until it ends (token deltas are not stored).
+        events = [e async for e in self.store.follow(run_id) if e.kind != "token_delta"]
+        return case_run_of(job, await self.store.get(run_id), events)
 
 
 _NO_FILE = (

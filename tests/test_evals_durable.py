@@ -371,3 +371,18 @@ def test_a_step_started_again_after_a_takeover_counts_once(tmp_path: Path) -> No
         {"step": "answer", "name": "look", "arguments": {"q": 2}, "result": "found", "error": None}
     ]
     assert run.models["m"].total_tokens == 4
+
+
+def test_a_store_made_before_evals_were_kept_gets_their_table_when_opened(tmp_path: Path) -> None:
+    import sqlite3
+
+    from minions.runs._store import Store
+
+    path = tmp_path / "old.db"
+    Store(f"sqlite:///{path}", create=True).close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE minions_evals")
+    Store(f"sqlite:///{path}").close()  # opened, not created
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert "minions_evals" in tables

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from minions.cli._app import app
 from minions.runs import RunStore
-from minions.runs._store import Store, queued_row, sqlite_path
+from minions.runs._db import sqlite_path
+from minions.runs._store import Store, queued_row
 from minions.runs._tables import (
     SCHEMA_VERSION,
     approvals_table,

@@ -443,14 +443,14 @@ def test_a_store_survives_its_postgres_connections_being_dropped(
     restart, an idle timeout) is replaced, and the read or write goes through."""
     import psycopg
 
-    from minions.runs import _store
+    from minions.runs import _db, _store
 
     url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
     store = _store.Store(url, create=True)
     insert_run(store, "r")
     start = store.claim("r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0)
     assert isinstance(start, _store.Start)
-    monkeypatch.setattr(_store, "IDLE_PING", -1.0)  # every connection counts as rested
+    monkeypatch.setattr(_db, "IDLE_PING", -1.0)  # every connection counts as rested
     database = url.rsplit("/", 1)[1]
     with psycopg.connect(postgres, autocommit=True) as admin:
         admin.execute(

@@ -23,7 +23,8 @@ import structlog
 
 from minions.errors import StoreError
 from minions.events import Event, event_from_json
-from minions.runs._store import EventRow, Lease, Refusal, Start, Store, describe
+from minions.runs._db import describe, detail
+from minions.runs._store import EventRow, Lease, Refusal, Start, Store
 from minions.runs._tables import ApprovalRecord, RunFilter, RunRecord, WorkerRecord
 
 __all__: list[str] = []
@@ -103,7 +104,7 @@ class AsyncStore:
                     continue
                 if not self.patient:
                     raise StoreError(
-                        f"the run store {describe(self.url)} cannot be used now: {_detail(exc)}"
+                        f"the run store {describe(self.url)} cannot be used now: {detail(exc)}"
                     ) from None
                 self._down(exc)
                 await asyncio.sleep(delay)
@@ -117,7 +118,7 @@ class AsyncStore:
     def _down(self, exc: BaseException) -> None:
         if self._outage is None:
             self._outage = time.monotonic()
-            log.warning("run store unavailable; trying again until it is back", error=_detail(exc))
+            log.warning("run store unavailable; trying again until it is back", error=detail(exc))
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -221,9 +222,3 @@ class AsyncStore:
 
 def _dropped(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
-
-
-def _detail(exc: BaseException) -> str:
-    original = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
-    text = str(original).strip().splitlines()
-    return text[0] if text else type(original).__name__

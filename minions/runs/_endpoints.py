@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from minions._messages import OutputMode
 from minions.models._limits import WINDOW, EndpointLimit, EndpointWait, blocked
-from minions.runs._store import Store, _insert_ignoring_conflicts
+from minions.runs._store import Store
 from minions.runs._tables import (
     capabilities_table,
     endpoint_calls_table,
@@ -38,11 +38,7 @@ def _lock_gate(db: sa.Connection, store: Store, match: str) -> None:
     touch = gates.update().where(gates.c.endpoint == match).values(endpoint=match)
     if db.execute(touch).rowcount:
         return
-    db.execute(
-        _insert_ignoring_conflicts(
-            store.postgres, {"endpoint": match, "paused_until": 0.0}, table=gates
-        )
-    )
+    db.execute(store.insert_ignoring_conflicts(gates, {"endpoint": match, "paused_until": 0.0}))
     db.execute(touch)
 
 
@@ -221,10 +217,8 @@ def save_capability(
     with store.begin() as db:
         if not db.execute(capabilities_table.update().where(where).values(**values)).rowcount:
             db.execute(
-                _insert_ignoring_conflicts(
-                    store.postgres,
-                    {"base_url": key[0], "model": key[1], **values},
-                    table=capabilities_table,
+                store.insert_ignoring_conflicts(
+                    capabilities_table, {"base_url": key[0], "model": key[1], **values}
                 )
             )
 

@@ -18,7 +18,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from minions._text import duration_seconds
-from minions.runs._store import Store, sqlite_path, workflow_id
+from minions.runs._db import sqlite_path
+from minions.runs._store import Store, workflow_id
 from minions.runs._tables import (
     OURS,
     TERMINAL,
@@ -187,7 +188,7 @@ def _shrink(store: Store) -> None:
     # `executescript`: the driver's `execute` steps a vacuum once, a page.
     script = "PRAGMA incremental_vacuum(2000);" if incremental else "VACUUM;"
     while True:
-        with store._turns, store.engine.connect() as raw:
+        with store.turn(), store.engine.connect() as raw:
             sqlite: Any = raw.connection.driver_connection
             sqlite.executescript(script)
             left = sqlite.execute("PRAGMA freelist_count").fetchone()[0]

@@ -16,7 +16,8 @@ import re
 import sqlalchemy as sa
 from dbos import DBOS, DBOSClient
 
-from minions.runs._store import sqlalchemy_url, workflow_id
+from minions.runs._db import sqlalchemy_url
+from minions.runs._store import workflow_id
 
 __all__: list[str] = []
 

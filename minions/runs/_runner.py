@@ -41,9 +41,10 @@ from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
 from minions.runs._cache import StoreStepCache
+from minions.runs._db import dumps
 from minions.runs._limiter import StoreCapabilities, share_capabilities
 from minions.runs._log import TERMINAL_KINDS, LiveHub, event_row
-from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps, workflow_id
+from minions.runs._store import Lease, LeaseLost, Refusal, Start, workflow_id
 from minions.runs._tables import TERMINAL
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
 

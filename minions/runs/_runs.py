@@ -21,8 +21,9 @@ from minions._text import jsonable
 from minions.errors import RunStateError, StoreError
 from minions.events import Event
 from minions.runs._async import AsyncStore
+from minions.runs._db import DEFAULT_URL
 from minions.runs._log import EventLog, LiveHub, run_failed_row
-from minions.runs._store import DEFAULT_URL, Store
+from minions.runs._store import Store
 from minions.runs._tables import (
     STATUSES,
     TERMINAL,

@@ -26,7 +26,8 @@ import sqlalchemy as sa
 import structlog
 
 from minions.errors import ScheduleExistsError, UnknownScheduleError
-from minions.runs._store import Enqueue, Store, _insert_ignoring_conflicts, dumps, queued_row
+from minions.runs._db import dumps
+from minions.runs._store import Enqueue, Store, queued_row
 from minions.runs._tables import CatchUp, ScheduleRecord, runs_table, schedules_table
 
 __all__: list[str] = []
@@ -127,7 +128,7 @@ def save(store: Store, values: Mapping[str, Any], *, replace: bool) -> ScheduleR
             if updated:
                 return record(_row(db, row["name"]))
         inserted = db.execute(
-            _insert_ignoring_conflicts(store.postgres, row, table=table).returning(table.c.name)
+            store.insert_ignoring_conflicts(table, row).returning(table.c.name)
         ).first()
         if inserted is None:
             raise ScheduleExistsError(row["name"])
@@ -230,8 +231,8 @@ def _fire(
             return []
         for run_id, slot in runs:
             inserted = db.execute(
-                _insert_ignoring_conflicts(
-                    store.postgres,
+                store.insert_ignoring_conflicts(
+                    runs_table,
                     queued_row(
                         run_id=run_id,
                         recipe_id=row.recipe_id,

@@ -17,23 +17,18 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
 
 from minions.errors import IdempotencyConflictError, RunStateError, StoreError, UnknownRunError
+from minions.runs._db import DEAD_AFTER, Database, dumps, loads
 from minions.runs._tables import (
     ACTIVE,
     HELD,
-    MIGRATIONS,
-    OURS,
-    SCHEMA_VERSION,
     ApprovalRecord,
     RunFilter,
     RunRecord,
@@ -41,8 +36,6 @@ from minions.runs._tables import (
     WorkerRecord,
     approvals_table,
     events_table,
-    meta_table,
-    metadata,
     runs_table,
     step_cache_table,
     steps_table,
@@ -51,11 +44,8 @@ from minions.runs._tables import (
 
 __all__: list[str] = []
 
-DEFAULT_URL = "sqlite:///./.minions/minions.db"
 HEARTBEAT = float(os.environ.get("MINIONS_WORKER_HEARTBEAT", "2"))
 """Seconds between a worker's heartbeats (each renews the leases of the runs it holds)."""
-DEAD_AFTER = float(os.environ.get("MINIONS_WORKER_DEAD_AFTER", "10"))
-"""A worker silent this long is dead: its leases run out and a live worker takes its runs."""
 
 Enqueue = Callable[[sa.Connection, str, int], None]
 """Queues attempt `n` of run `run_id` in the caller's transaction (DBOS's enqueue)."""
@@ -63,35 +53,9 @@ EventRow = tuple[int, str, str | None, str]
 """A stored event: its number, kind, step id and JSON."""
 
 
-def dumps(value: Any) -> str:
-    from minions._text import jsonable
-
-    return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":"))
-
-
-def sqlalchemy_url(url: str) -> str:
-    """A database URL as SQLAlchemy takes it (``postgresql://`` through psycopg 3)."""
-    if url.startswith(("postgresql://", "postgres://")):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
-
-
-def sqlite_path(url: str) -> Path | None:
-    if not url.startswith("sqlite:///"):
-        return None
-    return Path(url.removeprefix("sqlite:///"))
-
-
 def workflow_id(run_id: str, attempt: int) -> str:
     """The DBOS workflow of a run's attempt: the run id for the first, then ``RUN-2``..."""
     return run_id if attempt == 1 else f"{run_id}-{attempt}"
-
-
-def describe(url: str) -> str:
-    """The URL with any password hidden."""
-    from minions._text import redact_url
-
-    return redact_url(url)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,145 +94,9 @@ Refusal = Literal["held", "stale", "ended"]
 current one (a stale delivery); the run has ended."""
 
 
-class Store:
+class Store(Database):
     """The tables of one database. `create`: make the database and its tables when missing
     (submitting and working do; reading never writes)."""
-
-    def __init__(self, url: str = DEFAULT_URL, *, create: bool = False) -> None:
-        self.url = url
-        if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
-            raise StoreError(
-                f"unsupported database URL {describe(url)!r}: use sqlite:///PATH or "
-                "postgresql://USER:PASSWORD@HOST:PORT/DB"
-            )
-        path = sqlite_path(url)
-        if path is not None:
-            if not path.exists():
-                if not create:
-                    raise StoreError(
-                        f"no run store at {str(path)!r}: nothing was submitted there yet "
-                        "(set MINIONS_DATABASE_URL or --database-url to yours)"
-                    )
-                path.parent.mkdir(parents=True, exist_ok=True)
-            self.engine = sa.create_engine(
-                sqlalchemy_url(url), connect_args={"timeout": 30, "check_same_thread": False}
-            )
-            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        else:
-            # A session idle inside a transaction this long belongs to a process that froze
-            # (or lost its network) between two statements: the server ends it, and the locks
-            # it holds on a run go with it, or no other worker could take the run over.
-            idle = f"-c idle_in_transaction_session_timeout={int(DEAD_AFTER * 1000)}"
-            self.engine = sa.create_engine(
-                sqlalchemy_url(url),
-                connect_args={"connect_timeout": 10, "options": idle},
-                # Connections are kept for as many threads as use them at once (a worker's
-                # store threads, its heartbeat): SQLAlchemy's default keeps 5 and closes the
-                # rest after each use, and a new connection is a new Postgres process
-                # (Postgres spent 11.9 instead of 7.2 ms of CPU per W6b run, 8 at a time).
-                pool_size=16,
-                max_overflow=8,
-            )
-            sa.event.listen(self.engine, "checkout", _ping_if_idle)
-        self.postgres = self.engine.dialect.name == "postgresql"
-        # On Postgres a read, or a write of one statement, is its own transaction: one round
-        # trip instead of three (BEGIN, the statement, COMMIT). Nothing is lost: under READ
-        # COMMITTED each statement of a transaction sees its own snapshot anyway.
-        self._single = (
-            self.engine.execution_options(isolation_level="AUTOCOMMIT") if self.postgres else None
-        )
-        self._turns = _SQLITE_TURNS.setdefault(
-            str(path.resolve()) if path is not None else url, threading.RLock()
-        )
-        try:
-            self._migrate(create)
-        except sa.exc.OperationalError as exc:
-            self.engine.dispose()
-            raise StoreError(
-                f"cannot use the run store {describe(url)!r}: {_detail(exc)}"
-            ) from None
-        except sa.exc.DatabaseError as exc:
-            self.engine.dispose()
-            raise StoreError(
-                f"{describe(url)!r} is not a minions run store: {_detail(exc)}"
-            ) from None
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    # -- schema ------------------------------------------------------------------------------
-
-    def _migrate(self, create: bool) -> None:
-        with self.engine.begin() as db:
-            if self.postgres:
-                # Processes opening a new store at once (two workers started together) make
-                # its tables one after the other: Postgres refused the second's types.
-                db.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('minions_schema'))"))
-            names = set(sa.inspect(db).get_table_names())
-            if "minions_meta" not in names:
-                if not create:
-                    raise StoreError(
-                        f"{describe(self.url)!r} is not a minions run store (it has no "
-                        "minions tables; `minions submit` or `minions worker` make them)"
-                    )
-                metadata.create_all(db)
-                db.execute(
-                    meta_table.insert().values(key="schema_version", value=str(SCHEMA_VERSION))
-                )
-                return
-            version = int(
-                db.execute(
-                    sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
-                ).scalar_one()
-            )
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"the run store {describe(self.url)!r} has schema version {version}, made "
-                    f"by a newer minions (this one knows {SCHEMA_VERSION}): upgrade minions"
-                )
-            if version < SCHEMA_VERSION:
-                # One migration at a time, under a lock on the version row (Postgres) or the
-                # write lock (SQLite): two processes opening an old store migrate it once.
-                updated = db.execute(
-                    meta_table.update()
-                    .where(meta_table.c.key == "schema_version", meta_table.c.value == str(version))
-                    .values(value=str(SCHEMA_VERSION))
-                ).rowcount
-                if updated:
-                    for step in range(version, SCHEMA_VERSION):
-                        MIGRATIONS[step](db)
-            if OURS - names:  # tables added by this version: created empty
-                metadata.create_all(db)
-
-    @contextmanager
-    def begin(self) -> Iterator[sa.Connection]:
-        """A write transaction. Its first statement must write (see the module's docstring)."""
-        if self.postgres:
-            with self.engine.begin() as db:
-                yield db
-            return
-        # SQLite has one writer at a time, and a connection that finds the file locked backs
-        # off in sleeps of up to 100 ms: this process's own transactions take turns here
-        # instead (8 runs at a time went 5x faster).
-        with self._turns, self.engine.begin() as db:
-            yield db
-
-    @contextmanager
-    def statement(self) -> Iterator[sa.Connection]:
-        """A write transaction of one statement (on Postgres, the statement's own)."""
-        if self._single is None:
-            with self.begin() as db:
-                yield db
-            return
-        with self._single.connect() as db:
-            yield db
-
-    @contextmanager
-    def read(self) -> Iterator[sa.Connection]:
-        """A read: it takes no turn (in WAL mode readers never wait for the writer); on
-        Postgres each of its statements is a transaction of its own."""
-        with (self.engine if self._single is None else self._single).connect() as db:
-            yield db
 
     # -- submitting ----------------------------------------------------------------------------
 
@@ -315,7 +143,7 @@ class Store:
             # Written first, and only when the key is new (a concurrent submission with the same
             # key waits on the row and then inserts nothing).
             inserted = db.execute(
-                _insert_ignoring_conflicts(self.postgres, row).returning(runs_table.c.run_id)
+                self.insert_ignoring_conflicts(runs_table, row).returning(runs_table.c.run_id)
             ).first()
             if inserted is not None:
                 if steps:
@@ -494,19 +322,8 @@ class Store:
             "usage": dumps(dict(usage)),
             "created_at": now,
         }
-        if self.postgres:
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-            statement: Any = pg_insert(step_cache_table).values(**values)
-        else:
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-            statement = sqlite_insert(step_cache_table).values(**values)
-        statement = statement.on_conflict_do_update(
-            index_elements=["key"], set_={k: v for k, v in values.items() if k != "key"}
-        )
         with self.begin() as db:
-            db.execute(statement)
+            db.execute(self.upsert(step_cache_table, values, key=["key"]))
 
     def announced(self, run_id: str) -> set[tuple[str, int]]:
         """The steps and loop items (name, visit) a rerun said it reused (its stored
@@ -585,7 +402,7 @@ class Store:
             recipe_path=row.recipe_path,
             inputs=json.loads(row.inputs),
             last_seq=int(row.last_seq),
-            rerun=_loads(row.rerun),
+            rerun=loads(row.rerun),
         )
 
     def append(
@@ -696,8 +513,8 @@ class Store:
             if not fenced:
                 raise LeaseLost(lease.run_id)
             db.execute(
-                _insert_ignoring_conflicts(
-                    self.postgres,
+                self.insert_ignoring_conflicts(
+                    approvals_table,
                     {
                         "run_id": lease.run_id,
                         "call_id": call_id,
@@ -706,7 +523,6 @@ class Store:
                         "arguments": dumps(arguments),
                         "requested_at": time.time(),
                     },
-                    table=approvals_table,
                 )
             )
             row = db.execute(
@@ -902,8 +718,8 @@ class Store:
             ).rowcount
             if not updated:
                 db.execute(
-                    _insert_ignoring_conflicts(
-                        self.postgres, {"executor_id": executor_id, **values}, table=workers_table
+                    self.insert_ignoring_conflicts(
+                        workers_table, {"executor_id": executor_id, **values}
                     )
                 )
 
@@ -1153,18 +969,6 @@ _CLAIM = sa.text(
 ).columns(*runs_table.c)
 
 
-def _insert_ignoring_conflicts(
-    postgres: bool, values: Mapping[str, Any], *, table: sa.Table = runs_table
-) -> Any:
-    if postgres:
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert(table).values(**values).on_conflict_do_nothing()
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(table).values(**values).on_conflict_do_nothing()
-
-
 def _filtered(query: sa.Select[Any], which: RunFilter) -> sa.Select[Any]:
     """`query` on the runs table, narrowed to the runs `which` lets through."""
     if which.status is not None:
@@ -1198,14 +1002,6 @@ def _usage_of_steps(db: sa.Connection, run_id: str) -> dict[str, int]:
     return total
 
 
-_SQLITE_TURNS: dict[str, threading.RLock] = {}
-"""One lock per SQLite file, shared by the stores of a process (a service and its worker)."""
-
-
-def _detail(exc: sa.exc.DBAPIError) -> str:
-    return str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-
-
 def _run_row(db: sa.Connection, run_id: str) -> Any:
     """The run's row.
 
@@ -1224,42 +1020,6 @@ def _encoded(values: dict[str, Any]) -> dict[str, Any]:
         if key in values:
             values[key] = dumps(values[key])
     return values
-
-
-IDLE_PING = 2.0
-"""Seconds a pooled Postgres connection may rest before it is checked on its next use."""
-
-
-def _ping_if_idle(connection: Any, record: Any, _proxy: Any) -> None:
-    """Check a connection that rested (the server may have restarted or dropped it) before
-    it is used; a busy one is not checked: a ping per checkout is a round trip per step."""
-    now = time.monotonic()
-    rested = now - record.info.get("used", now)
-    record.info["used"] = now
-    if rested <= IDLE_PING:
-        return
-    try:
-        cursor = connection.cursor()
-        cursor.execute("SELECT 1")
-        cursor.close()
-        connection.rollback()
-    except Exception:
-        raise sa.exc.DisconnectionError() from None  # the pool connects anew and retries
-
-
-def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-    cursor = connection.cursor()
-    # Only a new file takes it (before its first table): pruning then gives pages back to the
-    # file system a few at a time, instead of a VACUUM that stops every writer.
-    cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=FULL")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.close()
-
-
-def _loads(text: str | None, default: Any = None) -> Any:
-    return default if text is None else json.loads(text)
 
 
 def _step_record(row: Any) -> StepRecord:
@@ -1314,10 +1074,10 @@ def _run_record(
         created_at=row.created_at,
         started_at=row.started_at,
         finished_at=row.finished_at,
-        inputs=_loads(row.inputs, {}),
-        output=_loads(row.output),
+        inputs=loads(row.inputs, {}),
+        output=loads(row.output),
         error=row.error,
-        usage=_loads(row.usage, {}),
+        usage=loads(row.usage, {}),
         recipe_path=row.recipe_path,
         recipe_hash=row.recipe_hash,
         executor_id=row.executor_id,

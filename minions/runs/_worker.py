@@ -23,7 +23,8 @@ from dbos import DBOS
 from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
 from minions.models._limits import Limits
-from minions.runs._async import AsyncStore, _detail, transient
+from minions.runs._async import AsyncStore, transient
+from minions.runs._db import DEAD_AFTER, describe, detail
 from minions.runs._limiter import StoreCapabilities, StoreLimiter
 from minions.runs._log import LiveHub, run_failed_row
 from minions.runs._prune import Retention, prune
@@ -39,7 +40,7 @@ from minions.runs._queue import (
 from minions.runs._runner import DurableRunner, RunEndedError, RunFailedError
 from minions.runs._schedules import TICK as SCHEDULE_TICK
 from minions.runs._schedules import Scheduler
-from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store, describe, workflow_id
+from minions.runs._store import HEARTBEAT, Store, workflow_id
 from minions.runs._tables import ACTIVE, HELD
 
 __all__ = ["Worker", "WorkerConflictError"]
@@ -234,7 +235,7 @@ class Worker:
             # Locked for longer than its busy timeout, its disk full, its server gone: said
             # as the store's opening says it, not as a traceback.
             raise StoreError(
-                f"cannot use the run store {describe(self.url)!r}: {_detail(exc)}"
+                f"cannot use the run store {describe(self.url)!r}: {detail(exc)}"
             ) from None
         except BaseException:
             self.state = "failed"

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from minions.runs._tables import RunRecord, StepRecord
+from minions.runs._checkpoints import StepRecord
+from minions.runs._runs import RunRecord
 
 __all__ = ["RunDiff", "StepDiff"]
 

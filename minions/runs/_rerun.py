@@ -21,7 +21,8 @@ from minions.errors import MinionsError, RerunError, TemplateError
 if TYPE_CHECKING:
     from minions._agent.graph import StepGraph
     from minions.recipes._recipe import AgentRecipe
-    from minions.runs._tables import RunRecord
+    from minions.runs._checkpoints import Checkpoint
+    from minions.runs._runs import RunRecord
 
 __all__: list[str] = []
 
@@ -71,6 +72,7 @@ class RerunPlan:
     outputs: Mapping[str, Any] = field(default_factory=dict)
 
     def to_data(self) -> dict[str, Any]:
+        """The plan as JSON data (what the rerun stores, and its worker reads)."""
         return {
             "parent_run_id": self.parent_run_id,
             "from_step": self.from_step,
@@ -79,6 +81,19 @@ class RerunPlan:
             "changed": dict(self.changed),
             "outputs": dict(self.outputs),
         }
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], *, run_id: str = "") -> RerunPlan:
+        """A plan stored by `to_data` (of the rerun `run_id`)."""
+        return cls(
+            parent_run_id=data["parent_run_id"],
+            from_step=data["from_step"],
+            run_id=run_id,
+            reused=tuple(data["reused"]),
+            rerun=tuple(data["rerun"]),
+            changed=dict(data.get("changed", {})),
+            outputs=dict(data.get("outputs", {})),
+        )
 
 
 def plan_rerun(
@@ -164,56 +179,34 @@ def plan_rerun(
     )
 
 
-def seed_rows(
-    plan: RerunPlan, saved: Mapping[tuple[str, int], tuple[str, str | None]]
-) -> list[dict[str, Any]]:
+def seeds(plan: RerunPlan, saved: Mapping[tuple[str, int], Checkpoint]) -> list[Checkpoint]:
     """The checkpoints a rerun starts with: the parent's completed executions (`saved`: its
-    finished steps and loop items) of the steps the rerun reuses, each with status
-    ``reused``, no calls and no new usage (the original usage, and the run that spent it,
-    kept under ``reused``), and the outputs set by hand in place; `saved` is in the order
-    the parent saved them. A loop item is copied only
-    when its step did not finish in the parent (its items are then reused as recorded)."""
+    checkpoints, in the order the parent saved them) of the steps the rerun reuses, as
+    reused (`Checkpoint.reused`), with the outputs set by hand in place. A loop item is
+    copied only when its step did not finish in the parent (its items are then reused as
+    recorded)."""
     import time
 
     now = time.time()
     reused = set(plan.reused)
-    rows: list[dict[str, Any]] = []
-    for (name, visit), (execution, routing) in saved.items():
-        step_id, bracket, index = name.partition("[")
+    copied: list[Checkpoint] = []
+    for (name, visit), checkpoint in saved.items():
+        step_id, bracket, _ = name.partition("[")
         if step_id not in reused or (bracket and (step_id, visit) in saved):
             continue
-        data = json.loads(execution)
-        if data.get("status") != "completed":
+        if not checkpoint.completed:
             continue
-        earlier = data.get("reused") or {}
-        edited = not bracket and step_id in plan.outputs
-        if edited:
-            data["output"] = plan.outputs[step_id]
-        data.update(
-            usage={},
-            model_calls=0,
-            tool_calls=0,
-            started_at=now,
-            finished_at=now,
-            reused={
-                "run_id": earlier.get("run_id", plan.parent_run_id),
-                "usage": earlier.get("usage", data.get("usage", {})),
-                "edited": edited,
-            },
-        )
-        rows.append(
-            {
-                "step_id": name,
-                "visit": visit,
-                "status": "reused",
-                "execution": json.dumps(data, ensure_ascii=False, separators=(",", ":")),
-                "routing": routing,
+        edited = {} if bracket or step_id not in plan.outputs else {"output": plan.outputs[step_id]}
+        copied.append(
+            checkpoint.reused(
+                plan.parent_run_id,
+                now=now,
                 # In the order the parent saved them (`runs show` lists steps in that order).
-                "saved_at": now + len(rows) * 1e-6,
-                "item": int(index.rstrip("]")) if bracket else None,
-            }
+                saved_at=now + len(copied) * 1e-6,
+                **edited,
+            )
         )
-    return rows
+    return copied
 
 
 def step_definitions(text: str) -> dict[str, Any]:

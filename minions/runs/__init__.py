@@ -28,8 +28,7 @@ from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointRecord
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._prune import History, PruneResult
-from minions.runs._rerun import RerunPlan
-from minions.runs._runs import RunRecord
+from minions.runs._runs import RerunPlan, RunRecord
 from minions.runs._schedules import ScheduleRecord
 from minions.runs._store import RunFilters, RunStore, database_url
 from minions.runs._tables import STATUSES

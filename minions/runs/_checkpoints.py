@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from minions._routing.selection import Routing
 from minions._step.execution import StepExecution
 from minions.runs._db import dumps
 from minions.runs._tables import steps_table
 
 if TYPE_CHECKING:
+    from minions._routing.selection import Routing
     from minions.runs._db import Database
 
 __all__ = ["StepRecord"]
@@ -222,6 +222,8 @@ def _record(data: Mapping[str, Any], *, status: str | None = None) -> StepRecord
 
 
 def _checkpoint(row: Any) -> Checkpoint:
+    from minions._routing.selection import Routing  # the runner's: loaded with the agent layer
+
     return Checkpoint(
         name=row.step_id,
         visit=row.visit,

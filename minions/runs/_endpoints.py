@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import sqlalchemy as sa
 
 from minions._messages import OutputMode
-from minions.models._limits import WINDOW, EndpointLimit, EndpointWait, blocked
 from minions.runs._db import Database
 from minions.runs._tables import (
     capabilities_table,
@@ -26,6 +25,9 @@ from minions.runs._tables import (
     endpoint_gates_table,
     endpoint_waiters_table,
 )
+
+if TYPE_CHECKING:
+    from minions.models._limits import EndpointLimit, EndpointWait
 
 __all__ = ["EndpointRecord"]
 
@@ -56,6 +58,9 @@ def take(
     """Take a place under `rule` for the call `ticket` (``None``), or say why it waits (it
     stays in line, seen now). A taken place is in flight until `lease` seconds from `now`
     unless renewed (`renew`)."""
+    # Loaded by a worker with limits only (a store that lists endpoints needs none of it).
+    from minions.models._limits import WINDOW, blocked
+
     match = rule.match
     with database.begin() as db:
         _lock_gate(db, database, match)

@@ -24,7 +24,7 @@ from minions.runs._checkpoints import COLUMNS as CHECKPOINT_COLUMNS
 from minions.runs._db import dumps
 from minions.runs._events import COLUMNS as EVENT_COLUMNS
 from minions.runs._queue import status_table
-from minions.runs._rerun import RerunPlan
+from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import ACTIVE, HELD, TERMINAL, runs_table
 

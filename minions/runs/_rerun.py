@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from minions._templates import render, template_expressions, template_roots
 from minions.errors import MinionsError, RerunError, TemplateError
+from minions.runs._runs import RerunPlan, RunRecord
 
 if TYPE_CHECKING:
     from minions._agent.graph import StepGraph
     from minions.recipes._recipe import AgentRecipe
     from minions.runs._checkpoints import Checkpoint
-    from minions.runs._runs import RunRecord
 
 __all__: list[str] = []
 
@@ -47,53 +46,6 @@ def reexecuted(
         found.add(step)
         pending.extend(followers.get(step, ()))
     return frozenset(found)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RerunPlan:
-    """What a rerun reuses of its parent and what it executes again, and why.
-
-    Attributes:
-        reused: the steps whose recorded results are reused (as recorded, or as `outputs`
-            sets them); a step the parent never finished runs live.
-        rerun: the steps executed again.
-        changed: steps executed again for a reason of their own besides being downstream of
-            `from_step`: ``"inputs"`` (their rendered templates change with the new inputs)
-            or ``"definition"`` (the new recipe version changed them).
-    """
-
-    parent_run_id: str
-    from_step: str
-    run_id: str = ""
-    """The rerun's id (once it is queued)."""
-    reused: tuple[str, ...]
-    rerun: tuple[str, ...]
-    changed: Mapping[str, str] = field(default_factory=dict)
-    outputs: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_data(self) -> dict[str, Any]:
-        """The plan as JSON data (what the rerun stores, and its worker reads)."""
-        return {
-            "parent_run_id": self.parent_run_id,
-            "from_step": self.from_step,
-            "reused": list(self.reused),
-            "rerun": list(self.rerun),
-            "changed": dict(self.changed),
-            "outputs": dict(self.outputs),
-        }
-
-    @classmethod
-    def from_data(cls, data: Mapping[str, Any], *, run_id: str = "") -> RerunPlan:
-        """A plan stored by `to_data` (of the rerun `run_id`)."""
-        return cls(
-            parent_run_id=data["parent_run_id"],
-            from_step=data["from_step"],
-            run_id=run_id,
-            reused=tuple(data["reused"]),
-            rerun=tuple(data["rerun"]),
-            changed=dict(data.get("changed", {})),
-            outputs=dict(data.get("outputs", {})),
-        )
 
 
 def plan_rerun(

@@ -49,7 +49,7 @@ from minions.runs._leases import Lease, LeaseLost, Refusal, Start
 from minions.runs._limiter import StoreCapabilities, share_capabilities
 from minions.runs._log import LiveHub
 from minions.runs._queue import workflow_id
-from minions.runs._rerun import RerunPlan
+from minions.runs._runs import RerunPlan
 from minions.runs._tables import TERMINAL
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
 

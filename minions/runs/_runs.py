@@ -7,7 +7,7 @@ attempt. What the holder of a run writes under its lease is `minions.runs._lease
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -26,9 +26,8 @@ if TYPE_CHECKING:
     from minions.runs._checkpoints import Checkpoint, StepRecord
     from minions.runs._db import Database
     from minions.runs._events import EventRow
-    from minions.runs._rerun import RerunPlan
 
-__all__ = ["RunRecord"]
+__all__ = ["RerunPlan", "RunRecord"]
 
 Enqueue = Callable[[sa.Connection, str, int], None]
 """Queues attempt `n` of run `run_id` in the caller's transaction (DBOS's enqueue)."""
@@ -92,6 +91,53 @@ class RunFilter:
     created_before: float | None = None
     id_prefix: str | None = None
     schedule: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RerunPlan:
+    """What a rerun reuses of its parent and what it executes again, and why.
+
+    Attributes:
+        reused: the steps whose recorded results are reused (as recorded, or as `outputs`
+            sets them); a step the parent never finished runs live.
+        rerun: the steps executed again.
+        changed: steps executed again for a reason of their own besides being downstream of
+            `from_step`: ``"inputs"`` (their rendered templates change with the new inputs)
+            or ``"definition"`` (the new recipe version changed them).
+    """
+
+    parent_run_id: str
+    from_step: str
+    run_id: str = ""
+    """The rerun's id (once it is queued)."""
+    reused: tuple[str, ...]
+    rerun: tuple[str, ...]
+    changed: Mapping[str, str] = field(default_factory=dict)
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_data(self) -> dict[str, Any]:
+        """The plan as JSON data (what the rerun stores, and its worker reads)."""
+        return {
+            "parent_run_id": self.parent_run_id,
+            "from_step": self.from_step,
+            "reused": list(self.reused),
+            "rerun": list(self.rerun),
+            "changed": dict(self.changed),
+            "outputs": dict(self.outputs),
+        }
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], *, run_id: str = "") -> RerunPlan:
+        """A plan stored by `to_data` (of the rerun `run_id`)."""
+        return cls(
+            parent_run_id=data["parent_run_id"],
+            from_step=data["from_step"],
+            run_id=run_id,
+            reused=tuple(data["reused"]),
+            rerun=tuple(data["rerun"]),
+            changed=dict(data.get("changed", {})),
+            outputs=dict(data.get("outputs", {})),
+        )
 
 
 ANY_RUN = RunFilter()

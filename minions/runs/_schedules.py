@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 import structlog
@@ -109,6 +108,8 @@ class Timing:
         """The first slot strictly after `moment`."""
         if self.every is not None:
             return float((math.floor(moment / self.every) + 1) * self.every)
+        from zoneinfo import ZoneInfo
+
         from cronsim import CronSim
 
         assert self.cron is not None
@@ -119,6 +120,8 @@ class Timing:
         """The last slot at or before `moment`."""
         if self.every is not None:
             return float(math.floor(moment / self.every) * self.every)
+        from zoneinfo import ZoneInfo
+
         from cronsim import CronSim
 
         assert self.cron is not None

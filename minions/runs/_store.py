@@ -29,6 +29,7 @@ from minions.runs import _workers as workers
 from minions.runs._async import AsyncDatabase
 from minions.runs._db import DEFAULT_URL, Database
 from minions.runs._log import EventLog, LiveHub
+from minions.runs._queue import Queue, workflow_id
 from minions.runs._runs import RunFilter, RunRecord
 from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import STATUSES, TERMINAL
@@ -41,8 +42,7 @@ if TYPE_CHECKING:
     from minions.runs._diff import RunDiff
     from minions.runs._endpoints import EndpointRecord
     from minions.runs._prune import History, PruneResult
-    from minions.runs._queue import Queue
-    from minions.runs._rerun import RerunPlan
+    from minions.runs._runs import RerunPlan
     from minions.runs._schedules import ScheduleRecord
     from minions.runs._workers import WorkerRecord
 
@@ -127,8 +127,6 @@ class RunStore:
         """The DBOS queue, its client ready (made before a transaction that enqueues: making
         it may create DBOS's tables, which must not wait on that transaction)."""
         if self._queue is None:
-            from minions.runs._queue import Queue
-
             self._queue = Queue(self.url)
         await self._database.call(self._queue.client)
         return self._queue
@@ -435,8 +433,6 @@ class RunStore:
     async def _forget(self, run_id: str, attempt: int) -> None:
         """Take the run's attempt out of DBOS's queue (best effort: a delivery of it finds the
         run ended and does nothing)."""
-        from minions.runs._queue import workflow_id
-
         try:
             queue = await self._dbos()
         except StoreError:

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from minions._text import duration_seconds
+from minions._duration import TooLongError, duration_seconds
 from minions.runs import _approvals as approvals
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
@@ -90,13 +90,15 @@ class Retention:
         """``30d`` (a duration: younger runs are kept) or ``1000 runs`` (a count).
 
         Raises:
-            ValueError: neither (the message names the value).
+            ValueError: neither, or a duration too long (the message names the value).
         """
         counted = re.fullmatch(r"\s*(\d+)\s*runs?\s*", text)
         if counted:
             return cls(keep=int(counted.group(1)))
         try:
             return cls(older_than=duration_seconds(text))
+        except TooLongError:
+            raise
         except ValueError:
             raise ValueError(
                 f"retention {text!r}: give a duration (30d, 12h) or a number of runs (1000 runs)"

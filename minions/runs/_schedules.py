@@ -99,9 +99,9 @@ class Timing:
     @classmethod
     def of(cls, spec: ScheduleSpec) -> Timing:
         """The timing of a checked schedule."""
-        from minions._text import duration_seconds
+        from minions._duration import duration_seconds
 
-        every = None if spec.every is None else int(duration_seconds(spec.every))
+        every = None if spec.every is None else int(duration_seconds(spec.every, whole=True))
         return cls(cron=spec.cron, every=every, timezone=spec.timezone)
 
     def after(self, moment: float) -> float:

@@ -620,16 +620,15 @@ class RunStore:
         meanwhile. An SQLite file then gives the freed space back.
 
         Raises:
-            ValueError: `older_than` is not a duration, or a status is not a finished one.
+            ValueError: `older_than` is not a duration (or is longer than ten years), or a
+                status is not a finished one.
         """
-        from minions._text import duration_seconds
+        from minions._duration import duration_seconds
         from minions.runs import _prune
 
-        if isinstance(older_than, str):
-            older_than = duration_seconds(older_than)
         return await self._database.apply(
             _prune.prune,
-            before=time.time() - older_than,
+            before=time.time() - duration_seconds(older_than),
             statuses=tuple(statuses) or tuple(sorted(TERMINAL)),
             keep=keep,
             dry_run=dry_run,

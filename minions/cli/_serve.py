@@ -99,7 +99,7 @@ def serve_command(
     if retention is not None:
         if no_worker:
             raise UsageError("--retention: the worker prunes; give it to `minions worker`")
-        from minions.runs._prune import Retention
+        from minions.runs import Retention
 
         try:
             Retention.parse(retention)

@@ -27,7 +27,7 @@ from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointRecord
 from minions.runs._log import EventLog, LiveHub
-from minions.runs._prune import History, PruneResult
+from minions.runs._prune import History, PruneResult, Retention
 from minions.runs._runs import RerunPlan, RunRecord
 from minions.runs._schedules import ScheduleRecord
 from minions.runs._store import RunFilters, RunStore, database_url
@@ -46,6 +46,7 @@ __all__ = [
     "LiveHub",
     "PruneResult",
     "RerunPlan",
+    "Retention",
     "RunDiff",
     "RunFilters",
     "RunRecord",

@@ -33,7 +33,7 @@ from minions.runs._tables import (
     steps_table,
 )
 
-__all__ = ["History", "PruneResult"]
+__all__ = ["History", "PruneResult", "Retention"]
 
 BATCH = 500
 """Runs deleted per transaction."""

@@ -213,10 +213,10 @@ class RunStore:
         rerun: RerunPlan | None = None,
         seeds: Sequence[Checkpoint] = (),
     ) -> tuple[str, bool]:
+        queue = await self._dbos()
         row = runs.queued_row(
             snapshot, run_id=uuid.uuid4().hex, idempotency_key=idempotency_key, rerun=rerun
         )
-        queue = await self._dbos()
         return await self._database.apply(runs.insert, row, enqueue=queue.enqueue, seeds=seeds)
 
     async def rerun(

@@ -358,7 +358,7 @@ class Worker:
         """Become the worker `executor_id`: refused while another incarnation of it lives;
         one that crashed is replaced, and its runs are let go at once."""
         database = self.database
-        row = workers.incarnation(database, self.executor_id)
+        row = workers.registration(database, self.executor_id)
         if row is not None and row.stopped_at is None and row.incarnation:
             seen = row.heartbeat_at
             dead = time.time() - seen > DEAD_AFTER or (
@@ -367,7 +367,7 @@ class Worker:
             deadline = time.monotonic() + DEAD_AFTER + HEARTBEAT
             while not dead and time.monotonic() < deadline and not self._stop.is_set():
                 time.sleep(min(HEARTBEAT / 2, 0.5))
-                now_row = workers.incarnation(database, self.executor_id)
+                now_row = workers.registration(database, self.executor_id)
                 if now_row is None or now_row.stopped_at is not None:
                     break
                 if now_row.heartbeat_at > seen:

@@ -46,8 +46,9 @@ class WorkerRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Incarnation:
-    """The process that holds a worker's id: what a worker starting with the id looks at."""
+class Registration:
+    """Who holds a worker's id (its incarnation: a process), and how it was last heard of:
+    what a worker starting with the id looks at."""
 
     incarnation: str | None
     host: str | None
@@ -86,15 +87,15 @@ def register(
             )
 
 
-def incarnation(database: Database, executor_id: str) -> Incarnation | None:
-    """The incarnation that holds the worker's id (None: no worker had it)."""
+def registration(database: Database, executor_id: str) -> Registration | None:
+    """Who holds the worker's id (None: no worker had it)."""
     with database.read() as db:
         row = db.execute(
             sa.select(workers_table).where(workers_table.c.executor_id == executor_id)
         ).one_or_none()
     if row is None:
         return None
-    return Incarnation(
+    return Registration(
         incarnation=row.incarnation,
         host=row.host,
         pid=row.pid,

@@ -31,9 +31,9 @@ class TooLongError(ValueError):
     """A duration longer than `LONGEST`."""
 
 
-def duration_seconds(value: float | str, *, whole: bool = False) -> float:
+def duration_seconds(value: float | str, *, whole: bool = False, zero: bool = False) -> float:
     """The seconds of duration `value` (see the module's docstring). `whole`: a whole number
-    of seconds, at least one.
+    of seconds, at least one. `zero`: no time at all is a duration too.
 
     Raises:
         ValueError: `value` is not such a duration (the message names it).
@@ -52,7 +52,7 @@ def duration_seconds(value: float | str, *, whole: bool = False) -> float:
             seconds = sum(float(n) * UNITS[u] for n, u in parts)
     else:
         seconds = float(value)
-    if math.isnan(seconds) or seconds <= 0:
+    if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not zero):
         raise ValueError(f"{value!r} is not a duration: {_GRAMMAR}")
     if seconds > LONGEST:
         raise TooLongError(

@@ -118,6 +118,11 @@ async def test_the_store_refuses_a_duration_past_the_limit(tmp_path: Path) -> No
         with pytest.raises(TooLongError):
             await store.prune(1e12)
         assert (await store.prune("2w")).runs == 0
+        assert (await store.prune(0)).runs == 0  # seconds may be none: every finished run
+        with pytest.raises(ValueError, match="-1 is not a duration"):
+            await store.prune(-1)
+        with pytest.raises(ValueError, match="'0s' is not a duration"):
+            await store.prune("0s")
         assert await store.schedules() == []
 
 

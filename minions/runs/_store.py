@@ -615,9 +615,9 @@ class RunStore:
         dry_run: bool = False,
     ) -> PruneResult:
         """Delete the finished runs (in one of `statuses`: default, every finished one) that
-        finished over `older_than` ago (``30d``, or seconds), but the newest `keep`, with
-        their steps, events, approvals and DBOS workflows; in batches, so workers go on
-        meanwhile. An SQLite file then gives the freed space back.
+        finished over `older_than` ago (``30d``, or seconds: 0 for every one), but the newest
+        `keep`, with their steps, events, approvals and DBOS workflows; in batches, so workers
+        go on meanwhile. An SQLite file then gives the freed space back.
 
         Raises:
             ValueError: `older_than` is not a duration (or is longer than ten years), or a
@@ -628,7 +628,8 @@ class RunStore:
 
         return await self._database.apply(
             _prune.prune,
-            before=time.time() - duration_seconds(older_than),
+            # Seconds may be none at all (every finished run); a duration written is not.
+            before=time.time() - duration_seconds(older_than, zero=not isinstance(older_than, str)),
             statuses=tuple(statuses) or tuple(sorted(TERMINAL)),
             keep=keep,
             dry_run=dry_run,

@@ -14,6 +14,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from minions._fold import ItemId
 from minions._templates import render, template_expressions, template_roots
 from minions.errors import MinionsError, RerunError, TemplateError
 from minions.runs._runs import RerunPlan, RunRecord
@@ -143,12 +144,16 @@ def seeds(plan: RerunPlan, saved: Mapping[tuple[str, int], Checkpoint]) -> list[
     reused = set(plan.reused)
     copied: list[Checkpoint] = []
     for (name, visit), checkpoint in saved.items():
-        step_id, bracket, _ = name.partition("[")
-        if step_id not in reused or (bracket and (step_id, visit) in saved):
+        item = ItemId.parse(name)
+        if item.step not in reused or (item.item is not None and (item.step, visit) in saved):
             continue
         if not checkpoint.completed:
             continue
-        edited = {} if bracket or step_id not in plan.outputs else {"output": plan.outputs[step_id]}
+        edited = (
+            {}
+            if item.item is not None or item.step not in plan.outputs
+            else {"output": plan.outputs[item.step]}
+        )
         copied.append(
             checkpoint.reused(
                 plan.parent_run_id,

@@ -22,6 +22,8 @@ from minions.runs._db import dumps
 
 if TYPE_CHECKING:
     from minions.recipes._recipe import AgentRecipe
+    from minions.recipes._schema import RecipeSpec
+    from minions.recipes._source import Located
 
 __all__: list[str] = []
 
@@ -96,10 +98,17 @@ class RecipeSnapshot:
         return recipe_of(self.yaml, self.path)
 
 
-def build(text: str, path: str | Path, *, import_tools: bool = True) -> AgentRecipe:
+def build(
+    text: str,
+    path: str | Path,
+    *,
+    import_tools: bool = True,
+    parsed: tuple[RecipeSpec, Located] | None = None,
+) -> AgentRecipe:
     """The recipe of YAML `text` as the file `path`, checked, as a run of it would build it.
     Without `import_tools`, its tools modules are only found, not imported (a service: no
-    request makes it import code; the worker checks the steps' tool names).
+    request makes it import code; the worker checks the steps' tool names); `parsed`: the
+    text parsed already (it is not parsed again).
 
     Raises:
         RecipeError: the recipe is invalid.
@@ -108,7 +117,7 @@ def build(text: str, path: str | Path, *, import_tools: bool = True) -> AgentRec
         return recipe_of(text, str(path))
     from minions.recipes._build import load_recipe_file
 
-    return load_recipe_file(Path(path), text=text, import_tools=False).recipe
+    return load_recipe_file(Path(path), text=text, import_tools=False, parsed=parsed).recipe
 
 
 @functools.lru_cache(maxsize=32)

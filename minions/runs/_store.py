@@ -37,7 +37,8 @@ from minions.runs._tables import STATUSES, TERMINAL
 if TYPE_CHECKING:
     from minions._step.cache import StepCache
     from minions.recipes._recipe import AgentRecipe
-    from minions.recipes._schema import CatchUp
+    from minions.recipes._schema import CatchUp, RecipeSpec
+    from minions.recipes._source import Located
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._diff import RunDiff
     from minions.runs._endpoints import EndpointRecord
@@ -164,20 +165,26 @@ class RunStore:
         *,
         base: str | Path,
         idempotency_key: str | None = None,
+        check: Callable[[RecipeSpec], object] | None = None,
     ) -> tuple[str, bool]:
         """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
         tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
+        The text is parsed once; `check` sees the parsed recipe before anything is built or
+        stored (the service's rules for inline recipes), and refuses it by raising.
 
         Raises:
-            RecipeError: the recipe or the inputs are invalid (nothing is queued).
+            RecipeError: the recipe or the inputs are invalid, or `check` refused them
+                (nothing is queued).
             IdempotencyConflictError: as for `submit`.
         """
         from minions.recipes._loader import parse_spec
 
         folder = await self._database.call(Path(base).resolve)
-        spec, _ = await self._database.call(parse_spec, text)
+        spec, located = await self._database.call(parse_spec, text)
+        if check is not None:
+            check(spec)
         return await self._queue_run(
-            text, folder / f"{spec.id}.inline.yaml", inputs, idempotency_key
+            text, folder / f"{spec.id}.inline.yaml", inputs, idempotency_key, (spec, located)
         )
 
     async def _queue_run(
@@ -186,24 +193,33 @@ class RunStore:
         path: Path,
         inputs: Mapping[str, Any] | None,
         idempotency_key: str | None,
+        parsed: tuple[RecipeSpec, Located] | None = None,
     ) -> tuple[str, bool]:
-        """Check the recipe snapshot `text` (as the file `path`) and the inputs, store the run
-        and queue it."""
-        snapshot = await self._snapshot(text, path, inputs)
+        """Check the recipe snapshot `text` (as the file `path`; `parsed` already) and the
+        inputs, store the run and queue it."""
+        snapshot = await self._snapshot(text, path, inputs, parsed)
         return await self._insert(snapshot, idempotency_key=idempotency_key)
 
     async def _snapshot(
-        self, text: str, path: Path | str, inputs: Mapping[str, Any] | None
+        self,
+        text: str,
+        path: Path | str,
+        inputs: Mapping[str, Any] | None,
+        parsed: tuple[RecipeSpec, Located] | None = None,
     ) -> RecipeSnapshot:
-        """The recipe `text` (as the file `path`) and the inputs, checked."""
-        built = await self._build(text, path)
+        """The recipe `text` (as the file `path`; `parsed` already) and the inputs, checked."""
+        built = await self._build(text, path, parsed)
         return RecipeSnapshot.of(text, path, built, built.check_inputs(dict(inputs or {})))
 
-    async def _build(self, text: str, path: Path | str) -> AgentRecipe:
-        """The recipe of snapshot `text` (as the file `path`), checked."""
+    async def _build(
+        self, text: str, path: Path | str, parsed: tuple[RecipeSpec, Located] | None = None
+    ) -> AgentRecipe:
+        """The recipe of snapshot `text` (as the file `path`; `parsed` already), checked."""
         from minions.runs._snapshot import build
 
-        return await self._database.call(build, text, path, import_tools=self._import_tools)
+        return await self._database.call(
+            build, text, path, import_tools=self._import_tools, parsed=parsed
+        )
 
     async def _insert(
         self,
@@ -351,18 +367,20 @@ class RunStore:
         """
         return self.log.follow(run_id, after=after)
 
-    async def diff(self, run_a: str, run_b: str) -> RunDiff:
+    async def diff(self, run_a: str, run_b: str, *, max_values: int | None = None) -> RunDiff:
         """Two runs compared step by step (status, output, tokens, calls, duration), with the
-        first step where they diverge.
+        first step where they diverge; computed in a thread, off the event loop.
 
         Raises:
             UnknownRunError: no run has one of these ids.
+            DiffTooLargeError: their step outputs hold more than `max_values` JSON values
+                (default 500,000).
         """
-        from minions.runs._diff import diff_runs
+        from minions.runs._diff import diff_off_loop
 
-        return diff_runs(
-            await self._database.apply(runs.get, run_a), await self._database.apply(runs.get, run_b)
-        )
+        a = await self._database.apply(runs.get, run_a)
+        b = await self._database.apply(runs.get, run_b)
+        return await diff_off_loop(a, b, max_values)
 
     def step_cache(self, *, clock: Callable[[], float] = time.time) -> StepCache:
         """The store's step cache (what durable runs use), for foreground runs to share it:

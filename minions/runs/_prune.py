@@ -128,11 +128,7 @@ def prune(
             f"{', '.join(sorted(TERMINAL))}"
         )
     chosen = tuple(sorted(set(statuses)))
-    runs = runs_table.c
-    eligible = sa.and_(runs.status.in_(chosen), runs.finished_at < before)
-    with database.read() as db:
-        total = int(db.execute(sa.select(sa.func.count()).where(eligible)).scalar_one())
-    total = max(0, total - (keep or 0))
+    total = max(0, runs.count_finished(database, chosen, before) - (keep or 0))
     path = sqlite_path(database.url)
     size_before = _size(path)
     if dry_run or not total:
@@ -142,16 +138,10 @@ def prune(
         )  # fmt: skip
     deleted = 0
     while deleted < total:
-        with database.read() as db:
-            found = db.execute(
-                sa.select(runs.run_id)
-                .where(eligible)
-                .order_by(runs.finished_at, runs.run_id)
-                .limit(min(batch, total - deleted))
-            ).all()
+        found = runs.oldest_finished(database, chosen, before, limit=min(batch, total - deleted))
         if not found:
             break
-        deleted += _delete(database, [r.run_id for r in found], chosen)
+        deleted += _delete(database, found, chosen)
         time.sleep(pause)
     with database.begin() as db:
         now = time.time()
@@ -234,8 +224,8 @@ def _size(path: Any) -> int | None:
 
 def history(database: Database) -> History:
     """How far the stored runs go back, and how far pruning went."""
+    oldest = runs.oldest_created(database)
     with database.read() as db:
-        oldest = db.execute(sa.select(sa.func.min(runs_table.c.created_at))).scalar()
         meta = dict(
             db.execute(
                 sa.select(meta_table.c.key, meta_table.c.value).where(

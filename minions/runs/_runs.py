@@ -334,6 +334,44 @@ def expired(database: Database, now: float) -> list[Expired]:
         ]
 
 
+def count_finished(database: Database, statuses: Sequence[str], before: float) -> int:
+    """How many runs in one of `statuses` finished before `before` (what pruning may
+    delete)."""
+    runs = runs_table.c
+    with database.read() as db:
+        return int(
+            db.execute(
+                sa.select(sa.func.count()).where(
+                    runs.status.in_(list(statuses)), runs.finished_at < before
+                )
+            ).scalar_one()
+        )
+
+
+def oldest_finished(
+    database: Database, statuses: Sequence[str], before: float, *, limit: int
+) -> list[str]:
+    """The ids of the first `limit` runs in one of `statuses` that finished before
+    `before`, the oldest first (the next batch pruning deletes)."""
+    runs = runs_table.c
+    with database.read() as db:
+        return list(
+            db.execute(
+                sa.select(runs.run_id)
+                .where(runs.status.in_(list(statuses)), runs.finished_at < before)
+                .order_by(runs.finished_at, runs.run_id)
+                .limit(limit)
+            ).scalars()
+        )
+
+
+def oldest_created(database: Database) -> float | None:
+    """When the oldest stored run was created (None: no run)."""
+    with database.read() as db:
+        oldest = db.execute(sa.select(sa.func.min(runs_table.c.created_at))).scalar()
+    return None if oldest is None else float(oldest)
+
+
 def queued_attempts(database: Database, run_ids: Sequence[str]) -> dict[str, Attempt]:
     """The current attempt and epoch of those of `run_ids` that are queued."""
     runs = runs_table.c

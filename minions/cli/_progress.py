@@ -152,7 +152,9 @@ class FollowedRun:
             self.waiting.pop(base, None)
         elif isinstance(event, ev.ApprovalRequested):
             self.waiting[base] = f"waits for approval of {event.name}"
-        elif isinstance(event, ev.ApprovalResolved):
+        elif isinstance(event, ev.ModelCallWaiting):
+            self.waiting[base] = f"waits for {event.endpoint} ({event.reason})"
+        elif isinstance(event, ev.ApprovalResolved | ev.ModelCallStarted):
             self.waiting.pop(base, None)
 
     def line(self) -> str | None:

@@ -36,6 +36,10 @@ class ShownStep:
     attempts: int = 1
     error: str = ""
     output: Any = None
+    waited: float = 0.0
+    """Seconds of its time it waited (for its endpoint's limits, for approvals)."""
+    waiting: str = ""
+    """What it waits for now (``endpoint``, ``approval``), while it runs."""
 
     @property
     def tokens(self) -> str:
@@ -82,13 +86,18 @@ def shown_steps(events: Iterable[ev.Event], stored: Sequence[Any] = ()) -> list[
         elif bracket:  # a loop item: counted on its step's row
             if isinstance(event, ev.StepCompleted | ev.StepFailed):
                 row(base).items += 1
+        elif isinstance(event, ev.ModelCallWaiting | ev.ApprovalRequested):
+            row(base).waiting = "endpoint" if isinstance(event, ev.ModelCallWaiting) else "approval"
+        elif isinstance(event, ev.ModelCallStarted | ev.ApprovalResolved):
+            row(base).waiting = ""
         elif isinstance(event, ev.StepStarted):
             shown = row(base, event.visit)
             shown.status, shown.started_at, shown.finished_at = "running", event.timestamp, None
-            shown.error = ""
+            shown.error, shown.waited, shown.waiting = "", 0.0, ""
         elif isinstance(event, ev.StepCompleted | ev.StepFailed):
             shown = row(base, event.visit)
             shown.finished_at = event.timestamp
+            shown.waited, shown.waiting = event.waited, ""
             if isinstance(event, ev.StepCompleted):
                 shown.status, shown.error = "completed", ""
             else:
@@ -106,12 +115,17 @@ def shown_steps(events: Iterable[ev.Event], stored: Sequence[Any] = ()) -> list[
         shown = rows[key]
         shown.output = record.output
         shown.attempts = record.attempts
+        shown.waited = shown.waited or getattr(record, "waited", 0.0)
         shown.error = shown.error or (record.error or "")
         for name in ("started_at", "finished_at"):  # the store's times, where it keeps them
             value = getattr(record, name, None)
             if value is not None and getattr(shown, name) is None:
                 setattr(shown, name, value)
     return list(rows.values())
+
+
+def _waited(seconds: float) -> str:
+    return f"{seconds:.2f}s" if seconds else ""
 
 
 def _when(moment: float | None) -> str:
@@ -127,7 +141,8 @@ def _output(value: Any) -> str:
 
 
 def steps_table(steps: Sequence[ShownStep], now: float) -> Table:
-    """The steps with their visit, status, start, time, tokens, attempts, and the error of a
+    """The steps with their visit, status, start, time (and of it, the time they waited for
+    their endpoint's limits or for approvals, when one did), tokens, attempts, and the error of a
     failed step (why a skipped one did not run), else the output, cut short. Ids are never
     cut: their column does not wrap, and the last column folds instead."""
     table = Table(show_edge=False, pad_edge=False)
@@ -137,6 +152,9 @@ def steps_table(steps: Sequence[ShownStep], now: float) -> Table:
     table.add_column("status", no_wrap=True)
     table.add_column("started", no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
+    waits = any(s.waited or s.waiting for s in steps)
+    if waits:
+        table.add_column("waited", justify="right", no_wrap=True)
     table.add_column("tokens", justify="right", no_wrap=True)
     if any(s.attempts > 1 for s in steps):
         table.add_column("attempts", justify="right", no_wrap=True)
@@ -146,7 +164,10 @@ def steps_table(steps: Sequence[ShownStep], now: float) -> Table:
         if any(x.visit > 1 for x in steps):
             cells.append(str(s.visit))
         status = s.status + (f" ({s.items} items)" if s.items else "")
-        cells += [status, _when(s.started_at), s.duration(now), s.tokens]
+        cells += [status, _when(s.started_at), s.duration(now)]
+        if waits:
+            cells.append(f"waiting for {s.waiting}" if s.waiting else _waited(s.waited))
+        cells.append(s.tokens)
         if any(x.attempts > 1 for x in steps):
             cells.append(str(s.attempts))
         cells.append(s.error if s.status in ("failed", "skipped") else _output(s.output))

@@ -327,6 +327,15 @@ class _Turns:
     def __init__(self) -> None:
         self.line = asyncio.Lock()  # asyncio.Lock wakes its waiters in order
         self.changed = asyncio.Event()
+        self.head: EndpointWait | None = None
+        """What the head of the line waits for (``None``: nothing yet)."""
+
+    def behind(self, match: str) -> EndpointWait | None:
+        """Why a caller that comes now waits behind the line, or ``None`` when there is no
+        line: told at once, not when the caller reaches the head."""
+        if not self.line.locked():
+            return None
+        return self.head or EndpointWait(match=match, reason="max_concurrent")
 
 
 Sleep = Callable[[float], Awaitable[None]]

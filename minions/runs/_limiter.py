@@ -78,32 +78,41 @@ class StoreLimiter(EndpointLimiter):
         turns = self._turns.of(rule.match)
         told = False
         delay = POLL[0]
+        behind = turns.behind(rule.match)
+        if behind is not None and on_wait is not None:
+            # Behind this process's own callers: a wait from its first moment.
+            on_wait(behind)
+            told = True
         try:
             async with turns.line:
-                while True:
-                    turns.changed.clear()
-                    now = self.clock()
-                    wait = await self.store.call(
-                        sql.take,
-                        self.store.store,
-                        rule,
-                        ticket=ticket,
-                        holder=self.holder,
-                        tokens=tokens,
-                        now=now,
-                        lease=self.lease,
-                        line_ttl=max(10 * POLL[1], self.lease),
-                    )
-                    if wait is None:
-                        with self._held_lock:
-                            self._held.add(ticket)
-                        return ticket
-                    if not told and on_wait is not None:
-                        on_wait(wait)
-                        told = True
-                    pause = delay if wait.until is None else min(wait.until - now, POLL[1])
-                    await wait_for_change(turns.changed, max(pause, 0.0), self.sleep)
-                    delay = min(delay * 2, POLL[1])
+                try:
+                    while True:
+                        turns.changed.clear()
+                        now = self.clock()
+                        wait = await self.store.call(
+                            sql.take,
+                            self.store.store,
+                            rule,
+                            ticket=ticket,
+                            holder=self.holder,
+                            tokens=tokens,
+                            now=now,
+                            lease=self.lease,
+                            line_ttl=max(10 * POLL[1], self.lease),
+                        )
+                        if wait is None:
+                            with self._held_lock:
+                                self._held.add(ticket)
+                            return ticket
+                        turns.head = wait
+                        if not told and on_wait is not None:
+                            on_wait(wait)
+                            told = True
+                        pause = delay if wait.until is None else min(wait.until - now, POLL[1])
+                        await wait_for_change(turns.changed, max(pause, 0.0), self.sleep)
+                        delay = min(delay * 2, POLL[1])
+                finally:
+                    turns.head = None  # whoever comes next is told again
         except BaseException:
             # Out of line (and its place given back if the store granted it as it was
             # cancelled), off the event loop's cancellation.

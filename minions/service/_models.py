@@ -74,6 +74,11 @@ class StepOut(BaseModel):
     model_calls: int = Field(0, description="Model calls, retries included.")
     tool_calls: int = 0
     duration: float | None = None
+    waited: float = Field(
+        0.0,
+        description="Seconds of `duration` it waited (its model calls for their endpoint's "
+        "limits, its tool calls for approval) rather than worked.",
+    )
     reused_from: str | None = Field(
         None, description="For a step a rerun reused (status `reused`): the run that ran it."
     )
@@ -237,6 +242,16 @@ class StepDetail(BaseModel):
     )
     started_at: float | None = None
     finished_at: float | None = None
+    waited: float | None = Field(
+        None,
+        description="Seconds its last visit waited (for its endpoint's limits, for approvals) "
+        "rather than worked, once it ended.",
+    )
+    waiting: str | None = Field(
+        None,
+        description="What it waits for now: `endpoint` (its model call waits for the "
+        "endpoint's limits) or `approval`; none while it works or once it ended.",
+    )
     skipped: str | None = Field(None, description="Why it was skipped.")
     error: str | None = None
     usage: dict[str, Any] = Field(

@@ -11,11 +11,13 @@ from fastapi import Path as PathParam
 
 from minions.events import (
     ApprovalRequested,
+    ApprovalResolved,
     CompletionDecided,
     Event,
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallStarted,
+    ModelCallWaiting,
     RetryScheduled,
     StepCompleted,
     StepFailed,
@@ -99,16 +101,25 @@ def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
                 starts += 1
                 detail.status, detail.error, detail.skipped = "running", None, None
                 detail.started_at, detail.finished_at = at, None
+                detail.waited, detail.waiting = None, None
             case StepCompleted() | StepFailed() if item is None:
                 detail.status = "completed" if isinstance(event, StepCompleted) else "failed"
                 detail.error = event.error if isinstance(event, StepFailed) else None
                 detail.finished_at = at
                 detail.usage = dataclasses.asdict(event.usage)
+                detail.waited, detail.waiting = event.waited, None
+            case ModelCallWaiting():
+                detail.waiting = "endpoint"
             case StepSkipped() if item is None:
                 detail.status, detail.skipped = "skipped", event.reason
-            case ApprovalRequested() if item is None:
-                detail.status = "waiting"
+            case ApprovalRequested():
+                detail.waiting = "approval"
+                if item is None:
+                    detail.status = "waiting"
+            case ApprovalResolved():
+                detail.waiting = None
             case ModelCallStarted():
+                detail.waiting = None
                 models[(starts, item, event.turn, event.attempt)] = ModelCallOut(
                     item=item,
                     visit=visit,

@@ -211,6 +211,23 @@ class Worker:
     def stop(self) -> None:
         self._stop.set()
 
+    def readiness(self) -> str | None:
+        """Why this worker does not take runs now, or ``None`` when it does: it runs (its
+        loop takes runs, its heartbeat reaches the store) and its store answers now with the
+        schema this minions knows (one read; blocking). Said to anyone: no URL or host."""
+        if self._stop.is_set() and self.state == "running":
+            return "the worker is stopping"
+        if self.state != "running":
+            return f"the worker is {self.state}"
+        from minions.runs._fleet import schema_problem
+
+        try:
+            return schema_problem(self.store)
+        except Exception as exc:
+            if transient(exc):
+                return "the run store cannot be reached"
+            return f"the run store cannot be read ({type(exc).__name__})"
+
     # -- running -------------------------------------------------------------------------------
 
     def run(self, *, handle_signals: bool = True) -> None:

@@ -298,4 +298,13 @@ class Health(BaseModel):
     worker: Literal["none", "starting", "running", "degraded", "stopped", "failed"] = Field(
         description="The worker in the server's process (`none`: served with --no-worker)."
     )
-    error: str | None = Field(None, description="Why the worker is not running.")
+    error: str | None = Field(
+        None, description="Why it is unavailable: the run store, or the worker, is not usable."
+    )
+
+
+class Probe(BaseModel):
+    """A liveness or readiness probe's answer."""
+
+    status: Literal["ok", "unavailable"]
+    reason: str | None = Field(None, description="Why it is not ready.")

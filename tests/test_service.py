@@ -220,6 +220,8 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/recipes",
         "/workers",
         "/health",
+        "/health/live",
+        "/health/ready",
         "/schedules",
         "/schedules/{name}",
         "/schedules/{name}/pause",

@@ -21,7 +21,7 @@ import re
 import sys
 import traceback
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TextIO
 from urllib.parse import urlsplit
 
 __all__: list[str] = []
@@ -187,10 +187,14 @@ def _drop_traceback(record: logging.LogRecord) -> None:
 
 
 def install(
-    redact: Redactor, *, format: LogFormat = "console", level: int = logging.WARNING
+    redact: Redactor,
+    *,
+    format: LogFormat = "console",
+    level: int = logging.WARNING,
+    stream: TextIO | None = None,
 ) -> None:
     """Set up the process's logging (see the module's docstring): structlog's records and the
-    standard library's, at `level` and above, in `format`, on stderr, redacted."""
+    standard library's, at `level` and above, in `format`, on `stream` (stderr), redacted."""
     import structlog
     from structlog.typing import EventDict
 
@@ -239,7 +243,7 @@ def install(
             renderer,
         ],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
     handler.setFormatter(formatter)
     handler.addFilter(StoreOutage())
     root = logging.getLogger()

@@ -40,12 +40,20 @@ def chosen_log_format(given: str | None) -> _logsetup.LogFormat:
 
 
 def set_up_logging(
-    format: _logsetup.LogFormat, *, database_url: str | None, token: str | None = None
+    format: _logsetup.LogFormat,
+    *,
+    database_url: str | None,
+    token: str | None = None,
+    minions_info: bool = False,
 ) -> None:
     """The log of a server process: stderr, `format`, the token, the environment's secrets
-    and the database's password redacted."""
+    and the database's password redacted; warnings and errors, and minions' own info lines
+    too when `minions_info` (a worker's: runs taken over, handed back, pruned, schedules
+    fired)."""
     redact = _logsetup.Redactor(_logsetup.secrets_of(token, os.environ, database_url))
     _logsetup.install(redact, format=format)
+    if minions_info:
+        logging.getLogger("minions").setLevel(logging.INFO)
 
 
 def say(err: Any, format: _logsetup.LogFormat, text: str, **fields: Any) -> None:

@@ -275,7 +275,7 @@ def worker(
     servers = _serve_probes(
         running, exported, (metrics_host, metrics_port), (health_host, health_port)
     )
-    set_up_logging(chosen_format, database_url=url)
+    set_up_logging(chosen_format, database_url=url, minions_info=True)
     try:
         running.run()
     finally:

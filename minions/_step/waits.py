@@ -36,11 +36,17 @@ class RunWaits:
 
     def started(self) -> None:
         """A step started."""
-        self._change(self.running + 1, self.waiting)
+        if self.waiting:
+            self._change(self.running + 1, self.waiting)
+        else:  # nothing waits: nothing to time (every step's path)
+            self.running += 1
 
     def ended(self) -> None:
         """A step ended (its waits were over)."""
-        self._change(self.running - 1, self.waiting)
+        if self.waiting:
+            self._change(self.running - 1, self.waiting)
+        else:
+            self.running -= 1
 
     def step_waits(self, waiting: bool) -> None:
         """A step started (True) or stopped (False) waiting."""

@@ -48,7 +48,7 @@ def test_json_logs_are_one_object_per_line_whoever_writes_them(stderr: io.String
     except ValueError:
         logging.getLogger("dbos").exception("workflow failed")
         structlog.get_logger("minions.x").exception("handled")
-    logging.getLogger("uvicorn.error").warning("with %s args", "formatted")
+    logging.getLogger("sqlalchemy.pool").warning("with %s args", "formatted")
     lines = stderr.getvalue().splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["event"] for r in records] == [
@@ -57,7 +57,12 @@ def test_json_logs_are_one_object_per_line_whoever_writes_them(stderr: io.String
         "handled",
         "with formatted args",
     ]
-    assert [r["logger"] for r in records] == ["minions.runs", "dbos", "minions.x", "uvicorn.error"]
+    assert [r["logger"] for r in records] == [
+        "minions.runs",
+        "dbos",
+        "minions.x",
+        "sqlalchemy.pool",
+    ]
     assert all(r["level"] in ("warning", "error") and "timestamp" in r for r in records)
     assert "ValueError" in records[1]["exception"]
     assert "ValueError" in records[2]["exception"]

@@ -107,15 +107,24 @@ def test_a_scrape_during_a_saturated_endpoint_and_a_dead_worker(tmp_path: Path) 
             assert value(samples, "minions_workers_alive") == 1
             assert value(samples, "minions_workers_dead") == 1
             assert named(samples, "minions_runs_total") == {}  # none ended yet
+            # A run cancelled while its call waits for the endpoint ends as cancelled.
+            waiting = next(
+                r
+                for r in runs
+                if client.get(f"/runs/{r}/events").json()[-1]["kind"] == "model_call_waiting"
+            )
+            assert client.post(f"/runs/{waiting}/cancel").status_code == 200
+            until(lambda: client.get(f"/runs/{waiting}").json()["status"] == "cancelled")
             gate.set()
 
             def ended() -> bool:
                 statuses = {client.get(f"/runs/{r}").json()["status"] for r in runs}
-                return statuses == {"completed"}
+                return statuses == {"completed", "cancelled"}
 
             until(ended)
             samples = scrape(client)
-    assert value(samples, "minions_runs_total", recipe="chat", status="completed") == 3
+    assert value(samples, "minions_runs_total", recipe="chat", status="completed") == 2
+    assert value(samples, "minions_runs_total", recipe="chat", status="cancelled") == 1
     assert value(samples, "minions_model_calls_in_flight", endpoint=endpoint) == 0
     assert value(samples, "minions_model_call_waiters", endpoint=endpoint) == 0
     assert value(samples, "minions_run_duration_seconds_count", recipe="chat") == 3
@@ -125,7 +134,7 @@ def test_a_scrape_during_a_saturated_endpoint_and_a_dead_worker(tmp_path: Path) 
     assert value(samples, "minions_step_wait_seconds_count", **steps) == 3
     waited = value(samples, "minions_step_wait_seconds_sum", **steps)
     assert waited is not None
-    assert waited > 0  # two of the three waited for the endpoint
+    assert waited > 0  # the runs behind the first waited for the endpoint
     tokens = named(samples, "minions_tokens_total")
     assert {dict(labels)["kind"] for labels in tokens} == {"input", "output"}
     assert {dict(labels)["recipe"] for labels in tokens} == {"chat"}
@@ -134,7 +143,7 @@ def test_a_scrape_during_a_saturated_endpoint_and_a_dead_worker(tmp_path: Path) 
     assert {dict(labels)["gen_ai_token_type"] for labels in usage} == {"input", "output"}
     assert all(dict(labels)["gen_ai_operation_name"] == "chat" for labels in usage)
     durations = named(samples, "gen_ai_client_operation_duration_seconds_count")
-    assert sum(durations.values()) == 3
+    assert sum(durations.values()) == 2  # the cancelled run's call was never sent
     # No run id is ever a label.
     for run_id in runs:
         assert not any(run_id in str(labels) for (_, labels) in samples)

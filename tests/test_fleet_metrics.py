@@ -107,12 +107,21 @@ def test_a_scrape_during_a_saturated_endpoint_and_a_dead_worker(tmp_path: Path) 
             assert value(samples, "minions_workers_alive") == 1
             assert value(samples, "minions_workers_dead") == 1
             assert named(samples, "minions_runs_total") == {}  # none ended yet
+
             # A run cancelled while its call waits for the endpoint ends as cancelled.
-            waiting = next(
-                r
-                for r in runs
-                if client.get(f"/runs/{r}/events").json()[-1]["kind"] == "model_call_waiting"
-            )
+            def kinds(run_id: str) -> list[str]:
+                return [e["kind"] for e in client.get(f"/runs/{run_id}/events").json()]
+
+            def waiting_runs() -> list[str]:
+                found = [(r, kinds(r)) for r in runs]
+                return [
+                    r
+                    for r, k in found
+                    if "model_call_waiting" in k and "model_call_started" not in k
+                ]
+
+            until(lambda: bool(waiting_runs()))
+            waiting = waiting_runs()[0]
             assert client.post(f"/runs/{waiting}/cancel").status_code == 200
             until(lambda: client.get(f"/runs/{waiting}").json()["status"] == "cancelled")
             gate.set()

@@ -328,14 +328,17 @@ class _Turns:
         self.line = asyncio.Lock()  # asyncio.Lock wakes its waiters in order
         self.changed = asyncio.Event()
         self.head: EndpointWait | None = None
-        """What the head of the line waits for (``None``: nothing yet)."""
+        """What the head of the line waits for (``None``: it does not know yet)."""
+        self.untold: dict[int, OnWait] = {}
+        """Callers behind the head not told yet why they wait: the head tells them as soon as
+        it knows."""
 
-    def behind(self, match: str) -> EndpointWait | None:
-        """Why a caller that comes now waits behind the line, or ``None`` when there is no
-        line: told at once, not when the caller reaches the head."""
-        if not self.line.locked():
-            return None
-        return self.head or EndpointWait(match=match, reason="max_concurrent")
+    def told_behind(self, wait: EndpointWait) -> None:
+        """The head waits for `wait`: tell the callers behind it who were not told yet."""
+        self.head = wait
+        untold, self.untold = self.untold, {}
+        for tell in untold.values():
+            tell(wait)
 
 
 Sleep = Callable[[float], Awaitable[None]]

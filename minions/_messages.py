@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from minions._values import ModeDemotion, OutputMode, Usage
 from minions.errors import ModelOutputError
@@ -30,6 +30,25 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+COMPLETION_TOOL: Final = "complete_step"
+"""The name of the tool a model calls to say a step is done (when the step offers it)."""
+SELECT_TOOL: Final = "select_next_step"
+"""The name of the tool a model calls to choose the next step among candidates (its `step`
+argument is an enum of their ids)."""
+
+_PREVIEW: Final = 60
+"""Characters of text, arguments or output a short repr shows."""
+
+
+def _preview(value: Any) -> str:
+    """`value` (text as it is, anything else as its repr) on one line, cut to `_PREVIEW`
+    characters, quoted."""
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    if len(text) > _PREVIEW:
+        text = text[: _PREVIEW - 1] + "…"
+    return repr(text) if isinstance(value, str) else text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +77,23 @@ class ToolCall:
     name: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
     response: ToolCallResponse | None = None
+
+    def __repr__(self) -> str:
+        parts = [
+            f"id={self.id!r}",
+            f"name={self.name!r}",
+            f"arguments={_preview(dict(self.arguments))}",
+        ]
+        response = self.response
+        if response is None:
+            parts.append("status='pending'")
+        elif response.error is not None:
+            parts += ["status='failed'", f"error={_preview(response.error)}"]
+        else:
+            parts += ["status='ok'", f"result={_preview(response.content)}"]
+        if response is not None and response.attempts > 1:
+            parts.append(f"attempts={response.attempts}")
+        return f"ToolCall({', '.join(parts)})"
 
     @classmethod
     def parse(cls, *, id: str, name: str, arguments: str | Mapping[str, Any] | None) -> ToolCall:
@@ -211,9 +247,34 @@ class ModelCall:
     output_mode: OutputMode | None = None
     """The structured-output mode of the answer: the one that produced its output, or, for an
     answer that failed as output, the one it was asked in; `None` without structured output."""
+    model: str = ""
+    """The name of the model asked (with a `FallbackModel`, the one of its models)."""
+    endpoint: str | None = None
+    """The base URL it was asked at, without credentials; `None` for a model not behind a
+    server (test doubles, replays)."""
     started_at: float = 0.0
     duration: float = 0.0
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.response is not None
+
+    def __repr__(self) -> str:
+        parts = [f"step={self.step_id!r}", f"turn={self.turn}", f"attempt={self.attempt}"]
+        if self.model:
+            parts.append(f"model={self.model!r}")
+        response = self.response
+        if self.error is not None or response is None:
+            parts += ["status='failed'", f"error={_preview(self.error or 'no response')}"]
+        else:
+            parts.append("status='ok'")
+            if response.output is not None:
+                parts.append(f"output={_preview(response.output)}")
+            elif response.text:
+                parts.append(f"answer={_preview(response.text)}")
+            if response.tool_calls:
+                parts.append(f"tool_calls={[call.name for call in response.tool_calls]!r}")
+        usage = self.usage
+        tokens = f"{usage.prompt_tokens}+{usage.completion_tokens}"
+        parts.append(f"tokens={tokens if usage.complete else tokens + ' (not all reported)'!r}")
+        return f"ModelCall({', '.join(parts)})"

@@ -22,7 +22,7 @@ ERRORS = {
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
     "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
-    "ScheduleExistsError", "UnknownScheduleError",
+    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -69,7 +69,7 @@ PUBLIC: dict[str, set[str]] = {
     "minions.errors": ERRORS,
     "minions.models": {
         "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "EndpointPermit", "EndpointWait",
-        "Limits", "LocalLimiter",
+        "FallbackModel", "Limits", "LocalLimiter",
         "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },
@@ -93,8 +93,9 @@ PUBLIC: dict[str, set[str]] = {
         "load_recipe_file", "parse_recipe", "recipe_problems",
     },
     "minions.testing": {
-        "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "Quirk",
-        "Reply", "ScriptedModel", "estimate_tokens",
+        "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "ModelBlock",
+        "Quirk", "block_real_models",
+        "Reply", "ScriptedModel", "TestModel", "estimate_tokens",
     },
     "minions.evals": {
         "NOT_GIVEN", "Case", "Dataset", "DatasetError", "Target", "load_dataset",

@@ -207,8 +207,8 @@ def test_the_step_table_shows_the_time_waited_and_what_a_step_waits_for() -> Non
     ]
     steps = shown_steps(events)
     assert [(s.step_id, s.waited, s.waiting) for s in steps] == [
-        ("a", 2.5, ""),
-        ("b", 0.0, "endpoint"),
+        ("a", 2.5, None),
+        ("b", 0.0, "limit"),
     ]
     console = Console(width=200, record=True)
     console.print(steps_table(steps, now=9.0))
@@ -217,7 +217,32 @@ def test_the_step_table_shows_the_time_waited_and_what_a_step_waits_for() -> Non
     assert "2.50s" in text
     assert "waiting for endpoint" in text
     steps = shown_steps([*events, ModelCallStarted(step_id="b")])
-    assert steps[1].waiting == ""
+    assert steps[1].waiting is None
+
+
+def test_a_followed_runs_progress_line_says_what_its_steps_wait_for() -> None:
+    from minions.cli._progress import FollowedRun
+    from minions.events import ApprovalRequested, StepStarted
+
+    followed = FollowedRun("r1")
+    for event in (
+        StepStarted(step_id="each", seq=1),
+        StepStarted(step_id="each[0]", seq=2),
+        ModelCallWaiting(step_id="each[0]", endpoint="http://gpu/v1", reason="retry_after", seq=3),
+        StepStarted(step_id="ask", seq=4),
+        ApprovalRequested(step_id="ask", call_id="ask#1/c", name="shout", seq=5),
+    ):
+        followed(event)
+    line = followed.line()
+    assert line is not None
+    # A loop item's wait is its step's; read from the one fold, as `runs show` reads it.
+    assert "each (" in line
+    assert "waits for http://gpu/v1 (retry_after)" in line
+    assert "waits for approval of shout" in line
+    followed(ModelCallStarted(step_id="each[0]", seq=6))
+    line = followed.line()
+    assert line is not None
+    assert "http://gpu/v1" not in line
 
 
 def StepStartedAt(step_id: str, at: float) -> Event:

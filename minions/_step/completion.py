@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from minions._chain import LinkChain, NamedLink
+from minions._messages import COMPLETION_TOOL as COMPLETION_TOOL  # named here too (the links')
 from minions.errors import OutputValidationError
 
 if TYPE_CHECKING:
@@ -30,9 +31,6 @@ __all__ = [
     "StructuredOutputLink",
     "TextAnswerLink",
 ]
-
-COMPLETION_TOOL = "complete_step"
-"""The name of the tool a model calls to say a step is done (when the step offers it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

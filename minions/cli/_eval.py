@@ -19,10 +19,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
+from minions.cli._common import DatabaseOption, stdout
 from minions.cli._errors import UsageError
 from minions.cli._report import plural
 from minions.cli._running import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from minions.cli._runs import DatabaseOption, _out
 from minions.models._base import Model
 from minions.models._infer import MODEL_ENV
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 
-class _EvalGroup(TyperGroup):
+class EvalGroup(TyperGroup):
     """``minions eval DATASET ...`` is ``minions eval run DATASET ...``; ``compare`` and
     ``add-case`` are commands of their own."""
 
@@ -42,15 +42,10 @@ class _EvalGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-eval_app = typer.Typer(
-    name="eval",
-    cls=_EvalGroup,
-    help="Run a dataset of cases on a recipe, repeated, graded by checks; compare with a "
+EVAL_HELP = (
+    "Run a dataset of cases on a recipe, repeated, graded by checks; compare with a "
     "baseline and gate the exit code (minions eval DATASET.yaml). Exit codes: 0 every gate "
-    "holds, 1 a gate fails, 2 bad input, 130 interrupted.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
+    "holds, 1 a gate fails, 2 bad input, 130 interrupted."
 )
 
 
@@ -322,7 +317,6 @@ def summary_lines(report: EvalReport) -> list[str]:
     return lines
 
 
-@eval_app.command(name="run")
 def eval_command(
     ctx: typer.Context,
     dataset_path: Annotated[
@@ -584,14 +578,13 @@ def eval_command(
     if json_output:
         typer.echo(report.to_json())
     else:
-        console = _out()
+        console = stdout()
         console.print(report_table(report))
         for line in summary_lines(report):
             console.print(line, markup=False)
     raise typer.Exit(EXIT_OK if report.ok else EXIT_FAILED)
 
 
-@eval_app.command(name="compare")
 def compare_command(
     base: Annotated[
         Path, typer.Argument(metavar="BASE.json", help="The baseline report.", show_default=False)
@@ -628,14 +621,13 @@ def compare_command(
         }
         typer.echo(json.dumps(data, indent=2))
         raise typer.Exit(EXIT_OK)
-    console = _out()
+    console = stdout()
     console.print(report_table(compared))
     console.print(comparison_line(compared) or "", markup=False)
     if comparison.missing:
         console.print(f"not in {new}: {', '.join(comparison.missing)}", markup=False)
 
 
-@eval_app.command(name="add-case")
 def add_case_command(
     run_id: Annotated[
         str, typer.Argument(metavar="RUN_ID", help="A stored run.", show_default=False)
@@ -705,11 +697,3 @@ def add_case_command(
     typer.echo(
         f"added case {new_id!r} to {dataset_path} (from run {run_id}, {record.status}){where}"
     )
-
-
-def register(app: typer.Typer, wrap: Callable[[Callable[..., None]], Callable[..., None]]) -> None:
-    """Add ``minions eval`` to the command, each command with `wrap` (user errors) around it."""
-    for command in eval_app.registered_commands:
-        assert command.callback is not None
-        command.callback = wrap(command.callback)
-    app.add_typer(eval_app, name="eval")

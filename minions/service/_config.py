@@ -33,6 +33,8 @@ class ServiceConfig:
             store's gauges); it needs the token like every route unless `metrics_public`.
         metrics_public: serve ``/metrics`` without the token (to a scraper on a trusted
             network; it names recipes, steps, schedules and endpoints).
+        max_diff_values: the most JSON values of step outputs (both runs together) a diff
+            compares; a bigger one is a 422 (None: the store's default, 500,000).
     """
 
     token: str = field(repr=False)
@@ -47,3 +49,4 @@ class ServiceConfig:
     poll: float = 0.1
     metrics: bool = False
     metrics_public: bool = False
+    max_diff_values: int | None = None

@@ -104,6 +104,8 @@ class RunCompleted(_EventBase):
     output: Any = None
     usage: UsageRecord = field(default_factory=UsageRecord)
     duration: float = 0.0
+    waited: float = 0.0
+    """Seconds of `duration` the run was blocked: every step it was running was waiting."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,6 +114,8 @@ class RunFailed(_EventBase):
     error: str = ""
     usage: UsageRecord = field(default_factory=UsageRecord)
     duration: float = 0.0
+    waited: float = 0.0
+    """Seconds of `duration` the run was blocked: every step it was running was waiting."""
 
 
 # -- step --------------------------------------------------------------------------------------
@@ -130,6 +134,9 @@ class StepCompleted(_EventBase):
     output: Any = None
     usage: UsageRecord = field(default_factory=UsageRecord)
     duration: float = 0.0
+    waited: float = 0.0
+    """Seconds of `duration` spent waiting (model calls for their endpoint's limits, tool
+    calls for approval) rather than working."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -139,6 +146,9 @@ class StepFailed(_EventBase):
     error: str = ""
     usage: UsageRecord = field(default_factory=UsageRecord)
     duration: float = 0.0
+    waited: float = 0.0
+    """Seconds of `duration` spent waiting (model calls for their endpoint's limits, tool
+    calls for approval) rather than working."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

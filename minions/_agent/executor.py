@@ -29,6 +29,7 @@ from minions.tools._approval import Approver
 from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
     from minions.models._limits import EndpointLimiter, Limits
@@ -75,6 +76,10 @@ class AgentExecutor:
             ``None``: nothing is traced. minions never sets a global provider: pass
             ``opentelemetry.trace.get_tracer_provider()`` to use the application's. Needs
             ``minions[otel]``.
+        meter_provider: where the OpenTelemetry metrics of runs go (runs, steps, model calls
+            in flight and waiting, retries, tokens, and the GenAI client metrics; see
+            docs/operations.md); ``None``: nothing is measured. As for `tracer_provider`,
+            minions never sets a global provider. Needs ``minions[otel]``.
         capture_message_content: write prompts, answers, tool arguments and results on spans,
             and keep prompts and answers in the model call events (`RunSettings.capture_content`;
             off by default: prompts may hold users' data). ``None``: as
@@ -92,7 +97,8 @@ class AgentExecutor:
             ``settings``, say); the keyword arguments above that are given win over its fields.
 
     Raises:
-        MissingExtraError: a `tracer_provider` is given and ``opentelemetry-api`` is missing.
+        MissingExtraError: a `tracer_provider` or a `meter_provider` is given and
+            ``opentelemetry-api`` is missing.
         RecipeError: an MCP server's config is invalid.
     """
 
@@ -111,6 +117,7 @@ class AgentExecutor:
         model_wrapper: Callable[[Model], Model] | None = None,
         approver: Approver | None = None,
         tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         capture_message_content: bool | None = None,
         mcp_servers: Mapping[str, Any] | None = None,
         limits: Limits | EndpointLimiter | None = None,
@@ -124,6 +131,11 @@ class AgentExecutor:
         tracer = None
         if tracer_provider is not None:
             tracer = RunTracer(tracer_provider, capture_content=capture_message_content)
+        metrics = None
+        if meter_provider is not None:
+            from minions._tracing.metrics import RunMetrics
+
+            metrics = RunMetrics(meter_provider)
         self.settings = with_given(
             settings,
             model=model,
@@ -131,6 +143,7 @@ class AgentExecutor:
             model_wrapper=model_wrapper,
             approver=approver,
             tracer=tracer,
+            metrics=metrics,
             mcp_servers=servers,
             listeners=tuple(listeners) or None,
             limiter=None if limits is None else _limiter(limits),

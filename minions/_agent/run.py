@@ -54,6 +54,18 @@ class Run:
         self.grace_expired = False
 
     async def execute(self) -> AgentResult:
+        metrics = self.context.settings.metrics
+        if metrics is None:
+            return await self._traced()
+        recipe_id = self.graph.recipe.id
+        with metrics.run(recipe_id) as own:
+            result = await self._traced()
+        if own:
+            status = "completed" if result.ok else "failed"
+            metrics.run_ended(recipe_id, status, duration=result.duration, waited=result.waited)
+        return result
+
+    async def _traced(self) -> AgentResult:
         tracer = self.context.settings.tracer
         if tracer is None:
             return await self._execute()
@@ -264,6 +276,7 @@ class Run:
             error = "; ".join(f"step {e.step_id!r} failed: {e.error}" for e in manager.failures)
         status = StepStatus.FAILED if error is not None else StepStatus.COMPLETED
         duration = time.perf_counter() - started
+        waited = min(context.waits.seconds, duration)
         result = AgentResult(
             run_id=context.run_id,
             recipe_id=self.graph.recipe.id,
@@ -277,16 +290,25 @@ class Run:
             state=dict(manager.state),
             started_at=started_at,
             finished_at=started_at + duration,
+            waited=waited,
         )
         if status is StepStatus.COMPLETED:
             context.events.emit(
                 RunCompleted(
-                    output=result.output, usage=usage_record(result.usage), duration=duration
+                    output=result.output,
+                    usage=usage_record(result.usage),
+                    duration=duration,
+                    waited=waited,
                 )
             )
         else:
             context.events.emit(
-                RunFailed(error=error or "", usage=usage_record(result.usage), duration=duration)
+                RunFailed(
+                    error=error or "",
+                    usage=usage_record(result.usage),
+                    duration=duration,
+                    waited=waited,
+                )
             )
         return result
 

@@ -12,6 +12,7 @@ from minions._memory import InMemoryModelMemory, ModelMemory
 from minions._messages import Usage
 from minions._step.result import AgentResult
 from minions._step.settings import RunSettings, with_given
+from minions._step.waits import RunWaits
 from minions.errors import BudgetExceededError
 from minions.models._base import Model
 from minions.models._fallback import FallbackModel, is_fallback
@@ -134,6 +135,8 @@ class AgentContext:
         self.recipe_runner = recipe_runner
         self.usage = Usage()
         """Tokens of every model call of the run so far (all steps, all attempts)."""
+        self.waits = RunWaits()
+        """When the run was blocked: every step it was running was waiting."""
 
     @property
     def model(self) -> Model:

@@ -73,6 +73,9 @@ class StepExecution:
     """The step's conversation as it ended."""
     started_at: float | None = None
     finished_at: float | None = None
+    waited: float = 0.0
+    """Seconds of its `duration` spent waiting rather than working: its model calls for their
+    endpoint's limits, its tool calls for a person's approval (see `work`)."""
     step: Step | None = field(default=None, repr=False)
     config: ExecutionConfig | None = field(default=None, repr=False)
 
@@ -81,6 +84,12 @@ class StepExecution:
         if self.started_at is None or self.finished_at is None:
             return None
         return self.finished_at - self.started_at
+
+    @property
+    def work(self) -> float | None:
+        """Seconds of its `duration` spent working: the duration less what it `waited`."""
+        duration = self.duration
+        return None if duration is None else max(0.0, duration - self.waited)
 
     @property
     def last_response(self) -> ModelCallResponse | None:
@@ -118,6 +127,7 @@ class StepExecution:
             "items": [item.to_data() for item in self.items],
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "waited": self.waited,
         }
 
     @classmethod
@@ -135,6 +145,7 @@ class StepExecution:
             items=[cls.from_data(item) for item in data.get("items", [])],
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
+            waited=data.get("waited", 0.0),
         )
 
     def absorb(self, parts: Iterable[StepExecution]) -> None:

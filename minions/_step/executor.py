@@ -22,6 +22,7 @@ from minions._step.execution import DecisionRecord, StepExecution, StepStatus
 from minions._step.model_call import ModelCallExecutor, usage_record
 from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
+from minions._step.waits import Waits
 from minions._sync import run_sync
 from minions._text import as_text, jsonable
 from minions._tracing.tracer import error_type
@@ -101,6 +102,8 @@ class StepExecutor:
             step=step,
             config=self.config,
         )
+        self.waits = Waits(context.waits if self._top else None)
+        """Its waits (an inner execution's are told to the one that runs it, by `run_step`)."""
         # The model may call only the step's own tools, whatever else the run registered.
         self.tools = ToolCallExecutor(
             context.tools.subset(step.tool_names()),
@@ -114,6 +117,7 @@ class StepExecutor:
             approve_every_call=bool(getattr(step, "requires_approval", False)),
             tracer=context.settings.tracer,
             before_call=None if context.checkpoints is None else context.checkpoints.before_call,
+            waits=self.waits,
         )
         self._error_kind: str | None = None
         """What ended the step as failed, for tracing (``error.type``)."""
@@ -159,6 +163,8 @@ class StepExecutor:
         execution = self.execution
         execution.status = StepStatus.IN_PROGRESS
         execution.started_at = time.time()
+        if self._top:
+            self.context.waits.started()
         if self.context.events.active:
             from minions.events import StepStarted  # events load on first use
 
@@ -241,6 +247,7 @@ class StepExecutor:
             item=item,
             checked=checked,
         )
+        inner.waits.parent = self.waits  # its waits are this step's too
         checkpoints = self.context.checkpoints
         if checkpoints is None or item is None or not self._top:
             return await inner.execute()
@@ -268,6 +275,14 @@ class StepExecutor:
         execution = self.execution
         self._close_pending_tool_calls()
         execution.finished_at = time.time()
+        execution.waited = self.waits.seconds
+        if self._top:
+            self.context.waits.ended()
+            metrics = self.context.settings.metrics
+            if metrics is not None:
+                metrics.step_ended(
+                    self.step.id, duration=execution.duration or 0.0, waited=execution.waited
+                )
         execution.messages = self.context.memory.messages(self.conversation_id)
         duration = execution.duration or 0.0
         events = self.context.events
@@ -282,6 +297,7 @@ class StepExecutor:
                 output=execution.output,
                 usage=usage_record(execution.usage),
                 duration=duration,
+                waited=execution.waited,
             )
             if self.deferred:
                 self._completion = completion
@@ -295,6 +311,7 @@ class StepExecutor:
                     error=execution.error or "",
                     usage=usage_record(execution.usage),
                     duration=duration,
+                    waited=execution.waited,
                 )
             )
 
@@ -416,7 +433,7 @@ class StepExecutor:
             self.context.completion_chain or StepCompletionChain.default()
         )
         calls = ModelCallExecutor(
-            self.model, context=self.context, execution=execution, config=config
+            self.model, context=self.context, execution=execution, config=config, waits=self.waits
         )
         tools = self._tool_specs()
         while True:
@@ -446,6 +463,7 @@ class StepExecutor:
                 try:
                     response = await calls.call(prompt, turn=turn)
                 except ModelOutputError as exc:
+                    calls.reasked()
                     reasks = self._count_reask(reasks, exc.reason, base)
                     note = exc.note  # the model is told; people are told the reason
                     continue
@@ -459,6 +477,7 @@ class StepExecutor:
                 link, decision = found
                 self._record_decision(link.name, decision, turn)
                 if decision.kind == "reask":
+                    calls.reasked()
                     self._mark_rejected(decision.reason or decision.note or "")
                     reasks = self._count_reask(reasks, decision.reason or decision.note or "", base)
                     note = decision.note or decision.reason

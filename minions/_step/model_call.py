@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from minions._config import ExecutionConfig
     from minions._step.context import AgentContext
     from minions._step.execution import StepExecution
+    from minions._step.waits import Waits
     from minions.events import ModelCallStarted, UsageRecord
     from minions.models._base import Model, TokenCallback
     from minions.models._limits import EndpointLimiter, EndpointWait
@@ -89,8 +90,11 @@ class ModelCallExecutor:
         context: AgentContext,
         execution: StepExecution,
         config: ExecutionConfig,
+        waits: Waits | None = None,
     ) -> None:
         self.model = model
+        self.waits = waits
+        """Where the time its calls wait for their endpoint's limits is counted (the step's)."""
         self.context = context
         self.execution = execution
         self.config = config
@@ -118,6 +122,8 @@ class ModelCallExecutor:
         limiter = self.context.settings.limiter
         if limiter is not None and endpoint is not None and limiter.rules(endpoint):
             self._limiter, self._endpoint = limiter, endpoint
+        metrics = self.context.settings.metrics
+        self._meter = None if metrics is None else metrics.model(active)
 
     def _check_budgets(self) -> None:
         budget = self.config.step_token_budget
@@ -143,13 +149,28 @@ class ModelCallExecutor:
         assert limiter is not None
         assert endpoint is not None
         attempt = self._attempts.get(turn, 0) + 1  # the attempt `_attempt` is about to number
+        waiting: list[bool] = []
+
+        def on_wait(wait: EndpointWait) -> None:
+            waiting.append(True)
+            if self.waits is not None:
+                self.waits.enter()
+            if self._meter is not None:
+                self._meter.waiting()
+            self._announce_wait(wait, turn, attempt)
+
         # Waited for outside the call's own timeout (the wait is not the endpoint's slowness)
         # and inside the step's (a step's timeout counts it).
-        permit = await limiter.acquire(
-            endpoint,
-            tokens=estimate_prompt(prompt),
-            on_wait=lambda wait: self._announce_wait(wait, turn, attempt),
-        )
+        try:
+            permit = await limiter.acquire(
+                endpoint, tokens=estimate_prompt(prompt), on_wait=on_wait
+            )
+        finally:
+            if waiting:
+                if self.waits is not None:
+                    self.waits.leave()
+                if self._meter is not None:
+                    self._meter.waited()
         if permit is None:
             return await self._attempt(prompt, turn)
         used: int | None = None
@@ -213,6 +234,9 @@ class ModelCallExecutor:
         started = time.perf_counter()
         timeout = self.config.model_call_timeout
         tracer = self.context.settings.tracer
+        meter = self._meter
+        if meter is not None:
+            meter.started()
         try:
             if self._served is not None and BLOCK.get() is not None:
                 check_model(model)  # inside `block_real_models()`: refused, like a provider
@@ -263,10 +287,18 @@ class ModelCallExecutor:
                     duration=duration,
                 )
             )
+            if meter is not None:
+                meter.failed(duration, exc, usage)
             if isinstance(exc, TimeoutError) and not str(exc):
                 raise TimeoutError(error) from None
             raise
+        except BaseException:
+            if meter is not None:
+                meter.stopped()  # cancelled
+            raise
         duration = time.perf_counter() - started
+        if meter is not None:
+            meter.answered(duration, response)
         self._announce_demotions(response.demoted)
         self._record(
             ModelCall(
@@ -377,6 +409,10 @@ class ModelCallExecutor:
         """`call` again with the next model of the fallback, once the one before gave up."""
         failed = self._active.name
         self._gave_up += (f"{failed} after {attempts} attempts: {_describe(error, None)}",)
+        if self._meter is not None:  # counted as a retry at the endpoint that gave up
+            from minions._tracing.metrics import retry_reason
+
+            self._meter.retried(retry_reason(error))
         self._use(self._index + 1)
         from minions.events import RetryScheduled
 
@@ -390,8 +426,18 @@ class ModelCallExecutor:
         )
         return await self.call(prompt, turn=turn)
 
+    def reasked(self) -> None:
+        """The step re-asks the model for its answer was unusable (a retry of the call)."""
+        if self._meter is not None:
+            self._meter.retried("invalid_output")
+
     def _announce_retry(self, attempt: int, error: BaseException, delay: float) -> None:
         from minions.events import RetryScheduled
+
+        if self._meter is not None:
+            from minions._tracing.metrics import retry_reason
+
+            self._meter.retried(retry_reason(error))
 
         self.context.events.emit(
             RetryScheduled(

@@ -32,6 +32,8 @@ class AgentResult:
         state: the final template state (``inputs``, each step's result by id, aliases).
         started_at: when the run started (epoch seconds).
         finished_at: when it ended.
+        waited: seconds of its duration it was blocked: every step it was running was
+            waiting (for an endpoint's limits, a person's approval).
     """
 
     run_id: str
@@ -45,6 +47,7 @@ class AgentResult:
     state: Mapping[str, Any] = field(default_factory=dict, repr=False)
     started_at: float = 0.0
     finished_at: float = 0.0
+    waited: float = 0.0
 
     @property
     def ok(self) -> bool:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from minions._step.cache import StepCache
+    from minions._tracing.metrics import RunMetrics
     from minions._tracing.tracer import RunTracer
     from minions.events import EventListener
     from minions.models._base import Model
@@ -48,6 +49,9 @@ class RunSettings:
     tracer: RunTracer | None = None
     """Writes the runs' OpenTelemetry spans; ``None``: nothing is traced (`AgentExecutor`
     makes one from its `tracer_provider`)."""
+    metrics: RunMetrics | None = None
+    """Records the runs' OpenTelemetry metrics; ``None``: nothing is measured
+    (`AgentExecutor` makes one from its `meter_provider`)."""
     mcp_servers: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _NO_SERVERS)
     """MCP server configs by name (`MCPStdioServer`, `MCPHttpServer`); a run connects to them
     when it starts and adds their tools to its own. Read-only."""
@@ -83,7 +87,8 @@ class RunSettings:
 
 
 DEFAULT_SETTINGS = RunSettings()
-"""No model named, no resolver, wrapper, approver, tracer, MCP server, listener or limits."""
+"""No model named, no resolver, wrapper, approver, tracer, metrics, MCP server, listener or
+limits."""
 
 
 def with_given(settings: RunSettings | None, **given: Any) -> RunSettings:

@@ -19,6 +19,7 @@ from minions.tools._context import ToolContext, enter, leave
 from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
+    from minions._step.waits import Waits
     from minions._tracing.tracer import RunTracer
 
 __all__ = ["ToolCallExecutor"]
@@ -84,8 +85,11 @@ class ToolCallExecutor:
         approve_every_call: bool = False,
         tracer: RunTracer | None = None,
         before_call: Callable[[], Awaitable[None]] | None = None,
+        waits: Waits | None = None,
     ) -> None:
         self.registry = registry
+        self.waits = waits
+        """Where the time a call waits for approval is counted (the step's)."""
         self.tracer = tracer
         self.before_call = before_call
         """Awaited before each attempt of a call starts: a durable run confirms it still
@@ -187,6 +191,9 @@ class ToolCallExecutor:
             tool=call.name,
             arguments=dict(arguments),
         )
+        waits = self.waits
+        if waits is not None:
+            waits.enter()
         try:
             decision = await self.approver(request)
         except Exception as exc:
@@ -194,6 +201,9 @@ class ToolCallExecutor:
                 f"asking for approval of {call.name!r} (step {self.step_id!r}) failed: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        finally:
+            if waits is not None:
+                waits.leave()
         if emitter.active:
             emitter.emit(
                 ApprovalResolved(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
 from minions.runs._diff import RunDiff, StepDiff
+from minions.runs._fleet import EndpointLoad, FleetState
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._rerun import RerunPlan
 from minions.runs._runs import RunFilters, RunStore, database_url
@@ -44,8 +45,10 @@ if TYPE_CHECKING:
 __all__ = [
     "STATUSES",
     "ApprovalRecord",
+    "EndpointLoad",
     "EndpointRecord",
     "EventLog",
+    "FleetState",
     "History",
     "LiveHub",
     "PruneResult",

@@ -677,6 +677,7 @@ class DurableRunner:
         )
         context.events.continue_after(start.last_seq)
         recorder.emitter = context.events
+        began = time.monotonic()
         task = asyncio.create_task(executor.run(graph, context, checkpoints=recorder))
         self.running[run_id] = task
         self._recorders[run_id] = recorder
@@ -689,6 +690,14 @@ class DurableRunner:
                 return  # stood down: the run is someone else's now
             if not cancelled:
                 raise  # the worker is stopping: the run is taken over from its checkpoint
+            metrics = executor.settings.metrics
+            if metrics is not None:
+                metrics.run_ended(
+                    recipe.id,
+                    "cancelled",
+                    duration=time.monotonic() - began,
+                    waited=context.waits.seconds,
+                )
             await recorder.close(
                 status="cancelled",
                 finished_at=time.time(),

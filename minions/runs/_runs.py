@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from minions.recipes._schema import RecipeSpec
     from minions.recipes._source import Located
     from minions.runs._diff import RunDiff
+    from minions.runs._fleet import FleetState
     from minions.runs._queue import Queue
     from minions.runs._rerun import RerunPlan
 
@@ -431,6 +432,28 @@ class RunStore:
 
     async def workers(self) -> list[WorkerRecord]:
         return await self._store.workers()
+
+    async def fleet(self) -> FleetState:
+        """The queue, the workers alive and dead, the schedules' next slots and the load of
+        limited endpoints, now: a few cheap reads (what ``GET /metrics`` reports).
+
+        Raises:
+            StoreError: the store cannot be used now.
+        """
+        from minions.runs._fleet import fleet_state
+
+        return await self._store.call(fleet_state, self._store.store, now=time.time())
+
+    async def check(self) -> str | None:
+        """Why the store cannot be used now, or ``None`` when it can: it answers, and its
+        schema is the one this minions knows (one read).
+
+        Raises:
+            StoreError: the store cannot be reached now (the reason is the message).
+        """
+        from minions.runs._fleet import schema_problem
+
+        return await self._store.call(schema_problem, self._store.store)
 
     async def endpoints(self, *, expiry: float | None = None) -> list[EndpointRecord]:
         """What model endpoints taught the structured-output ladder of the store's workers,

@@ -1286,6 +1286,7 @@ def _execution_record(execution: dict[str, Any], *, status: str | None = None) -
         tool_calls=execution.get("tool_calls", 0),
         loop_items=tuple(_execution_record(item) for item in items),
         duration=None if started is None or finished is None else finished - started,
+        waited=execution.get("waited", 0.0),
         reused_from=reused.get("run_id"),
         reused_usage=reused.get("usage", {}),
     )

@@ -310,6 +310,9 @@ class StepRecord:
     tool_calls: int = 0
     loop_items: tuple[StepRecord, ...] = ()
     duration: float | None = None
+    waited: float = 0.0
+    """Seconds of `duration` it waited (for its endpoint's limits, for approvals) rather than
+    worked."""
     reused_from: str | None = None
     """For a step a rerun reused (status ``reused``): the run that executed it."""
     reused_usage: dict[str, int] = field(default_factory=dict)

@@ -98,7 +98,8 @@ class _RunEndsInOneLine(logging.Filter):
     its traceback where it happens (the runner's "run crashed")."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        # (`minions serve`'s log keeps the exception as `exc_value`, its traceback as text.)
+        # (A server process's log, `minions._logsetup`, keeps the exception as `exc_value`,
+        # its traceback as text.)
         exc = record.exc_info[1] if record.exc_info else getattr(record, "exc_value", None)
         if isinstance(exc, RunFailedError | RunEndedError | ForkRefusedError):
             record.msg, record.args = str(exc), None
@@ -211,6 +212,23 @@ class Worker:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def readiness(self) -> str | None:
+        """Why this worker does not take runs now, or ``None`` when it does: it runs (its
+        loop takes runs, its heartbeat reaches the store) and its store answers now with the
+        schema this minions knows (one read; blocking). Said to anyone: no URL or host."""
+        if self._stop.is_set() and self.state == "running":
+            return "the worker is stopping"
+        if self.state != "running":
+            return f"the worker is {self.state}"
+        from minions.runs._fleet import schema_problem
+
+        try:
+            return schema_problem(self.store)
+        except Exception as exc:
+            if transient(exc):
+                return "the run store cannot be reached"
+            return f"the run store cannot be read ({type(exc).__name__})"
 
     # -- running -------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from minions._messages import (
     Usage,
 )
 from minions._output import OutputInstructions
+from minions._step.agent import DefaultStep
 from minions._step.cache import CachedStep, CachePolicy, InMemoryStepCache, StepCache
 from minions._step.completion import (
     CallLimitLink,
@@ -42,7 +43,8 @@ from minions._step.model_call import ModelCallExecutor
 from minions._step.result import AgentResult
 from minions._step.run import StepRun
 from minions._step.settings import RunSettings
-from minions._step.step import DefaultStep, MemoryScope, Step, StepInput, StepMode
+from minions._step.step import MemoryScope, Step, StepInput, StepMode
+from minions._step.stream import StepStream
 from minions._step.tool_call import ToolCallExecutor
 from minions._version import __version__
 from minions.errors import (
@@ -53,12 +55,14 @@ from minions.errors import (
     InputError,
     MCPServerError,
     MinionsError,
+    MissingDepsError,
     MissingExtraError,
     ModelError,
     ModelOutputError,
     OutputValidationError,
     PlanError,
     Problem,
+    Reask,
     RecipeError,
     RecordingError,
     RerunError,
@@ -66,7 +70,9 @@ from minions.errors import (
     ScheduleExistsError,
     ScriptExhaustedError,
     StepDefinitionError,
+    StepFailed,
     StoreError,
+    StreamingWarning,
     TemplateError,
     TemplateSyntaxError,
     ToolDefinitionError,
@@ -78,6 +84,7 @@ from minions.errors import (
     UnknownScheduleError,
 )
 from minions.models._base import Model
+from minions.tools._context import ToolContext
 from minions.tools._tool import Tool, ToolRegistry, tool
 
 # The agent layer, routing, step kinds and recipes load on first use of one of their names:
@@ -168,6 +175,7 @@ __all__ = [
     # tools
     "Tool",
     "ToolCallExecutor",
+    "ToolContext",
     "ToolRegistry",
     "tool",
     # models
@@ -188,6 +196,7 @@ __all__ = [
     "StepExecution",
     "StepExecutor",
     "StepInput",
+    "StepStream",
     "StepRun",
     "StepStatus",
     "StepMode",
@@ -241,6 +250,7 @@ __all__ = [
     "BudgetExceededError",
     "ConfigError",
     "MinionsError",
+    "MissingDepsError",
     "MissingExtraError",
     "ModelError",
     "ModelOutputError",
@@ -249,13 +259,16 @@ __all__ = [
     "InputError",
     "PlanError",
     "Problem",
+    "Reask",
     "RecipeError",
     "RecordingError",
     "RerunError",
     "RunStateError",
     "ScheduleExistsError",
     "StepDefinitionError",
+    "StepFailed",
     "StoreError",
+    "StreamingWarning",
     "TemplateError",
     "TemplateSyntaxError",
     "ToolDefinitionError",

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from minions._values import ModeDemotion, OutputMode, Usage
+from minions._values import ModeDemotion, OutputMode, Usage, preview, tokens_text
 from minions.errors import ModelOutputError
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class ToolCallResponse:
 
     @property
     def ok(self) -> bool:
+        """Whether the tool returned a result (rather than an error for the model)."""
         return self.error is None
 
 
@@ -87,6 +88,22 @@ class ToolCall:
                 f"{type(parsed).__name__}, not an object",
             )
         return cls(id=id, name=name, arguments=parsed)
+
+    @property
+    def result(self) -> Any:
+        """The tool's result (``None`` when it failed or has not run; see `response`)."""
+        return None if self.response is None else self.response.result
+
+    def __repr__(self) -> str:
+        parts = [repr(self.name), f"id={self.id!r}", f"arguments={preview(dict(self.arguments))}"]
+        response = self.response
+        if response is None:
+            parts.append("not run")
+        elif response.error is not None:
+            parts.append(f"error={preview(response.error, 80)}")
+        else:
+            parts.append(f"result={preview(response.result)}")
+        return f"ToolCall({', '.join(parts)})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +179,10 @@ class Prompt:
     replay key model calls by it."""
     settings: Mapping[str, Any] = field(default_factory=dict)
     """Provider settings such as `temperature`, passed through as they are."""
+    stream: bool = False
+    """The caller streams the step (`step.stream()`, `StepExecutor.stream()`,
+    `AgentExecutor.stream()`): a model that can stream its answer does, whatever its own
+    default (`OpenAIChatModel(stream=...)`), reporting each text delta to `on_token`."""
 
     def __str__(self) -> str:
         return "\n".join(str(message) for message in self.messages)
@@ -216,4 +237,19 @@ class ModelCall:
 
     @property
     def ok(self) -> bool:
+        """Whether the attempt got an answer (rather than an error)."""
         return self.error is None and self.response is not None
+
+    def __repr__(self) -> str:
+        parts = [repr(self.step_id), f"turn={self.turn}", f"attempt={self.attempt}"]
+        response = self.response
+        if self.error is not None:
+            parts.append(f"error={preview(self.error, 80)}")
+        if response is not None:
+            if response.tool_calls:
+                parts.append(f"tool_calls={[call.name for call in response.tool_calls]}")
+            if response.text or not response.tool_calls:
+                parts.append(f"text={preview(response.text)}")
+        parts.append(tokens_text(self.usage))
+        parts.append(f"{self.duration:.2f}s")
+        return f"ModelCall({', '.join(parts)})"

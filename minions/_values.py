@@ -71,3 +71,18 @@ class ModeDemotion:
     reason: str
     base_url: str = ""
     """The endpoint, without credentials."""
+
+
+def preview(value: object, limit: int = 60) -> str:
+    """`repr(value)` cut to about `limit` characters (``...`` says where): what the short
+    reprs of executions, calls and results show of an output, arguments or a result."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 3)] + "..."
+
+
+def tokens_text(usage: Usage) -> str:
+    """``85 tokens/2 calls`` (``+1 unknown`` when a call reported none): usage in a repr."""
+    text = f"{usage.total_tokens} tokens/{usage.calls} call{'s' if usage.calls != 1 else ''}"
+    return text + (f" (+{usage.unknown_calls} unknown)" if usage.unknown_calls else "")

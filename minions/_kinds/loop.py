@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 from minions._messages import Message
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.run import StepRun
-from minions._step.step import Step, StepInput
+from minions._step.step import Step, StepInput, StepOptions
 from minions._templates import render
 from minions.errors import Problem, StepDefinitionError
 from minions.tools._tool import ToolRegistry
@@ -43,7 +43,7 @@ class LoopStep(Step):
         *,
         parallel: int = 1,
         continue_on_error: bool = False,
-        **options: Any,
+        **options: Unpack[StepOptions],
     ) -> None:
         options.setdefault("description", body.description)
         options.setdefault("depends_on", body.depends_on)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from minions._messages import Message, ModelCallResponse, Prompt
 from minions._step.execution import StepStatus
 from minions._step.run import StepRun
-from minions._step.step import Step, StepInput
+from minions._step.step import Step, StepInput, StepOptions
 from minions._templates import render
 from minions.models._base import Model
 
@@ -68,7 +68,7 @@ class RecipeStep(Step):
         recipe: AgentRecipe,
         *,
         inputs: Mapping[str, Any] | None = None,
-        **options: Any,
+        **options: Unpack[StepOptions],
     ) -> None:
         options.setdefault("description", recipe.description)
         super().__init__(id, **options)
@@ -119,6 +119,7 @@ class RecipeStep(Step):
             settings=settings,
             memory=outer.memory,
             config=config,
+            deps=outer.deps,
         )
         run.absorb(result.executions, items=True)  # routing calls are in their step's execution
         outer.record_usage(result.usage)

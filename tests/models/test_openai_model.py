@@ -410,7 +410,7 @@ def test_each_event_loop_gets_its_own_client_closed_with_the_loop(
         model = server.model()
         answers = [asyncio.run(ask(model)), asyncio.run(ask(model))]
         step = StepExecutor(DefaultStep("s", "go"), AgentContext(model=model))
-        answers += [step.execute_sync().output, asyncio.run(ask(model))]
+        answers += [step.execute_sync().result(), asyncio.run(ask(model))]
         gc.collect()
 
     assert answers == ["one", "two", "three", "four"]

@@ -1,0 +1,235 @@
+"""Streaming asked for by the caller: `step.stream()`, `StepExecutor.stream()` and
+`AgentExecutor.stream()` make the model stream whatever its default; deltas of a retried
+attempt are marked; a model that does not stream is said once; a stream abandoned midway
+cancels its step and leaves nothing running."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from minions import (
+    AgentContext,
+    AgentExecutor,
+    AgentRecipe,
+    DefaultStep,
+    Message,
+    Model,
+    ModelCallResponse,
+    Prompt,
+    StepExecutor,
+    StepStatus,
+    StreamingWarning,
+    Usage,
+    tool,
+)
+from minions.events import Event, TokenDelta
+from minions.models import TokenCallback
+from minions.testing import FakeOpenAIServer, ScriptedModel
+
+
+class Advice(BaseModel):
+    approve: bool
+
+
+class Whole(Model):
+    """A model of a user's own that never streams: it ignores `on_token`."""
+
+    name = "whole"
+
+    async def call(
+        self, prompt: Prompt, *, on_token: TokenCallback | None = None
+    ) -> ModelCallResponse:
+        return ModelCallResponse(
+            message=Message.assistant("one whole answer"), usage=Usage.of_call(3, 3)
+        )
+
+
+class Stalls(Model):
+    """Says a few words, then waits forever (until cancelled)."""
+
+    name = "stalls"
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def call(
+        self, prompt: Prompt, *, on_token: TokenCallback | None = None
+    ) -> ModelCallResponse:
+        assert on_token is not None
+        on_token("Hel")
+        on_token("lo")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        raise AssertionError("not reached")
+
+
+async def test_a_step_streams_its_text_and_ends_typed() -> None:
+    step = DefaultStep("advise", goal="Approve it?", output=Advice)
+    async with step.stream(model=ScriptedModel(['{"approve": true}'])) as stream:
+        texts = [text async for text in stream.text()]
+    assert "".join(texts) == '{"approve": true}'
+    assert stream.execution.status is StepStatus.COMPLETED
+    assert stream.execution.result() == Advice(approve=True)
+
+
+async def test_the_stream_yields_the_steps_events_in_order() -> None:
+    step = DefaultStep("s", goal="Hi.")
+    async with step.stream(model=ScriptedModel(["a b"])) as stream:
+        kinds = [event.kind async for event in stream]
+    assert kinds == [
+        "step_started",
+        "model_call_started",
+        "token_delta",
+        "token_delta",
+        "model_call_completed",
+        "completion_decided",
+        "step_completed",
+    ]
+
+
+async def test_streaming_is_asked_of_a_model_whose_default_is_not_to_stream() -> None:
+    async with FakeOpenAIServer(["Bees pollinate flowers.", "Plain."]) as server:
+        model = server.model()
+        assert model.stream is False
+        step = DefaultStep("s", goal="Bees?")
+        async with step.stream(model=model) as stream:
+            texts = [text async for text in stream.text()]
+        assert "".join(texts) == "Bees pollinate flowers."
+        assert len(texts) > 1
+        assert server.requests[0].body.get("stream") is True
+        # Running without streaming makes a plain request.
+        execution = await step.run(model=model)
+        assert execution.output == "Plain."
+        assert "stream" not in server.requests[1].body
+
+
+async def test_an_agent_run_streamed_asks_its_models_to_stream() -> None:
+    async with FakeOpenAIServer(["One two three."]) as server:
+        recipe = AgentRecipe(id="r", steps=[DefaultStep("s", goal="Count.")])
+        stream = AgentExecutor(model=server.model()).stream(recipe)
+        deltas = [e.text async for e in stream if isinstance(e, TokenDelta)]
+        assert "".join(deltas) == "One two three."
+        assert server.requests[0].body.get("stream") is True
+
+
+async def test_step_executor_streams_one_step_of_a_shared_context() -> None:
+    context = AgentContext(model=ScriptedModel(["first", "second"]))
+    other: list[Event] = []
+    context.events.subscribe(other.append)
+    await StepExecutor(DefaultStep("a", goal="A."), context).execute()
+    async with StepExecutor(DefaultStep("b", goal="B."), context).stream() as stream:
+        events = [event async for event in stream]
+    assert {e.step_id for e in events} == {"b"}
+    assert stream.execution.output == "second"
+    assert context.events.listeners == (other.append,)  # the stream's listener is gone
+
+
+async def test_deltas_of_a_retried_attempt_are_marked_with_their_attempt() -> None:
+    def positive(advice: Advice) -> Advice:
+        if not advice.approve:
+            raise ValueError("approve it")
+        return advice
+
+    step = DefaultStep("s", goal="x", output=Advice, validators=[positive])
+    model = ScriptedModel(['{"approve": false}', '{"approve": true}'])
+    async with step.stream(model=model) as stream:
+        deltas = [e async for e in stream if isinstance(e, TokenDelta)]
+    by_attempt: dict[tuple[int, int], str] = {}
+    for delta in deltas:
+        by_attempt[delta.turn, delta.attempt] = (
+            by_attempt.get((delta.turn, delta.attempt), "") + delta.text
+        )
+    assert by_attempt == {(1, 1): '{"approve": false}', (1, 2): '{"approve": true}'}
+
+
+async def test_a_model_that_cannot_stream_gives_its_answer_as_one_delta_and_a_warning() -> None:
+    model = Whole()
+    with pytest.warns(StreamingWarning, match="model 'whole' cannot stream"):
+        async with DefaultStep("s", goal="x").stream(model=model) as stream:
+            texts = [text async for text in stream.text()]
+    assert texts == ["one whole answer"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per model: no second warning
+        async with DefaultStep("s", goal="x").stream(model=model) as stream:
+            assert [text async for text in stream.text()] == ["one whole answer"]
+
+
+async def test_a_listener_on_a_call_that_does_not_stream_is_warned_once() -> None:
+    events: list[Event] = []
+    async with FakeOpenAIServer(["one", "two"]) as server:
+        model = server.model()
+        step = DefaultStep("s", goal="x")
+        with pytest.warns(
+            StreamingWarning,
+            match="answered without streaming, so this run's listeners get no TokenDelta",
+        ):
+            await step.run(model=model, listeners=[events.append])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            await step.run(model=model, listeners=[events.append])
+    assert not [e for e in events if isinstance(e, TokenDelta)]
+
+
+async def test_a_stream_abandoned_midway_cancels_the_step_and_leaves_nothing_running() -> None:
+    model = Stalls()
+    stopped: list[str] = []
+
+    @tool
+    async def never() -> str:
+        """Never called."""
+        stopped.append("called")
+        return ""
+
+    step = DefaultStep("s", goal="Greet.", tools=[never])
+    before = asyncio.all_tasks()
+    async with step.stream(model=model) as stream:
+        async for text in stream.text():
+            assert text == "Hel"
+            break
+    execution = stream.execution
+    assert execution.status is StepStatus.FAILED
+    assert execution.error == "step 's' was cancelled"
+    assert model.cancelled
+    assert asyncio.all_tasks() == before
+    assert stream._executor.context.events.listeners == ()
+    assert stopped == []
+
+
+async def test_leaving_the_block_early_without_reading_cancels_too() -> None:
+    model = Stalls()
+    async with DefaultStep("s", goal="x").stream(model=model) as stream:
+        async for event in stream:
+            if event.kind == "token_delta":
+                break
+    assert model.cancelled
+    assert stream.execution.status is StepStatus.FAILED
+
+
+async def test_an_error_in_the_block_cancels_the_step_and_propagates() -> None:
+    model = Stalls()
+
+    async def fail_while_reading() -> None:
+        async with DefaultStep("s", goal="x").stream(model=model) as stream:
+            async for _ in stream.text():
+                raise KeyError("mine")
+
+    with pytest.raises(KeyError):
+        await fail_while_reading()
+    assert model.cancelled
+
+
+def test_a_stream_of_an_agent_executor_used_as_before_still_reads_events() -> None:
+    recipe = AgentRecipe(id="r", steps=[DefaultStep("s", goal="x", model=ScriptedModel(["ok"]))])
+
+    async def main() -> list[Any]:
+        return [e.kind async for e in AgentExecutor().stream(recipe)]
+
+    assert asyncio.run(main())[-1] == "run_completed"

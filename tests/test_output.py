@@ -117,7 +117,7 @@ def test_invalid_json_schema_is_a_definition_error_naming_the_step() -> None:
     with pytest.raises(
         StepDefinitionError, match="step 'shape': output must be a type, a JSON Schema dict"
     ):
-        DefaultStep("shape", "x", output="City")
+        DefaultStep("shape", "x", output="City")  # type: ignore[call-overload]
 
 
 def test_validation_errors_are_short_and_capped() -> None:

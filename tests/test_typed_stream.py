@@ -233,3 +233,62 @@ def test_a_stream_of_an_agent_executor_used_as_before_still_reads_events() -> No
         return [e.kind async for e in AgentExecutor().stream(recipe)]
 
     assert asyncio.run(main())[-1] == "run_completed"
+
+
+async def test_an_sse_route_stops_its_step_when_the_client_goes() -> None:
+    """The pattern of docs/in-your-app.md under Starlette's disconnect handling (the ASGI
+    spec uvicorn's HTTP servers declare): the client leaves after the first delta."""
+    from collections.abc import AsyncIterator, MutableMapping
+
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+
+    model = Stalls()
+    step = DefaultStep("s", goal="x")
+    app = FastAPI()
+
+    @app.get("/stream")
+    async def stream_route() -> StreamingResponse:
+        async def events() -> AsyncIterator[str]:
+            async with step.stream(model=model) as stream:
+                async for text in stream.text():
+                    yield f"data: {text}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    requested = False
+    got_text = asyncio.Event()
+    bodies: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await got_text.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            bodies.append(message["body"])
+            got_text.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/stream",
+        "raw_path": b"/stream",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    before = asyncio.all_tasks()
+    await app(scope, receive, send)
+    assert bodies[0] == b"data: Hel\n\n"
+    assert model.cancelled
+    assert asyncio.all_tasks() == before

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from typing_cases import Advice, Deps, Expense, not_negative
 
 from minions import (
     AgentContext,
@@ -41,20 +40,6 @@ from minions.tools import tool_context
 FAST = ExecutionConfig(retry_initial_delay=0.0, tool_retry_initial_delay=0.0)
 
 
-class Expense(BaseModel):
-    merchant: str
-    amount_eur: float
-
-
-class Advice(BaseModel):
-    approve: bool
-
-
-@dataclass
-class Deps:
-    rates: dict[str, float]
-
-
 seen: list[ToolContext[Deps]] = []
 
 
@@ -68,12 +53,6 @@ def convert(ctx: ToolContext[Deps], amount: float, currency: str) -> float:
     """
     seen.append(ctx)
     return amount * ctx.deps.rates[currency]
-
-
-def not_negative(expense: Expense) -> Expense:
-    if expense.amount_eur < 0:
-        raise ValueError("amount_eur cannot be negative")
-    return expense
 
 
 def categorise() -> DefaultStep[Expense]:

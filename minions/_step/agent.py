@@ -40,7 +40,9 @@ ToolLike: TypeAlias = "str | Tool | Callable[..., Any]"
 class DefaultStep(Step[OutputT]):
     """An agent step: a goal for the model, the tools it may call, and optional structured
     output. Generic in its output: ``output=Expense`` makes a ``DefaultStep[Expense]``, no
-    output a ``DefaultStep[str]`` (the text answer), a JSON Schema dict a ``DefaultStep[Any]``.
+    output a ``DefaultStep[str]`` (the text answer), a JSON Schema dict a ``DefaultStep[Any]``
+    (a type a type checker cannot name, such as ``int | str``, goes through
+    ``OutputInstructions(int | str)``).
 
     ::
 
@@ -120,7 +122,7 @@ class DefaultStep(Step[OutputT]):
         system: str | None = None,
         messages: Sequence[Message] = (),
         tools: Iterable[ToolLike] = (),
-        output: Mapping[str, Any] | object,
+        output: Mapping[str, Any],
         validators: Sequence[Validator[Any]] = (),
         completion_marker: str | None = None,
         completion_pattern: str | None = None,

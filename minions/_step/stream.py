@@ -90,15 +90,10 @@ class StepStream(Generic[OutputT]):
             self._events = self._generate()
         return self._events
 
-    async def text(self) -> AsyncIterator[str]:
+    def text(self) -> AsyncIterator[str]:
         """The text the model writes, delta by delta, as it arrives (the `TokenDelta`
-        events' text). Breaking out of the loop cancels the step."""
-        try:
-            async for event in self:
-                if event.kind == "token_delta":
-                    yield event.text
-        finally:
-            await self._stop()
+        events' text). Leaving the block after breaking out of the loop cancels the step."""
+        return _Texts(aiter(self))
 
     async def aclose(self) -> None:
         """Stop reading; a step still running is cancelled, and this returns once it has
@@ -133,3 +128,21 @@ class StepStream(Generic[OutputT]):
 
     def __repr__(self) -> str:
         return f"StepStream({self.execution!r})"
+
+
+class _Texts:
+    """The text deltas of a stream's events. An iterator, not a generator: breaking out of
+    a loop over it leaves nothing for the garbage collector to close (the stream's block does
+    that, at once)."""
+
+    def __init__(self, events: AsyncIterator[Event]) -> None:
+        self._events = events
+
+    def __aiter__(self) -> _Texts:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            event = await anext(self._events)
+            if event.kind == "token_delta":
+                return event.text

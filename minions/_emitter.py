@@ -45,6 +45,7 @@ class EventEmitter:
 
     @property
     def listeners(self) -> Sequence[EventListener]:
+        """The listeners events are delivered to, in order."""
         return self._listeners
 
     def subscribe(self, listener: EventListener) -> Callable[[], None]:

@@ -120,18 +120,22 @@ class Message:
 
     @classmethod
     def system(cls, content: str) -> Message:
+        """A system message."""
         return cls(role="system", content=content)
 
     @classmethod
     def user(cls, content: str) -> Message:
+        """A user message."""
         return cls(role="user", content=content)
 
     @classmethod
     def assistant(cls, content: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
+        """An assistant message: text, tool calls, or both."""
         return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
 
     @classmethod
     def tool(cls, call_id: str, content: str, *, name: str | None = None) -> Message:
+        """The result of tool call `call_id`, as the model reads it."""
         return cls(role="tool", content=content, tool_call_id=call_id, name=name)
 
     def __str__(self) -> str:
@@ -209,10 +213,12 @@ class ModelCallResponse:
 
     @property
     def text(self) -> str:
+        """The answer's text (empty when it only asks for tools)."""
         return self.message.content
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the answer asks for, in the model's order."""
         return self.message.tool_calls
 
 

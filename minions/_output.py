@@ -146,6 +146,7 @@ class OutputInstructions(Generic[OutputT]):
         return re.sub(r"[^A-Za-z0-9_-]", "_", self._target.name)[:64]
 
     def json_schema(self) -> Mapping[str, Any]:
+        """The JSON Schema the output must match (the model's, or the given dict)."""
         return self._target.schema
 
     def problems(self) -> list[str]:

@@ -28,6 +28,7 @@ class Usage:
 
     @property
     def total_tokens(self) -> int:
+        """Prompt and completion tokens together."""
         return self.prompt_tokens + self.completion_tokens
 
     @property
@@ -57,6 +58,7 @@ class Usage:
 
     @staticmethod
     def total(usages: Sequence[Usage]) -> Usage:
+        """The sum of `usages`."""
         result = Usage()
         for usage in usages:
             result = result + usage

@@ -193,6 +193,7 @@ class AgentContext:
         return found[1]
 
     def record_usage(self, usage: Usage) -> None:
+        """Count `usage` (a model call's, or a restored step's) in the run's `usage`."""
         self.usage = self.usage + usage
 
     def check_run_budget(self) -> None:

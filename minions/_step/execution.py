@@ -31,6 +31,7 @@ class StepStatus(enum.Enum):
 
     @property
     def terminal(self) -> bool:
+        """Whether the status is an end: completed, failed or skipped."""
         return self in (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.SKIPPED)
 
 

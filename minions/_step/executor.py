@@ -144,6 +144,7 @@ class StepExecutor(Generic[OutputT]):
 
     @property
     def model(self) -> Model:
+        """The model the step calls: its own, else the run's (resolved and wrapped by the run)."""
         return self.context.resolve_model(self.step.model)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -231,6 +232,7 @@ class StepExecutor(Generic[OutputT]):
 
     @property
     def visit(self) -> int:
+        """Which visit of the step this is (loops bring steps back)."""
         return self.execution.visit
 
     def complete(self, output: Any, *, next_step: str | None = None) -> None:
@@ -246,9 +248,12 @@ class StepExecutor(Generic[OutputT]):
         raise _StepEnded
 
     def emit(self, event: Event) -> None:
+        """Emit one of the run's events, stamped with the run id and its number."""
         self.context.events.emit(event)
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolCallResponse:
+        """Call one of the step's tools (with the run's tool retries) and record the call;
+        never raises for the tool's failure (see `StepRun.call_tool`)."""
         count = len(self.execution.tool_calls)
         call_id = f"{self.name}-call" + (f"-{count + 1}" if count else "")
         done = await self.tools.execute(ToolCall(id=call_id, name=name, arguments=dict(arguments)))
@@ -266,6 +271,7 @@ class StepExecutor(Generic[OutputT]):
         scope: str | None = None,
         checked: bool = False,
     ) -> StepExecution[Any]:
+        """Run another step inside this one and return its execution (see `StepRun.run_step`)."""
         inner: StepExecutor[Any] = StepExecutor(
             step,
             self.context,
@@ -292,6 +298,7 @@ class StepExecutor(Generic[OutputT]):
         return execution
 
     def absorb(self, executions: Sequence[StepExecution[Any]], *, items: bool = False) -> None:
+        """Count inner executions in this one; with `items`, keep them as its items."""
         self.execution.absorb(executions)
         if items:
             self.execution.items = list(executions)

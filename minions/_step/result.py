@@ -54,6 +54,7 @@ class AgentResult:
 
     @property
     def ok(self) -> bool:
+        """Whether the run completed."""
         return self.status is StepStatus.COMPLETED
 
     @property

@@ -104,6 +104,8 @@ class Tool:
 
     @property
     def description(self) -> str:
+        """What the model is told the tool does: the given description, else the docstring's
+        summary and body."""
         if self._description is not None:
             return self._description
         doc = self._doc
@@ -145,6 +147,7 @@ class Tool:
 
     @property
     def spec(self) -> ToolSpec:
+        """The tool as a model is told about it: name, description and parameters' JSON Schema."""
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
     def problems(self) -> list[str]:
@@ -315,6 +318,11 @@ class ToolRegistry:
         return found
 
     def require(self, name: str) -> Tool:
+        """The tool named `name`.
+
+        Raises:
+            ToolError: there is none (the message lists the tools there are, for the model).
+        """
         found = self.get(name)
         if found is None:
             raise ToolError(f"Unknown tool {name!r}. Available tools: {self._available()}.")
@@ -325,6 +333,7 @@ class ToolRegistry:
 
     @property
     def names(self) -> list[str]:
+        """The registered tools' names, sorted."""
         return sorted(self._tools)
 
     def subset(self, names: Iterable[str]) -> ToolRegistry:

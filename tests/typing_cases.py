@@ -152,7 +152,8 @@ async def streams() -> None:
 
 async def recipes() -> None:
     categorise, advise = categorise_step(), DefaultStep("advise", goal="Approve?", output=Advice)
-    recipe = AgentRecipe(id="expenses", steps=[categorise, advise])
+    steps = [categorise, advise]  # steps are covariant in their output: a list of steps
+    recipe = AgentRecipe(id="expenses", steps=steps)
     executor = AgentExecutor(model=ScriptedModel([]))
     result = await executor.execute(recipe, inputs={"line": "..."}, deps=Deps({}))
     assert_type(result, AgentResult)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar, Unpack, overload
 
-from minions._generic import OutputT
+from minions._generic import OutputT_co
 from minions._messages import Message, MessageBundle
 from minions._output import OutputInstructions
 from minions._step.context import AgentContext
@@ -37,7 +37,7 @@ ToolLike: TypeAlias = "str | Tool | Callable[..., Any]"
 """A tool as a step takes it: the name of a tool the run registers, a `Tool`, or a function."""
 
 
-class DefaultStep(Step[OutputT]):
+class DefaultStep(Step[OutputT_co]):
     """An agent step: a goal for the model, the tools it may call, and optional structured
     output. Generic in its output: ``output=Expense`` makes a ``DefaultStep[Expense]``, no
     output a ``DefaultStep[str]`` (the text answer), a JSON Schema dict a ``DefaultStep[Any]``
@@ -258,7 +258,7 @@ class DefaultStep(Step[OutputT]):
         deps: object = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         listeners: Iterable[EventListener] = (),
-    ) -> StepExecution[OutputT]: ...
+    ) -> StepExecution[OutputT_co]: ...
     async def run(
         self,
         run: StepRun | None = None,
@@ -268,7 +268,7 @@ class DefaultStep(Step[OutputT]):
         deps: object = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         listeners: Iterable[EventListener] = (),
-    ) -> StepExecution[OutputT] | None:
+    ) -> StepExecution[OutputT_co] | None:
         """Run this step on its own and return its execution: ``await step.run(model=...,
         inputs=...)``. (Called with a `StepRun`, it is the hook every step kind has: the
         model and tool loop.)
@@ -301,7 +301,7 @@ class DefaultStep(Step[OutputT]):
         deps: object = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         listeners: Iterable[EventListener] = (),
-    ) -> StepExecution[OutputT]:
+    ) -> StepExecution[OutputT_co]:
         """`run` for code that is not async (the same arguments).
 
         Raises:
@@ -321,7 +321,7 @@ class DefaultStep(Step[OutputT]):
         deps: object = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         listeners: Iterable[EventListener] = (),
-    ) -> StepStream[OutputT]:
+    ) -> StepStream[OutputT_co]:
         """Run this step on its own and stream it (the same arguments as `run`): the model
         streams because you do, whatever its own default::
 
@@ -344,7 +344,7 @@ class DefaultStep(Step[OutputT]):
         deps: object = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         listeners: Iterable[EventListener] = (),
-    ) -> StepExecutor[OutputT]:
+    ) -> StepExecutor[OutputT_co]:
         """The `StepExecutor` that `run`, `run_sync` and `stream` use: this step in a context
         of its own (the same arguments as `run`).
 

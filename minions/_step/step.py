@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Never, TypedDict, get_args
 
 from minions._config import ExecutionConfig
-from minions._generic import OutputT
+from minions._generic import OutputT_co
 from minions._messages import Message
 from minions._output import OutputInstructions
 from minions._step.cache import CachePolicy
@@ -93,7 +93,7 @@ class StepInput:
     dependency)."""
 
 
-class Step(ABC, Generic[OutputT]):
+class Step(ABC, Generic[OutputT_co]):
     """A unit of work in a run, generic in its output (a `StepExecutor` of a
     ``Step[Expense]`` gives a ``StepExecution[Expense]``).
 

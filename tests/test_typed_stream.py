@@ -6,7 +6,11 @@ cancels its step and leaves nothing running."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -292,3 +296,33 @@ async def test_an_sse_route_stops_its_step_when_the_client_goes() -> None:
     assert bodies[0] == b"data: Hel\n\n"
     assert model.cancelled
     assert asyncio.all_tasks() == before
+
+
+async def test_a_durable_runs_listeners_are_not_warned() -> None:
+    class Stored:
+        """What a durable run's context carries (its loop items' checkpoints)."""
+
+        async def before_call(self) -> None:
+            return None
+
+    events: list[Event] = []
+    async with FakeOpenAIServer(["one"]) as server:
+        context = AgentContext(model=server.model(), listeners=[events.append])
+        context.checkpoints = Stored()  # type: ignore[assignment]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            execution = await StepExecutor(DefaultStep("s", goal="x"), context).execute()
+    assert execution.output == "one"
+
+
+def test_the_command_line_does_not_warn_about_its_own_listeners(tmp_path: Path) -> None:
+    with FakeOpenAIServer(["Hello."]) as server:
+        (tmp_path / "hi.yaml").write_text("id: hi\nsteps:\n  - {id: hi, goal: Say hello.}\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "minions", "run", "hi.yaml", "--model",
+             f"openai-compatible:fake-model@{server.url}"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "OPENAI_API_KEY": "sk-test"},
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "StreamingWarning" not in done.stderr

@@ -44,7 +44,6 @@ from minions._step.result import AgentResult
 from minions._step.run import StepRun
 from minions._step.settings import RunSettings
 from minions._step.step import MemoryScope, Step, StepInput, StepMode
-from minions._step.stream import StepStream
 from minions._step.tool_call import ToolCallExecutor
 from minions._version import __version__
 from minions.errors import (
@@ -91,6 +90,7 @@ from minions.tools._tool import Tool, ToolRegistry, tool
 # `import minions` stays light for code that only runs steps (most of its cost is building
 # classes; see `benchmarks/import_time.py`), and `load_recipe` needs pydantic and PyYAML.
 _LAZY: dict[str, str] = {
+    "StepStream": "minions._step.stream",
     "AgentExecutor": "minions._agent.executor",
     "RunStream": "minions._agent.stream",
     "StepGraph": "minions._agent.graph",
@@ -147,6 +147,7 @@ if TYPE_CHECKING:
         StepSuggestionLink,
     )
     from minions._routing.transition import Condition, Transition
+    from minions._step.stream import StepStream
     from minions.recipes._build import load_recipe
     from minions.recipes._recipe import AgentRecipe
     from minions.recipes._subrecipe import RecipeStep

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from minions._generic import OutputT
 from minions.errors import OutputValidationError
@@ -217,7 +217,8 @@ class OutputInstructions(Generic[OutputT]):
         target = self._target
         if target.adapter is not None:
             try:
-                return cast(OutputT, target.adapter.validate_json(text))
+                value: OutputT = target.adapter.validate_json(text)  # no `cast` call: hot path
+                return value
             except Exception:
                 pass  # Not clean JSON of the right shape: extract, then report real errors.
         return self.validate_python(extract_json(text))
@@ -225,12 +226,15 @@ class OutputInstructions(Generic[OutputT]):
     def validate_python(self, value: Any) -> OutputT:
         """Validate an already-parsed value (e.g. the arguments of an output tool call)."""
         target = self._target
+        checked: OutputT
         if target.adapter is None:
-            return cast(OutputT, self._validate_with_schema(target.schema, value))
+            checked = self._validate_with_schema(target.schema, value)
+            return checked
         from pydantic import ValidationError
 
         try:
-            return cast(OutputT, target.adapter.validate_python(value))
+            checked = target.adapter.validate_python(value)
+            return checked
         except ValidationError as exc:
             errors = exc.errors(include_url=False)
             lines = [

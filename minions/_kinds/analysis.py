@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, ClassVar, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from minions._kinds.example import schema_from_example
 from minions._messages import MessageBundle
 from minions._output import OutputInstructions
 from minions._step.agent import DefaultStep
-from minions._step.step import StepInput, StepOptions
+from minions._step.step import StepInput
 from minions._templates import render
+
+if TYPE_CHECKING:
+    from minions._step.step import StepOptions
 
 __all__ = ["AnalysisStep"]
 

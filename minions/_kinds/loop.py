@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, ClassVar, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from minions._messages import Message
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.run import StepRun
-from minions._step.step import Step, StepInput, StepOptions
+from minions._step.step import Step, StepInput
 from minions._templates import render
 from minions.errors import Problem, StepDefinitionError
 from minions.tools._tool import ToolRegistry
+
+if TYPE_CHECKING:
+    from minions._step.step import StepOptions
 
 __all__ = ["LoopStep"]
 

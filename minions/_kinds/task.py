@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import PurePosixPath
-from typing import Any, ClassVar, Literal, Unpack, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Unpack, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -24,10 +24,13 @@ from minions._step.completion import CompletionDecision, StepCompletionChain, St
 from minions._step.context import AgentContext
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.run import StepRun
-from minions._step.step import Step, StepInput, StepOptions
+from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
 from minions.errors import Problem
 from minions.tools._tool import ToolRegistry
+
+if TYPE_CHECKING:
+    from minions._step.step import StepOptions
 
 __all__ = ["TaskStep"]
 

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from minions._messages import Message, MessageBundle
 from minions._output import OutputInstructions
 from minions._step.agent import DefaultStep
 from minions._step.execution import StepStatus
 from minions._step.run import StepRun
-from minions._step.step import Step, StepInput, StepOptions
+from minions._step.step import Step, StepInput
 from minions._templates import has_template, render
 from minions._text import as_text
 from minions.errors import Problem, StepDefinitionError, TemplateError, ToolError
 from minions.tools._tool import ToolRegistry
+
+if TYPE_CHECKING:
+    from minions._step.step import StepOptions
 
 __all__ = ["ToolStep"]
 

@@ -11,7 +11,7 @@ from minions._messages import Message, MessageBundle
 from minions._output import OutputInstructions
 from minions._step.context import AgentContext
 from minions._step.executor import StepExecutor
-from minions._step.step import Step, StepInput, StepOptions, format_dependencies
+from minions._step.step import Step, StepInput, format_dependencies
 from minions._sync import run_sync
 from minions._templates import quoted_outputs, render_text
 from minions.errors import Problem, StepDefinitionError, TemplateError, ToolDefinitionError
@@ -21,6 +21,7 @@ from minions.tools._tool import Tool
 if TYPE_CHECKING:
     from minions._step.execution import StepExecution
     from minions._step.run import StepRun
+    from minions._step.step import StepOptions
     from minions._step.stream import StepStream
     from minions.events import EventListener
 
@@ -29,7 +30,7 @@ __all__ = ["DefaultStep"]
 _V = TypeVar("_V")
 _M = TypeVar("_M")
 
-Validator: TypeAlias = Callable[[_V], _V | Awaitable[_V]]
+Validator: TypeAlias = "Callable[[_V], _V | Awaitable[_V]]"
 """A check of a step's validated output: takes it, returns it (possibly changed), sync or
 async; raising `ValueError` or `Reask` re-asks the model with the message."""
 

@@ -462,6 +462,7 @@ class StepExecutor(Generic[OutputT]):
             self.model, context=self.context, execution=execution, config=config
         )
         tools = self._tool_specs()
+        validators, streaming = step.validators, self.streaming
         while True:
             # The chain's `CallLimitLink` decides at the limit; a chain without it (or whose
             # links only said "go on") is stopped by the same link here.
@@ -485,7 +486,7 @@ class StepExecutor(Generic[OutputT]):
                     output=step.output,
                     step_id=step.id,
                     scope=self.scope,
-                    stream=self.streaming,
+                    stream=streaming,
                 )
                 try:
                     response = await calls.call(prompt, turn=turn)
@@ -507,10 +508,11 @@ class StepExecutor(Generic[OutputT]):
                 if found is None:
                     break
                 link, decision = found
-                name = link.name
-                if decision.kind == "complete" and step.validators:
-                    name, decision = await self._validate(name, decision, turn)
-                self._record_decision(name, decision, turn)
+                if validators and decision.kind == "complete":
+                    name, decision = await self._validate(link.name, decision, turn)
+                    self._record_decision(name, decision, turn)
+                else:
+                    self._record_decision(link.name, decision, turn)
                 if decision.kind == "reask":
                     self._mark_rejected(decision.reason or decision.note or "")
                     reasks = self._count_reask(reasks, decision.reason or decision.note or "", base)

@@ -179,9 +179,10 @@ class ModelCallExecutor:
         step_id = self.execution.step_id
         events = self.context.events
         on_token = None
-        streamed = False
         if events.active:
             from minions.events import ModelCallStarted, TokenDelta
+
+            streamed = False
 
             if self.context.settings.capture_content:
                 events.emit(self._started_with_content(prompt, turn, attempt))

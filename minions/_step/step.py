@@ -6,7 +6,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Never, TypedDict, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Never, get_args
 
 from minions._config import ExecutionConfig
 from minions._generic import OutputT_co
@@ -19,14 +19,35 @@ from minions.errors import Problem, StepDefinitionError, did_you_mean
 from minions.models._base import Model
 
 if TYPE_CHECKING:
+    from typing import TypedDict
+
     from minions._step.context import AgentContext
     from minions._step.run import StepRun
     from minions.tools._tool import Tool, ToolRegistry
+
+    class StepOptions(TypedDict, total=False):
+        """The options every kind of step takes, as keyword arguments (see `Step`): what a step
+        kind's ``**options: Unpack[StepOptions]`` passes on."""
+
+        description: str
+        depends_on: Iterable[str | Step[Any]]
+        mode: StepMode
+        optional: bool
+        timeout: float | None
+        max_visits: int
+        memory: MemoryScope
+        model: Model | str | None
+        config: Mapping[str, Any] | ExecutionConfig | None
+        completion: StepCompletionChain | None
+        cache: CachePolicy | bool | Mapping[str, Any] | None
+
 
 __all__ = ["MemoryScope", "Step", "StepInput", "StepMode"]
 
 StepMode = Literal["async", "sync", "fire_and_forget"]
 MemoryScope = Literal["step", "agent"]
+_MODES = get_args(StepMode)
+_SCOPES = get_args(MemoryScope)
 MAX_ID_LENGTH = 64
 """The most characters of a step or recipe id: ids key database rows and name folders, so
 they are bounded and hold no character a path or a URL would read."""
@@ -62,23 +83,6 @@ def recipe_id_problem(value: object) -> str | None:
         f"recipe id {shown} must be 1 to {MAX_ID_LENGTH} letters, digits, '_' or '-', "
         "starting with a letter or a digit (it names the run's workspace folder)"
     )
-
-
-class StepOptions(TypedDict, total=False):
-    """The options every kind of step takes, as keyword arguments (see `Step`): what a step
-    kind's ``**options: Unpack[StepOptions]`` passes on."""
-
-    description: str
-    depends_on: Iterable[str | Step[Any]]
-    mode: StepMode
-    optional: bool
-    timeout: float | None
-    max_visits: int
-    memory: MemoryScope
-    model: Model | str | None
-    config: Mapping[str, Any] | ExecutionConfig | None
-    completion: StepCompletionChain | None
-    cache: CachePolicy | bool | Mapping[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,10 +250,10 @@ class Step(ABC, Generic[OutputT_co]):
         id_problem = step_id_problem(self.id)
         if id_problem is not None:
             add("id", id_problem)
-        if self.mode not in get_args(StepMode):
-            add("mode", f"mode must be one of {get_args(StepMode)}, not {self.mode!r}")
-        if self.memory not in get_args(MemoryScope):
-            add("memory", f"memory must be one of {get_args(MemoryScope)}, not {self.memory!r}")
+        if self.mode not in _MODES:
+            add("mode", f"mode must be one of {_MODES}, not {self.mode!r}")
+        if self.memory not in _SCOPES:
+            add("memory", f"memory must be one of {_SCOPES}, not {self.memory!r}")
         if self.timeout is not None and not self.timeout > 0:
             add("timeout", f"timeout must be positive, not {self.timeout!r}")
         if not isinstance(self.max_visits, int) or self.max_visits < 1:
@@ -261,23 +265,31 @@ class Step(ABC, Generic[OutputT_co]):
         if self.output is not None:
             for text in self.output.problems():
                 add("output", text)
-        own = {tool.name: tool for tool in self.own_tools()}
-        for given in own.values():
-            for text in given.problems():
-                add("tools", text)
-        if tools is not None:
-            for name in sorted(self.tool_names()):
-                if "." in name or name in own:
-                    continue  # an MCP tool (`server.tool`): the recipe checks its server
-                found = tools.get(name)
-                if found is None:
-                    known = ", ".join(tools.names) or "none are registered"
-                    hint = did_you_mean(name, tools.names)
-                    add("tools", f"unknown tool {name!r}{hint}; known tools: {known}")
-                else:
-                    for text in found.problems():
-                        add("tools", text)
+        own: frozenset[str] | None = None  # the step's own tools' names, asked for once
+        for name in sorted(self.tool_names()):
+            if "." in name:
+                continue  # an MCP tool (`server.tool`): the recipe checks its server
+            found = tools.get(name) if tools is not None else None
+            if found is None:
+                if own is None:
+                    own = self._own_tool_problems(add)
+                if name in own or tools is None:
+                    continue
+                known = ", ".join(tools.names) or "none are registered"
+                hint = did_you_mean(name, tools.names)
+                add("tools", f"unknown tool {name!r}{hint}; known tools: {known}")
+            else:
+                for text in found.problems():
+                    add("tools", text)
         return problems
+
+    def _own_tool_problems(self, add: Callable[[str, str], None]) -> frozenset[str]:
+        """Check the step's own tools (`own_tools`); their names."""
+        given = self.own_tools()
+        for tool in given:
+            for text in tool.problems():
+                add("tools", text)
+        return frozenset(tool.name for tool in given)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id!r})"

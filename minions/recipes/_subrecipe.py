@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 from minions._messages import Message, ModelCallResponse, Prompt
 from minions._step.execution import StepStatus
 from minions._step.run import StepRun
-from minions._step.step import Step, StepInput, StepOptions
+from minions._step.step import Step, StepInput
 from minions._templates import render
 from minions.models._base import Model
 
 if TYPE_CHECKING:
     from minions._step.context import AgentContext
+    from minions._step.step import StepOptions
     from minions.recipes._recipe import AgentRecipe
 
 __all__ = ["RecipeStep"]

@@ -165,7 +165,7 @@ class DefaultStep(Step[OutputT_co]):
         else:
             self.bundle = MessageBundle(goal=goal or "", system=system, messages=tuple(messages))
         own = _own_tools(tools, add)
-        self._own = tuple(own.values())
+        self.own_tools = tuple(own.values())
         self.tools = frozenset(own) | _tool_names(tools)
         self.output = _instructions(output, add)
         self.validators = _validators(validators, add)
@@ -197,9 +197,6 @@ class DefaultStep(Step[OutputT_co]):
 
     def tool_names(self) -> frozenset[str]:
         return self.tools
-
-    def own_tools(self) -> Sequence[Tool]:
-        return self._own
 
     def templates(self) -> Mapping[str, Any]:
         found: dict[str, Any] = {"goal": self.bundle.goal}

@@ -71,6 +71,10 @@ class StepExecutor(Generic[OutputT]):
             `StepGraph` checks every step before a run); otherwise it is checked here.
     """
 
+    streaming = False
+    """The caller streams this step (`stream()`, or its run's): its model calls ask the model
+    to stream, whatever the model's own default."""
+
     def __init__(
         self,
         step: Step[OutputT],
@@ -108,7 +112,7 @@ class StepExecutor(Generic[OutputT]):
             config=self.config,
         )
         # The model may call only the step's tools, whatever else the run registered.
-        own = step.own_tools()
+        own = step.own_tools
         if own:
             # The tools given to the step itself, beside the run's tools it names.
             names = {tool.name for tool in own}
@@ -129,11 +133,11 @@ class StepExecutor(Generic[OutputT]):
             approve_every_call=bool(getattr(step, "requires_approval", False)),
             tracer=context.settings.tracer,
             before_call=None if context.checkpoints is None else context.checkpoints.before_call,
-            deps=context.deps,
         )
-        self.streaming = context.streaming
-        """The caller streams this step (`stream()`): its model calls ask the model to stream,
-        whatever the model's own default."""
+        if context.deps is not None:
+            self.tools.deps = context.deps
+        if context.streaming:
+            self.streaming = True
         self._error_kind: str | None = None
         """What ended the step as failed, for tracing (``error.type``)."""
         self.deferred = False
@@ -462,7 +466,6 @@ class StepExecutor(Generic[OutputT]):
             self.model, context=self.context, execution=execution, config=config
         )
         tools = self._tool_specs()
-        validators, streaming = step.validators, self.streaming
         while True:
             # The chain's `CallLimitLink` decides at the limit; a chain without it (or whose
             # links only said "go on") is stopped by the same link here.
@@ -486,7 +489,7 @@ class StepExecutor(Generic[OutputT]):
                     output=step.output,
                     step_id=step.id,
                     scope=self.scope,
-                    stream=streaming,
+                    stream=self.streaming,
                 )
                 try:
                     response = await calls.call(prompt, turn=turn)
@@ -508,7 +511,7 @@ class StepExecutor(Generic[OutputT]):
                 if found is None:
                     break
                 link, decision = found
-                if validators and decision.kind == "complete":
+                if step.validators and decision.kind == "complete":
                     name, decision = await self._validate(link.name, decision, turn)
                     self._record_decision(name, decision, turn)
                 else:

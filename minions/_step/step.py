@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Never, get_args
 
@@ -130,6 +130,9 @@ class Step(ABC, Generic[OutputT_co]):
     """The structured output the step must produce (``None``: a text answer)."""
     validators: tuple[Callable[[Any], Any], ...] = ()
     """Checks of the model loop's output, in order (see `DefaultStep`'s ``validators``)."""
+    own_tools: tuple[Tool, ...] = ()
+    """Tools given to this step itself (as functions or `Tool` objects), registered for it
+    alone: the run's other steps do not see them; `tool_names` names them too."""
     completion_marker: str | None = None
     """Text that ends the step when the model writes it (see `CompletionMarkerLink`)."""
     completion_pattern: str | None = None
@@ -211,11 +214,6 @@ class Step(ABC, Generic[OutputT_co]):
         its own (`own_tools`)."""
         return frozenset()
 
-    def own_tools(self) -> Sequence[Tool]:
-        """Tools given to this step itself (as functions or `Tool` objects), registered for
-        it alone: the run's other steps do not see them. None by default."""
-        return ()
-
     def uses_model(self) -> bool:
         """Whether running this step may call its model: its own `model`, else the run's.
 
@@ -285,7 +283,7 @@ class Step(ABC, Generic[OutputT_co]):
 
     def _own_tool_problems(self, add: Callable[[str, str], None]) -> frozenset[str]:
         """Check the step's own tools (`own_tools`); their names."""
-        given = self.own_tools()
+        given = self.own_tools
         for tool in given:
             for text in tool.problems():
                 add("tools", text)

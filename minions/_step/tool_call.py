@@ -73,6 +73,10 @@ class ToolCallExecutor:
     failed span.
     """
 
+    deps: object = None
+    """The run's deps, for tools taking a `ToolContext` (``None``: none given); the step
+    loop sets them from its context."""
+
     def __init__(
         self,
         registry: ToolRegistry,
@@ -87,11 +91,8 @@ class ToolCallExecutor:
         approve_every_call: bool = False,
         tracer: RunTracer | None = None,
         before_call: Callable[[], Awaitable[None]] | None = None,
-        deps: object = None,
     ) -> None:
         self.registry = registry
-        self.deps = deps
-        """The run's deps, for tools taking a `ToolContext` (``None``: none given)."""
         self.tracer = tracer
         self.before_call = before_call
         """Awaited before each attempt of a call starts: a durable run confirms it still

@@ -215,6 +215,7 @@ async def test_streaming_over_retries_keeps_events_in_order() -> None:
         "delta 'Sunny '",
         "delta 'in'",
         "model_call_failed 2",
+        "completion_decided",  # the re-ask, a decision like a link's
         "retry output",
         "model_call_started 3",
         "delta 'Sunny '",

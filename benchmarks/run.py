@@ -29,6 +29,7 @@ WORKLOADS = {
     "MCP": "mcp_tools.py",
     "SERVICE": "service.py",
     "RERUN": "rerun.py",
+    "EVAL": "evals.py",
 }
 
 

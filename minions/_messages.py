@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from minions._values import ModeDemotion, OutputMode, Usage, preview, tokens_text
 from minions.errors import ModelOutputError
@@ -30,6 +30,12 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+COMPLETION_TOOL: Final = "complete_step"
+"""The name of the tool a model calls to say a step is done (when the step offers it)."""
+SELECT_TOOL: Final = "select_next_step"
+"""The name of the tool a model calls to choose the next step among candidates (its `step`
+argument is an enum of their ids)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +65,23 @@ class ToolCall:
     name: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
     response: ToolCallResponse | None = None
+
+    def __repr__(self) -> str:
+        parts = [
+            f"id={self.id!r}",
+            f"name={self.name!r}",
+            f"arguments={preview(dict(self.arguments))}",
+        ]
+        response = self.response
+        if response is None:
+            parts.append("status='pending'")
+        elif response.error is not None:
+            parts += ["status='failed'", f"error={preview(response.error)}"]
+        else:
+            parts += ["status='ok'", f"result={preview(response.content)}"]
+        if response is not None and response.attempts > 1:
+            parts.append(f"attempts={response.attempts}")
+        return f"ToolCall({', '.join(parts)})"
 
     @classmethod
     def parse(cls, *, id: str, name: str, arguments: str | Mapping[str, Any] | None) -> ToolCall:
@@ -93,17 +116,6 @@ class ToolCall:
     def result(self) -> Any:
         """The tool's result (``None`` when it failed or has not run; see `response`)."""
         return None if self.response is None else self.response.result
-
-    def __repr__(self) -> str:
-        parts = [repr(self.name), f"id={self.id!r}", f"arguments={preview(dict(self.arguments))}"]
-        response = self.response
-        if response is None:
-            parts.append("not run")
-        elif response.error is not None:
-            parts.append(f"error={preview(response.error, 80)}")
-        else:
-            parts.append(f"result={preview(response.result)}")
-        return f"ToolCall({', '.join(parts)})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,6 +250,11 @@ class ModelCall:
     output_mode: OutputMode | None = None
     """The structured-output mode of the answer: the one that produced its output, or, for an
     answer that failed as output, the one it was asked in; `None` without structured output."""
+    model: str = ""
+    """The name of the model asked (with a `FallbackModel`, the one of its models)."""
+    endpoint: str | None = None
+    """The base URL it was asked at, without credentials; `None` for a model not behind a
+    server (test doubles, replays)."""
     started_at: float = 0.0
     duration: float = 0.0
 
@@ -247,15 +264,19 @@ class ModelCall:
         return self.error is None and self.response is not None
 
     def __repr__(self) -> str:
-        parts = [repr(self.step_id), f"turn={self.turn}", f"attempt={self.attempt}"]
+        parts = [f"step={self.step_id!r}", f"turn={self.turn}", f"attempt={self.attempt}"]
+        if self.model:
+            parts.append(f"model={self.model!r}")
         response = self.response
-        if self.error is not None:
-            parts.append(f"error={preview(self.error, 80)}")
-        if response is not None:
+        if self.error is not None or response is None:
+            parts += ["status='failed'", f"error={preview(self.error or 'no response')}"]
+        else:
+            parts.append("status='ok'")
+            if response.output is not None:
+                parts.append(f"output={preview(response.output)}")
+            elif response.text:
+                parts.append(f"answer={preview(response.text)}")
             if response.tool_calls:
-                parts.append(f"tool_calls={[call.name for call in response.tool_calls]}")
-            if response.text or not response.tool_calls:
-                parts.append(f"text={preview(response.text)}")
-        parts.append(tokens_text(self.usage))
-        parts.append(f"{self.duration:.2f}s")
+                parts.append(f"tool_calls={[call.name for call in response.tool_calls]!r}")
+        parts.append(f"tokens={tokens_text(self.usage)}")
         return f"ModelCall({', '.join(parts)})"

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from minions._generic import OutputT
@@ -18,6 +18,24 @@ if TYPE_CHECKING:
 __all__ = ["OutputInstructions"]
 
 _M = TypeVar("_M")
+
+
+def _schema_problems(schema: Any) -> tuple[str, ...]:
+    """What is wrong with `schema` as a JSON Schema (against the meta-schema)."""
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path) or "the top level"
+        return (f"output schema is not valid JSON Schema at {where}: {exc.message}",)
+    return ()
+
+
+@lru_cache(maxsize=1024)
+def _checked_schema(text: str) -> tuple[str, ...]:
+    return _schema_problems(json.loads(text))
+
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _MAX_ERRORS_IN_NOTE = 5
@@ -161,14 +179,13 @@ class OutputInstructions(Generic[OutputT]):
             # against the meta-schema costs milliseconds.
             found = self._cache.get("problems")
             if found is None:
-                import jsonschema
-
-                found = []
                 try:
-                    jsonschema.Draft202012Validator.check_schema(target.schema)
-                except jsonschema.SchemaError as exc:
-                    where = "/".join(str(p) for p in exc.path) or "the top level"
-                    found = [f"output schema is not valid JSON Schema at {where}: {exc.message}"]
+                    text = json.dumps(target.schema, allow_nan=False)
+                except (TypeError, ValueError):
+                    found = _schema_problems(target.schema)
+                else:
+                    # Big recipes repeat their schemas: each is checked once per process.
+                    found = _checked_schema(text)
                 self._cache["problems"] = found
             return list(found)
         return []

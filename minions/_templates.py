@@ -11,15 +11,20 @@ Run state is a mapping such as ``{"inputs": {...}, "wiki": {"output": ..., "stat
 
 Expressions are parsed once and cached; `check_template` parses every expression of a value
 and reports the roots it refers to, so recipes are checked when they load.
+
+Templates look like Jinja's and are not: an expression that fails, or has no value, and reads
+like Jinja (``x | upper``, ``x['key']``, ``default('n/a')``, ``{% if %}``) is answered with
+"templates are JMESPath, not Jinja" and the JMESPath to write instead, where there is one.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from minions._text import as_text
 from minions.errors import TemplateError, TemplateSyntaxError, did_you_mean
@@ -75,9 +80,17 @@ def _compile(expression: str) -> _Compiled:
         column = getattr(exc, "lex_position", None)
         if isinstance(column, int):
             detail += f" at column {column + 1} of the expression"
+        hint = jinja_hint(expression)
+        if hint is not None:
+            detail = hint  # what to write instead says more than where the parser stopped
         raise TemplateSyntaxError(
             f"invalid template expression {{{{ {expression} }}}}: {detail}", expression=expression
         ) from None
+    called = _function_problem(expression, parsed.parsed)
+    if called is not None:
+        raise TemplateSyntaxError(
+            f"invalid template expression {{{{ {expression} }}}}: {called}", expression=expression
+        )
     negated = _negated_path(parsed.parsed)
     if negated:
         text = expression.strip()
@@ -275,13 +288,17 @@ def check_template(value: Any, known_roots: Sequence[str] | Set[str]) -> list[st
 
     Returns one message per problem, empty when all is well.
     """
-    problems = []
+    problems = jinja_blocks(value)
     known = known_roots if isinstance(known_roots, Set) else set(known_roots)
     for expression in template_expressions(value):
         try:
             compiled = _compile(expression)
         except TemplateSyntaxError as exc:
             problems.append(str(exc))
+            continue
+        filtered = _jinja_pipe(expression)
+        if filtered is not None:
+            problems.append(filtered)
             continue
         for root in sorted(compiled.roots - known):
             hint = did_you_mean(root, sorted(known))
@@ -332,6 +349,9 @@ def _evaluate(expression: str, state: Mapping[str, Any]) -> Any:
 
 def _missing_message(expression: str, state: Mapping[str, Any]) -> str:
     available = ", ".join(sorted(state)) or "nothing"
+    hint = filter_hint(expression)
+    if hint is not None:
+        return f"template {{{{ {expression} }}}} has no value: {hint}"
     return (
         f"template {{{{ {expression} }}}} has no value (run state has: {available}); "
         f"give a default with {{{{ {expression} || 'default' }}}}"
@@ -368,3 +388,261 @@ def render(value: Any, state: Mapping[str, Any]) -> Any:
     if isinstance(value, list | tuple):
         return [render(v, state) for v in value]
     return value
+
+
+# -- Jinja habits --------------------------------------------------------------------------------
+
+NOT_JINJA: Final = "templates are JMESPath, not Jinja"
+
+_TEXT_ADVICE: Final = (
+    "write {{{{ {x} }}}} and say in the prompt what to do with it, or compute it in a tool "
+    "step or in your code before the run"
+)
+_FILTER_ADVICE: Final = "filter a list with {{{{ {x}[?field == 'value'] }}}}"
+
+# Jinja's filters and their JMESPath form: `{x}` is the filtered value, `{arg}` the filter's
+# argument (its default when it has none); `None` when JMESPath has no such thing, with what
+# to do instead in `_NO_FORM`.
+_JINJA_FILTERS: Final[Mapping[str, tuple[str | None, str]]] = {
+    "length": ("length({x})", ""),
+    "count": ("length({x})", ""),
+    "default": ("{x} || {arg}", "'default'"),
+    "d": ("{x} || {arg}", "'default'"),
+    "join": ("join({arg}, {x})", "''"),
+    "first": ("{x}[0]", ""),
+    "last": ("{x}[-1]", ""),
+    "sort": ("sort({x})", ""),
+    "reverse": ("reverse({x})", ""),
+    "sum": ("sum({x})", ""),
+    "min": ("min({x})", ""),
+    "max": ("max({x})", ""),
+    "abs": ("abs({x})", ""),
+    "list": ("to_array({x})", ""),
+    "string": ("to_string({x})", ""),
+    "tojson": ("to_string({x})", ""),
+    "int": ("to_number({x})", ""),
+    "float": ("to_number({x})", ""),
+    "map": ("{x}[*].field", ""),
+    **dict.fromkeys(("select", "reject", "selectattr", "rejectattr"), (None, _FILTER_ADVICE)),
+    **dict.fromkeys(
+        (
+            "upper", "lower", "title", "capitalize", "trim", "replace", "truncate", "round",
+            "wordcount", "wordwrap", "striptags", "escape", "e", "safe", "urlencode", "center",
+            "indent", "format", "unique", "items", "dictsort", "batch", "slice", "groupby",
+            "random", "filesizeformat", "pprint", "attr", "xmlattr", "urlize", "forceescape",
+        ),
+        (None, _TEXT_ADVICE),
+    ),
+}  # fmt: skip
+
+_PLAUSIBLE_FIELDS: Final = frozenset(
+    {
+        "title", "first", "last", "count", "items", "min", "max", "sum", "format", "map",
+        "select", "reject", "attr", "random", "batch", "slice", "groupby", "list", "string",
+        "sort", "reverse", "unique", "center", "indent", "replace", "round", "abs", "int",
+        "float", "e", "d",
+    }
+)  # fmt: skip
+"""Filter names that are also likely field names: ``x | title`` may read a field ``title``,
+so a recipe is only told about it when it has no value."""
+
+_FILTER: Final = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*(?:\((?P<args>.*)\))?$", re.DOTALL)
+_SUBSCRIPT: Final = re.compile(r"\[\s*(?P<quote>['\"])(?P<key>(?:(?!(?P=quote)).)*)(?P=quote)\s*\]")
+_IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DOTTED_INDEX: Final = re.compile(r"(?<=[\w\]\"])\.(\d+)\b")
+_WORDS: Final = ((re.compile(r"\band\b"), "&&"), (re.compile(r"\bor\b"), "||"))
+_NOT: Final = re.compile(r"\bnot\s+([\w.\[\]]+)")
+_BLOCK: Final = re.compile(
+    r"\{%-?\s*(if|for|set|block|macro|raw|with|include|filter|call)\b[^%]*-?%\}"
+)
+"""A Jinja block's opening tag (its ``end...`` is the same mistake again)."""
+
+
+def _unquoted(expression: str, change: Callable[[str], str]) -> str:
+    """`expression` with `change` applied to its text outside quotes and JSON literals."""
+    parts = re.split(r"('(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"|`(?:\\.|[^`\\])*`)", expression)
+    return "".join(part if index % 2 else change(part) for index, part in enumerate(parts))
+
+
+def _pipe_parts(expression: str) -> list[str]:
+    """`expression` split at its top-level pipes (``|``, not ``||``)."""
+    parts: list[str] = []
+    depth, quote, start, index = 0, "", 0, 0
+    while index < len(expression):
+        char = expression[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"`":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            if expression[index + 1 : index + 2] == "|":
+                index += 2
+                continue
+            parts.append(expression[start:index].strip())
+            start = index + 1
+        index += 1
+    parts.append(expression[start:].strip())
+    return parts
+
+
+def _compiles(expression: str) -> bool:
+    try:
+        _compile(expression)
+    except TemplateSyntaxError:
+        return False
+    return True
+
+
+def filter_hint(expression: str, *, bare: Set[str] | None = None) -> str | None:
+    """What to write instead of Jinja filters piped into (``x | upper``, ``x | default('-')``),
+    or `None` when `expression` pipes into no filter.
+
+    Args:
+        bare: the filter names that count when written without parentheses (every filter
+            when `None`): ``x | title`` may mean a field ``title``.
+    """
+    parts = _pipe_parts(expression)
+    if len(parts) < 2:
+        return None
+    value = parts[0]
+    for part in parts[1:]:
+        match = _FILTER.match(part)
+        if match is None or match["name"] not in _JINJA_FILTERS:
+            return None
+        name, args = match["name"], match["args"]
+        if args is None and bare is not None and name not in bare:
+            return None
+        form, default = _JINJA_FILTERS[name]
+        if form is None:
+            advice = default.format(x=value)
+            return (
+                f"{NOT_JINJA}: '| {name}' is a Jinja filter, and JMESPath has no {name}; {advice}"
+            )
+        # Jinja's "text" is JMESPath's 'text' ("text" names a field there).
+        arg = re.sub(r'"((?:[^"\\]|\\.)*)"', r"'\1'", args.strip()) if args else default
+        value = form.format(x=value, arg=arg)
+    if not _compiles(value):
+        return f"{NOT_JINJA}: JMESPath has no filters ('| name')"
+    return f"{NOT_JINJA}: write {{{{ {value} }}}}"
+
+
+def _jinja_pipe(expression: str) -> str | None:
+    """A recipe's problem with a valid expression that pipes into a Jinja filter no field is
+    likely named after (``inputs.city | upper``), or `None`."""
+    unlikely = {name for name in _JINJA_FILTERS if name not in _PLAUSIBLE_FIELDS}
+    hint = filter_hint(expression, bare=unlikely)
+    if hint is None:
+        return None
+    field = _pipe_parts(expression)[-1]
+    note = (
+        f"; to read a field named {field!r}, write it after a dot"
+        if _IDENTIFIER.match(field)
+        else ""
+    )
+    return f"template {{{{ {expression} }}}}: {hint}{note}"
+
+
+def _path_text(node: Mapping[str, Any]) -> str | None:
+    """The text of a plain path (``a.b[0]``), or `None` for anything else."""
+    path = _plain_path(node)
+    if not path:
+        return None
+    text = ""
+    for key in path:
+        if isinstance(key, int):
+            text += f"[{key}]"
+        else:
+            name = str(key) if _IDENTIFIER.match(str(key)) else json.dumps(key)
+            text += f".{name}" if text else name
+    return text
+
+
+def _subscript(match: re.Match[str]) -> str:
+    key = match["key"]
+    return f".{key}" if _IDENTIFIER.match(key) else f".{json.dumps(key)}"
+
+
+def _unjinja(text: str) -> str:
+    """Unquoted text of an expression with Jinja's indexes and words in JMESPath."""
+    text = _DOTTED_INDEX.sub(r"[\1]", text)
+    for word, operator in _WORDS:
+        text = word.sub(operator, text)
+    return _NOT.sub(r"!(\1)", text)
+
+
+def jinja_hint(expression: str) -> str | None:
+    """For an expression JMESPath cannot parse: the JMESPath it reads like in Jinja (subscripts
+    ``x['key']``, indexes ``x.0``, ``and`` / ``or`` / ``not``, filters), or `None`."""
+    fixed = _unquoted(_SUBSCRIPT.sub(_subscript, expression), _unjinja)
+    if fixed != expression and _compiles(fixed):
+        return f"{NOT_JINJA}: write {{{{ {fixed} }}}}"
+    return filter_hint(fixed)
+
+
+def _function_problem(expression: str, tree: Mapping[str, Any]) -> str | None:
+    """What is wrong with the functions an expression calls (one JMESPath does not have, or
+    the wrong number of arguments), which would fail every time it is rendered; or `None`."""
+    from jmespath.functions import Functions
+
+    table: Mapping[str, Any] = Functions.FUNCTION_TABLE
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        stack.extend(child for child in node.get("children", ()) if isinstance(child, Mapping))
+        if node["type"] != "function_expression":
+            continue
+        name, given = str(node["value"]), len(node.get("children", ()))
+        spec = table.get(name)
+        if spec is None:
+            hint = filter_hint(expression)
+            if hint is not None:
+                return hint
+            functions = f"(its functions: {', '.join(sorted(table))})"
+            if name in _JINJA_FILTERS:
+                form, advice = _JINJA_FILTERS[name]
+                argument = _path_text(node["children"][0]) if node.get("children") else None
+                if form is not None:
+                    written = form.format(x=argument or "value", arg=advice or "'...'")
+                    return (
+                        f"{NOT_JINJA}: there is no {name}() in JMESPath; write {{{{ {written} }}}}"
+                    )
+                advice = advice.format(x=argument or "value")
+                return f"{NOT_JINJA}: there is no {name}() in JMESPath; {advice} {functions}"
+            close = did_you_mean(name, sorted(table))
+            return f"there is no function {name}() in JMESPath{close} {functions}"
+        signature = spec["signature"]
+        variadic = bool(signature) and bool(signature[-1].get("variadic"))
+        if given != len(signature) and not (variadic and given >= len(signature)):
+            # A filter piped into (``x | join(', ')``) has its value as a missing argument.
+            hint = filter_hint(expression)
+            if hint is not None:
+                return hint
+            wanted = f"{len(signature)}{' or more' if variadic else ''}"
+            return f"{name}() takes {wanted} argument{'s' if wanted != '1' else ''}, not {given}"
+    return None
+
+
+def jinja_blocks(value: Any) -> list[str]:
+    """One problem per Jinja block (``{% if %}``, ``{% for %}``) in a value's text, which
+    would be sent to the model as it is."""
+    if isinstance(value, str):
+        if "{%" not in value:
+            return []
+        return [
+            f"template text {match.group(0)!r} is a Jinja block: {NOT_JINJA}, and have no "
+            "{% %} blocks; choose text with {{ condition && 'yes' || 'no' }}, repeat a step "
+            "with loop:, or write {{ '{%' }} for a literal '{%'"
+            for match in _BLOCK.finditer(value)
+        ]
+    if isinstance(value, Mapping):
+        return [p for v in value.values() for p in jinja_blocks(v)]
+    if isinstance(value, list | tuple):
+        return [p for v in value for p in jinja_blocks(v)]
+    return []

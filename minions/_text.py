@@ -42,6 +42,20 @@ def jsonable(value: Any) -> Any:
     return to_jsonable_python(value, fallback=repr)
 
 
+def count_values(value: Any, limit: int) -> int:
+    """How many JSON values `value` holds (itself, and each item and member, keys not
+    counted), counted up to just past `limit`: the work stays bounded however big it is."""
+    count, todo = 0, [value]
+    while todo and count <= limit:
+        current = todo.pop()
+        count += 1
+        if isinstance(current, dict):
+            todo.extend(current.values())
+        elif isinstance(current, list | tuple):
+            todo.extend(current)
+    return count
+
+
 def cut_note(total: int, shown: int, unit: str) -> str:
     """What is added to a text that was cut, so its reader knows: ``[cut: 2,000,000 bytes,
     showing the first 1,000,000]``."""

@@ -75,16 +75,23 @@ class ModeDemotion:
     """The endpoint, without credentials."""
 
 
-def preview(value: object, limit: int = 60) -> str:
-    """`repr(value)` cut to about `limit` characters (``...`` says where): what the short
-    reprs of executions, calls and results show of an output, arguments or a result."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    return text[: max(0, limit - 3)] + "..."
+_PREVIEW = 60
+"""Characters of text, arguments or output a short repr shows."""
+
+
+def preview(value: object) -> str:
+    """`value` (text as it is, anything else as its repr) on one line, cut to 60 characters
+    (``…`` says where), quoted: what the short reprs of executions, results and calls show of
+    an output, an answer, arguments or an error."""
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    if len(text) > _PREVIEW:
+        text = text[: _PREVIEW - 1] + "…"
+    return repr(text) if isinstance(value, str) else text
 
 
 def tokens_text(usage: Usage) -> str:
-    """``85 tokens/2 calls`` (``+1 unknown`` when a call reported none): usage in a repr."""
-    text = f"{usage.total_tokens} tokens/{usage.calls} call{'s' if usage.calls != 1 else ''}"
-    return text + (f" (+{usage.unknown_calls} unknown)" if usage.unknown_calls else "")
+    """``'85+12'`` (prompt + completion tokens; ``'85+12 (not all reported)'`` when a call
+    reported none): usage in a short repr, quoted."""
+    tokens = f"{usage.prompt_tokens}+{usage.completion_tokens}"
+    return repr(tokens if usage.complete else tokens + " (not all reported)")

@@ -19,6 +19,7 @@ from minions._values import ModeDemotion, OutputMode, Usage
 __all__ = [
     "BudgetExceededError",
     "ConfigError",
+    "DiffTooLargeError",
     "InputError",
     "MCPServerError",
     "IdempotencyConflictError",
@@ -288,6 +289,12 @@ class PlanError(RecipeError):
     what = "plan"
 
 
+def is_transient(error: BaseException) -> bool:
+    """Errors worth retrying (and then trying another model for): timeouts, connection
+    errors, 408, 409, 429 and 5xx."""
+    return isinstance(error, TransientModelError | TimeoutError | ConnectionError)
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the known name closest to a wrong one, else ``""``."""
     import difflib
@@ -340,6 +347,18 @@ class RunStateError(MinionsError):
 class RerunError(MinionsError, ValueError):
     """A rerun cannot be made as asked: an unknown step, an output set on a step that runs
     again, or an output its step's schema refuses."""
+
+
+class DiffTooLargeError(MinionsError):
+    """Two runs' step outputs hold more values than a diff compares (see
+    `RunStore.diff`'s `max_values`)."""
+
+    def __init__(self, run_a: str, run_b: str, limit: int) -> None:
+        super().__init__(
+            f"runs {run_a} and {run_b} are too large to diff: their step outputs hold more "
+            f"than {limit:,} JSON values (the most one diff compares)"
+        )
+        self.limit = limit
 
 
 class IdempotencyConflictError(MinionsError):

@@ -194,6 +194,9 @@ class ModelCallStarted(_EventBase):
     turn: int = 1
     attempt: int = 1
     model: str = ""
+    """The model asked (with a `FallbackModel`, the one of its models this attempt asks)."""
+    endpoint: str = ""
+    """Its base URL, without credentials; empty for a model not behind a server."""
     messages: tuple[MessageRecord, ...] = ()
     """The request's messages, only when content capture is on (``RunSettings.capture_content``,
     or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``); empty otherwise. Bounded: each

@@ -17,6 +17,7 @@ import argparse
 import base64
 import contextlib
 import os
+import select
 import sys
 import threading
 import time
@@ -216,11 +217,16 @@ keeps a descriptor of it, so a server that logs to stdout reaches the client all
 
 
 def junk(lines: int) -> None:
-    """Lines on stdout that are not JSON-RPC, as a server logging there writes them."""
-    text = "".join(f"INFO line {i} of the server's log on stdout\n" for i in range(lines))
-    data = text.encode()
-    while data:  # straight to the descriptor, between the transport's messages
-        data = data[os.write(_WIRE[0], data) :]
+    """Lines on stdout that are not JSON-RPC, as a server logging there writes them.
+
+    Each line is one write to the descriptor, between the transport's messages: a write to a
+    pipe of at most PIPE_BUF bytes is atomic, so a message the transport writes meanwhile (a
+    sync tool runs in a thread of its own) lands between two lines, never inside one (which
+    made one line two, and the count one more, once in a while)."""
+    for i in range(lines):
+        line = f"INFO line {i} of the server's log on stdout\n".encode()
+        assert len(line) <= select.PIPE_BUF
+        os.write(_WIRE[0], line)
 
 
 def main() -> None:

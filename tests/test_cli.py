@@ -141,7 +141,13 @@ def test_schema_is_the_recipe_json_schema() -> None:
 
 
 @pytest.mark.parametrize(
-    "recipe", sorted(Path(__file__).parent.parent.glob("examples/**/*.yaml")), ids=str
+    "recipe",
+    sorted(
+        p
+        for p in Path(__file__).parent.parent.glob("examples/**/*.yaml")
+        if not p.name.endswith(".eval.yaml")  # eval datasets (docs/evals.md), not recipes
+    ),
+    ids=str,
 )
 def test_the_schema_accepts_the_examples_and_the_documented_shorthands(recipe: Path) -> None:
     # An editor with the schema must not flag what the loader accepts (`loop: "{{ ... }}"`).
@@ -635,6 +641,62 @@ def test_the_live_view_tracks_steps_from_events(tmp_path: Path) -> None:
     assert "bye" in screen.getvalue()
 
 
+def test_every_group_lists_its_commands_in_order_each_turning_mistakes_into_exit_2() -> None:
+    groups = {
+        g.typer_instance.info.name: [c.name for c in g.typer_instance.registered_commands]
+        for g in app.registered_groups
+        if g.typer_instance is not None
+    }
+    assert groups == {
+        "runs": ["list", "show", "events", "cancel", "resume", "approve", "prune", "rerun", "diff"],
+        "schedules": ["add", "list", "show", "pause", "resume", "remove"],
+        "endpoints": ["list", "forget"],
+        "eval": ["run", "compare", "add-case"],
+    }
+    for args in (
+        ["runs", "prune", "--older-than", "soon"],
+        ["runs", "rerun", "r", "--from", "s", "--set", "oops"],
+        ["schedules", "add", "x.yaml", "--every", "often"],
+    ):
+        result = invoke(args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert result.stderr.startswith("error: ")
+        assert_no_traceback(result)
+
+
+def test_the_live_view_tells_a_step_waiting_for_a_person_as_the_console_does() -> None:
+    from minions import events as ev
+    from minions._fold import EXECUTION_STATUSES
+    from minions.cli._live import _STYLE
+
+    assert set(_STYLE) == set(EXECUTION_STATUSES)  # a mark for every status the fold tells
+    screen = io.StringIO()
+    view = LiveView(Console(file=screen, width=120), ["say", "loop"], mode="lines")
+    for event in (
+        ev.StepStarted(step_id="loop", seq=1, timestamp=10.0),
+        ev.StepStarted(step_id="loop[0]", seq=2, timestamp=10.0),
+        ev.StepStarted(step_id="say", seq=3, timestamp=11.0),
+        ev.ApprovalRequested(step_id="say", call_id="say#1/c", name="shout", seq=4),
+    ):
+        view(event)
+    say, loop = view.rows["say"], view.rows["loop"]
+    assert (say.status, say.note) == ("waiting", "waiting for approval of shout")
+    assert (loop.status, loop.items_started, loop.items_done) == ("running", 1, 0)
+    progress = view.progress_line()
+    assert progress is not None
+    assert "say (" in progress
+    assert "waiting for approval of shout" in progress
+    view(ev.ApprovalResolved(step_id="say", call_id="say#1/c", name="shout", approved=False))
+    assert (view.rows["say"].status, view.rows["say"].note) == ("running", "shout rejected")
+    view(ev.StepCompleted(step_id="say", seq=6, timestamp=13.5))
+    assert "✓ say completed in 2.50s" in screen.getvalue()  # by the events' own times
+    assert screen.getvalue().splitlines()[:3] == [
+        "▶ loop",
+        "▶ say (alongside loop)",
+        "? say waits for approval: shout (say#1/c)",
+    ]
+
+
 def test_the_live_view_and_the_summary_name_their_columns_alike() -> None:
     from rich.console import Group
     from rich.table import Table
@@ -861,3 +923,48 @@ def test_url_credentials_never_show_in_the_header_dry_run_or_recording(tmp_path:
     for text in (live.stderr, live.stdout, plan.stdout, recording.read_text()):
         assert "hunter2" not in text
     assert "http://***@127.0.0.1" in live.stderr
+
+
+FALLBACK = """\
+id: fallback
+config: {{retry_initial_delay: 0.01, retry_max_delay: 0.02, max_model_retries: 1}}
+model:
+  - openai-compatible:big@{dead}
+  - openai-compatible:small@{live}
+steps:
+  - {{id: a, goal: Say hi.}}
+"""
+
+
+def test_a_recipe_s_model_list_runs_records_and_replays(tmp_path: Path) -> None:
+    from minions.testing import FakeOpenAIServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    with FakeOpenAIServer(["Hi from the second model."]) as server:
+        recipe = tmp_path / "recipe.yaml"
+        recipe.write_text(FALLBACK.format(dead=dead, live=server.url))
+        planned = invoke(["run", str(recipe), "--dry-run"], None)
+        record = tmp_path / "run.recording.json"
+        live = invoke(["run", str(recipe), "--json", "--record", str(record)], None)
+    assert planned.exit_code == 0, planned.stderr
+    assert f"openai-compatible:big@{dead}, then openai-compatible:small@" in planned.stdout
+    # The pre-flight check passes with one model up, and the run falls through to it.
+    assert live.exit_code == 0, live.stderr
+    assert json.loads(live.stdout)["output"] == "Hi from the second model."
+    assert sorted(Recording.load(record).entries) == ["a#1/1", "a#1/2", "a#1/3"]
+    replayed = invoke(["run", str(recipe), "--json", "--replay", str(record)], None)
+    assert replayed.exit_code == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["output"] == "Hi from the second model."
+
+
+def test_an_unusable_model_of_a_list_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "id: r\nmodel: [ollama:llama3.2, 'nowhere:nothing']\nsteps:\n  - {id: a, goal: Hi.}\n"
+    )
+    result = invoke(["run", str(recipe)], None)
+    assert result.exit_code == 2
+    assert "cannot use model 'nowhere:nothing' (the recipe's model, model 2 of 2)" in result.stderr
+    assert_no_traceback(result)

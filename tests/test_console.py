@@ -32,6 +32,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from service_helpers import (
     ANSWER,
     TOKEN,
+    app_in_thread,
     auth,
     server,
     submit,
@@ -40,6 +41,7 @@ from service_helpers import (
 )
 
 from minions.runs import RunStore
+from minions.service import ServiceConfig, create_app
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
 pytestmark = pytest.mark.slow
@@ -324,6 +326,33 @@ def test_a_step_drawer_shows_the_request_and_answer_a_capturing_server_kept(
                 expect(page.locator("#drawer .prompts-not-kept")).to_have_count(0)
             finally:
                 page.close()
+
+
+def test_a_run_cancelled_before_it_started_shows_every_step_pending(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Its only event is its end: the server's fold of it (the first `states` of its stream)
+    has no execution, and the page draws the recipe's steps as pending, none started."""
+    config = ServiceConfig(
+        token=TOKEN,
+        database_url=f"sqlite:///{tmp_path / 'minions.db'}",
+        recipes=write_recipes(tmp_path / "recipes"),
+    )
+    with (
+        app_in_thread(create_app(config)) as base,  # no worker: the run stays queued
+        httpx2.Client(base_url=base, headers=auth(), timeout=60) as client,
+    ):
+        run_id = submit(client, "ledger", tag="never")
+        assert client.post(f"/runs/{run_id}/cancel").json()["status"] == "cancelled"
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            log_in(page, base, TOKEN, f"#/runs/{run_id}")
+            expect(page.locator("#run-status")).to_have_text("cancelled")
+            expect(page.locator('#graph g[data-status="pending"]')).to_have_count(5)
+            expect(page.locator("#timeline")).to_have_text("No step has started yet.")
+            expect(page.locator('#steps tr[data-status="pending"]')).to_have_count(5)
+        finally:
+            page.close()
 
 
 def shown(first: int, last: int, total: int) -> str:
@@ -656,6 +685,14 @@ def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
     rerun = page.locator("#run-id").inner_text()
     assert rerun != parent
     expect(page.locator("#run-status")).to_have_text("completed")
+    # The timeline is the server's fold of the run's events: the same watched live as read
+    # later (a reused step's bar is where the rerun reused it, not where it was queued).
+    expect(page.locator('#events li[data-kind="run_completed"]')).to_have_count(1)
+    watched = bars(page)
+    page.reload()
+    expect(page.locator('#events li[data-kind="run_completed"]')).to_have_count(1)
+    expect(page.locator("#timeline .tl-row")).to_have_count(3)
+    assert bars(page) == watched
     expect(page.locator('#steps tr[data-step="one"]')).to_have_attribute("data-status", "reused")
     expect(page.locator('#graph g[data-step="one"]')).to_have_attribute("data-status", "reused")
     expect(page.locator('#timeline .tl-row[data-step="one"] .tl-bar.s-reused')).to_have_count(1)
@@ -710,6 +747,16 @@ def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
     expect(page.locator("#run-id")).to_have_text(rerun)
     page.click("#lineage a.parent")
     expect(page.locator("#run-id")).to_have_text(parent)
+
+
+def bars(page: Page) -> dict[str, str]:
+    """Where the timeline draws each step's bar (its style: left and width)."""
+    page.wait_for_timeout(100)  # the frame that draws the last states
+    found: dict[str, str] = page.locator("#timeline .tl-row").evaluate_all(
+        "(rows) => Object.fromEntries(rows.map((r) => [r.dataset.step, "
+        "(r.querySelector('.tl-bar') || {}).getAttribute?.('style') || '']))"
+    )
+    return found
 
 
 def pause_a_schedule(page: Page, shots: Path) -> None:

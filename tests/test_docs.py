@@ -56,7 +56,7 @@ def test_code_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
         block, expected = found["code"], found["prints"]
         if block.startswith("# doc: no-run"):
             continue
-        # Compiled as a reader's file would be (not with this module's __future__ imports);
+        # As a reader runs it: without this module's `from __future__ import annotations`;
         # a notebook cell (top-level await) runs in an event loop of its own.
         code = compile(
             block,
@@ -98,12 +98,18 @@ def test_the_quickstart_is_two_commands_and_ci_runs_the_second() -> None:
 
 EXAMPLE = ROOT / "examples" / "activity_monitor"
 BROKEN_RECIPE = """\
-id: broken
+id: staged
 steps:
   - id: a
-    goal: Do a.
+    goal: hello
     colour: red
   - id: b
+    description: no kind
+  - id: c
+    depends_on: [nope]
+    goal: go
+  - id: d
+    tool: no_such_tool
 """
 CLI_OUTPUTS: dict[str, tuple[list[str], str]] = {
     # The first line of a ```text block on the page: the command's arguments (run in a copy of
@@ -114,7 +120,7 @@ CLI_OUTPUTS: dict[str, tuple[list[str], str]] = {
     ),
     "no model set: replaying": (["run", "recipe.yaml"], "first stderr line"),
     "error: no model is configured": (["run", "recipe.yaml"], "stderr, without a recording"),
-    "invalid recipe: 2 problems": (["validate", "recipe.yaml"], "stderr, of BROKEN_RECIPE"),
+    "invalid recipe: 4 problems": (["validate", "recipe.yaml"], "stderr, of BROKEN_RECIPE"),
 }
 
 

@@ -22,7 +22,7 @@ ERRORS = {
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
     "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
-    "ScheduleExistsError", "UnknownScheduleError",
+    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError",
     "MissingDepsError", "Reask", "StepFailed", "StreamingWarning",
 }  # fmt: skip
 
@@ -71,7 +71,7 @@ PUBLIC: dict[str, set[str]] = {
     "minions.errors": ERRORS,
     "minions.models": {
         "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "EndpointPermit", "EndpointWait",
-        "Limits", "LocalLimiter",
+        "FallbackModel", "Limits", "LocalLimiter",
         "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },
@@ -95,8 +95,20 @@ PUBLIC: dict[str, set[str]] = {
         "load_recipe_file", "parse_recipe", "recipe_problems",
     },
     "minions.testing": {
-        "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "Quirk",
-        "Reply", "ScriptedModel", "estimate_tokens",
+        "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "ModelBlock",
+        "Quirk", "block_real_models",
+        "Reply", "ScriptedModel", "TestModel", "estimate_tokens",
+    },
+    "minions.evals": {
+        "NOT_GIVEN", "Case", "Dataset", "DatasetError", "Target", "load_dataset",
+        "parse_dataset", "add_case", "case_text",
+        "Check", "CheckResult", "ExpectedCheck", "ExprCheck", "FunctionCheck", "Grading",
+        "JudgeCheck", "ToolExpectation", "TrajectoryCheck", "Judge", "Verdict",
+        "CaseJob", "CaseRun", "CaseRunFinished", "CaseRunStarted", "CaseRunner",
+        "ForegroundRunner", "GradedRun", "TokenBudget", "evaluate", "evaluate_sync",
+        "CaseReport", "CheckReport", "Comparison", "EvalReport", "Failure", "GateReport",
+        "Gates", "ReportError", "RunReport", "apply_gates", "compare_reports", "junit_xml",
+        "pass_at_k", "pass_hat_k", "wilson_interval", "EvalCase", "dataset_cases",
     },
     "minions.cli": {"app", "main"},
 }  # fmt: skip

@@ -430,7 +430,13 @@ def test_the_cli_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
     asyncio.run(executed(url, run_id=run_id))
     shown = minions("runs", "show", run_id, "--database-url", url)
     assert f"rerun of {parent} from report" in shown.stdout
-    assert "reused" in shown.stdout
+    # Its steps in the order they happened: the reused ones first (said when the rerun began).
+    rows = [line.split()[:3] for line in shown.stdout.splitlines() if "│" in line]
+    assert [(r[0], r[2]) for r in rows[:3]] == [
+        ("fetch", "reused"),
+        ("left", "reused"),
+        ("right", "reused"),
+    ]
     diffed = minions("runs", "diff", parent, run_id, "--json", "--database-url", url)
     assert diffed.returncode == 0, diffed.stderr
     data = json.loads(diffed.stdout)

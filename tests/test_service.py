@@ -5,6 +5,7 @@ repeated."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import stat
@@ -70,6 +71,18 @@ steps:
 """
 
 
+LOOP = """\
+id: loop
+description: A step, a loop of three items two at a time, a step after it.
+tools: [shouting]
+steps:
+  - {id: start, tool: shout, params: {text: go}}
+  - {id: each, depends_on: [start], loop: [a, b, c], parallel: 2, tool: shout,
+     params: {text: "{{ loop.item }}"}}
+  - {id: after, depends_on: [each], tool: shout, params: {text: done}}
+"""
+
+
 @pytest.fixture(scope="module")
 def service(
     folder: Path, url: str, model: tuple[FakeOpenAIServer, threading.Event]
@@ -77,6 +90,7 @@ def service(
     recipes = write_recipes(folder / "recipes")
     write_chat_recipe(recipes, model[0].url)
     (recipes / "big.yaml").write_text(BIG)
+    (recipes / "loop.yaml").write_text(LOOP)
     with server(
         folder,
         url,
@@ -203,6 +217,41 @@ def test_health_and_the_console_page_need_no_token(service: ServerProcess) -> No
     assert httpx2.get(service.base + "/console/console.js").status_code == 200
 
 
+def test_the_console_is_es_modules_served_with_their_types_and_the_servers_names(
+    service: ServerProcess,
+) -> None:
+    import re
+
+    from minions._fold import EXECUTION_STATUSES, RUN_STATUSES, TERMINAL
+
+    page = httpx2.get(service.base + "/").text
+    assert '<script type="module" src="/console/console.js"></script>' in page
+    # Every module the page imports, and those they import, is served (no token, no build
+    # step, nothing from the network) as JavaScript.
+    todo, seen = ["console.js"], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        served = httpx2.get(f"{service.base}/console/{name}")
+        assert served.status_code == 200, name
+        assert served.headers["content-type"].startswith("text/javascript"), name
+        imports = re.findall(r'from "([^"]+)"', served.text)
+        assert all(i.startswith("./") for i in imports), (name, imports)
+        todo += [i.removeprefix("./") for i in imports]
+    assert {"console.js", "names.js", "state.js", "stream.js", "timeline.js"} <= seen
+    # The statuses and event kinds are the server's own lists.
+    names = httpx2.get(service.base + "/console/names.js").text
+    lists = dict(re.findall(r"export const (\w+) = (\[.*\]);", names))
+    assert json.loads(lists["RUN_STATUSES"]) == list(RUN_STATUSES)
+    assert json.loads(lists["TERMINAL_STATUSES"]) == sorted(TERMINAL)
+    assert json.loads(lists["EXECUTION_STATUSES"]) == list(EXECUTION_STATUSES)
+    assert "approval_requested" in json.loads(lists["EVENT_KINDS"])
+    css = httpx2.get(service.base + "/console/console.css")
+    assert css.headers["content-type"].startswith("text/css")
+
+
 def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
     schema = client.get("/openapi.json").json()
     assert set(schema["paths"]) == {
@@ -214,6 +263,7 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/runs/{run_id}/events",
         "/runs/{run_id}/events/stream",
         "/runs/{run_id}/events/ticket",
+        "/runs/{run_id}/steps",
         "/runs/{run_id}/steps/{step_id}",
         "/runs/{run_id}/rerun",
         "/runs/{run_a}/diff/{run_b}",
@@ -359,6 +409,71 @@ def test_a_steps_times_calls_and_errors_are_told(client: httpx2.Client) -> None:
     unknown = client.get(f"/runs/{failed_id}/steps/third")
     assert "no step 'third'" in error_of(unknown, 404, "unknown_step")
     error_of(client.get("/runs/nope/steps/first"), 404, "unknown_run")
+
+
+def test_a_runs_steps_are_told_as_the_one_fold_of_its_events(client: httpx2.Client) -> None:
+    run_id = submit(client, "loop")
+    messages = stream_to_end(client, run_id)
+    assert "states" not in {m["event"] for m in messages}  # only when asked for
+    states = client.get(f"/runs/{run_id}/steps").json()
+    assert (states["run_id"], states["seq"], states["full"]) == (run_id, len(messages), True)
+    assert states["steps"] == {"start": "completed", "each": "completed", "after": "completed"}
+    executions = {e["step_id"]: e for e in states["executions"]}
+    assert set(executions) == {"start", "each", "each[0]", "each[1]", "each[2]", "after"}
+    each, second = executions["each"], executions["each[1]"]
+    assert (each["item"], each["items_started"], each["items_done"]) == (None, 3, 3)
+    assert (second["step"], second["item"], second["visit"], second["tool_calls"]) == (
+        "each",
+        1,
+        1,
+        1,
+    )
+    assert each["started_at"] <= second["started_at"] <= second["finished_at"]
+    assert second["finished_at"] <= each["finished_at"] <= executions["after"]["started_at"]
+    error_of(client.get("/runs/nope/steps"), 404, "unknown_run")
+
+
+def test_the_stream_keeps_the_step_states_it_was_asked_for_up_to_date(
+    client: httpx2.Client,
+) -> None:
+    run_id = submit(client, "slow", tag="states")  # a step every 0.3 s: live events
+    messages = stream_to_end(client, run_id, states="true")
+    told = [m for m in messages if m["event"] == "states"]
+    assert told[0]["data"]["full"] is True
+    assert all("id" not in m for m in told)
+    # Each message after the first holds the executions the event before it changed: kept
+    # in a copy, they are what the run's steps are once it ended.
+    kept = {(e["step_id"], e["visit"]): e for e in told[0]["data"]["executions"]}
+    statuses = dict(told[0]["data"]["steps"])
+    for message in told[1:]:
+        assert message["data"]["full"] is False
+        kept.update({(e["step_id"], e["visit"]): e for e in message["data"]["executions"]})
+        statuses.update(message["data"]["steps"])
+    final = client.get(f"/runs/{run_id}/steps").json()
+    assert (
+        statuses
+        == final["steps"]
+        == dict.fromkeys(["one", "two", "three", "four", "five"], "completed")
+    )
+    assert list(kept.values()) == final["executions"]
+    assert final["seq"] == int(messages[-1]["id"])
+    for before, message in itertools.pairwise(messages):  # each after its event
+        if message["event"] == "states":
+            assert message["data"]["seq"] == int(before["id"])
+    # A stream resumed after an event starts from every execution as of that event.
+    with client.stream(
+        "GET", f"/runs/{run_id}/events/stream", params={"after": 3, "states": "true"}
+    ) as response:
+        [first, *events] = read_stream(response)
+    assert (first["event"], first["data"]["full"], first["data"]["seq"]) == (
+        "states",
+        True,
+        final["seq"],
+    )
+    assert first["data"]["executions"] == final["executions"]
+    assert [int(m["id"]) for m in events if m["event"] != "states"] == list(
+        range(4, final["seq"] + 1)
+    )
 
 
 def test_a_waiting_call_is_approved_over_the_api(client: httpx2.Client) -> None:
@@ -686,7 +801,7 @@ def test_other_errors_have_the_same_shape(client: httpx2.Client) -> None:
 
 def test_recipes_and_workers_are_listed(client: httpx2.Client) -> None:
     recipes = {r["id"]: r for r in client.get("/recipes").json()}
-    assert set(recipes) == {"ledger", "slow", "release", "flaky", "chat", "big"}
+    assert set(recipes) == {"ledger", "slow", "release", "flaky", "chat", "big", "loop"}
     assert recipes["release"]["description"] == "Shout, once a person said yes."
     assert recipes["release"]["file"] == "approval.yaml"
     assert recipes["ledger"]["inputs"] == {
@@ -758,6 +873,46 @@ def test_inline_recipes_name_only_built_in_tools_and_the_servers_own(
         ):
             message = error_of(c.post("/runs", json={"recipe_yaml": "id: e\n" + model}), 400)
             assert "model endpoint" in message
+
+
+def test_an_inline_recipe_is_parsed_once_and_its_graph_names_each_steps_kind(
+    service: ServerProcess, folder: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from minions.recipes import _loader
+    from minions.recipes._source import load_yaml
+
+    parsed: list[str] = []
+
+    def counted(text: str, file: str = "") -> Any:
+        parsed.append(text)
+        return load_yaml(text, file)
+
+    monkeypatch.setattr(_loader, "load_yaml", counted)
+    config = ServiceConfig(
+        token=TOKEN, database_url=url, recipes=folder / "recipes", allow_inline_recipes=True
+    )
+    text = (
+        "id: kinds\ntools: [shouting]\nsteps:\n"
+        "  - {id: shout, tool: shout, params: {text: hi}}\n"
+        "  - {id: judge, tool: llm_analyze, context: Judge it., input: hi}\n"
+        "  - {id: think, analyze: What is it?, input: hi}\n"
+        "  - {id: ask, goal: Ask.}\n"
+    )
+    with (
+        app_in_thread(create_app(config)) as base,
+        httpx2.Client(base_url=base, headers=auth(), timeout=60) as c,
+    ):
+        parsed.clear()  # the server read its folder's recipes when it started
+        made = c.post("/runs", json={"recipe_yaml": text})
+        assert made.status_code == 201, made.text
+        assert parsed == [text]  # checked, built and stored from one parse
+        graph = c.get(f"/runs/{made.json()['run_id']}").json()["graph"]
+    assert {n["id"]: n["kind"] for n in graph} == {
+        "shout": "tool",
+        "judge": "analysis",  # as `StepSpec.kind` says: `tool: llm_analyze` is an analysis
+        "think": "analysis",
+        "ask": "agent",
+    }
 
 
 # -- the token ------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from minions import AgentContext, DefaultStep, StepExecutor, StepStatus
 from minions._templates import check_template, has_template, render, render_text, template_roots
-from minions.errors import TemplateError, TemplateSyntaxError
+from minions.errors import RecipeError, TemplateError, TemplateSyntaxError
+from minions.recipes import parse_recipe
 from minions.testing import ScriptedModel
 
 STATE = {
@@ -155,3 +156,129 @@ def test_a_jmespath_syntax_error_names_its_column() -> None:
         "invalid template expression {{ inputs.[ }}: Invalid jmespath expression: Incomplete "
         "expression at column 9 of the expression"
     )
+
+
+# -- Jinja habits: "templates are JMESPath, not Jinja", with what to write instead ---------------
+
+
+@pytest.mark.parametrize(
+    ("template", "written"),
+    [
+        ("{{ inputs['topic'] }}", "{{ inputs.topic }}"),
+        ('{{ inputs["topic"] }}', "{{ inputs.topic }}"),
+        ("{{ inputs['a b'].c }}", '{{ inputs."a b".c }}'),
+        ("{{ inputs.tags.0 }}", "{{ inputs.tags[0] }}"),
+        ("{{ inputs.a and inputs.b }}", "{{ inputs.a && inputs.b }}"),
+        ("{{ not inputs.empty }}", "{{ !(inputs.empty) }}"),
+        ("{{ inputs.subject | default('none') }}", "{{ inputs.subject || 'none' }}"),
+        ('{{ inputs.tags | join(", ") }}', "{{ join(', ', inputs.tags) }}"),
+        ("{{ inputs.tags | sort | join('-') }}", "{{ join('-', sort(inputs.tags)) }}"),
+        ("{{ default(inputs.subject) }}", "{{ inputs.subject || 'default' }}"),
+    ],
+)
+def test_jinja_that_cannot_run_says_what_to_write_in_jmespath(template: str, written: str) -> None:
+    with pytest.raises(TemplateSyntaxError) as raised:
+        render(template, STATE)
+    message = str(raised.value)
+    assert message.startswith(f"invalid template expression {template}: templates are JMESPath")
+    assert message.endswith(f"write {written}")
+    assert "Expecting: star" not in message
+    # What it says to write works.
+    inputs = {"topic": "bees", "tags": ["a", "b"], "empty": None, "a b": {"c": 1}, "a": 1, "b": 2}
+    state = {"inputs": inputs}
+    render(written, state)
+    # The same message when a recipe is checked, before anything runs.
+    assert check_template(template, {"inputs"}) == [message]
+
+
+def test_a_jinja_filter_with_no_jmespath_form_says_what_to_do_instead() -> None:
+    with pytest.raises(TemplateError) as raised:
+        render("Weather in {{ inputs.topic | upper }}", STATE)
+    assert str(raised.value) == (
+        "template {{ inputs.topic | upper }} has no value: templates are JMESPath, not Jinja: "
+        "'| upper' is a Jinja filter, and JMESPath has no upper; write {{ inputs.topic }} and "
+        "say in the prompt what to do with it, or compute it in a tool step or in your code "
+        "before the run"
+    )
+    with pytest.raises(TemplateSyntaxError, match=r"there is no upper\(\) in JMESPath; write "):
+        render("{{ upper(inputs.topic) }}", STATE)
+    with pytest.raises(TemplateSyntaxError, match=r"'\| round' is a Jinja filter"):
+        render("{{ inputs.n | round(2) }}", STATE)
+    # A filter that JMESPath spells as a function.
+    with pytest.raises(TemplateError, match=r"write \{\{ length\(inputs.tags\) \}\}"):
+        render("{{ inputs.tags | length }}", STATE)
+
+
+def test_a_pipe_into_a_field_named_like_a_filter_still_reads_the_field() -> None:
+    state = {"plan": {"output": {"title": "T", "upper": "U"}}}
+    assert render("{{ plan.output | title }}", state) == "T"
+    assert render("{{ plan.output | upper }}", state) == "U"
+    # A recipe is told about the unlikely ones only (and how to read such a field).
+    assert check_template("{{ plan.output | title }}", {"plan"}) == []
+    [problem] = check_template("{{ plan.output | upper }}", {"plan"})
+    assert problem.startswith(
+        "template {{ plan.output | upper }}: templates are JMESPath, not Jinja: '| upper' is a "
+        "Jinja filter"
+    )
+    assert problem.endswith("to read a field named 'upper', write it after a dot")
+
+
+def test_unknown_functions_and_wrong_arities_are_caught_before_rendering() -> None:
+    [problem] = check_template("{{ lenght(inputs.tags) }}", {"inputs"})
+    assert problem.startswith(
+        "invalid template expression {{ lenght(inputs.tags) }}: there is no function lenght() in "
+        "JMESPath (did you mean 'length'?) (its functions: abs, avg,"
+    )
+    [problem] = check_template("{{ join(inputs.tags) }}", {"inputs"})
+    assert problem == (
+        "invalid template expression {{ join(inputs.tags) }}: join() takes 2 arguments, not 1"
+    )
+    assert check_template("{{ not_null(inputs.a, inputs.b, 'x') }}", {"inputs"}) == []
+
+
+def test_jinja_blocks_are_reported_once_each() -> None:
+    problems = check_template("{% if inputs.n %}many{% endif %} {{ inputs.n }}", {"inputs"})
+    assert problems == [
+        "template text '{% if inputs.n %}' is a Jinja block: templates are JMESPath, not Jinja, "
+        "and have no {% %} blocks; choose text with {{ condition && 'yes' || 'no' }}, repeat a "
+        "step with loop:, or write {{ '{%' }} for a literal '{%'"
+    ]
+    assert render("{{ '{%' }} raw %}", STATE) == "{% raw %}"
+    assert check_template("100{%} of {{ inputs.n }}", {"inputs"}) == []
+
+
+def test_a_recipe_with_jinja_fails_validation_naming_the_line() -> None:
+    text = """\
+id: weather
+inputs:
+  city: {type: string}
+steps:
+  - id: report
+    goal: "Weather in {{ inputs['city'] }}"
+  - id: shout
+    goal: "{{ report.output | upper }}"
+    depends_on: [report]
+"""
+    with pytest.raises(RecipeError) as raised:
+        parse_recipe(text)
+    assert [str(p) for p in raised.value.problems] == [
+        "recipe:6: step 'report', field 'goal': invalid template expression "
+        "{{ inputs['city'] }}: templates are JMESPath, not Jinja: write {{ inputs.city }}",
+        "recipe:8: step 'shout', field 'goal': template {{ report.output | upper }}: templates are "
+        "JMESPath, not Jinja: '| upper' is a Jinja filter, and JMESPath has no upper; write "
+        "{{ report.output }} and say in the prompt what to do with it, or compute it in a tool "
+        "step or in your code before the run; to read a field named 'upper', write it after a "
+        "dot",
+    ]
+
+
+def test_a_step_whose_goal_pipes_into_a_filter_fails_with_the_hint() -> None:
+    model = ScriptedModel(["never"])
+    step = DefaultStep("s", "Weather in {{ inputs.city | upper }}")
+    execution = StepExecutor(
+        step, AgentContext(model=model, inputs={"city": "Oslo"})
+    ).execute_sync()
+    assert execution.status is StepStatus.FAILED
+    assert "templates are JMESPath, not Jinja" in (execution.error or "")
+    assert "give a default" not in (execution.error or "")
+    assert model.requests == []

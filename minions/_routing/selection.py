@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from minions._chain import LinkChain, NamedLink, answer_of
-from minions._messages import Message, Prompt, ToolSpec
+from minions._messages import SELECT_TOOL, Message, Prompt, ToolSpec
 from minions._routing.conditions import as_template, condition_state, evaluate_condition
 from minions._step.model_call import ModelCallExecutor
 from minions._step.step import output_text
@@ -50,9 +50,6 @@ __all__ = [
     "StepSelectionLink",
     "StepSuggestionLink",
 ]
-
-SELECT_TOOL = "select_next_step"
-"""The tool a model calls to choose the next step."""
 
 
 @dataclass(frozen=True, kw_only=True)

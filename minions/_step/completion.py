@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from minions._chain import LinkChain, NamedLink
 from minions._generic import OutputT
+from minions._messages import COMPLETION_TOOL as COMPLETION_TOOL  # named here too (the links')
 from minions._text import as_text
 from minions.errors import OutputValidationError
 
@@ -32,9 +33,6 @@ __all__ = [
     "StructuredOutputLink",
     "TextAnswerLink",
 ]
-
-COMPLETION_TOOL = "complete_step"
-"""The name of the tool a model calls to say a step is done (when the step offers it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

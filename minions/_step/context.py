@@ -14,6 +14,7 @@ from minions._step.result import AgentResult
 from minions._step.settings import RunSettings, with_given
 from minions.errors import BudgetExceededError
 from minions.models._base import Model
+from minions.models._fallback import FallbackModel, is_fallback
 from minions.models._infer import infer_model
 from minions.tools._tool import Tool, ToolRegistry
 
@@ -173,8 +174,15 @@ class AgentContext:
         key = spec if isinstance(spec, str) else id(spec)
         found = self._resolved.get(key)
         if found is None:
-            resolver = self.settings.model_resolver or resolve_model
-            found = self._resolved[key] = (spec, self._wrap(resolver(spec)))
+            if is_fallback(spec):
+                assert isinstance(spec, FallbackModel)
+                # Each of its models as the run resolves and wraps any other (a replay
+                # answers for each; a recording records each one's attempts).
+                model: Model = spec.with_models([self._resolve(m) for m in spec.models])
+            else:
+                resolver = self.settings.model_resolver or resolve_model
+                model = self._wrap(resolver(spec))
+            found = self._resolved[key] = (spec, model)
         return found[1]
 
     def wrap_model(self, model: Model) -> Model:
@@ -185,6 +193,9 @@ class AgentContext:
         wrapper = self.settings.model_wrapper
         if wrapper is None:
             return model
+        if is_fallback(model):
+            assert isinstance(model, FallbackModel)
+            return model.with_models([self._wrap(m) for m in model.resolved()])
         # One wrapper per model object, so every step using it shares the same wrapper (the
         # entry holds the model, so its id is not reused while the run lasts).
         found = self._wrapped.get(id(model))

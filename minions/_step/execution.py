@@ -177,21 +177,21 @@ class StepExecution(Generic[OutputT]):
             self.turns += part.turns
 
     def __repr__(self) -> str:
-        # Short: the fields hold every detail (calls, prompts, messages).
-        parts = [repr(self.step_id), self.status.name]
+        # Short, in the calls' style: the fields hold every detail (calls, prompts, messages).
+        parts = [f"step={self.step_id!r}", f"status={self.status.value!r}"]
         if self.visit != 1:
             parts.append(f"visit={self.visit}")
         if self.status is StepStatus.COMPLETED or self.output is not None:
             parts.append(f"output={preview(self.output)}")
         if self.error is not None:
-            parts.append(f"error={preview(self.error, 80)}")
+            parts.append(f"error={preview(self.error)}")
         if self.usage.calls:
-            parts.append(tokens_text(self.usage))
+            parts += [f"model_calls={self.usage.calls}", f"tokens={tokens_text(self.usage)}"]
         if self.tool_calls:
             parts.append(f"tool_calls={len(self.tool_calls)}")
         if self.items:
             parts.append(f"items={len(self.items)}")
         duration = self.duration
         if duration is not None:
-            parts.append(f"{duration:.2f}s")
+            parts.append(f"duration='{duration:.2f}s'")
         return f"StepExecution({', '.join(parts)})"

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from minions._messages import ModelCall, ModelCallResponse, Prompt, Usage
 from minions._retry import RetryPolicy
 from minions._step.capture import captured_answer, captured_messages
+from minions._text import redact_url
 from minions._values import ModeDemotion
 from minions.errors import (
     BudgetExceededError,
@@ -17,7 +18,10 @@ from minions.errors import (
     ModelError,
     ModelOutputError,
     TransientModelError,
+    is_transient,
 )
+from minions.models._blocking import BLOCK, check_model
+from minions.models._fallback import FallbackModel, is_fallback
 
 if TYPE_CHECKING:
     from minions._config import ExecutionConfig
@@ -28,11 +32,6 @@ if TYPE_CHECKING:
     from minions.models._limits import EndpointLimiter, EndpointWait
 
 __all__ = ["ModelCallExecutor"]
-
-
-def is_transient(error: BaseException) -> bool:
-    """Errors worth retrying: timeouts, connection errors, 429 and 5xx."""
-    return isinstance(error, TransientModelError | TimeoutError | ConnectionError)
 
 
 def usage_record(usage: Usage) -> UsageRecord:
@@ -77,10 +76,14 @@ class ModelCallExecutor:
     """Makes the model calls of one step.
 
     Each attempt is recorded on the execution as a `ModelCall`, with its usage, whether it
-    succeeded or not. Transient errors are retried here with backoff (tenacity), honouring a
-    `retry_after` hint; `ModelOutputError` is raised to the step loop, which re-asks; other
-    errors are raised as they are. Token budgets (step and run) are checked before every
-    attempt.
+    succeeded or not, and the model and endpoint it asked. Transient errors are retried here
+    with backoff (tenacity), honouring a `retry_after` hint; `ModelOutputError` is raised to
+    the step loop, which re-asks; other errors are raised as they are. Token budgets (step and
+    run) are checked before every attempt.
+
+    For a `FallbackModel`, each of its models in turn gets those retries, and the next one is
+    asked when they are spent on transient errors; the model that answered serves the later
+    calls of this executor (the rest of the step).
     """
 
     def __init__(
@@ -99,14 +102,26 @@ class ModelCallExecutor:
         self._policy = _policy(
             1 + config.max_model_retries, config.retry_initial_delay, config.retry_max_delay
         )
+        self._models: tuple[Model, ...] = (model,)
+        if is_fallback(model):
+            assert isinstance(model, FallbackModel)
+            self._models = model.resolved()
+        self._gave_up: tuple[str, ...] = ()
+        """What each model a fallback left said, for the error when none answers."""
+        self._use(0)
+
+    def _use(self, index: int) -> None:
+        """Call the model at `index` of the fallback (the model itself, when there is none)."""
+        self._index = index
+        self._active = active = self._models[index]
+        endpoint = active.endpoint
+        self._served = None if endpoint is None else redact_url(endpoint[0])
         # The limits of the model's endpoint, when some apply (else one check per call).
         self._limiter: EndpointLimiter | None = None
         self._endpoint: tuple[str, str] | None = None
-        limiter = context.settings.limiter
-        if limiter is not None:
-            endpoint = model.endpoint
-            if endpoint is not None and limiter.rules(endpoint):
-                self._limiter, self._endpoint = limiter, endpoint
+        limiter = self.context.settings.limiter
+        if limiter is not None and endpoint is not None and limiter.rules(endpoint):
+            self._limiter, self._endpoint = limiter, endpoint
 
     def _check_budgets(self) -> None:
         budget = self.config.step_token_budget
@@ -155,7 +170,6 @@ class ModelCallExecutor:
             limiter.release(permit, tokens=used)
 
     def _announce_wait(self, wait: EndpointWait, turn: int, attempt: int) -> None:
-        from minions._text import redact_url
         from minions.events import ModelCallWaiting  # events load on first use
 
         limiter = self._limiter
@@ -166,7 +180,7 @@ class ModelCallExecutor:
                 step_id=self.execution.step_id,
                 turn=turn,
                 attempt=attempt,
-                model=self.model.name,
+                model=self._active.name,
                 endpoint=redact_url(wait.match),
                 reason=wait.reason,
                 delay=delay,
@@ -189,7 +203,11 @@ class ModelCallExecutor:
             else:
                 events.emit(
                     ModelCallStarted(
-                        step_id=step_id, turn=turn, attempt=attempt, model=self.model.name
+                        step_id=step_id,
+                        turn=turn,
+                        attempt=attempt,
+                        model=self._active.name,
+                        endpoint=self._served or "",
                     )
                 )
 
@@ -198,19 +216,22 @@ class ModelCallExecutor:
                 streamed = True
                 events.emit(TokenDelta(step_id=step_id, turn=turn, attempt=attempt, text=text))
 
+        model = self._active
         started_at = time.time()
         started = time.perf_counter()
         timeout = self.config.model_call_timeout
         tracer = self.context.settings.tracer
         try:
+            if self._served is not None and BLOCK.get() is not None:
+                check_model(model)  # inside `block_real_models()`: refused, like a provider
             if tracer is None:
                 if timeout is None:
-                    response = await self.model.call(prompt, on_token=on_token)
+                    response = await model.call(prompt, on_token=on_token)
                 else:
                     async with asyncio.timeout(timeout):
-                        response = await self.model.call(prompt, on_token=on_token)
+                        response = await model.call(prompt, on_token=on_token)
             else:
-                with tracer.chat(self.model, prompt, attempt=attempt) as span:
+                with tracer.chat(model, prompt, attempt=attempt) as span:
                     response = await self._call(prompt, on_token, timeout)
                     span.answered(response)
         except Exception as exc:
@@ -231,6 +252,8 @@ class ModelCallExecutor:
                     error=error,
                     usage=usage,
                     output_mode=mode,
+                    model=model.name,
+                    endpoint=self._served,
                     started_at=started_at,
                     duration=duration,
                 )
@@ -264,6 +287,8 @@ class ModelCallExecutor:
                 response=response,
                 usage=response.usage,
                 output_mode=response.output_mode,
+                model=model.name,
+                endpoint=self._served,
                 started_at=started_at,
                 duration=duration,
             )
@@ -329,7 +354,8 @@ class ModelCallExecutor:
             step_id=self.execution.step_id,
             turn=turn,
             attempt=attempt,
-            model=self.model.name,
+            model=self._active.name,
+            endpoint=self._served or "",
             messages=messages,
             messages_omitted=omitted,
         )
@@ -338,9 +364,9 @@ class ModelCallExecutor:
         self, prompt: Prompt, on_token: TokenCallback | None, limit: float | None
     ) -> ModelCallResponse:
         if limit is None:
-            return await self.model.call(prompt, on_token=on_token)
+            return await self._active.call(prompt, on_token=on_token)
         async with asyncio.timeout(limit):
-            return await self.model.call(prompt, on_token=on_token)
+            return await self._active.call(prompt, on_token=on_token)
 
     def _announce_demotions(self, demoted: tuple[ModeDemotion, ...]) -> None:
         if not demoted:
@@ -351,7 +377,7 @@ class ModelCallExecutor:
             self.context.events.emit(
                 OutputModeDemoted(
                     step_id=self.execution.step_id,
-                    model=self.model.name,
+                    model=self._active.name,
                     mode=demotion.mode,
                     reason=demotion.reason,
                     base_url=demotion.base_url,
@@ -366,6 +392,7 @@ class ModelCallExecutor:
             BudgetExceededError: a token budget is used up.
             ModelError: the model failed for good (retries spent, or not retryable).
         """
+        before = self._attempts.get(turn, 0)
         try:
             # Without limits, the attempt itself: not one frame more on the step loop's path.
             attempt = self._attempt if self._limiter is None else self._limited
@@ -373,11 +400,35 @@ class ModelCallExecutor:
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            attempts = self._attempts.get(turn, 1)
-            raise ModelError(
-                f"model call failed after {attempts} attempts: {_describe(exc, None)}",
-                status_code=getattr(exc, "status_code", None),
-            ) from exc
+            attempts = self._attempts.get(turn, 1) - before
+            if self._index + 1 < len(self._models):
+                return await self._fall_back(prompt, turn, exc, attempts)
+            description = f"after {attempts} attempts: {_describe(exc, None)}"
+            if self._gave_up:
+                gave_up = "; ".join([*self._gave_up, f"{self._active.name} {description}"])
+                message = f"every model of the fallback failed: {gave_up}"
+            else:
+                message = f"model call failed {description}"
+            raise ModelError(message, status_code=getattr(exc, "status_code", None)) from exc
+
+    async def _fall_back(
+        self, prompt: Prompt, turn: int, error: BaseException, attempts: int
+    ) -> ModelCallResponse:
+        """`call` again with the next model of the fallback, once the one before gave up."""
+        failed = self._active.name
+        self._gave_up += (f"{failed} after {attempts} attempts: {_describe(error, None)}",)
+        self._use(self._index + 1)
+        from minions.events import RetryScheduled
+
+        self.context.events.emit(
+            RetryScheduled(
+                step_id=self.execution.step_id,
+                target="model",
+                attempt=self._attempts.get(turn, 1),
+                reason=f"{failed} gave up ({_describe(error, None)}); trying {self._active.name}",
+            )
+        )
+        return await self.call(prompt, turn=turn)
 
     def _announce_retry(self, attempt: int, error: BaseException, delay: float) -> None:
         from minions.events import RetryScheduled

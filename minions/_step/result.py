@@ -116,16 +116,17 @@ class AgentResult:
         return totals
 
     def __repr__(self) -> str:
+        # Short, in the calls' style: the fields hold every detail.
         parts = [
-            repr(self.recipe_id),
+            f"recipe={self.recipe_id!r}",
             f"run_id={self.run_id!r}",
-            self.status.name,
+            f"status={self.status.value!r}",
             f"steps={len(self.executions)}",
         ]
         if self.error:
-            parts.append(f"error={preview(self.error, 80)}")
+            parts.append(f"error={preview(self.error)}")
         elif self.output is not None:
             parts.append(f"output={preview(self.output)}")
         if self.usage.calls:
-            parts.append(tokens_text(self.usage))
+            parts += [f"model_calls={self.usage.calls}", f"tokens={tokens_text(self.usage)}"]
         return f"AgentResult({', '.join(parts)})"

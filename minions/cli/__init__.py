@@ -1,4 +1,5 @@
-"""The `minions` command line: run, check and draw YAML recipes (see docs/cli.md).
+"""The `minions` command line: run, check and draw YAML recipes, plan, and operate durable
+runs (a worker, the service, runs, schedules, endpoints); see docs/cli.md and docs/runs.md.
 
 typer and rich are imported only when the command runs, so `import minions` stays light.
 """

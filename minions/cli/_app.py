@@ -1,14 +1,17 @@
-"""The `minions` command: `run`, `validate`, `graph`, `schema`, `plan` and `--version`.
+"""The `minions` command: `run`, `validate`, `graph`, `schema`, `plan` and `--version` here,
+and every other command and group (`worker`, `submit`, `serve`, `runs`, `schedules`,
+`endpoints`) registered here from its module, one way (`_register_runs`).
 
 Each command is a thin layer over the library; errors the user can fix (bad options, an invalid
 recipe or inputs) print a readable message on stderr and exit with code 2, never a traceback.
+The options and helpers several commands share are in `minions.cli._common`.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,18 +19,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from minions._version import __version__
+from minions.cli._common import InputsOption
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption
 from minions.cli._report import plural
-from minions.cli._running import (
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    InputsOption,
-    RunOptions,
-    run_in_foreground,
-)
+from minions.cli._running import EXIT_INTERRUPTED, EXIT_USAGE, RunOptions, run_in_foreground
 from minions.errors import InputError, MinionsError, RecipeError
 from minions.models._base import Model
 
@@ -326,22 +325,82 @@ def schema() -> None:
     typer.echo(json.dumps(data, indent=2))
 
 
+Commands = Sequence[tuple[str, Callable[..., None]]]
+
+
+def _group(
+    name: str, about: str, commands: Commands, cls: type[TyperGroup] | None = None
+) -> typer.Typer:
+    """A group of commands (``minions NAME COMMAND``), in this order in its help (`cls`: a
+    group class of its own, to parse its arguments its way)."""
+    group = typer.Typer(
+        name=name,
+        cls=cls,
+        help=about,
+        no_args_is_help=True,
+        add_completion=False,
+        rich_markup_mode=None,
+    )
+    for command, function in commands:
+        group.command(command)(_user_errors_of(function))
+    return group
+
+
 def _register_runs() -> None:
-    from minions.cli import _prune, _runs, _schedules  # noqa: F401 (_prune adds `runs prune`)
+    """The commands over a run store and the groups of commands: every one registered here,
+    the same way."""
+    from minions.cli import _endpoints, _eval, _prune, _rerun, _runs, _schedules, _serve
 
-    app.command(name="worker")(_user_errors_of(_runs.worker))
-    app.command(name="submit")(_user_errors_of(_runs.submit))
-    from minions.cli._serve import serve_command
-
-    app.command(name="serve")(_user_errors_of(serve_command))
-    from minions.cli._endpoints import endpoints_app
-    from minions.cli._rerun import register
-
-    register(_runs.runs_app)
-    for group in (_runs.runs_app, _schedules.schedules_app, endpoints_app):
-        for command in group.registered_commands:
-            assert command.callback is not None
-            command.callback = _user_errors_of(command.callback)
+    for command, function in (
+        ("worker", _runs.worker),
+        ("submit", _runs.submit),
+        ("serve", _serve.serve_command),
+    ):
+        app.command(name=command)(_user_errors_of(function))
+    runs = _group(
+        "runs",
+        "List, show, follow, cancel, resume, approve, rerun and diff durable runs.",
+        [
+            ("list", _runs.list_runs),
+            ("show", _runs.show),
+            ("events", _runs.events),
+            ("cancel", _runs.cancel),
+            ("resume", _runs.resume),
+            ("approve", _runs.approve),
+            ("prune", _prune.prune),
+            ("rerun", _rerun.rerun),
+            ("diff", _rerun.diff),
+        ],
+    )
+    schedules = _group(
+        "schedules",
+        "Run recipes by themselves, on a cron expression or an interval: add, list, show, "
+        "pause, resume and remove schedules. The workers of the store fire them.",
+        [
+            ("add", _schedules.add),
+            ("list", _schedules.list_schedules),
+            ("show", _schedules.show),
+            ("pause", _schedules.pause),
+            ("resume", _schedules.resume),
+            ("remove", _schedules.remove),
+        ],
+    )
+    endpoints = _group(
+        "endpoints",
+        "What model endpoints taught the structured-output ladder of the store's workers.",
+        [("list", _endpoints.list_endpoints), ("forget", _endpoints.forget)],
+    )
+    evals = _group(
+        "eval",
+        _eval.EVAL_HELP,
+        [
+            ("run", _eval.eval_command),
+            ("compare", _eval.compare_command),
+            ("add-case", _eval.add_case_command),
+        ],
+        cls=_eval.EvalGroup,
+    )
+    for group in (runs, schedules, endpoints, evals):
         app.add_typer(group, name=group.info.name)
 
 

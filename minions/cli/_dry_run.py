@@ -16,7 +16,9 @@ from minions._kinds.loop import LoopStep
 from minions._step.step import Step
 from minions._templates import has_template, render, template_roots
 from minions._text import jsonable
+from minions.cli._model_choice import model_text
 from minions.errors import TemplateError
+from minions.models import FallbackModel
 from minions.recipes._subrecipe import RecipeStep
 
 __all__ = []
@@ -213,7 +215,7 @@ def _planned(
     gates = graph.gates.get(step.id)
     if gates:
         notes.append(f"runs only when chosen after {', '.join(gates)}")
-    model = step.model if isinstance(step.model, str) else None
+    model = model_text(step.model) if isinstance(step.model, str | FallbackModel) else None
     return DryRunStep(
         id=step.id,
         kind=_kind(step),

@@ -3,6 +3,7 @@ a store's workers (see docs/limits.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Annotated
@@ -11,21 +12,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from minions.cli._common import DatabaseOption, JsonOption, local_time, open_store, stdout
 from minions.cli._limits import LimitsOption, load_limits
-from minions.cli._runs import DatabaseOption, JsonOption, _out, _run, _store, _when
 
 __all__: list[str] = []
 
-endpoints_app = typer.Typer(
-    name="endpoints",
-    help="What model endpoints taught the structured-output ladder of the store's workers.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
-)
 
-
-@endpoints_app.command("list")
 def list_endpoints(
     limits: LimitsOption = None,
     json_output: JsonOption = False,
@@ -35,9 +27,10 @@ def list_endpoints(
     the structured-output mode that worked, kept until it expires (`capability_expiry` of
     the limits, 7 days by default)."""
     given = load_limits(limits)
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        found = _run(store.endpoints(expiry=None if given is None else given.capability_expiry))
+        expiry = None if given is None else given.capability_expiry
+        found = asyncio.run(store.endpoints(expiry=expiry))
     finally:
         store.close()
     if json_output:
@@ -69,13 +62,12 @@ def list_endpoints(
             f"{e.base_url}#{e.model}",
             e.output_mode or "",
             ", ".join(e.rejected),
-            _when(e.learned_at),
-            _when(e.expires_at) if e.expires_at > time.time() else "expired",
+            local_time(e.learned_at),
+            local_time(e.expires_at) if e.expires_at > time.time() else "expired",
         )
-    _out().print(table)
+    stdout().print(table)
 
 
-@endpoints_app.command("forget")
 def forget(
     endpoint: Annotated[
         str,
@@ -90,9 +82,9 @@ def forget(
     """Forget what an endpoint taught: the next run through it finds its structured-output
     mode again (after the server or its model changed)."""
     url, hash_, model = endpoint.partition("#")
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        count = _run(store.forget_endpoint(url, model if hash_ and model else None))
+        count = asyncio.run(store.forget_endpoint(url, model if hash_ and model else None))
     finally:
         store.close()
     Console(stderr=True, highlight=False).print(

@@ -1,11 +1,12 @@
-"""The live view of a run: one row per step, updated from events as they happen."""
+"""The live view of a run: one row per step, told by the one fold of its events
+(`minions._fold`) as they happen."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -13,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from minions import events as ev
+from minions._fold import Execution, ItemId, RunStates, total
 from minions._text import token_count
 from minions.cli._progress import Ticker, elapsed
 
@@ -30,18 +32,21 @@ _WAITS = {
 }
 """What a `ModelCallWaiting` waits for, in words."""
 
-_STYLE = {
+_STYLE: dict[str, tuple[str, str]] = {
     "pending": ("·", "dim"),
     "running": ("▶", "bold cyan"),
+    "waiting": ("?", "bold yellow"),
     "completed": ("✓", "green"),
     "failed": ("✗", "bold red"),
     "skipped": ("↷", "yellow"),
+    "reused": ("✓", "cyan"),
 }
+"""How each execution status (`EXECUTION_STATUSES`) is marked."""
 
 
 @dataclass
 class StepRow:
-    """What the live view knows of one step."""
+    """What the live view shows of one step (every visit and loop item of it together)."""
 
     id: str
     status: str = "pending"
@@ -56,7 +61,7 @@ class StepRow:
     items_done: int = 0
     items_started: int = 0
     streamed: int = 0
-    """Text deltas of its model call in flight (a rough count of tokens not reported yet)."""
+    """Text deltas of its model calls in flight (a rough count of tokens not reported yet)."""
     note: str = ""
 
     def elapsed(self, now: float) -> float | None:
@@ -69,14 +74,55 @@ class StepRow:
         return self.prompt_tokens + self.completion_tokens
 
 
-class LiveView:
-    """An event listener that keeps a table of the run's steps.
+def step_row(states: RunStates, step: str) -> StepRow:
+    """What the one fold of the run's events (`states`) tells of `step`."""
+    executions = states.of_step(step)
+    latest = states.latest(step)
+    spent = total(e.spent for e in executions)
+    row = StepRow(
+        step,
+        prompt_tokens=spent.prompt_tokens,
+        completion_tokens=spent.completion_tokens,
+        unknown_usage=spent.unknown_calls > 0,
+        model_calls=sum(e.model_calls for e in executions),
+        tool_calls=sum(e.tool_calls for e in executions),
+        retries=sum(len(e.retries) for e in executions),
+        streamed=sum(e.streamed for e in executions),
+    )
+    if latest is None:
+        return row
+    row.status, row.started, row.ended = latest.status, latest.started_at, latest.finished_at
+    row.items_started, row.items_done = latest.items_started, latest.items_done
+    row.note = _note(latest, executions)
+    return row
 
-    In ``live`` mode (the default on a terminal) it redraws the table in place between
-    `start` and `stop`, and clears it at the end (the command prints a summary instead); in
-    ``lines`` mode (the default elsewhere: CI logs, pipes) it prints one line per step that
-    starts, ends or is skipped; ``off`` prints nothing. In every mode `rows` keeps what each
-    step did, so a run cut short can still be reported.
+
+def _note(latest: Execution, executions: Sequence[Execution]) -> str:
+    """Why a step failed or was skipped, what it waits for, or a call a person rejected."""
+    if latest.status == "failed":
+        return latest.error or ""
+    if latest.status == "skipped":
+        return latest.skipped or ""
+    approval = latest.waiting("approval")
+    if approval is not None:
+        return f"waiting for approval of {approval.name}"
+    for execution in executions:
+        limit = execution.waiting("limit")
+        if limit is not None:
+            return f"waits: {_WAITS.get(limit.limit or '', limit.limit)}"
+    rejected = [w for w in latest.waits if w.kind == "approval" and w.approved is False]
+    return f"{rejected[-1].name} rejected" if rejected else ""
+
+
+class LiveView:
+    """An event listener that shows the run's steps as the one fold of its events tells them
+    (`minions._fold`).
+
+    In ``live`` mode (the default on a terminal) it redraws a table in place between `start`
+    and `stop`, and clears it at the end (the command prints a summary instead); in ``lines``
+    mode (the default elsewhere: CI logs, pipes) it prints one line per step that starts, ends
+    or is skipped; ``off`` prints nothing. In every mode `rows` tells what each step did, so a
+    run cut short can still be reported.
     """
 
     def __init__(
@@ -89,18 +135,29 @@ class LiveView:
     ) -> None:
         self.console = console
         self.title = title
-        self.rows: dict[str, StepRow] = {step: StepRow(step) for step in steps}
-        self.run_status = "running"
+        self.states = RunStates()
+        self._steps = list(steps)
         self.mode: ViewMode = mode or ("live" if console.is_terminal else "lines")
         self._live: Live | None = None
-        self._started = time.monotonic()
+        self._started = time.time()
         self._ticker = Ticker(console, self.progress_line, live=False)
         """In ``lines`` mode, a line now and then while steps run long."""
+
+    @property
+    def rows(self) -> dict[str, StepRow]:
+        """Each step's row: the recipe's steps in order, then any other the events told of."""
+        steps = dict.fromkeys(self._steps)
+        steps.update(dict.fromkeys(e.step for e in self.states.executions))
+        return {step: step_row(self.states, step) for step in steps}
+
+    @property
+    def run_status(self) -> str:
+        return "running" if self.states.status == "pending" else self.states.status
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._started = time.monotonic()
+        self._started = time.time()
         if self.mode == "live":
             # `get_renderable` redraws on every refresh, so elapsed times tick between events.
             self._live = Live(
@@ -121,76 +178,31 @@ class LiveView:
 
     # -- events --------------------------------------------------------------------------------
 
-    def _row(self, step_id: str) -> StepRow:
-        row = self.rows.get(step_id)
-        if row is None:
-            row = self.rows[step_id] = StepRow(step_id)
-        return row
-
-    def __call__(self, event: Any) -> None:
-        step_id = getattr(event, "step_id", None)
-        base, _, item = (step_id or "").partition("[")
-        now = time.monotonic()
-        if isinstance(event, ev.StepStarted):
-            row = self._row(base)
-            if item:
-                row.items_started += 1
-            else:
-                row.status, row.started, row.ended = "running", now, None
-                row.items_started = row.items_done = 0
-                others = [
-                    r.id for r in self.rows.values() if r.status == "running" and r is not row
-                ]
-                self._line(f"▶ {base}" + (f" (alongside {', '.join(others)})" if others else ""))
-        elif isinstance(event, ev.StepCompleted | ev.StepFailed):
-            row = self._row(base)
-            if item:
-                row.items_done += 1
-            else:
-                row.status = "completed" if isinstance(event, ev.StepCompleted) else "failed"
-                row.ended = now
-                if isinstance(event, ev.StepFailed):
-                    row.note = event.error
-                self._line(self._end_line(row, now))
+    def __call__(self, event: ev.Event) -> None:
+        self.states.fold(event)
+        if self.mode != "lines" or event.step_id is None:
+            return
+        name = ItemId.parse(event.step_id)
+        base = name.step
+        if isinstance(event, ev.StepStarted) and name.item is None:
+            others = [
+                r.id
+                for r in self.rows.values()
+                if r.status in ("running", "waiting") and r.id != base
+            ]
+            self._line(f"▶ {base}" + (f" (alongside {', '.join(others)})" if others else ""))
+        elif isinstance(event, ev.StepCompleted | ev.StepFailed) and name.item is None:
+            self._line(self._end_line(step_row(self.states, base)))
         elif isinstance(event, ev.StepSkipped):
-            row = self._row(base)
-            row.status, row.note = "skipped", event.reason
             self._line(f"↷ {base} skipped: {event.reason}")
-        elif isinstance(event, ev.ModelCallCompleted | ev.ModelCallFailed):
-            row = self._row(base)
-            row.model_calls += 1
-            row.streamed = 0
-            row.prompt_tokens += event.usage.prompt_tokens
-            row.completion_tokens += event.usage.completion_tokens
-            row.unknown_usage = row.unknown_usage or event.usage.unknown_calls > 0
-        elif isinstance(event, ev.TokenDelta):
-            self._row(base).streamed += 1
-        elif isinstance(event, ev.ToolCallCompleted | ev.ToolCallFailed):
-            self._row(base).tool_calls += 1
         elif isinstance(event, ev.ModelCallWaiting):
-            row = self._row(base)
             why = _WAITS.get(event.reason, event.reason)
-            row.note = f"waits: {why}"
             self._line(f"… {base} waits for {event.endpoint}: {why}")
-        elif isinstance(event, ev.ModelCallStarted):
-            row = self._row(base)
-            if row.note.startswith("waits: "):
-                row.note = ""
-        elif isinstance(event, ev.RetryScheduled):
-            self._row(base).retries += 1
         elif isinstance(event, ev.ApprovalRequested):
-            row = self._row(base)
-            row.note = f"waiting for approval of {event.name}"
             self._line(f"? {base} waits for approval: {event.name} ({event.call_id})")
         elif isinstance(event, ev.ApprovalResolved):
-            row = self._row(base)
-            row.note = "" if event.approved else f"{event.name} rejected"
             verdict = "approved" if event.approved else f"rejected: {event.reason or ''}"
             self._line(f"  {base}: {event.name} {verdict}".rstrip())
-        elif isinstance(event, ev.RunCompleted):
-            self.run_status = "completed"
-        elif isinstance(event, ev.RunFailed):
-            self.run_status = "failed"
 
     def _line(self, text: str) -> None:
         if self.mode == "lines":
@@ -199,9 +211,9 @@ class LiveView:
 
     def progress_line(self) -> str | None:
         """What runs now, for how long, and the tokens so far; ``None`` when nothing runs."""
-        now = time.monotonic()
+        now = time.time()
         rows = list(self.rows.values())
-        running = [r for r in rows if r.status == "running"]
+        running = [r for r in rows if r.status in ("running", "waiting")]
         if not running:
             return None
         shown = []
@@ -221,9 +233,9 @@ class LiveView:
             f"… {elapsed(now - self._started)}: running {', '.join(shown)}; {tokens} tokens so far"
         )
 
-    def _end_line(self, row: StepRow, now: float) -> str:
+    def _end_line(self, row: StepRow) -> str:
         mark, _ = _STYLE[row.status]
-        elapsed = row.elapsed(now) or 0.0
+        elapsed = row.elapsed(time.time()) or 0.0
         text = f"{mark} {row.id} {row.status} in {elapsed:.2f}s"
         if row.tokens:
             text += f", {row.tokens} tokens"
@@ -234,7 +246,7 @@ class LiveView:
     # -- rendering -----------------------------------------------------------------------------
 
     def render(self) -> RenderableType:
-        now = time.monotonic()
+        now = time.time()
         table = Table(title=self.title or None, expand=False, show_edge=False, pad_edge=False)
         # The summary table's names, in its order (it replaces this one at the end).
         table.add_column("", width=1)
@@ -246,7 +258,8 @@ class LiveView:
         table.add_column("retries", justify="right")
         table.add_column("tokens", justify="right")
         table.add_column("note", overflow="ellipsis", max_width=50)
-        for row in list(self.rows.values()):
+        rows = list(self.rows.values())
+        for row in rows:
             mark, style = _STYLE[row.status]
             elapsed = row.elapsed(now)
             status = row.status
@@ -266,7 +279,7 @@ class LiveView:
                 tokens,
                 row.note,
             )
-        running = [r.id for r in list(self.rows.values()) if r.status == "running"]
+        running = [r.id for r in rows if r.status in ("running", "waiting")]
         clock = f"{now - self._started:.1f}s"
         footer = Text(
             f"{clock} · running now: {', '.join(running)}"

@@ -14,6 +14,7 @@ from minions._text import redact_url
 from minions.cli._errors import UsageError
 from minions.errors import MinionsError
 from minions.models._base import Model
+from minions.models._fallback import FallbackModel
 from minions.models._infer import MODEL_ENV, infer_model
 from minions.models._recording import (
     Recording,
@@ -80,7 +81,11 @@ class ChosenModel:
         return lambda model: RecordingModel(model, recording)
 
     def prepare(self, recipe: AgentRecipe) -> AgentRecipe:
-        """The recipe to run: its default model replaced by the chosen one."""
+        """The recipe to run: its default model replaced by the chosen one (a replay of a
+        fallback stays a fallback: the replay answers for each of its models, in the order the
+        recording has their attempts)."""
+        if self.replay is not None and isinstance(recipe.model, FallbackModel):
+            return recipe
         return dataclasses.replace(recipe, model=self.model)
 
 
@@ -97,6 +102,8 @@ class ModelSource:
     spec: str | None = None
     origin: str = ""
     replay: Path | None = None
+    fallback: FallbackModel | None = None
+    """The recipe's list of models (`spec` is `None` then)."""
 
     @property
     def label(self) -> str:
@@ -104,6 +111,8 @@ class ModelSource:
             return f"replay of {self.replay}"
         if self.spec is not None:
             return redact_url(self.spec)
+        if self.fallback is not None:
+            return model_text(self.fallback) or "none"
         return "none"
 
     @property
@@ -130,6 +139,8 @@ def model_source(
         return ModelSource(spec=model, origin="--model")
     if isinstance(recipe.model, str):
         return ModelSource(spec=recipe.model, origin="the recipe's model")
+    if isinstance(recipe.model, FallbackModel):
+        return ModelSource(origin="the recipe's model", fallback=recipe.model)
     from_env = os.environ.get(MODEL_ENV) or None
     if from_env is not None:
         return ModelSource(spec=from_env, origin=MODEL_ENV)
@@ -174,22 +185,56 @@ def choose_model(
             )
             choice = dataclasses.replace(choice, note=note)
         return choice
-    if source.spec is not None:
-        try:
-            chosen = resolve(source.spec)
-        except MinionsError as exc:
-            raise UsageError(f"cannot use model {source.spec!r} ({source.origin}): {exc}") from None
+    if source.spec is not None or source.fallback is not None:
+        chosen = _resolved(source, resolve)
         recording = None
         if record is not None:
             recording = Recording(
-                meta={**(meta or {}), "model": redact_url(source.spec), "recorded_at": _now()}
+                meta={**(meta or {}), "model": source.label, "recorded_at": _now()}
             )
-        return ChosenModel(
-            model=chosen, label=redact_url(source.spec), recording=recording, resolve=resolve
-        )
+        return ChosenModel(model=chosen, label=source.label, recording=recording, resolve=resolve)
     if record is not None or needs_model(recipe.steps):
         raise UsageError(HOW_TO_SET_A_MODEL)
     return ChosenModel(model=None, label="none (no step needs a model)", resolve=resolve)
+
+
+def _resolved(source: ModelSource, resolve: Callable[[str], Model]) -> Model:
+    """The model `source` names, each model string of it resolved (a fallback's one by one).
+
+    Raises:
+        UsageError: a model string is not usable, named with where it came from.
+    """
+    if source.fallback is None:
+        assert source.spec is not None
+        return _resolve_one(source.spec, source.origin, resolve)
+    named = source.fallback.models
+    return FallbackModel(
+        *(
+            _resolve_one(m, f"{source.origin}, model {i + 1} of {len(named)}", resolve)
+            if isinstance(m, str)
+            else m
+            for i, m in enumerate(named)
+        )
+    )
+
+
+def _resolve_one(spec: str, where: str, resolve: Callable[[str], Model]) -> Model:
+    try:
+        return resolve(spec)
+    except MinionsError as exc:
+        raise UsageError(f"cannot use model {spec!r} ({where}): {exc}") from None
+
+
+def model_text(model: Model | str | None) -> str | None:
+    """How a recipe names a model (its string; a fallback's strings or names, in order), for
+    people; `None` for none."""
+    if model is None:
+        return None
+    if isinstance(model, str):
+        return redact_url(model)
+    if isinstance(model, FallbackModel):
+        return ", then ".join(redact_url(m) if isinstance(m, str) else m.name for m in model.models)
+    return model.name
 
 
 def _replay(path: Path) -> ChosenModel:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.status import Status
 
 from minions import events as ev
+from minions._fold import RunStates, total
 from minions.cli._errors import UsageError
 
 __all__: list[str] = []
@@ -130,38 +131,33 @@ class Ticker:
 
 
 class FollowedRun:
-    """What a followed run's events say runs now (by the events' own times: the stored ones
-    come first, at once), for `Ticker`."""
+    """What a followed run's events say runs now (the one fold of its events, by their own
+    times: the stored ones come first, at once), for `Ticker`."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.running: dict[str, float] = {}
-        self.tokens = 0
-        self.waiting: dict[str, str] = {}
+        self.states = RunStates()
 
     def __call__(self, event: ev.Event) -> None:
-        base, bracket, _ = (event.step_id or "").partition("[")
-        if isinstance(event, ev.ModelCallCompleted | ev.ModelCallFailed):
-            self.tokens += event.usage.prompt_tokens + event.usage.completion_tokens
-        elif bracket or not base:
-            return
-        elif isinstance(event, ev.StepStarted):
-            self.running[base] = event.timestamp
-        elif isinstance(event, ev.StepCompleted | ev.StepFailed):
-            self.running.pop(base, None)
-            self.waiting.pop(base, None)
-        elif isinstance(event, ev.ApprovalRequested):
-            self.waiting[base] = f"waits for approval of {event.name}"
-        elif isinstance(event, ev.ApprovalResolved):
-            self.waiting.pop(base, None)
+        self.states.fold(event)
 
     def line(self) -> str | None:
-        if not self.running:
+        executions = self.states.executions  # a copy: the loop's thread adds some
+        running = [
+            e
+            for e in executions
+            if e.item is None
+            and e.status in ("running", "waiting")
+            and self.states.latest(e.step_id) is e
+        ]
+        if not running:
             return None
         now = time.time()
-        shown = ", ".join(
-            f"{step} ({elapsed(now - started)}"
-            + (f", {self.waiting[step]})" if step in self.waiting else ")")
-            for step, started in list(self.running.items())  # the loop's thread adds some
-        )
-        return f"… run {self.run_id}: running {shown}; {self.tokens} tokens so far"
+        shown = []
+        for step in running:
+            waits = step.waiting("approval")
+            why = f", waits for approval of {waits.name}" if waits is not None else ""
+            shown.append(f"{step.step_id} ({elapsed(now - (step.started_at or now))}{why})")
+        spent = total(e.spent for e in executions)
+        tokens = spent.prompt_tokens + spent.completion_tokens
+        return f"… run {self.run_id}: running {', '.join(shown)}; {tokens} tokens so far"

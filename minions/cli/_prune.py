@@ -3,19 +3,30 @@ docs/runs.md, Retention)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Annotated
 
 import typer
 
+from minions._fold import RUN_STATUSES, TERMINAL
+from minions.cli._common import (
+    DatabaseOption,
+    JsonOption,
+    local_time,
+    one_of,
+    open_store,
+    stdout,
+)
 from minions.cli._errors import UsageError
-from minions.cli._runs import DatabaseOption, JsonOption, _out, _run, _store, _when, runs_app
 
 __all__: list[str] = []
 
+ENDED = [s for s in RUN_STATUSES if s in TERMINAL]
+"""The statuses of the runs a prune may delete, in the order runs reach them."""
 
-@runs_app.command("prune")
+
 def prune(
     older_than: Annotated[
         str,
@@ -31,8 +42,8 @@ def prune(
         typer.Option(
             "--status",
             metavar="STATUS",
-            help="Only runs in this status: completed, failed or cancelled (repeat for more; "
-            "default: all three).",
+            help=f"Only runs in this status: {one_of(ENDED)} (repeat for more; default: all "
+            "three).",
             show_default=False,
         ),
     ] = None,
@@ -51,9 +62,9 @@ def prune(
         duration_seconds(older_than)
     except ValueError as exc:
         raise UsageError(f"--older-than: {exc}") from None
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        result = _run(store.prune(older_than, statuses=statuses or (), dry_run=dry_run))
+        result = asyncio.run(store.prune(older_than, statuses=statuses or (), dry_run=dry_run))
     except ValueError as exc:
         raise UsageError(f"--status: {exc}") from None
     finally:
@@ -62,12 +73,11 @@ def prune(
         typer.echo(json.dumps(dataclasses.asdict(result), indent=2))
         return
     verb = "would delete" if result.dry_run else "deleted"
-    line = f"{verb} {result.runs} run(s) ({', '.join(result.statuses)}) finished before " + _when(
-        result.before
-    )
+    pruned = ", ".join(result.statuses)
+    line = f"{verb} {result.runs} run(s) ({pruned}) finished before {local_time(result.before)}"
     if not result.dry_run and result.bytes_before is not None and result.bytes_after is not None:
         line += f"; the database went from {_mb(result.bytes_before)} to {_mb(result.bytes_after)}"
-    _out().print(line, markup=False)
+    stdout().print(line, markup=False)
 
 
 def _mb(size: int) -> str:

@@ -121,7 +121,7 @@ def summarize_rows(rows: Iterable[StepRow], now: float) -> list[StepSummary]:
     return [
         StepSummary(
             id=row.id,
-            status="cancelled" if row.status == "running" else row.status,
+            status="cancelled" if row.status in ("running", "waiting") else row.status,
             items=row.items_started,
             duration=row.elapsed(now),
             model_calls=row.model_calls,

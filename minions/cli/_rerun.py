@@ -4,6 +4,7 @@ what does not depend on that step, and two runs compared step by step (see docs/
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -15,9 +16,17 @@ from rich.console import Console
 from rich.table import Table
 
 from minions._text import jsonable
+from minions.cli._common import (
+    DatabaseOption,
+    InputsOption,
+    JsonOption,
+    RunArgument,
+    open_store,
+    parse_inputs,
+    stdout,
+)
 from minions.cli._errors import UsageError
-from minions.cli._running import InputsOption, parse_inputs
-from minions.cli._runs import DatabaseOption, JsonOption, RunArgument, _out, _run, _store
+from minions.errors import DiffTooLargeError
 
 __all__: list[str] = []
 
@@ -59,9 +68,9 @@ def rerun(
     edited = _parse_outputs(outputs or ())
     if recipe is not None and not recipe.is_file():
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        plan = _run(
+        plan = asyncio.run(
             store.rerun(run, from_step=from_step, inputs=given, outputs=edited, recipe=recipe)
         )
     finally:
@@ -100,20 +109,33 @@ def diff(
     run_a: Annotated[str, typer.Argument(metavar="RUN_A", show_default=False)],
     run_b: Annotated[str, typer.Argument(metavar="RUN_B", show_default=False)],
     json_output: JsonOption = False,
+    max_values: Annotated[
+        int | None,
+        typer.Option(
+            "--max-values",
+            min=1,
+            metavar="N",
+            help="The most JSON values of step outputs (both runs together) to compare "
+            "[default: 500,000].",
+            show_default=False,
+        ),
+    ] = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Compare two runs step by step (status, output, tokens, calls, duration) and name the
     first step where they diverge."""
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        result = _run(store.diff(run_a, run_b))
+        result = asyncio.run(store.diff(run_a, run_b, max_values=max_values))
+    except DiffTooLargeError as exc:
+        raise UsageError(f"{exc}; compare more with --max-values N") from None
     finally:
         store.close()
     if json_output:
         data = jsonable(dataclasses.asdict(result))
         typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
-    out = _out()
+    out = stdout()
     out.print(
         f"{result.run_a} ({result.status[0]}) vs {result.run_b} ({result.status[1]})",
         markup=False,
@@ -142,9 +164,3 @@ def diff(
         else "no divergence: every step has the same outcome and output",
         markup=False,
     )
-
-
-def register(app: typer.Typer) -> None:
-    """Add `rerun` and `diff` to `minions runs`."""
-    app.command("rerun")(rerun)
-    app.command("diff")(diff)

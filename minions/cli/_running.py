@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Annotated, Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -29,6 +29,7 @@ from minions._agent.graph import StepGraph
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
 from minions._text import jsonable
+from minions.cli._common import parse_inputs
 from minions.cli._dry_run import DryRunServer, DryRunTool, make_dry_run
 from minions.cli._errors import UsageError
 from minions.cli._live import LiveView
@@ -92,37 +93,6 @@ class RunOptions:
     approve_all: bool = False
     otel: bool = False
     limits: Path | None = None
-
-
-InputsOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--input",
-        "-i",
-        metavar="NAME=VALUE",
-        help="An input of the recipe (repeat for more); converted to its declared type.",
-        show_default=False,
-    ),
-]
-
-
-def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
-    """``-i name=value`` options as a mapping; values stay text (the recipe's declared input
-    types convert them when the run starts).
-
-    Raises:
-        UsageError: an option is not ``name=value``, or a name is given twice.
-    """
-    inputs: dict[str, str] = {}
-    for pair in pairs:
-        name, equals, value = pair.partition("=")
-        name = name.strip()
-        if not equals or not name:
-            raise UsageError(f"bad input {pair!r}: write -i NAME=VALUE, e.g. -i hours=48")
-        if name in inputs:
-            raise UsageError(f"input {name!r} is given twice")
-        inputs[name] = value
-    return inputs
 
 
 class EventsFile:
@@ -342,7 +312,8 @@ def _dry_run(
 ) -> int:
     """Print what a run would do (`--dry-run`): nothing is resolved, called or written."""
     model = source.label
-    if source.spec is None and source.replay is None and needs_model(recipe.steps):
+    named = source.spec is not None or source.replay is not None or source.fallback is not None
+    if not named and needs_model(recipe.steps):
         model = "none configured (a real run would stop here: give --model)"
     try:
         servers = _listed_mcp_servers(recipe)
@@ -449,7 +420,7 @@ def _report_interrupted(
         dataclasses.replace(s, status="cancelled")
         if s.status == "failed" and s.error and "was cancelled" in s.error
         else s
-        for s in summarize_rows(view.rows.values(), time.monotonic())
+        for s in summarize_rows(view.rows.values(), time.time())
     ]
     # Each step under what became of it: a step skipped (because one before it was
     # cancelled) never ran, and did not finish.

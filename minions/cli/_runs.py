@@ -1,6 +1,7 @@
-"""`minions worker`, `minions submit` and `minions runs ...`: durable runs from the command line
-(see docs/runs.md). Every command takes `--database-url` (default: ``MINIONS_DATABASE_URL``,
-else ``sqlite:///./.minions/minions.db``)."""
+"""`minions worker`, `minions submit` and `minions runs list|show|events|cancel|resume|approve`:
+durable runs from the command line (see docs/runs.md; `runs prune` is in `_prune`, `runs rerun`
+and `runs diff` in `_rerun`). Every command takes `--database-url` (default:
+``MINIONS_DATABASE_URL``, else ``sqlite:///./.minions/minions.db``)."""
 
 from __future__ import annotations
 
@@ -8,124 +9,36 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from minions._text import jsonable, token_count
+from minions._fold import RUN_STATUSES
+from minions.cli._common import (
+    DatabaseOption,
+    InputsOption,
+    JsonOption,
+    RetentionOption,
+    RunArgument,
+    local_time,
+    model_note,
+    once,
+    one_of,
+    open_store,
+    parse_inputs,
+    record_data,
+    run_time,
+    stdout,
+    token_text,
+)
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
-from minions.cli._running import InputsOption, parse_inputs
 from minions.models._infer import MODEL_ENV
 
 __all__: list[str] = []
-
-T = TypeVar("T")
-
-DatabaseOption = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        metavar="URL",
-        help="The run store: sqlite:///PATH or postgresql://... (default: "
-        "$MINIONS_DATABASE_URL, else sqlite:///./.minions/minions.db).",
-        show_default=False,
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-RetentionOption = Annotated[
-    str | None,
-    typer.Option(
-        "--retention",
-        metavar="AGE|N runs",
-        help="Prune finished runs now and then: keep those younger than AGE (30d, 12h) or the "
-        "newest N ('1000 runs'). Default: keep every run.",
-        show_default=False,
-    ),
-]
-RunArgument = Annotated[
-    str, typer.Argument(metavar="RUN", help="The run's id.", show_default=False)
-]
-
-runs_app = typer.Typer(
-    name="runs",
-    help="List, show, follow, cancel, resume, approve, rerun and diff durable runs.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
-)
-
-
-def _out() -> Console:
-    console = Console(highlight=False, soft_wrap=True)
-    if not console.is_terminal:
-        console.width = max(console.width, 200)  # ids and times whole in pipes and logs
-    return console
-
-
-def _run(coroutine: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coroutine)
-
-
-def _store(url: str | None, *, create: bool = False) -> Any:
-    from minions.runs import RunStore
-
-    return RunStore(url, create=create)
-
-
-def _when(moment: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment)) if moment else ""
-
-
-def _duration(record: Any) -> str:
-    if record.started_at is None:
-        return ""
-    end = record.finished_at or time.time()
-    return f"{end - record.started_at:.2f}s"
-
-
-def _tokens(usage: dict[str, int]) -> str:
-    if not usage.get("calls"):
-        return ""
-    total = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-    return token_count(total, unreported=usage.get("unknown_calls", 0) > 0)
-
-
-def _record_data(record: Any) -> dict[str, Any]:
-    import dataclasses
-
-    data: dict[str, Any] = jsonable(dataclasses.asdict(record))
-    data.pop("cancel_requested", None)
-    return data
-
-
-def model_note(model: str | None) -> str:
-    """What a worker's startup line says of its model."""
-    if model is None:
-        return (
-            f"; no model set ({MODEL_ENV}): a recipe with a recording beside it replays it, "
-            "others fail"
-        )
-    from minions._text import redact_url
-
-    return f"; model {redact_url(model)}"
-
-
-def once(text: str, said: list[str]) -> str:
-    """`text`, with the long texts `said` already (a step's error, then the same error in the
-    run's) replaced by "(as above)"; `text` joins them."""
-    shown = text
-    for before in said:
-        if before in shown:
-            shown = shown.replace(before, "(as above)")
-    if len(text) >= 40 and text not in said:
-        said.append(text)
-    return shown
-
 
 # -- worker and submit --------------------------------------------------------------------------
 
@@ -247,9 +160,9 @@ def submit(
     given = parse_inputs(inputs or ())
     if not recipe.is_file():
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
-    store = _store(database_url, create=True)
+    store = open_store(database_url, create=True)
     try:
-        run_id, _created = _run(store.submit(recipe, given, idempotency_key=idempotency_key))
+        run_id, _created = asyncio.run(store.submit(recipe, given, idempotency_key=idempotency_key))
     finally:
         store.close()
     typer.echo(json.dumps({"run_id": run_id}) if json_output else run_id)
@@ -281,14 +194,13 @@ def _has_a_model(path: Path) -> bool:
 # -- runs ---------------------------------------------------------------------------------------
 
 
-@runs_app.command("list")
 def list_runs(
     status: Annotated[
         str | None,
         typer.Option(
             "--status",
             metavar="STATUS",
-            help="queued, running, waiting, completed, failed or cancelled.",
+            help=f"{one_of(RUN_STATUSES)}.",
             show_default=False,
         ),
     ] = None,
@@ -301,20 +213,21 @@ def list_runs(
 
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        records = _run(store.list_runs(status=status, limit=limit))
-        history = _run(store.history())
+        records = asyncio.run(store.list_runs(status=status, limit=limit))
+        history = asyncio.run(store.history())
     finally:
         store.close()
     if json_output:
-        typer.echo(json.dumps([_record_data(r) for r in records], indent=2))
+        typer.echo(json.dumps([record_data(r) for r in records], indent=2))
         return
     err = Console(stderr=True, highlight=False)
     if history.pruned_before is not None:
         err.print(
-            f"history kept from {_when(history.oldest_at) or 'now'}: runs that finished "
-            f"before {_when(history.pruned_before)} were pruned ({_when(history.pruned_at)})",
+            f"history kept from {local_time(history.oldest_at) or 'now'}: runs that finished "
+            f"before {local_time(history.pruned_before)} were pruned "
+            f"({local_time(history.pruned_at)})",
             markup=False,
         )
     if not records:
@@ -332,15 +245,14 @@ def list_runs(
             r.run_id,
             r.status,
             r.recipe_id,
-            _when(r.created_at),
-            _duration(r),
-            _tokens(r.usage),
+            local_time(r.created_at),
+            run_time(r),
+            token_text(r.usage),
             (r.error or "")[:60],
         )
-    _out().print(table)
+    stdout().print(table)
 
 
-@runs_app.command("show")
 def show(
     run: RunArgument, json_output: JsonOption = False, database_url: DatabaseOption = None
 ) -> None:
@@ -355,27 +267,27 @@ def show(
             return record, [], []
         return record, await store.events(run), await store.workers()
 
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        record, stored_events, workers = _run(read())
+        record, stored_events, workers = asyncio.run(read())
     finally:
         store.close()
     if json_output:
-        typer.echo(json.dumps(_record_data(record), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(record_data(record), indent=2, ensure_ascii=False))
         return
-    out = _out()
+    out = stdout()
     now = time.time()
     out.print(
         f"run {record.run_id}: {record.status} ({record.recipe_id})"
-        + (f", {_duration(record)}" if record.started_at else "")
-        + (f", {_tokens(record.usage)} tokens" if _tokens(record.usage) else ""),
+        + (f", {run_time(record)}" if record.started_at else "")
+        + (f", {token_text(record.usage)} tokens" if token_text(record.usage) else ""),
         markup=False,
     )
     out.print(
-        f"created {_when(record.created_at)}"
+        f"created {local_time(record.created_at)}"
         + (f" · worker {record.executor_id}" if record.executor_id else "")
         + (
-            f" · schedule {record.schedule}, slot {_when(record.slot)}"
+            f" · schedule {record.schedule}, slot {local_time(record.slot)}"
             if record.schedule is not None
             else f" · rerun of {record.parent_run_id} from {record.from_step}"
             if record.parent_run_id
@@ -413,7 +325,6 @@ def show(
         out.print(f"error: {once(record.error, said)}", markup=False, style="red")
 
 
-@runs_app.command("events")
 def events(
     run: RunArgument,
     after: Annotated[
@@ -435,7 +346,7 @@ def events(
     """
     from minions.events import Event, event_to_json
 
-    store = _store(database_url)
+    store = open_store(database_url)
     said: list[str] = []
 
     def show(event: Event) -> None:
@@ -450,7 +361,7 @@ def events(
         )
         detail = once(detail, said)
         step = event.step_id or ""
-        when = _when(event.timestamp)
+        when = local_time(event.timestamp)
         typer.echo(
             " ".join(
                 x for x in (f"{event.seq:>5} {when} {event.kind:<22}", step, detail) if x
@@ -483,7 +394,7 @@ def events(
     try:
         if follow:
             ticker.start()
-        _run(read())
+        asyncio.run(read())
     except KeyboardInterrupt:
         pass
     finally:
@@ -493,29 +404,26 @@ def events(
         raise typer.Exit(1)  # the run failed or was cancelled: a script following it can tell
 
 
-@runs_app.command("cancel")
 def cancel(run: RunArgument, database_url: DatabaseOption = None) -> None:
     """Cancel a run: a queued one at once, a running one at its next step boundary."""
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        record = _run(store.cancel(run))
+        record = asyncio.run(store.cancel(run))
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {record.status}")
 
 
-@runs_app.command("resume")
 def resume(run: RunArgument, database_url: DatabaseOption = None) -> None:
     """Queue a failed or cancelled run again: it goes on from its last completed step."""
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        record = _run(store.resume(run))
+        record = asyncio.run(store.resume(run))
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {record.status}")
 
 
-@runs_app.command("approve")
 def approve(
     run: RunArgument,
     call_id: Annotated[
@@ -538,9 +446,9 @@ def approve(
     database_url: DatabaseOption = None,
 ) -> None:
     """Approve (or with --reject, reject) a call the run waits for."""
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        record = _run(store.approve(run, call_id, approved=reject is None, reason=reject))
+        record = asyncio.run(store.approve(run, call_id, approved=reject is None, reason=reject))
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {'rejected' if reject is not None else 'approved'}")

@@ -3,6 +3,7 @@ or an interval, fired by the workers of the store (see docs/schedules.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from pathlib import Path
@@ -12,28 +13,19 @@ import typer
 from rich.table import Table
 
 from minions._text import jsonable
-from minions.cli._errors import UsageError
-from minions.cli._running import InputsOption, parse_inputs
-from minions.cli._runs import (
+from minions.cli._common import (
     DatabaseOption,
+    InputsOption,
     JsonOption,
-    _out,
-    _record_data,
-    _run,
-    _store,
-    _when,
+    local_time,
+    open_store,
+    parse_inputs,
+    record_data,
+    stdout,
 )
+from minions.cli._errors import UsageError
 
 __all__: list[str] = []
-
-schedules_app = typer.Typer(
-    name="schedules",
-    help="Run recipes by themselves, on a cron expression or an interval: add, list, show, "
-    "pause, resume and remove schedules. The workers of the store fire them.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
-)
 
 NameArgument = Annotated[
     str, typer.Argument(metavar="NAME", help="The schedule's name.", show_default=False)
@@ -49,8 +41,8 @@ def _print_schedule(record: Any, json_output: bool = False) -> None:
     if json_output:
         typer.echo(json.dumps(_schedule_data(record), indent=2, ensure_ascii=False))
         return
-    out = _out()
-    state = "paused" if record.paused else f"next {_when(record.next_at)}"
+    out = stdout()
+    state = "paused" if record.paused else f"next {local_time(record.next_at)}"
     out.print(
         f"schedule {record.name}: {record.recipe_id}, {record.timing}, catch-up "
         f"{record.catch_up}; {state}",
@@ -58,13 +50,12 @@ def _print_schedule(record: Any, json_output: bool = False) -> None:
     )
     if record.last_slot is not None:
         out.print(
-            f"last fired for {_when(record.last_slot)}: run {record.last_run_id} "
+            f"last fired for {local_time(record.last_slot)}: run {record.last_run_id} "
             f"({record.fired} run(s) in all)",
             markup=False,
         )
 
 
-@schedules_app.command("add")
 def add(
     recipe: Annotated[
         Path, typer.Argument(metavar="RECIPE", help="The recipe file (YAML).", show_default=False)
@@ -137,9 +128,9 @@ def add(
     if not recipe.is_file():
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     policy = cast(Literal["none", "one", "all"] | None, catch_up)  # checked above
-    store = _store(database_url, create=True)
+    store = open_store(database_url, create=True)
     try:
-        record = _run(
+        record = asyncio.run(
             store.add_schedule(
                 recipe,
                 cron=cron,
@@ -156,19 +147,18 @@ def add(
     _print_schedule(record, json_output)
 
 
-@schedules_app.command("list")
 def list_schedules(json_output: JsonOption = False, database_url: DatabaseOption = None) -> None:
     """The schedules, with their next and last slots."""
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        records = _run(store.schedules())
+        records = asyncio.run(store.schedules())
     finally:
         store.close()
     if json_output:
         typer.echo(json.dumps([_schedule_data(r) for r in records], indent=2))
         return
     if not records:
-        _out().print("no schedules", markup=False)
+        stdout().print("no schedules", markup=False)
         return
     table = Table(show_edge=False, pad_edge=False)
     for column in ("schedule", "recipe", "when", "catch-up", "next", "last", "runs"):
@@ -179,14 +169,13 @@ def list_schedules(json_output: JsonOption = False, database_url: DatabaseOption
             r.recipe_id,
             r.timing,
             r.catch_up,
-            "paused" if r.paused else _when(r.next_at),
-            _when(r.last_slot),
+            "paused" if r.paused else local_time(r.next_at),
+            local_time(r.last_slot),
             str(r.fired),
         )
-    _out().print(table)
+    stdout().print(table)
 
 
-@schedules_app.command("show")
 def show(
     name: NameArgument,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many runs.")] = 20,
@@ -194,14 +183,14 @@ def show(
     database_url: DatabaseOption = None,
 ) -> None:
     """A schedule and its runs, newest first."""
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        record = _run(store.schedule(name))
-        runs = _run(store.list_runs(schedule=name, limit=limit))
+        record = asyncio.run(store.schedule(name))
+        runs = asyncio.run(store.list_runs(schedule=name, limit=limit))
     finally:
         store.close()
     if json_output:
-        data = {**_schedule_data(record), "runs": [_record_data(r) for r in runs]}
+        data = {**_schedule_data(record), "runs": [record_data(r) for r in runs]}
         typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     _print_schedule(record)
@@ -211,23 +200,22 @@ def show(
     for column in ("run", "status", "created", "error"):
         table.add_column(column)
     for r in runs:
-        table.add_row(r.run_id, r.status, _when(r.created_at), (r.error or "")[:60])
-    _out().print(table)
+        table.add_row(r.run_id, r.status, local_time(r.created_at), (r.error or "")[:60])
+    stdout().print(table)
 
 
 def _change(name: str, database_url: str | None, json_output: bool, what: str) -> None:
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
         if what == "pause":
-            record = _run(store.pause_schedule(name))
+            record = asyncio.run(store.pause_schedule(name))
         else:
-            record = _run(store.resume_schedule(name))
+            record = asyncio.run(store.resume_schedule(name))
     finally:
         store.close()
     _print_schedule(record, json_output)
 
 
-@schedules_app.command("pause")
 def pause(
     name: NameArgument, json_output: JsonOption = False, database_url: DatabaseOption = None
 ) -> None:
@@ -235,7 +223,6 @@ def pause(
     _change(name, database_url, json_output, "pause")
 
 
-@schedules_app.command("resume")
 def resume(
     name: NameArgument, json_output: JsonOption = False, database_url: DatabaseOption = None
 ) -> None:
@@ -243,14 +230,13 @@ def resume(
     _change(name, database_url, json_output, "resume")
 
 
-@schedules_app.command("remove")
 def remove(
     name: NameArgument, json_output: JsonOption = False, database_url: DatabaseOption = None
 ) -> None:
     """Remove the schedule; the runs it fired stay."""
-    store = _store(database_url)
+    store = open_store(database_url)
     try:
-        _run(store.remove_schedule(name))
+        asyncio.run(store.remove_schedule(name))
     finally:
         store.close()
     typer.echo(json.dumps({"removed": name}) if json_output else f"schedule {name} removed")

@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from minions.cli._common import DatabaseOption, RetentionOption, model_note
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
-from minions.cli._runs import DatabaseOption, RetentionOption, model_note
 from minions.models._infer import MODEL_ENV
 
 __all__: list[str] = []

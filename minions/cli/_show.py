@@ -1,6 +1,6 @@
 """What `minions runs show` prints of a run's steps: every step that started or was skipped,
-failed and skipped ones included, with its status, times, tokens and error, read from the
-run's events (the store keeps checkpoints of completed steps only) and its stored steps (their
+failed and skipped ones included, with its status, times, tokens and error, as the one fold
+of the run's events tells them (`minions._fold`) with its stored steps laid over (their
 outputs and attempts); and a hint when the run's worker is dead."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any
 from rich.table import Table
 
 from minions import events as ev
+from minions._fold import RunStates, total
 from minions._text import token_count
+from minions.runs import StepRecord
 
 __all__: list[str] = []
 
@@ -50,68 +52,45 @@ class ShownStep:
         return f"{(self.finished_at or now) - self.started_at:.2f}s"
 
 
-def shown_steps(events: Iterable[ev.Event], stored: Sequence[Any] = ()) -> list[ShownStep]:
-    """The run's steps in the order they started (or were skipped), each visit once, with
-    what its latest events say (a resumed run's step that failed, then completed, shows as
-    completed). `stored`: the store's `StepRecord`s, for outputs and attempts."""
-    rows: dict[tuple[str, int], ShownStep] = {}
-    current: dict[str, ShownStep] = {}  # a step's row being filled (its latest visit)
-
-    def row(step_id: str, visit: int | None = None) -> ShownStep:
-        if visit is None:
-            found = current.get(step_id)
-            if found is not None:
-                return found
-            visit = 1
-        key = (step_id, visit)
-        if key not in rows:
-            rows[key] = ShownStep(step_id=step_id, visit=visit)
-        current[step_id] = rows[key]
-        return rows[key]
-
+def shown_steps(events: Iterable[ev.Event], stored: Sequence[StepRecord] = ()) -> list[ShownStep]:
+    """The run's steps in the order they started (or were skipped), each visit once, as the
+    one fold of the run's events tells them (a resumed run's step that failed, then
+    completed, shows as completed), with what the store kept of them (`StepRecord`s: outputs
+    and attempts; a step whose events are missing)."""
+    states = RunStates()
     for event in events:
-        base, bracket, _ = (event.step_id or "").partition("[")
-        if not base:
-            continue
-        if isinstance(event, ev.ModelCallCompleted | ev.ModelCallFailed):
-            shown = row(base)  # a loop item's calls count on its step's row
-            shown.prompt_tokens += event.usage.prompt_tokens
-            shown.completion_tokens += event.usage.completion_tokens
-            shown.calls += max(event.usage.calls, 1)
-            shown.unknown_calls += event.usage.unknown_calls
-        elif bracket:  # a loop item: counted on its step's row
-            if isinstance(event, ev.StepCompleted | ev.StepFailed):
-                row(base).items += 1
-        elif isinstance(event, ev.StepStarted):
-            shown = row(base, event.visit)
-            shown.status, shown.started_at, shown.finished_at = "running", event.timestamp, None
-            shown.error = ""
-        elif isinstance(event, ev.StepCompleted | ev.StepFailed):
-            shown = row(base, event.visit)
-            shown.finished_at = event.timestamp
-            if isinstance(event, ev.StepCompleted):
-                shown.status, shown.error = "completed", ""
-            else:
-                shown.status, shown.error = "failed", event.error
-        elif isinstance(event, ev.StepSkipped):
-            shown = row(base)
-            if shown.status == "pending":
-                shown.status, shown.error = "skipped", event.reason
-    for record in stored:
-        if getattr(record, "item", None) is not None:
-            continue
-        key = (record.step_id, record.visit)
-        if key not in rows:  # stored but its events are not (an old store): still listed
-            rows[key] = ShownStep(step_id=record.step_id, visit=record.visit, status=record.status)
-        shown = rows[key]
-        shown.output = record.output
-        shown.attempts = record.attempts
-        shown.error = shown.error or (record.error or "")
-        for name in ("started_at", "finished_at"):  # the store's times, where it keeps them
-            value = getattr(record, name, None)
-            if value is not None and getattr(shown, name) is None:
-                setattr(shown, name, value)
-    return list(rows.values())
+        states.fold(event)
+    states.stored(stored)
+    kept = {(r.step_id, r.visit): r for r in stored}
+    rows = []
+    for execution in states.executions:
+        if execution.item is not None:
+            continue  # a loop item: counted on its step's row
+        items = [
+            e
+            for e in states.of_step(execution.step)
+            if e.item is not None and e.visit == execution.visit
+        ]
+        spent = total(e.spent for e in (execution, *items))
+        record = kept.get((execution.step_id, execution.visit))
+        rows.append(
+            ShownStep(
+                step_id=execution.step_id,
+                visit=execution.visit,
+                status=execution.status,
+                started_at=execution.started_at,
+                finished_at=execution.finished_at,
+                prompt_tokens=spent.prompt_tokens,
+                completion_tokens=spent.completion_tokens,
+                calls=execution.model_calls + sum(e.model_calls for e in items),
+                unknown_calls=spent.unknown_calls,
+                items=execution.items_done,
+                attempts=record.attempts if record is not None else 1,
+                error=execution.error or execution.skipped or "",
+                output=record.output if record is not None else None,
+            )
+        )
+    return rows
 
 
 def _when(moment: float | None) -> str:

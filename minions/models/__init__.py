@@ -1,4 +1,5 @@
-"""Models: the `Model` interface, the OpenAI-compatible provider, model strings, record/replay.
+"""Models: the `Model` interface, the OpenAI-compatible provider, model strings, record/replay,
+and `FallbackModel` (the next model when one is down).
 
 `OpenAIChatModel` is loaded on first use, so `import minions` never pays for the `openai`
 package (``from minions.models import OpenAIChatModel``, or `infer_model` with a model string).
@@ -12,6 +13,7 @@ from minions._lazy import lazy_names
 from minions._messages import OutputMode
 from minions._values import ModeDemotion
 from minions.models._base import Model, TokenCallback
+from minions.models._fallback import FallbackModel
 from minions.models._infer import MODEL_ENV, infer_model
 
 # Loaded on first use of one of their names: `OpenAIChatModel` so that `import minions` never
@@ -57,6 +59,7 @@ __all__ = [
     "EndpointLimiter",
     "EndpointPermit",
     "EndpointWait",
+    "FallbackModel",
     "Limits",
     "LocalLimiter",
     "ModeDemotion",

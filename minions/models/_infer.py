@@ -6,7 +6,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
-from minions.errors import ModelError
+from minions.errors import ModelError, did_you_mean
 from minions.models._base import Model
 
 if TYPE_CHECKING:
@@ -71,8 +71,7 @@ def infer_model(spec: str | Model | None = None, **options: Any) -> Model:
     if not isinstance(spec, str):
         raise ModelError(f"model must be a Model or a string, not {type(spec).__name__}")
     provider, name, url = _parts(spec)
-    known = {"openai", "openai-compatible", "azure", *LOCAL_SERVERS}
-    if provider not in known or not name:
+    if provider not in PROVIDERS or not name:
         hint = f" (did you mean 'openai:{spec}'?)" if ":" not in spec and spec.strip() else ""
         raise ModelError(f"unknown model {spec!r}{hint}; accepted forms: {FORMS}")
     options.setdefault("provider", provider)
@@ -96,6 +95,26 @@ def infer_model(spec: str | Model | None = None, **options: Any) -> Model:
     options["base_url"] = options["base_url"] or LOCAL_SERVERS[provider]
     options["api_key"] = options.get("api_key") or NO_API_KEY
     return OpenAIChatModel(name, **options)
+
+
+PROVIDERS: Final = frozenset({"openai", "openai-compatible", "azure", *LOCAL_SERVERS})
+"""The providers a model string can name."""
+
+
+def model_string_problem(spec: object) -> str | None:
+    """What is certainly wrong with a model string written in a recipe, or `None`: it is not
+    text, it is empty, or its provider is a misspelt known one (``olama:llama3.2``). Other
+    names may be a model resolver's own (``cheap``), so they are left to it."""
+    if not isinstance(spec, str):
+        return f"a model is a model string ('ollama:llama3.2:3b'), not {spec!r}"
+    if not spec.strip():
+        return "a model string is empty; write one like 'ollama:llama3.2:3b'"
+    provider, _, _ = _parts(spec)
+    if ":" in spec and provider not in PROVIDERS:
+        hint = did_you_mean(provider, sorted(PROVIDERS))
+        if hint:
+            return f"unknown provider {provider!r} in model {spec!r}{hint}"
+    return None
 
 
 def model_endpoint(spec: str) -> tuple[str, str | None]:

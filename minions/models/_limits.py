@@ -52,6 +52,12 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
+MAX_LIMITS_BYTES = 1 << 20
+"""The largest limits file read (a few lines are usual): a bigger one is refused, unread."""
+_SHOWN_PROBLEMS = 10
+"""The most problems of a limits file one error names (the count of the rest follows)."""
+
+
 def parse_duration(value: float | str) -> float:
     """Seconds of ``90``, ``"90s"``, ``"15m"``, ``"2h"`` or ``"7d"``.
 
@@ -155,23 +161,33 @@ class Limits(BaseModel):
         """
         import yaml
 
+        from minions._files import UnreadableFileError, read_text_file
+
         file = Path(path)
+        named = f"the limits file {str(file)!r}"
         try:
-            data = yaml.safe_load(file.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read the limits file {str(file)!r}: {exc.strerror}"
-            ) from None
+            text = read_text_file(file, limit=MAX_LIMITS_BYTES)
+        except UnreadableFileError as exc:
+            raise ConfigError(f"cannot read {named}: {exc}") from None
+        try:
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"the limits file {str(file)!r} is not valid YAML: {exc}") from None
+            raise ConfigError(f"{named} is not valid YAML: {exc}") from None
+        except (ValueError, OverflowError) as exc:  # a value YAML cannot build: 2001-13-45
+            raise ConfigError(f"{named} is not valid YAML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{named} is not valid YAML: it nests too deeply") from None
         try:
             return cls.model_validate({} if data is None else data)
         except ValidationError as exc:
+            errors = exc.errors()
             problems = "; ".join(
                 f"{'.'.join(map(str, error['loc'])) or '(top)'}: {error['msg']}"
-                for error in exc.errors()
+                for error in errors[:_SHOWN_PROBLEMS]
             )
-            raise ConfigError(f"the limits file {str(file)!r} is invalid: {problems}") from None
+            if len(errors) > _SHOWN_PROBLEMS:
+                problems += f"; and {len(errors) - _SHOWN_PROBLEMS:,} more"
+            raise ConfigError(f"{named} is invalid: {problems}") from None
 
     def rules(self, endpoint: EndpointKey) -> tuple[EndpointLimit, ...]:
         """The entries that apply to calls to `endpoint`, in file order."""

@@ -31,6 +31,7 @@ from minions.errors import (
     TransientModelError,
 )
 from minions.models._base import Model, TokenCallback
+from minions.models._blocking import check_request
 from minions.models._openai_wire import (
     StreamAccumulator,
     message_of,
@@ -243,8 +244,10 @@ class OpenAIChatModel(Model):
         so nothing of it is left for a later loop to free.
 
         Raises:
-            ModelError: the client was given as is and already serves another event loop.
+            ModelError: the client was given as is and already serves another event loop, or
+                real model requests are blocked (`minions.testing.block_real_models`).
         """
+        check_request(self.name, self.base_url)  # every request and check comes this way
         loop = asyncio.get_running_loop()
         bound = self._clients.get(loop)
         if bound is not None:

@@ -59,10 +59,16 @@ def _scope(prompt: Prompt) -> str:
 
 @dataclass
 class Recording:
-    """Model replies by key (``scope/n``), loadable from and savable to a JSON file."""
+    """Model replies by key (``scope/n``), loadable from and savable to a JSON file.
+
+    ``n`` counts the calls of a step execution (its scope) across every `RecordingModel`
+    recording into this recording, so the attempts of a `FallbackModel`'s models are numbered
+    in the order they were made, as a replay asks for them.
+    """
 
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    _keys: _Keys = field(default_factory=lambda: _Keys(), init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: str | Path) -> Recording:
@@ -192,7 +198,6 @@ class RecordingModel(Model):
         self.model = model
         self.name = model.name
         self.recording = recording if recording is not None else Recording()
-        self._keys = _Keys()
 
     @property
     def endpoint(self) -> tuple[str, str] | None:
@@ -204,7 +209,7 @@ class RecordingModel(Model):
     async def call(
         self, prompt: Prompt, *, on_token: TokenCallback | None = None
     ) -> ModelCallResponse:
-        key = self._keys.next(prompt)
+        key = self.recording._keys.next(prompt)
         entry: dict[str, Any] = {"step": prompt.step_id, "prompt": _digest(prompt)}
         try:
             response = await self.model.call(prompt, on_token=on_token)

@@ -27,10 +27,12 @@ from minions._routing.transition import Transition
 from minions._step.agent import DefaultStep
 from minions._step.step import Step, recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
-from minions.recipes._loader import by_line, check_spec, read_recipe_text
+from minions.models._base import Model
+from minions.models._fallback import FallbackModel
+from minions.recipes._loader import by_line, check_spec, read_recipe_text, step_label
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._schema import HttpSpec, RecipeSpec, StepSpec
-from minions.recipes._source import Located
+from minions.recipes._source import Located, collector_paused
 from minions.recipes._subrecipe import RecipeStep
 from minions.recipes._validation import recipe_problems
 from minions.tools._builtin import builtin_tools
@@ -94,12 +96,15 @@ def load_recipe_file(
     import_tools: bool = True,
     workspace: str | Path | None = None,
     text: str | None = None,
+    parsed: tuple[RecipeSpec, Located] | None = None,
     _load: _Load | None = None,
 ) -> RecipeFile:
     """Load, check and build a YAML recipe file.
 
     `text` is the file's content when the caller has it already (a durable run's snapshot):
     the file is then not read, but tools and included recipes are still found beside it.
+    `parsed` is `text` checked against the recipe format already (`parse_spec`): it is not
+    parsed again.
 
     `workspace` is the folder of the file tools (``read_file``, ``write_file``,
     ``list_files``), overriding the recipe's ``workspace:``; by default a recipe that names
@@ -128,21 +133,31 @@ def load_recipe_file(
         lambda spec, located: build_recipe(
             spec, located, base=file.parent, path=file, _load=load.enter(file)
         ),
+        parsed,
     )
 
 
-def _built(text: str, file: str, build: Callable[[RecipeSpec, Located], RecipeFile]) -> RecipeFile:
-    """`build` the recipe of YAML `text`, or raise every problem of it in one pass, by line:
-    those of the format, and those `build` finds in the rest of the recipe."""
-    spec, located, problems = check_spec(text, file=file)
-    if spec is not None and not problems:
-        return build(spec, located)
-    if spec is not None:
-        try:
-            build(spec, located)
-        except RecipeError as exc:
-            problems += [p for p in exc.problems if p not in problems]
-    raise RecipeError(by_line(problems))
+def _built(
+    text: str,
+    file: str,
+    build: Callable[[RecipeSpec, Located], RecipeFile],
+    parsed: tuple[RecipeSpec, Located] | None = None,
+) -> RecipeFile:
+    """`build` the recipe of YAML `text` (`parsed` already: a spec without problems), or
+    raise every problem of it in one pass, by line: those of the format, and those `build`
+    finds in the rest of the recipe."""
+    if parsed is not None:
+        return build(parsed[0], dataclasses.replace(parsed[1], file=file))
+    with collector_paused(text):
+        spec, located, problems = check_spec(text, file=file)
+        if spec is not None and not problems:
+            return build(spec, located)
+        if spec is not None:
+            try:
+                build(spec, located)
+            except RecipeError as exc:
+                problems += exc.problems
+    raise RecipeError(by_line(dict.fromkeys(problems)))  # each once
 
 
 def load_recipe(path: str | Path) -> AgentRecipe:
@@ -193,7 +208,7 @@ def build_recipe(
     problems: list[Problem] = []
 
     def problem(message: str, index: int | None = None, field: str | None = None) -> None:
-        step = spec.steps[index].id if index is not None else None
+        step = step_label(located, index) if index is not None else None
         where: tuple[str | int, ...] = ("steps", index) if index is not None else ()
         if field is not None:
             where = (*where, *(int(p) if p.isdigit() else p for p in field.split(".")))
@@ -218,9 +233,11 @@ def build_recipe(
         except RecipeError as exc:
             for p in exc.problems:
                 problem(f"in {p.file}: {p}" if p.file else p.message, index, "recipe")
+            steps.append(_stand_in(step_spec))
         except MinionsError as exc:
             for message in getattr(exc, "problems", [str(exc)]):
                 problem(message.removeprefix(f"step {step_spec.id!r}: "), index)
+            steps.append(_stand_in(step_spec))
         for target in step_spec.next:
             transitions.append(Transition(step_spec.id, target.step, when=target.when))
         if step_spec.save_as is not None:
@@ -229,14 +246,12 @@ def build_recipe(
             aliases[step_spec.save_as] = step_spec.id
     config = dict(spec.config)
     defaults = {name: i.default for name, i in spec.inputs.items() if i.default is not None}
-    if len(steps) < len(spec.steps):
-        raise RecipeError(problems)  # the recipe checks below need every step
     recipe = AgentRecipe(
         id=spec.id,
         description=spec.description,
         steps=steps,
         transitions=transitions,
-        model=spec.model,
+        model=model_of(spec.model),
         config=config,
         inputs=defaults,
         tools=tools,
@@ -259,6 +274,14 @@ def build_recipe(
     loaded = RecipeFile(recipe=recipe, spec=spec, path=path, located=located)
     object.__setattr__(recipe, "source", loaded)
     return loaded
+
+
+def model_of(spec: str | list[str] | None) -> Model | str | None:
+    """The model a recipe's ``model:`` names: a string as it is, a list as a `FallbackModel`
+    of its strings (resolved when a run uses them, like any model string)."""
+    if isinstance(spec, list):
+        return FallbackModel(*spec)
+    return spec
 
 
 def _yaml_field(field: str | None) -> str | None:
@@ -287,7 +310,7 @@ def _cache(spec: StepSpec) -> dict[str, Any]:
 
 
 def _body(spec: StepSpec, base: Path, load: _Load, options: dict[str, Any]) -> Step:
-    own: dict[str, Any] = {"model": spec.model, "config": spec.config or None, **options}
+    own: dict[str, Any] = {"model": model_of(spec.model), "config": spec.config or None, **options}
     output = spec.output if spec.output is not None else spec.output_format
     if spec.kind == "agent" and spec.type is not None:
         assert spec.goal is not None
@@ -348,6 +371,14 @@ def _step(spec: StepSpec, base: Path, load: _Load) -> Step:
         parallel=spec.parallel or spec.loop.parallel,
         continue_on_error=spec.loop.continue_on_error,
         **_options(spec),
+    )
+
+
+def _stand_in(spec: StepSpec) -> Step:
+    """What the recipe's checks see of a step that could not be built (its problems are
+    said): its id and dependencies, so that the other steps are checked in the same pass."""
+    return DefaultStep(
+        spec.id, MessageBundle(goal="(a step that could not be built)"), depends_on=spec.depends_on
     )
 
 

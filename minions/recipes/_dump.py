@@ -14,6 +14,8 @@ from minions._kinds.tool import ToolStep
 from minions._step.agent import DefaultStep
 from minions._step.step import Step
 from minions.errors import Problem, RecipeError
+from minions.models._base import Model
+from minions.models._fallback import FallbackModel
 from minions.recipes._schema import StepSpec
 from minions.tools._builtin import builtin_tools
 
@@ -43,6 +45,16 @@ def dump_recipe(recipe: AgentRecipe) -> str:
     return to_yaml_text(recipe_to_data(recipe))
 
 
+def model_data(model: Model | str) -> str | list[str] | None:
+    """A model's YAML form: its string, or a fallback's list of strings; `None` for a model
+    object, which has none."""
+    if isinstance(model, str):
+        return model
+    if isinstance(model, FallbackModel) and all(isinstance(m, str) for m in model.models):
+        return [str(m) for m in model.models]
+    return None
+
+
 def recipe_to_data(recipe: AgentRecipe) -> dict[str, Any]:
     """The YAML form of `recipe`, as plain data.
 
@@ -59,8 +71,9 @@ def recipe_to_data(recipe: AgentRecipe) -> dict[str, Any]:
     if recipe.description:
         data["description"] = recipe.description
     if recipe.model is not None:
-        if isinstance(recipe.model, str):
-            data["model"] = recipe.model
+        named = model_data(recipe.model)
+        if named is not None:
+            data["model"] = named
         else:
             problem("a model object has no YAML form; use a model string", field="model")
     config = _config(recipe.config)
@@ -196,11 +209,12 @@ def _options(step: Step) -> dict[str, Any]:
 def _own(step: Step) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if step.model is not None:
-        if not isinstance(step.model, str):
+        named = model_data(step.model)
+        if named is None:
             raise RecipeError(
                 [Problem(message="a model object has no YAML form", step=step.id, field="model")]
             )
-        found["model"] = step.model
+        found["model"] = named
     config = _config(step.config)
     if config:
         found["config"] = config

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PlainValidator,
+    Tag,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from minions._step.step import (
     MAX_ID_LENGTH,
@@ -24,6 +27,7 @@ from minions._step.step import (
     recipe_id_problem,
     step_id_problem,
 )
+from minions.models._infer import model_string_problem
 
 __all__ = ["InputSpec"]
 
@@ -49,6 +53,36 @@ def _id_schema(pattern: str) -> WithJsonSchema:
 
 StepId = Annotated[str, _checked(step_id_problem), _id_schema(STEP_ID_PATTERN)]
 RecipeId = Annotated[str, _checked(recipe_id_problem), _id_schema(RECIPE_ID_PATTERN)]
+
+
+def _distinct(models: list[str]) -> list[str]:
+    twice = sorted({m for m in models if models.count(m) > 1})
+    if twice:
+        raise ValueError(
+            f"model {twice[0]!r} is listed twice; a fallback tries each model once, in order"
+        )
+    return models
+
+
+ModelString = Annotated[str, _checked(model_string_problem)]
+MODEL_TAGS: Final = ("model-string", "model-list")
+"""The branches of `ModelSpec` (taken out of problems' locations)."""
+ModelSpec = (
+    Annotated[
+        Annotated[ModelString, Tag(MODEL_TAGS[0])]
+        | Annotated[
+            list[ModelString], Field(min_length=1), AfterValidator(_distinct), Tag(MODEL_TAGS[1])
+        ],
+        # One branch by the value's shape, so a problem is told once, about that branch.
+        Discriminator(lambda value: MODEL_TAGS[isinstance(value, list)]),
+    ]
+    | None
+)
+"""A model string, or a list of them: a `FallbackModel` trying each in order."""
+_MODEL_HELP: Final = (
+    "A model string, e.g. 'ollama:llama3.2:3b' or 'openai:gpt-4o-mini', or a list of them "
+    "tried in order when one is down (connection errors, 5xx, 429)."
+)
 
 
 class _Strict(BaseModel):
@@ -144,6 +178,27 @@ def _shorthands(schema: dict[str, Any]) -> None:
         properties[name] = {"anyOf": [{"type": "string"}, full], **kept}
 
 
+def _rule(
+    message: str,
+    *,
+    about: tuple[str, ...],
+    leave_out: Sequence[str] | None = None,
+    put: Mapping[str, Any] | None = None,
+) -> PydanticCustomError:
+    """A rule of a whole step broken: `message`, the fields it is `about`, and what the loader
+    changes in the step (fields to `leave_out`, by default the first one it is about; values
+    to `put`) to check the rest of the recipe in the same pass."""
+    return PydanticCustomError(
+        "step_rule",
+        message,
+        {
+            "about": about,
+            "leave_out": tuple(about[:1] if leave_out is None else leave_out),
+            "put": dict(put or {}),
+        },
+    )
+
+
 class CacheSpec(_Strict):
     """A step's use of the step cache."""
 
@@ -169,6 +224,27 @@ class CacheSpec(_Strict):
         except StepDefinitionError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+
+def _switch_or_mapping(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    return "mapping" if isinstance(value, dict | BaseModel) else None
+
+
+def _switch_or(form: str) -> Discriminator:
+    """``true``, ``false`` or a spec's mapping: one error, about the form given."""
+    return Discriminator(
+        _switch_or_mapping,
+        custom_error_type="switch_or_mapping",
+        custom_error_message=f"must be true, false or {form}",
+    )
+
+
+CacheForm = Annotated[
+    Annotated[bool, Tag("bool")] | Annotated[CacheSpec, Tag("mapping")],
+    _switch_or("{ttl: ..., side_effects: ...}"),
+]
 
 
 class StepSpec(_Strict):
@@ -238,10 +314,10 @@ class StepSpec(_Strict):
     mode: Literal["async", "sync", "fire_and_forget"] = "async"
     timeout: float | None = Field(None, gt=0, description="Seconds.")
     memory: Literal["step", "agent"] = "step"
-    model: str | None = None
+    model: ModelSpec = Field(None, description=_MODEL_HELP)
     max_visits: int = Field(10, ge=1)
     config: dict[str, Any] = Field(default_factory=dict, description="ExecutionConfig overrides.")
-    cache: bool | CacheSpec = Field(
+    cache: CacheForm = Field(
         False,
         description="Reuse the output of an earlier execution with the same rendered prompt, "
         "model, tools and output schema instead of calling the model: true, or {ttl, "
@@ -274,20 +350,33 @@ class StepSpec(_Strict):
         present = [key for key in KIND_KEYS if getattr(self, key) is not None]
         if len(present) != 1:
             found = f"it has {', '.join(present)}" if present else "it has none"
-            raise ValueError(
+            # Checked on as the first kind it has (an agent step when none), so that the
+            # rest of the recipe is checked in the same pass (the loader says this problem).
+            raise _rule(
                 f"a step needs exactly one of goal (agent step), tool (tool step), analyze "
-                f"(analysis step) or recipe (sub-recipe step); {found}"
+                f"(analysis step) or recipe (sub-recipe step); {found}",
+                about=KIND_KEYS,
+                leave_out=present[1:],
+                put={} if present else {"goal": "(a step of no kind, checked as an agent step)"},
             )
         if self.parallel is not None and self.loop is None:
-            raise ValueError("`parallel` needs `loop`")
+            raise _rule("`parallel` needs `loop`", about=("parallel", "loop"))
         if (self.reads or self.artifacts) and self.type is None:
-            raise ValueError("`reads` and `artifacts` are for task steps: give the step a `type`")
+            raise _rule(
+                "`reads` and `artifacts` are for task steps: give the step a `type`",
+                about=("reads", "artifacts", "type"),
+                leave_out=("reads", "artifacts"),
+            )
         if self.type is not None and self.goal is None:
-            raise ValueError("`type` makes an agent step a task step: it needs a `goal`")
+            raise _rule(
+                "`type` makes an agent step a task step: it needs a `goal`",
+                about=("type", *KIND_KEYS),
+            )
         if self.requires_approval and self.kind != "tool":
-            raise ValueError(
+            raise _rule(
                 "`requires_approval` is for tool steps; for a tool an agent step may call, "
-                "declare it with @tool(requires_approval=True)"
+                "declare it with @tool(requires_approval=True)",
+                about=("requires_approval", *KIND_KEYS),
             )
         return self
 
@@ -381,9 +470,7 @@ class RecipeSpec(_Strict):
         "letter or a digit. It names the run's workspace folder."
     )
     description: str = ""
-    model: str | None = Field(
-        None, description="Default model, e.g. 'ollama:llama3.2:3b' or 'openai:gpt-4o-mini'."
-    )
+    model: ModelSpec = Field(None, description="The default model. " + _MODEL_HELP)
     config: dict[str, Any] = Field(
         default_factory=dict,
         description="ExecutionConfig fields: max_parallel_steps, fail_fast, budgets, retries...",
@@ -399,7 +486,10 @@ class RecipeSpec(_Strict):
         description="The folder file tools may use (relative to the file); by default the "
         "run's own folder .minions/workspace/<recipe id> in the current directory.",
     )
-    http: HttpSpec | bool = Field(False, description="Enable the http_get tool.")
+    http: Annotated[
+        Annotated[bool, Tag("bool")] | Annotated[HttpSpec, Tag("mapping")],
+        _switch_or("{enabled: ..., allowed_hosts: [...]}"),
+    ] = Field(False, description="Enable the http_get tool.")
     execution_mode: Literal["planned", "sequential"] = Field(
         "planned",
         description="planned: follow depends_on, in parallel; sequential: file order, one at a "

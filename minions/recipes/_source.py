@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +22,44 @@ their number is bounded by the text's size, so a big recipe without aliases is j
 size alone."""
 MAX_DEPTH = 64
 """How deeply a YAML document may nest."""
+
+
+BIG_TEXT = 256 * 1024
+"""Recipe text from this size on is read and checked with the cyclic garbage collector paused
+(see `collector_paused`)."""
+
+_pauses = 0
+_collector_was_enabled = False
+_pauses_lock = threading.Lock()
+
+
+@contextmanager
+def collector_paused(text: str) -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a big recipe `text` is read, checked and
+    built (nothing for a small one).
+
+    Reading a 20,000-step recipe makes a few million objects that all live until the end:
+    each full collection walks every one of them, and more than half of the load went to
+    collections that could free nothing. The pause lasts as long as the load (seconds at
+    most), whoever else pauses meanwhile (threads loading recipes at once), and the
+    collector is left as it was found.
+    """
+    global _pauses, _collector_was_enabled
+    if len(text) < BIG_TEXT:
+        yield
+        return
+    with _pauses_lock:
+        if _pauses == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _pauses_lock:
+            _pauses -= 1
+            if _pauses == 0 and _collector_was_enabled:
+                gc.enable()
 
 
 class _Refused(Exception):
@@ -100,20 +141,24 @@ def _invalid(error: Any, file: str) -> RecipeError:
     return RecipeError([Problem(message=f"invalid YAML: {problem}", file=file, line=line)])
 
 
+_STR = "tag:yaml.org,2002:str"
+
+
 class _Builder:
     """Builds a document's data node by node, recording lines and counting what aliases add."""
 
     def __init__(self, loader: Any, lines: dict[Path_, int]) -> None:
+        import yaml
+
         self.loader = loader
         self.lines = lines
         self.built: set[int] = set()
         """The nodes built once: seeing one again is an alias being expanded."""
         self.expanded = 0
+        self._scalar, self._mapping = yaml.ScalarNode, yaml.MappingNode
 
     def build(self, node: Any, path: Path_, *, expanded: bool) -> Any:
         """The data of `node` at `path`; `expanded` when it is reached through an alias."""
-        import yaml
-
         line = node.start_mark.line + 1
         if id(node) in self.built:
             expanded = True
@@ -132,7 +177,11 @@ class _Builder:
         if len(path) > MAX_DEPTH:
             raise _Refused(f"the YAML nests deeper than {MAX_DEPTH} levels; refused", line)
         self.lines.setdefault(path, line)
-        if isinstance(node, yaml.MappingNode):
+        kind = type(node)
+        if kind is self._scalar:
+            # Most values are text: the constructor would hand back the node's value.
+            return node.value if node.tag == _STR else self.loader.construct_object(node)
+        if kind is self._mapping:
             _check_duplicate_keys(node)
             self.loader.flatten_mapping(node)
             result: dict[Any, Any] = {}
@@ -141,19 +190,14 @@ class _Builder:
                 self.lines[(*path, key)] = key_node.start_mark.line + 1
                 result[key] = self.build(value_node, (*path, key), expanded=expanded)
             return result
-        if isinstance(node, yaml.SequenceNode):
-            return [
-                self.build(item, (*path, i), expanded=expanded) for i, item in enumerate(node.value)
-            ]
-        return self.loader.construct_object(node, deep=True)
+        items = enumerate(node.value)
+        return [self.build(item, (*path, i), expanded=expanded) for i, item in items]
 
     def _key(self, node: Any, path: Path_, *, expanded: bool) -> Any:
         """A mapping's key: a scalar as it is, a collection as text (built, and counted, like
         any value: a key can hold a bomb too)."""
-        import yaml
-
-        if isinstance(node, yaml.ScalarNode):
-            return self.loader.construct_object(node, deep=True)
+        if type(node) is self._scalar:
+            return node.value if node.tag == _STR else self.loader.construct_object(node)
         lines, self.lines = self.lines, {}  # A key's inside has no line of its own to keep.
         try:
             return str(self.build(node, path, expanded=expanded))

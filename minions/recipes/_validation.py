@@ -8,11 +8,13 @@ to a step that never runs before. The same pass computes the structure `StepGrap
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from minions._kinds.loop import LoopStep
+from minions._kinds.tool import ToolStep
 from minions._output import OutputInstructions
 from minions._routing.conditions import as_template
 from minions._routing.transition import Transition
@@ -26,6 +28,7 @@ from minions._templates import (
 )
 from minions.errors import Problem, did_you_mean
 from minions.recipes._recipe import AgentRecipe
+from minions.recipes._subrecipe import RecipeStep
 
 if TYPE_CHECKING:
     from minions.tools._tool import ToolRegistry
@@ -118,6 +121,9 @@ class Analysis:
             seen[step.id] = position
             self.steps[step.id] = step
             self.problems.extend(step.problems(tools))
+            problem = _uncached(step)
+            if problem is not None:
+                self._add(problem, step.id, "cache")
         if not self.steps and not self.problems:
             self._add("a recipe needs at least one step", field="steps")
 
@@ -229,16 +235,16 @@ class Analysis:
             for s, step in self.steps.items()
         }
         position = {s: i for i, s in enumerate(self.steps)}
-        ready = [s for s, n in waiting.items() if n == 0]
+        # The ready steps by position: a heap, as thousands of steps may be ready at once.
+        ready = [(position[s], s) for s, n in waiting.items() if n == 0]
         order: list[str] = []
         while ready:
-            ready.sort(key=position.__getitem__)
-            current = ready.pop(0)
+            _, current = heapq.heappop(ready)
             order.append(current)
             for dependent in self.dependents[current]:
                 waiting[dependent] -= 1
                 if waiting[dependent] == 0:
-                    ready.append(dependent)
+                    heapq.heappush(ready, (position[dependent], dependent))
         if len(order) < len(self.steps):
             placed = set(order)
             self._report_cycles({s for s in self.steps if s not in placed})
@@ -287,7 +293,6 @@ class Analysis:
         the path is a loop; the other transitions are forward, and gate their targets."""
         loops: set[tuple[str, str]] = set()
         state: dict[str, int] = {}  # 1: on the path, 2: done
-        acyclic = len(self.order) == len(self.steps)  # else the cycles are reported already
         ordered = set(self.order)
         roots = [*self.order, *(s for s in self.steps if s not in ordered)]
         for root in roots:
@@ -295,6 +300,9 @@ class Analysis:
                 continue
             state[root] = 1
             stack = [(root, iter(self._successors(root)))]
+            # Where each step of the path is, and whether a transition led to it.
+            at = {root: 0}
+            entered_by_transition = [False]
             while stack:
                 current, successors = stack[-1]
                 for successor, via_transition in successors:
@@ -302,7 +310,9 @@ class Analysis:
                     if seen == 1:
                         if via_transition:
                             loops.add((current, successor))
-                        elif acyclic:
+                        elif any(entered_by_transition[at[successor] + 1 :]):
+                            # (Without a transition on the way, it is a cycle of depends_on,
+                            # reported already.)
                             self._add(
                                 f"waits for {current!r}, which can only run after "
                                 f"{successor!r} itself (through transitions): neither could "
@@ -312,11 +322,14 @@ class Analysis:
                             )
                     elif seen is None:
                         state[successor] = 1
+                        at[successor] = len(stack)
+                        entered_by_transition.append(via_transition)
                         stack.append((successor, iter(self._successors(successor))))
                         break
                 else:
                     state[current] = 2
                     stack.pop()
+                    entered_by_transition.pop()
         gates: dict[str, list[str]] = {}
         for source, transitions in self.outgoing.items():
             for transition in transitions:
@@ -439,6 +452,29 @@ class _RunsBefore:
                     todo.extend(self._incoming[current])
             found = self._ancestors[step_id] = frozenset(seen)
         return found
+
+
+def _uncached(step: Step) -> str | None:
+    """Why a step that says ``cache`` is never served from the step cache, if it is not: the
+    cache reuses a model loop's answer, and these kinds have none of their own."""
+    if step.cache is None:
+        return _uncached(step.body) if isinstance(step, LoopStep) else None
+    if isinstance(step, LoopStep):
+        return (
+            "a loop step is not cached as a whole; give `cache` to its body (each item is "
+            "cached on its own)"
+        )
+    if isinstance(step, ToolStep):
+        return (
+            "a tool step is never served from the step cache (it calls its tool directly: "
+            "there is no model call to reuse); remove `cache`"
+        )
+    if isinstance(step, RecipeStep):
+        return (
+            "a sub-recipe step is not cached as a whole; give `cache` to the steps of the "
+            "sub-recipe that may be reused"
+        )
+    return None
 
 
 def _schema_field_problem(schema: Mapping[str, Any], fields: tuple[str, ...]) -> str | None:

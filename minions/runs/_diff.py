@@ -3,10 +3,15 @@ outputs), tokens, model calls and duration, and the first step where they diverg
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from minions._text import count_values
+from minions.errors import DiffTooLargeError
 from minions.runs._tables import RunRecord, StepRecord
 
 __all__ = ["RunDiff", "StepDiff"]
@@ -71,8 +76,32 @@ class RunDiff:
     calls: tuple[int, int]
 
 
-def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
-    """Compare two runs (with their finished steps) step by step."""
+MAX_DIFF_VALUES = 500_000
+"""The most JSON values of step outputs (both runs together) one diff compares by default:
+about a second of a thread, and an answer of a few tens of MB at most."""
+
+_DIFFS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="minions-diff")
+"""Diffs run here, off the event loop, two at a time."""
+
+
+async def diff_off_loop(a: RunRecord, b: RunRecord, max_values: int | None) -> RunDiff:
+    """`diff_runs` in a thread of its own pool (the caller's event loop goes on)."""
+    job = functools.partial(diff_runs, a, b, max_values=max_values)
+    return await asyncio.get_running_loop().run_in_executor(_DIFFS, job)
+
+
+def diff_runs(a: RunRecord, b: RunRecord, *, max_values: int | None = None) -> RunDiff:
+    """Compare two runs (with their finished steps) step by step.
+
+    Raises:
+        DiffTooLargeError: their step outputs hold more than `max_values` JSON values
+            (default `MAX_DIFF_VALUES`).
+    """
+    limit, counted = MAX_DIFF_VALUES if max_values is None else max_values, 0
+    for step in (*a.steps, *b.steps):
+        counted += count_values(step.output, limit - counted)
+        if counted > limit:
+            raise DiffTooLargeError(a.run_id, b.run_id, limit)
     left = {(s.step_id, s.visit): s for s in a.steps}
     right = {(s.step_id, s.visit): s for s in b.steps}
     order = list(left) + [k for k in right if k not in left]

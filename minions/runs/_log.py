@@ -231,6 +231,8 @@ class EventLog:
                     yield event
                     continue
                 if event.seq <= after:
+                    if await self.ends(event):
+                        return  # the follower's position is past the run's end
                     continue
                 if event.seq > after + 1:  # never expected; read the gap from the store
                     for earlier in await self.store.events(

@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from minions._fold import ItemId
 from minions._templates import render, template_expressions, template_roots
 from minions.errors import MinionsError, RerunError, TemplateError
 
@@ -179,14 +180,15 @@ def seed_rows(
     reused = set(plan.reused)
     rows: list[dict[str, Any]] = []
     for (name, visit), (execution, routing) in saved.items():
-        step_id, bracket, index = name.partition("[")
-        if step_id not in reused or (bracket and (step_id, visit) in saved):
+        item = ItemId.parse(name)
+        step_id = item.step
+        if step_id not in reused or (item.item is not None and (step_id, visit) in saved):
             continue
         data = json.loads(execution)
         if data.get("status") != "completed":
             continue
         earlier = data.get("reused") or {}
-        edited = not bracket and step_id in plan.outputs
+        edited = item.item is None and step_id in plan.outputs
         if edited:
             data["output"] = plan.outputs[step_id]
         data.update(
@@ -210,7 +212,7 @@ def seed_rows(
                 "routing": routing,
                 # In the order the parent saved them (`runs show` lists steps in that order).
                 "saved_at": now + len(rows) * 1e-6,
-                "item": int(index.rstrip("]")) if bracket else None,
+                "item": item.item,
             }
         )
     return rows

@@ -39,6 +39,8 @@ from minions.runs._tables import (
 if TYPE_CHECKING:
     from minions._step.cache import StepCache
     from minions.recipes._recipe import AgentRecipe
+    from minions.recipes._schema import RecipeSpec
+    from minions.recipes._source import Located
     from minions.runs._diff import RunDiff
     from minions.runs._queue import Queue
     from minions.runs._rerun import RerunPlan
@@ -189,20 +191,26 @@ class RunStore:
         *,
         base: str | Path,
         idempotency_key: str | None = None,
+        check: Callable[[RecipeSpec], object] | None = None,
     ) -> tuple[str, bool]:
         """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
         tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
+        The text is parsed once; `check` sees the parsed recipe before anything is built or
+        stored (the service's rules for inline recipes), and refuses it by raising.
 
         Raises:
-            RecipeError: the recipe or the inputs are invalid (nothing is queued).
+            RecipeError: the recipe or the inputs are invalid, or `check` refused them
+                (nothing is queued).
             IdempotencyConflictError: as for `submit`.
         """
         from minions.recipes._loader import parse_spec
 
         folder = await self._store.call(Path(base).resolve)
-        spec, _ = await self._store.call(parse_spec, text)
+        spec, located = await self._store.call(parse_spec, text)
+        if check is not None:
+            check(spec)
         return await self._queue_run(
-            text, folder / f"{spec.id}.inline.yaml", inputs, idempotency_key
+            text, folder / f"{spec.id}.inline.yaml", inputs, idempotency_key, (spec, located)
         )
 
     async def _queue_run(
@@ -211,10 +219,11 @@ class RunStore:
         path: Path,
         inputs: Mapping[str, Any] | None,
         idempotency_key: str | None,
+        parsed: tuple[RecipeSpec, Located] | None = None,
     ) -> tuple[str, bool]:
-        """Check the recipe snapshot `text` (as the file `path`) and the inputs, store the run
-        and queue it."""
-        built = await self._build(text, path)
+        """Check the recipe snapshot `text` (as the file `path`; `parsed` already) and the
+        inputs, store the run and queue it."""
+        built = await self._build(text, path, parsed)
         checked = built.check_inputs(dict(inputs or {}))
         return await self._insert(text, path, built, checked, idempotency_key=idempotency_key)
 
@@ -223,14 +232,18 @@ class RunStore:
         built = await self._build(text, path)
         return _snapshot_of(text, built, built.check_inputs(dict(inputs or {})))
 
-    async def _build(self, text: str, path: Path | str) -> AgentRecipe:
-        """The recipe of snapshot `text` (as the file `path`), checked."""
+    async def _build(
+        self, text: str, path: Path | str, parsed: tuple[RecipeSpec, Located] | None = None
+    ) -> AgentRecipe:
+        """The recipe of snapshot `text` (as the file `path`; `parsed` already), checked."""
         from minions.recipes._build import load_recipe_file
         from minions.runs._runner import recipe_of
 
         if self._import_tools:
             return await self._store.call(recipe_of, text, str(path))
-        loaded = await self._store.call(load_recipe_file, Path(path), text=text, import_tools=False)
+        loaded = await self._store.call(
+            load_recipe_file, Path(path), text=text, import_tools=False, parsed=parsed
+        )
         return loaded.recipe
 
     async def _insert(
@@ -394,16 +407,19 @@ class RunStore:
         """
         return self.log.follow(run_id, after=after)
 
-    async def diff(self, run_a: str, run_b: str) -> RunDiff:
+    async def diff(self, run_a: str, run_b: str, *, max_values: int | None = None) -> RunDiff:
         """Two runs compared step by step (status, output, tokens, calls, duration), with the
-        first step where they diverge.
+        first step where they diverge; computed in a thread, off the event loop.
 
         Raises:
             UnknownRunError: no run has one of these ids.
+            DiffTooLargeError: their step outputs hold more than `max_values` JSON values
+                (default 500,000).
         """
-        from minions.runs._diff import diff_runs
+        from minions.runs._diff import diff_off_loop
 
-        return diff_runs(await self._store.get_run(run_a), await self._store.get_run(run_b))
+        runs = await self._store.get_run(run_a), await self._store.get_run(run_b)
+        return await diff_off_loop(*runs, max_values)
 
     def step_cache(self, *, clock: Callable[[], float] = time.time) -> StepCache:
         """The store's step cache (what durable runs use), for foreground runs to share it:

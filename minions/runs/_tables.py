@@ -13,6 +13,9 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
+from minions._fold import RUN_STATUSES, RunStatus
+from minions._fold import TERMINAL as TERMINAL
+
 __all__: list[str] = []
 
 SCHEMA_VERSION = 3
@@ -22,13 +25,12 @@ every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules
 schedule of a run, how far pruning went; reruns (a run's parent, the step it reran from, its
 plan); the step cache."""
 
-Status = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
-STATUSES: tuple[Status, ...] = ("queued", "running", "waiting", "completed", "failed", "cancelled")
+Status = RunStatus
+STATUSES = RUN_STATUSES
 ACTIVE: tuple[Status, ...] = ("queued", "running", "waiting")
 """A run in one of these has not ended: a worker runs it, or will."""
 HELD: tuple[Status, ...] = ("running", "waiting")
 """A run in one of these is held by a worker's lease."""
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 metadata = sa.MetaData()
 

@@ -98,7 +98,8 @@ class _RunEndsInOneLine(logging.Filter):
     its traceback where it happens (the runner's "run crashed")."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
+        # (`minions serve`'s log keeps the exception as `exc_value`, its traceback as text.)
+        exc = record.exc_info[1] if record.exc_info else getattr(record, "exc_value", None)
         if isinstance(exc, RunFailedError | RunEndedError | ForkRefusedError):
             record.msg, record.args = str(exc), None
             record.exc_info, record.exc_text = None, None

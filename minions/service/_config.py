@@ -29,6 +29,8 @@ class ServiceConfig:
             below the process's descriptor limit.
         heartbeat: seconds of silence after which an event stream sends a comment line.
         poll: seconds between a followed run's reads of the store when nothing woke it.
+        max_diff_values: the most JSON values of step outputs (both runs together) a diff
+            compares; a bigger one is a 422 (None: the store's default, 500,000).
     """
 
     token: str = field(repr=False)
@@ -41,3 +43,4 @@ class ServiceConfig:
     max_connections: int = 2000
     heartbeat: float = 15.0
     poll: float = 0.1
+    max_diff_values: int | None = None

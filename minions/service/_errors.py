@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from minions.errors import (
+    DiffTooLargeError,
     IdempotencyConflictError,
     InputError,
     MinionsError,
@@ -52,6 +53,7 @@ ERROR_TABLE: tuple[tuple[type[MinionsError], int, str], ...] = (
     (IdempotencyConflictError, 409, "idempotency_conflict"),
     (InputError, 400, "invalid_inputs"),
     (RerunError, 400, "invalid_rerun"),
+    (DiffTooLargeError, 422, "diff_too_large"),
     (RecipeError, 400, "invalid_recipe"),
     (StoreError, 503, "unavailable"),
     (MinionsError, 400, "bad_request"),

@@ -100,6 +100,9 @@ def redact_record(record: logging.LogRecord, redact: Redactor) -> None:
     if record.exc_info and record.exc_info[1] is not None:
         text = "".join(traceback.format_exception(record.exc_info[1], limit=50))
         record.exc_text = redact(text.rstrip("\n"))
+        # The exception stays known to the loggers' filters (a worker's says a run that
+        # failed normally in one line), its traceback text only to handlers.
+        record.exc_value = record.exc_info[1]
         record.exc_info = None
     elif record.exc_text:
         record.exc_text = redact(record.exc_text)

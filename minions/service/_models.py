@@ -1,14 +1,40 @@
-"""The REST bodies: what clients send and what they get back (the OpenAPI schema)."""
+"""The REST bodies: what clients send and what they get back (the OpenAPI schema). What the
+service answers of a stored thing is validated from `minions.runs`' record of it
+(``Model.model_validate(record, from_attributes=True)``), never copied field by field; what
+it answers of a run's steps, from the one fold of their events (`minions._fold`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
+
+from minions._fold import Execution, ExecutionStatus, RunStates, RunStatus
 
 __all__: list[str] = []
 
-Status = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+Status = RunStatus
+
+
+def _as_dict(value: Any) -> Any:
+    """A usage as the API gives it: a record's dict as it is, an event's `UsageRecord` as a
+    dict, none as ``{}``."""
+    if value is None:
+        return {}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+Usage = Annotated[dict[str, Any], BeforeValidator(_as_dict)]
+"""Tokens: ``prompt_tokens``, ``completion_tokens``, ``calls``, ``unknown_calls``."""
+
+
+class _Record(BaseModel):
+    """A body validated from a record (or a state of the fold) by its attributes."""
+
+    model_config = ConfigDict(from_attributes=True, populate_by_name=True)
 
 
 class _Body(BaseModel):
@@ -58,7 +84,7 @@ class Submitted(BaseModel):
     created: bool = Field(description="False: the idempotency key named an earlier run.")
 
 
-class StepOut(BaseModel):
+class StepOut(_Record):
     """A finished step execution (a visit of the step, or one loop item)."""
 
     step_id: str
@@ -66,7 +92,7 @@ class StepOut(BaseModel):
     status: str
     output: Any = None
     error: str | None = None
-    usage: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=dict)
     attempts: int = Field(1, description="Model calls, a retried call counted once.")
     items: int = Field(0, description="How many loop items it ran (0: not a loop).")
     started_at: float | None = Field(None, description="Unix seconds (none: skipped).")
@@ -77,7 +103,7 @@ class StepOut(BaseModel):
     reused_from: str | None = Field(
         None, description="For a step a rerun reused (status `reused`): the run that ran it."
     )
-    reused_usage: dict[str, Any] = Field(
+    reused_usage: Usage = Field(
         default_factory=dict, description="For a reused step: its original execution's usage."
     )
     loop_items: list[StepOut] = Field(
@@ -85,7 +111,7 @@ class StepOut(BaseModel):
     )
 
 
-class ApprovalOut(BaseModel):
+class ApprovalOut(_Record):
     call_id: str
     step_id: str
     tool: str
@@ -101,21 +127,21 @@ class Ticket(BaseModel):
     expires_at: int = Field(description="When it stops opening the stream (Unix seconds).")
 
 
-class GraphNode(BaseModel):
+class GraphNode(_Record):
     id: str
     kind: str
     depends_on: list[str] = Field(default_factory=list)
     next: list[str] = Field(default_factory=list)
 
 
-class RunSummary(BaseModel):
+class RunSummary(_Record):
     run_id: str
-    recipe: str
+    recipe: str = Field(validation_alias=AliasChoices("recipe", "recipe_id"))
     status: Status
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None
-    usage: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=dict)
     error: str | None = None
     executor_id: str | None = None
     schedule: str | None = Field(None, description="The schedule that fired the run.")
@@ -132,7 +158,7 @@ class RunOut(RunSummary):
     from_step: str | None = Field(None, description="For a rerun: the step it reran from.")
 
 
-class HistoryOut(BaseModel):
+class HistoryOut(_Record):
     """How far the stored runs go back."""
 
     oldest_at: float | None = Field(description="When the oldest stored run was created.")
@@ -149,14 +175,14 @@ class RunPage(BaseModel):
     total: int = Field(description="The runs of every page with these filters.")
 
 
-class MessageOut(BaseModel):
+class MessageOut(_Record):
     """One message of a model call's request, as content capture kept it."""
 
     role: str
     text: str
 
 
-class ModelCallOut(BaseModel):
+class ModelCallOut(_Record):
     """One attempt of a model call of the step."""
 
     item: int | None = Field(None, description="The loop item it belongs to.")
@@ -166,7 +192,7 @@ class ModelCallOut(BaseModel):
     model: str = ""
     started_at: float
     finished_at: float | None = Field(None, description="None: not over (or cut short).")
-    usage: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=dict)
     finish_reason: str | None = None
     tool_calls: list[str] = Field(default_factory=list, description="The calls it asked for.")
     output_mode: str | None = None
@@ -184,7 +210,7 @@ class ModelCallOut(BaseModel):
     )
 
 
-class ToolCallOut(BaseModel):
+class ToolCallOut(_Record):
     """A tool call of the step, its attempts together."""
 
     item: int | None = None
@@ -199,7 +225,7 @@ class ToolCallOut(BaseModel):
     finished_at: float | None = None
 
 
-class RetryOut(BaseModel):
+class RetryOut(_Record):
     """A model call, answer or tool call tried again."""
 
     item: int | None = None
@@ -211,7 +237,7 @@ class RetryOut(BaseModel):
     reason: str
 
 
-class DecisionOut(BaseModel):
+class DecisionOut(_Record):
     """A completion link's decision on an answer."""
 
     item: int | None = None
@@ -239,7 +265,7 @@ class StepDetail(BaseModel):
     finished_at: float | None = None
     skipped: str | None = Field(None, description="Why it was skipped.")
     error: str | None = None
-    usage: dict[str, Any] = Field(
+    usage: Usage = Field(
         default_factory=dict, description="The last visit's tokens (a failed one's too)."
     )
     model_calls: list[ModelCallOut] = Field(default_factory=list)
@@ -249,6 +275,94 @@ class StepDetail(BaseModel):
     approvals: list[ApprovalOut] = Field(default_factory=list)
 
 
+class WaitOut(_Record):
+    """A wait inside an execution: for a person's decision on a call (`kind` `approval`), or
+    for a model endpoint's limits before a model call is sent (`kind` `limit`)."""
+
+    kind: Literal["approval", "limit"]
+    started_at: float
+    ended_at: float | None = Field(None, description="None: it goes on.")
+    call_id: str | None = Field(None, description="The call waiting for a decision.")
+    name: str = Field("", description="The tool of that call.")
+    approved: bool | None = Field(None, description="The decision (None: not made yet).")
+    reason: str | None = Field(None, description="Why the call was rejected.")
+    endpoint: str = Field("", description="The limits' entry that holds the model call.")
+    model: str = ""
+    limit: str | None = Field(
+        None,
+        description="Which limit holds it: `max_concurrent`, `requests_per_minute`, "
+        "`tokens_per_minute` or `retry_after`.",
+    )
+    delay: float | None = Field(None, description="Seconds it should wait, when known.")
+
+
+class ExecutionOut(_Record):
+    """One execution of a step (a visit of it, or one of its loop items) as the run's events
+    tell it, with what the store kept of it once it ended."""
+
+    step_id: str = Field(description="`step`, or `step[2]` for a loop item.")
+    step: str = Field(description="The step's id.")
+    item: int | None = Field(description="The loop item's index (none: the step itself).")
+    visit: int
+    status: ExecutionStatus
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+    skipped: str | None = Field(None, description="Why it was skipped.")
+    usage: Usage = Field(default_factory=dict, description="Its tokens, told when it ended.")
+    spent: Usage = Field(
+        default_factory=dict, description="The tokens of its own model calls so far."
+    )
+    model_calls: int = Field(0, description="Its model call attempts that ended.")
+    tool_calls: int = Field(0, description="Its tool calls that ended.")
+    items_started: int = Field(0, description="A loop step's items started in this visit.")
+    items_done: int = Field(0, description="And ended.")
+    starts: int = Field(
+        0,
+        description="How many times it started (more than once: its run went on after a "
+        "failure or a crash, and it ran again).",
+    )
+    reused_from: str | None = Field(None, description="For a reused step: the run that ran it.")
+    retries: list[RetryOut] = Field(default_factory=list)
+    waits: list[WaitOut] = Field(default_factory=list)
+
+
+class StepStates(BaseModel):
+    """A run's steps as the one fold of its events tells them: `GET /runs/{run_id}/steps`,
+    and the `states` messages of its event stream (with `?states=true`)."""
+
+    run_id: str
+    seq: int = Field(description="The last event folded in.")
+    full: bool = Field(
+        True,
+        description="True: every execution (replace what you have); false, in a message of "
+        "the stream: only those its last event changed.",
+    )
+    steps: dict[str, ExecutionStatus] = Field(
+        description="Each step's status (its latest visit's), loop items left out."
+    )
+    executions: list[ExecutionOut]
+
+    @classmethod
+    def of(
+        cls, run_id: str, states: RunStates, changed: list[Execution] | None = None
+    ) -> StepStates:
+        """What `states` tell: every execution, or only those an event `changed` (and the
+        status of their steps)."""
+        if changed is None:
+            executions, steps = states.executions, states.steps()
+        else:
+            executions = changed
+            steps = {e.step_id: states.status_of(e.step_id) for e in changed if e.item is None}
+        return cls(
+            run_id=run_id,
+            seq=states.seq,
+            full=changed is None,
+            steps=steps,
+            executions=[ExecutionOut.model_validate(e) for e in executions],
+        )
+
+
 class RecipeOut(BaseModel):
     id: str
     description: str = ""
@@ -256,7 +370,7 @@ class RecipeOut(BaseModel):
     inputs: dict[str, Any] = Field(description="A JSON Schema of the inputs.")
 
 
-class WorkerOut(BaseModel):
+class WorkerOut(_Record):
     executor_id: str
     started_at: float
     heartbeat_at: float

@@ -148,25 +148,18 @@ def _inside(folder: Path, path: Path) -> bool:
     return True
 
 
-def check_inline(text: str, catalog: RecipeCatalog, *, model: str | None) -> RecipeSpec:
-    """Refuse an inline recipe that could make the server run code, reach a host or touch a
-    file it does not already trust: its ``tools:`` must be modules of the recipes folder (as
-    `RecipeCatalog.start` found them), its sub-recipes files of that folder; it may not
-    choose its ``workspace:``, widen ``http`` to ``allowed_hosts``, declare MCP servers (a
-    command to start, a host to call) or name a model served elsewhere than the server's
-    own `model` (another endpoint would receive the server's API key). Built-in tools are
-    always allowed. Nothing is imported, and no file is read.
-
-    Returns:
-        The recipe's spec.
+def check_inline(spec: RecipeSpec, catalog: RecipeCatalog, *, model: str | None) -> None:
+    """Refuse an inline recipe (parsed) that could make the server run code, reach a host or
+    touch a file it does not already trust: its ``tools:`` must be modules of the recipes
+    folder (as `RecipeCatalog.start` found them), its sub-recipes files of that folder; it
+    may not choose its ``workspace:``, widen ``http`` to ``allowed_hosts``, declare MCP
+    servers (a command to start, a host to call) or name a model served elsewhere than the
+    server's own `model` (another endpoint would receive the server's API key). Built-in
+    tools are always allowed. Nothing is imported, and no file is read.
 
     Raises:
-        RecipeError: the recipe does not parse, or names something the server does not
-            offer.
+        RecipeError: the recipe names something the server does not offer.
     """
-    from minions.recipes._loader import parse_spec
-
-    spec, _ = parse_spec(text)
     problems: list[Problem] = []
     folder = catalog.folder
     where = "the server's recipes folder" if folder is not None else "none (no --recipes)"
@@ -222,7 +215,6 @@ def check_inline(text: str, catalog: RecipeCatalog, *, model: str | None) -> Rec
     if problems:
         raise RecipeError(problems)
     catalog.inline_path(spec.id)
-    return spec
 
 
 def _model_problems(spec: RecipeSpec, model: str | None) -> list[Problem]:
@@ -232,9 +224,15 @@ def _model_problems(spec: RecipeSpec, model: str | None) -> list[Problem]:
 
     own = model_endpoint(model) if model is not None else None
     problems = []
-    named: list[tuple[str | None, str | None]] = [(None, spec.model)]
+    named: list[tuple[str | None, str | list[str] | None]] = [(None, spec.model)]
     named += [(step.id, step.model) for step in spec.steps]
-    for step_id, name in named:
+    # Each model of a fallback list is a model the server would call.
+    each = [
+        (step_id, name)
+        for step_id, names in named
+        for name in (names if isinstance(names, list) else [names])
+    ]
+    for step_id, name in each:
         if name is None or model_endpoint(name) == own:
             continue
         served = (

@@ -6,7 +6,11 @@ The answer is an ASGI application of its own, which owns the follow of the run: 
 runs in a task of the answer's task group, so the stream can beat while it waits, and it is
 cancelled on every way out (the run's end, the client gone at any moment, a failed write,
 the server stopping), releasing its subscription at once rather than when a garbage
-collector finds it."""
+collector finds it.
+
+Asked for them (``?states=true``: the console), the stream also tells the state of the run's
+steps, folded on the server (`minions._fold`): a `states` message with every execution first,
+then after each event one with the executions it changed."""
 
 from __future__ import annotations
 
@@ -19,8 +23,10 @@ import anyio
 import anyio.lowlevel
 from starlette.responses import Response
 
+from minions._fold import RunStates
 from minions.events import Event, event_to_json
 from minions.runs import RunStore
+from minions.service._models import StepStates
 
 __all__: list[str] = []
 
@@ -43,6 +49,11 @@ def frame(event: Event) -> bytes:
     return f"{head}event: {event.kind}\ndata: {event_to_json(event)}\n\n".encode()
 
 
+def states_frame(states: StepStates) -> bytes:
+    """A `states` message: no id (it is not an event, and a client resumes from events)."""
+    return f"event: states\ndata: {states.model_dump_json()}\n\n".encode()
+
+
 class OpenStreams:
     """The event streams open in this process, counted (`/health` tells them)."""
 
@@ -60,6 +71,8 @@ class EventStream(Response):
         after: the last sequence number the client has.
         heartbeat: seconds of silence before a comment line.
         count: where open streams are counted.
+        states: the state of the run's steps, its stored events folded (None: the client
+            did not ask for them).
     """
 
     def __init__(
@@ -70,6 +83,7 @@ class EventStream(Response):
         after: int,
         heartbeat: float,
         count: OpenStreams,
+        states: RunStates | None = None,
     ) -> None:
         # A response of no declared length, whose body is written by `__call__`.
         self.status_code = 200
@@ -80,6 +94,7 @@ class EventStream(Response):
         self.after = after
         self.heartbeat = heartbeat
         self.count = count
+        self.states = states
 
     async def __call__(
         self,
@@ -120,6 +135,17 @@ class EventStream(Response):
     ) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         retry = RETRY
+        states = self.states
+        if states is not None:
+            told = StepStates.of(self.run_id, states)
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": retry + states_frame(told),
+                    "more_body": True,
+                }
+            )
+            retry = b""
         while True:
             event: Event | None = None
             with anyio.move_on_after(self.heartbeat) as waited:
@@ -130,6 +156,11 @@ class EventStream(Response):
             if event is None:
                 break  # the run's terminal event was sent: the stream ends
             body, retry = retry + frame(event), b""
+            if states is not None and event.kind != "token_delta" and event.seq > states.seq:
+                # Events the fold has not taken in yet (the stored ones it has come again).
+                changed = states.fold(event)
+                if changed:
+                    body += states_frame(StepStates.of(self.run_id, states, changed))
             await send({"type": "http.response.body", "body": body, "more_body": True})
             # A connection lost on a write is closed by a callback of the loop: without a
             # yield here, a burst of queued events kept writing to it (asyncio logs each write

@@ -1,5 +1,6 @@
-"""Test doubles, so agents can be tested offline: scripted and function models, and a local
-OpenAI-compatible HTTP server.
+"""Test doubles, so agents can be tested offline: a model that needs no script, scripted and
+function models, a local OpenAI-compatible HTTP server, and a switch that forbids real model
+requests (`block_real_models`, also a pytest fixture).
 
 Use them in your own tests::
 
@@ -12,6 +13,7 @@ Use them in your own tests::
 """
 
 from minions._text import estimate_tokens
+from minions.testing._block import ModelBlock, block_real_models
 from minions.testing._fake_openai import (
     FakeOpenAIServer,
     FakeReply,
@@ -20,6 +22,7 @@ from minions.testing._fake_openai import (
     Quirk,
 )
 from minions.testing._scripted import FunctionModel, Reply, ScriptedModel
+from minions.testing._test_model import TestModel
 
 __all__ = [
     "FakeOpenAIServer",
@@ -27,8 +30,11 @@ __all__ = [
     "FakeRequest",
     "FakeScript",
     "FunctionModel",
+    "ModelBlock",
     "Quirk",
     "Reply",
     "ScriptedModel",
+    "TestModel",
+    "block_real_models",
     "estimate_tokens",
 ]

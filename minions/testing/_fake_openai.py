@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, get_args
 
 from minions._text import estimate_tokens
+from minions.models._blocking import serving_tests
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -364,13 +365,15 @@ class FakeOpenAIServer:
             daemon=True,
         )
         self._thread.start()
+        serving_tests(self.url, True)  # not a real model: `block_real_models` lets it answer
         return self
 
     def stop(self) -> None:
         """Stop answering; requests still hanging are released."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
+        if self._httpd is None:
             return
+        serving_tests(self.url, False)
+        httpd, self._httpd = self._httpd, None
         self._stopping.set()
         httpd.shutdown()
         httpd.server_close()

@@ -22,7 +22,8 @@ Reply: TypeAlias = str | Sequence[ToolRequest] | ModelCallResponse | BaseExcepti
 or as raw JSON text), a whole `ModelCallResponse`, or an exception to raise."""
 
 
-def _prompt_tokens(prompt: Prompt) -> int:
+def prompt_tokens(prompt: Prompt) -> int:
+    """The tokens of `prompt`, estimated the same way every time (test doubles' usage)."""
     total = 0
     for message in prompt.messages:
         total += 4 + estimate_tokens(message.content)
@@ -45,14 +46,14 @@ class _Replier:
             raise reply
         if isinstance(reply, ModelCallResponse):
             return reply
-        prompt_tokens = _prompt_tokens(prompt)
+        asked = prompt_tokens(prompt)
         if isinstance(reply, str):
             if on_token is not None:
-                for chunk in _chunks(reply):
+                for chunk in chunks(reply):
                     on_token(chunk)
             return ModelCallResponse(
                 message=Message.assistant(reply),
-                usage=Usage.of_call(prompt_tokens, estimate_tokens(reply)),
+                usage=Usage.of_call(asked, estimate_tokens(reply)),
                 model=self.name,
             )
         calls = []
@@ -66,13 +67,14 @@ class _Replier:
         text = json.dumps([[c.name, dict(c.arguments)] for c in calls], default=str)
         return ModelCallResponse(
             message=Message.assistant("", calls),
-            usage=Usage.of_call(prompt_tokens, estimate_tokens(text)),
+            usage=Usage.of_call(asked, estimate_tokens(text)),
             finish_reason="tool_calls",
             model=self.name,
         )
 
 
-def _chunks(text: str) -> list[str]:
+def chunks(text: str) -> list[str]:
+    """`text` in the pieces a streaming test double reports: its words, each with its space."""
     words = text.split(" ")
     return [w if i == len(words) - 1 else w + " " for i, w in enumerate(words)]
 

@@ -1,14 +1,21 @@
-"""The console: one page and its static files (no token needed to load them; everything they
-show comes from the API, with the token)."""
+"""The console: one page and its static files, ES modules and a style sheet (no token needed
+to load them; everything they show comes from the API, with the token), and ``names.js``, the
+names the console shares with the server, written from them: the run and execution statuses
+(`minions._fold`) and the kinds of events."""
 
 from __future__ import annotations
 
+import json
+from functools import cache
 from importlib import resources
 from pathlib import PurePath
+from typing import get_args
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, Response
 
+from minions._fold import EXECUTION_STATUSES, RUN_STATUSES, TERMINAL
+from minions.events import Event
 from minions.service._errors import Refused
 
 __all__: list[str] = []
@@ -16,12 +23,34 @@ __all__: list[str] = []
 router = APIRouter(include_in_schema=False)
 CONSOLE = resources.files("minions.service") / "console"
 TYPES = {".js": "text/javascript", ".css": "text/css"}
+NAMES = "names.js"
+"""Written by the server (`names`), not a file."""
 FILES = frozenset(
-    item.name
-    for item in CONSOLE.iterdir()
-    if item.is_file() and PurePath(item.name).suffix in TYPES
+    {
+        NAMES,
+        *(
+            item.name
+            for item in CONSOLE.iterdir()
+            if item.is_file() and PurePath(item.name).suffix in TYPES
+        ),
+    }
 )
 """The console's files (served without the token; any other name needs it)."""
+
+
+@cache
+def names() -> bytes:
+    """``names.js``: the statuses and event kinds, as the server spells them."""
+    kinds = [kind().kind for kind in get_args(Event)]
+    lists = {
+        "RUN_STATUSES": list(RUN_STATUSES),
+        "TERMINAL_STATUSES": sorted(TERMINAL),
+        "EXECUTION_STATUSES": list(EXECUTION_STATUSES),
+        "EVENT_KINDS": kinds,
+    }
+    lines = [f"export const {name} = {json.dumps(value)};" for name, value in lists.items()]
+    head = "// Written by the server from its own lists (minions._fold, minions.events).\n"
+    return (head + "\n".join(lines) + "\n").encode()
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -34,4 +63,5 @@ async def asset(name: str) -> Response:
     if name not in FILES:
         raise Refused(404, f"no console file {name!r}")
     media_type = TYPES[PurePath(name).suffix]
-    return Response(CONSOLE.joinpath(name).read_bytes(), media_type=media_type)
+    body = names() if name == NAMES else CONSOLE.joinpath(name).read_bytes()
+    return Response(body, media_type=media_type)

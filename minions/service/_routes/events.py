@@ -1,4 +1,5 @@
-"""``/runs/{run_id}/events``: a run's events as JSON pages, and as Server-Sent Events."""
+"""``/runs/{run_id}/events``: a run's events as JSON pages, and as Server-Sent Events (with
+the states of its steps the server folds from them, when asked)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from minions.events import event_to_json
 from minions.service._deps import Config, Runs, Streams
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import Ticket
+from minions.service._routes.steps import fold_run
 from minions.service._stream import EventStream
 from minions.service._tickets import Tickets
 
@@ -80,6 +82,14 @@ async def stream(
             max_length=100,
         ),
     ] = None,
+    states: Annotated[
+        bool,
+        Query(
+            description="Also send the run's step states (as `GET /runs/{run_id}/steps` "
+            "gives them) in messages of type `states` (no `id:`): every execution first, "
+            "then after each event the executions it changed."
+        ),
+    ] = False,
 ) -> Response:
     """The run's events as Server-Sent Events: stored ones after `after` (or the
     `Last-Event-ID` header), then new ones and token deltas live, ending after the run's
@@ -94,7 +104,10 @@ async def stream(
     record = await runs.get(run_id)
     if record.terminal and not await runs.events(run_id, after=after, limit=1):
         return Response(status_code=204)
-    return EventStream(runs, run_id, after=after, heartbeat=config.heartbeat, count=streams)
+    folded = await fold_run(runs, record) if states else None
+    return EventStream(
+        runs, run_id, after=after, heartbeat=config.heartbeat, count=streams, states=folded
+    )
 
 
 @router.post("/runs/{run_id}/events/ticket", response_model=Ticket)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -38,7 +37,7 @@ async def recipes(catalog: Catalog) -> list[RecipeOut]:
 @router.get("/workers", response_model=list[WorkerOut])
 async def workers(runs: Runs) -> list[WorkerOut]:
     """The workers of the store: ids, heartbeats, runs in hand, alive or not."""
-    return [WorkerOut(**dataclasses.asdict(w)) for w in await runs.workers()]
+    return [WorkerOut.model_validate(w) for w in await runs.workers()]
 
 
 @router.get(

@@ -4,15 +4,16 @@ names a recipe file."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from minions._text import jsonable
-from minions.service._deps import Runs
+from minions.service._deps import Config, Runs
 from minions.service._errors import ERRORS
 from minions.service._models import Status
 
@@ -42,8 +43,13 @@ class RerunRequest(BaseModel):
 
 
 class Rerun(BaseModel):
+    # Validated from the rerun's plan: queued, and every field always in the answer.
+    model_config = ConfigDict(
+        from_attributes=True, json_schema_serialization_defaults_required=True
+    )
+
     run_id: str
-    status: Status
+    status: Status = "queued"
     parent_run_id: str
     from_step: str
     reused: list[str] = Field(default_factory=list, description="Steps reused as recorded.")
@@ -55,12 +61,16 @@ class Rerun(BaseModel):
 
 
 class OutputChangeOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     path: str
     a: Any = None
     b: Any = None
 
 
 class StepDiffOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     step_id: str
     visit: int
     status: tuple[str | None, str | None]
@@ -73,6 +83,8 @@ class StepDiffOut(BaseModel):
 
 
 class RunDiffOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     run_a: str
     run_b: str
     status: tuple[str, str]
@@ -91,20 +103,21 @@ async def rerun(run_id: RunId, body: RerunRequest, runs: Runs) -> Rerun:
     plan = await runs.rerun(
         run_id, from_step=body.from_step, inputs=body.inputs, outputs=body.outputs
     )
-    return Rerun(
-        run_id=plan.run_id,
-        status="queued",
-        parent_run_id=plan.parent_run_id,
-        from_step=plan.from_step,
-        reused=list(plan.reused),
-        rerun=list(plan.rerun),
-        changed=dict(plan.changed),
-    )
+    return Rerun.model_validate(plan)
 
 
 @router.get("/runs/{run_a}/diff/{run_b}", response_model=RunDiffOut)
-async def diff(run_a: RunId, run_b: RunId, runs: Runs) -> RunDiffOut:
+async def diff(run_a: RunId, run_b: RunId, runs: Runs, config: Config) -> Response:
     """Two runs compared step by step: status, output (a structured diff), tokens, calls,
-    duration, and the first step where they diverge."""
-    result = await runs.diff(run_a, run_b)
-    return RunDiffOut.model_validate(jsonable(dataclasses.asdict(result)))
+    duration, and the first step where they diverge. Runs whose step outputs hold more
+    JSON values than the server's bound (500,000 by default) are a 422."""
+    result = await runs.diff(run_a, run_b, max_values=config.max_diff_values)
+    # Shaping a big diff's answer takes as long as the diff: off the event loop too.
+    body = await asyncio.to_thread(_diff_json, result)
+    return Response(body, media_type="application/json")
+
+
+def _diff_json(result: Any) -> bytes:
+    return (
+        RunDiffOut.model_validate(jsonable(dataclasses.asdict(result))).model_dump_json().encode()
+    )

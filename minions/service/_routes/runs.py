@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
+import functools
 import json
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
 from minions.errors import RecipeError
-from minions.runs import RunFilters, RunRecord
+from minions.runs import RunFilters
 from minions.service._bytes import json_problem
 from minions.service._deps import Catalog, Config, Runs
 from minions.service._errors import ERRORS, Refused
@@ -51,12 +52,13 @@ async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catal
                 "`recipe_yaml`: this server takes no inline recipes (start it with "
                 "--allow-inline-recipes); submit a recipe id from GET /recipes",
             )
-        spec = check_inline(body.recipe_yaml, catalog, model=config.model)
+        # Parsed once, in the store, and checked before anything is built or stored.
         run_id, created = await runs.submit_yaml(
             body.recipe_yaml,
             body.inputs,
-            base=catalog.inline_path(spec.id).parent,
+            base=catalog.folder or Path.cwd(),
             idempotency_key=body.idempotency_key,
+            check=functools.partial(check_inline, catalog=catalog, model=config.model),
         )
     else:
         assert body.recipe is not None
@@ -107,13 +109,12 @@ async def list_runs(
         id_prefix=id_prefix,
     )
     records = await runs.list_runs(**which, limit=limit, before=before)
-    summaries = [summary(r) for r in records]
+    summaries = [RunSummary.model_validate(r) for r in records]
     more = len(summaries) == limit
-    history = dataclasses.asdict(await runs.history())
     return RunPage(
         runs=summaries,
         next_cursor=_cursor(summaries[-1]) if more else None,
-        history=HistoryOut(**history),
+        history=HistoryOut.model_validate(await runs.history()),
         total=await runs.count_runs(**which),
     )
 
@@ -122,19 +123,9 @@ async def list_runs(
 async def get_run(run_id: RunId, runs: Runs) -> RunOut:
     """A run: status, finished steps, approvals, usage, output, error, and its recipe's
     steps as a graph."""
-    record = await runs.get(run_id)
-    nodes = graph(await runs.recipe_yaml(run_id))
-    data = dataclasses.asdict(record)
-    return RunOut(
-        **summary(record).model_dump(),
-        inputs=record.inputs,
-        output=record.output,
-        steps=data["steps"],
-        approvals=data["approvals"],
-        graph=nodes,
-        parent_run_id=record.parent_run_id,
-        from_step=record.from_step,
-    )
+    run = RunOut.model_validate(await runs.get(run_id))
+    run.graph = graph(await runs.recipe_yaml(run_id))
+    return run
 
 
 @router.post("/runs/{run_id}/cancel", response_model=RunOut)
@@ -168,22 +159,6 @@ async def approve(
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def summary(record: RunRecord) -> RunSummary:
-    return RunSummary(
-        run_id=record.run_id,
-        recipe=record.recipe_id,
-        status=record.status,
-        created_at=record.created_at,
-        started_at=record.started_at,
-        finished_at=record.finished_at,
-        usage=record.usage,
-        error=record.error,
-        executor_id=record.executor_id,
-        schedule=record.schedule,
-        slot=record.slot,
-    )
-
-
 def graph(recipe_yaml: str) -> list[GraphNode]:
     from minions.recipes._loader import parse_spec
 
@@ -191,26 +166,15 @@ def graph(recipe_yaml: str) -> list[GraphNode]:
         spec, _ = parse_spec(recipe_yaml)
     except RecipeError:
         return []
-    nodes = []
-    for step in spec.steps:
-        kind = (
-            "tool"
-            if step.tool
-            else "recipe"
-            if step.recipe
-            else "analysis"
-            if step.analyze
-            else "agent"
+    return [
+        GraphNode(
+            id=step.id,
+            kind=step.kind,
+            depends_on=list(step.depends_on),
+            next=[n.step for n in step.next],
         )
-        nodes.append(
-            GraphNode(
-                id=step.id,
-                kind=kind,
-                depends_on=list(step.depends_on),
-                next=[n.step for n in step.next],
-            )
-        )
-    return nodes
+        for step in spec.steps
+    ]
 
 
 def _cursor(record: RunSummary) -> str:

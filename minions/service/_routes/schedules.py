@@ -4,18 +4,15 @@ expression or an interval (the workers of the store fire them)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 from fastapi import Path as PathParam
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from minions.runs import ScheduleRecord
 from minions.service._deps import Catalog, Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import RunSummary
-from minions.service._routes.runs import summary
 
 __all__: list[str] = []
 
@@ -52,8 +49,10 @@ class ScheduleRequest(BaseModel):
 class ScheduleOut(BaseModel):
     """A schedule: its recipe (snapshotted when it was added), when it fires, what it fired."""
 
+    model_config = ConfigDict(from_attributes=True, populate_by_name=True)
+
     name: str
-    recipe: str
+    recipe: str = Field(validation_alias=AliasChoices("recipe", "recipe_id"))
     inputs: dict[str, Any]
     cron: str | None
     every: int | None = Field(description="Seconds between slots (with no cron expression).")
@@ -69,7 +68,10 @@ class ScheduleOut(BaseModel):
 
 
 class ScheduleDetail(ScheduleOut):
-    runs: list[RunSummary] = Field(description="Its runs, newest first.")
+    # Validated from the record, then given its runs: always in the answer all the same.
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+    runs: list[RunSummary] = Field(default_factory=list, description="Its runs, newest first.")
 
 
 @router.post("/schedules", status_code=201, response_model=ScheduleOut)
@@ -93,13 +95,13 @@ async def add(body: ScheduleRequest, runs: Runs, catalog: Catalog) -> ScheduleOu
         catch_up=body.catch_up,
         replace=body.replace,
     )
-    return _out(record)
+    return ScheduleOut.model_validate(record)
 
 
 @router.get("/schedules", response_model=list[ScheduleOut])
 async def list_schedules(runs: Runs) -> list[ScheduleOut]:
     """Every schedule, by name."""
-    return [_out(r) for r in await runs.schedules()]
+    return [ScheduleOut.model_validate(r) for r in await runs.schedules()]
 
 
 @router.get("/schedules/{name}", response_model=ScheduleDetail)
@@ -109,7 +111,9 @@ async def get_schedule(
     """A schedule and its latest runs."""
     record = await runs.schedule(name)
     fired = await runs.list_runs(schedule=name, limit=limit)
-    return ScheduleDetail(**_out(record).model_dump(), runs=[summary(r) for r in fired])
+    detail = ScheduleDetail.model_validate(record)
+    detail.runs = [RunSummary.model_validate(r) for r in fired]
+    return detail
 
 
 @router.delete("/schedules/{name}", status_code=204)
@@ -122,18 +126,10 @@ async def remove(name: Name, runs: Runs) -> Response:
 @router.post("/schedules/{name}/pause", response_model=ScheduleOut)
 async def pause(name: Name, runs: Runs) -> ScheduleOut:
     """Stop firing the schedule until it is resumed."""
-    return _out(await runs.pause_schedule(name))
+    return ScheduleOut.model_validate(await runs.pause_schedule(name))
 
 
 @router.post("/schedules/{name}/resume", response_model=ScheduleOut)
 async def resume(name: Name, runs: Runs) -> ScheduleOut:
     """Fire the schedule again from its next slot (the slots of the pause do not fire)."""
-    return _out(await runs.resume_schedule(name))
-
-
-def _out(record: ScheduleRecord) -> ScheduleOut:
-    data = dataclasses.asdict(record)
-    data["recipe"] = data.pop("recipe_id")
-    data.pop("recipe_path")
-    data.pop("recipe_hash")
-    return ScheduleOut(**data)
+    return ScheduleOut.model_validate(await runs.resume_schedule(name))

@@ -1,41 +1,25 @@
-"""``/runs/{run_id}/steps/{step_id}``: one step of a run, told by its stored events."""
+"""``/runs/{run_id}/steps``: a run's steps as the one fold of its stored events tells them
+(`minions._fold`), and ``/runs/{run_id}/steps/{step_id}``: one step, its every call."""
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from typing import Annotated
 
 from fastapi import APIRouter
 from fastapi import Path as PathParam
 
-from minions.events import (
-    ApprovalRequested,
-    CompletionDecided,
-    Event,
-    ModelCallCompleted,
-    ModelCallFailed,
-    ModelCallStarted,
-    RetryScheduled,
-    StepCompleted,
-    StepFailed,
-    StepSkipped,
-    StepStarted,
-    ToolCallCompleted,
-    ToolCallFailed,
-    ToolCallStarted,
-)
-from minions.runs import StepRecord
+from minions._fold import Decision, Execution, ModelCall, Retry, RunStates, ToolCall
+from minions.runs import RunRecord, RunStore
 from minions.service._deps import Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import (
     ApprovalOut,
     DecisionOut,
-    MessageOut,
     ModelCallOut,
     RetryOut,
     StepDetail,
     StepOut,
+    StepStates,
     ToolCallOut,
 )
 from minions.service._routes.runs import RunId, graph
@@ -44,7 +28,25 @@ __all__: list[str] = []
 
 router = APIRouter(responses=ERRORS)
 
-ITEM = re.compile(r"\[([0-9]+)\]$")
+
+async def fold_run(runs: RunStore, record: RunRecord) -> RunStates:
+    """The state of the run's steps: its stored events folded, what the store kept of each
+    execution laid over them."""
+    states = RunStates()
+    for event in await runs.events(record.run_id):
+        states.fold(event)
+    states.stored(record.steps)
+    return states
+
+
+@router.get("/runs/{run_id}/steps", response_model=StepStates)
+async def steps(run_id: RunId, runs: Runs) -> StepStates:
+    """The run's steps as its events tell them: each execution (a visit of a step, or one of
+    its loop items) with its status, times, tokens, waits (for a person, for a model
+    endpoint's limits) and retries, and each step's status. The run's event stream with
+    `?states=true` keeps them up to date."""
+    record = await runs.get(run_id)
+    return StepStates.of(run_id, await fold_run(runs, record))
 
 
 @router.get("/runs/{run_id}/steps/{step_id}", response_model=StepDetail)
@@ -59,113 +61,44 @@ async def step(
     record = await runs.get(run_id)
     events = await runs.step_events(run_id, step_id)
     nodes = {n.id: n for n in graph(await runs.recipe_yaml(run_id))}
-    executions = [s for s in record.steps if s.step_id == step_id]
-    if step_id not in nodes and not executions and not events:
+    stored = [s for s in record.steps if s.step_id == step_id]
+    if step_id not in nodes and not stored and not events:
         raise Refused(404, f"run {run_id} has no step {step_id!r}", "unknown_step")
-    detail = _told(run_id, step_id, events)
-    detail.kind = nodes[step_id].kind if step_id in nodes else None
-    detail.executions = [_step_out(s) for s in executions]
-    detail.approvals = [
-        ApprovalOut(**dataclasses.asdict(a)) for a in record.approvals if a.step_id == step_id
-    ]
-    if executions:  # the stored record has the last word (events of a retried run repeat)
-        last = executions[-1]
-        detail.status, detail.error, detail.usage = last.status, last.error, last.usage
-        detail.started_at = last.started_at or detail.started_at
-        detail.finished_at = last.finished_at or detail.finished_at
-    return detail
-
-
-def _step_out(record: StepRecord) -> StepOut:
-    return StepOut(**dataclasses.asdict(record))
-
-
-def _told(run_id: str, step_id: str, events: list[Event]) -> StepDetail:
-    """The step as its events tell it, in order (a later visit overwrites the status)."""
-    detail = StepDetail(run_id=run_id, step_id=step_id, status="pending")
-    visit = 1
-    # Calls are told apart by the step's start they belong to: a run resumed after the step
-    # failed starts it again, and its calls (same turns, same call ids) again too.
-    starts = 0
-    models: dict[tuple[int, int | None, int, int], ModelCallOut] = {}
-    tools: dict[tuple[int, int | None, str], ToolCallOut] = {}
+    states = RunStates(details=True)
     for event in events:
-        found = ITEM.search(event.step_id or "")
-        item = int(found.group(1)) if found and event.step_id != step_id else None
-        at = event.timestamp
-        match event:
-            case StepStarted() if item is None:
-                visit = event.visit
-                starts += 1
-                detail.status, detail.error, detail.skipped = "running", None, None
-                detail.started_at, detail.finished_at = at, None
-            case StepCompleted() | StepFailed() if item is None:
-                detail.status = "completed" if isinstance(event, StepCompleted) else "failed"
-                detail.error = event.error if isinstance(event, StepFailed) else None
-                detail.finished_at = at
-                detail.usage = dataclasses.asdict(event.usage)
-            case StepSkipped() if item is None:
-                detail.status, detail.skipped = "skipped", event.reason
-            case ApprovalRequested() if item is None:
-                detail.status = "waiting"
-            case ModelCallStarted():
-                models[(starts, item, event.turn, event.attempt)] = ModelCallOut(
-                    item=item,
-                    visit=visit,
-                    turn=event.turn,
-                    attempt=event.attempt,
-                    model=event.model,
-                    started_at=at,
-                    messages=[MessageOut(role=m.role, text=m.text) for m in event.messages],
-                    messages_omitted=event.messages_omitted,
-                )
-            case ModelCallCompleted() | ModelCallFailed():
-                call = models.get((starts, item, event.turn, event.attempt))
-                if call is None:
-                    continue
-                call.finished_at = at
-                call.usage = dataclasses.asdict(event.usage)
-                call.output_mode = event.output_mode
-                if isinstance(event, ModelCallCompleted):
-                    call.finish_reason = event.finish_reason
-                    call.tool_calls = list(event.tool_calls)
-                    call.answer = event.answer
-                else:
-                    call.error = event.error
-            case ToolCallStarted():
-                key = (starts, item, event.call_id)
-                if key in tools:
-                    tools[key].attempts = event.attempt
-                else:
-                    tools[key] = ToolCallOut(
-                        item=item,
-                        visit=visit,
-                        call_id=event.call_id,
-                        name=event.name,
-                        arguments=dict(event.arguments),
-                        attempts=event.attempt,
-                        started_at=at,
-                    )
-            case ToolCallCompleted() | ToolCallFailed():
-                tool = tools.get((starts, item, event.call_id))
-                if tool is None:
-                    continue
-                tool.finished_at = at
-                tool.attempts = event.attempt
-                if isinstance(event, ToolCallCompleted):
-                    tool.result, tool.error = event.content, None
-                else:
-                    tool.error = event.error
-            case RetryScheduled():
-                when = {"item": item, "visit": visit, "at": at}
-                retry = {"target": event.target, "attempt": event.attempt, "delay": event.delay}
-                detail.retries.append(RetryOut(**when, **retry, reason=event.reason))
-            case CompletionDecided():
-                when = {"item": item, "visit": visit, "at": at}
-                decided = {"link": event.link, "decision": event.decision}
-                detail.decisions.append(DecisionOut(**when, **decided, reason=event.reason))
-            case _:
-                pass
-    detail.model_calls = list(models.values())
-    detail.tool_calls = list(tools.values())
-    return detail
+        states.fold(event)
+    states.stored(stored)
+    latest = states.latest(step_id) or Execution(step_id=step_id, step=step_id, item=None, visit=1)
+    details = [e.details for e in states.executions if step_id in (e.step, e.step_id) and e.details]
+    retries = [r for e in states.executions if step_id in (e.step, e.step_id) for r in e.retries]
+    return StepDetail(
+        run_id=run_id,
+        step_id=step_id,
+        kind=nodes[step_id].kind if step_id in nodes else None,
+        status=latest.status,
+        executions=[StepOut.model_validate(s) for s in stored],
+        started_at=latest.started_at,
+        finished_at=latest.finished_at,
+        skipped=latest.skipped,
+        error=latest.error,
+        usage=latest.usage,
+        # Each in the order it happened, the loop items' together.
+        model_calls=[
+            ModelCallOut.model_validate(c)
+            for c in sorted((c for d in details for c in d.model_calls), key=_seq)
+        ],
+        tool_calls=[
+            ToolCallOut.model_validate(c)
+            for c in sorted((c for d in details for c in d.tool_calls), key=_seq)
+        ],
+        retries=[RetryOut.model_validate(r) for r in sorted(retries, key=_seq)],
+        decisions=[
+            DecisionOut.model_validate(c)
+            for c in sorted((c for d in details for c in d.decisions), key=_seq)
+        ],
+        approvals=[ApprovalOut.model_validate(a) for a in record.approvals if a.step_id == step_id],
+    )
+
+
+def _seq(told: ModelCall | ToolCall | Retry | Decision) -> int:
+    return told.seq

@@ -1,0 +1,149 @@
+"""What the commands of `minions` share: the options of the commands over a run store
+(``--database-url``, ``--json``, ``--retention``, a run's id) and the recipe inputs option,
+and how they print (a console that keeps ids whole in pipes, local times, a run's duration and
+tokens, a record as JSON, a long text said once)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+
+from minions._text import jsonable, token_count
+from minions.cli._errors import UsageError
+from minions.models._infer import MODEL_ENV
+
+if TYPE_CHECKING:
+    from minions.runs import RunStore
+
+__all__: list[str] = []
+
+DatabaseOption = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        metavar="URL",
+        help="The run store: sqlite:///PATH or postgresql://... (default: "
+        "$MINIONS_DATABASE_URL, else sqlite:///./.minions/minions.db).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+RetentionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--retention",
+        metavar="AGE|N runs",
+        help="Prune finished runs now and then: keep those younger than AGE (30d, 12h) or the "
+        "newest N ('1000 runs'). Default: keep every run.",
+        show_default=False,
+    ),
+]
+RunArgument = Annotated[
+    str, typer.Argument(metavar="RUN", help="The run's id.", show_default=False)
+]
+InputsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--input",
+        "-i",
+        metavar="NAME=VALUE",
+        help="An input of the recipe (repeat for more); converted to its declared type.",
+        show_default=False,
+    ),
+]
+
+
+def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
+    """``-i name=value`` options as a mapping; values stay text (the recipe's declared input
+    types convert them when the run starts).
+
+    Raises:
+        UsageError: an option is not ``name=value``, or a name is given twice.
+    """
+    inputs: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        name = name.strip()
+        if not equals or not name:
+            raise UsageError(f"bad input {pair!r}: write -i NAME=VALUE, e.g. -i hours=48")
+        if name in inputs:
+            raise UsageError(f"input {name!r} is given twice")
+        inputs[name] = value
+    return inputs
+
+
+def one_of(names: Sequence[str]) -> str:
+    """``a, b or c``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+def stdout() -> Console:
+    """The console of a command's output: ids and times whole in pipes and logs."""
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = max(console.width, 200)
+    return console
+
+
+def open_store(url: str | None, *, create: bool = False) -> RunStore:
+    """The run store at `url` (None: ``MINIONS_DATABASE_URL``, else the default)."""
+    from minions.runs import RunStore
+
+    return RunStore(url, create=create)
+
+
+def local_time(moment: float | None) -> str:
+    """``2026-11-28 06:02:31`` in local time (``""`` for none)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment)) if moment else ""
+
+
+def run_time(record: Any) -> str:
+    """How long a run (or a step) took, or has been running: ``1.25s``."""
+    if record.started_at is None:
+        return ""
+    end = record.finished_at or time.time()
+    return f"{end - record.started_at:.2f}s"
+
+
+def token_text(usage: dict[str, int]) -> str:
+    """A stored usage's tokens (``""`` when it called no model)."""
+    if not usage.get("calls"):
+        return ""
+    total = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+    return token_count(total, unreported=usage.get("unknown_calls", 0) > 0)
+
+
+def record_data(record: Any) -> dict[str, Any]:
+    """A record of the store as JSON-ready data (what ``--json`` prints)."""
+    data: dict[str, Any] = jsonable(dataclasses.asdict(record))
+    data.pop("cancel_requested", None)
+    return data
+
+
+def model_note(model: str | None) -> str:
+    """What a worker's startup line says of its model."""
+    if model is None:
+        return (
+            f"; no model set ({MODEL_ENV}): a recipe with a recording beside it replays it, "
+            "others fail"
+        )
+    from minions._text import redact_url
+
+    return f"; model {redact_url(model)}"
+
+
+def once(text: str, said: list[str]) -> str:
+    """`text`, with the long texts `said` already (a step's error, then the same error in the
+    run's) replaced by "(as above)"; `text` joins them."""
+    shown = text
+    for before in said:
+        if before in shown:
+            shown = shown.replace(before, "(as above)")
+    if len(text) >= 40 and text not in said:
+        said.append(text)
+    return shown

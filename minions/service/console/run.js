@@ -1,0 +1,114 @@
+// One run: its head (status, recipe, times, usage, cancel and resume), the calls it waits for,
+// its lineage, and the panes drawn from the server's fold of its events: the timeline, the
+// graph, the steps, the error.
+
+import { api } from "./api.js";
+import { $, el, statusBadge } from "./dom.js";
+import { absolute, clipped, duration, number, relative, tokensOf } from "./format.js";
+import { renderGraph } from "./graph.js";
+import { renderLineage } from "./rerun.js";
+import { renderError, renderSteps } from "./steps.js";
+import { TERMINAL, newRun, state } from "./state.js";
+import { follow } from "./stream.js";
+import { renderTimeline } from "./timeline.js";
+
+const page = { refresh: refreshRun, render };
+
+export function stopRun() {
+  const run = state.run;
+  if (run) {
+    if (run.source) run.source.close();
+    clearInterval(run.ticker);
+  }
+  state.run = null;
+}
+
+export async function showRun(runId) {
+  stopRun();
+  const run = newRun(runId);
+  state.run = run;
+  $("#run-view").hidden = false;
+  $("#run-id").textContent = runId;
+  for (const id of ["#events", "#approvals", "#steps tbody", "#timeline", "#graph"]) $(id).replaceChildren();
+  $("#tokens").replaceChildren(el("p", { className: "muted small", textContent: "A model's answer appears here as it is written." }));
+  $("#event-count").textContent = "";
+  $("#timeline-span").textContent = "";
+  $("#run-error").hidden = true;
+  $("#lineage").hidden = true;
+  $("#diff").hidden = true;
+  $("#run-output").textContent = "";
+  window.scrollTo(0, 0);
+  await refreshRun(run);
+  run.ticker = setInterval(() => { if (state.run === run && !run.ended && run.data && !TERMINAL.has(run.data.status)) render(run); }, 1000);
+  follow(run, page);
+}
+
+async function refreshRun(run) {
+  let data;
+  try { data = await api(`/runs/${encodeURIComponent(run.id)}`); } catch (error) { $("#run-recipe").textContent = error.message; return; }
+  if (state.run !== run) return;
+  run.data = data;
+  run.records = new Map(data.steps.map((s) => [s.step_id, s]));
+  // The run's own times once it has them (its events' until then): the same watched live as
+  // read later.
+  run.startedAt = data.started_at || run.startedAt || data.created_at;
+  run.endedAt = data.finished_at || run.endedAt;
+  $("#run-status").replaceWith(Object.assign(statusBadge(data.status), { id: "run-status" }));
+  $("#run-recipe").textContent = data.recipe;
+  const end = data.finished_at || (TERMINAL.has(data.status) ? null : Date.now() / 1000);
+  $("#run-times").textContent = [`created ${relative(data.created_at)} (${absolute(data.created_at)})`, data.started_at && end ? `${data.finished_at ? "took" : "running for"} ${duration(end - data.started_at)}` : ""].filter(Boolean).join(" · ");
+  const u = data.usage || {};
+  $("#run-usage").textContent = u.calls ? `${u.calls} model calls, ${number(tokensOf(u))} tokens (${number(u.prompt_tokens || 0)} in, ${number(u.completion_tokens || 0)} out)` : "";
+  $("#cancel").disabled = TERMINAL.has(data.status);
+  $("#resume").disabled = !(data.status === "failed" || data.status === "cancelled");
+  $("#run-output").textContent = data.output === null || data.output === undefined ? "—" : clipped(data.output, 20000);
+  renderApprovals(run, data.approvals.filter((a) => a.decided_at === null));
+  renderLineage(data);
+  render(run);
+}
+
+function render(run) {
+  // The panes of the steps are what the server folded of the run's events: drawn once it has
+  // (from the states of the run's stream), never from a guess before.
+  if (!run.folded) return;
+  renderTimeline(run);
+  renderGraph(run);
+  renderSteps(run);
+  renderError(run);
+}
+
+function renderApprovals(run, waiting) {
+  const boxes = waiting.map((a) => {
+    const box = el("div", { className: "approval" });
+    box.dataset.call = a.call_id;
+    const what = el("span", { textContent: `step ${a.step_id} wants to call ${a.tool}(${JSON.stringify(a.arguments)})` });
+    const approve = el("button", { type: "button", className: "approve", textContent: "approve" });
+    const reason = el("input", { placeholder: "reason (for a rejection)", className: "reason", ariaLabel: "reason for a rejection" });
+    const reject = el("button", { type: "button", className: "reject", textContent: "reject" });
+    const decide = async (yes) => {
+      const body = yes ? { approve: true } : { approve: false, reason: reason.value || null };
+      try { await api(`/runs/${run.id}/approvals/${encodeURIComponent(a.call_id)}`, { method: "POST", body: JSON.stringify(body) }); }
+      catch (error) { what.textContent = error.message; }
+      await refreshRun(run);
+    };
+    approve.addEventListener("click", () => decide(true));
+    reject.addEventListener("click", () => decide(false));
+    box.append(what, approve, reason, reject);
+    return box;
+  });
+  $("#approvals").replaceChildren(...boxes);
+}
+
+$("#cancel").addEventListener("click", async () => {
+  const run = state.run;
+  if (!run) return;
+  try { await api(`/runs/${run.id}/cancel`, { method: "POST" }); } catch {}
+  await refreshRun(run);
+});
+$("#resume").addEventListener("click", async () => {
+  const run = state.run;
+  if (!run) return;
+  try { await api(`/runs/${run.id}/resume`, { method: "POST" }); } catch {}
+  await refreshRun(run);
+  if (run.ended) { run.ended = false; follow(run, page); }
+});

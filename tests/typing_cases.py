@@ -7,6 +7,8 @@ works, not only code that type-checks.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, assert_type
@@ -27,6 +29,7 @@ from minions import (
     StepExecution,
     StepExecutor,
     StepFailed,
+    StepStatus,
     StepStream,
     Tool,
     ToolContext,
@@ -34,7 +37,7 @@ from minions import (
     tool,
 )
 from minions.events import Event
-from minions.testing import ScriptedModel
+from minions.testing import ScriptedModel, TestModel, block_real_models
 
 
 class Expense(BaseModel):
@@ -174,53 +177,55 @@ def decisions() -> None:
 
 
 async def contract() -> None:
-    """The issue's program, with scripts for its models (`TestModel` and `block_real_models`
-    come with `minions.testing`'s own change)."""
+    """The issue's program as written (inside an `async def`), with a real script where it says
+    ``...`` and a `TestModel` for the stream's `model`; then checks of what it did."""
     categorise = DefaultStep(
         "categorise",
         goal="Categorise: {{ inputs.line }}",
         system="You categorise expenses.",
-        tools=[convert],
-        output=Expense,
+        tools=[convert],  # functions or Tools (registered for this step); names still work
+        output=Expense,  # a pydantic model, a JSON Schema dict or OutputInstructions
         validators=[not_negative],
     )
     script = ScriptedModel(
         [
             [("convert", {"amount": 10, "currency": "USD"})],
-            '{"merchant": "ACME", "amount_eur": -9}',
+            '{"merchant": "ACME", "amount_eur": -9}',  # re-asked by not_negative
             '{"merchant": "ACME", "amount_eur": 9}',
         ]
     )
-    execution = await categorise.run(
-        model=script, inputs={"line": "ACME 10 USD"}, deps=Deps({"USD": 0.9})
-    )
+    with block_real_models():  # any real model request inside raises, naming the model
+        execution = categorise.run_sync(
+            model=script, inputs={"line": "ACME 10 USD"}, deps=Deps({"USD": 0.9})
+        )
     assert_type(execution, StepExecution[Expense])
     assert_type(execution.output, Expense | None)
-    expense = execution.result()
+    expense = execution.result()  # the output, or raises minions.StepFailed with the reason
     assert_type(expense, Expense)
-    assert expense == Expense(merchant="ACME", amount_eur=9)
 
     advise = DefaultStep("advise", goal="Approve it?", depends_on=[categorise], output=Advice)
-    both = ScriptedModel(
-        [
-            [("convert", {"amount": 10, "currency": "USD"})],
-            '{"merchant": "ACME", "amount_eur": 9}',
-            '{"approve": true}',
-        ]
-    )
-    result = await AgentExecutor(model=both).execute(
+    result = await AgentExecutor(model=TestModel()).execute(
         AgentRecipe(id="expenses", steps=[categorise, advise]),
         inputs={"line": "..."},
         deps=Deps({"USD": 0.9}),
     )
     assert_type(result.step(advise), StepExecution[Advice])
-    assert result.step(advise).result() == Advice(approve=True)
 
-    model = ScriptedModel(['{"approve": false}'])
-    printed = []
-    async with advise.stream(model=model, inputs={"line": "..."}) as stream:
-        async for text in stream.text():
-            printed.append(text)
+    model = TestModel()
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        async with advise.stream(model=model, inputs={"line": "..."}) as stream:
+            async for text in stream.text():  # text deltas as they arrive
+                print(text, end="")
     assert_type(stream.execution, StepExecution[Advice])
-    assert "".join(printed) == '{"approve": false}'
+
+    # What it did: the tool got the run's deps, the validator re-asked (a decision).
+    assert expense == Expense(merchant="ACME", amount_eur=9)
+    assert execution.tool_calls[0].result == 9.0
+    reasked = execution.decisions[0]
+    assert (reasked.kind, reasked.link) == ("reask", "validator:not_negative")
+    assert result.status is StepStatus.COMPLETED, result.error
+    assert result.step(advise).result() == Advice(approve=False)
+    assert [call.name for call in result.step(categorise).tool_calls] == ["convert"]
+    assert printed.getvalue() == '{"approve": false}', printed.getvalue()
     assert stream.execution.result() == Advice(approve=False)

@@ -315,14 +315,12 @@ class AgentExecutor:
         listeners: Iterable[EventListener] = (),
         deps: object = None,
     ) -> AgentResult:
-        """`execute` for code that is not async (the same arguments).
-
-        Raises:
-            MinionsError: called inside a running event loop (use ``await execute(...)``).
-        """
+        """`execute` for code that is not async (the same arguments). Inside a running event
+        loop (a notebook, an async function) the run goes on in a thread of its own while the
+        loop waits: ``await execute(...)`` there keeps the loop free."""
         return run_sync(
             lambda: self.execute(recipe, inputs, run_id=run_id, listeners=listeners, deps=deps),
-            instead="executor.execute(...)",
+            name="executor.execute(...)",
         )
 
     def stream(

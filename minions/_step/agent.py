@@ -300,16 +300,13 @@ class DefaultStep(Step[OutputT_co]):
         tools: Iterable[Tool | Callable[..., Any]] = (),
         listeners: Iterable[EventListener] = (),
     ) -> StepExecution[OutputT_co]:
-        """`run` for code that is not async (the same arguments).
-
-        Raises:
-            MinionsError: called inside a running event loop (Jupyter, an async function):
-                use ``await step.run(...)`` there.
-        """
+        """`run` for code that is not async (the same arguments). Inside a running event loop
+        (a notebook, an async function) the step runs in a thread of its own while the loop
+        waits: ``await step.run(...)`` there keeps the loop free."""
         executor = self.executor(
             model=model, inputs=inputs, deps=deps, tools=tools, listeners=listeners
         )
-        return run_sync(executor.execute, instead="step.run(...)")
+        return run_sync(executor.execute, name="step.run(...)")
 
     def stream(
         self,

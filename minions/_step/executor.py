@@ -154,12 +154,10 @@ class StepExecutor(Generic[OutputT]):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def execute_sync(self) -> StepExecution[OutputT]:
-        """`execute` for code that is not async.
-
-        Raises:
-            MinionsError: called inside a running event loop (use ``await execute()``).
-        """
-        return run_sync(self.execute, instead="step_executor.execute()")
+        """`execute` for code that is not async. Inside a running event loop (a notebook, an
+        async function) the step runs in a thread of its own while the loop waits: ``await
+        execute()`` there keeps the loop free."""
+        return run_sync(self.execute, name="step_executor.execute()")
 
     def stream(self) -> StepStream[OutputT]:
         """Run the step and stream it: its events as they happen, or only the text the model

@@ -440,12 +440,16 @@ def test_a_no_output_step_answers_text_even_through_the_completion_tool() -> Non
     assert execution.output == '{"n": 1}'
 
 
-def test_run_sync_inside_an_event_loop_says_to_await_run() -> None:
-    async def inside() -> None:
-        with pytest.raises(Exception, match=r"use `await step.run\(\.\.\.\)` there instead"):
-            DefaultStep("s", goal="x").run_sync(model=ScriptedModel(["x"]))
+def test_run_sync_inside_an_event_loop_runs_the_step_with_its_deps() -> None:
+    async def inside() -> StepExecution[str]:
+        model = ScriptedModel([[("convert", {"amount": 10, "currency": "USD"})], "9 EUR"])
+        return DefaultStep("s", goal="x", tools=[convert]).run_sync(
+            model=model, deps=Deps({"USD": 0.9})
+        )
 
-    asyncio.run(inside())
+    execution = asyncio.run(inside())
+    assert execution.result() == "9 EUR"
+    assert execution.tool_calls[0].result == 9.0
 
 
 def test_a_function_model_sees_the_same_prompt_as_the_layered_form() -> None:

@@ -93,3 +93,39 @@ async def test_a_stream_abandoned_midway_stops_the_request(smollm2: LiveServer) 
         model=model_of(smollm2, max_tokens=128)
     )
     assert again.status is StepStatus.COMPLETED, again.error
+
+
+def named(city: City) -> City:
+    """A rule on the validated output: a city has a name (re-asks otherwise)."""
+    if not city.name.strip():
+        raise ValueError("name must not be empty")
+    return city
+
+
+async def test_text_deltas_of_a_typed_step_arrive_one_by_one_and_make_its_output(
+    smollm2: LiveServer,
+) -> None:
+    model = model_of(smollm2, max_tokens=128)  # streams only because the caller does
+    step = DefaultStep(
+        "city",
+        goal="Which city is the Eiffel Tower in, and in which country?",
+        system="You answer with facts.",
+        output=City,
+        validators=[named],
+    )
+    seen: list[ev.Event] = []
+    texts: list[str] = []
+    async with step.stream(model=model, listeners=[seen.append]) as stream:
+        async for text in stream.text():
+            texts.append(text)
+    execution = stream.execution
+    assert_type(execution, StepExecution[City])
+    city = execution.result()
+    assert_type(city, City)
+    assert city.name.strip()
+    assert len(texts) > 3  # token by token over SSE, not one whole answer
+    deltas = [e for e in seen if isinstance(e, ev.TokenDelta)]
+    assert [d.text for d in deltas] == texts
+    last = execution.model_calls[-1]
+    final = "".join(d.text for d in deltas if (d.turn, d.attempt) == (last.turn, last.attempt))
+    assert City.model_validate_json(final) == city  # the deltas are the typed output's JSON

@@ -115,6 +115,25 @@ async def test_streaming_is_asked_of_a_model_whose_default_is_not_to_stream() ->
         assert "stream" not in server.requests[1].body
 
 
+async def test_a_fallback_model_streams_from_the_model_that_answers() -> None:
+    from minions import ExecutionConfig
+    from minions.models import FallbackModel
+    from minions.testing import FakeReply
+
+    config = ExecutionConfig(max_model_retries=1, retry_initial_delay=0.01)
+    down = FakeOpenAIServer([FakeReply.server_error(503)] * 2)
+    async with down, FakeOpenAIServer(["Hello from the second."]) as up:
+        step = DefaultStep("s", goal="Hi.", config=config)
+        async with step.stream(model=FallbackModel(down.model("a"), up.model("b"))) as stream:
+            texts = [text async for text in stream.text()]
+        assert len(texts) > 1
+        assert "".join(texts) == "Hello from the second."
+        assert stream.execution.result() == "Hello from the second."
+        assert [call.model for call in stream.execution.model_calls] == ["fake:a"] * 2 + ["fake:b"]
+        assert up.requests[0].body.get("stream") is True
+        assert down.requests[0].body.get("stream") is True
+
+
 async def test_an_agent_run_streamed_asks_its_models_to_stream() -> None:
     async with FakeOpenAIServer(["One two three."]) as server:
         recipe = AgentRecipe(id="r", steps=[DefaultStep("s", goal="Count.")])

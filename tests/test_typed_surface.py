@@ -29,6 +29,7 @@ from minions import (
     StepExecutor,
     StepFailed,
     StepStatus,
+    Tool,
     ToolContext,
     ToolStep,
     tool,
@@ -178,6 +179,15 @@ def test_a_misspelt_step_option_says_did_you_mean() -> None:
         StepDefinitionError, match=r"ToolStep has no option 'parms' \(did you mean 'params'\?\)"
     ):
         ToolStep("t", "add", parms={})  # type: ignore[call-arg]
+
+
+def test_tools_may_be_any_iterable_even_one_read_once() -> None:
+    from conftest import add
+
+    given: list[Tool | str] = [add, "read_file"]
+    step = DefaultStep("s", goal="x", tools=(t for t in given))
+    assert step.tools == {"add", "read_file"}
+    assert [t.name for t in step.own_tools] == ["add"]
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from minions._output import OutputInstructions
 from minions._step.context import AgentContext
 from minions._step.executor import StepExecutor
 from minions._step.step import Step, StepInput, format_dependencies
+from minions._step.step import iterable as _iterable
 from minions._sync import run_sync
 from minions._templates import quoted_outputs, render_text
 from minions.errors import Problem, StepDefinitionError, TemplateError, ToolDefinitionError
@@ -164,6 +165,8 @@ class DefaultStep(Step[OutputT_co]):
             )
         else:
             self.bundle = MessageBundle(goal=goal or "", system=system, messages=tuple(messages))
+        if not isinstance(tools, str) and _iterable(tools):
+            tools = tuple(tools)  # read twice below: a generator would be empty the second time
         own = _own_tools(tools, add)
         self.own_tools = tuple(own.values())
         self.tools = frozenset(own) | _tool_names(tools)
@@ -368,7 +371,7 @@ def resolve_model(model: str) -> Model:
 def _tool_names(tools: object) -> frozenset[str]:
     if isinstance(tools, str):
         return frozenset((tools,))
-    if not isinstance(tools, Iterable):
+    if not _iterable(tools):
         return frozenset()
     return frozenset(item for item in tools if isinstance(item, str))
 
@@ -377,11 +380,11 @@ def _own_tools(tools: object, add: Callable[[str, str], None]) -> dict[str, Tool
     """The tools given to a step as functions or `Tool`s, by name."""
     if isinstance(tools, str):
         return {}
-    if isinstance(tools, Tool) or (callable(tools) and not isinstance(tools, Iterable)):
+    if isinstance(tools, Tool) or (callable(tools) and not _iterable(tools)):
         name = tools.name if isinstance(tools, Tool) else getattr(tools, "__name__", "tool")
         add("tools", f"tools must be a list: write tools=[{name}], not tools={name}")
         return {}
-    if not isinstance(tools, Iterable):
+    if not _iterable(tools):
         add("tools", f"tools must be a list of functions, Tools or tool names, not {tools!r}")
         return {}
     own: dict[str, Tool] = {}
@@ -431,7 +434,7 @@ def _validators(
         name = getattr(validators, "__name__", "check")
         add("validators", f"validators must be a list: write validators=[{name}]")
         return ()
-    if not isinstance(validators, Iterable) or isinstance(validators, str):
+    if not _iterable(validators) or isinstance(validators, str):
         add("validators", f"validators must be a list of functions, not {validators!r}")
         return ()
     found = []

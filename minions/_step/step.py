@@ -6,7 +6,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Never, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Never, TypeGuard, get_args
 
 from minions._config import ExecutionConfig
 from minions._generic import OutputT_co
@@ -293,11 +293,20 @@ class Step(ABC, Generic[OutputT_co]):
         return f"{type(self).__name__}({self.id!r})"
 
 
+_PLAIN_ITERABLES = frozenset({list, tuple, set, frozenset})
+
+
+def iterable(value: object) -> TypeGuard[Iterable[Any]]:
+    """`isinstance(value, Iterable)`, without `ABCMeta`'s dispatch for the lists, tuples and
+    sets steps are given (a microsecond each, several times per step built)."""
+    return type(value) in _PLAIN_ITERABLES or isinstance(value, Iterable)
+
+
 def _step_ids(owner: object, depends_on: object) -> tuple[str, ...]:
     """The ids of the steps a step depends on, given as steps or ids."""
-    if isinstance(depends_on, str | Step):
+    if type(depends_on) not in _PLAIN_ITERABLES and isinstance(depends_on, str | Step):
         depends_on = (depends_on,)
-    if not isinstance(depends_on, Iterable):
+    if not iterable(depends_on):
         raise StepDefinitionError(
             [
                 Problem(

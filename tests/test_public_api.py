@@ -23,6 +23,7 @@ ERRORS = {
     "ApprovalRequiredError", "MissingExtraError",
     "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
     "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError",
+    "MissingDepsError", "Reask", "StepFailed", "StreamingWarning",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -34,12 +35,13 @@ PUBLIC: dict[str, set[str]] = {
         # memory
         "InMemoryModelMemory", "MemorySnapshot", "ModelMemory",
         # tools and models
-        "Tool", "ToolCallExecutor", "ToolRegistry", "tool", "Model", "ModelCallExecutor",
+        "Tool", "ToolCallExecutor", "ToolContext", "ToolRegistry", "tool", "Model",
+        "ModelCallExecutor",
         # steps
         "AgentContext", "DefaultStep", "DecisionRecord", "ExecutionConfig", "MemoryScope",
         "OutputInstructions", "RunSettings", "CachePolicy", "CachedStep", "InMemoryStepCache",
         "StepCache", "Step", "StepExecution", "StepExecutor",
-        "StepInput", "StepMode", "StepRun", "StepStatus",
+        "StepInput", "StepMode", "StepRun", "StepStatus", "StepStream",
         # step kinds
         "AnalysisStep", "LoopStep", "RecipeStep", "ToolStep",
         # completion chain

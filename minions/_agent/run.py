@@ -16,7 +16,8 @@ from minions._step.execution import StepExecution, StepStatus
 from minions._step.executor import StepExecutor
 from minions._step.model_call import usage_record
 from minions._step.result import AgentResult
-from minions.errors import MCPServerError
+from minions._step.step import Step
+from minions.errors import MCPServerError, MinionsError
 from minions.events import RunCompleted, RunFailed, RunStarted
 from minions.tools._mcp import MCPConnections
 from minions.tools._tool import ToolRegistry
@@ -187,6 +188,7 @@ class Run:
         if restored is not None:
             # Done before a crash or a resume: its result as it was, nothing run or said again.
             execution, routing = restored
+            _retyped(execution, executor.step)
             self.context.record_usage(execution.usage)
             return execution, (routing, True)
         executor.deferred = True  # said with its checkpoint, once its routing is chosen
@@ -331,3 +333,16 @@ class Run:
             if fallback is None:
                 fallback = execution
         return fallback.output if fallback is not None else None
+
+
+def _retyped(execution: StepExecution[Any], step: Step[Any]) -> None:
+    """A restored execution's output as its step types it (a stored output is JSON data): a
+    `DefaultStep[Expense]`'s is an ``Expense`` again."""
+    execution.step = step
+    output = step.output
+    if output is None or execution.status is not StepStatus.COMPLETED:
+        return
+    try:
+        execution.output = output.validate_python(execution.output)
+    except MinionsError:
+        pass  # stored by another version of the recipe: kept as it was stored

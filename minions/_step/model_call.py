@@ -60,6 +60,10 @@ def _policy(attempts: int, initial_delay: float, max_delay: float) -> RetryPolic
     )
 
 
+_WARNED: set[int] = set()
+"""The models (by id) a `StreamingWarning` was given for: once each."""
+
+
 def _usage_of_failure(error: BaseException) -> Usage:
     usage = getattr(error, "usage", None)
     if isinstance(usage, Usage):
@@ -213,6 +217,8 @@ class ModelCallExecutor:
         if events.active:
             from minions.events import ModelCallStarted, TokenDelta
 
+            streamed = False
+
             if self.context.settings.capture_content:
                 events.emit(self._started_with_content(prompt, turn, attempt))
             else:
@@ -227,6 +233,8 @@ class ModelCallExecutor:
                 )
 
             def on_token(text: str) -> None:
+                nonlocal streamed
+                streamed = True
                 events.emit(TokenDelta(step_id=step_id, turn=turn, attempt=attempt, text=text))
 
         model = self._active
@@ -299,6 +307,8 @@ class ModelCallExecutor:
         duration = time.perf_counter() - started
         if meter is not None:
             meter.answered(duration, response)
+        if on_token is not None and not streamed and response.text and events.listeners:
+            self._unstreamed(prompt, response.text, on_token)
         self._announce_demotions(response.demoted)
         self._record(
             ModelCall(
@@ -336,6 +346,36 @@ class ModelCallExecutor:
                 )
             )
         return response
+
+    def _unstreamed(self, prompt: Prompt, text: str, on_token: TokenCallback) -> None:
+        """The model answered whole while the run's listeners could have had its deltas:
+        when the caller streams, the answer is one delta (a stream never stays silent);
+        either way, a `StreamingWarning` says so, once per model."""
+        if prompt.stream:
+            on_token(text)
+        model = self.model
+        if id(model) in _WARNED or (not prompt.stream and self.context.checkpoints is not None):
+            # A durable run's listeners store its events: its live clients get token deltas
+            # from models that stream by default (`minions serve` makes them so).
+            return
+        _WARNED.add(id(model))
+        import warnings
+
+        from minions.errors import StreamingWarning
+
+        if prompt.stream:
+            message = (
+                f"model {model.name!r} cannot stream: streamed steps get each of its answers "
+                "as one text delta"
+            )
+        else:
+            message = (
+                f"model {model.name!r} answered without streaming, so this run's listeners "
+                "get no TokenDelta events: stream the step (step.stream(), "
+                "StepExecutor.stream(), AgentExecutor.stream()) or make the model stream by "
+                "default (OpenAIChatModel(stream=True))"
+            )
+        warnings.warn(StreamingWarning(message), stacklevel=2)
 
     def _started_with_content(self, prompt: Prompt, turn: int, attempt: int) -> ModelCallStarted:
         """The attempt's `ModelCallStarted` carrying its request (content capture is on)."""

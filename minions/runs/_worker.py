@@ -149,6 +149,9 @@ class Worker:
         limits: limits per model endpoint (`minions.models.Limits`), held over every worker
             of the store that is given them; its `capability_expiry` says how long what an
             endpoint taught the structured-output ladder is kept in the store.
+        deps: makes the deps of a run (what its tools taking a `ToolContext` read as
+            ``ctx.deps``): called each time a run starts or resumes in this worker. Deps are
+            never stored with a run: each worker makes its own.
 
     Raises:
         ValueError: `retention` is neither a duration nor a number of runs.
@@ -166,6 +169,7 @@ class Worker:
         retention: str | None = None,
         clock: Callable[[], float] = time.time,
         limits: Limits | None = None,
+        deps: Callable[[], object] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -198,6 +202,7 @@ class Worker:
             concurrency=concurrency,
             queue=self.queue,
             hand_back_after=HAND_BACK_AFTER,
+            deps=deps,
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"

@@ -215,6 +215,7 @@ async def test_streaming_over_retries_keeps_events_in_order() -> None:
         "delta 'Sunny '",
         "delta 'in'",
         "model_call_failed 2",
+        "completion_decided",  # the re-ask, a decision like a link's
         "retry output",
         "model_call_started 3",
         "delta 'Sunny '",
@@ -414,7 +415,7 @@ def test_each_event_loop_gets_its_own_client_closed_with_the_loop(
         model = server.model()
         answers = [asyncio.run(ask(model)), asyncio.run(ask(model))]
         step = StepExecutor(DefaultStep("s", "go"), AgentContext(model=model))
-        answers += [step.execute_sync().output, asyncio.run(ask(model))]
+        answers += [step.execute_sync().result(), asyncio.run(ask(model))]
         gc.collect()
 
     assert answers == ["one", "two", "three", "four"]

@@ -20,11 +20,16 @@ process of its own, as DBOS is one per process.
     python benchmarks/w6_durable.py                 # all six
     python benchmarks/w6_durable.py W6a sqlite      # one
     python benchmarks/w6_durable.py W6b postgres-2w # W6b through two worker processes
+
+With ``MINIONS_BENCH_METRICS=1`` the workers record their metrics (as ``minions worker
+--metrics-port`` does) and W6b scrapes them once a second while it runs: compare with and
+without (and with main, which knows no metrics) to see what metrics cost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import tempfile
@@ -88,7 +93,7 @@ def start_worker(url: str, model: FunctionModel, concurrency: int) -> tuple[Any,
         url,
         concurrency=concurrency,
         executor_id=f"bench-{uuid.uuid4().hex[:6]}",
-        settings=RunSettings(model_resolver=resolver(model)),
+        settings=RunSettings(model_resolver=resolver(model), metrics=_metrics()),
         on_ready=lambda _: ready.set(),
     )
     thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)
@@ -96,6 +101,29 @@ def start_worker(url: str, model: FunctionModel, concurrency: int) -> tuple[Any,
     if not ready.wait(60):
         fail("W6: the worker did not start")
     return worker, thread
+
+
+METRICS = os.environ.get("MINIONS_BENCH_METRICS") == "1"
+_EXPORTED: list[Any] = []
+
+
+def _metrics() -> Any:
+    """The worker's metrics when the run measures them (``MINIONS_BENCH_METRICS=1``): a
+    Prometheus registry scraped once a second, as Prometheus would."""
+    if not METRICS:
+        return None
+    from minions._tracing.prometheus import PrometheusMetrics
+
+    exported = PrometheusMetrics()
+    _EXPORTED.append(exported)
+
+    def scrape() -> None:
+        while True:
+            exported.exposition()
+            time.sleep(1.0)
+
+    threading.Thread(target=scrape, daemon=True).start()
+    return exported.metrics
 
 
 def w6a(url: str, folder: Path, variant: str) -> None:
@@ -295,6 +323,7 @@ def w6b(url: str, folder: Path, variant: str) -> None:
         extra={
             "runs": runs,
             "steps": 5,
+            "metrics": METRICS,
             "concurrency": concurrency,
             "workers": 2 if separate else 1,
             "worker_processes": 2 if separate else 0,

@@ -247,6 +247,20 @@ async def until(condition: Callable[[], bool], within: float = 60) -> None:
     raise AssertionError("the condition never held")
 
 
+async def completed(store: RunStore, run_id: str, step_id: str, within: float = 60) -> None:
+    """Wait until the store keeps `step_id` of the run as completed: its checkpoint, not its
+    side effect (a ledger line is written before its step ends, and a step cancelled between
+    the two runs again when its run resumes)."""
+    import asyncio
+
+    for _ in range(int(within / 0.05)):
+        record = await store.get(run_id)
+        if any(s.step_id == step_id and s.status == "completed" for s in record.steps):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"step {step_id} of run {run_id} was never stored as completed")
+
+
 async def finished(store: RunStore, run_id: str, within: float = 60) -> str:
     """The run's final status, waiting for it (by following its events to the end)."""
     import asyncio

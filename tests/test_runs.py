@@ -14,6 +14,7 @@ import pytest
 from postgres import fresh_database
 from runs_helpers import (
     STEPS,
+    completed,
     finished,
     insert_run,
     ledger_lines,
@@ -105,7 +106,8 @@ async def test_cancel_a_running_run_then_resume_it(tmp_path: Path, url: str) -> 
     store = RunStore(url, create=True)
     run_id, _ = await store.submit(recipe, {"tag": "c"})
     with worker(url, tmp_path, "w1", ledger):
-        await until(lambda: len(ledger_lines(ledger)) >= 1)
+        # Cancelled once step one is stored as done (its ledger line alone comes before that).
+        await completed(store, run_id, "one")
         cancelled = await store.cancel(run_id)
         assert cancelled.status == "cancelled"
         events = await store.events(run_id)

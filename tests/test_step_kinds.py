@@ -25,7 +25,8 @@ from minions._kinds.analysis import AnalysisStep
 from minions._kinds.example import schema_from_example
 from minions._kinds.loop import LoopStep
 from minions._kinds.tool import ToolStep
-from minions._step.step import DefaultStep, Step, StepInput
+from minions._step.agent import DefaultStep
+from minions._step.step import Step, StepInput
 from minions.recipes._subrecipe import RecipeStep
 from minions.testing import FunctionModel, ScriptedModel
 

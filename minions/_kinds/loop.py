@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from minions._messages import Message
 from minions._step.execution import StepExecution, StepStatus
@@ -13,6 +13,9 @@ from minions._step.step import Step, StepInput
 from minions._templates import render
 from minions.errors import Problem, StepDefinitionError
 from minions.tools._tool import ToolRegistry
+
+if TYPE_CHECKING:
+    from minions._step.step import StepOptions
 
 __all__ = ["LoopStep"]
 
@@ -43,7 +46,7 @@ class LoopStep(Step):
         *,
         parallel: int = 1,
         continue_on_error: bool = False,
-        **options: Any,
+        **options: Unpack[StepOptions],
     ) -> None:
         options.setdefault("description", body.description)
         options.setdefault("depends_on", body.depends_on)

@@ -126,12 +126,14 @@ class InMemoryStepCache:
         self._entries: dict[str, CachedStep] = {}
 
     async def get(self, key: str, *, ttl: float | None) -> CachedStep | None:
+        """The entry of `key`, unless it is older than `ttl` seconds (then ``None``)."""
         entry = self._entries.get(key)
         if entry is None or (ttl is not None and self.clock() - entry.created_at > ttl):
             return None
         return entry
 
     async def put(self, key: str, entry: CachedStep) -> None:
+        """Keep `entry` under `key` (the oldest entries go past the cache's size)."""
         self._entries.pop(key, None)
         self._entries[key] = dataclasses.replace(entry, created_at=self.clock())
         while len(self._entries) > self.max_entries:

@@ -1,11 +1,14 @@
 """What the commands of `minions` share: the options of the commands over a run store
-(``--database-url``, ``--json``, ``--retention``, a run's id) and the recipe inputs option,
-and how they print (a console that keeps ids whole in pipes, local times, a run's duration and
-tokens, a record as JSON, a long text said once)."""
+(``--database-url``, ``--json``, ``--retention``, a run's id), the recipe inputs option, the
+long-running commands' (`serve`, `worker`) ``--log-format`` and how their log is set up, and
+how they print (a console that keeps ids whole in pipes, local times, a run's duration and
+tokens, a record as JSON, a long text said once, an operator's line in the log's format)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from minions import _logsetup
 from minions._text import jsonable, token_count
 from minions.cli._errors import UsageError
 from minions.models._infer import MODEL_ENV
@@ -53,6 +57,17 @@ InputsOption = Annotated[
         "-i",
         metavar="NAME=VALUE",
         help="An input of the recipe (repeat for more); converted to its declared type.",
+        show_default=False,
+    ),
+]
+
+LogFormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--log-format",
+        metavar="json|console",
+        help="How the process logs, on stderr: console (lines for people) or json (one object "
+        "per line; a traceback is a field). Default: $MINIONS_LOG_FORMAT, else console.",
         show_default=False,
     ),
 ]
@@ -147,3 +162,44 @@ def once(text: str, said: list[str]) -> str:
     if len(text) >= 40 and text not in said:
         said.append(text)
     return shown
+
+
+def chosen_log_format(given: str | None) -> _logsetup.LogFormat:
+    """The format of `--log-format` (or the environment's).
+
+    Raises:
+        UsageError: not a format.
+    """
+    try:
+        return _logsetup.log_format(given, os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def set_up_logging(
+    format: _logsetup.LogFormat,
+    *,
+    database_url: str | None,
+    token: str | None = None,
+    minions_info: bool = False,
+) -> None:
+    """The log of a server process: stderr, `format`, the token, the environment's secrets
+    and the database's password redacted; warnings and errors, and minions' own info lines
+    too when `minions_info` (a worker's: runs taken over, handed back, pruned, schedules
+    fired)."""
+    redact = _logsetup.Redactor(_logsetup.secrets_of(token, os.environ, database_url))
+    _logsetup.install(redact, format=format)
+    if minions_info:
+        logging.getLogger("minions").setLevel(logging.INFO)
+
+
+def say(err: Any, format: _logsetup.LogFormat, text: str, **fields: Any) -> None:
+    """A line for the operator on stderr: printed as it is for people, or as a JSON log
+    record (info, logger ``minions.cli``), so that a JSON log stays JSON line by line."""
+    if format == "console":
+        err.print(text, markup=False)
+        return
+    import structlog
+
+    logging.getLogger("minions.cli").setLevel(logging.INFO)
+    structlog.get_logger("minions.cli").info(text, **fields)

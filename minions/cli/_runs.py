@@ -21,8 +21,10 @@ from minions.cli._common import (
     DatabaseOption,
     InputsOption,
     JsonOption,
+    LogFormatOption,
     RetentionOption,
     RunArgument,
+    chosen_log_format,
     local_time,
     model_note,
     once,
@@ -31,6 +33,8 @@ from minions.cli._common import (
     parse_inputs,
     record_data,
     run_time,
+    say,
+    set_up_logging,
     stdout,
     token_text,
 )
@@ -68,6 +72,48 @@ def worker(
     ] = False,
     retention: RetentionOption = None,
     limits: LimitsOption = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            metavar="PORT",
+            help="Serve this process's Prometheus metrics at http://HOST:PORT/metrics "
+            "(needs minions[metrics]).",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host",
+            metavar="HOST",
+            help="The address --metrics-port binds (0.0.0.0: every interface).",
+        ),
+    ] = "127.0.0.1",
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            "--health-port",
+            min=0,
+            max=65535,
+            metavar="PORT",
+            help="Serve probes at http://HOST:PORT/health/live (the process answers) and "
+            "/health/ready (the store answers and the worker takes runs; 503 with the reason "
+            "otherwise). May be the metrics port.",
+            show_default=False,
+        ),
+    ] = None,
+    health_host: Annotated[
+        str,
+        typer.Option(
+            "--health-host",
+            metavar="HOST",
+            help="The address --health-port binds (0.0.0.0: every interface).",
+        ),
+    ] = "127.0.0.1",
+    log_format: LogFormatOption = None,
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
@@ -80,6 +126,16 @@ def worker(
 
     url = resolve(database_url)
     given_limits = load_limits(limits)
+    chosen_format = chosen_log_format(log_format)
+    exported = None
+    if metrics_port is not None:
+        from minions._tracing.prometheus import PrometheusMetrics
+        from minions.errors import MissingExtraError
+
+        try:
+            exported = PrometheusMetrics()
+        except MissingExtraError as exc:
+            raise UsageError(f"--metrics-port: {exc}") from None
     err = Console(stderr=True, highlight=False, soft_wrap=True)
 
     import os
@@ -87,17 +143,20 @@ def worker(
     model = os.environ.get(MODEL_ENV) or None
 
     def ready(worker: Worker) -> None:
-        err.print(
+        say(
+            err,
+            chosen_format,
             f"worker {worker.executor_id}: running queued runs of {describe(url)} "
             f"({worker.concurrency} at a time){model_note(model)}; Ctrl-C or SIGTERM stops it",
-            markup=False,
+            executor_id=worker.executor_id,
         )
         for version, runs in sorted(worker.stranded.items()):
-            err.print(
+            say(
+                err,
+                chosen_format,
                 f"warning: {len(runs)} queued or unfinished run(s) belong to {version}, a "
                 f"newer minions: only a worker of that version runs them "
                 f"(e.g. {', '.join(runs[:3])})",
-                markup=False,
             )
 
     tracer_provider = None
@@ -115,6 +174,7 @@ def worker(
     settings = RunSettings(
         model=model,
         tracer=None if tracer_provider is None else RunTracer(tracer_provider),
+        metrics=None if exported is None else exported.metrics,
     )
     try:
         running = Worker(
@@ -128,15 +188,60 @@ def worker(
         )
     except ValueError as exc:
         raise UsageError(f"--retention: {exc}") from None
+    servers = _serve_probes(
+        running, exported, (metrics_host, metrics_port), (health_host, health_port)
+    )
+    set_up_logging(chosen_format, database_url=url, minions_info=True)
     try:
         running.run()
     finally:
+        for server in servers:
+            server.close()
+        if exported is not None:
+            exported.shutdown()
         if tracer_provider is not None:
             tracer_provider.shutdown()  # sends the spans still batched
     if running.state == "failed":
-        err.print(f"error: {running.error}", markup=False)
+        say(err, chosen_format, f"error: {running.error}")
         raise typer.Exit(1)
-    err.print("worker stopped; its unfinished runs go on in the next worker", markup=False)
+    say(err, chosen_format, "worker stopped; its unfinished runs go on in the next worker")
+
+
+def _serve_probes(
+    worker: Any,
+    exported: Any,
+    metrics: tuple[str, int | None],
+    health: tuple[str, int | None],
+) -> list[Any]:
+    """The HTTP servers of `--metrics-port` and `--health-port` (one, when they are the same
+    address), started.
+
+    Raises:
+        UsageError: an address cannot be bound.
+    """
+    from minions.cli._probes import ProbeServer, Route, probe
+
+    wanted: dict[tuple[str, int], dict[str, Route]] = {}
+    if metrics[1] is not None:
+        wanted.setdefault((metrics[0], metrics[1]), {})["/metrics"] = lambda: (
+            200,
+            exported.content_type,
+            exported.exposition(),
+        )
+    if health[1] is not None:
+        routes = wanted.setdefault((health[0], health[1]), {})
+        routes["/health/live"] = probe(lambda: None)
+        routes["/health/ready"] = probe(worker.readiness)
+    servers = []
+    try:
+        for (host, port), routes in wanted.items():
+            servers.append(ProbeServer(host, port, routes))
+    except OSError as exc:
+        for server in servers:
+            server.close()
+        option = "--metrics-port" if (host, port) == metrics else "--health-port"
+        raise UsageError(f"{option}: cannot listen on {host}:{port}: {exc.strerror}") from None
+    return servers
 
 
 def submit(

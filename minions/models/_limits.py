@@ -320,6 +320,18 @@ class _Turns:
     def __init__(self) -> None:
         self.line = asyncio.Lock()  # asyncio.Lock wakes its waiters in order
         self.changed = asyncio.Event()
+        self.head: EndpointWait | None = None
+        """What the head of the line waits for (``None``: it does not know yet)."""
+        self.untold: dict[int, OnWait] = {}
+        """Callers behind the head not told yet why they wait: the head tells them as soon as
+        it knows."""
+
+    def told_behind(self, wait: EndpointWait) -> None:
+        """The head waits for `wait`: tell the callers behind it who were not told yet."""
+        self.head = wait
+        untold, self.untold = self.untold, {}
+        for tell in untold.values():
+            tell(wait)
 
 
 Sleep = Callable[[float], Awaitable[None]]

@@ -26,6 +26,7 @@ from minions.runs._approvals import ApprovalRecord
 from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointRecord
+from minions.runs._fleet import EndpointLoad, FleetState
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._prune import History, PruneResult, Retention
 from minions.runs._runs import RerunPlan, RunRecord
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
 __all__ = [
     "STATUSES",
     "ApprovalRecord",
+    "EndpointLoad",
     "EndpointRecord",
     "EventLog",
+    "FleetState",
     "History",
     "LiveHub",
     "PruneResult",

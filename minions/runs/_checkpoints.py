@@ -190,6 +190,9 @@ class StepRecord:
     tool_calls: int = 0
     loop_items: tuple[StepRecord, ...] = ()
     duration: float | None = None
+    waited: float = 0.0
+    """Seconds of `duration` it waited (for its endpoint's limits, for approvals) rather than
+    worked."""
     reused_from: str | None = None
     """For a step a rerun reused (status ``reused``): the run that executed it."""
     reused_usage: dict[str, int] = field(default_factory=dict)
@@ -216,6 +219,7 @@ def _record(data: Mapping[str, Any], *, status: str | None = None) -> StepRecord
         tool_calls=data.get("tool_calls", 0),
         loop_items=tuple(_record(item) for item in items),
         duration=None if started is None or finished is None else finished - started,
+        waited=data.get("waited", 0.0),
         reused_from=reused.get("run_id"),
         reused_usage=reused.get("usage", {}),
     )

@@ -17,6 +17,7 @@ from minions.models._base import Model
 from minions.models._limits import (
     EndpointLimit,
     EndpointLimiter,
+    EndpointWait,
     Limits,
     LineOfTurns,
     OnWait,
@@ -77,33 +78,52 @@ class StoreLimiter(EndpointLimiter):
         ticket = uuid.uuid4().hex
         turns = self._turns.of(rule.match)
         told = False
+
+        def tell(wait: EndpointWait) -> None:
+            nonlocal told
+            if not told and on_wait is not None:
+                told = True
+                on_wait(wait)
+
+        me = id(tell)
+        if turns.line.locked():
+            # Behind this process's own callers: a wait from its first moment, for the
+            # reason the head of the line waits (told as soon as the head knows it).
+            if turns.head is not None:
+                tell(turns.head)
+            else:
+                turns.untold[me] = tell
         delay = POLL[0]
         try:
             async with turns.line:
-                while True:
-                    turns.changed.clear()
-                    now = self.clock()
-                    wait = await self.database.apply(
-                        sql.take,
-                        rule,
-                        ticket=ticket,
-                        holder=self.holder,
-                        tokens=tokens,
-                        now=now,
-                        lease=self.lease,
-                        line_ttl=max(10 * POLL[1], self.lease),
-                    )
-                    if wait is None:
-                        with self._held_lock:
-                            self._held.add(ticket)
-                        return ticket
-                    if not told and on_wait is not None:
-                        on_wait(wait)
-                        told = True
-                    pause = delay if wait.until is None else min(wait.until - now, POLL[1])
-                    await wait_for_change(turns.changed, max(pause, 0.0), self.sleep)
-                    delay = min(delay * 2, POLL[1])
+                turns.untold.pop(me, None)
+                try:
+                    while True:
+                        turns.changed.clear()
+                        now = self.clock()
+                        wait = await self.database.apply(
+                            sql.take,
+                            rule,
+                            ticket=ticket,
+                            holder=self.holder,
+                            tokens=tokens,
+                            now=now,
+                            lease=self.lease,
+                            line_ttl=max(10 * POLL[1], self.lease),
+                        )
+                        if wait is None:
+                            with self._held_lock:
+                                self._held.add(ticket)
+                            return ticket
+                        tell(wait)
+                        turns.told_behind(wait)
+                        pause = delay if wait.until is None else min(wait.until - now, POLL[1])
+                        await wait_for_change(turns.changed, max(pause, 0.0), self.sleep)
+                        delay = min(delay * 2, POLL[1])
+                finally:
+                    turns.head = None  # whoever comes next is told again
         except BaseException:
+            turns.untold.pop(me, None)
             # Out of line (and its place given back if the store granted it as it was
             # cancelled), off the event loop's cancellation.
             self._write(sql.give_back, rule.match, ticket, None)

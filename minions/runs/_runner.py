@@ -435,6 +435,7 @@ class DurableRunner:
             place, and its delivery only keeps its place in DBOS's count until a place frees
             here (or the queue would hand it to this worker again).
         hand_back_after: seconds between a waiting run's looks for a place elsewhere.
+        deps: makes the deps of each run it starts or resumes (never stored).
     """
 
     def __init__(
@@ -452,8 +453,10 @@ class DurableRunner:
         concurrency: int | None = None,
         queue: Queue | None = None,
         hand_back_after: float = 1.0,
+        deps: Callable[[], object] | None = None,
     ) -> None:
         self.database = database
+        self.deps = deps
         self.capabilities = capabilities
         self._places = concurrency
         self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
@@ -643,14 +646,22 @@ class DurableRunner:
                 )
             )
         graph = executor.graph(recipe)
+        try:
+            deps = None if self.deps is None else self.deps()
+        except Exception as exc:
+            cause = f"the worker's deps factory failed: {type(exc).__name__}: {exc}"
+            await self._fail(recorder, cause)
+            raise RunFailedError(run_id, cause) from None
         context = executor.create_context(
             recipe,
             start.snapshot.inputs,
             run_id=run_id,
             listeners=[recorder.on_event, recorder.on_start],
+            deps=deps,
         )
         context.events.continue_after(start.last_seq)
         recorder.emitter = context.events
+        began = time.monotonic()
         task = asyncio.create_task(executor.run(graph, context, checkpoints=recorder))
         self.running[run_id] = task
         self._recorders[run_id] = recorder
@@ -663,6 +674,14 @@ class DurableRunner:
                 return  # stood down: the run is someone else's now
             if not cancelled:
                 raise  # the worker is stopping: the run is taken over from its checkpoint
+            metrics = executor.settings.metrics
+            if metrics is not None:
+                metrics.run_ended(
+                    recipe.id,
+                    "cancelled",
+                    duration=time.monotonic() - began,
+                    waited=context.waits.seconds,
+                )
             await recorder.close(
                 status="cancelled",
                 finished_at=time.time(),

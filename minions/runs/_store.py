@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._diff import RunDiff
     from minions.runs._endpoints import EndpointRecord
+    from minions.runs._fleet import FleetState
     from minions.runs._prune import History, PruneResult
     from minions.runs._runs import RerunPlan
     from minions.runs._schedules import ScheduleRecord
@@ -392,6 +393,28 @@ class RunStore:
 
     async def workers(self) -> list[WorkerRecord]:
         return await self._database.apply(workers.listed)
+
+    async def fleet(self) -> FleetState:
+        """The queue, the workers alive and dead, the schedules' next slots and the load of
+        limited endpoints, now: a few cheap reads (what ``GET /metrics`` reports).
+
+        Raises:
+            StoreError: the store cannot be used now.
+        """
+        from minions.runs._fleet import fleet_state
+
+        return await self._database.apply(fleet_state, now=time.time())
+
+    async def check(self) -> str | None:
+        """Why the store cannot be used now, or ``None`` when it can: it answers, and its
+        schema is the one this minions knows (one read).
+
+        Raises:
+            StoreError: the store cannot be reached now (the reason is the message).
+        """
+        from minions.runs._fleet import schema_problem
+
+        return await self._database.apply(schema_problem)
 
     async def endpoints(self, *, expiry: float | None = None) -> list[EndpointRecord]:
         """What model endpoints taught the structured-output ladder of the store's workers,

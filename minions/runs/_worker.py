@@ -104,7 +104,8 @@ class _RunEndsInOneLine(logging.Filter):
     its traceback where it happens (the runner's "run crashed")."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        # (`minions serve`'s log keeps the exception as `exc_value`, its traceback as text.)
+        # (A server process's log, `minions._logsetup`, keeps the exception as `exc_value`,
+        # its traceback as text.)
         exc = record.exc_info[1] if record.exc_info else getattr(record, "exc_value", None)
         if isinstance(exc, RunFailedError | RunEndedError | ForkRefusedError):
             record.msg, record.args = str(exc), None
@@ -154,6 +155,9 @@ class Worker:
         limits: limits per model endpoint (`minions.models.Limits`), held over every worker
             of the store that is given them; its `capability_expiry` says how long what an
             endpoint taught the structured-output ladder is kept in the store.
+        deps: makes the deps of a run (what its tools taking a `ToolContext` read as
+            ``ctx.deps``): called each time a run starts or resumes in this worker. Deps are
+            never stored with a run: each worker makes its own.
 
     Raises:
         ValueError: `retention` is neither a duration nor a number of runs.
@@ -171,6 +175,7 @@ class Worker:
         retention: str | None = None,
         clock: Callable[[], float] = time.time,
         limits: Limits | None = None,
+        deps: Callable[[], object] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -203,6 +208,7 @@ class Worker:
             concurrency=concurrency,
             queue=self.queue,
             hand_back_after=HAND_BACK_AFTER,
+            deps=deps,
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"
@@ -217,6 +223,23 @@ class Worker:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def readiness(self) -> str | None:
+        """Why this worker does not take runs now, or ``None`` when it does: it runs (its
+        loop takes runs, its heartbeat reaches the store) and its store answers now with the
+        schema this minions knows (one read; blocking). Said to anyone: no URL or host."""
+        if self._stop.is_set() and self.state == "running":
+            return "the worker is stopping"
+        if self.state != "running":
+            return f"the worker is {self.state}"
+        from minions.runs._fleet import schema_problem
+
+        try:
+            return schema_problem(self.database)
+        except Exception as exc:
+            if transient(exc):
+                return "the run store cannot be reached"
+            return f"the run store cannot be read ({type(exc).__name__})"
 
     # -- running -------------------------------------------------------------------------------
 

@@ -79,6 +79,8 @@ async def step(
         executions=[StepOut.model_validate(s) for s in stored],
         started_at=latest.started_at,
         finished_at=latest.finished_at,
+        waited=latest.waited if latest.ended else None,
+        waiting=states.waits_for(latest),
         skipped=latest.skipped,
         error=latest.error,
         usage=latest.usage,

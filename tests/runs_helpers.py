@@ -299,23 +299,26 @@ def minions(*args: str, cwd: Path | None = None, **env: str) -> subprocess.Compl
     )
 
 
-def insert_run(store: Any, run_id: str) -> None:
-    """A queued run straight into a `Store` (no DBOS queue): for tests of the store itself."""
-    store.insert_run(
-        run_id=run_id, recipe_id="x", recipe_yaml="", recipe_path=None, recipe_hash="-",
-        inputs={}, idempotency_key=None, request_hash="-", enqueue=lambda *_: None,
-    )  # fmt: skip
+def insert_run(database: Any, run_id: str) -> None:
+    """A queued run straight into a `Database` (no DBOS queue): for tests of the store
+    itself."""
+    from minions.runs import _runs
+    from minions.runs._snapshot import RecipeSnapshot
+
+    snapshot = RecipeSnapshot(recipe_id="x", yaml="", path=None, hash="-", request_hash="-")
+    row = _runs.queued_row(snapshot, run_id=run_id, idempotency_key=None)
+    _runs.insert(database, row, enqueue=lambda *_: None)
 
 
 async def run_here(url: str, run_id: str, attempt: int = 1, **settings: Any) -> None:
     """Run a queued run in this process, as a worker's DBOS workflow would (`settings`: of
     its runs, `RunSettings` fields)."""
     from minions import RunSettings
-    from minions.runs._async import AsyncStore
+    from minions.runs._async import AsyncDatabase
+    from minions.runs._db import Database
     from minions.runs._runner import DurableRunner
-    from minions.runs._store import Store
 
-    store = AsyncStore(Store(url), patient=True)
+    store = AsyncDatabase(Database(url), patient=True)
     try:
         runner = DurableRunner(
             store, executor_id="here", incarnation="here", settings=RunSettings(**settings)

@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from service_helpers import app_in_thread, auth, server, submit, write_chat_recipe
 
-from minions.runs import RunStore
-from minions.runs._store import Store
+from minions.runs import RunStore, _workers
+from minions.runs._db import Database
 from minions.service import ServiceConfig, create_app
 from minions.testing import FakeOpenAIServer, FakeReply
 
@@ -57,9 +57,9 @@ def until(check: Callable[[], bool], within: float = 60) -> None:
 
 def dead_worker(url: str) -> None:
     """A worker record whose heartbeats stopped a minute ago (killed, not stopped)."""
-    store = Store(url)
+    store = Database(url)
     try:
-        store.register_worker("gone", incarnation="x", version="v", host="h", pid=1)
+        _workers.register(store, "gone", incarnation="x", version="v", host="h", pid=1)
         with store.begin() as db:
             db.execute(
                 sa.text("UPDATE minions_workers SET heartbeat_at = :at WHERE executor_id = 'gone'"),
@@ -185,7 +185,7 @@ def test_the_queue_and_late_schedules_are_read_at_each_scrape(tmp_path: Path) ->
                 await store.pause_schedule("paused")
 
         asyncio.run(schedule())
-        store = Store(url)
+        store = Database(url)
         try:
             with store.begin() as db:
                 db.execute(

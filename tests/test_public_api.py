@@ -85,7 +85,7 @@ PUBLIC: dict[str, set[str]] = {
         "ApprovalRecord", "EndpointRecord", "RunFilters", "RunRecord", "RunStore", "StepRecord",
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
-        "RerunPlan", "RunDiff", "StepDiff", "FleetState", "EndpointLoad",
+        "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -8,9 +8,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from minions.runs import RunStore
-from minions.runs._async import AsyncStore
+from minions.runs._async import AsyncDatabase
+from minions.runs._db import Database
 from minions.runs._runner import DurableRunner
-from minions.runs._store import Store
 
 TOOLS = '''\
 from dataclasses import dataclass
@@ -39,7 +39,7 @@ async def run_with(tmp_path: Path, deps: Callable[[], object] | None) -> tuple[R
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     store = RunStore(url, create=True)
     run_id, _ = await store.submit(tmp_path / "recipe.yaml")
-    async_store = AsyncStore(Store(url), patient=True)
+    async_store = AsyncDatabase(Database(url), patient=True)
     try:
         runner = DurableRunner(async_store, executor_id="w", incarnation="w", deps=deps)
         try:

@@ -27,9 +27,9 @@ from minions.events import (
 from minions.models import EndpointLimit, Limits, LocalLimiter
 from minions.models._limits import EndpointWait
 from minions.recipes import parse_recipe
-from minions.runs._async import AsyncStore
+from minions.runs._async import AsyncDatabase
+from minions.runs._db import Database
 from minions.runs._limiter import StoreLimiter
-from minions.runs._store import Store
 from minions.testing import FakeOpenAIServer, FakeReply, ScriptedModel
 from minions.tools import ApprovalDecision, ApprovalRequest
 
@@ -52,8 +52,8 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[AsyncStore]:
-    adapter = AsyncStore(Store(f"sqlite:///{tmp_path / 'runs.db'}", create=True))
+async def store(tmp_path: Path) -> AsyncIterator[AsyncDatabase]:
+    adapter = AsyncDatabase(Database(f"sqlite:///{tmp_path / 'runs.db'}", create=True))
     try:
         yield adapter
     finally:
@@ -63,7 +63,7 @@ async def store(tmp_path: Path) -> AsyncIterator[AsyncStore]:
 # -- told at once --------------------------------------------------------------------------------
 
 
-async def test_a_caller_behind_its_own_process_line_is_told_at_once(store: AsyncStore) -> None:
+async def test_a_caller_behind_its_own_process_line_is_told_at_once(store: AsyncDatabase) -> None:
     url = "http://127.0.0.1:9/v1"
     limits = Limits(endpoints=(EndpointLimit(match=url, max_concurrent=1),))
     elsewhere = StoreLimiter(store, limits, holder="other-process", lease=10.0)

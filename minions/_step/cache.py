@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +28,6 @@ if TYPE_CHECKING:
     from minions.models._base import Model
 
 __all__ = ["CachePolicy", "CachedStep", "InMemoryStepCache", "StepCache"]
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,27 +70,21 @@ class CachePolicy:
 
 
 def duration(value: Any) -> float | None:
-    """Seconds of a duration: a number, or text such as ``"90s"``, ``"30m"``, ``"1h"``,
-    ``"2d"`` (``None`` stays ``None``).
+    """Seconds of a cache ttl: a number, or text such as ``"90s"``, ``"30m"``, ``"1h"``,
+    ``"2d"``, ``"2w"`` (``None`` stays ``None``): the grammar of every duration
+    (`minions._duration`).
 
     Raises:
-        StepDefinitionError: anything else, or a duration that is not positive.
+        StepDefinitionError: anything else, or a duration that is not positive or too long.
     """
     if value is None:
         return None
-    seconds: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str):
-        found = _DURATION.match(value)
-        if found:
-            seconds = float(found[1]) * _UNITS[found[2] or "s"]
-    if seconds is None or seconds <= 0:
-        raise StepDefinitionError(
-            f"cache ttl must be a positive duration such as 90, '90s', '30m', '1h' or '2d', "
-            f"not {value!r}"
-        )
-    return seconds
+    from minions._duration import duration_seconds
+
+    try:
+        return duration_seconds(value)
+    except ValueError as exc:
+        raise StepDefinitionError(f"cache ttl: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -117,14 +117,14 @@ def serve_command(
         raise UsageError(
             "minions serve needs FastAPI and uvicorn: pip install 'minions[service]'"
         ) from None
+    from minions._text import redact_url as describe
     from minions.runs import database_url as resolve
-    from minions.runs._store import describe
     from minions.service import ServiceConfig, load_token, serve
 
     if retention is not None:
         if no_worker:
             raise UsageError("--retention: the worker prunes; give it to `minions worker`")
-        from minions.runs._prune import Retention
+        from minions.runs import Retention
 
         try:
             Retention.parse(retention)

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from minions._text import redact_url
 from minions.models._limits import WINDOW
-from minions.runs._store import DEAD_AFTER, Store
+from minions.runs._db import DEAD_AFTER, Database
 from minions.runs._tables import SCHEMA_VERSION, meta_table
 
 __all__ = ["EndpointLoad", "FleetState"]
@@ -108,7 +108,7 @@ LINE_SEEN = 10.0
 looks again at least every half second; one not seen for longer died)."""
 
 
-def fleet_state(store: Store, *, now: float) -> FleetState:
+def fleet_state(store: Database, *, now: float) -> FleetState:
     """The fleet as the store says it is at `now`: four reads, none of them a scan of
     finished runs (the queue's statuses are indexed)."""
     with store.read() as db:
@@ -142,7 +142,7 @@ def fleet_state(store: Store, *, now: float) -> FleetState:
     )
 
 
-def schema_problem(store: Store) -> str | None:
+def schema_problem(store: Database) -> str | None:
     """What keeps the store from being used by this minions now (``None``: nothing): one
     read of its schema version.
 

@@ -26,7 +26,7 @@ from minions.models._limits import (
 )
 from minions.models._structured import CapabilityMemory
 from minions.runs import _endpoints as sql
-from minions.runs._async import AsyncStore
+from minions.runs._async import AsyncDatabase
 
 __all__: list[str] = []
 
@@ -46,7 +46,7 @@ class StoreLimiter(EndpointLimiter):
     (`renew`): the places of a process that was killed are free once their lease runs out.
 
     Args:
-        store: the worker's store.
+        database: the worker's store's database.
         limits: the limits.
         holder: whose places these are (the worker's incarnation).
         lease: seconds a place stays in flight without a renewal.
@@ -56,7 +56,7 @@ class StoreLimiter(EndpointLimiter):
 
     def __init__(
         self,
-        store: AsyncStore,
+        database: AsyncDatabase,
         limits: Limits,
         *,
         holder: str,
@@ -65,7 +65,7 @@ class StoreLimiter(EndpointLimiter):
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         super().__init__(limits, clock=clock)
-        self.store = store
+        self.database = database
         self.holder = holder
         self.lease = lease
         self.sleep = sleep
@@ -101,9 +101,8 @@ class StoreLimiter(EndpointLimiter):
                     while True:
                         turns.changed.clear()
                         now = self.clock()
-                        wait = await self.store.call(
+                        wait = await self.database.apply(
                             sql.take,
-                            self.store.store,
                             rule,
                             ticket=ticket,
                             holder=self.holder,
@@ -127,24 +126,24 @@ class StoreLimiter(EndpointLimiter):
             turns.untold.pop(me, None)
             # Out of line (and its place given back if the store granted it as it was
             # cancelled), off the event loop's cancellation.
-            self._write(sql.give_back, self.store.store, rule.match, ticket, None)
+            self._write(sql.give_back, rule.match, ticket, None)
             raise
 
     def _release(self, rule: EndpointLimit, ticket: Any, tokens: int) -> None:
         with self._held_lock:
             self._held.discard(ticket)
-        task = self._write(sql.give_back, self.store.store, rule.match, ticket, tokens)
+        task = self._write(sql.give_back, rule.match, ticket, tokens)
         if task is not None:
             # The callers of this process waiting for the place look again once it is free.
             task.add_done_callback(lambda _: self._turns.wake(rule.match))
 
     def _pause(self, rule: EndpointLimit, seconds: float) -> None:
         until = self.clock() + seconds
-        self._write(sql.pause, self.store.store, rule.match, until)
+        self._write(sql.pause, rule.match, until)
 
     def _write(self, fn: Callable[..., None], *args: Any) -> asyncio.Task[None] | None:
-        """`fn(*args)` in the store, without making the caller wait for it: a call's end
-        must not wait for the database, nor be lost to its task's cancellation."""
+        """`fn(database, *args)` in the store, without making the caller wait for it: a
+        call's end must not wait for the database, nor be lost to its task's cancellation."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -156,7 +155,7 @@ class StoreLimiter(EndpointLimiter):
 
     async def _written(self, fn: Callable[..., None], *args: Any) -> None:
         try:
-            await self.store.call(fn, *args)
+            await self.database.apply(fn, *args)
         except Exception:
             log.exception("endpoint limits: a write to the store failed")
 
@@ -165,7 +164,7 @@ class StoreLimiter(EndpointLimiter):
         heartbeat calls it from its own thread)."""
         with self._held_lock:
             held = sorted(self._held)
-        sql.renew(self.store.store, held, self.clock() + self.lease)
+        sql.renew(self.database.database, held, self.clock() + self.lease)
 
     async def settle(self) -> None:
         """EndpointWait for the writes started so far (for tests and an orderly stop)."""
@@ -179,19 +178,19 @@ class StoreCapabilities:
     the store when a run starts (`refresh`) and written to it as it learns.
 
     Args:
-        store: the worker's store.
+        database: the worker's store's database.
         expiry: seconds a lesson is kept; an older one is learned again.
         clock: the time in seconds (`time.time`).
     """
 
     def __init__(
         self,
-        store: AsyncStore,
+        database: AsyncDatabase,
         *,
         expiry: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = store
+        self.database = database
         self.expiry = expiry
         self.clock = clock
         self.memory = CapabilityMemory()
@@ -208,7 +207,7 @@ class StoreCapabilities:
         except RuntimeError:  # learned outside an event loop: kept at once, blocking
             self._dirty.discard(key)
             rejected, worked = self.memory.learned(key)
-            sql.save_capability(self.store.store, key, rejected, worked, self.clock())
+            sql.save_capability(self.database.database, key, rejected, worked, self.clock())
             return
         self._flusher = loop.create_task(self._flush())
 
@@ -219,9 +218,7 @@ class StoreCapabilities:
             key = self._dirty.pop()
             rejected, worked = self.memory.learned(key)
             try:
-                await self.store.call(
-                    sql.save_capability, self.store.store, key, rejected, worked, self.clock()
-                )
+                await self.database.apply(sql.save_capability, key, rejected, worked, self.clock())
             except Exception:
                 log.exception("what an endpoint taught could not be kept", base_url=key[0])
 
@@ -229,9 +226,7 @@ class StoreCapabilities:
         """Load what every worker learned (what this one is writing first)."""
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
-        known = await self.store.call(
-            sql.capabilities, self.store.store, since=self.clock() - self.expiry
-        )
+        known = await self.database.apply(sql.capabilities, since=self.clock() - self.expiry)
         self.memory.load({(c.base_url, c.model): (c.rejected, c.worked) for c in known})
 
 

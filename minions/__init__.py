@@ -77,6 +77,7 @@ from minions.errors import (
     UnknownRecipeError,
     UnknownRunError,
     UnknownScheduleError,
+    UnknownStepError,
 )
 from minions.models._base import Model
 from minions.tools._tool import Tool, ToolRegistry, tool
@@ -268,4 +269,5 @@ __all__ = [
     "UnknownRecipeError",
     "UnknownRunError",
     "UnknownScheduleError",
+    "UnknownStepError",
 ]

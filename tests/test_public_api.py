@@ -22,7 +22,7 @@ ERRORS = {
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
     "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
-    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError",
+    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError", "UnknownStepError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {

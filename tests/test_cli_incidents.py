@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from cli_helpers import SETTINGS, write_recipe
 from runs_helpers import run_here, shouting_recipes
 from typer.testing import CliRunner, Result
 
@@ -220,3 +221,23 @@ def status(store: Store, run_id: str) -> str:
         return asyncio.run(found.get(run_id)).status
     finally:
         found.close()
+
+
+def test_minions_run_names_a_step_that_timed_out_once(tmp_path: Path) -> None:
+    recipe = write_recipe(
+        tmp_path,
+        """\
+        id: napping
+        tools: [tools]
+        steps:
+          - id: slow
+            tool: nap
+            params: {seconds: 30}
+            timeout: 0.1
+        """,
+    )
+    done = CliRunner().invoke(app, ["run", str(recipe)], obj=SETTINGS)
+    assert done.exit_code == 1, done.stderr
+    assert "✗ slow failed in " in done.stderr
+    assert ": timed out after 0.1s\n" in done.stderr
+    assert "step 'slow' timed out" not in done.stderr.split("✗ slow failed in ")[1].split("\n")[0]

@@ -152,6 +152,9 @@ def test_runs_step_of_a_failed_step_says_its_error_whole(store: Store) -> None:
     joined = " ".join(shown.stdout.split())
     assert f"error: {DOWN}" in joined
     assert "step 'ask'" not in joined
+    # Its model call's error is the same: said once.
+    assert "model calls (1):\n  turn 1, attempt 1: scripted" in shown.stdout
+    assert shown.stdout.endswith("    error: (as above)\n")
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from minions.cli._common import (
     JsonOption,
     RunArgument,
     local_time,
+    once,
     open_store,
     plain,
     record_data,
@@ -99,8 +100,9 @@ def _print(out: Console, d: StepDetail) -> None:
     ]
     if any(when):
         out.print(" · ".join(x for x in when if x), markup=False)
+    said: list[str] = []  # a long error, said once: the step's, then "(as above)" in its call's
     if d.error:
-        out.print(f"error: {d.error}", markup=False, style="red")
+        out.print(f"error: {once(d.error, said)}", markup=False, style="red")
     if d.skipped:
         out.print(f"skipped: {d.skipped}", markup=False)
     last = d.executions[-1] if d.executions else None
@@ -123,8 +125,8 @@ def _print(out: Console, d: StepDetail) -> None:
                 plain(" ".join((shown or "").split())),
             )
         out.print(items)
-    _model_calls(out, d)
-    _tool_calls(out, d)
+    _model_calls(out, d, said)
+    _tool_calls(out, d, said)
     for r in d.retries:
         waited = f", waited {r.delay:.2f}s" if r.delay else ""
         out.print(
@@ -144,7 +146,7 @@ def _print(out: Console, d: StepDetail) -> None:
         )
 
 
-def _model_calls(out: Console, d: StepDetail) -> None:
+def _model_calls(out: Console, d: StepDetail, said: list[str]) -> None:
     if not d.model_calls:
         return
     out.print(f"model calls ({len(d.model_calls)}):", markup=False)
@@ -161,12 +163,12 @@ def _model_calls(out: Console, d: StepDetail) -> None:
         line.append(" · ".join(x for x in facts if x))
         out.print(line)
         if c.error:
-            out.print(Text(f"    error: {c.error}", style="red"))
+            out.print(Text(f"    error: {once(c.error, said)}", style="red"))
         if c.answer:
             out.print(Text(f"    answer: {c.answer}"))
 
 
-def _tool_calls(out: Console, d: StepDetail) -> None:
+def _tool_calls(out: Console, d: StepDetail, said: list[str]) -> None:
     if not d.tool_calls:
         return
     out.print(f"tool calls ({len(d.tool_calls)}):", markup=False)
@@ -182,4 +184,4 @@ def _tool_calls(out: Console, d: StepDetail) -> None:
         if t.result is not None:
             out.print(Text(f"    result: {t.result}"))
         if t.error:
-            out.print(Text(f"    error: {t.error}", style="red"))
+            out.print(Text(f"    error: {once(t.error, said)}", style="red"))

@@ -20,6 +20,7 @@ from typer.testing import CliRunner, Result
 from minions.cli._app import Settings, app
 from minions.cli._common import since_time
 from minions.cli._errors import UsageError
+from minions.cli._runs_step import took
 from minions.errors import ModelError
 from minions.runs import RunStore
 from minions.runs._runner import RunFailedError
@@ -110,6 +111,22 @@ def test_since_is_an_age_or_a_local_time() -> None:
     assert since_time(None) is None
     with pytest.raises(UsageError, match=r"--since 'soon': give an age \(30m, 12h, 7d\)"):
         since_time("soon")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0.5, "0.50s"),
+        (59.5, "59.50s"),
+        (59.996, "1m00s"),
+        (119.6, "2m00s"),
+        (299.6, "5m00s"),
+        (3599.7, "1h00m"),
+        (5400.0, "1h30m"),
+    ],
+)
+def test_a_steps_time_never_says_60_of_a_unit(seconds: float, shown: str) -> None:
+    assert took(1000.0, 1000.0 + seconds) == shown
 
 
 def test_runs_step_shows_one_step_with_its_every_call(store: Store) -> None:

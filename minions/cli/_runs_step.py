@@ -66,11 +66,13 @@ def step(
     _print(stdout(), detail)
 
 
-def _seconds(start: float | None, end: float | None) -> str:
+def took(start: float | None, end: float | None) -> str:
+    """How long from `start` to `end` (or now): ``1.25s`` under a minute, else ``4m05s``,
+    ``1h02m``; rounded before it is split, so never ``60.00s`` nor ``59m60s``."""
     if start is None:
         return ""
-    took = (end or time.time()) - start
-    return f"{took:.2f}s" if took < 60 else elapsed(took)
+    seconds = max(0.0, (end or time.time()) - start)
+    return f"{seconds:.2f}s" if round(seconds, 2) < 60 else elapsed(round(seconds))
 
 
 def _tokens(usage: Any) -> str:
@@ -89,7 +91,7 @@ def _value(value: Any) -> str:
 
 
 def _print(out: Console, d: StepDetail) -> None:
-    head = [d.status, d.kind or "", _seconds(d.started_at, d.finished_at), _tokens(d.usage)]
+    head = [d.status, d.kind or "", took(d.started_at, d.finished_at), _tokens(d.usage)]
     out.print(
         f"step {d.step_id} of run {d.run_id}: " + ", ".join(x for x in head if x), markup=False
     )
@@ -120,7 +122,7 @@ def _print(out: Console, d: StepDetail) -> None:
             items.add_row(
                 i.step_id,
                 i.status,
-                _seconds(i.started_at, i.finished_at),
+                took(i.started_at, i.finished_at),
                 str(usage) if i.usage.get("calls") else "",
                 plain(" ".join((shown or "").split())),
             )
@@ -153,7 +155,7 @@ def _model_calls(out: Console, d: StepDetail, said: list[str]) -> None:
     for c in d.model_calls:
         facts = [
             c.model,
-            _seconds(c.started_at, c.finished_at) if c.finished_at else "running",
+            took(c.started_at, c.finished_at) if c.finished_at else "running",
             _tokens(c.usage),
             f"finish {c.finish_reason}" if c.finish_reason else "",
             f"mode {c.output_mode}" if c.output_mode else "",
@@ -174,7 +176,7 @@ def _tool_calls(out: Console, d: StepDetail, said: list[str]) -> None:
     out.print(f"tool calls ({len(d.tool_calls)}):", markup=False)
     for t in d.tool_calls:
         facts = [
-            _seconds(t.started_at, t.finished_at) if t.finished_at else "running",
+            took(t.started_at, t.finished_at) if t.finished_at else "running",
             f"{t.attempts} attempts" if t.attempts > 1 else "",
         ]
         arguments = json.dumps(t.arguments, ensure_ascii=False)

@@ -27,10 +27,9 @@ def confirmed(ctx: typer.Context, store: RunStore, run: str) -> bool:
     Raises:
         UnknownRunError: no run has this id.
     """
-    from minions.cli._app import Settings
-
-    settings = ctx.find_object(Settings) or Settings()
-    ask = asker(settings.ask)
+    # The command's `Settings` (`ctx.obj`), read by name: this module does not import the
+    # app that imports it.
+    ask = asker(getattr(ctx.obj, "ask", None))
     record = asyncio.run(store.get(run))
     if ask is None or record.status in TERMINAL:
         return True

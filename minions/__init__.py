@@ -82,6 +82,7 @@ from minions.errors import (
     UnknownRecipeError,
     UnknownRunError,
     UnknownScheduleError,
+    UnknownStepError,
 )
 from minions.models._base import Model
 from minions.tools._context import ToolContext
@@ -282,4 +283,5 @@ __all__ = [
     "UnknownRecipeError",
     "UnknownRunError",
     "UnknownScheduleError",
+    "UnknownStepError",
 ]

@@ -71,6 +71,35 @@ WaitKind = Literal["approval", "limit"]
 limits before a model call is sent (``limit``)."""
 
 
+def _named(step_id: str, error: str) -> tuple[str, str] | None:
+    """The mention of the step (or of the loop step of an item) that `error` starts with
+    (``step 'x'``), and what follows it; ``None``: it names no such step first."""
+    name = ItemId.parse(step_id)
+    for named in dict.fromkeys((f"step {step_id!r}", f"step {name.step!r}")):
+        rest = error[len(named) :]
+        if error.startswith(named) and rest[:1] in (":", ",", " "):
+            return named, rest
+    return None
+
+
+def step_error(step_id: str, error: str) -> str:
+    """A step's error said where the step is named already (its row, its line): without
+    the step's name it may start with (``step 'x': cannot read...`` is ``cannot read...``;
+    ``step 'x' timed out after 5s`` is ``timed out after 5s``)."""
+    found = _named(step_id, error)
+    return error if found is None else found[1].lstrip(":, ")
+
+
+def step_failure(step_id: str, error: str) -> str:
+    """``step 'x' failed: ERROR``, the step named once: an error that starts by naming it
+    says the rest after ``failed:`` (``step 'x': boom`` is ``step 'x' failed: boom``), and one
+    that says what the step did is kept whole (``step 'x' timed out after 5s``)."""
+    found = _named(step_id, error)
+    if found is not None and found[1][:1] == " ":
+        return error
+    return f"step {step_id!r} failed: {step_error(step_id, error)}"
+
+
 @dataclass(kw_only=True, slots=True)
 class Wait:
     """A wait inside an execution: for a person's decision on a call (`kind` ``approval``),

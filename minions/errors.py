@@ -52,6 +52,7 @@ __all__ = [
     "UnknownRecipeError",
     "UnknownRunError",
     "UnknownScheduleError",
+    "UnknownStepError",
 ]
 
 
@@ -314,6 +315,19 @@ class UnknownRunError(MinionsError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no run {run_id!r}")
         self.run_id = run_id
+
+
+class UnknownStepError(MinionsError, LookupError):
+    """A run has no step (or loop item) of this id: none in its recipe, and none ran."""
+
+    def __init__(self, run_id: str, step_id: str, steps: Sequence[str] = ()) -> None:
+        known = f" (its steps: {', '.join(steps[:20])}{', ...' if len(steps) > 20 else ''})"
+        super().__init__(
+            f"run {run_id} has no step {step_id!r}{known if steps else ''}; a loop item is "
+            "written step[i], e.g. each[0]"
+        )
+        self.run_id = run_id
+        self.step_id = step_id
 
 
 class UnknownScheduleError(MinionsError, LookupError):

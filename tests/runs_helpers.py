@@ -326,3 +326,44 @@ async def run_here(url: str, run_id: str, attempt: int = 1, **settings: Any) -> 
         await runner.execute(run_id, attempt)
     finally:
         store.close()
+
+
+SHOUTING_TOOLS = '''\
+from minions import tool
+
+
+@tool
+def shout(text: str) -> str:
+    """Shout."""
+    return text.upper()
+'''
+
+SHOUTING = """\
+id: {id}
+tools: [tools]
+inputs: {{words: {{type: array}}}}
+steps:
+  - id: each
+    loop: "{{{{ inputs.words }}}}"
+    parallel: 2
+    tool: shout
+    params: {{text: "{{{{ loop.item }}}}"}}
+  - id: ask
+    depends_on: [each]
+    goal: Shout the first word.
+    tools: [shout]
+    config: {{retry_initial_delay: 0.0}}
+"""
+
+
+def shouting_recipes(folder: Path) -> tuple[Path, Path]:
+    """Recipes `alpha` and `beta` in `folder`: a loop of tool calls (`each`), then an agent
+    step that may call the tool (`ask`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tools.py").write_text(SHOUTING_TOOLS)
+    paths = []
+    for name in ("alpha", "beta"):
+        path = folder / f"{name}.yaml"
+        path.write_text(SHOUTING.format(id=name))
+        paths.append(path)
+    return paths[0], paths[1]

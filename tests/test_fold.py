@@ -20,6 +20,8 @@ from minions._fold import (
     Execution,
     ItemId,
     RunStates,
+    step_error,
+    step_failure,
 )
 from minions.runs import STATUSES, StepRecord
 
@@ -61,6 +63,31 @@ def test_an_item_id_parses_and_prints_back(text: str, step: str, item: int | Non
     name = ItemId.parse(text)
     assert (name.step, name.item) == (step, item)
     assert str(name) == text
+
+
+@pytest.mark.parametrize(
+    ("step_id", "error", "failure", "own"),
+    [
+        ("x", "boom", "step 'x' failed: boom", "boom"),
+        ("x", "step 'x': cannot read 'a.txt'", "step 'x' failed: cannot read 'a.txt'", None),
+        (
+            "x",
+            "step 'x', parameter 'p': no value",
+            "step 'x' failed: parameter 'p': no value",
+            None,
+        ),
+        ("x", "step 'x' timed out after 5s", "step 'x' timed out after 5s", "timed out after 5s"),
+        ("each[2]", "step 'each': no list", "step 'each[2]' failed: no list", "no list"),
+        # Another step named, or the name only as a prefix of another: said as it is.
+        ("x", "step 'y': boom", "step 'x' failed: step 'y': boom", "step 'y': boom"),
+        ("x", "step 'x'y: boom", "step 'x' failed: step 'x'y: boom", "step 'x'y: boom"),
+    ],
+)
+def test_a_failed_step_is_named_once(
+    step_id: str, error: str, failure: str, own: str | None
+) -> None:
+    assert step_failure(step_id, error) == failure
+    assert step_error(step_id, error) == (own if own is not None else failure.split(": ", 1)[1])
 
 
 def test_one_status_list_for_runs_and_one_for_executions() -> None:

@@ -22,7 +22,7 @@ ERRORS = {
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
     "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
-    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError",
+    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError", "UnknownStepError",
     "MissingDepsError", "Reask", "StepFailed", "StreamingWarning",
 }  # fmt: skip
 
@@ -86,6 +86,7 @@ PUBLIC: dict[str, set[str]] = {
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
         "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
+        "StepDetail",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -169,6 +169,8 @@ def test_reading_a_store_that_is_not_there_writes_nothing(tmp_path: Path) -> Non
         (["runs", "show", "nope"], "error: no run 'nope'"),
         (["runs", "cancel", "nope"], "error: no run 'nope'"),
         (["runs", "list", "--status", "lost"], "unknown status 'lost'"),
+        (["runs", "list", "--since", "soon"], "--since 'soon': give an age"),
+        (["runs", "step", "nope", "x"], "error: no run 'nope'"),
         (["submit", "missing.yaml"], "no such recipe file"),
         (
             ["runs", "list", "--database-url", "postgresql://u:pw@127.0.0.1:1/x"],

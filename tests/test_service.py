@@ -434,6 +434,11 @@ def test_a_runs_steps_are_told_as_the_one_fold_of_its_events(client: httpx2.Clie
     )
     assert each["started_at"] <= second["started_at"] <= second["finished_at"]
     assert second["finished_at"] <= each["finished_at"] <= executions["after"]["started_at"]
+    # One loop item, addressed as everywhere: its calls and its stored execution.
+    item = client.get(f"/runs/{run_id}/steps/each[1]").json()
+    assert (item["step_id"], item["status"], len(item["tool_calls"])) == ("each[1]", "completed", 1)
+    assert [e["step_id"] for e in item["executions"]] == ["each[1]"]
+    error_of(client.get(f"/runs/{run_id}/steps/each[9]"), 404, "unknown_step")
     error_of(client.get("/runs/nope/steps"), 404, "unknown_run")
 
 

@@ -238,7 +238,8 @@ def test_loop_item_failures_are_recorded() -> None:
     body = ToolStep("sum", "add", {"a": "{{ loop.item }}", "b": 1})
     failed = run(LoopStep(body, [1, "x", 2, "y"]))
     assert failed.status is StepStatus.FAILED
-    assert (failed.error or "").startswith("2 of 4 loop items failed: sum[1]: step 'sum':")
+    # Each item named once: not "sum[1]: step 'sum': ...".
+    assert (failed.error or "").startswith("2 of 4 loop items failed: sum[1]: Invalid arguments")
     assert [i.status for i in failed.items] == [
         StepStatus.COMPLETED,
         StepStatus.FAILED,

@@ -10,6 +10,7 @@ from typing import Any
 from minions._agent.checkpoints import StepCheckpoints
 from minions._agent.graph import StepGraph
 from minions._agent.manager import StepManager
+from minions._fold import step_failure
 from minions._routing.selection import StepSelectionChain
 from minions._step.context import AgentContext
 from minions._step.execution import StepExecution, StepStatus
@@ -275,7 +276,7 @@ class Run:
         context = self.context
         error = self.error
         if error is None and manager.failures:
-            error = "; ".join(f"step {e.step_id!r} failed: {e.error}" for e in manager.failures)
+            error = "; ".join(step_failure(e.step_id, e.error or "") for e in manager.failures)
         status = StepStatus.FAILED if error is not None else StepStatus.COMPLETED
         duration = time.perf_counter() - started
         waited = min(context.waits.seconds, duration)

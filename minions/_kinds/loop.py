@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
+from minions._fold import step_error
 from minions._messages import Message
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.run import StepRun
@@ -97,7 +98,9 @@ class LoopStep(Step):
         failed = [r for r in done if r.status is not StepStatus.COMPLETED]
         outputs = [r.output if r.status is StepStatus.COMPLETED else None for r in done]
         if failed and not self.continue_on_error:
-            details = "; ".join(f"{r.step_id}: {r.error}" for r in failed[:3])
+            details = "; ".join(
+                f"{r.step_id}: {step_error(r.step_id, r.error or '')}" for r in failed[:3]
+            )
             more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
             run.fail(
                 f"{len(failed)} of {len(done)} loop items failed: {details}{more}", output=outputs

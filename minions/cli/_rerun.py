@@ -23,6 +23,7 @@ from minions.cli._common import (
     RunArgument,
     open_store,
     parse_inputs,
+    plain,
     stdout,
 )
 from minions.cli._errors import UsageError
@@ -151,10 +152,12 @@ def diff(
             f"{s.tokens[0]} / {s.tokens[1]}",
             f"{s.calls[0]} / {s.calls[1]}",
             " / ".join("-" if d is None else f"{d:.2f}s" for d in s.duration),
-            "; ".join(
-                f"{c.path}: {json.dumps(c.a, ensure_ascii=False)[:30]} -> "
-                f"{json.dumps(c.b, ensure_ascii=False)[:30]}"
-                for c in s.changes[:3]
+            plain(
+                "; ".join(
+                    f"{c.path}: {json.dumps(c.a, ensure_ascii=False)[:30]} -> "
+                    f"{json.dumps(c.b, ensure_ascii=False)[:30]}"
+                    for c in s.changes[:3]
+                )
             ),
         )
     out.print(table)

@@ -24,6 +24,7 @@ from minions.cli._common import (
     LogFormatOption,
     RetentionOption,
     RunArgument,
+    SinceOption,
     chosen_log_format,
     local_time,
     model_note,
@@ -31,10 +32,13 @@ from minions.cli._common import (
     one_of,
     open_store,
     parse_inputs,
+    plain,
     record_data,
     run_time,
     say,
     set_up_logging,
+    shortened,
+    since_time,
     stdout,
     token_text,
 )
@@ -309,18 +313,41 @@ def list_runs(
             show_default=False,
         ),
     ] = None,
+    since: SinceOption = None,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            "--recipe", metavar="RECIPE", help="Runs of this recipe id.", show_default=False
+        ),
+    ] = None,
+    schedule: Annotated[
+        str | None,
+        typer.Option(
+            "--schedule", metavar="NAME", help="Runs this schedule fired.", show_default=False
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """The runs, newest first."""
+    """The runs, newest first. On a terminal a long error is cut to fit; in a pipe (and with
+    --json) it is whole."""
     from minions.runs import STATUSES
 
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
+    after = since_time(since)
     store = open_store(database_url)
     try:
-        records = asyncio.run(store.list_runs(status=status, limit=limit))
+        records = asyncio.run(
+            store.list_runs(
+                status=status,
+                recipe=recipe,
+                schedule=schedule,
+                created_after=after,
+                limit=limit,
+            )
+        )
         history = asyncio.run(store.history())
     finally:
         store.close()
@@ -338,12 +365,16 @@ def list_runs(
     if not records:
         err.print("no runs" + (f" {status}" if status else ""), markup=False)
         return
+    out = stdout()
+    cut = 60 if out.is_terminal else None
+    if cut is None:  # a pipe: one line per run, its error whole
+        out.width = max(out.width, 200 + max(len(r.error or "") for r in records))
     table = Table(show_edge=False, pad_edge=False)
     for name in ("run", "status", "recipe", "created", "time", "tokens", "error"):
         table.add_column(
             name,
             justify="right" if name in ("time", "tokens") else "left",
-            no_wrap=name != "error",
+            no_wrap=name != "error" or cut is None,
         )
     for r in records:
         table.add_row(
@@ -353,9 +384,9 @@ def list_runs(
             local_time(r.created_at),
             run_time(r),
             token_text(r.usage),
-            (r.error or "")[:60],
+            plain(shortened(r.error or "", cut)),
         )
-    stdout().print(table)
+    out.print(table)
 
 
 def show(
@@ -509,10 +540,25 @@ def events(
         raise typer.Exit(1)  # the run failed or was cancelled: a script following it can tell
 
 
-def cancel(run: RunArgument, database_url: DatabaseOption = None) -> None:
-    """Cancel a run: a queued one at once, a running one at its next step boundary."""
+def cancel(
+    ctx: typer.Context,
+    run: RunArgument,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask first (a terminal asks).")
+    ] = False,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Cancel a run: a queued one at once, a running one at its next step boundary.
+
+    On a terminal it asks first (the run, its recipe and status) unless --yes; a script or a
+    pipe (stdin or stderr not a terminal) is never asked, and the run is cancelled.
+    """
+    from minions.cli._cancel import confirmed
+
     store = open_store(database_url)
     try:
+        if not yes and not confirmed(ctx, store, run):
+            raise typer.Exit(1)
         record = asyncio.run(store.cancel(run))
     finally:
         store.close()

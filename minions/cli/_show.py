@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from minions import events as ev
 from minions._fold import RunStates, WaitKind, total
 from minions._text import token_count
+from minions.cli._common import plain
 from minions.runs import StepRecord
 
 __all__: list[str] = []
@@ -137,7 +139,7 @@ def steps_table(steps: Sequence[ShownStep], now: float) -> Table:
         table.add_column("attempts", justify="right", no_wrap=True)
     table.add_column("error or output", overflow="fold")
     for s in steps:
-        cells = [s.step_id]
+        cells: list[str | Text] = [s.step_id]
         if any(x.visit > 1 for x in steps):
             cells.append(str(s.visit))
         status = s.status + (f" ({s.items} items)" if s.items else "")
@@ -147,7 +149,7 @@ def steps_table(steps: Sequence[ShownStep], now: float) -> Table:
         cells.append(s.tokens)
         if any(x.attempts > 1 for x in steps):
             cells.append(str(s.attempts))
-        cells.append(s.error if s.status in ("failed", "skipped") else _output(s.output))
+        cells.append(plain(s.error if s.status in ("failed", "skipped") else _output(s.output)))
         table.add_row(*cells, style="red" if s.status == "failed" else None)
     return table
 

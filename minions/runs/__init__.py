@@ -31,6 +31,7 @@ from minions.runs._log import EventLog, LiveHub
 from minions.runs._prune import History, PruneResult, Retention
 from minions.runs._runs import RerunPlan, RunRecord
 from minions.runs._schedules import ScheduleRecord
+from minions.runs._steps import StepDetail
 from minions.runs._store import RunFilters, RunStore, database_url
 from minions.runs._tables import STATUSES
 from minions.runs._workers import WorkerRecord
@@ -55,6 +56,7 @@ __all__ = [
     "RunRecord",
     "RunStore",
     "ScheduleRecord",
+    "StepDetail",
     "StepDiff",
     "StepRecord",
     "Worker",

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from minions.runs._prune import History, PruneResult
     from minions.runs._runs import RerunPlan
     from minions.runs._schedules import ScheduleRecord
+    from minions.runs._steps import StepDetail
     from minions.runs._workers import WorkerRecord
 
 __all__ = ["RunFilters", "RunStore", "database_url"]
@@ -343,6 +344,19 @@ class RunStore:
         """
         await self._database.apply(runs.head, run_id)
         return await self._database.apply(events.of_step, run_id, step_id)
+
+    async def step_detail(self, run_id: str, step_id: str) -> StepDetail:
+        """One step of the run (``each``, or one loop item: ``each[2]``): its finished
+        visits, and from its stored events every model call (each attempt), tool call,
+        retry, completion decision and approval (what ``minions runs step`` prints).
+
+        Raises:
+            UnknownRunError: no run has this id.
+            UnknownStepError: the run has no such step (or item).
+        """
+        from minions.runs._steps import step_detail
+
+        return await step_detail(self, run_id, step_id)
 
     async def history(self) -> History:
         """How far the stored runs go back, and how far pruning went."""

@@ -114,6 +114,8 @@ class RerunPlan:
     rerun: tuple[str, ...]
     changed: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, Any] = field(default_factory=dict)
+    created: bool = True
+    """False: an idempotency key named an earlier rerun, and this is its plan."""
 
     def to_data(self) -> dict[str, Any]:
         """The plan as JSON data (what the rerun stores, and its worker reads)."""

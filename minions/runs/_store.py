@@ -239,7 +239,8 @@ class RunStore:
         (a file), instead of the run's snapshot; or `recipe_yaml`, recipe YAML whose tools
         modules and sub-recipes are found in folder `base` (as `submit_yaml` takes it); steps
         whose definition changed run again. `idempotency_key`: as for `submit` (the same key
-        and request give the same rerun). Returns the plan, with the new run's id.
+        and request give the same rerun: its plan, `created` False). Returns the plan, with
+        the new run's id.
 
         The parent is held while the rerun is stored, and its seeds (the checkpoints of
         the steps it reuses) are read in that transaction: a prune meanwhile either comes
@@ -299,7 +300,7 @@ class RunStore:
         if not created:
             earlier = await self._database.apply(runs.rerun_plan, new_id)
             if earlier is not None:
-                return earlier
+                return dataclasses.replace(earlier, created=False)
         return dataclasses.replace(plan, run_id=new_id)
 
     # -- reading -------------------------------------------------------------------------------

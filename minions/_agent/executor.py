@@ -250,6 +250,7 @@ class AgentExecutor:
         )
         given = settings.step_cache
         context.step_cache = given if given is not None else self.step_cache
+        context.recipe_scope = recipe_scope(recipe)
         return context
 
     async def execute(
@@ -339,6 +340,18 @@ class AgentExecutor:
         """
         selection = graph.recipe.selection_chain or self.selection_chain
         return await Run(graph, context, selection, checkpoints).execute()
+
+
+def recipe_scope(recipe: AgentRecipe) -> dict[str, Any]:
+    """The recipe as the step cache's key names it: its id, and for a recipe loaded from
+    YAML its version (a hash of what it says: a new version misses every entry)."""
+    import hashlib
+
+    spec = getattr(recipe.source, "spec", None)
+    if spec is None:
+        return {"id": recipe.id}
+    text = spec.model_dump_json(exclude={"description"})
+    return {"id": recipe.id, "version": hashlib.sha256(text.encode()).hexdigest()[:16]}
 
 
 async def run_inner_recipe(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from minions._config import ExecutionConfig
@@ -87,6 +88,9 @@ class AgentContext:
     step_cache: StepCache | None = None
     """Where steps that say ``cache`` keep their outputs (``None``: nothing is cached): the
     settings' `step_cache`, else the `AgentExecutor`'s in-memory one."""
+    recipe_scope: Mapping[str, Any] = MappingProxyType({})
+    """The run's recipe as the step cache's key names it: its id and version (the
+    `AgentExecutor` sets it; empty for steps run without a recipe)."""
 
     def __init__(
         self,

@@ -334,11 +334,12 @@ def _register_runs() -> None:
     from minions.cli._serve import serve_command
 
     app.command(name="serve")(_user_errors_of(serve_command))
+    from minions.cli._cache import cache_app
     from minions.cli._endpoints import endpoints_app
     from minions.cli._rerun import register
 
     register(_runs.runs_app)
-    for group in (_runs.runs_app, _schedules.schedules_app, endpoints_app):
+    for group in (_runs.runs_app, _schedules.schedules_app, endpoints_app, cache_app):
         for command in group.registered_commands:
             assert command.callback is not None
             command.callback = _user_errors_of(command.callback)

@@ -164,6 +164,7 @@ def request_hash(plan: RerunPlan, snapshot_hash: str) -> str:
             "rerun_of": plan.parent_run_id,
             "from_step": plan.from_step,
             "outputs": _jsonable(dict(plan.outputs)),
+            "cache": plan.cache,
             "submit": snapshot_hash,
         },
         sort_keys=True,

@@ -104,6 +104,8 @@ class RerunPlan:
         changed: steps executed again for a reason of their own besides being downstream of
             `from_step`: ``"inputs"`` (their rendered templates change with the new inputs)
             or ``"definition"`` (the new recipe version changed them).
+        cache: the steps executed again may answer from the step cache (asked for; by
+            default they never do: each runs, and its entry replaces the cached one).
     """
 
     parent_run_id: str
@@ -114,6 +116,7 @@ class RerunPlan:
     rerun: tuple[str, ...]
     changed: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, Any] = field(default_factory=dict)
+    cache: bool = False
     created: bool = True
     """False: an idempotency key named an earlier rerun, and this is its plan."""
 
@@ -126,6 +129,7 @@ class RerunPlan:
             "rerun": list(self.rerun),
             "changed": dict(self.changed),
             "outputs": dict(self.outputs),
+            "cache": self.cache,
         }
 
     @classmethod
@@ -139,6 +143,7 @@ class RerunPlan:
             rerun=tuple(data["rerun"]),
             changed=dict(data.get("changed", {})),
             outputs=dict(data.get("outputs", {})),
+            cache=bool(data.get("cache", False)),
         )
 
 

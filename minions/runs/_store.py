@@ -34,7 +34,7 @@ from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import STATUSES, TERMINAL
 
 if TYPE_CHECKING:
-    from minions._step.cache import StepCache
+    from minions._step.cache import CachedStep, StepCache
     from minions.recipes._recipe import AgentRecipe
     from minions.recipes._schema import CatchUp
     from minions.runs._checkpoints import Checkpoint
@@ -229,6 +229,7 @@ class RunStore:
         recipe_yaml: str | None = None,
         base: str | Path | None = None,
         idempotency_key: str | None = None,
+        cache: bool = False,
     ) -> RerunPlan:
         """Queue a rerun of an ended run from step `from_step`: a new run that reuses the
         recorded result of every step not downstream of `from_step` (no model or tool call;
@@ -238,9 +239,10 @@ class RunStore:
         output schemas; what follows them runs again). `recipe`: a new version of the recipe
         (a file), instead of the run's snapshot; or `recipe_yaml`, recipe YAML whose tools
         modules and sub-recipes are found in folder `base` (as `submit_yaml` takes it); steps
-        whose definition changed run again. `idempotency_key`: as for `submit` (the same key
-        and request give the same rerun: its plan, `created` False). Returns the plan, with
-        the new run's id.
+        whose definition changed run again. The steps it runs again never answer from the
+        step cache, unless `cache` (the plan says so). `idempotency_key`: as for `submit`
+        (the same key and request give the same rerun: its plan, `created` False). Returns
+        the plan, with the new run's id.
 
         The parent is held while the rerun is stored, and its seeds (the checkpoints of
         the steps it reuses) are read in that transaction: a prune meanwhile either comes
@@ -287,6 +289,7 @@ class RunStore:
             outputs=dict(outputs or {}),
             definitions=definitions,
         )
+        plan = dataclasses.replace(plan, cache=cache)
         snapshot = RecipeSnapshot.of(text, path or "recipe.yaml", built, checked)
         snapshot = dataclasses.replace(
             snapshot, request_hash=request_hash(plan, snapshot.request_hash)
@@ -398,6 +401,27 @@ class RunStore:
         from minions.runs._cache import StoreStepCache
 
         return StoreStepCache(self._database, clock=clock)
+
+    async def cache_entries(
+        self, *, recipe: str | None = None, limit: int = 100
+    ) -> list[tuple[str, CachedStep]]:
+        """The step cache's entries (made by runs of `recipe`), newest first, each with its
+        key: the step, the run that made it (pruned with it), its recipe, when."""
+        from minions.runs import _cache
+
+        return await self._database.apply(_cache.listed, recipe=recipe, limit=limit)
+
+    async def count_cache_entries(self, *, recipe: str | None = None) -> int:
+        """How many entries `cache_entries` has, every page together."""
+        from minions.runs import _cache
+
+        return await self._database.apply(_cache.count, recipe=recipe)
+
+    async def clear_cache(self, *, recipe: str | None = None) -> int:
+        """Delete the step cache's entries (those made by runs of `recipe`); how many."""
+        from minions.runs import _cache
+
+        return await self._database.apply(_cache.clear, recipe=recipe)
 
     async def workers(self) -> list[WorkerRecord]:
         return await self._database.apply(workers.listed)
@@ -643,8 +667,9 @@ class RunStore:
     ) -> PruneResult:
         """Delete the finished runs (in one of `statuses`: default, every finished one) that
         finished over `older_than` ago (``30d``, or seconds: 0 for every one), but the newest
-        `keep`, with their steps, events, approvals and DBOS workflows; in batches, so workers
-        go on meanwhile. An SQLite file then gives the freed space back.
+        `keep`, with their steps, events, approvals, step cache entries and DBOS workflows;
+        in batches, so workers go on meanwhile. An SQLite file then gives the freed space
+        back.
 
         Raises:
             ValueError: `older_than` is not a duration (or is longer than ten years), or a

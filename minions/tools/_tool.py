@@ -44,6 +44,10 @@ class Tool:
     origin: tuple[str, str] | None = None
     """``(server, tool)`` for a tool of an MCP server (steps ask for it as ``server.tool``);
     ``None`` for a Python function."""
+    reach: str | None = None
+    """What the tool reaches besides its arguments, when that is not the same for every
+    instance of its function (a file tool's folder): part of the step cache's key, so a
+    step never answers from an entry made where the tool saw other things."""
 
     def __init__(
         self,

@@ -56,6 +56,11 @@ class RerunRequest(BaseModel):
         description="Rerunning again with the same key (and request) returns the same rerun; "
         "the `Idempotency-Key` header says the same.",
     )
+    cache: bool = Field(
+        False,
+        description="Let the steps that run again answer from the step cache (by default "
+        "none does: each runs, and refreshes its entry).",
+    )
 
 
 class Rerun(BaseModel):
@@ -69,6 +74,9 @@ class Rerun(BaseModel):
     changed: dict[str, str] = Field(
         default_factory=dict,
         description="Steps executed again for a reason of their own: `inputs` or `definition`.",
+    )
+    cache: bool = Field(
+        False, description="The steps executed again may answer from the step cache."
     )
 
 
@@ -134,6 +142,7 @@ async def rerun(
         inputs=body.inputs,
         outputs=body.outputs,
         idempotency_key=key,
+        cache=body.cache,
         **source,
     )
     status = "queued" if plan.created else (await runs.get(plan.run_id)).status
@@ -146,6 +155,7 @@ async def rerun(
         reused=list(plan.reused),
         rerun=list(plan.rerun),
         changed=dict(plan.changed),
+        cache=plan.cache,
     )
 
 

@@ -52,7 +52,7 @@ class PruneAt:
         self.at: int | None = None
         self.calls = 0
         self.pruned = False
-        setattr(self.database, "apply", self.apply)  # noqa: B010
+        setattr(self.database, "apply", self.apply)  # noqa: B010 (typed as a method)
 
     async def apply(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         if self.calls == self.at:
@@ -148,7 +148,7 @@ async def test_a_prune_holding_the_parent_makes_the_rerun_wait_then_refuse(
                 insert_started.set()
             return await original(fn, *args, **kwargs)
 
-        setattr(hook.database, "apply", apply)  # noqa: B010
+        setattr(hook.database, "apply", apply)  # noqa: B010 (typed as a method)
         with engine.connect() as pruning:
             deleted = pruning.execute(
                 sa.text("DELETE FROM minions_runs WHERE run_id = :id"), {"id": parent}
@@ -168,6 +168,75 @@ async def test_a_prune_holding_the_parent_makes_the_rerun_wait_then_refuse(
         assert [r.run_id for r in await store.list_runs()] == [done]
     finally:
         engine.dispose()
+        await store.aclose()
+
+
+async def test_a_prune_meeting_a_held_parent_waits_for_the_rerun(
+    postgres: str, recipe: Path
+) -> None:
+    """Postgres, the other order: a prune that comes while the rerun's insert holds the
+    parent waits for its commit (a lock wait seen by Postgres), then deletes the parent; the
+    rerun has every seed."""
+    import sqlalchemy as sa
+    from postgres import fresh_database
+
+    from minions.runs._db import Database
+
+    url = fresh_database(postgres, f"racing{uuid.uuid4().hex[:8]}")
+    store = RunStore(url, create=True)
+    other = Database(url)
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        done, _ = await store.submit(recipe)
+        await run_here(url, done)
+        parent = await ended_parent(store, done)
+        hook = PruneAt(store)
+        original = hook.original
+        pruned: list[int] = []
+
+        def prune_beside() -> None:
+            pruned.append(
+                prune.prune(other, before=time.time() + 60, statuses=("cancelled",), pause=0).runs
+            )
+
+        async def apply(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            if getattr(fn, "__name__", "") != "insert":
+                return await original(fn, *args, **kwargs)
+            seeds = kwargs["seeds"]
+
+            def holding(db: Any) -> Any:
+                found = seeds(db)  # the parent is held from here to the commit
+                pid = db.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+                thread = threading.Thread(target=prune_beside)
+                thread.start()
+                give_up = time.monotonic() + 60
+                with engine.connect() as watch:
+                    while not watch.execute(
+                        sa.text(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE :pid = ANY(pg_blocking_pids(pid))"
+                        ),
+                        {"pid": pid},
+                    ).scalar_one():
+                        assert thread.is_alive(), "the prune did not wait for the rerun"
+                        assert time.monotonic() < give_up, "the prune never met the held parent"
+                threads.append(thread)
+                return found
+
+            return await original(fn, *args, **{**kwargs, "seeds": holding})
+
+        threads: list[threading.Thread] = []
+        setattr(hook.database, "apply", apply)  # noqa: B010 (typed as a method)
+        plan = await store.rerun(parent, from_step="ship")
+        setattr(hook.database, "apply", original)  # noqa: B010 (typed as a method)
+        await asyncio.to_thread(threads[0].join)
+        assert pruned == [1]  # the parent, once the rerun had committed
+        rerun = await store.get(plan.run_id)
+        assert {s.step_id: s.status for s in rerun.steps} == {"fetch": "reused", "draft": "reused"}
+        assert parent not in {r.run_id for r in await store.list_runs()}
+    finally:
+        engine.dispose()
+        other.close()
         await store.aclose()
 
 

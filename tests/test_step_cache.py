@@ -322,6 +322,36 @@ async def test_a_tool_of_the_same_name_and_schema_from_elsewhere_misses() -> Non
         assert await hits(executor, made) is hit
 
 
+def test_the_world_names_the_mcp_server_and_the_model_endpoint() -> None:
+    """A tool of an MCP server is told apart by the server that serves it (two servers of
+    the same name elsewhere), and a model by its endpoint."""
+    from minions import Message, Tool
+    from minions._step.cache import cache_key, cache_world
+    from minions.models import OpenAIChatModel
+    from minions.tools import MCPHttpServer, MCPStdioServer
+
+    remote = Tool(_look_here, name="files_look", side_effects=False)
+    remote.origin = ("files", "look")
+    worlds = [
+        cache_world({"id": "r"}, [remote], {"files": server})
+        for server in (
+            MCPHttpServer(url="http://127.0.0.1:1/mcp"),
+            MCPHttpServer(url="http://127.0.0.1:2/mcp"),
+            MCPStdioServer(command="files-server"),
+        )
+    ]
+    assert len({repr(w) for w in worlds}) == 3
+
+    def key(base_url: str) -> str:
+        model = OpenAIChatModel("same", base_url=base_url, api_key="k")
+        return cache_key(
+            messages=[Message.user("hi")], model=model, tools=[], output=None, world=worlds[0]
+        )
+
+    assert key("http://127.0.0.1:1/v1") != key("http://127.0.0.1:2/v1")
+    assert key("http://127.0.0.1:1/v1") == key("http://127.0.0.1:1/v1")
+
+
 async def durable_run(tmp_path: Path, url: str) -> tuple[RunStore, FunctionModel, Path, str]:
     """A store, a model answering "notes", and a completed durable run of CHAIN (its recipe
     file and id)."""

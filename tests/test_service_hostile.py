@@ -477,6 +477,53 @@ def test_a_rerun_retried_with_its_idempotency_key_is_one_rerun(
         assert "Idempotency-Key" in both.json()["error"]["message"]
 
 
+# -- the step cache: one recipe's answer never serves another ---------------------------------
+
+PRIVATE = """\
+id: {id}
+model: openai-compatible:fake-model@{url}/v1
+steps:
+  - {{id: read, goal: "Read secret.txt and say what it says.", tools: [read_file], cache: true}}
+"""
+
+
+def test_a_cached_step_never_answers_another_recipe_with_its_files(
+    client: httpx2.Client, folder: Path, url: str
+) -> None:
+    """Two recipes of the folder with the same cached step (prompt, model, tools): each reads
+    its own workspace's secret, and the second is not answered with the first's from the
+    cache (before, the key had no recipe or file-tool root)."""
+    from minions.testing import FakeOpenAIServer, FakeRequest
+
+    def reader(request: FakeRequest) -> Any:
+        last = request.last_message
+        if last.get("role") == "tool":
+            return str(last.get("content"))
+        return [("read_file", {"path": "secret.txt"})]
+
+    outputs = {}
+    with FakeOpenAIServer(reader) as model:
+        for name in ("alpha", "bravo"):
+            recipe_id = f"private-{name}"
+            (folder / "recipes" / f"{recipe_id}.yaml").write_text(
+                PRIVATE.format(id=recipe_id, url=model.url)
+            )
+            workspace = folder / ".minions" / "workspace" / recipe_id
+            workspace.mkdir(parents=True, exist_ok=True)
+            (workspace / "secret.txt").write_text(f"{name}'s password")
+        with worker(url, folder, "cache-worker", folder / "ledger.txt"):
+            for name in ("alpha", "bravo"):
+                made = client.post("/runs", json={"recipe": f"private-{name}"})
+                assert made.status_code == 201, made.text
+                run_id = made.json()["run_id"]
+                with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+                    kinds = [m["event"] for m in read_stream(response)]
+                assert kinds[-1] == "run_completed", kinds
+                assert "step_cached" not in kinds
+                outputs[name] = client.get(f"/runs/{run_id}").json()["output"]
+    assert outputs == {"alpha": "alpha's password", "bravo": "bravo's password"}
+
+
 # -- bad bytes ------------------------------------------------------------------------------
 
 

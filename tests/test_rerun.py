@@ -463,7 +463,8 @@ def test_the_api_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
     recipe = write_proof(tmp_path)
 
     parent = asyncio.run(executed(url, recipe))
-    config = ServiceConfig(token="t" * 40, database_url=url)
+    # A client reruns a recipe of the server's folder (the one the run came from, here).
+    config = ServiceConfig(token="t" * 40, database_url=url, recipes=tmp_path)
     with (
         app_in_thread(create_app(config)) as base,
         httpx2.Client(base_url=base, headers=auth("t" * 40), timeout=60) as client,
@@ -512,7 +513,7 @@ def test_a_schema_2_store_migrates(tmp_path: Path) -> None:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     assert {"parent_run_id", "from_step", "rerun"} <= columns
     assert "minions_step_cache" in tables
-    assert version == "3"
+    assert version == "4"
 
 
 # -- the rule, as a property -------------------------------------------------------------------

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from minions._agent.checkpoints import StepCheckpoints
@@ -273,6 +274,7 @@ class AgentExecutor:
         )
         given = settings.step_cache
         context.step_cache = given if given is not None else self.step_cache
+        context.recipe_scope = RecipeScope(recipe)
         return context
 
     async def execute(
@@ -381,6 +383,35 @@ class AgentExecutor:
         """
         selection = graph.recipe.selection_chain or self.selection_chain
         return await Run(graph, context, selection, checkpoints).execute()
+
+
+class RecipeScope(Mapping[str, Any]):
+    """The recipe as the step cache's key names it: its id, and for a recipe loaded from
+    YAML its version (a hash of what it says: a new version misses every entry). Worked out
+    when a cached step first asks, so runs without one pay nothing."""
+
+    def __init__(self, recipe: AgentRecipe) -> None:
+        self.recipe = recipe
+
+    @functools.cached_property
+    def _data(self) -> dict[str, Any]:
+        import hashlib
+
+        recipe = self.recipe
+        spec = getattr(recipe.source, "spec", None)
+        if spec is None:
+            return {"id": recipe.id}
+        text = spec.model_dump_json(exclude={"description"})
+        return {"id": recipe.id, "version": hashlib.sha256(text.encode()).hexdigest()[:16]}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
 
 
 async def run_inner_recipe(

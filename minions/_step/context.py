@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from minions._config import ExecutionConfig
@@ -105,6 +106,9 @@ class AgentContext:
     streaming: bool = False
     """The caller streams the run (`AgentExecutor.stream()`): every model call asks its model
     to stream, whatever the model's own default."""
+    recipe_scope: Mapping[str, Any] = MappingProxyType({})
+    """The run's recipe as the step cache's key names it: its id and version (the
+    `AgentExecutor` sets it; empty for steps run without a recipe)."""
 
     def __init__(
         self,

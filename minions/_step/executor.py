@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn
 from minions._generic import OutputT
 from minions._memory import MemorySnapshot
 from minions._messages import Message, Prompt, ToolCall, ToolCallResponse, ToolSpec
-from minions._step.cache import CachedStep, StepCache, cache_age, cache_key
+from minions._step.cache import CachedStep, StepCache, cache_age, cache_key, cache_world
 from minions._step.completion import (
     COMPLETION_TOOL,
     CallLimitLink,
@@ -406,7 +406,8 @@ class StepExecutor(Generic[OutputT]):
     async def run_model_loop(self) -> None:
         """The model ⇄ tool loop, until the completion chain decides or the call limit; for
         a step that says ``cache``, the output of an earlier execution with the same rendered
-        prompt, model, tools and output schema instead, when the step cache has one."""
+        prompt, model, tools and output schema, in the same world (its recipe, where its
+        tools come from and what they reach), when the step cache has one."""
         self._start_conversation()
         policy, cache = self.step.cache, self.context.step_cache
         key = None
@@ -416,6 +417,11 @@ class StepExecutor(Generic[OutputT]):
                 model=self.model,
                 tools=self._tool_specs(),
                 output=self.step.output,
+                world=cache_world(
+                    self.context.recipe_scope,
+                    self.tools.registry,
+                    self.context.settings.mcp_servers,
+                ),
             )
             if await self._cached(cache, key, policy.ttl):
                 return
@@ -429,6 +435,8 @@ class StepExecutor(Generic[OutputT]):
                     next_step=execution.next_step,
                     usage=dataclasses.asdict(execution.usage),
                     step_id=self.name,
+                    run_id=self.context.run_id,
+                    recipe_id=str(self.context.recipe_scope.get("id", "")),
                 ),
             )
 

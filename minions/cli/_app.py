@@ -340,6 +340,7 @@ def _register_runs() -> None:
     """The commands over a run store and the groups of commands: every one registered here,
     the same way."""
     from minions.cli import (
+        _cache,
         _endpoints,
         _eval,
         _prune,
@@ -401,7 +402,12 @@ def _register_runs() -> None:
         ],
         cls=_eval.EvalGroup,
     )
-    for group in (runs, schedules, endpoints, evals):
+    cache = _group(
+        "cache",
+        _cache.CACHE_HELP,
+        [("list", _cache.list_entries), ("clear", _cache.clear)],
+    )
+    for group in (runs, schedules, endpoints, cache, evals):
         app.add_typer(group, name=group.info.name)
 
 

@@ -60,6 +60,14 @@ def rerun(
             show_default=False,
         ),
     ] = None,
+    cache: Annotated[
+        bool,
+        typer.Option(
+            "--cache",
+            help="Let the steps that run again answer from the step cache (by default none "
+            "does: each runs, and refreshes its entry).",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
@@ -72,7 +80,9 @@ def rerun(
     store = open_store(database_url)
     try:
         plan = asyncio.run(
-            store.rerun(run, from_step=from_step, inputs=given, outputs=edited, recipe=recipe)
+            store.rerun(
+                run, from_step=from_step, inputs=given, outputs=edited, recipe=recipe, cache=cache
+            )
         )
     finally:
         store.close()
@@ -82,7 +92,8 @@ def rerun(
     typer.echo(plan.run_id)
     said = Console(stderr=True, highlight=False, soft_wrap=True)
     said.print(
-        f"reuses {', '.join(plan.reused) or 'no step'}; runs {', '.join(plan.rerun)}",
+        f"reuses {', '.join(plan.reused) or 'no step'}; runs {', '.join(plan.rerun)}"
+        + (" (answered from the step cache where it can)" if plan.cache else ""),
         markup=False,
     )
     for step, why in plan.changed.items():

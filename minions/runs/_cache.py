@@ -1,13 +1,15 @@
 """The step cache table: the outputs of steps that say `cache`, in the run store, so every
 worker (and every foreground run given the store) shares them. An entry is keyed by the
-rendered step (see `minions._step.cache`); a newer one replaces it."""
+rendered step and its world (see `minions._step.cache`); a newer one replaces it. An entry
+belongs to the run that made it (a sub-recipe's, to its outer run): pruning the run deletes
+it; `minions cache clear` deletes entries by recipe, or all."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -28,15 +30,25 @@ def entry_of(database: Database, key: str) -> CachedStep | None:
         row = db.execute(
             sa.select(step_cache_table).where(step_cache_table.c.key == key)
         ).one_or_none()
-    if row is None:
-        return None
+    return None if row is None else _entry(row)
+
+
+def _entry(row: Any) -> CachedStep:
     return CachedStep(
         output=json.loads(row.output),
         next_step=row.next_step,
         usage=json.loads(row.usage),
         step_id=row.step_id,
         created_at=row.created_at,
+        run_id=row.run_id or "",
+        recipe_id=row.recipe_id or "",
     )
+
+
+def owner(run_id: str) -> str:
+    """The stored run an entry made by run `run_id` belongs to: a sub-recipe's inner run
+    (``RUN.step``) belongs to its outer run."""
+    return run_id.partition(".")[0]
 
 
 def keep(database: Database, key: str, entry: CachedStep, *, now: float) -> None:
@@ -48,9 +60,45 @@ def keep(database: Database, key: str, entry: CachedStep, *, now: float) -> None
         "next_step": entry.next_step,
         "usage": dumps(dict(entry.usage)),
         "created_at": now,
+        "run_id": owner(entry.run_id) or None,
+        "recipe_id": entry.recipe_id or None,
     }
     with database.begin() as db:
         db.execute(database.upsert(step_cache_table, values, key=["key"]))
+
+
+def listed(
+    database: Database, *, recipe: str | None = None, limit: int = 100
+) -> list[tuple[str, CachedStep]]:
+    """Entries (of `recipe`'s runs), newest first, with their keys."""
+    query = sa.select(step_cache_table).order_by(step_cache_table.c.created_at.desc())
+    if recipe is not None:
+        query = query.where(step_cache_table.c.recipe_id == recipe)
+    with database.read() as db:
+        return [(row.key, _entry(row)) for row in db.execute(query.limit(limit))]
+
+
+def count(database: Database, *, recipe: str | None = None) -> int:
+    """How many entries there are (of `recipe`'s runs)."""
+    query = sa.select(sa.func.count()).select_from(step_cache_table)
+    if recipe is not None:
+        query = query.where(step_cache_table.c.recipe_id == recipe)
+    with database.read() as db:
+        return int(db.execute(query).scalar_one())
+
+
+def clear(database: Database, *, recipe: str | None = None) -> int:
+    """Delete every entry (of `recipe`'s runs); how many."""
+    query = step_cache_table.delete()
+    if recipe is not None:
+        query = query.where(step_cache_table.c.recipe_id == recipe)
+    with database.begin() as db:
+        return int(db.execute(query).rowcount)
+
+
+def forget(db: sa.Connection, run_ids: Sequence[str]) -> None:
+    """Delete the entries these runs made (pruning them), in the caller's transaction."""
+    db.execute(step_cache_table.delete().where(step_cache_table.c.run_id.in_(list(run_ids))))
 
 
 class StoreStepCache:

@@ -246,15 +246,20 @@ def saved(database: Database, run_id: str) -> dict[tuple[str, int], Checkpoint]:
     """Every checkpoint of the run, steps and loop items, by name and visit, in the order
     they were saved (one query)."""
     with database.read() as db:
-        rows = db.execute(
-            sa.select(steps_table)
-            .where(steps_table.c.run_id == run_id)
-            .order_by(steps_table.c.saved_at)
-        )
-        return {(r.step_id, r.visit): _checkpoint(r) for r in rows}
+        return saved_in(db, run_id)
 
 
 # -- in a caller's transaction -------------------------------------------------------------------
+
+
+def saved_in(db: sa.Connection, run_id: str) -> dict[tuple[str, int], Checkpoint]:
+    """`saved`, in the caller's transaction."""
+    rows = db.execute(
+        sa.select(steps_table)
+        .where(steps_table.c.run_id == run_id)
+        .order_by(steps_table.c.saved_at)
+    )
+    return {(r.step_id, r.visit): _checkpoint(r) for r in rows}
 
 
 def records(db: sa.Connection, run_id: str) -> tuple[StepRecord, ...]:

@@ -1,7 +1,7 @@
 """Retention: deleting finished runs with everything stored of them (steps, events,
-approvals, and the DBOS workflows of their attempts), a batch per short transaction so that
-workers writing meanwhile wait for one batch at most; then, on SQLite, giving the freed pages
-back to the file system.
+approvals, the step cache entries they made, and the DBOS workflows of their attempts), a
+batch per short transaction so that workers writing meanwhile wait for one batch at most;
+then, on SQLite, giving the freed pages back to the file system.
 
 A run is deleted by compare-and-set on its status: a run resumed meanwhile (queued again) is
 not finished any more, and stays.
@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from minions._duration import TooLongError, duration_seconds
 from minions.runs import _approvals as approvals
+from minions.runs import _cache as cache
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
 from minions.runs import _queue as queue
@@ -46,7 +47,8 @@ class PruneResult:
     """What a prune deleted (or, in a dry run, would delete).
 
     Attributes:
-        runs: finished runs deleted, with their steps, events, approvals and DBOS workflows.
+        runs: finished runs deleted, with their steps, events, approvals, step cache
+            entries and DBOS workflows.
         before: runs that finished before this moment (a Unix time) were eligible.
         statuses: the statuses pruned.
         dry_run: nothing was deleted.
@@ -169,6 +171,7 @@ def _delete(database: Database, run_ids: list[str], statuses: tuple[str, ...]) -
         if not ids:
             return 0
         checkpoints.forget(db, ids)
+        cache.forget(db, ids)
         events.forget(db, ids)
         approvals.forget(db, ids)
         workflows = [queue.workflow_id(r.run_id, n) for r in gone for n in range(1, r.attempt + 1)]

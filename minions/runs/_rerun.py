@@ -11,15 +11,19 @@ rule as a pure function of the graph; `plan_rerun` applies it to a stored run.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from minions._fold import ItemId
 from minions._templates import render, template_expressions, template_roots
 from minions.errors import MinionsError, RerunError, TemplateError
+from minions.runs import _checkpoints as checkpoints
+from minions.runs import _runs as runs
 from minions.runs._runs import RerunPlan, RunRecord
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from minions._agent.graph import StepGraph
     from minions.recipes._recipe import AgentRecipe
     from minions.runs._checkpoints import Checkpoint
@@ -130,6 +134,44 @@ def plan_rerun(
         changed={s: why for s, why in changed.items() if s in again},
         outputs=checked,
     )
+
+
+def seeding(plan: RerunPlan, *, attempt: int) -> Callable[[sa.Connection], list[Checkpoint]]:
+    """What a rerun's insert reads its seeds with, in its own transaction: it holds the
+    parent (ended at `attempt`, the attempt the plan was made from) until the commit, then
+    reads its checkpoints. A prune that deleted the parent since the plan was made refuses
+    the rerun (nothing is queued); one that comes later waits for the commit, and the rerun
+    has its seeds by then: a rerun is never queued without them.
+
+    Raises (from the callable):
+        UnknownRunError: the parent was pruned meanwhile.
+        RunStateError: it was resumed meanwhile.
+    """
+
+    def read(db: sa.Connection) -> list[Checkpoint]:
+        runs.hold_ended(db, plan.parent_run_id, attempt=attempt)
+        return seeds(plan, checkpoints.saved_in(db, plan.parent_run_id))
+
+    return read
+
+
+def request_hash(plan: RerunPlan, snapshot_hash: str) -> str:
+    """What an idempotency key of a rerun names: its parent, its step, the outputs set by
+    hand, and the submit it amounts to (`snapshot_hash`: the recipe version and inputs)."""
+    import hashlib
+
+    request = json.dumps(
+        {
+            "rerun_of": plan.parent_run_id,
+            "from_step": plan.from_step,
+            "outputs": _jsonable(dict(plan.outputs)),
+            "cache": plan.cache,
+            "submit": snapshot_hash,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(request.encode()).hexdigest()
 
 
 def seeds(plan: RerunPlan, saved: Mapping[tuple[str, int], Checkpoint]) -> list[Checkpoint]:

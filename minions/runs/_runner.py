@@ -17,6 +17,7 @@ import structlog
 
 from minions._agent.executor import AgentExecutor
 from minions._routing.selection import Routing
+from minions._step.cache import Refreshing
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.settings import RunSettings
 from minions._text import jsonable
@@ -644,6 +645,12 @@ class DurableRunner:
                 settings=dataclasses.replace(
                     executor.settings, model=replay, model_resolver=lambda _spec: replay
                 )
+            )
+        given = executor.settings.step_cache
+        if start.rerun is not None and not start.rerun.cache and given is not None:
+            # A rerun's steps run again: none answers from the step cache (each refreshes it).
+            executor = AgentExecutor(
+                settings=dataclasses.replace(executor.settings, step_cache=Refreshing(given))
             )
         graph = executor.graph(recipe)
         try:

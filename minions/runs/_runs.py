@@ -104,6 +104,8 @@ class RerunPlan:
         changed: steps executed again for a reason of their own besides being downstream of
             `from_step`: ``"inputs"`` (their rendered templates change with the new inputs)
             or ``"definition"`` (the new recipe version changed them).
+        cache: the steps executed again may answer from the step cache (asked for; by
+            default they never do: each runs, and its entry replaces the cached one).
     """
 
     parent_run_id: str
@@ -114,6 +116,9 @@ class RerunPlan:
     rerun: tuple[str, ...]
     changed: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, Any] = field(default_factory=dict)
+    cache: bool = False
+    created: bool = True
+    """False: an idempotency key named an earlier rerun, and this is its plan."""
 
     def to_data(self) -> dict[str, Any]:
         """The plan as JSON data (what the rerun stores, and its worker reads)."""
@@ -124,6 +129,7 @@ class RerunPlan:
             "rerun": list(self.rerun),
             "changed": dict(self.changed),
             "outputs": dict(self.outputs),
+            "cache": self.cache,
         }
 
     @classmethod
@@ -137,6 +143,7 @@ class RerunPlan:
             rerun=tuple(data["rerun"]),
             changed=dict(data.get("changed", {})),
             outputs=dict(data.get("outputs", {})),
+            cache=bool(data.get("cache", False)),
         )
 
 
@@ -219,12 +226,13 @@ def insert(
     row: dict[str, Any],
     *,
     enqueue: Enqueue,
-    seeds: Sequence[Checkpoint] = (),
+    seeds: Callable[[sa.Connection], Sequence[Checkpoint]] | None = None,
 ) -> tuple[str, bool]:
     """Store a queued run (`queued_row`) and queue it, in one transaction: both happen or
-    neither. `seeds`: the checkpoints it starts with (a rerun's: the steps it reuses of its
-    parent). The run's id and True; with an idempotency key used before, the earlier run's
-    id and False.
+    neither. `seeds`: reads, in that transaction, the checkpoints it starts with (a
+    rerun's: the steps it reuses of its parent, which it holds until the commit); what it
+    raises stores nothing. The run's id and True; with an idempotency key used before, the
+    earlier run's id and False.
 
     Raises:
         IdempotencyConflictError: the key was used for another request.
@@ -233,7 +241,8 @@ def insert(
     with database.begin() as db:
         # Written first (see `insert_queued`).
         if insert_queued(database, db, row):
-            checkpoints.insert(db, run_id, seeds)
+            if seeds is not None:
+                checkpoints.insert(db, run_id, seeds(db))
             enqueue(db, run_id, 1)
             return run_id, True
         found = db.execute(
@@ -270,6 +279,17 @@ def snapshot(database: Database, run_id: str) -> RecipeSnapshot:
     """
     with database.read() as db:
         return RecipeSnapshot.from_row(row(db, run_id))
+
+
+def rerun_plan(database: Database, run_id: str) -> RerunPlan | None:
+    """The plan the run was queued with (None: it is not a rerun).
+
+    Raises:
+        UnknownRunError: no run has this id.
+    """
+    with database.read() as db:
+        stored = row(db, run_id).rerun
+    return None if stored is None else RerunPlan.from_data(loads(stored), run_id=run_id)
 
 
 def listed(
@@ -516,6 +536,31 @@ def row(db: sa.Connection, run_id: str) -> Any:
     if found is None:
         raise UnknownRunError(run_id)
     return found
+
+
+def hold_ended(db: sa.Connection, run_id: str, *, attempt: int) -> None:
+    """Hold the ended run `run_id` until the caller's transaction ends (a rerun reading its
+    seeds): a prune deleting it waits for that, or has deleted it already. It must still
+    be ended at `attempt` (the attempt a rerun was planned on).
+
+    Raises:
+        UnknownRunError: no run has this id (any more: pruned meanwhile).
+        RunStateError: it was resumed since (not ended, or ended again at a later attempt).
+    """
+    runs = runs_table.c
+    held = db.execute(
+        runs_table.update()
+        .where(runs.run_id == run_id, runs.status.in_(TERMINAL), runs.attempt == attempt)
+        .values(attempt=runs.attempt)
+    ).rowcount
+    if held:
+        return
+    found = row(db, run_id)
+    raise RunStateError(
+        f"run {run_id} was resumed while the rerun was planned (it is {found.status}, attempt "
+        f"{found.attempt}); rerun it again once it has ended",
+        status=found.status,
+    )
 
 
 def record(

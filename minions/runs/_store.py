@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from minions.errors import RunStateError, StoreError
 from minions.events import Event
 from minions.runs import _approvals as approvals
-from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
 from minions.runs import _runs as runs
 from minions.runs import _workers as workers
@@ -35,7 +34,7 @@ from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import STATUSES, TERMINAL
 
 if TYPE_CHECKING:
-    from minions._step.cache import StepCache
+    from minions._step.cache import CachedStep, StepCache
     from minions.recipes._recipe import AgentRecipe
     from minions.recipes._schema import CatchUp, RecipeSpec
     from minions.recipes._source import Located
@@ -229,7 +228,7 @@ class RunStore:
         *,
         idempotency_key: str | None = None,
         rerun: RerunPlan | None = None,
-        seeds: Sequence[Checkpoint] = (),
+        seeds: Callable[[Any], Sequence[Checkpoint]] | None = None,
     ) -> tuple[str, bool]:
         queue = await self._dbos()
         row = runs.queued_row(
@@ -245,6 +244,10 @@ class RunStore:
         inputs: Mapping[str, Any] | None = None,
         outputs: Mapping[str, Any] | None = None,
         recipe: str | Path | None = None,
+        recipe_yaml: str | None = None,
+        base: str | Path | None = None,
+        idempotency_key: str | None = None,
+        cache: bool = False,
     ) -> RerunPlan:
         """Queue a rerun of an ended run from step `from_step`: a new run that reuses the
         recorded result of every step not downstream of `from_step` (no model or tool call;
@@ -252,18 +255,27 @@ class RunStore:
         some of the run's inputs (steps whose rendered templates change with them run again
         too); `outputs` replace the recorded outputs of reused steps (checked against their
         output schemas; what follows them runs again). `recipe`: a new version of the recipe
-        (a file), instead of the run's snapshot; steps whose definition changed run again.
-        Returns the plan, with the new run's id.
+        (a file), instead of the run's snapshot; or `recipe_yaml`, recipe YAML whose tools
+        modules and sub-recipes are found in folder `base` (as `submit_yaml` takes it); steps
+        whose definition changed run again. The steps it runs again never answer from the
+        step cache, unless `cache` (the plan says so). `idempotency_key`: as for `submit`
+        (the same key and request give the same rerun: its plan, `created` False). Returns
+        the plan, with the new run's id.
+
+        The parent is held while the rerun is stored, and its seeds (the checkpoints of
+        the steps it reuses) are read in that transaction: a prune meanwhile either comes
+        after (the rerun has its seeds) or refuses the rerun (`UnknownRunError`).
 
         Raises:
-            UnknownRunError: no run has this id.
-            RunStateError: the run has not ended.
+            UnknownRunError: no run has this id (or it was pruned while the rerun was made).
+            RunStateError: the run has not ended (or was resumed while the rerun was made).
             RerunError: an unknown step, or an output that cannot be set.
             RecipeError: the recipe or the inputs are invalid (nothing is queued).
+            IdempotencyConflictError: `idempotency_key` named another request.
         """
         from minions._agent.graph import StepGraph
-        from minions.recipes._loader import read_recipe_text
-        from minions.runs._rerun import plan_rerun, seeds, step_definitions
+        from minions.recipes._loader import parse_spec, read_recipe_text
+        from minions.runs._rerun import plan_rerun, request_hash, seeding, step_definitions
 
         parent = await self._database.apply(runs.get, run_id)
         if not parent.terminal:
@@ -272,13 +284,19 @@ class RunStore:
             )
         source = await self._database.apply(runs.snapshot, run_id)
         text, path = source.yaml, source.path
-        definitions = None
+        new: tuple[str, str] | None = None
         if recipe is not None:
             new_path = await self._database.call(Path(recipe).resolve)
-            new_text = await self._database.call(read_recipe_text, new_path)
-            if new_text != text:
-                definitions = (step_definitions(text), step_definitions(new_text))
-            text, path = new_text, str(new_path)
+            new = (await self._database.call(read_recipe_text, new_path), str(new_path))
+        elif recipe_yaml is not None:
+            folder = await self._database.call(Path(base or ".").resolve)
+            spec, _ = await self._database.call(parse_spec, recipe_yaml)
+            new = (recipe_yaml, str(folder / f"{spec.id}.inline.yaml"))
+        definitions = None
+        if new is not None:
+            if new[0] != text:
+                definitions = (step_definitions(text), step_definitions(new[0]))
+            text, path = new
         built = await self._build(text, path or "recipe.yaml")
         checked = built.check_inputs({**parent.inputs, **dict(inputs or {})})
         plan = plan_rerun(
@@ -289,9 +307,21 @@ class RunStore:
             outputs=dict(outputs or {}),
             definitions=definitions,
         )
-        copied = seeds(plan, await self._database.apply(checkpoints.saved, run_id))
+        plan = dataclasses.replace(plan, cache=cache)
         snapshot = RecipeSnapshot.of(text, path or "recipe.yaml", built, checked)
-        new_id, _ = await self._insert(snapshot, rerun=plan, seeds=copied)
+        snapshot = dataclasses.replace(
+            snapshot, request_hash=request_hash(plan, snapshot.request_hash)
+        )
+        new_id, created = await self._insert(
+            snapshot,
+            idempotency_key=idempotency_key,
+            rerun=plan,
+            seeds=seeding(plan, attempt=parent.attempt),
+        )
+        if not created:
+            earlier = await self._database.apply(runs.rerun_plan, new_id)
+            if earlier is not None:
+                return dataclasses.replace(earlier, created=False)
         return dataclasses.replace(plan, run_id=new_id)
 
     # -- reading -------------------------------------------------------------------------------
@@ -404,6 +434,27 @@ class RunStore:
         from minions.runs._cache import StoreStepCache
 
         return StoreStepCache(self._database, clock=clock)
+
+    async def cache_entries(
+        self, *, recipe: str | None = None, limit: int = 100
+    ) -> list[tuple[str, CachedStep]]:
+        """The step cache's entries (made by runs of `recipe`), newest first, each with its
+        key: the step, the run that made it (pruned with it), its recipe, when."""
+        from minions.runs import _cache
+
+        return await self._database.apply(_cache.listed, recipe=recipe, limit=limit)
+
+    async def count_cache_entries(self, *, recipe: str | None = None) -> int:
+        """How many entries `cache_entries` has, every page together."""
+        from minions.runs import _cache
+
+        return await self._database.apply(_cache.count, recipe=recipe)
+
+    async def clear_cache(self, *, recipe: str | None = None) -> int:
+        """Delete the step cache's entries (those made by runs of `recipe`); how many."""
+        from minions.runs import _cache
+
+        return await self._database.apply(_cache.clear, recipe=recipe)
 
     async def workers(self) -> list[WorkerRecord]:
         return await self._database.apply(workers.listed)
@@ -671,8 +722,9 @@ class RunStore:
     ) -> PruneResult:
         """Delete the finished runs (in one of `statuses`: default, every finished one) that
         finished over `older_than` ago (``30d``, or seconds: 0 for every one), but the newest
-        `keep`, with their steps, events, approvals and DBOS workflows; in batches, so workers
-        go on meanwhile. An SQLite file then gives the freed space back.
+        `keep`, with their steps, events, approvals, step cache entries and DBOS workflows;
+        in batches, so workers go on meanwhile. An SQLite file then gives the freed space
+        back.
 
         Raises:
             ValueError: `older_than` is not a duration (or is longer than ten years), or a

@@ -18,12 +18,13 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
 schedule of a run, how far pruning went; reruns (a run's parent, the step it reran from, its
-plan); the step cache."""
+plan); the step cache. 4: a step cache entry's run and recipe (entries are pruned with their
+run; keys name their world, so the entries of schema 3 are dropped)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -208,6 +209,9 @@ step_cache_table = sa.Table(
     sa.Column("next_step", sa.Text, nullable=True),
     sa.Column("usage", sa.Text, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
+    # Schema 4: the run that made it (pruned with it), its recipe (`minions cache`).
+    sa.Column("run_id", sa.Text, nullable=True, index=True),
+    sa.Column("recipe_id", sa.Text, nullable=True, index=True),
 )
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
@@ -275,5 +279,22 @@ def _to_3(db: sa.Connection) -> None:
     _to_3_rerun(db)
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3}
+def _to_4(db: sa.Connection) -> None:
+    """Schema 3 -> 4: a step cache entry's run and recipe. The entries of schema 3 are
+    dropped: their keys named no recipe, workspace or tool origin (a table made by
+    ``create_all`` after this has the columns already)."""
+    if "minions_step_cache" not in sa.inspect(db).get_table_names():
+        return
+    db.execute(sa.text("DELETE FROM minions_step_cache"))
+    _add_columns(db, "minions_step_cache", ["run_id TEXT", "recipe_id TEXT"])
+    for column in ("run_id", "recipe_id"):
+        db.execute(
+            sa.text(
+                f"CREATE INDEX IF NOT EXISTS ix_minions_step_cache_{column} "
+                f"ON minions_step_cache ({column})"
+            )
+        )
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4}
 """Schema version n -> n+1 upgrades, each a function of a connection."""

@@ -59,6 +59,10 @@ class Tool:
     ``None`` for a Python function."""
     takes_context: bool = False
     """Its first parameter is a `ToolContext`: each call passes the call's context."""
+    reach: str | None = None
+    """What the tool reaches besides its arguments, when that is not the same for every
+    instance of its function (a file tool's folder): part of the step cache's key, so a
+    step never answers from an entry made where the tool saw other things."""
 
     def __init__(
         self,

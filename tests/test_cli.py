@@ -662,6 +662,7 @@ def test_every_group_lists_its_commands_in_order_each_turning_mistakes_into_exit
         ],
         "schedules": ["add", "list", "show", "pause", "resume", "remove"],
         "endpoints": ["list", "forget"],
+        "cache": ["list", "clear"],
         "eval": ["run", "compare", "add-case"],
     }
     for args in (

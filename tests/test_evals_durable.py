@@ -206,10 +206,10 @@ async def test_a_report_too_large_is_not_kept(tmp_path: Path) -> None:
 def test_runs_prune_says_how_many_kept_evals_went(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'm.db'}"
 
+    from minions.runs._db import Database
     from minions.runs._evals import finish_eval, open_eval
-    from minions.runs._store import Store
 
-    store = Store(url, create=True)
+    store = Database(url, create=True)
     a_day_ago = time.time() - 86400
     open_eval(store, eval_id="e1", fingerprint="f", dataset="d", target="t", total=1, now=a_day_ago)
     finish_eval(store, "e1", report={}, summary={}, dataset="d", target="t", total=1, now=a_day_ago)
@@ -376,13 +376,17 @@ def test_a_step_started_again_after_a_takeover_counts_once(tmp_path: Path) -> No
 def test_a_store_made_before_evals_were_kept_gets_their_table_when_opened(tmp_path: Path) -> None:
     import sqlite3
 
-    from minions.runs._store import Store
+    from minions.runs._db import Database
+    from minions.runs._tables import SCHEMA_VERSION
 
     path = tmp_path / "old.db"
-    Store(f"sqlite:///{path}", create=True).close()
-    with sqlite3.connect(path) as db:
+    Database(f"sqlite:///{path}", create=True).close()
+    with sqlite3.connect(path) as db:  # a schema 3 store: before step cache entries' runs
         db.execute("DROP TABLE minions_evals")
-    Store(f"sqlite:///{path}").close()  # opened, not created
+        db.execute("UPDATE minions_meta SET value = '3' WHERE key = 'schema_version'")
+    Database(f"sqlite:///{path}").close()  # opened, not created: migrated 3 -> 4
     with sqlite3.connect(path) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        version = db.execute("SELECT value FROM minions_meta WHERE key = 'schema_version'")
+        assert version.fetchone()[0] == str(SCHEMA_VERSION)
     assert "minions_evals" in tables

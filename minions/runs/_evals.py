@@ -1,6 +1,7 @@
-"""The run store's SQL for evals run on its workers, blocking (`minions.runs._async` goes to a
-thread): an eval opened (or found again, to resume it), its report kept once it finished, the
-kept evals listed and read, and pruned with the runs.
+"""The evals room: evals run on the store's workers (``minions eval --durable``), blocking
+(`RunStore` reaches it through ``AsyncDatabase.apply``): an eval opened (or found again, to
+resume it), its report kept once it finished, the kept evals listed and read, and pruned with
+the runs (`minions.runs._prune` asks it).
 
 The store keeps a report as JSON it does not read (the `EvalReport` of `minions.evals`, a
 layer above), with a small summary for listings.
@@ -11,25 +12,58 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 
-from minions.runs._store import Store, _insert_ignoring_conflicts
-from minions.runs._tables import EvalRecord, evals_table
+from minions.runs._tables import evals_table
 
-__all__: list[str] = []
+if TYPE_CHECKING:
+    from minions.runs._db import Database
+
+__all__ = ["EvalRecord"]
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 """The largest report kept (its JSON): a report is bounded by its case runs, so this is an
 eval of tens of thousands of them."""
+BATCH = 500
+"""Evals deleted per transaction when pruning."""
 
 table = evals_table
 _LISTED = [c for c in table.c if c.name != "report"]
 
+EvalStatus = Literal["running", "finished"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalRecord:
+    """An eval run on the store's workers (``minions eval --durable``), and its report once
+    it finished.
+
+    Attributes:
+        fingerprint: what makes it the same eval (its dataset and recipes): an eval started
+            again with the same one resumes it until it finished.
+        total: its case runs.
+        status: ``running`` until its report is kept, then ``finished``.
+        summary: a few numbers of the report, for a listing (plain JSON data).
+        report: the report (plain JSON data; ``None`` until finished, and in listings).
+    """
+
+    eval_id: str
+    fingerprint: str
+    dataset: str
+    target: str
+    total: int
+    status: EvalStatus
+    created_at: float
+    finished_at: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] | None = None
+
 
 def open_eval(
-    store: Store,
+    database: Database,
     *,
     eval_id: str,
     fingerprint: str,
@@ -50,14 +84,14 @@ def open_eval(
         "status": "running",
         "created_at": now,
     }
-    with store.begin() as db:
-        db.execute(_insert_ignoring_conflicts(store.postgres, values, table=table))
+    with database.begin() as db:
+        db.execute(database.insert_ignoring_conflicts(table, values))
         row = db.execute(sa.select(*_LISTED).where(table.c.open_key == fingerprint)).one()
     return _record(row), row.eval_id != eval_id
 
 
 def finish_eval(
-    store: Store,
+    database: Database,
     eval_id: str,
     *,
     report: Mapping[str, Any],
@@ -86,7 +120,7 @@ def finish_eval(
         "summary": json.dumps(summary, ensure_ascii=False),
         "report": text,
     }
-    with store.begin() as db:
+    with database.begin() as db:
         updated = db.execute(
             table.update().where(table.c.eval_id == eval_id).values(**values)
         ).rowcount
@@ -99,8 +133,8 @@ def finish_eval(
             )  # fmt: skip
 
 
-def list_evals(
-    store: Store, *, limit: int, before: tuple[float, str] | None = None
+def listed(
+    database: Database, *, limit: int, before: tuple[float, str] | None = None
 ) -> list[EvalRecord]:
     """Evals, newest first, without their reports; `before`: the created_at and eval id of a
     page's last one."""
@@ -114,13 +148,13 @@ def list_evals(
             )
         )
     query = query.order_by(table.c.created_at.desc(), table.c.eval_id.desc()).limit(limit)
-    with store.read() as db:
+    with database.read() as db:
         return [_record(row) for row in db.execute(query).all()]
 
 
-def get_eval(store: Store, eval_id: str) -> EvalRecord | None:
+def get(database: Database, eval_id: str) -> EvalRecord | None:
     """The eval with its report, or None."""
-    with store.read() as db:
+    with database.read() as db:
         row = db.execute(sa.select(table).where(table.c.eval_id == eval_id)).first()
     if row is None:
         return None
@@ -130,22 +164,22 @@ def get_eval(store: Store, eval_id: str) -> EvalRecord | None:
     return dataclasses.replace(record, report=json.loads(row.report))
 
 
-def prune_evals(store: Store, *, before: float, keep: int | None, dry_run: bool) -> int:
+def prune(database: Database, *, before: float, keep: int | None, dry_run: bool) -> int:
     """Delete the evals finished before `before` (and the unfinished ones started before it:
     no process resumed them since), but the newest `keep`. How many (would go)."""
     last = sa.func.coalesce(table.c.finished_at, table.c.created_at)
     query = sa.select(table.c.eval_id).where(last < before).order_by(last.desc())
     if keep:
         query = query.offset(keep)
-    with store.read() as db:
+    with database.read() as db:
         ids = [row.eval_id for row in db.execute(query).all()]
     if dry_run or not ids:
         return len(ids)
     deleted = 0
-    for start in range(0, len(ids), 500):
-        with store.begin() as db:
+    for start in range(0, len(ids), BATCH):
+        with database.begin() as db:
             deleted += db.execute(
-                table.delete().where(table.c.eval_id.in_(ids[start : start + 500]))
+                table.delete().where(table.c.eval_id.in_(ids[start : start + BATCH]))
             ).rowcount
     return deleted
 

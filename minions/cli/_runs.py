@@ -21,8 +21,10 @@ from minions.cli._common import (
     DatabaseOption,
     InputsOption,
     JsonOption,
+    RecipesRootOption,
     RetentionOption,
     RunArgument,
+    check_recipes_root,
     local_time,
     model_note,
     once,
@@ -68,6 +70,7 @@ def worker(
     ] = False,
     retention: RetentionOption = None,
     limits: LimitsOption = None,
+    recipes: RecipesRootOption = None,
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
@@ -80,6 +83,7 @@ def worker(
 
     url = resolve(database_url)
     given_limits = load_limits(limits)
+    check_recipes_root(recipes)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
 
     import os
@@ -125,6 +129,7 @@ def worker(
             on_ready=ready,
             retention=retention,
             limits=given_limits,
+            recipes=recipes,
         )
     except ValueError as exc:
         raise UsageError(f"--retention: {exc}") from None

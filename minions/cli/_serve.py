@@ -10,7 +10,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from minions.cli._common import DatabaseOption, RetentionOption, model_note
+from minions.cli._common import (
+    DatabaseOption,
+    RetentionOption,
+    check_recipes_root,
+    model_note,
+)
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
 from minions.models._infer import MODEL_ENV
@@ -35,8 +40,10 @@ def serve_command(
         typer.Option(
             "--recipes",
             metavar="DIR",
+            envvar="MINIONS_RECIPES",
             help="The folder of the recipes clients may run, by id (its YAML files, searched "
-            "recursively).",
+            "recursively); the in-process worker finds every run's recipe file there by id "
+            "(default: $MINIONS_RECIPES).",
             show_default=False,
         ),
     ] = None,
@@ -105,8 +112,7 @@ def serve_command(
             Retention.parse(retention)
         except ValueError as exc:
             raise UsageError(f"--retention: {exc}") from None
-    if recipes is not None and not recipes.is_dir():
-        raise UsageError(f"--recipes: no such folder: {str(recipes)!r}")
+    check_recipes_root(recipes)
     url = resolve(database_url)
     given_limits = load_limits(limits)
     token = load_token(url)

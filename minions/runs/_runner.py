@@ -38,6 +38,7 @@ from minions.models._infer import MODEL_ENV
 from minions.models._recording import Recording, ReplayModel, recording_beside
 from minions.models._structured import CapabilityMemory
 from minions.recipes._build import load_recipe_file
+from minions.recipes._folder import INLINE_SUFFIX, RecipeFolder
 from minions.recipes._recipe import AgentRecipe
 from minions.runs._async import AsyncStore
 from minions.runs._cache import StoreStepCache
@@ -433,6 +434,10 @@ class RunEndedError(MinionsError):
     """A delivery of a run that ended (DBOS records the workflow as failed, with why)."""
 
 
+class RecipeNotFoundError(MinionsError):
+    """The worker's recipes root has no recipe with a run's id."""
+
+
 class RunFailedError(MinionsError):
     """The run failed (DBOS records the workflow as failed); the message names the run and
     the cause."""
@@ -465,6 +470,9 @@ class DurableRunner:
             place, and its delivery only keeps its place in DBOS's count until a place frees
             here (or the queue would hand it to this worker again).
         hand_back_after: seconds between a waiting run's looks for a place elsewhere.
+        recipes: the recipes root: a run's recipe file is the one with its recipe's id
+            there (its snapshot is what runs; the file's folder is where its tools modules,
+            included recipes and recording are found). None: where it was submitted from.
     """
 
     def __init__(
@@ -482,8 +490,10 @@ class DurableRunner:
         concurrency: int | None = None,
         queue: Queue | None = None,
         hand_back_after: float = 1.0,
+        recipes: RecipeFolder | None = None,
     ) -> None:
         self.store = store
+        self.recipes = recipes
         self.capabilities = capabilities
         self._places = concurrency
         self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
@@ -650,8 +660,12 @@ class DurableRunner:
             recorder.rerun, recorder.saved = start.rerun, None
             recorder.announced = await self.store.announced(run_id) if recorder.resumed else set()
         try:
+            path = await self.store.call(self.recipe_file, start)
             # Built off the event loop (a tools module is imported): its other runs go on.
-            recipe = await self.store.call(recipe_of, start.recipe_yaml, start.recipe_path)
+            recipe = await self.store.call(recipe_of, start.recipe_yaml, path)
+        except RecipeNotFoundError as exc:
+            await self._fail(recorder, str(exc))
+            raise RunFailedError(run_id, str(exc)) from None
         except RecipeError as exc:
             await self._fail(recorder, f"the recipe no longer loads: {exc}")
             raise RunFailedError(run_id, str(exc)) from None
@@ -660,7 +674,7 @@ class DurableRunner:
             await self.capabilities.refresh()
         executor = self.executor
         try:
-            replay = replay_beside(recipe, start.recipe_path, executor.settings)
+            replay = replay_beside(recipe, path, executor.settings)
         except MinionsError as exc:
             await self._fail(recorder, str(exc))
             raise RunFailedError(run_id, str(exc)) from None
@@ -714,6 +728,31 @@ class DurableRunner:
         )
         if closed and not ok:
             raise RunFailedError(run_id, result.error or "the run failed")
+
+    def recipe_file(self, start: Start) -> str | None:
+        """Where the run's recipe file is taken to be (its tools modules, included recipes and
+        recording are found beside it): under the recipes root, the file with the recipe's id
+        (an inline recipe: ``<root>/<id>.inline.yaml``); without a root, where it was when it
+        was submitted.
+
+        Raises:
+            RecipeNotFoundError: no recipe of the root has the run's id.
+        """
+        folder = self.recipes
+        if folder is None:
+            return start.recipe_path
+        recipe_id = start.record.recipe_id
+        inline = f"{recipe_id}{INLINE_SUFFIX}"
+        if start.recipe_path is not None and Path(start.recipe_path).name == inline:
+            return str(folder.folder / inline)
+        found = folder.find(recipe_id)
+        if found is None:
+            raise RecipeNotFoundError(
+                f"no recipe with id {recipe_id!r} under the worker's recipes root "
+                f"{str(folder.folder)!r} (--recipes / MINIONS_RECIPES): put the recipe's "
+                "folder there, or point the worker at the folder that has it"
+            )
+        return str(found)
 
     def renewed(self, runs: set[str], until: float) -> None:
         """The worker's heartbeat renewed the leases of `runs` (their term counted from

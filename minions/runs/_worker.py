@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -23,6 +24,7 @@ from dbos import DBOS
 from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
 from minions.models._limits import Limits
+from minions.recipes._folder import RecipeFolder
 from minions.runs._async import AsyncStore, _detail, transient
 from minions.runs._limiter import StoreCapabilities, StoreLimiter
 from minions.runs._log import LiveHub, run_failed_row
@@ -148,9 +150,14 @@ class Worker:
         limits: limits per model endpoint (`minions.models.Limits`), held over every worker
             of the store that is given them; its `capability_expiry` says how long what an
             endpoint taught the structured-output ladder is kept in the store.
+        recipes: the recipes root: each run's recipe file is found here by the recipe's id
+            (its snapshot is what runs; the file's folder holds its tools modules, included
+            recipes and recording), so hosts need not keep recipes at the same absolute path.
+            None: at the path it was submitted from.
 
     Raises:
-        ValueError: `retention` is neither a duration nor a number of runs.
+        ValueError: `retention` is neither a duration nor a number of runs, or `recipes` is
+            not a folder.
     """
 
     def __init__(
@@ -165,9 +172,12 @@ class Worker:
         retention: str | None = None,
         clock: Callable[[], float] = time.time,
         limits: Limits | None = None,
+        recipes: str | Path | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        if recipes is not None and not Path(recipes).is_dir():
+            raise ValueError(f"recipes root: no such folder: {str(recipes)!r}")
         self.url = url
         self.concurrency = concurrency
         self.executor_id = executor_id or default_executor_id()
@@ -197,6 +207,7 @@ class Worker:
             concurrency=concurrency,
             queue=self.queue,
             hand_back_after=HAND_BACK_AFTER,
+            recipes=None if recipes is None else RecipeFolder(Path(recipes)),
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"

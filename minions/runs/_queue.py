@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from dbos import DBOS, DBOSClient
 
 from minions.runs._store import sqlalchemy_url, workflow_id
+from minions.runs._wake import wake_in
 
 __all__: list[str] = []
 
@@ -81,6 +82,8 @@ class Queue:
             run_id,
             attempt,
         )
+        # The store's workers look at the queue when this transaction commits.
+        wake_in(db, self.url, "queue")
 
     def cancel(self, workflow: str) -> None:
         """Take a workflow out of DBOS's queue (best effort: minions' tables already decided

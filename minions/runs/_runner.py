@@ -494,6 +494,8 @@ class DurableRunner:
     ) -> None:
         self.store = store
         self.recipes = recipes
+        self.on_place_free: Callable[[], None] = lambda: None
+        """Told when a run ends and its place is free (the worker looks at its queue)."""
         self.capabilities = capabilities
         self._places = concurrency
         self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
@@ -534,6 +536,12 @@ class DurableRunner:
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it
         (once a place is free here, or handed back: see `queue`)."""
+        try:
+            await self._in_place(run_id, attempt)
+        finally:
+            self.on_place_free()
+
+    async def _in_place(self, run_id: str, attempt: int) -> None:
         if self._slots is None:
             await self._execute(run_id, attempt)
             return

@@ -35,6 +35,7 @@ from minions.runs._tables import (
     ScheduleRecord,
     WorkerRecord,
 )
+from minions.runs._wake import wake
 
 if TYPE_CHECKING:
     from minions._step.cache import StepCache
@@ -687,7 +688,9 @@ class RunStore:
             now=time.time(),
         )
         await self._dbos()  # DBOS's tables exist before a worker's tick fires into them
-        return await self._store.call(_schedules.save, self._store.store, row, replace=replace)
+        saved = await self._store.call(_schedules.save, self._store.store, row, replace=replace)
+        await self._store.call(wake, self._store.store, "schedules")  # its first slot may be soon
+        return saved
 
     async def schedules(self) -> list[ScheduleRecord]:
         """Every schedule, by name."""
@@ -724,9 +727,12 @@ class RunStore:
     async def _set_paused(self, name: str, *, paused: bool) -> ScheduleRecord:
         from minions.runs import _schedules
 
-        return await self._store.call(
+        changed = await self._store.call(
             _schedules.set_paused, self._store.store, name, paused=paused, now=time.time()
         )
+        if not paused:
+            await self._store.call(wake, self._store.store, "schedules")
+        return changed
 
     async def remove_schedule(self, name: str) -> None:
         """Remove the schedule; the runs it fired stay.

@@ -199,6 +199,16 @@ def fire_due(store: Store, enqueue: Enqueue, *, now: float, grace: float = GRACE
     return fired
 
 
+def next_due(store: Store) -> float | None:
+    """When the store's next slot is due (None: no schedule fires)."""
+    table = schedules_table
+    with store.read() as db:
+        due: float | None = db.execute(
+            sa.select(sa.func.min(table.c.next_at)).where(table.c.paused.is_(False))
+        ).scalar()
+    return due
+
+
 def _fire(
     store: Store, enqueue: Enqueue, row: Any, step: Plan, next_at: float, now: float
 ) -> list[str]:

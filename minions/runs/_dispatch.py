@@ -29,6 +29,10 @@ log = structlog.get_logger(__name__)
 
 LOOK_EVERY = float(os.environ.get("MINIONS_QUEUE_LOOK", "15"))
 """Seconds between a worker's looks at the queue when nothing woke it (a missed wake)."""
+GAP = 0.02
+"""Seconds a worker lets pass after a dequeue before the next: the wakes of a burst of
+submissions (each wakes every worker) are served by one dequeue, not one each, which on
+SQLite took the database's write lock from the submitters again and again."""
 DBOS_LOOPS = 30.0
 """Seconds between the looks of DBOS's own loops (its internal queue, its background jobs,
 its schedules): minions uses none of what they serve."""
@@ -50,10 +54,14 @@ class Dispatcher:
         self.dequeues = 0
         """Dequeues made (for tests)."""
         self._woken = threading.Event()
+        self._writer = False
         self._closed = False
 
-    def wake(self) -> None:
-        """Look at the queue now (a run was queued, a place freed)."""
+    def wake(self, *, writer: bool = False) -> None:
+        """Look at the queue now (a run was queued, a place freed). `writer`: woken by a
+        submitter of a SQLite store, whose transaction may not have committed yet."""
+        if writer:
+            self._writer = True
         self._woken.set()
 
     def close(self) -> None:
@@ -67,15 +75,17 @@ class Dispatcher:
             self._woken.wait(self.look_every)
             # Cleared before the look: a wake that comes during it brings another look.
             self._woken.clear()
+            writer, self._writer = self._writer, False
             if stop.is_set() or self._closed or self.queue is None:
                 continue
             try:
-                self._dequeue(dbos, self.queue)
+                self._dequeue(dbos, self.queue, writer=writer)
             except Exception as exc:  # the store is away: the next wake or look tries again
                 if not stop.is_set():
                     log.warning("could not look at the queue", error=str(exc).splitlines()[0])
+            stop.wait(GAP)
 
-    def _dequeue(self, dbos: DBOS, queue: DBOSQueue) -> int:
+    def _dequeue(self, dbos: DBOS, queue: DBOSQueue, *, writer: bool = False) -> int:
         """What DBOS's queue thread does at each poll of a queue without partitions: claim
         the queue's next workflows up to this worker's room, then execute them."""
         from dbos._core import execute_dequeued_workflow
@@ -86,22 +96,26 @@ class Dispatcher:
         if limit is not None and running >= limit:
             return 0  # a place that frees wakes the dispatcher
         self.dequeues += 1
+        owner = generate_uuid()
+        claimed, _ = dbos._sys_db.start_queued_workflows(
+            queue, GlobalParams.executor_id, GlobalParams.app_version, None, running,
+            owner_xid=owner,
+        )  # fmt: skip
         engine = dbos._sys_db.engine
-        if engine.dialect.name == "sqlite":
-            # Woken by a submitter whose transaction may not have committed yet: its write
-            # lock is waited out first (DBOS's claim reads before it writes, and a read does
-            # not wait for a writer).
+        if not claimed and writer and engine.dialect.name == "sqlite":
+            # Woken by a submitter whose transaction had not committed yet (DBOS's claim
+            # reads before it writes, and a read does not wait for a writer): its write
+            # lock is waited out, and the queue looked at again.
             connection = engine.raw_connection()
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 connection.commit()
             finally:
                 connection.close()
-        owner = generate_uuid()
-        claimed, _ = dbos._sys_db.start_queued_workflows(
-            queue, GlobalParams.executor_id, GlobalParams.app_version, None, running,
-            owner_xid=owner,
-        )  # fmt: skip
+            claimed, _ = dbos._sys_db.start_queued_workflows(
+                queue, GlobalParams.executor_id, GlobalParams.app_version, None, running,
+                owner_xid=owner,
+            )  # fmt: skip
         if not claimed:
             return 0
         found = {s["workflow_uuid"]: s for s in dbos._sys_db.get_workflow_statuses(claimed)}

@@ -23,7 +23,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from minions.runs._store import Store, sqlite_path
+from minions.runs._store import Store, sqlalchemy_url, sqlite_path
 
 __all__: list[str] = []
 
@@ -162,13 +162,10 @@ class Listener:
     def _listen(self) -> None:
         import psycopg
 
-        from minions.runs._queue import client_url
-
+        url = sqlalchemy_url(self.url).replace("postgresql+psycopg://", "postgresql://")
         while not self._stop.is_set():
             try:
-                with psycopg.connect(
-                    client_url(self.url), autocommit=True, connect_timeout=10
-                ) as connection:
+                with psycopg.connect(url, autocommit=True, connect_timeout=10) as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
                     for what in _BYTES:
                         self.on_wake(what)  # what was committed while nobody listened

@@ -29,10 +29,11 @@ log = structlog.get_logger(__name__)
 
 LOOK_EVERY = float(os.environ.get("MINIONS_QUEUE_LOOK", "15"))
 """Seconds between a worker's looks at the queue when nothing woke it (a missed wake)."""
-GAP = 0.02
-"""Seconds a worker lets pass after a dequeue before the next: the wakes of a burst of
-submissions (each wakes every worker) are served by one dequeue, not one each, which on
-SQLite took the database's write lock from the submitters again and again."""
+GAP = 0.05
+"""Seconds a worker lets pass after a dequeue before the next (DBOS polled every 50 ms): the
+wakes of a burst of submissions (each wakes every worker) are served by one dequeue, not one
+each, which took SQLite's write lock from the submitters again and again (and with 20 ms,
+W6b with the worker in the submitting process ran at 0.55-0.98x of polling)."""
 DBOS_LOOPS = 30.0
 """Seconds between the looks of DBOS's own loops (its internal queue, its background jobs,
 its schedules): minions uses none of what they serve."""

@@ -150,13 +150,48 @@ def test_the_dockerfile_names_what_exists() -> None:
     assert "mkdir -p /srv/minions/recipes" in runs
 
 
-def test_the_kubernetes_probes_ask_the_apis_health() -> None:
+def kubernetes_container(name: str) -> dict[str, Any]:
     documents = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "minions.yaml").read_text()))
-    api = next(d for d in documents if d["metadata"]["name"] == "minions-api")
-    (container,) = api["spec"]["template"]["spec"]["containers"]
-    assert container["args"] == minions_services()["api"]["command"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/health", "port": 8000}
+    deployment = next(d for d in documents if d["metadata"]["name"] == name)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    found: dict[str, Any] = container
+    return found
+
+
+def test_the_kubernetes_probes_ask_live_and_ready() -> None:
+    """The API's and the workers' liveness probes ask /health/live, their readiness probes
+    /health/ready, on the port each serves them (a worker's --health-port, on every
+    interface so that the kubelet reaches it)."""
+    api = kubernetes_container("minions-api")
+    assert api["args"] == minions_services()["api"]["command"]
+    worker = kubernetes_container("minions-worker")
+    args = worker["args"]
+    assert args[args.index("--health-host") + 1] == "0.0.0.0"
+    worker_port = int(args[args.index("--health-port") + 1])
+    for container, port in ((api, 8000), (worker, worker_port)):
+        assert container["livenessProbe"]["httpGet"] == {"path": "/health/live", "port": port}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/health/ready", "port": port}
+        assert [p["containerPort"] for p in container["ports"]] == [port]
+
+
+def test_the_kubernetes_worker_answers_its_probes(tmp_path: Path) -> None:
+    """The snippet's worker command (bound to 127.0.0.1 and a free port here) answers
+    /health/live and /health/ready once it takes runs; SIGTERM stops it cleanly."""
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    ports = Ports()
+    command = local(kubernetes_container("minions-worker")["args"], _free_port(), ports)
+    port = ports.given["--health-port"]
+    log = tmp_path / "worker.log"
+    env = {"MINIONS_DATABASE_URL": url, "MINIONS_RECIPES": str(recipes)}
+    with started(command, env, tmp_path, log) as worker:
+        wait_for_line(log, "running queued runs", worker)
+        live = httpx.get(f"http://127.0.0.1:{port}/health/live", timeout=10)
+        assert (live.status_code, live.json()["status"]) == (200, "ok")
+        ready = httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=10)
+        assert (ready.status_code, ready.json()) == (200, {"status": "ok", "reason": None})
+        stopped(worker, log)
 
 
 # -- running what they name ------------------------------------------------------------------
@@ -202,9 +237,14 @@ def wait_for_line(log: Path, line: str, process: subprocess.Popen[bytes]) -> Non
         time.sleep(0.05)
 
 
-def healthy(check: Sequence[str], port: int, process: subprocess.Popen[bytes]) -> None:
-    """The health check (its command, with the test's port) passes once the API listens."""
-    argv = [sys.executable if a == "python" else a.replace(":8000/", f":{port}/") for a in check]
+def healthy(
+    check: Sequence[str], port: int, process: subprocess.Popen[bytes], *, given: int = 8000
+) -> None:
+    """The health check (its command, with the test's port for the file's `given` one)
+    passes once the process is ready."""
+    argv = [
+        sys.executable if a == "python" else a.replace(f":{given}/", f":{port}/") for a in check
+    ]
     deadline = time.monotonic() + 60
     while subprocess.run(argv, capture_output=True, timeout=30).returncode != 0:
         assert process.poll() is None
@@ -212,12 +252,27 @@ def healthy(check: Sequence[str], port: int, process: subprocess.Popen[bytes]) -
         time.sleep(0.1)
 
 
-def local(command: list[str], port: int) -> list[str]:
-    """The command bound to 127.0.0.1 and a free port (tests bind nothing else)."""
+class Ports:
+    """The free ports `local` gave a command's port options, by option."""
+
+    def __init__(self) -> None:
+        self.given: dict[str, int] = {}
+
+
+def local(command: list[str], port: int, ports: Ports | None = None) -> list[str]:
+    """The command bound to 127.0.0.1 and a free port (tests bind nothing else): `port` for
+    --port, a free one of its own for --health-port (said in `ports`)."""
     changed = list(command)
-    for option, value in (("--host", "127.0.0.1"), ("--port", str(port))):
+    for option in ("--host", "--health-host"):
         if option in changed:
-            changed[changed.index(option) + 1] = value
+            changed[changed.index(option) + 1] = "127.0.0.1"
+    if "--port" in changed:
+        changed[changed.index("--port") + 1] = str(port)
+    if "--health-port" in changed:
+        free = _free_port()
+        changed[changed.index("--health-port") + 1] = str(free)
+        if ports is not None:
+            ports.given["--health-port"] = free
     return changed
 
 
@@ -268,16 +323,23 @@ def test_the_compose_fleet_runs_here(tmp_path: Path, postgres: str) -> None:
                 LEDGER=str(ledger),
             )
             log = tmp_path / f"{name}.log"
-            command = local(service["command"], port)
+            ports = Ports()
+            command = local(service["command"], port, ports)
             process = stack.enter_context(started(command, env, tmp_path, log))
-            running[name] = (process, log)
-        api, _api_log = running["api"]
+            running[name] = (process, log, ports)
+        api = running["api"][0]
         healthy(services["api"]["healthcheck"]["test"][1:], port, api)
         for name in ("worker-1", "worker-2"):
-            wait_for_line(running[name][1], "running queued runs", running[name][0])
+            process, log, ports = running[name]
+            wait_for_line(log, "running queued runs", process)
+            # Each worker's health check asks its own --health-port's /health/ready.
+            check = services[name]["healthcheck"]["test"][1:]
+            assert any(":8001/health/ready" in word for word in check)
+            assert services[name]["command"][-2:] == ["--health-port", "8001"]
+            healthy(check, ports.given["--health-port"], process, given=8001)
         run_through_the_api(port, url)
         assert len(ledger_lines(ledger)) == 5
-        for process, log in running.values():
+        for process, log, _ in running.values():
             stopped(process, log)
 
 
@@ -321,8 +383,9 @@ def test_the_systemd_units_run_here(tmp_path: Path) -> None:
             command = argv(worker_unit, instance)
             assert command[-1] == f"{socket.gethostname()}-{instance}"
             workers.append((stack.enter_context(started(command, env, tmp_path, log)), log))
-        check = ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=3)"]  # fmt: skip
+        check = ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health/ready', timeout=3)"]  # fmt: skip
         healthy(check, port, api)
+        assert httpx.get(f"http://127.0.0.1:{port}/health/live").json()["status"] == "ok"
         assert httpx.get(f"http://127.0.0.1:{port}/health").json()["worker"] == "none"
         for process, log in workers:
             wait_for_line(log, "running queued runs", process)

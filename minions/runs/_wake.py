@@ -23,7 +23,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from minions.runs._store import Store, sqlalchemy_url, sqlite_path
+from minions.runs._db import Database, sqlalchemy_url, sqlite_path
 
 __all__: list[str] = []
 
@@ -49,13 +49,13 @@ def wake_in(db: sa.Connection, url: str, what: Wake) -> None:
         poke(url, what)
 
 
-def wake(store: Store, what: Wake) -> None:
+def wake(database: Database, what: Wake) -> None:
     """Wake the store's workers about something committed."""
-    if wake_folder(store.url) is not None:
-        poke(store.url, what)
+    if wake_folder(database.url) is not None:
+        poke(database.url, what)
         return
-    with store.begin() as db:
-        wake_in(db, store.url, what)
+    with database.begin() as db:
+        wake_in(db, database.url, what)
 
 
 def poke(url: str, what: Wake) -> None:

@@ -14,19 +14,24 @@ from minions._version import __version__
 from minions.runs import LiveHub, RunStore
 from minions.service._config import ServiceConfig
 from minions.service._errors import install
-from minions.service._guard import Guard
+from minions.service._guard import PUBLIC_PATHS, Guard
 from minions.service._recipes import RecipeCatalog
 from minions.service._routes import console, events, info, rerun, runs, schedules, steps
 from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
+    from minions._tracing.prometheus import PrometheusMetrics
     from minions.runs import Worker
 
 __all__ = ["ServiceConfig", "create_app"]
 
 
 def create_app(
-    config: ServiceConfig, *, hub: LiveHub | None = None, worker: Worker | None = None
+    config: ServiceConfig,
+    *,
+    hub: LiveHub | None = None,
+    worker: Worker | None = None,
+    metrics: PrometheusMetrics | None = None,
 ) -> FastAPI:
     """The service's ASGI application over the run store of `config`.
 
@@ -34,7 +39,12 @@ def create_app(
         config: what to serve.
         hub: the live events of a worker in this process (token deltas reach the streams
             only through it).
-        worker: the worker in this process, whose state ``/health`` reports.
+        worker: the worker in this process, whose state the probes report.
+        metrics: this process's metrics, served by ``/metrics`` with the store's gauges when
+            `config` says so (``None``: the store's gauges only).
+
+    Raises:
+        MissingExtraError: `config` asks for metrics and the metrics extra is missing.
     """
 
     @contextlib.asynccontextmanager
@@ -67,13 +77,24 @@ def create_app(
     routers = (runs.router, rerun.router, events.router, steps.router, info.router)
     for router in (*routers, schedules.router, console.router):
         app.include_router(router)
+    public = PUBLIC_PATHS
+    if config.metrics:
+        from minions._tracing.prometheus import PrometheusMetrics
+        from minions.service._routes import metrics as metrics_route
+
+        app.state.metrics = metrics if metrics is not None else PrometheusMetrics()
+        app.include_router(metrics_route.router)
+        if config.metrics_public:
+            public = public | {"/metrics"}
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(
         Guard,
         token=config.token,
         max_body=config.max_body_bytes,
         body_timeout=config.request_timeout,
+        public=public,
     )
+    app.state.public = public
     return app
 
 
@@ -83,7 +104,7 @@ run, and an approval needs a call id the run gives later."""
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """The schema, with the bearer scheme on every operation but ``/health``, and links
+    """The schema, with the bearer scheme on every operation but the public ones, and links
     from a submitted run to what can be done with it."""
     if app.openapi_schema is None:
         from fastapi.openapi.utils import get_openapi
@@ -97,7 +118,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         links = {}
         for path, operations in schema["paths"].items():
             for operation in operations.values():
-                if path != "/health":
+                if path not in app.state.public:
                     operation["security"] = [{"bearer": []}]
                 if path.startswith("/runs/{run_id}") and path not in UNLINKED:
                     links[operation["operationId"]] = {

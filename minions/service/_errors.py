@@ -23,6 +23,7 @@ from minions.errors import (
     StoreError,
     UnknownRunError,
     UnknownScheduleError,
+    UnknownStepError,
 )
 from minions.service._models import ErrorBody
 from minions.service._recipes import problem_text
@@ -48,6 +49,7 @@ ERROR_TYPES = {
 ERROR_TABLE: tuple[tuple[type[MinionsError], int, str], ...] = (
     (UnknownRunError, 404, "unknown_run"),
     (UnknownScheduleError, 404, "unknown_schedule"),
+    (UnknownStepError, 404, "unknown_step"),
     (ScheduleExistsError, 409, "schedule_exists"),
     (RunStateError, 409, "wrong_state"),
     (IdempotencyConflictError, 409, "idempotency_conflict"),

@@ -25,9 +25,12 @@ __all__: list[str] = []
 
 log = structlog.get_logger(__name__)
 
-PUBLIC_PATHS = frozenset({"/health", "/", *(f"/console/{name}" for name in FILES)})
-"""What strangers may read: the health check and the console's own files (which hold no
-data); every other path, unknown ones included, is a 401 without the token."""
+PUBLIC_PATHS = frozenset(
+    {"/health", "/health/live", "/health/ready", "/", *(f"/console/{name}" for name in FILES)}
+)
+"""What strangers may read: the probes and the console's own files (which hold no data); every
+other path, unknown ones included, is a 401 without the token (``/metrics`` too, unless the
+server makes it public)."""
 STREAM = re.compile(r"/runs/(?P<run_id>[^/]+)/events/stream")
 THREAD_ABOVE = 64 << 10
 """A body larger than this is checked in a thread (the check walks every value)."""
@@ -52,10 +55,20 @@ class Guard:
         token: the bearer token.
         max_body: a larger body is a 413.
         body_timeout: seconds a client may take to send a body (slower: 408).
+        public: the paths served without the token.
     """
 
-    def __init__(self, app: Any, *, token: str, max_body: int, body_timeout: float) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        token: str,
+        max_body: int,
+        body_timeout: float,
+        public: frozenset[str] = PUBLIC_PATHS,
+    ) -> None:
         self.app = app
+        self.public = public
         self.token = token.encode()
         self.tickets = Tickets(token)
         self.max_body = max_body
@@ -101,7 +114,7 @@ class Guard:
     def _refusal(self, scope: Scope) -> JSONResponse | None:
         """The answer to a request refused before its body is read, or None."""
         path: str = scope["path"]
-        if path not in PUBLIC_PATHS:
+        if path not in self.public:
             given = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
             if given:

@@ -34,6 +34,7 @@ from minions.runs._queue import Queue, workflow_id
 from minions.runs._runs import RunFilter, RunRecord
 from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import STATUSES, TERMINAL
+from minions.runs._wake import wake
 
 if TYPE_CHECKING:
     from minions._step.cache import CachedStep, StepCache
@@ -662,7 +663,9 @@ class RunStore:
             now=time.time(),
         )
         await self._dbos()  # DBOS's tables exist before a worker's tick fires into them
-        return await self._database.apply(_schedules.save, row, replace=replace)
+        saved = await self._database.apply(_schedules.save, row, replace=replace)
+        await self._database.apply(wake, "schedules")  # its first slot may be soon
+        return saved
 
     async def schedules(self) -> list[ScheduleRecord]:
         """Every schedule, by name."""
@@ -699,9 +702,12 @@ class RunStore:
     async def _set_paused(self, name: str, *, paused: bool) -> ScheduleRecord:
         from minions.runs import _schedules
 
-        return await self._database.apply(
+        changed = await self._database.apply(
             _schedules.set_paused, name, paused=paused, now=time.time()
         )
+        if not paused:
+            await self._database.apply(wake, "schedules")
+        return changed
 
     async def remove_schedule(self, name: str) -> None:
         """Remove the schedule; the runs it fired stay.

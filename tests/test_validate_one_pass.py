@@ -288,8 +288,9 @@ steps:
         parse_recipe(text)
     assert [str(p) for p in caught.value.problems] == [
         "recipe:2: field 'http': must be true, false or {enabled: ..., allowed_hosts: [...]}",
-        "recipe:6: step 'a', field 'cache.ttl': cache ttl must be a positive duration such as 90, "
-        "'90s', '30m', '1h' or '2d', not 'soon'",
+        "recipe:6: step 'a', field 'cache.ttl': cache ttl: 'soon' is not a duration: give a "
+        "positive duration: seconds, or a number and a unit, s, m, h, d or w (90, 90s, 5m, 12h, "
+        "30d, 2w, 1h30m)",
         "recipe:9: step 'b', field 'cache': must be true, false or {ttl: ..., side_effects: ...}",
     ]
 

@@ -22,7 +22,8 @@ ERRORS = {
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
     "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
-    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError",
+    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError", "KeyExistsError",
+    "UnknownKeyError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -64,7 +65,7 @@ PUBLIC: dict[str, set[str]] = {
         "ModelCallCompleted", "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
         "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
-        "RerunPlanned", "StepReused", "StepCached",
+        "RerunPlanned", "StepReused", "StepCached", "RunResumed",
     },
     "minions.errors": ERRORS,
     "minions.models": {
@@ -83,7 +84,7 @@ PUBLIC: dict[str, set[str]] = {
         "ApprovalRecord", "EndpointRecord", "RunFilters", "RunRecord", "RunStore", "StepRecord",
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
-        "RerunPlan", "RunDiff", "StepDiff",
+        "RerunPlan", "RunDiff", "StepDiff", "KeyRecord", "ROLES", "Role",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -202,6 +202,7 @@ class ToolCallExecutor:
                     name=call.name,
                     approved=decision.approved,
                     reason=decision.reason,
+                    actor=decision.decided_by,
                 )
             )
         return decision

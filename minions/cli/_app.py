@@ -1,6 +1,6 @@
 """The `minions` command: `run`, `validate`, `graph`, `schema`, `plan` and `--version` here,
 and every other command and group (`worker`, `submit`, `serve`, `runs`, `schedules`,
-`endpoints`) registered here from its module, one way (`_register_runs`).
+`endpoints`, `keys`) registered here from its module, one way (`_register_runs`).
 
 Each command is a thin layer over the library; errors the user can fix (bad options, an invalid
 recipe or inputs) print a readable message on stderr and exit with code 2, never a traceback.
@@ -349,7 +349,7 @@ def _group(
 def _register_runs() -> None:
     """The commands over a run store and the groups of commands: every one registered here,
     the same way."""
-    from minions.cli import _endpoints, _eval, _prune, _rerun, _runs, _schedules, _serve
+    from minions.cli import _endpoints, _eval, _keys, _prune, _rerun, _runs, _schedules, _serve
 
     for command, function in (
         ("worker", _runs.worker),
@@ -390,6 +390,11 @@ def _register_runs() -> None:
         "What model endpoints taught the structured-output ladder of the store's workers.",
         [("list", _endpoints.list_endpoints), ("forget", _endpoints.forget)],
     )
+    keys = _group(
+        "keys",
+        "Named API keys with roles for `minions serve`: add (prints the key once), list, revoke.",
+        [("add", _keys.add), ("list", _keys.list_keys), ("revoke", _keys.revoke)],
+    )
     evals = _group(
         "eval",
         _eval.EVAL_HELP,
@@ -400,7 +405,7 @@ def _register_runs() -> None:
         ],
         cls=_eval.EvalGroup,
     )
-    for group in (runs, schedules, endpoints, evals):
+    for group in (runs, schedules, endpoints, keys, evals):
         app.add_typer(group, name=group.info.name)
 
 

@@ -90,6 +90,18 @@ def stdout() -> Console:
     return console
 
 
+def cli_actor() -> str:
+    """The actor the run store records for a command run here: ``cli:`` and the OS user
+    (``cli`` alone when the user has no name)."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return "cli"
+    return f"cli:{user}" if user else "cli"
+
+
 def open_store(url: str | None, *, create: bool = False) -> RunStore:
     """The run store at `url` (None: ``MINIONS_DATABASE_URL``, else the default)."""
     from minions.runs import RunStore

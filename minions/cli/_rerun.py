@@ -21,6 +21,7 @@ from minions.cli._common import (
     InputsOption,
     JsonOption,
     RunArgument,
+    cli_actor,
     open_store,
     parse_inputs,
     stdout,
@@ -71,7 +72,14 @@ def rerun(
     store = open_store(database_url)
     try:
         plan = asyncio.run(
-            store.rerun(run, from_step=from_step, inputs=given, outputs=edited, recipe=recipe)
+            store.rerun(
+                run,
+                from_step=from_step,
+                inputs=given,
+                outputs=edited,
+                recipe=recipe,
+                actor=cli_actor(),
+            )
         )
     finally:
         store.close()

@@ -23,6 +23,7 @@ from minions.cli._common import (
     JsonOption,
     RetentionOption,
     RunArgument,
+    cli_actor,
     local_time,
     model_note,
     once,
@@ -162,7 +163,9 @@ def submit(
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     store = open_store(database_url, create=True)
     try:
-        run_id, _created = asyncio.run(store.submit(recipe, given, idempotency_key=idempotency_key))
+        run_id, _created = asyncio.run(
+            store.submit(recipe, given, idempotency_key=idempotency_key, actor=cli_actor())
+        )
     finally:
         store.close()
     typer.echo(json.dumps({"run_id": run_id}) if json_output else run_id)
@@ -408,7 +411,7 @@ def cancel(run: RunArgument, database_url: DatabaseOption = None) -> None:
     """Cancel a run: a queued one at once, a running one at its next step boundary."""
     store = open_store(database_url)
     try:
-        record = asyncio.run(store.cancel(run))
+        record = asyncio.run(store.cancel(run, actor=cli_actor()))
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {record.status}")
@@ -418,7 +421,7 @@ def resume(run: RunArgument, database_url: DatabaseOption = None) -> None:
     """Queue a failed or cancelled run again: it goes on from its last completed step."""
     store = open_store(database_url)
     try:
-        record = asyncio.run(store.resume(run))
+        record = asyncio.run(store.resume(run, actor=cli_actor()))
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {record.status}")
@@ -448,7 +451,9 @@ def approve(
     """Approve (or with --reject, reject) a call the run waits for."""
     store = open_store(database_url)
     try:
-        record = asyncio.run(store.approve(run, call_id, approved=reject is None, reason=reject))
+        record = asyncio.run(
+            store.approve(run, call_id, approved=reject is None, reason=reject, actor=cli_actor())
+        )
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {'rejected' if reject is not None else 'approved'}")

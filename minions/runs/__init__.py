@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
 from minions.runs._diff import RunDiff, StepDiff
+from minions.runs._keys import ROLES, KeyRecord, Role
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._rerun import RerunPlan
 from minions.runs._runs import RunFilters, RunStore, database_url
@@ -42,13 +43,16 @@ if TYPE_CHECKING:
     from minions.runs._worker import Worker, WorkerConflictError
 
 __all__ = [
+    "ROLES",
     "STATUSES",
     "ApprovalRecord",
     "EndpointRecord",
     "EventLog",
+    "KeyRecord",
     "History",
     "LiveHub",
     "PruneResult",
+    "Role",
     "RerunPlan",
     "RunDiff",
     "RunFilters",

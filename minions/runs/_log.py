@@ -35,12 +35,13 @@ def event_row(event: Event) -> EventRow:
     return event.seq, event.kind, event.step_id, event_to_json(stored_event(event))
 
 
-def run_failed_row(run_id: str, error: str) -> Callable[[int], EventRow]:
-    """The terminal event of a run ended by someone other than its holder, once its number
-    is known."""
+def run_failed_row(run_id: str, error: str, actor: str | None = None) -> Callable[[int], EventRow]:
+    """The terminal event of a run ended by someone other than its holder (`actor`, when a
+    person), once its number is known."""
 
     def make(seq: int) -> EventRow:
-        return event_row(RunFailed(run_id=run_id, seq=seq, timestamp=time.time(), error=error))
+        failed = RunFailed(run_id=run_id, seq=seq, timestamp=time.time(), error=error, actor=actor)
+        return event_row(failed)
 
     return make
 

@@ -74,9 +74,11 @@ def prune(
     dry_run: bool = False,
     batch: int = BATCH,
     pause: float = PAUSE,
+    actor: str | None = None,
 ) -> PruneResult:
     """Delete the runs in one of `statuses` (finished ones only) that finished before
-    `before`, oldest first, but the newest `keep` of them.
+    `before`, oldest first, but the newest `keep` of them; `actor` ran the prune (recorded
+    with how far pruning went).
 
     Raises:
         ValueError: a status that is not a finished one.
@@ -115,12 +117,13 @@ def prune(
         time.sleep(pause)
     with store.begin() as db:
         now = time.time()
-        for key, value in (("pruned_before", before), ("pruned_at", now)):
+        told = (("pruned_before", repr(before)), ("pruned_at", repr(now)), ("pruned_by", actor))
+        for key, value in told:
             updated = db.execute(
-                meta_table.update().where(meta_table.c.key == key).values(value=repr(value))
+                meta_table.update().where(meta_table.c.key == key).values(value=value or "")
             ).rowcount
             if not updated:
-                db.execute(meta_table.insert().values(key=key, value=repr(value)))
+                db.execute(meta_table.insert().values(key=key, value=value or ""))
     if path is not None:
         _shrink(store)
     elif store.postgres:
@@ -230,7 +233,7 @@ def history(store: Store) -> History:
         meta = dict(
             db.execute(
                 sa.select(meta_table.c.key, meta_table.c.value).where(
-                    meta_table.c.key.in_(("pruned_before", "pruned_at"))
+                    meta_table.c.key.in_(("pruned_before", "pruned_at", "pruned_by"))
                 )
             ).all()
         )
@@ -238,4 +241,5 @@ def history(store: Store) -> History:
         oldest_at=oldest,
         pruned_before=float(meta["pruned_before"]) if "pruned_before" in meta else None,
         pruned_at=float(meta["pruned_at"]) if "pruned_at" in meta else None,
+        pruned_by=meta.get("pruned_by") or None,
     )

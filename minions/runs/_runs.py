@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
+import structlog
+
 from minions._text import jsonable
 from minions.errors import RunStateError, StoreError
 from minions.events import Event
 from minions.runs._async import AsyncStore
+from minions.runs._keys import KeyRecord
 from minions.runs._log import EventLog, LiveHub, run_failed_row
 from minions.runs._store import DEFAULT_URL, Store
 from minions.runs._tables import (
@@ -46,6 +49,8 @@ if TYPE_CHECKING:
     from minions.runs._rerun import RerunPlan
 
 __all__ = ["RunFilters", "RunStore", "database_url"]
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,10 +171,12 @@ class RunStore:
         inputs: Mapping[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
+        actor: str | None = None,
     ) -> tuple[str, bool]:
         """Queue a run of the recipe file; its YAML is snapshotted into the run. Returns the
         run id and whether it is new (False: `idempotency_key` named the same request before;
-        its run is returned).
+        its run is returned). `actor`: who submits it (its `RunStarted` event says so): a
+        key's name, ``token``, ``cli:USER``.
 
         The run is stored and queued in one transaction: both, or neither.
 
@@ -182,7 +189,7 @@ class RunStore:
 
         path = await self._store.call(Path(recipe).resolve)
         text = await self._store.call(read_recipe_text, path)
-        return await self._queue_run(text, path, inputs, idempotency_key)
+        return await self._queue_run(text, path, inputs, idempotency_key, actor=actor)
 
     async def submit_yaml(
         self,
@@ -192,6 +199,7 @@ class RunStore:
         base: str | Path,
         idempotency_key: str | None = None,
         check: Callable[[RecipeSpec], object] | None = None,
+        actor: str | None = None,
     ) -> tuple[str, bool]:
         """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
         tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
@@ -210,7 +218,12 @@ class RunStore:
         if check is not None:
             check(spec)
         return await self._queue_run(
-            text, folder / f"{spec.id}.inline.yaml", inputs, idempotency_key, (spec, located)
+            text,
+            folder / f"{spec.id}.inline.yaml",
+            inputs,
+            idempotency_key,
+            (spec, located),
+            actor=actor,
         )
 
     async def _queue_run(
@@ -220,12 +233,16 @@ class RunStore:
         inputs: Mapping[str, Any] | None,
         idempotency_key: str | None,
         parsed: tuple[RecipeSpec, Located] | None = None,
+        *,
+        actor: str | None = None,
     ) -> tuple[str, bool]:
         """Check the recipe snapshot `text` (as the file `path`; `parsed` already) and the
         inputs, store the run and queue it."""
         built = await self._build(text, path, parsed)
         checked = built.check_inputs(dict(inputs or {}))
-        return await self._insert(text, path, built, checked, idempotency_key=idempotency_key)
+        return await self._insert(
+            text, path, built, checked, idempotency_key=idempotency_key, actor=actor
+        )
 
     async def _snapshot(self, text: str, path: Path, inputs: Mapping[str, Any] | None) -> _Snapshot:
         """The recipe `text` (as the file `path`) and the inputs, checked."""
@@ -256,6 +273,7 @@ class RunStore:
         idempotency_key: str | None = None,
         rerun: Mapping[str, Any] | None = None,
         steps: Sequence[Mapping[str, Any]] = (),
+        actor: str | None = None,
     ) -> tuple[str, bool]:
         snapshot = _snapshot_of(text, built, checked)
         queue = await self._dbos()
@@ -272,6 +290,7 @@ class RunStore:
             enqueue=queue.enqueue,
             rerun=rerun,
             steps=steps,
+            actor=actor,
         )
 
     async def rerun(
@@ -282,6 +301,7 @@ class RunStore:
         inputs: Mapping[str, Any] | None = None,
         outputs: Mapping[str, Any] | None = None,
         recipe: str | Path | None = None,
+        actor: str | None = None,
     ) -> RerunPlan:
         """Queue a rerun of an ended run from step `from_step`: a new run that reuses the
         recorded result of every step not downstream of `from_step` (no model or tool call;
@@ -290,7 +310,7 @@ class RunStore:
         too); `outputs` replace the recorded outputs of reused steps (checked against their
         output schemas; what follows them runs again). `recipe`: a new version of the recipe
         (a file), instead of the run's snapshot; steps whose definition changed run again.
-        Returns the plan, with the new run's id.
+        `actor`: who reruns it. Returns the plan, with the new run's id.
 
         Raises:
             UnknownRunError: no run has this id.
@@ -327,7 +347,13 @@ class RunStore:
         )
         seeds = seed_rows(plan, await self._store.saved_steps(run_id))
         new_id, _ = await self._insert(
-            text, path or "recipe.yaml", built, checked, rerun=plan.to_data(), steps=seeds
+            text,
+            path or "recipe.yaml",
+            built,
+            checked,
+            rerun=plan.to_data(),
+            steps=seeds,
+            actor=actor,
         )
         return dataclasses.replace(plan, run_id=new_id)
 
@@ -465,18 +491,21 @@ class RunStore:
 
     # -- state changes -------------------------------------------------------------------------
 
-    async def cancel(self, run_id: str, *, wait: float = 10.0) -> RunRecord:
+    async def cancel(
+        self, run_id: str, *, wait: float = 10.0, actor: str | None = None
+    ) -> RunRecord:
         """Cancel the run: a queued one (or one whose worker died) at once; a running one at
         its next step boundary, its model calls cancelled. A worker that does not answer within
         `wait` seconds is fenced out and the run is ended here. Returns the run as it is then.
+        `actor`: who cancels it (its terminal `RunFailed` event says so).
 
         Raises:
             UnknownRunError: no run has this id.
             RunStateError: the run has ended already.
         """
         store = self._store.store
-        record = await self._store.call(store.request_cancel, run_id)
-        if await self._end_cancelled(run_id, "unheld"):
+        record = await self._store.call(store.request_cancel, run_id, actor=actor)
+        if await self._end_cancelled(run_id, "unheld", actor):
             await self._forget(run_id, record.attempt)
             return await self.get(run_id)
         deadline = time.monotonic() + wait
@@ -485,16 +514,16 @@ class RunStore:
             if found.terminal:
                 return await self.get(run_id)
             await asyncio.sleep(0.1)
-        await self._end_cancelled(run_id, "any")
+        await self._end_cancelled(run_id, "any", actor)
         return await self.get(run_id)
 
-    async def _end_cancelled(self, run_id: str, when: Any) -> bool:
+    async def _end_cancelled(self, run_id: str, when: Any, actor: str | None) -> bool:
         return await self._store.call(
             self._store.store.end_unheld,
             run_id,
             status="cancelled",
             error="cancelled",
-            event=run_failed_row(run_id, "cancelled"),
+            event=run_failed_row(run_id, "cancelled", actor),
             when=when,
             now=time.time(),
         )
@@ -510,9 +539,9 @@ class RunStore:
             return
         await self._store.call(queue.cancel, workflow_id(run_id, attempt))
 
-    async def resume(self, run_id: str) -> RunRecord:
+    async def resume(self, run_id: str, *, actor: str | None = None) -> RunRecord:
         """Queue a failed or cancelled run again: it goes on from its last completed step
-        (and loop item).
+        (and loop item). `actor`: who resumes it (its next `RunStarted` event says so).
 
         Raises:
             UnknownRunError: no run has this id.
@@ -527,6 +556,7 @@ class RunStore:
             epoch=None,
             recovery=False,
             enqueue=queue.enqueue,
+            actor=actor,
         )
         if resumed is None:
             status = (await self._store.get_run(run_id, details=False)).status
@@ -543,9 +573,11 @@ class RunStore:
         *,
         approved: bool = True,
         reason: str | None = None,
+        actor: str | None = None,
     ) -> RunRecord:
-        """Decide a call the run waits for (the only one when `call_id` is not given). A call
-        is decided once: of concurrent decisions, one wins.
+        """Decide a call the run waits for (the only one when `call_id` is not given), as
+        `actor` (the approval's `decided_by`, and its `ApprovalResolved` event's `actor`). A
+        call is decided once: of concurrent decisions, one wins.
 
         Raises:
             UnknownRunError: no run has this id.
@@ -576,7 +608,12 @@ class RunStore:
                 )
             call_id = waiting[0].call_id
         decided = await self._store.call(
-            self._store.store.decide, run_id, call_id, approved=approved, reason=reason
+            self._store.store.decide,
+            run_id,
+            call_id,
+            approved=approved,
+            reason=reason,
+            actor=actor,
         )
         if decided is not None:
             return await self.get(run_id)
@@ -612,6 +649,7 @@ class RunStore:
         timezone: str | None = None,
         catch_up: CatchUp | None = None,
         replace: bool = False,
+        actor: str | None = None,
     ) -> ScheduleRecord:
         """Run the recipe file at each slot of `cron` or `every` (its YAML is snapshotted
         now: to change it, add it again with `replace`). Without `cron` and `every`, the
@@ -628,6 +666,7 @@ class RunStore:
             catch_up: slots missed while no worker ran: ``none``, ``one`` (default), ``all``.
             replace: a schedule of that name gets this recipe and timing (its slots go on
                 from now); otherwise it is an error.
+            actor: who adds it (its `changed_by`).
 
         Raises:
             RecipeError: the recipe, its ``schedule:``, the timing or the inputs are invalid.
@@ -685,6 +724,7 @@ class RunStore:
             timing=timing,
             catch_up=schedule.catch_up,
             now=time.time(),
+            actor=actor,
         )
         await self._dbos()  # DBOS's tables exist before a worker's tick fires into them
         return await self._store.call(_schedules.save, self._store.store, row, replace=replace)
@@ -705,31 +745,39 @@ class RunStore:
 
         return await self._store.call(_schedules.get, self._store.store, name)
 
-    async def pause_schedule(self, name: str) -> ScheduleRecord:
-        """Stop firing the schedule until it is resumed.
+    async def pause_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
+        """Stop firing the schedule until it is resumed (`actor`: who pauses it, its
+        `changed_by`).
 
         Raises:
             UnknownScheduleError: no schedule has this name.
         """
-        return await self._set_paused(name, paused=True)
+        return await self._set_paused(name, paused=True, actor=actor)
 
-    async def resume_schedule(self, name: str) -> ScheduleRecord:
-        """Fire the schedule again from its next slot (the slots of the pause do not fire).
+    async def resume_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
+        """Fire the schedule again from its next slot (the slots of the pause do not fire);
+        `actor`: who resumes it.
 
         Raises:
             UnknownScheduleError: no schedule has this name.
         """
-        return await self._set_paused(name, paused=False)
+        return await self._set_paused(name, paused=False, actor=actor)
 
-    async def _set_paused(self, name: str, *, paused: bool) -> ScheduleRecord:
+    async def _set_paused(self, name: str, *, paused: bool, actor: str | None) -> ScheduleRecord:
         from minions.runs import _schedules
 
         return await self._store.call(
-            _schedules.set_paused, self._store.store, name, paused=paused, now=time.time()
+            _schedules.set_paused,
+            self._store.store,
+            name,
+            paused=paused,
+            now=time.time(),
+            actor=actor,
         )
 
-    async def remove_schedule(self, name: str) -> None:
-        """Remove the schedule; the runs it fired stay.
+    async def remove_schedule(self, name: str, *, actor: str | None = None) -> None:
+        """Remove the schedule; the runs it fired stay. `actor`: who removes it (said in the
+        log: the row is gone).
 
         Raises:
             UnknownScheduleError: no schedule has this name.
@@ -737,6 +785,61 @@ class RunStore:
         from minions.runs import _schedules
 
         await self._store.call(_schedules.delete, self._store.store, name)
+        log.info("schedule removed", schedule=name, actor=actor)
+
+    # -- keys ----------------------------------------------------------------------------------
+
+    async def add_key(
+        self,
+        name: str,
+        *,
+        role: str,
+        projects: Sequence[str] = (),
+        actor: str | None = None,
+    ) -> tuple[KeyRecord, str]:
+        """Add an API key named `name` with `role` (and `projects`): returns its record and
+        the key itself, which is never stored (only its SHA-256 is) and cannot be shown again.
+        `actor`: who adds it (recorded).
+
+        Raises:
+            ValueError: the name, role or a project is not valid.
+            KeyExistsError: a key that is not revoked has this name.
+        """
+        from minions.runs import _keys
+
+        made = await self._store.call(
+            _keys.add, self._store.store, name, role=role, projects=projects, actor=actor
+        )
+        return made.record, made.key
+
+    async def keys(self, *, revoked: bool = False) -> list[KeyRecord]:
+        """The API keys that work (the revoked ones too, when `revoked`), by name."""
+        from minions.runs import _keys
+
+        return await self._store.call(_keys.listed, self._store.store, revoked=revoked)
+
+    async def revoke_key(self, name: str, *, actor: str | None = None) -> KeyRecord:
+        """Revoke the key of that name: its next request fails, and so do the event streams
+        it opened.
+
+        Raises:
+            UnknownKeyError: no key that works has this name.
+        """
+        from minions.runs import _keys
+
+        return await self._store.call(_keys.revoke, self._store.store, name, actor=actor)
+
+    async def key_of(self, key: str) -> KeyRecord | None:
+        """The key that works and is `key` (found by its hash), or None."""
+        from minions.runs import _keys
+
+        return await self._store.call(_keys.by_key, self._store.store, key)
+
+    async def key_by_id(self, key_id: str) -> KeyRecord | None:
+        """The key that works with this id (`KeyRecord.id`), or None."""
+        from minions.runs import _keys
+
+        return await self._store.call(_keys.by_id, self._store.store, key_id)
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -747,11 +850,13 @@ class RunStore:
         statuses: Sequence[str] = (),
         keep: int | None = None,
         dry_run: bool = False,
+        actor: str | None = None,
     ) -> PruneResult:
         """Delete the finished runs (in one of `statuses`: default, every finished one) that
         finished over `older_than` ago (``30d``, or seconds), but the newest `keep`, with
         their steps, events, approvals and DBOS workflows; in batches, so workers go on
-        meanwhile. An SQLite file then gives the freed space back.
+        meanwhile. An SQLite file then gives the freed space back. `actor`: who prunes
+        (`history().pruned_by`).
 
         Raises:
             ValueError: `older_than` is not a duration, or a status is not a finished one.
@@ -766,6 +871,7 @@ class RunStore:
             statuses=tuple(statuses) or tuple(sorted(TERMINAL)),
             keep=keep,
             dry_run=dry_run,
+            actor=actor,
         )
 
 

@@ -147,15 +147,21 @@ def listed(store: Store) -> list[ScheduleRecord]:
         ]
 
 
-def set_paused(store: Store, name: str, *, paused: bool, now: float) -> ScheduleRecord:
-    """Pause, or resume: a resumed schedule goes on from its next slot after `now` (the
-    slots of the pause are not fired).
+def set_paused(
+    store: Store, name: str, *, paused: bool, now: float, actor: str | None = None
+) -> ScheduleRecord:
+    """Pause, or resume, as `actor`: a resumed schedule goes on from its next slot after
+    `now` (the slots of the pause are not fired).
 
     Raises:
         UnknownScheduleError: no schedule has this name.
     """
     table = schedules_table
-    values: dict[str, Any] = {"paused": paused, "version": table.c.version + 1}
+    values: dict[str, Any] = {
+        "paused": paused,
+        "version": table.c.version + 1,
+        "changed_by": actor,
+    }
     with store.begin() as db:
         if not paused:
             found = _row(db, name)
@@ -243,6 +249,7 @@ def _fire(
                         request_hash=row.request_hash,
                         schedule=row.name,
                         slot=slot,
+                        queued_by=f"schedule:{row.name}",
                     ),
                 ).returning(runs_table.c.run_id)
             ).first()
@@ -283,6 +290,7 @@ def record(row: Any) -> ScheduleRecord:
         fired=row.fired,
         recipe_path=row.recipe_path,
         recipe_hash=row.recipe_hash,
+        changed_by=row.changed_by,
     )
 
 
@@ -298,8 +306,10 @@ def new_row(
     timing: Timing,
     catch_up: CatchUp,
     now: float,
+    actor: str | None = None,
 ) -> dict[str, Any]:
-    """A schedule's row as added at `now`: its first slot is the first after `now`."""
+    """A schedule's row as added at `now` by `actor`: its first slot is the first after
+    `now`."""
     return {
         "name": name,
         "recipe_id": recipe_id,
@@ -318,6 +328,7 @@ def new_row(
         "next_at": timing.after(now),
         "version": 1,
         "fired": 0,
+        "changed_by": actor,
     }
 
 

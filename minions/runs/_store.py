@@ -286,11 +286,13 @@ class Store:
         enqueue: Enqueue,
         rerun: Mapping[str, Any] | None = None,
         steps: Sequence[Mapping[str, Any]] = (),
+        actor: str | None = None,
     ) -> tuple[str, bool]:
         """Store a queued run and queue it, in one transaction: both happen or neither. With
         an idempotency key used before, the earlier run's id and False. `rerun`: the plan of
         a rerun (its ``parent_run_id`` and ``from_step`` are stored as columns too), and
-        `steps` the checkpoints it starts with (the steps it reuses of its parent).
+        `steps` the checkpoints it starts with (the steps it reuses of its parent). `actor`:
+        who queued it.
 
         Raises:
             IdempotencyConflictError: the key was used for another request.
@@ -304,6 +306,7 @@ class Store:
             inputs=dumps(dict(inputs)),
             idempotency_key=idempotency_key,
             request_hash=request_hash,
+            queued_by=actor,
         )
         if rerun is not None:
             row.update(
@@ -729,8 +732,9 @@ class Store:
 
     # -- the clients' state changes ------------------------------------------------------------
 
-    def request_cancel(self, run_id: str) -> RunRecord:
-        """Ask the run's holder to cancel it (compare-and-set: the run has not ended).
+    def request_cancel(self, run_id: str, *, actor: str | None = None) -> RunRecord:
+        """Ask the run's holder to cancel it (compare-and-set: the run has not ended), for
+        `actor`.
 
         Raises:
             UnknownRunError: no run has this id.
@@ -740,7 +744,7 @@ class Store:
             updated = db.execute(
                 runs_table.update()
                 .where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE))
-                .values(cancel_requested=True)
+                .values(cancel_requested=True, cancelled_by=actor)
             ).rowcount
             row = _run_row(db, run_id)
         if not updated:
@@ -814,10 +818,12 @@ class Store:
         recovery: bool,
         enqueue: Enqueue,
         attempt: int | None = None,
+        actor: str | None = None,
     ) -> RunRecord | None:
         """Queue the run's next attempt (compare-and-set: its status is one of `statuses`, its
         epoch is `epoch` and its current attempt `attempt` when given), and enqueue it in the
-        same transaction. None when the run was not in that state."""
+        same transaction; `actor` queued it (None: a worker, taking it over). None when the
+        run was not in that state."""
         runs = runs_table.c
         condition = [runs.run_id == run_id, runs.status.in_(list(statuses))]
         if epoch is not None:
@@ -833,6 +839,8 @@ class Store:
             "cancel_requested": False,
             "finished_at": None,
             "error": None,
+            "queued_by": actor,
+            "cancelled_by": None,
         }
         if recovery:
             values["recoveries"] = runs.recoveries + 1
@@ -846,10 +854,16 @@ class Store:
         return _run_record(row, (), ())
 
     def decide(
-        self, run_id: str, call_id: str, *, approved: bool, reason: str | None
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        approved: bool,
+        reason: str | None,
+        actor: str | None = None,
     ) -> ApprovalRecord | None:
-        """Decide a waiting call (compare-and-set: undecided, and the run has not ended).
-        None when it was decided already or the run ended."""
+        """Decide a waiting call as `actor` (compare-and-set: undecided, and the run has not
+        ended). None when it was decided already or the run ended."""
         with self.begin() as db:
             updated = db.execute(
                 approvals_table.update()
@@ -861,7 +875,7 @@ class Store:
                         runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE)
                     ),
                 )
-                .values(decided_at=time.time(), approved=approved, reason=reason)
+                .values(decided_at=time.time(), approved=approved, reason=reason, decided_by=actor)
             ).rowcount
             if not updated:
                 return None
@@ -1301,6 +1315,7 @@ def _approval_record(row: Any) -> ApprovalRecord:
         decided_at=row.decided_at,
         approved=row.approved,
         reason=row.reason,
+        decided_by=row.decided_by,
     )
 
 
@@ -1329,4 +1344,6 @@ def _run_record(
         approvals=approvals,
         parent_run_id=row.parent_run_id,
         from_step=row.from_step,
+        queued_by=row.queued_by,
+        cancelled_by=row.cancelled_by,
     )

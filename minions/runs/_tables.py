@@ -18,12 +18,13 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
 schedule of a run, how far pruning went; reruns (a run's parent, the step it reran from, its
-plan); the step cache."""
+plan); the step cache. 4: actors (who queued a run's attempt, who cancelled it, who decided
+an approval, who changed a schedule last); the API keys' table (made on first use)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -78,6 +79,10 @@ runs_table = sa.Table(
     sa.Column("parent_run_id", sa.Text, nullable=True),
     sa.Column("from_step", sa.Text, nullable=True),
     sa.Column("rerun", sa.Text, nullable=True),
+    # Actors (schema 4): who queued the current attempt (submitted, reran, resumed it), who
+    # asked for its cancel.
+    sa.Column("queued_by", sa.Text, nullable=True),
+    sa.Column("cancelled_by", sa.Text, nullable=True),
 )
 steps_table = sa.Table(
     "minions_steps",
@@ -113,6 +118,7 @@ approvals_table = sa.Table(
     sa.Column("decided_at", sa.Float, nullable=True),
     sa.Column("approved", sa.Boolean, nullable=True),
     sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("decided_by", sa.Text, nullable=True),
 )
 workers_table = sa.Table(
     "minions_workers",
@@ -153,6 +159,7 @@ schedules_table = sa.Table(
     sa.Column("last_fired_at", sa.Float, nullable=True),
     sa.Column("last_run_id", sa.Text, nullable=True),
     sa.Column("fired", sa.Integer, nullable=False, default=0),
+    sa.Column("changed_by", sa.Text, nullable=True),
 )
 # Limits per model endpoint, over every worker of the store (minions.runs._endpoints). Tables
 # only added (no column of an older one changes): a store of this schema version that lacks
@@ -275,7 +282,20 @@ def _to_3(db: sa.Connection) -> None:
     _to_3_rerun(db)
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3}
+def _to_4(db: sa.Connection) -> None:
+    """Schema 3 -> 4: actors (a table made by an earlier step of this migration, which
+    ``create_all`` makes after it, gets them then)."""
+    made = set(sa.inspect(db).get_table_names())
+    for table, columns in (
+        ("minions_runs", ["queued_by TEXT", "cancelled_by TEXT"]),
+        ("minions_approvals", ["decided_by TEXT"]),
+        ("minions_schedules", ["changed_by TEXT"]),
+    ):
+        if table in made:
+            _add_columns(db, table, columns)
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4}
 """Schema version n -> n+1 upgrades, each a function of a connection."""
 
 
@@ -347,6 +367,8 @@ class ApprovalRecord:
     decided_at: float | None = None
     approved: bool | None = None
     reason: str | None = None
+    decided_by: str | None = None
+    """Who decided: a key's name, ``token``, ``cli:USER`` (None: undecided, or not known)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -384,6 +406,11 @@ class RunRecord:
     """For a rerun: the run it reran."""
     from_step: str | None = None
     """For a rerun: the step it reran from."""
+    queued_by: str | None = None
+    """Who queued its current attempt (submitted, reran or resumed it): a key's name,
+    ``token``, ``cli:USER``, ``schedule:NAME`` (None: a worker's takeover, or not known)."""
+    cancelled_by: str | None = None
+    """Who asked for its cancel."""
 
     @property
     def terminal(self) -> bool:
@@ -437,6 +464,8 @@ class ScheduleRecord:
     fired: int = 0
     recipe_path: str | None = None
     recipe_hash: str = ""
+    changed_by: str | None = None
+    """Who added it, or paused or resumed it last."""
 
     @property
     def timing(self) -> str:
@@ -481,6 +510,8 @@ class History:
     oldest_at: float | None
     pruned_before: float | None = None
     pruned_at: float | None = None
+    pruned_by: str | None = None
+    """Who ran that prune (a key's name, ``token``, ``cli:USER``; None: not known)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,11 +12,12 @@ from fastapi import FastAPI
 
 from minions._version import __version__
 from minions.runs import LiveHub, RunStore
+from minions.service._access import undeclared
 from minions.service._config import ServiceConfig
 from minions.service._errors import install
 from minions.service._guard import Guard
 from minions.service._recipes import RecipeCatalog
-from minions.service._routes import console, events, info, rerun, runs, schedules, steps
+from minions.service._routes import console, events, info, keys, rerun, runs, schedules, steps
 from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
@@ -65,8 +66,11 @@ def create_app(
     app.state.streams = OpenStreams()
     install(app)
     routers = (runs.router, rerun.router, events.router, steps.router, info.router)
-    for router in (*routers, schedules.router, console.router):
+    for router in (*routers, schedules.router, keys.router, console.router):
         app.include_router(router)
+    missing = undeclared(app)
+    if missing:  # a route of this package that forgot its permission: never served
+        raise RuntimeError(f"routes without one permission declared: {', '.join(missing)}")
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(
         Guard,

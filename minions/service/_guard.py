@@ -10,12 +10,16 @@ import re
 import time
 import traceback
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
 import structlog
 from fastapi.responses import JSONResponse
 
+from minions.errors import StoreError
+from minions.runs import KeyRecord, RunStore
+from minions.runs._keys import PREFIX
+from minions.service._access import CALLER, TOKEN_CALLER, Caller
 from minions.service._bytes import json_problem, path_problem, query_problem
 from minions.service._errors import error
 from minions.service._routes.console import FILES
@@ -27,7 +31,7 @@ log = structlog.get_logger(__name__)
 
 PUBLIC_PATHS = frozenset({"/health", "/", *(f"/console/{name}" for name in FILES)})
 """What strangers may read: the health check and the console's own files (which hold no
-data); every other path, unknown ones included, is a 401 without the token."""
+data); every other path, unknown ones included, is a 401 without a key."""
 STREAM = re.compile(r"/runs/(?P<run_id>[^/]+)/events/stream")
 THREAD_ABOVE = 64 << 10
 """A body larger than this is checked in a thread (the check walks every value)."""
@@ -42,14 +46,25 @@ class _BodyTooLarge(Exception):
     pass
 
 
+def _runs(scope: Scope) -> RunStore:
+    runs: RunStore = scope["app"].state.runs
+    return runs
+
+
+def _caller_of(key: KeyRecord) -> Caller:
+    return Caller(name=key.name, role=key.role, projects=key.projects, key_id=key.id)
+
+
 class Guard:
-    """The token, the bytes and the pace of every request, before any route runs (an unknown
-    path without a token is a 401, not a 404: nothing is told to strangers), and the barrier
-    that turns a route's failure into one short log line and a 500.
+    """The key, the bytes and the pace of every request, before any route runs (an unknown
+    path without a key is a 401, not a 404: nothing is told to strangers), and the barrier
+    that turns a route's failure into one short log line and a 500. The caller it finds (a
+    named key of the store, found by its hash, or the server's token, an admin) is put in
+    the request's scope for the routes' permissions (`minions.service._access`).
 
     Args:
         app: the application.
-        token: the bearer token.
+        token: the server's own bearer token (an admin key).
         max_body: a larger body is a 413.
         body_timeout: seconds a client may take to send a body (slower: 408).
     """
@@ -65,7 +80,11 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope)
+        try:
+            refusal = await self._refusal(scope)
+        except StoreError:
+            log.error("run store error", path=scope["path"], error="keys cannot be read")
+            refusal = error(503, "the run store cannot be used now; see the server's log")
         if refusal is not None:
             await refusal(scope, receive, send)
             return
@@ -98,36 +117,53 @@ class Guard:
             return
         await self._barrier(scope, receive, send)
 
-    def _refusal(self, scope: Scope) -> JSONResponse | None:
-        """The answer to a request refused before its body is read, or None."""
+    async def _refusal(self, scope: Scope) -> JSONResponse | None:
+        """The answer to a request refused before its body is read, or None (and the
+        request's `Caller` is in its scope)."""
         path: str = scope["path"]
         if path not in PUBLIC_PATHS:
             given = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
             if given:
-                if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                    credentials.strip(), self.token
-                ):
-                    return error(401, "the bearer token is wrong")
+                if scheme.lower() != b"bearer":
+                    return error(401, "the Authorization header must be: Bearer <key>")
+                caller = await self._bearer(scope, credentials.strip())
+                if caller is None:
+                    return error(401, "the bearer key is wrong or was revoked")
             else:
-                ticketed = self._ticketed(scope)
+                ticketed = await self._ticketed(scope)
                 if ticketed is False:
                     message = (
-                        "the stream ticket is wrong, expired or for another run; get another: "
-                        "POST /runs/{run_id}/events/ticket"
+                        "the stream ticket is wrong, expired, for another run or of a key "
+                        "revoked since; get another: POST /runs/{run_id}/events/ticket"
                     )
                     return error(401, message)
                 if ticketed is None:
-                    message = "this endpoint needs an Authorization: Bearer <token> header"
+                    message = "this endpoint needs an Authorization: Bearer <key> header"
                     return error(401, message)
+                caller = ticketed
+            scope[CALLER] = caller
         problem = path_problem(scope.get("raw_path") or path.encode())
         if problem is None:
             problem = query_problem(scope["query_string"])
         return None if problem is None else error(400, problem)
 
-    def _ticketed(self, scope: Scope) -> bool | None:
-        """Whether the ticket of a request for a run's stream opens it (None: no ticket, or
-        not a stream)."""
+    async def _bearer(self, scope: Scope, credentials: bytes) -> Caller | None:
+        """The caller a bearer credential names: the server's token, or a key that works."""
+        if hmac.compare_digest(credentials, self.token):
+            return TOKEN_CALLER
+        if not credentials.startswith(PREFIX.encode()) or len(credentials) > 100:
+            return None  # not a key: no look in the store
+        try:
+            key = credentials.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        found = await _runs(scope).key_of(key)
+        return None if found is None else _caller_of(found)
+
+    async def _ticketed(self, scope: Scope) -> Caller | Literal[False] | None:
+        """The caller whose ticket opens a request for a run's stream (False: a ticket
+        that does not; None: no ticket, or not a stream)."""
         match = STREAM.fullmatch(scope["path"])
         if match is None or scope["method"] not in ("GET", "HEAD"):
             return None
@@ -138,7 +174,15 @@ class Guard:
         given = query.get("ticket")
         if given is None:
             return None
-        return len(given) == 1 and self.tickets.valid(match["run_id"], given[0], now=time.time())
+        if len(given) != 1:
+            return False
+        key_id = self.tickets.key_of(match["run_id"], given[0], now=time.time())
+        if key_id is None:
+            return False
+        if key_id == TOKEN_CALLER.key_id:
+            return TOKEN_CALLER
+        found = await _runs(scope).key_by_id(key_id)
+        return False if found is None else _caller_of(found)
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes:
         for name, value in scope["headers"]:

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from minions._version import __version__
+from minions.service._access import Public, Reader
 from minions.service._deps import Catalog, InProcessWorker, Runs, Streams
 from minions.service._errors import ERRORS
 from minions.service._models import Health, RecipeOut, WorkerOut
@@ -19,7 +20,7 @@ router = APIRouter(responses=ERRORS)
 
 
 @router.get("/recipes", response_model=list[RecipeOut])
-async def recipes(catalog: Catalog) -> list[RecipeOut]:
+async def recipes(caller: Reader, catalog: Catalog) -> list[RecipeOut]:
     """The recipes of the server's folder: ids, descriptions, input schemas."""
     entries = await asyncio.to_thread(catalog.scan)
     folder = catalog.folder
@@ -35,7 +36,7 @@ async def recipes(catalog: Catalog) -> list[RecipeOut]:
 
 
 @router.get("/workers", response_model=list[WorkerOut])
-async def workers(runs: Runs) -> list[WorkerOut]:
+async def workers(caller: Reader, runs: Runs) -> list[WorkerOut]:
     """The workers of the store: ids, heartbeats, runs in hand, alive or not."""
     return [WorkerOut.model_validate(w) for w in await runs.workers()]
 
@@ -45,7 +46,9 @@ async def workers(runs: Runs) -> list[WorkerOut]:
     response_model=Health,
     responses={503: {"model": Health, "description": "the in-process worker is not running"}},
 )
-async def health(worker: InProcessWorker, runs: Runs, streams: Streams) -> JSONResponse:
+async def health(
+    anyone: Public, worker: InProcessWorker, runs: Runs, streams: Streams
+) -> JSONResponse:
     """Up, the state of the worker in this process, and its event streams (no token
     needed): 503 while the worker is not running (its database is unreachable, or it
     stopped)."""

@@ -13,6 +13,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from minions._text import jsonable
+from minions.service._access import Operator, Reader
 from minions.service._deps import Config, Runs
 from minions.service._errors import ERRORS
 from minions.service._models import Status
@@ -97,17 +98,21 @@ class RunDiffOut(BaseModel):
 
 
 @router.post("/runs/{run_id}/rerun", status_code=201, response_model=Rerun)
-async def rerun(run_id: RunId, body: RerunRequest, runs: Runs) -> Rerun:
+async def rerun(caller: Operator, run_id: RunId, body: RerunRequest, runs: Runs) -> Rerun:
     """Queue a new run of an ended run from step `from_step`: the steps that do not depend on
     it are reused as recorded (no model or tool calls)."""
     plan = await runs.rerun(
-        run_id, from_step=body.from_step, inputs=body.inputs, outputs=body.outputs
+        run_id,
+        from_step=body.from_step,
+        inputs=body.inputs,
+        outputs=body.outputs,
+        actor=caller.name,
     )
     return Rerun.model_validate(plan)
 
 
 @router.get("/runs/{run_a}/diff/{run_b}", response_model=RunDiffOut)
-async def diff(run_a: RunId, run_b: RunId, runs: Runs, config: Config) -> Response:
+async def diff(caller: Reader, run_a: RunId, run_b: RunId, runs: Runs, config: Config) -> Response:
     """Two runs compared step by step: status, output (a structured diff), tokens, calls,
     duration, and the first step where they diverge. Runs whose step outputs hold more
     JSON values than the server's bound (500,000 by default) are a 422."""

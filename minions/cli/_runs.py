@@ -310,6 +310,8 @@ def show(
             if a.decided_at is None
             else ("approved" if a.approved else f"rejected: {a.reason or ''}")
         )
+        if a.decided_by is not None:
+            state += f" (by {a.decided_by})"
         out.print(
             f"approval {a.call_id}: {a.tool}({json.dumps(a.arguments)}) {state}", markup=False
         )

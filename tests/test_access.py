@@ -544,3 +544,21 @@ def test_a_store_of_schema_3_gets_its_actors_columns(tmp_path: Path) -> None:
     assert asyncio.run(read()) == (None, "ann")
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == "4"
+
+
+async def test_reading_keys_never_makes_their_table(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "m.db"
+    store = RunStore(f"sqlite:///{path}", create=True)
+    assert await store.keys() == []
+    assert await store.key_of("mk_" + "a" * 43) is None
+    assert await store.key_by_id("0123") is None
+    with pytest.raises(UnknownKeyError):
+        await store.revoke_key("nobody")
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert "minions_keys" not in tables
+    await store.add_key("ann", role="viewer")
+    assert [k.name for k in await store.keys()] == ["ann"]
+    await store.aclose()

@@ -154,6 +154,7 @@ def check_projects(projects: Sequence[str]) -> tuple[str, ...]:
 
 
 def _ensure(store: Store) -> None:
+    """Make the keys table when the store has none (adding a key does)."""
     if store in _ready:
         return
     with store.begin() as db:
@@ -161,6 +162,17 @@ def _ensure(store: Store) -> None:
             db.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('minions_schema'))"))
         keys_metadata.create_all(db)
     _ready.add(store)
+
+
+def _exists(store: Store) -> bool:
+    """Whether the store has the keys table (reading never makes it)."""
+    if store in _ready:
+        return True
+    with store.read() as db:
+        found = sa.inspect(db).has_table(keys_table.name)
+    if found:
+        _ready.add(store)
+    return found
 
 
 def add(
@@ -197,7 +209,8 @@ def add(
 
 def listed(store: Store, *, revoked: bool = False) -> list[KeyRecord]:
     """The keys that work (and the revoked ones too, when `revoked`), by name."""
-    _ensure(store)
+    if not _exists(store):
+        return []
     query = sa.select(keys_table).order_by(keys_table.c.name, keys_table.c.created_at)
     if not revoked:
         query = query.where(keys_table.c.revoked_at.is_(None))
@@ -211,7 +224,8 @@ def revoke(store: Store, name: str, *, actor: str | None = None) -> KeyRecord:
     Raises:
         UnknownKeyError: no key that is not revoked has this name.
     """
-    _ensure(store)
+    if not _exists(store):
+        raise UnknownKeyError(name)
     table = keys_table.c
     with store.begin() as db:
         row = db.execute(
@@ -227,9 +241,8 @@ def revoke(store: Store, name: str, *, actor: str | None = None) -> KeyRecord:
 
 def by_key(store: Store, key: str) -> KeyRecord | None:
     """The key that works whose hash is `key`'s, or None (one indexed read)."""
-    if not key.startswith(PREFIX) or len(key) > 100:
+    if not key.startswith(PREFIX) or len(key) > 100 or not _exists(store):
         return None
-    _ensure(store)
     table = keys_table.c
     with store.read() as db:
         row = db.execute(
@@ -240,7 +253,8 @@ def by_key(store: Store, key: str) -> KeyRecord | None:
 
 def by_id(store: Store, key_id: str) -> KeyRecord | None:
     """The key that works with this id, or None."""
-    _ensure(store)
+    if not _exists(store):
+        return None
     table = keys_table.c
     with store.read() as db:
         row = db.execute(

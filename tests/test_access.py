@@ -562,3 +562,93 @@ async def test_reading_keys_never_makes_their_table(tmp_path: Path) -> None:
     await store.add_key("ann", role="viewer")
     assert [k.name for k in await store.keys()] == ["ann"]
     await store.aclose()
+
+
+# -- a trusted proxy's user header ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """An API that trusts X-Forwarded-User from 127.0.0.1 (the tests' address), and the URL
+    of its store; `pat` is an operator there, `vi` a viewer."""
+    folder = tmp_path_factory.mktemp("proxied")
+    url = f"sqlite:///{folder / 'store' / 'minions.db'}"
+
+    async def keys() -> None:
+        store = RunStore(url, create=True)
+        await store.add_key("pat", role="operator")
+        await store.add_key("vi", role="viewer")
+        await store.aclose()
+
+    asyncio.run(keys())
+    config = ServiceConfig(
+        token=TOKEN,
+        database_url=url,
+        recipes=write_recipes(folder / "recipes"),
+        proxy_user_header="X-Forwarded-User",
+        trusted_proxies=("127.0.0.1", "::1/128"),
+    )
+    with app_in_thread(create_app(config)) as base:
+        yield base, url
+
+
+def test_a_trusted_proxys_user_acts_as_the_key_of_that_name(
+    proxied: tuple[str, str],
+) -> None:
+    base, url = proxied
+
+    def as_user(name: bytes) -> dict[bytes, bytes]:
+        return {b"X-Forwarded-User": name}
+
+    assert httpx2.get(f"{base}/runs", headers=as_user(b"vi")).status_code == 200
+    refused = httpx2.post(f"{base}/schedules", headers=as_user(b"vi"), json={})
+    assert refused.status_code == 403
+    assert "'vi' is viewer" in refused.json()["error"]["message"]
+    body = {"recipe": "ledger", "every": "1h", "inputs": {"tag": "p"}}
+    added = httpx2.post(f"{base}/schedules", headers=as_user(b"pat"), json=body)
+    assert added.status_code == 201, added.text
+    assert added.json()["changed_by"] == "pat"
+    for stranger in (b"nobody", b"PAT", b"\xff\xfe", b"pat pat"):
+        answer = httpx2.get(f"{base}/runs", headers=as_user(stranger))
+        assert answer.status_code == 401, stranger
+        assert "has no key here" in answer.json()["error"]["message"]
+    # Without the header, keys and the token work as anywhere.
+    assert httpx2.get(f"{base}/runs", headers=auth()).status_code == 200
+    assert httpx2.get(f"{base}/runs").status_code == 401
+    asyncio.run(_revoke(url, "vi"))
+    assert httpx2.get(f"{base}/runs", headers=as_user(b"vi")).status_code == 401
+
+
+def test_the_header_of_an_untrusted_address_is_ignored(tmp_path: Path) -> None:
+    config = ServiceConfig(
+        token=TOKEN,
+        database_url=f"sqlite:///{tmp_path / 'store' / 'minions.db'}",
+        proxy_user_header="X-Forwarded-User",
+        trusted_proxies=("10.9.9.9",),
+    )
+    with app_in_thread(create_app(config)) as base:
+        answer = httpx2.get(f"{base}/runs", headers={"X-Forwarded-User": "pat"})
+        assert answer.status_code == 401
+        assert "Authorization" in answer.json()["error"]["message"]
+
+
+def test_a_proxy_header_needs_the_proxys_address(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs the proxy's address"):
+        create_app(ServiceConfig(token=TOKEN, proxy_user_header="X-Forwarded-User"))
+    with pytest.raises(ValueError, match=r"trusted proxy 'proxy\.example'"):
+        create_app(
+            ServiceConfig(
+                token=TOKEN, proxy_user_header="X-User", trusted_proxies=("proxy.example",)
+            )
+        )
+    runner = CliRunner()
+    store = ["--database-url", f"sqlite:///{tmp_path / 'm.db'}"]
+    for wrong, says in (
+        (["--trust-proxy-header", "X-Forwarded-User"], "--trusted-proxy ADDR"),
+        (["--trust-proxy-header", "X-User", "--trusted-proxy", "nope"], "--trusted-proxy"),
+        (["--trust-proxy-header", "X User", "--trusted-proxy", "127.0.0.1"], "header name"),
+        (["--trusted-proxy", "127.0.0.1"], "--trust-proxy-header"),
+    ):
+        refused = runner.invoke(cli, ["serve", *wrong, *store])
+        assert refused.exit_code == 2, (wrong, refused.output)
+        assert says in refused.output

@@ -241,24 +241,28 @@ def revoke(store: Store, name: str, *, actor: str | None = None) -> KeyRecord:
 
 def by_key(store: Store, key: str) -> KeyRecord | None:
     """The key that works whose hash is `key`'s, or None (one indexed read)."""
-    if not key.startswith(PREFIX) or len(key) > 100 or not _exists(store):
+    if not key.startswith(PREFIX) or len(key) > 100:
         return None
-    table = keys_table.c
-    with store.read() as db:
-        row = db.execute(
-            sa.select(keys_table).where(table.hash == key_hash(key), table.revoked_at.is_(None))
-        ).one_or_none()
-    return None if row is None else _record(row._mapping)
+    return _working(store, keys_table.c.hash == key_hash(key))
+
+
+def by_name(store: Store, name: str) -> KeyRecord | None:
+    """The key that works with this name, or None."""
+    return _working(store, keys_table.c.name == name) if NAME.fullmatch(name) else None
 
 
 def by_id(store: Store, key_id: str) -> KeyRecord | None:
     """The key that works with this id, or None."""
+    return _working(store, keys_table.c.id == key_id)
+
+
+def _working(store: Store, which: sa.ColumnElement[bool]) -> KeyRecord | None:
+    """The key that works and is `which`, or None."""
     if not _exists(store):
         return None
-    table = keys_table.c
     with store.read() as db:
         row = db.execute(
-            sa.select(keys_table).where(table.id == key_id, table.revoked_at.is_(None))
+            sa.select(keys_table).where(which, keys_table.c.revoked_at.is_(None))
         ).one_or_none()
     return None if row is None else _record(row._mapping)
 

@@ -835,6 +835,13 @@ class RunStore:
 
         return await self._store.call(_keys.by_key, self._store.store, key)
 
+    async def key_named(self, name: str) -> KeyRecord | None:
+        """The key that works with this name, or None (a trusted proxy's user is the key of
+        that name)."""
+        from minions.runs import _keys
+
+        return await self._store.call(_keys.by_name, self._store.store, name)
+
     async def key_by_id(self, key_id: str) -> KeyRecord | None:
         """The key that works with this id (`KeyRecord.id`), or None."""
         from minions.runs import _keys

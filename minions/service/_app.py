@@ -15,7 +15,7 @@ from minions.runs import LiveHub, RunStore
 from minions.service._access import undeclared
 from minions.service._config import ServiceConfig
 from minions.service._errors import install
-from minions.service._guard import Guard
+from minions.service._guard import Guard, proxy_networks
 from minions.service._recipes import RecipeCatalog
 from minions.service._routes import console, events, info, keys, rerun, runs, schedules, steps
 from minions.service._stream import OpenStreams
@@ -36,7 +36,17 @@ def create_app(
         hub: the live events of a worker in this process (token deltas reach the streams
             only through it).
         worker: the worker in this process, whose state ``/health`` reports.
+
+    Raises:
+        ValueError: a proxy's user header without the proxy's address, or a trusted proxy
+            that is not an address or a network.
     """
+    if config.proxy_user_header is not None and not config.trusted_proxies:
+        raise ValueError(
+            f"a proxy's user header ({config.proxy_user_header}) needs the proxy's address: "
+            "trusted_proxies (--trusted-proxy ADDR)"
+        )
+    proxy_networks(config.trusted_proxies)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,6 +87,8 @@ def create_app(
         token=config.token,
         max_body=config.max_body_bytes,
         body_timeout=config.request_timeout,
+        proxy_user_header=config.proxy_user_header,
+        trusted_proxies=config.trusted_proxies,
     )
     return app
 

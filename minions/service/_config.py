@@ -31,6 +31,11 @@ class ServiceConfig:
         poll: seconds between a followed run's reads of the store when nothing woke it.
         max_diff_values: the most JSON values of step outputs (both runs together) a diff
             compares; a bigger one is a 422 (None: the store's default, 500,000).
+        proxy_user_header: a header (``X-Forwarded-User``) that names the user of a request
+            coming from one of `trusted_proxies`, an authenticating proxy (SSO): the user is
+            the named key of that name, with its role, without the key itself.
+        trusted_proxies: the addresses (or networks, ``10.0.0.0/24``) of those proxies, as
+            the server sees its peers.
     """
 
     token: str = field(repr=False)
@@ -44,3 +49,5 @@ class ServiceConfig:
     heartbeat: float = 15.0
     poll: float = 0.1
     max_diff_values: int | None = None
+    proxy_user_header: str | None = None
+    trusted_proxies: tuple[str, ...] = ()

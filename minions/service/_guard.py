@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import re
 import time
 import traceback
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
@@ -37,6 +38,7 @@ THREAD_ABOVE = 64 << 10
 """A body larger than this is checked in a thread (the check walks every value)."""
 
 Scope = MutableMapping[str, Any]
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
@@ -44,6 +46,23 @@ Send = Callable[[Message], Awaitable[None]]
 
 class _BodyTooLarge(Exception):
     pass
+
+
+def proxy_networks(given: Sequence[str]) -> list[IPNetwork]:
+    """The networks of `given` addresses and networks.
+
+    Raises:
+        ValueError: one is neither.
+    """
+    networks = []
+    for text in given:
+        try:
+            networks.append(ipaddress.ip_network(text.strip(), strict=False))
+        except ValueError:
+            raise ValueError(
+                f"trusted proxy {text!r}: give an IP address (127.0.0.1) or a network (10.0.0.0/24)"
+            ) from None
+    return networks
 
 
 def _runs(scope: Scope) -> RunStore:
@@ -67,11 +86,28 @@ class Guard:
         token: the server's own bearer token (an admin key).
         max_body: a larger body is a 413.
         body_timeout: seconds a client may take to send a body (slower: 408).
+        proxy_user_header: the header in which a trusted proxy names a request's user (the
+            key of that name, without the key itself).
+        trusted_proxies: the addresses or networks of those proxies.
+
+    Raises:
+        ValueError: a trusted proxy is not an address or a network.
     """
 
-    def __init__(self, app: Any, *, token: str, max_body: int, body_timeout: float) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        token: str,
+        max_body: int,
+        body_timeout: float,
+        proxy_user_header: str | None = None,
+        trusted_proxies: Sequence[str] = (),
+    ) -> None:
         self.app = app
         self.token = token.encode()
+        self.proxy_header = proxy_user_header.lower().encode() if proxy_user_header else None
+        self.proxies = proxy_networks(trusted_proxies)
         self.tickets = Tickets(token)
         self.max_body = max_body
         self.body_timeout = body_timeout
@@ -124,7 +160,15 @@ class Guard:
         if path not in PUBLIC_PATHS:
             given = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
-            if given:
+            user = self._proxy_user(scope)
+            if user is not None:  # a trusted proxy says who it is
+                caller = await self._named(scope, user)
+                if caller is None:
+                    shown = user.decode("ascii", errors="replace")[:64]
+                    return error(
+                        401, f"the proxy's user {shown!r} has no key here (minions keys add)"
+                    )
+            elif given:
                 if scheme.lower() != b"bearer":
                     return error(401, "the Authorization header must be: Bearer <key>")
                 caller = await self._bearer(scope, credentials.strip())
@@ -159,6 +203,31 @@ class Guard:
         except UnicodeDecodeError:
             return None
         found = await _runs(scope).key_of(key)
+        return None if found is None else _caller_of(found)
+
+    def _proxy_user(self, scope: Scope) -> bytes | None:
+        """The user a trusted proxy names in its header (None: no header configured, not
+        from a trusted proxy, or no such header)."""
+        if self.proxy_header is None or not self.proxies:
+            return None
+        client = scope.get("client")
+        if not client:
+            return None
+        try:
+            peer = ipaddress.ip_address(client[0])
+        except ValueError:
+            return None
+        if not any(peer in network for network in self.proxies):
+            return None
+        value: bytes | None = dict(scope["headers"]).get(self.proxy_header)
+        return value.strip() if value is not None and value.strip() else None
+
+    async def _named(self, scope: Scope, user: bytes) -> Caller | None:
+        try:
+            name = user.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        found = await _runs(scope).key_named(name)
         return None if found is None else _caller_of(found)
 
     async def _ticketed(self, scope: Scope) -> Caller | Literal[False] | None:

@@ -102,9 +102,9 @@ def serve_command(
 ) -> None:
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
 
-    Every endpoint but /health needs "Authorization: Bearer TOKEN": the token is
-    $MINIONS_API_TOKEN, else one generated at the first start and kept beside the database
-    (owner-only), printed once.
+    Every endpoint but /health needs "Authorization: Bearer KEY": a named key (`minions keys
+    add NAME --role ROLE`), or the server's token, an admin key: $MINIONS_API_TOKEN, else one
+    generated at the first start and kept beside the database (owner-only), printed once.
     """
     try:
         import fastapi  # noqa: F401

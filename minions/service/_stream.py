@@ -13,8 +13,9 @@ steps, folded on the server (`minions._fold`): a `states` message with every exe
 then after each event one with the executions it changed.
 
 A stream opened with a named key lasts only as long as the key: the key is looked up again at
-every heartbeat and before a batch of events is written (at most once a second while events
-flow), and a revoked key's stream ends with a `revoked` message."""
+every heartbeat and before each batch of events is written (a batch of token deltas alone, at
+most once a second: they come many times a second), and a revoked key's stream ends with a
+`revoked` message."""
 
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ RETRY = b"retry: 1000\n"
 clients, httpx-sse among them)."""
 KEEP_ALIVE = b": keep-alive\n\n"
 RECHECK = 1.0
-"""While events flow, seconds between looks at whether the stream's key still works (each
-heartbeat looks too)."""
+"""While only token deltas flow, seconds between looks at whether the stream's key still
+works (each heartbeat and each batch with a stored event look)."""
 BATCH = 200
 """The most events written at once."""
 
@@ -192,7 +193,8 @@ class EventStream(Response):
             batch = [event]
             while batch[-1] is not None and len(batch) < BATCH and not queue.empty():
                 batch.append(queue.get_nowait())
-            if await self._revoked(now=False):
+            stored = any(e is not None and e.kind != "token_delta" for e in batch)
+            if await self._revoked(now=stored):
                 break
             body = b""
             for item in batch:

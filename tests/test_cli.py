@@ -651,6 +651,7 @@ def test_every_group_lists_its_commands_in_order_each_turning_mistakes_into_exit
         "runs": ["list", "show", "events", "cancel", "resume", "approve", "prune", "rerun", "diff"],
         "schedules": ["add", "list", "show", "pause", "resume", "remove"],
         "endpoints": ["list", "forget"],
+        "keys": ["add", "list", "revoke"],
         "eval": ["run", "compare", "add-case"],
     }
     for args in (

@@ -10,22 +10,22 @@ import threading
 import time
 from typing import Any
 
-from minions.runs._store import Lease, Store
+from minions.runs import _leases
 
-_append = Store.append
+_append = _leases.append
 _lock = threading.Lock()
 _file = open(os.environ["MINIONS_STAMPS"], "a", buffering=1)  # noqa: SIM115
 
 
-def append(self: Store, lease: Lease, *, after: int, events: Any, **kwargs: Any) -> None:
-    _append(self, lease, after=after, events=events, **kwargs)
+def append(database: Any, lease: _leases.Lease, *, after: int, events: Any, **kwargs: Any) -> None:
+    _append(database, lease, after=after, events=events, **kwargs)
     if events:
         now = time.time()
         with _lock:
             _file.write("".join(f"{lease.run_id} {e[0]} {now}\n" for e in events))
 
 
-Store.append = append  # type: ignore[method-assign]
+_leases.append = append
 
 if __name__ == "__main__":
     from minions.cli import main

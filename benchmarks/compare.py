@@ -139,7 +139,8 @@ def collect(requested: str, lines: Iterable[str]) -> Round:
             workload = requested
         variant = line["variant"]
         for metric, summary in line["metrics"].items():
-            values[workload, variant, metric] = float(summary["median"])
+            # A process's median of its repetitions, or its one value (SERVICE measures once).
+            values[workload, variant, metric] = float(summary.get("median", summary.get("value")))
         for name in EXTRAS:
             value = line.get("extra", {}).get(name)
             if isinstance(value, int | float) and not isinstance(value, bool):

@@ -42,9 +42,9 @@ from w6_durable import chain  # noqa: E402 (W1's shape in YAML)
 from minions import RunSettings  # noqa: E402
 from minions.models import Model  # noqa: E402
 from minions.runs import RunStore  # noqa: E402
-from minions.runs._async import AsyncStore  # noqa: E402
+from minions.runs._async import AsyncDatabase  # noqa: E402
+from minions.runs._db import Database  # noqa: E402
 from minions.runs._runner import DurableRunner  # noqa: E402
-from minions.runs._store import Store  # noqa: E402
 from minions.testing import FunctionModel  # noqa: E402
 
 mark_imported()
@@ -63,7 +63,7 @@ async def measure(url: str, folder: Path, variant: str) -> None:
         return model
 
     store = RunStore(url, create=True)
-    adapter = AsyncStore(Store(url), patient=True)
+    adapter = AsyncDatabase(Database(url), patient=True)
     runner = DurableRunner(
         adapter,
         executor_id="bench",

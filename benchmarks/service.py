@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -45,6 +46,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # the tests' Postgres cluster an
 from runs_helpers import stop_process  # noqa: E402
 
 TOKEN = "bench-token"
+METRICS = os.environ.get("MINIONS_BENCH_METRICS") == "1"
+"""Serve with --metrics and workers with --metrics-port, /metrics scraped once a second."""
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 TOOLS = '''\
 import asyncio
@@ -97,7 +100,8 @@ def serve(folder: Path, url: str, *args: str) -> Iterator[tuple[str, Path]]:
     env = {**os.environ, "MINIONS_API_TOKEN": TOKEN, "MINIONS_STAMPS": str(stamps)}
     log = (folder / f"serve-{port}.log").open("w")
     command = [sys.executable, str(HERE / "_stamped_serve.py"), "serve", "--port", str(port),
-               "--database-url", url, "--recipes", str(folder / "recipes"), *args]  # fmt: skip
+               "--database-url", url, "--recipes", str(folder / "recipes"), *args,
+               *(["--metrics"] if METRICS else [])]  # fmt: skip
     process = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -111,7 +115,16 @@ def serve(folder: Path, url: str, *args: str) -> Iterator[tuple[str, Path]]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start: {(folder / log.name).read_text()}")
             time.sleep(0.05)
+        stop = threading.Event()
+        if METRICS:  # scraped once a second, as Prometheus would
+
+            def scrape() -> None:
+                while not stop.wait(1.0):
+                    httpx2.get(base + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+
+            threading.Thread(target=scrape, daemon=True).start()
         yield base, stamps
+        stop.set()
     finally:
         stop_process(process)
         log.close()
@@ -123,7 +136,8 @@ def worker(folder: Path, url: str, name: str, stamps: Path | None = None) -> Ite
     log = (folder / f"worker-{name}.log").open("w")
     program = [str(HERE / "_stamped_serve.py")] if stamps is not None else ["-m", "minions"]
     command = [sys.executable, *program, "worker", "--database-url", url,
-               "--executor-id", name, "--concurrency", "4"]  # fmt: skip
+               "--executor-id", name, "--concurrency", "4",
+               *(["--metrics-port", "0"] if METRICS else [])]  # fmt: skip
     env = {**os.environ, "MINIONS_STAMPS": str(stamps)} if stamps is not None else None
     process = subprocess.Popen(command, cwd=folder, stdout=log, stderr=log, env=env)
     try:

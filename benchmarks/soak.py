@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # the throwaway Postgres cluster
 import sqlalchemy as sa  # noqa: E402
 
 from minions.runs import RunStore  # noqa: E402
-from minions.runs._store import Store  # noqa: E402
+from minions.runs._db import Database  # noqa: E402
 
 mark_imported()
 
@@ -58,7 +58,7 @@ steps:
 """
 
 
-def measure(store: Store) -> dict[str, int]:
+def measure(store: Database) -> dict[str, int]:
     with store.read() as db:
         row = db.execute(
             sa.text(
@@ -98,7 +98,7 @@ def start_workers(url: str, folder: Path) -> list[subprocess.Popen[bytes]]:
 async def soak(url: str, folder: Path, total: int, workers: list[subprocess.Popen[bytes]]) -> None:
     recipe = folder / "soak.yaml"
     store = RunStore(url, create=True)
-    blocking = Store(url)
+    blocking = Database(url)
     submitted, thousands = 0, []
     mark, started = time.perf_counter(), time.perf_counter()
     largest: dict[str, int] = {"size": 0, "runs": 0, "events": 0}
@@ -180,7 +180,7 @@ def main() -> None:
         (folder / "tools.py").write_text(TOOLS)
         (folder / "soak.yaml").write_text(RECIPE)
         # The store's tables and DBOS's first: two workers making them at once collide.
-        Store(url, create=True).close()
+        Database(url, create=True).close()
         Queue(url).client()
         workers = start_workers(url, folder)
         try:

@@ -20,12 +20,16 @@ process of its own, as DBOS is one per process.
     python benchmarks/w6_durable.py                 # all six
     python benchmarks/w6_durable.py W6a sqlite      # one
     python benchmarks/w6_durable.py W6b postgres-2w # W6b through two worker processes
+
+With ``MINIONS_BENCH_METRICS=1`` the workers record their metrics (as ``minions worker
+--metrics-port`` does) and W6b scrapes them once a second while it runs: compare with and
+without (and with main, which knows no metrics) to see what metrics cost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -89,7 +93,7 @@ def start_worker(url: str, model: FunctionModel, concurrency: int) -> tuple[Any,
         url,
         concurrency=concurrency,
         executor_id=f"bench-{uuid.uuid4().hex[:6]}",
-        settings=RunSettings(model_resolver=resolver(model)),
+        settings=RunSettings(model_resolver=resolver(model), metrics=_metrics()),
         on_ready=lambda _: ready.set(),
     )
     thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)
@@ -99,10 +103,35 @@ def start_worker(url: str, model: FunctionModel, concurrency: int) -> tuple[Any,
     return worker, thread
 
 
+METRICS = os.environ.get("MINIONS_BENCH_METRICS") == "1"
+_EXPORTED: list[Any] = []
+
+
+def _metrics() -> Any:
+    """The worker's metrics when the run measures them (``MINIONS_BENCH_METRICS=1``): a
+    Prometheus registry scraped once a second, as Prometheus would."""
+    if not METRICS:
+        return None
+    from minions._tracing.prometheus import PrometheusMetrics
+
+    exported = PrometheusMetrics()
+    _EXPORTED.append(exported)
+
+    def scrape() -> None:
+        while True:
+            exported.exposition()
+            time.sleep(1.0)
+
+    threading.Thread(target=scrape, daemon=True).start()
+    return exported.metrics
+
+
 def w6a(url: str, folder: Path, variant: str) -> None:
     from dbos import SetWorkflowID
 
-    from minions.runs._store import Store
+    from minions.runs import _events, _runs
+    from minions.runs._db import Database
+    from minions.runs._snapshot import RecipeSnapshot
     from minions.runs._worker import minions_run
 
     steps = 20
@@ -111,7 +140,7 @@ def w6a(url: str, folder: Path, variant: str) -> None:
     path.write_text(text)
     model = FunctionModel(answer, name="zero-latency")
     worker, thread = start_worker(url, model, concurrency=1)
-    store = Store(url)
+    store = Database(url)
     recipe = load_recipe(path)
     executor = AgentExecutor(model=model)
     executor.graph(recipe)
@@ -121,17 +150,11 @@ def w6a(url: str, folder: Path, variant: str) -> None:
 
     async def durable(text: str, path: Path) -> tuple[str, float]:
         run_id = uuid.uuid4().hex
-        store.insert_run(
-            run_id=run_id,
-            recipe_id="w6",
-            recipe_yaml=text,
-            recipe_path=str(path),
-            recipe_hash="-",
-            inputs={},
-            idempotency_key=None,
-            request_hash="-",
-            enqueue=lambda *_: None,  # run below, as the queue would
+        snapshot = RecipeSnapshot(
+            recipe_id="w6", yaml=text, path=str(path), hash="-", request_hash="-"
         )
+        row = _runs.queued_row(snapshot, run_id=run_id, idempotency_key=None)
+        _runs.insert(store, row, enqueue=lambda *_: None)  # run below, as the queue would
         started = time.perf_counter()
         with SetWorkflowID(run_id):
             await minions_run(run_id, 1)
@@ -165,11 +188,11 @@ def w6a(url: str, folder: Path, variant: str) -> None:
     worker.stop()
     thread.join(30)
     durable_times, memory, makespans = durable_times[2:], memory[2:], makespans[2:]
-    last = store.get_run(run_ids[-1])
+    last = _runs.get(store, run_ids[-1])
     if last.status != "completed" or len(last.steps) != steps:
         fail(f"W6a: the durable run ended {last.status} with {len(last.steps)} steps")
-    events = [json.loads(e) for e in store.events(run_ids[-1])]
-    if [e["seq"] for e in events] != list(range(1, len(events) + 1)):
+    events = _events.after(store, run_ids[-1])
+    if [e.seq for e in events] != list(range(1, len(events) + 1)):
         fail("W6a: the event log is not contiguous")
     overhead = [(d - m) / steps * 1e6 for d, m in zip(durable_times, memory, strict=True)]
     emit(
@@ -216,7 +239,7 @@ def w6b(url: str, folder: Path, variant: str) -> None:
     import sqlalchemy as sa
 
     from minions.runs import RunStore
-    from minions.runs._store import Store
+    from minions.runs._db import Database
     from minions.runs._tables import TERMINAL
 
     runs, concurrency = 200, 8
@@ -243,7 +266,7 @@ def w6b(url: str, folder: Path, variant: str) -> None:
         worker, thread = start_worker(url, model, concurrency=concurrency)
     times: list[float] = []
 
-    counter = Store(url)
+    counter = Database(url)
 
     # Every run in the store is this benchmark's, and a batch starts when the one before it
     # ended: the runs not ended are the batch's. One fixed statement (a list of the batch's 200
@@ -300,6 +323,7 @@ def w6b(url: str, folder: Path, variant: str) -> None:
         extra={
             "runs": runs,
             "steps": 5,
+            "metrics": METRICS,
             "concurrency": concurrency,
             "workers": 2 if separate else 1,
             "worker_processes": 2 if separate else 0,

@@ -11,16 +11,8 @@ import os
 
 from pydantic import BaseModel, Field
 
-from minions import (
-    AgentContext,
-    DefaultStep,
-    MessageBundle,
-    OutputInstructions,
-    StepExecutor,
-    StepStatus,
-    tool,
-)
-from minions.events import ModelCallCompleted, ToolCallCompleted
+from minions import DefaultStep, tool
+from minions.events import Event, ModelCallCompleted, ToolCallCompleted
 from minions.testing import ScriptedModel
 
 PRICES = {"apple": 0.5, "bread": 2.25, "cheese": 4.0}
@@ -59,8 +51,8 @@ def offline_model() -> ScriptedModel:
     )
 
 
-def show(event: object) -> None:
-    """An event listener printing tool results and token counts as they happen."""
+def show(event: Event) -> None:
+    """Print tool results and token counts as they happen."""
     if isinstance(event, ToolCallCompleted):
         print(f"  tool {event.name} ({event.call_id}) -> {event.content}")
     elif isinstance(event, ModelCallCompleted):
@@ -72,27 +64,28 @@ async def main() -> None:
     model = os.environ.get("MINIONS_MODEL") or offline_model()
     step = DefaultStep(
         "bill",
-        MessageBundle(
-            system="You are a careful cashier. Use the tools for every price and product.",
-            goal="The basket holds 6 apples and 2 cheeses. What is the total, and which item "
-            "costs the most in the basket?",
-        ),
-        tools={"price", "multiply"},
-        output=OutputInstructions(Bill),
+        goal="The basket holds 6 apples and 2 cheeses. What is the total, and which item costs "
+        "the most in the basket?",
+        system="You are a careful cashier. Use the tools for every price and product.",
+        tools=[price, multiply],
+        output=Bill,
     )
-    context = AgentContext(model=model, tools=[price, multiply], listeners=[show])
-    print(f"step {step.id!r} with model {context.model.name!r}")
-    execution = await StepExecutor(step, context).execute()
+    print(f"step {step.id!r}")
+    async with step.stream(model=model) as stream:  # the step's events as they happen
+        async for event in stream:
+            show(event)
+    execution = stream.execution  # a StepExecution[Bill]
     print(f"status: {execution.status.value}")
-    if execution.status is StepStatus.COMPLETED:
-        print(f"output: {execution.output!r}")
+    if execution.ok:
+        bill = execution.result()
+        print(f"output: {bill!r} (most expensive: {bill.most_expensive})")
     else:
         print(f"error: {execution.error}")
     print(
         f"{execution.turns} model calls, {len(execution.tool_calls)} tool calls, "
         f"{execution.usage.total_tokens} tokens"
     )
-    raise SystemExit(0 if execution.status is StepStatus.COMPLETED else 1)
+    raise SystemExit(0 if execution.ok else 1)
 
 
 if __name__ == "__main__":

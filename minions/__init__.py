@@ -24,6 +24,7 @@ from minions._messages import (
     Usage,
 )
 from minions._output import OutputInstructions
+from minions._step.agent import DefaultStep
 from minions._step.cache import CachedStep, CachePolicy, InMemoryStepCache, StepCache
 from minions._step.completion import (
     CallLimitLink,
@@ -42,7 +43,7 @@ from minions._step.model_call import ModelCallExecutor
 from minions._step.result import AgentResult
 from minions._step.run import StepRun
 from minions._step.settings import RunSettings
-from minions._step.step import DefaultStep, MemoryScope, Step, StepInput, StepMode
+from minions._step.step import MemoryScope, Step, StepInput, StepMode
 from minions._step.tool_call import ToolCallExecutor
 from minions._version import __version__
 from minions.errors import (
@@ -55,12 +56,14 @@ from minions.errors import (
     KeyExistsError,
     MCPServerError,
     MinionsError,
+    MissingDepsError,
     MissingExtraError,
     ModelError,
     ModelOutputError,
     OutputValidationError,
     PlanError,
     Problem,
+    Reask,
     RecipeError,
     RecordingError,
     RerunError,
@@ -68,7 +71,9 @@ from minions.errors import (
     ScheduleExistsError,
     ScriptExhaustedError,
     StepDefinitionError,
+    StepFailed,
     StoreError,
+    StreamingWarning,
     TemplateError,
     TemplateSyntaxError,
     ToolDefinitionError,
@@ -79,14 +84,17 @@ from minions.errors import (
     UnknownRecipeError,
     UnknownRunError,
     UnknownScheduleError,
+    UnknownStepError,
 )
 from minions.models._base import Model
+from minions.tools._context import ToolContext
 from minions.tools._tool import Tool, ToolRegistry, tool
 
 # The agent layer, routing, step kinds and recipes load on first use of one of their names:
 # `import minions` stays light for code that only runs steps (most of its cost is building
 # classes; see `benchmarks/import_time.py`), and `load_recipe` needs pydantic and PyYAML.
 _LAZY: dict[str, str] = {
+    "StepStream": "minions._step.stream",
     "AgentExecutor": "minions._agent.executor",
     "RunStream": "minions._agent.stream",
     "StepGraph": "minions._agent.graph",
@@ -143,6 +151,7 @@ if TYPE_CHECKING:
         StepSuggestionLink,
     )
     from minions._routing.transition import Condition, Transition
+    from minions._step.stream import StepStream
     from minions.recipes._build import load_recipe
     from minions.recipes._recipe import AgentRecipe
     from minions.recipes._subrecipe import RecipeStep
@@ -171,6 +180,7 @@ __all__ = [
     # tools
     "Tool",
     "ToolCallExecutor",
+    "ToolContext",
     "ToolRegistry",
     "tool",
     # models
@@ -191,6 +201,7 @@ __all__ = [
     "StepExecution",
     "StepExecutor",
     "StepInput",
+    "StepStream",
     "StepRun",
     "StepStatus",
     "StepMode",
@@ -245,6 +256,7 @@ __all__ = [
     "ConfigError",
     "DiffTooLargeError",
     "MinionsError",
+    "MissingDepsError",
     "MissingExtraError",
     "ModelError",
     "ModelOutputError",
@@ -254,13 +266,16 @@ __all__ = [
     "KeyExistsError",
     "PlanError",
     "Problem",
+    "Reask",
     "RecipeError",
     "RecordingError",
     "RerunError",
     "RunStateError",
     "ScheduleExistsError",
     "StepDefinitionError",
+    "StepFailed",
     "StoreError",
+    "StreamingWarning",
     "TemplateError",
     "TemplateSyntaxError",
     "ToolDefinitionError",
@@ -272,4 +287,5 @@ __all__ = [
     "UnknownRecipeError",
     "UnknownRunError",
     "UnknownScheduleError",
+    "UnknownStepError",
 ]

@@ -8,7 +8,7 @@ when it emits one, and this module keeps the emitter free of them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,18 @@ class EventEmitter:
 
     @property
     def listeners(self) -> Sequence[EventListener]:
+        """The listeners events are delivered to, in order."""
         return self._listeners
+
+    def subscribe(self, listener: EventListener) -> Callable[[], None]:
+        """Add a listener for the events from now on (a stream of one step of the run);
+        returns the function that removes it."""
+        self._listeners = (*self._listeners, listener)
+
+        def unsubscribe() -> None:
+            self._listeners = tuple(x for x in self._listeners if x is not listener)
+
+        return unsubscribe
 
     @property
     def active(self) -> bool:

@@ -2,7 +2,8 @@
 
 `RunStates` folds a run's events one at a time, so a live view and a replay of stored events
 share it: each execution of a step (a visit of it, or one of its loop items) with its status,
-times, usage, waits (for a person's decision, for a model endpoint's limits) and retries; with
+times, usage, waits (for a person's decision, for a model endpoint's limits: what it waits for
+now, and once it ended the time it waited rather than worked) and retries; with
 ``details=True`` also each model call, tool call and completion decision. `minions run`'s live
 view, `minions runs show` and `runs events --follow`, the service's ``/runs/{id}/steps`` and
 its event stream (which the console renders) all read this one fold.
@@ -65,6 +66,40 @@ class ItemId:
         return self.step if self.item is None else f"{self.step}[{self.item}]"
 
 
+WaitKind = Literal["approval", "limit"]
+"""What a wait is for: a person's decision on a call (``approval``), or a model endpoint's
+limits before a model call is sent (``limit``)."""
+
+
+def _named(step_id: str, error: str) -> tuple[str, str] | None:
+    """The mention of the step (or of the loop step of an item) that `error` starts with
+    (``step 'x'``), and what follows it; ``None``: it names no such step first."""
+    name = ItemId.parse(step_id)
+    for named in dict.fromkeys((f"step {step_id!r}", f"step {name.step!r}")):
+        rest = error[len(named) :]
+        if error.startswith(named) and rest[:1] in (":", ",", " "):
+            return named, rest
+    return None
+
+
+def step_error(step_id: str, error: str) -> str:
+    """A step's error said where the step is named already (its row, its line): without
+    the step's name it may start with (``step 'x': cannot read...`` is ``cannot read...``;
+    ``step 'x' timed out after 5s`` is ``timed out after 5s``)."""
+    found = _named(step_id, error)
+    return error if found is None else found[1].lstrip(":, ")
+
+
+def step_failure(step_id: str, error: str) -> str:
+    """``step 'x' failed: ERROR``, the step named once: an error that starts by naming it
+    says the rest after ``failed:`` (``step 'x': boom`` is ``step 'x' failed: boom``), and one
+    that says what the step did is kept whole (``step 'x' timed out after 5s``)."""
+    found = _named(step_id, error)
+    if found is not None and found[1][:1] == " ":
+        return error
+    return f"step {step_id!r} failed: {step_error(step_id, error)}"
+
+
 @dataclass(kw_only=True, slots=True)
 class Wait:
     """A wait inside an execution: for a person's decision on a call (`kind` ``approval``),
@@ -83,7 +118,7 @@ class Wait:
         delay: seconds it should wait, when that is known.
     """
 
-    kind: Literal["approval", "limit"]
+    kind: WaitKind
     started_at: float
     ended_at: float | None = None
     call_id: str | None = None
@@ -195,6 +230,9 @@ class Execution:
         starts: how many times it started (more than once: its run went on after a failure
             or a crash, and it ran again).
         reused_from: the run whose recorded result a rerun reused.
+        waited: seconds of its time it waited (its model calls for their endpoint's limits,
+            its tool calls for approval) rather than worked, told when it ended (a loop
+            step's: the time any of its items waited).
     """
 
     step_id: str
@@ -215,6 +253,7 @@ class Execution:
     items_done: int = 0
     starts: int = 0
     reused_from: str | None = None
+    waited: float = 0.0
     retries: list[Retry] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
     details: Details | None = None
@@ -223,12 +262,22 @@ class Execution:
     def ended(self) -> bool:
         return self.status in ENDED
 
-    def waiting(self, kind: Literal["approval", "limit"]) -> Wait | None:
+    def waiting(self, kind: WaitKind) -> Wait | None:
         """The wait of this kind that goes on, if any."""
         for wait in reversed(self.waits):
             if wait.kind == kind and wait.ended_at is None:
                 return wait
         return None
+
+    @property
+    def waits_for(self) -> WaitKind | None:
+        """What it waits for now (a person's decision before its endpoint's limits), or
+        ``None`` while it works or once it ended."""
+        if self.ended:
+            return None
+        if self.waiting("approval") is not None:
+            return "approval"
+        return "limit" if self.waiting("limit") is not None else None
 
 
 class StoredExecution(Protocol):
@@ -250,6 +299,8 @@ class StoredExecution(Protocol):
     def finished_at(self) -> float | None: ...
     @property
     def reused_from(self) -> str | None: ...
+    @property
+    def waited(self) -> float: ...
     @property
     def loop_items(self) -> Sequence[StoredExecution]: ...
 
@@ -325,6 +376,26 @@ class RunStates:
         """Every execution of `step` and of its loop items, in the order they were first told
         of."""
         return [e for e in list(self._executions.values()) if e.step == step]
+
+    def items_of(self, execution: Execution) -> list[Execution]:
+        """The loop items of `execution`'s visit of its step (none for a loop item itself),
+        in the order they were first told of."""
+        if execution.item is not None:
+            return []
+        return [
+            e
+            for e in self.of_step(execution.step)
+            if e.item is not None and e.visit == execution.visit
+        ]
+
+    def waits_for(self, execution: Execution) -> WaitKind | None:
+        """What a visit of a step waits for now, its loop items' waits included: a person's
+        decision if one waits for it, else its endpoint's limits (``None``: it works, or it
+        ended)."""
+        if execution.ended:
+            return None
+        kinds = {e.waits_for for e in (execution, *self.items_of(execution))}
+        return "approval" if "approval" in kinds else "limit" if "limit" in kinds else None
 
     # -- folding -------------------------------------------------------------------------------
 
@@ -456,6 +527,7 @@ class RunStates:
                 execution.started_at = execution.started_at or one.started_at
                 execution.finished_at = execution.finished_at or one.finished_at
                 execution.reused_from = execution.reused_from or one.reused_from
+                execution.waited = one.waited or execution.waited
                 changed.append(execution)
         return changed
 
@@ -501,6 +573,7 @@ class RunStates:
         self._latest[step_id] = execution
         execution.status, execution.started_at, execution.finished_at = "running", at, None
         execution.error = execution.skipped = None
+        execution.waited = 0.0
         execution.starts += 1
         execution.items_started = execution.items_done = 0
         parent = self._parent(ItemId.parse(step_id))
@@ -518,6 +591,7 @@ class RunStates:
         execution.error = event.error if isinstance(event, ev.StepFailed) else None
         execution.finished_at = at
         execution.usage = event.usage
+        execution.waited = event.waited
         execution.streamed = 0
         parent = self._parent(ItemId.parse(step_id))
         if parent is None:

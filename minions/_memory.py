@@ -25,6 +25,7 @@ class MemorySnapshot:
 
     @property
     def messages(self) -> tuple[Message, ...]:
+        """The conversation's messages when the snapshot was taken."""
         return tuple(self.store[: self.length])
 
     def __len__(self) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from minions._values import ModeDemotion, OutputMode, Usage
+from minions._values import ModeDemotion, OutputMode, Usage, preview, tokens_text
 from minions.errors import ModelOutputError
 
 if TYPE_CHECKING:
@@ -37,19 +37,6 @@ SELECT_TOOL: Final = "select_next_step"
 """The name of the tool a model calls to choose the next step among candidates (its `step`
 argument is an enum of their ids)."""
 
-_PREVIEW: Final = 60
-"""Characters of text, arguments or output a short repr shows."""
-
-
-def _preview(value: Any) -> str:
-    """`value` (text as it is, anything else as its repr) on one line, cut to `_PREVIEW`
-    characters, quoted."""
-    text = value if isinstance(value, str) else repr(value)
-    text = " ".join(text.split())
-    if len(text) > _PREVIEW:
-        text = text[: _PREVIEW - 1] + "…"
-    return repr(text) if isinstance(value, str) else text
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallResponse:
@@ -66,6 +53,7 @@ class ToolCallResponse:
 
     @property
     def ok(self) -> bool:
+        """Whether the tool returned a result (rather than an error for the model)."""
         return self.error is None
 
 
@@ -82,15 +70,15 @@ class ToolCall:
         parts = [
             f"id={self.id!r}",
             f"name={self.name!r}",
-            f"arguments={_preview(dict(self.arguments))}",
+            f"arguments={preview(dict(self.arguments))}",
         ]
         response = self.response
         if response is None:
             parts.append("status='pending'")
         elif response.error is not None:
-            parts += ["status='failed'", f"error={_preview(response.error)}"]
+            parts += ["status='failed'", f"error={preview(response.error)}"]
         else:
-            parts += ["status='ok'", f"result={_preview(response.content)}"]
+            parts += ["status='ok'", f"result={preview(response.content)}"]
         if response is not None and response.attempts > 1:
             parts.append(f"attempts={response.attempts}")
         return f"ToolCall({', '.join(parts)})"
@@ -124,6 +112,11 @@ class ToolCall:
             )
         return cls(id=id, name=name, arguments=parsed)
 
+    @property
+    def result(self) -> Any:
+        """The tool's result (``None`` when it failed or has not run; see `response`)."""
+        return None if self.response is None else self.response.result
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
@@ -139,18 +132,22 @@ class Message:
 
     @classmethod
     def system(cls, content: str) -> Message:
+        """A system message."""
         return cls(role="system", content=content)
 
     @classmethod
     def user(cls, content: str) -> Message:
+        """A user message."""
         return cls(role="user", content=content)
 
     @classmethod
     def assistant(cls, content: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
+        """An assistant message: text, tool calls, or both."""
         return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
 
     @classmethod
     def tool(cls, call_id: str, content: str, *, name: str | None = None) -> Message:
+        """The result of tool call `call_id`, as the model reads it."""
         return cls(role="tool", content=content, tool_call_id=call_id, name=name)
 
     def __str__(self) -> str:
@@ -198,6 +195,10 @@ class Prompt:
     replay key model calls by it."""
     settings: Mapping[str, Any] = field(default_factory=dict)
     """Provider settings such as `temperature`, passed through as they are."""
+    stream: bool = False
+    """The caller streams the step (`step.stream()`, `StepExecutor.stream()`,
+    `AgentExecutor.stream()`): a model that can stream its answer does, whatever its own
+    default (`OpenAIChatModel(stream=...)`), reporting each text delta to `on_token`."""
 
     def __str__(self) -> str:
         return "\n".join(str(message) for message in self.messages)
@@ -224,10 +225,12 @@ class ModelCallResponse:
 
     @property
     def text(self) -> str:
+        """The answer's text (empty when it only asks for tools)."""
         return self.message.content
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the answer asks for, in the model's order."""
         return self.message.tool_calls
 
 
@@ -257,6 +260,7 @@ class ModelCall:
 
     @property
     def ok(self) -> bool:
+        """Whether the attempt got an answer (rather than an error)."""
         return self.error is None and self.response is not None
 
     def __repr__(self) -> str:
@@ -265,16 +269,14 @@ class ModelCall:
             parts.append(f"model={self.model!r}")
         response = self.response
         if self.error is not None or response is None:
-            parts += ["status='failed'", f"error={_preview(self.error or 'no response')}"]
+            parts += ["status='failed'", f"error={preview(self.error or 'no response')}"]
         else:
             parts.append("status='ok'")
             if response.output is not None:
-                parts.append(f"output={_preview(response.output)}")
+                parts.append(f"output={preview(response.output)}")
             elif response.text:
-                parts.append(f"answer={_preview(response.text)}")
+                parts.append(f"answer={preview(response.text)}")
             if response.tool_calls:
                 parts.append(f"tool_calls={[call.name for call in response.tool_calls]!r}")
-        usage = self.usage
-        tokens = f"{usage.prompt_tokens}+{usage.completion_tokens}"
-        parts.append(f"tokens={tokens if usage.complete else tokens + ' (not all reported)'!r}")
+        parts.append(f"tokens={tokens_text(self.usage)}")
         return f"ModelCall({', '.join(parts)})"

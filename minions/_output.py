@@ -7,14 +7,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
+from minions._generic import OutputT
 from minions.errors import OutputValidationError
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
 __all__ = ["OutputInstructions"]
+
+_M = TypeVar("_M")
 
 
 def _schema_problems(schema: Any) -> tuple[str, ...]:
@@ -85,13 +88,15 @@ class _Target:
     raw_schema: bool
 
 
-@dataclass(frozen=True)
-class OutputInstructions:
-    """The structured output a step must produce.
+@dataclass(frozen=True, init=False)
+class OutputInstructions(Generic[OutputT]):
+    """The structured output a step must produce; generic in it
+    (``OutputInstructions(Expense)`` is an ``OutputInstructions[Expense]``).
 
     Args:
         output_type: a pydantic model class, any type pydantic can validate (`list[str]`, a
-            dataclass, a `TypedDict`), or a raw JSON Schema as a dict.
+            dataclass, a `TypedDict`), or a raw JSON Schema as a dict (then the output is
+            typed `Any`).
         instructions: extra text for the model about the output (appended to the goal).
         name: the name the output goes by (also the name of the output tool in tool mode);
             defaults to the model's class name or the schema's `title`.
@@ -101,9 +106,38 @@ class OutputInstructions:
     """
 
     output_type: Any
-    instructions: str | None = None
-    name: str | None = None
-    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    instructions: str | None
+    name: str | None
+    _cache: dict[str, Any] = field(init=False, repr=False, compare=False)
+
+    @overload
+    def __init__(
+        self: OutputInstructions[_M],
+        output_type: type[_M],
+        instructions: str | None = None,
+        name: str | None = None,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: OutputInstructions[Any],
+        output_type: Mapping[str, Any],
+        instructions: str | None = None,
+        name: str | None = None,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: OutputInstructions[Any],
+        output_type: object,
+        instructions: str | None = None,
+        name: str | None = None,
+    ) -> None: ...
+    def __init__(
+        self, output_type: object, instructions: str | None = None, name: str | None = None
+    ) -> None:
+        object.__setattr__(self, "output_type", output_type)
+        object.__setattr__(self, "instructions", instructions)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "_cache", {})
 
     @cached_property
     def _target(self) -> _Target:
@@ -130,6 +164,7 @@ class OutputInstructions:
         return re.sub(r"[^A-Za-z0-9_-]", "_", self._target.name)[:64]
 
     def json_schema(self) -> Mapping[str, Any]:
+        """The JSON Schema the output must match (the model's, or the given dict)."""
         return self._target.schema
 
     def problems(self) -> list[str]:
@@ -190,7 +225,7 @@ class OutputInstructions:
         lead = "When you have the final answer, reply" if with_tools else "Reply"
         return f"{lead} with only a JSON object that matches this JSON Schema:\n{schema}"
 
-    def validate_json(self, text: str) -> Any:
+    def validate_json(self, text: str) -> OutputT:
         """Validate a reply's text: bare JSON, fenced, in prose, or trivially broken.
 
         Raises:
@@ -199,20 +234,24 @@ class OutputInstructions:
         target = self._target
         if target.adapter is not None:
             try:
-                return target.adapter.validate_json(text)
+                value: OutputT = target.adapter.validate_json(text)  # no `cast` call: hot path
+                return value
             except Exception:
                 pass  # Not clean JSON of the right shape: extract, then report real errors.
         return self.validate_python(extract_json(text))
 
-    def validate_python(self, value: Any) -> Any:
+    def validate_python(self, value: Any) -> OutputT:
         """Validate an already-parsed value (e.g. the arguments of an output tool call)."""
         target = self._target
+        checked: OutputT
         if target.adapter is None:
-            return self._validate_with_schema(target.schema, value)
+            checked = self._validate_with_schema(target.schema, value)
+            return checked
         from pydantic import ValidationError
 
         try:
-            return target.adapter.validate_python(value)
+            checked = target.adapter.validate_python(value)
+            return checked
         except ValidationError as exc:
             errors = exc.errors(include_url=False)
             lines = [

@@ -145,27 +145,3 @@ class Secret:
         return "Secret('**********')" if self._value else "Secret('')"
 
     __str__ = __repr__
-
-
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-
-
-def duration_seconds(text: str) -> float:
-    """A duration written as ``90s``, ``5m``, ``12h``, ``30d``, ``2w`` or a sum of them
-    (``1h30m``), in seconds.
-
-    Raises:
-        ValueError: `text` is not such a duration (the message names it).
-    """
-    cleaned = text.strip().lower().replace(" ", "")
-    parts = _DURATION.findall(cleaned)
-    if not cleaned or "".join(n + u for n, u in parts) != cleaned:
-        raise ValueError(
-            f"{text!r} is not a duration: write a number and a unit, s, m, h, d or w "
-            "(e.g. 90s, 5m, 12h, 30d, 1h30m)"
-        )
-    seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise ValueError(f"{text!r} is not a duration: it must be longer than 0s")
-    return seconds

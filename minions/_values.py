@@ -28,6 +28,7 @@ class Usage:
 
     @property
     def total_tokens(self) -> int:
+        """Prompt and completion tokens together."""
         return self.prompt_tokens + self.completion_tokens
 
     @property
@@ -57,6 +58,7 @@ class Usage:
 
     @staticmethod
     def total(usages: Sequence[Usage]) -> Usage:
+        """The sum of `usages`."""
         result = Usage()
         for usage in usages:
             result = result + usage
@@ -71,3 +73,25 @@ class ModeDemotion:
     reason: str
     base_url: str = ""
     """The endpoint, without credentials."""
+
+
+_PREVIEW = 60
+"""Characters of text, arguments or output a short repr shows."""
+
+
+def preview(value: object) -> str:
+    """`value` (text as it is, anything else as its repr) on one line, cut to 60 characters
+    (``…`` says where), quoted: what the short reprs of executions, results and calls show of
+    an output, an answer, arguments or an error."""
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    if len(text) > _PREVIEW:
+        text = text[: _PREVIEW - 1] + "…"
+    return repr(text) if isinstance(value, str) else text
+
+
+def tokens_text(usage: Usage) -> str:
+    """``'85+12'`` (prompt + completion tokens; ``'85+12 (not all reported)'`` when a call
+    reported none): usage in a short repr, quoted."""
+    tokens = f"{usage.prompt_tokens}+{usage.completion_tokens}"
+    return repr(tokens if usage.complete else tokens + " (not all reported)")

@@ -25,6 +25,7 @@ __all__ = [
     "MCPServerError",
     "IdempotencyConflictError",
     "MinionsError",
+    "MissingDepsError",
     "MissingExtraError",
     "ModelError",
     "ModelOutputError",
@@ -32,6 +33,7 @@ __all__ = [
     "PlanError",
     "Problem",
     "ApprovalRequiredError",
+    "Reask",
     "RecipeError",
     "RecordingError",
     "RerunError",
@@ -39,7 +41,9 @@ __all__ = [
     "ScheduleExistsError",
     "ScriptExhaustedError",
     "StepDefinitionError",
+    "StepFailed",
     "StoreError",
+    "StreamingWarning",
     "TemplateError",
     "TemplateSyntaxError",
     "ToolDefinitionError",
@@ -50,6 +54,7 @@ __all__ = [
     "UnknownKeyError",
     "UnknownRunError",
     "UnknownScheduleError",
+    "UnknownStepError",
 ]
 
 
@@ -174,6 +179,54 @@ class OutputValidationError(MinionsError):
     """Output did not validate against its `OutputInstructions` schema."""
 
 
+class Reask(MinionsError, ValueError):
+    """Raise it in a validator (`DefaultStep(validators=[...])`) to reject the model's output:
+    the step re-asks the model with `message` (as it does for a `ValueError`), within
+    `ExecutionConfig.max_output_retries`, and records the re-ask as a decision.
+
+    Args:
+        message: what was wrong, for the model ("amount_eur cannot be negative").
+        reason: the same for people (events, decisions, the step's error when it gives up);
+            `message` by default.
+    """
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason or message
+
+
+class StepFailed(MinionsError):
+    """A step did not complete, and its output was asked for (`StepExecution.result()`).
+
+    Attributes:
+        step_id: the step (``step[index]`` for a loop item).
+        status: how it ended: ``failed`` or ``skipped`` (or ``pending`` / ``in_progress``
+            for an execution that has not ended).
+        reason: why, as `StepExecution.error` says it.
+    """
+
+    def __init__(self, step_id: str, status: str, reason: str) -> None:
+        super().__init__(f"step {step_id!r} {status}: {reason}")
+        self.step_id = step_id
+        self.status = status
+        self.reason = reason
+
+
+class MissingDepsError(MinionsError):
+    """A tool read `ToolContext.deps` in a run that was given no ``deps``.
+
+    Not the model's to handle: the step fails with this message, which says where deps are
+    given (`step.run(deps=...)`, `AgentExecutor.execute(..., deps=...)`, `AgentContext(deps=...)`,
+    or a durable worker's ``deps`` factory).
+    """
+
+
+class StreamingWarning(UserWarning):
+    """A model answered without streaming while something could have used its text deltas
+    (`TokenDelta` events): said once per model. Filter it with the `warnings` module."""
+
+
 class BudgetExceededError(MinionsError):
     """A token budget (per step or per run) would be exceeded by another model call."""
 
@@ -264,6 +317,19 @@ class UnknownRunError(MinionsError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no run {run_id!r}")
         self.run_id = run_id
+
+
+class UnknownStepError(MinionsError, LookupError):
+    """A run has no step (or loop item) of this id: none in its recipe, and none ran."""
+
+    def __init__(self, run_id: str, step_id: str, steps: Sequence[str] = ()) -> None:
+        known = f" (its steps: {', '.join(steps[:20])}{', ...' if len(steps) > 20 else ''})"
+        super().__init__(
+            f"run {run_id} has no step {step_id!r}{known if steps else ''}; a loop item is "
+            "written step[i], e.g. each[0]"
+        )
+        self.run_id = run_id
+        self.step_id = step_id
 
 
 class UnknownScheduleError(MinionsError, LookupError):

@@ -94,6 +94,8 @@ class _EventBase:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunStarted(_EventBase):
+    """A run started (a durable run that resumes does not say it again)."""
+
     kind: Literal["run_started"] = "run_started"
     recipe_id: str = ""
     inputs: Mapping[str, Any] = field(default_factory=dict)
@@ -105,18 +107,27 @@ class RunStarted(_EventBase):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunCompleted(_EventBase):
+    """A run ended with every step that had to complete completed; `output` is the run's output."""
+
     kind: Literal["run_completed"] = "run_completed"
     output: Any = None
     usage: UsageRecord = field(default_factory=UsageRecord)
     duration: float = 0.0
+    waited: float = 0.0
+    """Seconds of `duration` the run was blocked: every step it was running was waiting."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunFailed(_EventBase):
+    """A run ended failed: a step that was neither optional nor fire-and-forget failed, or the run
+    could not go on (`error` says which)."""
+
     kind: Literal["run_failed"] = "run_failed"
     error: str = ""
     usage: UsageRecord = field(default_factory=UsageRecord)
     duration: float = 0.0
+    waited: float = 0.0
+    """Seconds of `duration` the run was blocked: every step it was running was waiting."""
     actor: str | None = None
     """Who cancelled the run, when it was cancelled (as `RunStarted.actor`)."""
 
@@ -138,30 +149,44 @@ class RunResumed(_EventBase):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StepStarted(_EventBase):
+    """A step (or one item of a loop step, ``step[index]``) started; `visit` counts loops back."""
+
     kind: Literal["step_started"] = "step_started"
     visit: int = 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StepCompleted(_EventBase):
+    """A step completed with `output` (a durable run says it with the step's checkpoint)."""
+
     kind: Literal["step_completed"] = "step_completed"
     visit: int = 1
     output: Any = None
     usage: UsageRecord = field(default_factory=UsageRecord)
     duration: float = 0.0
+    waited: float = 0.0
+    """Seconds of `duration` spent waiting (model calls for their endpoint's limits, tool
+    calls for approval) rather than working."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StepFailed(_EventBase):
+    """A step failed; `error` is why (the step's `StepExecution.error`)."""
+
     kind: Literal["step_failed"] = "step_failed"
     visit: int = 1
     error: str = ""
     usage: UsageRecord = field(default_factory=UsageRecord)
     duration: float = 0.0
+    waited: float = 0.0
+    """Seconds of `duration` spent waiting (model calls for their endpoint's limits, tool
+    calls for approval) rather than working."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StepSkipped(_EventBase):
+    """A step will not run: a dependency failed, or routing chose another branch (`reason`)."""
+
     kind: Literal["step_skipped"] = "step_skipped"
     reason: str = ""
 
@@ -192,6 +217,8 @@ class ModelCallWaiting(_EventBase):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelCallStarted(_EventBase):
+    """A model call attempt was sent (`turn` of the step, `attempt` of the turn)."""
+
     kind: Literal["model_call_started"] = "model_call_started"
     turn: int = 1
     attempt: int = 1
@@ -209,6 +236,9 @@ class ModelCallStarted(_EventBase):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelCallCompleted(_EventBase):
+    """A model call attempt answered: its usage, finish reason, output mode and the tools it
+    asked for."""
+
     kind: Literal["model_call_completed"] = "model_call_completed"
     turn: int = 1
     attempt: int = 1
@@ -223,6 +253,9 @@ class ModelCallCompleted(_EventBase):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelCallFailed(_EventBase):
+    """A model call attempt failed (a transient error retried, an unusable answer re-asked, or
+    the error that failed the step)."""
+
     kind: Literal["model_call_failed"] = "model_call_failed"
     turn: int = 1
     attempt: int = 1
@@ -234,15 +267,30 @@ class ModelCallFailed(_EventBase):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokenDelta(_EventBase):
+    """Text the model wrote, as it streams it: one delta of the answer of `turn`'s `attempt`.
+
+    Deltas come only from streamed calls: when the caller streams (`step.stream()`,
+    `StepExecutor.stream()`, `AgentExecutor.stream()`) or the model streams by default
+    (`OpenAIChatModel(stream=True)`). They are live only (never stored) and carry the number
+    of the event before them as their `seq`.
+
+    A retried attempt's deltas follow the superseded one's: when a delta has a higher
+    `attempt` than the last one of its `turn` (a transient error retried, or the answer
+    re-asked), drop the text shown for that turn and start it over; the text of the attempt
+    that ends in `ModelCallCompleted` is the answer."""
+
     kind: Literal["token_delta"] = "token_delta"
     turn: int = 1
     attempt: int = 1
-    """The model call attempt the text belongs to: a consumer drops a failed attempt's text."""
+    """The model call attempt of the turn the text belongs to (1, then 2... for a retry or a
+    re-ask): a higher one supersedes the text of the lower ones."""
     text: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolCallStarted(_EventBase):
+    """A tool call attempt started, with the arguments the model gave."""
+
     kind: Literal["tool_call_started"] = "tool_call_started"
     call_id: str = ""
     name: str = ""
@@ -253,6 +301,8 @@ class ToolCallStarted(_EventBase):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolCallCompleted(_EventBase):
+    """A tool call returned; `content` is the text the model sees as its result."""
+
     kind: Literal["tool_call_completed"] = "tool_call_completed"
     call_id: str = ""
     name: str = ""
@@ -264,6 +314,9 @@ class ToolCallCompleted(_EventBase):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolCallFailed(_EventBase):
+    """A tool call failed for good (unknown tool, invalid arguments, raised after its retries);
+    `error` is what the model sees."""
+
     kind: Literal["tool_call_failed"] = "tool_call_failed"
     call_id: str = ""
     name: str = ""
@@ -328,6 +381,10 @@ class ApprovalResolved(_EventBase):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CompletionDecided(_EventBase):
+    """A completion decision about a step's answer: which `link` took it (a chain link, a
+    ``validator:<name>``, or `structured_output` / `model_output` for an answer the provider
+    could not use), its kind and why."""
+
     kind: Literal["completion_decided"] = "completion_decided"
     link: str = ""
     decision: Literal["complete", "incomplete", "fail", "reask"] = "complete"

@@ -375,9 +375,9 @@ class Driver:
         whom: for the report of a sequence that went wrong."""
         import sqlalchemy as sa
 
-        from minions.runs._store import Store
+        from minions.runs._db import Database
 
-        store = Store(self.url)
+        store = Database(self.url)
         lines = []
         try:
             with store.read() as db:
@@ -691,10 +691,10 @@ async def problems(driver: Driver) -> list[str]:
 def _checkpoints(url: str) -> dict[str, dict[str, float]]:
     """Each run's completed steps and loop items, by scope (``step#visit[item]``), with the
     moment they were saved."""
-    from minions.runs._store import Store
+    from minions.runs._db import Database
     from minions.runs._tables import steps_table
 
-    store = Store(url)
+    store = Database(url)
     try:
         with store.read() as db:
             rows = list(db.execute(sa.select(steps_table)))

@@ -247,6 +247,20 @@ async def until(condition: Callable[[], bool], within: float = 60) -> None:
     raise AssertionError("the condition never held")
 
 
+async def completed(store: RunStore, run_id: str, step_id: str, within: float = 60) -> None:
+    """Wait until the store keeps `step_id` of the run as completed: its checkpoint, not its
+    side effect (a ledger line is written before its step ends, and a step cancelled between
+    the two runs again when its run resumes)."""
+    import asyncio
+
+    for _ in range(int(within / 0.05)):
+        record = await store.get(run_id)
+        if any(s.step_id == step_id and s.status == "completed" for s in record.steps):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"step {step_id} of run {run_id} was never stored as completed")
+
+
 async def finished(store: RunStore, run_id: str, within: float = 60) -> str:
     """The run's final status, waiting for it (by following its events to the end)."""
     import asyncio
@@ -285,23 +299,26 @@ def minions(*args: str, cwd: Path | None = None, **env: str) -> subprocess.Compl
     )
 
 
-def insert_run(store: Any, run_id: str) -> None:
-    """A queued run straight into a `Store` (no DBOS queue): for tests of the store itself."""
-    store.insert_run(
-        run_id=run_id, recipe_id="x", recipe_yaml="", recipe_path=None, recipe_hash="-",
-        inputs={}, idempotency_key=None, request_hash="-", enqueue=lambda *_: None,
-    )  # fmt: skip
+def insert_run(database: Any, run_id: str) -> None:
+    """A queued run straight into a `Database` (no DBOS queue): for tests of the store
+    itself."""
+    from minions.runs import _runs
+    from minions.runs._snapshot import RecipeSnapshot
+
+    snapshot = RecipeSnapshot(recipe_id="x", yaml="", path=None, hash="-", request_hash="-")
+    row = _runs.queued_row(snapshot, run_id=run_id, idempotency_key=None)
+    _runs.insert(database, row, enqueue=lambda *_: None)
 
 
 async def run_here(url: str, run_id: str, attempt: int = 1, **settings: Any) -> None:
     """Run a queued run in this process, as a worker's DBOS workflow would (`settings`: of
     its runs, `RunSettings` fields)."""
     from minions import RunSettings
-    from minions.runs._async import AsyncStore
+    from minions.runs._async import AsyncDatabase
+    from minions.runs._db import Database
     from minions.runs._runner import DurableRunner
-    from minions.runs._store import Store
 
-    store = AsyncStore(Store(url), patient=True)
+    store = AsyncDatabase(Database(url), patient=True)
     try:
         runner = DurableRunner(
             store, executor_id="here", incarnation="here", settings=RunSettings(**settings)
@@ -309,3 +326,44 @@ async def run_here(url: str, run_id: str, attempt: int = 1, **settings: Any) -> 
         await runner.execute(run_id, attempt)
     finally:
         store.close()
+
+
+SHOUTING_TOOLS = '''\
+from minions import tool
+
+
+@tool
+def shout(text: str) -> str:
+    """Shout."""
+    return text.upper()
+'''
+
+SHOUTING = """\
+id: {id}
+tools: [tools]
+inputs: {{words: {{type: array}}}}
+steps:
+  - id: each
+    loop: "{{{{ inputs.words }}}}"
+    parallel: 2
+    tool: shout
+    params: {{text: "{{{{ loop.item }}}}"}}
+  - id: ask
+    depends_on: [each]
+    goal: Shout the first word.
+    tools: [shout]
+    config: {{retry_initial_delay: 0.0}}
+"""
+
+
+def shouting_recipes(folder: Path) -> tuple[Path, Path]:
+    """Recipes `alpha` and `beta` in `folder`: a loop of tool calls (`each`), then an agent
+    step that may call the tool (`ask`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tools.py").write_text(SHOUTING_TOOLS)
+    paths = []
+    for name in ("alpha", "beta"):
+        path = folder / f"{name}.yaml"
+        path.write_text(SHOUTING.format(id=name))
+        paths.append(path)
+    return paths[0], paths[1]

@@ -138,6 +138,8 @@ PERMISSIONS = {
     "GET /recipes": "read",
     "GET /workers": "read",
     "GET /health": "public",
+    "GET /health/live": "public",
+    "GET /health/ready": "public",
     "POST /schedules": "operate",
     "GET /schedules": "read",
     "GET /schedules/{name}": "read",
@@ -205,6 +207,32 @@ def test_every_route_declares_the_permission_the_contract_says() -> None:
     app = create_app(ServiceConfig(token=TOKEN))
     declared = {f"{m} {path}": permission_of(route) for m, path, route in api_routes(app)}
     assert declared == PERMISSIONS
+
+
+@pytest.mark.parametrize("public", [False, True])
+def test_metrics_need_a_reader_unless_public(tmp_path: Path, public: bool) -> None:
+    """``/metrics`` (``serve --metrics``) declares `Scraper`: a key of any role reads it; without
+    a key it is a 401, unless the server makes it public."""
+    pytest.importorskip("prometheus_client")
+    from minions.service._access import api_routes, permission_of
+
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+
+    async def viewer() -> str:
+        store = RunStore(url, create=True)
+        key = (await store.add_key("vic", role="viewer"))[1]
+        await store.aclose()
+        return key
+
+    key = asyncio.run(viewer())
+    config = ServiceConfig(token=TOKEN, database_url=url, metrics=True, metrics_public=public)
+    app = create_app(config)
+    declared = {f"{m} {path}": permission_of(route) for m, path, route in api_routes(app)}
+    assert declared["GET /metrics"] == "read"
+    with app_in_thread(app) as base:
+        assert httpx2.get(f"{base}/metrics", headers=auth(key), timeout=60).status_code == 200
+        stranger = httpx2.get(f"{base}/metrics", timeout=60)
+        assert stranger.status_code == (200 if public else 401), stranger.text
 
 
 def test_a_route_without_a_permission_is_found_and_refused() -> None:
@@ -511,19 +539,21 @@ def test_cli_actions_are_recorded_as_cli_and_the_user(tmp_path: Path) -> None:
     assert [(e.kind, getattr(e, "actor", None)) for e in events] == [("run_failed", actor)]
 
 
-def test_a_store_of_schema_3_gets_its_actors_columns(tmp_path: Path) -> None:
-    """An older store (no actors) migrates when opened: its runs read with no actor."""
+@pytest.mark.parametrize("version", [3, 4])
+def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) -> None:
+    """An older store (no actors; at 3, no step cache entry's run either) migrates when
+    opened, through every version between: its runs read with no actor."""
     import sqlite3
 
     from runs_helpers import insert_run
 
-    from minions.runs._store import Store
+    from minions.runs._db import Database
 
     path = tmp_path / "old.db"
-    made = Store(f"sqlite:///{path}", create=True)
+    made = Database(f"sqlite:///{path}", create=True)
     insert_run(made, "before")
     made.close()
-    with sqlite3.connect(path) as db:  # what schema 3 had
+    with sqlite3.connect(path) as db:  # what schema 4 had
         for table, column in (
             ("minions_runs", "queued_by"),
             ("minions_runs", "cancelled_by"),
@@ -531,7 +561,11 @@ def test_a_store_of_schema_3_gets_its_actors_columns(tmp_path: Path) -> None:
             ("minions_schedules", "changed_by"),
         ):
             db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-        db.execute("UPDATE minions_meta SET value = '3' WHERE key = 'schema_version'")
+        if version == 3:  # and what schema 3 had: a step cache entry had no run
+            for column in ("run_id", "recipe_id"):
+                db.execute(f"DROP INDEX ix_minions_step_cache_{column}")
+                db.execute(f"ALTER TABLE minions_step_cache DROP COLUMN {column}")
+        db.execute(f"UPDATE minions_meta SET value = '{version}' WHERE key = 'schema_version'")
 
     async def read() -> tuple[str | None, str | None]:
         store = RunStore(f"sqlite:///{path}")
@@ -543,7 +577,9 @@ def test_a_store_of_schema_3_gets_its_actors_columns(tmp_path: Path) -> None:
 
     assert asyncio.run(read()) == (None, "ann")
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == "4"
+        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == "5"
+        cache = {row[1] for row in db.execute("PRAGMA table_info(minions_step_cache)")}
+    assert {"run_id", "recipe_id"} <= cache
 
 
 async def test_reading_keys_never_makes_their_table(tmp_path: Path) -> None:

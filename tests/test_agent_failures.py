@@ -140,6 +140,8 @@ async def test_a_step_timeout_cancels_the_step_and_its_tool_calls() -> None:
     result = await AgentExecutor(config=FAST).execute(recipe)
     assert result.step("crawl").status is StepStatus.FAILED
     assert "timed out after 0.1" in (result.step("crawl").error or "")
+    # The run's error names the step once (not "step 'crawl' failed: step 'crawl' timed out").
+    assert result.error == "step 'crawl' timed out after 0.1s"
     assert finished == ["cancelled"]  # the tool call itself was cancelled, not left running
     assert statuses(result)["after"] == "skipped"
     assert statuses(result)["free"] == "completed"

@@ -189,7 +189,7 @@ async def test_concurrent_tasks_nest_and_only_the_blocked_one_is_refused() -> No
         await inside_started.wait()
         execution = await StepExecutor(step, AgentContext(model=Remote())).execute()
         outside_done.set()
-        return execution.output  # type: ignore[no-any-return]
+        return execution.output
 
     (error, blocked), output = await asyncio.gather(inside(), outside())
     assert output == "from acme"

@@ -648,9 +648,21 @@ def test_every_group_lists_its_commands_in_order_each_turning_mistakes_into_exit
         if g.typer_instance is not None
     }
     assert groups == {
-        "runs": ["list", "show", "events", "cancel", "resume", "approve", "prune", "rerun", "diff"],
+        "runs": [
+            "list",
+            "show",
+            "step",
+            "events",
+            "cancel",
+            "resume",
+            "approve",
+            "prune",
+            "rerun",
+            "diff",
+        ],
         "schedules": ["add", "list", "show", "pause", "resume", "remove"],
         "endpoints": ["list", "forget"],
+        "cache": ["list", "clear"],
         "keys": ["add", "list", "revoke"],
         "eval": ["run", "compare", "add-case"],
     }

@@ -29,6 +29,7 @@ import httpx2
 import pytest
 from browser_helpers import MISSING, launch
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from runs_helpers import run_here
 from service_helpers import (
     ANSWER,
     TOKEN,
@@ -40,9 +41,11 @@ from service_helpers import (
     write_recipes,
 )
 
+from minions.errors import ModelError
 from minions.runs import RunStore
+from minions.runs._runner import RunFailedError
 from minions.service import ServiceConfig, create_app
-from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
+from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest, ScriptedModel
 
 pytestmark = pytest.mark.slow
 
@@ -351,6 +354,63 @@ def test_a_run_cancelled_before_it_started_shows_every_step_pending(
             expect(page.locator('#graph g[data-status="pending"]')).to_have_count(5)
             expect(page.locator("#timeline")).to_have_text("No step has started yet.")
             expect(page.locator('#steps tr[data-status="pending"]')).to_have_count(5)
+        finally:
+            page.close()
+
+
+DOWN = (
+    "openai-compatible:qwen at http://127.0.0.1:8080/v1/chat/completions: connection failed "
+    "(Connection error.)"
+)
+"""What a model server that is down answers: it showed as `)` on every page."""
+
+
+def test_cancel_asks_first_and_a_server_down_is_said_whole(
+    browser: Browser, tmp_path: Path
+) -> None:
+    recipes = write_recipes(tmp_path / "recipes")
+    (recipes / "ask.yaml").write_text("id: ask\nsteps:\n  - id: answer\n    goal: Say hi.\n")
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    config = ServiceConfig(token=TOKEN, database_url=url, recipes=recipes)
+    with (
+        app_in_thread(create_app(config)) as base,  # no worker: runs stay queued
+        httpx2.Client(base_url=base, headers=auth(), timeout=60) as client,
+    ):
+        down = submit(client, "ask")
+        model = ScriptedModel([ModelError(DOWN)])
+        with ThreadPoolExecutor(1) as thread, pytest.raises(RunFailedError):
+            # Playwright's loop runs in this thread: the run goes in another.
+            thread.submit(asyncio.run, run_here(url, down, model=model)).result()
+        queued = submit(client, "ledger", tag="kept")
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            log_in(page, base, TOKEN)
+            error = page.locator(f'#runs tr[data-run="{down}"] td.error')
+            expect(error).to_have_attribute("title", f"step 'answer' failed: {DOWN}")
+            expect(error).to_contain_text("step 'answer' failed: openai-compatible:qwen at http://")
+            page.goto(f"{base}/#/runs/{down}")
+            expect(page.locator('#steps tr[data-step="answer"] td.result')).to_have_text(DOWN)
+            page.click('#steps tr[data-step="answer"] button')
+            expect(page.locator("#drawer .step-error")).to_have_text(DOWN)
+            page.click("#drawer-close")
+
+            # Cancel asks first, naming the run; "keep it" (the focused button) keeps it.
+            page.goto(f"{base}/#/runs/{queued}")
+            expect(page.locator("#run-status")).to_have_text("queued")
+            page.click("#cancel")
+            dialog = page.locator("#cancel-dialog")
+            expect(dialog).to_be_visible()
+            expect(page.locator("#cancel-what")).to_contain_text(f"Run {queued} of ledger, queued")
+            expect(page.locator("#cancel-keep")).to_be_focused()
+            page.keyboard.press("Enter")
+            expect(dialog).to_be_hidden()
+            assert client.get(f"/runs/{queued}").json()["status"] == "queued"
+            page.click("#cancel")
+            page.click("#cancel-confirm")
+            expect(dialog).to_be_hidden()
+            expect(page.locator("#run-status")).to_have_text("cancelled")
+            assert client.get(f"/runs/{queued}").json()["status"] == "cancelled"
+            expect(page.locator("#cancel")).to_be_disabled()
         finally:
             page.close()
 

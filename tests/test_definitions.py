@@ -38,7 +38,7 @@ def test_unknown_tool_is_named_with_the_known_ones() -> None:
 @pytest.mark.parametrize("goal", ["", "   ", MessageBundle(goal="", system="sys")])
 def test_empty_goal(goal: object) -> None:
     with pytest.raises(StepDefinitionError, match="step 'x': goal is empty"):
-        DefaultStep("x", goal)  # type: ignore[arg-type]
+        DefaultStep("x", goal)  # type: ignore[call-overload]
 
 
 def test_all_problems_are_collected() -> None:
@@ -53,7 +53,7 @@ def test_all_problems_are_collected() -> None:
 
 
 def test_step_options_are_checked() -> None:
-    step = DefaultStep("1bad id", "x", mode="parallel", memory="global", timeout=0, max_visits=0)
+    step = DefaultStep("1bad id", "x", mode="parallel", memory="global", timeout=0, max_visits=0)  # type: ignore[call-overload]
     with pytest.raises(StepDefinitionError) as raised:
         StepExecutor(step, AgentContext(model=ScriptedModel([])))
     problems = raised.value.problems

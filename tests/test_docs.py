@@ -1,7 +1,8 @@
 """Every ```python block in README.md and docs/ runs as written, and prints what it says.
 
 Blocks of one file run in order in one namespace, so a page can build on earlier blocks.
-A block whose first line is `# doc: no-run` (one needing a real model, say) is skipped.
+A block whose first line is `# doc: no-run` (one needing a real model, say) is skipped; a
+block that awaits at its top (a notebook cell) runs in an event loop of its own.
 A block that prints is followed by a ```text block holding exactly what it prints; ``...`` in
 that text stands for any text (a time, an id).
 
@@ -14,7 +15,10 @@ Every ```bash runnable block runs as a shell script in a fresh copy of the examp
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import contextlib
+import inspect
 import io
 import os
 import re
@@ -52,11 +56,21 @@ def test_code_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
         block, expected = found["code"], found["prints"]
         if block.startswith("# doc: no-run"):
             continue
-        # As a reader runs it: without this module's `from __future__ import annotations`.
-        code = compile(block, f"{page.name} block {number}", "exec", dont_inherit=True)
+        # As a reader runs it: without this module's `from __future__ import annotations`;
+        # a notebook cell (top-level await) runs in an event loop of its own.
+        code = compile(
+            block,
+            f"{page.name} block {number}",
+            "exec",
+            flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+            dont_inherit=True,
+        )
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            exec(code, namespace)
+            if code.co_flags & inspect.CO_COROUTINE:
+                asyncio.run(eval(code, namespace))
+            else:
+                exec(code, namespace)
         where = f"{page.name} block {number}"
         if expected is None:
             assert printed.getvalue() == "", f"{where} prints, but no ```text block says what"

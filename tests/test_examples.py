@@ -69,7 +69,7 @@ def test_the_stand_in_reproduces_the_recording(name: str) -> None:
 
 def test_activity_monitor_applies_the_rules() -> None:
     result, _ = replay("activity_monitor")
-    decided = result.step("decide").output
+    decided = result.step("decide").result()
     assert decided["activities_to_update"] == [
         {"id": 101, "visibility": "only_me"},
         {"id": 102, "visibility": "only_me"},
@@ -77,11 +77,11 @@ def test_activity_monitor_applies_the_rules() -> None:
         {"id": 105, "visibility": "only_me"},
         {"id": 106, "visibility": "only_me"},
     ]
-    updated = result.step("update").output
+    updated = result.step("update").result()
     assert [u["to"] for u in updated] == ["only_me", "only_me", "everyone", "only_me", "only_me"]
     assert len(result.step("update").items) == 5
-    assert len(result.step("kudos").output) == 3
-    assert result.step("save").output["updated"] == 5
+    assert len(result.step("kudos").result()) == 3
+    assert result.step("save").result()["updated"] == 5
     assert "kudos" in result.output
 
 
@@ -108,9 +108,9 @@ def test_research_assistant_runs_side_by_side_and_caches_in_the_background() -> 
     started = [e.step_id for e in events if isinstance(e, StepStarted)]
     assert set(started[:3]) == {"read_pollination", "read_decline", "read_solutions"}
     assert result.step("cache").status is StepStatus.COMPLETED
-    report = result.step("synthesis").output
+    report = result.step("synthesis").result()
     assert set(report) == {"title", "summary", "key_points", "sources"}
-    assert result.step("citations").output["all_cited"] is True
+    assert result.step("citations").result()["all_cited"] is True
     cached = EXAMPLES / "research_assistant" / "documents" / "cache" / "report.json"
     assert json.loads(cached.read_text())["title"] == report["title"]
 

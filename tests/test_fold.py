@@ -20,6 +20,8 @@ from minions._fold import (
     Execution,
     ItemId,
     RunStates,
+    step_error,
+    step_failure,
 )
 from minions.runs import STATUSES, StepRecord
 
@@ -61,6 +63,31 @@ def test_an_item_id_parses_and_prints_back(text: str, step: str, item: int | Non
     name = ItemId.parse(text)
     assert (name.step, name.item) == (step, item)
     assert str(name) == text
+
+
+@pytest.mark.parametrize(
+    ("step_id", "error", "failure", "own"),
+    [
+        ("x", "boom", "step 'x' failed: boom", "boom"),
+        ("x", "step 'x': cannot read 'a.txt'", "step 'x' failed: cannot read 'a.txt'", None),
+        (
+            "x",
+            "step 'x', parameter 'p': no value",
+            "step 'x' failed: parameter 'p': no value",
+            None,
+        ),
+        ("x", "step 'x' timed out after 5s", "step 'x' timed out after 5s", "timed out after 5s"),
+        ("each[2]", "step 'each': no list", "step 'each[2]' failed: no list", "no list"),
+        # Another step named, or the name only as a prefix of another: said as it is.
+        ("x", "step 'y': boom", "step 'x' failed: step 'y': boom", "step 'y': boom"),
+        ("x", "step 'x'y: boom", "step 'x' failed: step 'x'y: boom", "step 'x'y: boom"),
+    ],
+)
+def test_a_failed_step_is_named_once(
+    step_id: str, error: str, failure: str, own: str | None
+) -> None:
+    assert step_failure(step_id, error) == failure
+    assert step_error(step_id, error) == (own if own is not None else failure.split(": ", 1)[1])
 
 
 def test_one_status_list_for_runs_and_one_for_executions() -> None:
@@ -202,6 +229,45 @@ def test_waits_for_a_person_and_for_a_model_endpoint() -> None:
     assert (approval.ended_at, approval.approved, approval.reason) == (T0 + 9, False, "no")
 
 
+def test_what_a_step_waits_for_now_and_what_it_waited_once_it_ended() -> None:
+    states = folded(
+        numbered(
+            ev.StepStarted(step_id="each"),
+            ev.StepStarted(step_id="each[0]"),
+            ev.ModelCallWaiting(step_id="each[0]", endpoint="http://x/v1"),
+        )
+    )
+    each, item = states.of_step("each")
+    assert states.items_of(each) == [item]
+    assert states.items_of(item) == []
+    # A loop item's wait for its endpoint is its step's too.
+    assert (item.waits_for, each.waits_for, states.waits_for(each)) == ("limit", None, "limit")
+    states.fold(ev.ApprovalRequested(step_id="each", call_id="each#1/c", name="t", seq=4))
+    assert states.waits_for(each) == "approval"  # a person's decision first
+    states.fold(ev.ApprovalResolved(step_id="each", call_id="each#1/c", approved=True, seq=5))
+    states.fold(ev.ModelCallStarted(step_id="each[0]", seq=6))
+    assert states.waits_for(each) is None
+    states.fold(ev.StepCompleted(step_id="each[0]", waited=1.5, seq=7))
+    states.fold(ev.StepCompleted(step_id="each", waited=2.5, seq=8))
+    assert (each.waited, item.waited) == (2.5, 1.5)
+    # A step that ended waits for nothing, even with a wait its events never closed.
+    states.fold(ev.StepStarted(step_id="b", seq=9))
+    states.fold(ev.ModelCallWaiting(step_id="b", seq=10))
+    b = states.latest("b")
+    assert b is not None
+    assert states.waits_for(b) == "limit"
+    states.fold(ev.StepFailed(step_id="b", error="cancelled", waited=3.0, seq=11))
+    assert (b.waits_for, states.waits_for(b), b.waited) == (None, None, 3.0)
+    # Started again (the run was resumed): its time waited is told anew at its end.
+    states.fold(ev.StepStarted(step_id="b", seq=12))
+    assert b.waited == 0.0
+    # The store keeps what an ended execution waited, for one whose end is not in the events.
+    states.stored([StepRecord(step_id="c", visit=1, status="completed", waited=4.0)])
+    c = states.latest("c")
+    assert c is not None
+    assert c.waited == 4.0
+
+
 def test_details_of_model_calls_and_decisions_only_when_asked() -> None:
     events = numbered(
         ev.StepStarted(step_id="s"),
@@ -313,7 +379,7 @@ def _events() -> st.SearchStrategy[ev.Event]:
     call = st.sampled_from(("c1", "c2"))
     return st.one_of(
         st.builds(ev.StepStarted, step_id=step, visit=visit),
-        st.builds(ev.StepCompleted, step_id=step, visit=visit),
+        st.builds(ev.StepCompleted, step_id=step, visit=visit, waited=st.just(1.0)),
         st.builds(ev.StepFailed, step_id=step, visit=visit, error=st.just("e")),
         st.builds(ev.StepSkipped, step_id=step, reason=st.just("r")),
         st.builds(ev.StepReused, step_id=step, visit=visit, source_run_id=st.just("p")),

@@ -18,9 +18,9 @@ from minions.cli._app import app
 from minions.models import CapabilityMemory, EndpointLimit, Limits
 from minions.models._limits import EndpointWait
 from minions.runs import RunStore
-from minions.runs._async import AsyncStore
+from minions.runs._async import AsyncDatabase
+from minions.runs._db import Database
 from minions.runs._limiter import StoreCapabilities, StoreLimiter
-from minions.runs._store import Store
 
 URL = "http://127.0.0.1:9/v1"
 ENDPOINT = (URL, "m")
@@ -39,15 +39,17 @@ class FakeClock:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[AsyncStore]:
-    adapter = AsyncStore(Store(f"sqlite:///{tmp_path / 'runs.db'}", create=True))
+async def store(tmp_path: Path) -> AsyncIterator[AsyncDatabase]:
+    adapter = AsyncDatabase(Database(f"sqlite:///{tmp_path / 'runs.db'}", create=True))
     try:
         yield adapter
     finally:
         adapter.close()
 
 
-def limiter(store: AsyncStore, clock: FakeClock | None, holder: str, **rule: Any) -> StoreLimiter:
+def limiter(
+    store: AsyncDatabase, clock: FakeClock | None, holder: str, **rule: Any
+) -> StoreLimiter:
     """A process's limiter (`holder`), on the test's clock (`None`: the real one)."""
     limits = Limits(endpoints=(EndpointLimit(match=URL, **rule),))
     if clock is None:
@@ -55,7 +57,7 @@ def limiter(store: AsyncStore, clock: FakeClock | None, holder: str, **rule: Any
     return StoreLimiter(store, limits, holder=holder, lease=10.0, clock=clock, sleep=clock.sleep)
 
 
-async def test_places_are_shared_by_the_limiters_of_every_process(store: AsyncStore) -> None:
+async def test_places_are_shared_by_the_limiters_of_every_process(store: AsyncDatabase) -> None:
     # The real clock: on the test's, the waiter's polls would move it past the place's lease.
     one, two = (limiter(store, None, holder, max_concurrent=1) for holder in ("p1", "p2"))
     held = await one.acquire(ENDPOINT, tokens=1)
@@ -72,7 +74,7 @@ async def test_places_are_shared_by_the_limiters_of_every_process(store: AsyncSt
 
 
 async def test_a_killed_process_frees_its_places_when_their_lease_runs_out(
-    store: AsyncStore,
+    store: AsyncDatabase,
 ) -> None:
     clock = FakeClock()
     killed, alive = (limiter(store, clock, holder, max_concurrent=1) for holder in ("k", "a"))
@@ -82,7 +84,7 @@ async def test_a_killed_process_frees_its_places_when_their_lease_runs_out(
     assert clock.now >= started + 10  # only once the lease ran out
 
 
-async def test_a_renewed_place_stays_taken(store: AsyncStore) -> None:
+async def test_a_renewed_place_stays_taken(store: AsyncDatabase) -> None:
     clock = FakeClock()  # the waiter's polls move it on, over many leases
     holder, other = (limiter(store, clock, name, max_concurrent=1) for name in ("h", "o"))
     assert await holder.acquire(ENDPOINT, tokens=1) is not None
@@ -94,7 +96,7 @@ async def test_a_renewed_place_stays_taken(store: AsyncStore) -> None:
     waiting.cancel()
 
 
-async def test_requests_per_minute_hold_over_every_process(store: AsyncStore) -> None:
+async def test_requests_per_minute_hold_over_every_process(store: AsyncDatabase) -> None:
     clock = FakeClock()
     limiters = [limiter(store, clock, f"p{n}", requests_per_minute=4) for n in range(3)]
     sent: list[float] = []
@@ -110,7 +112,7 @@ async def test_requests_per_minute_hold_over_every_process(store: AsyncStore) ->
     assert sent[-1] - sent[0] >= 120
 
 
-async def test_a_pause_holds_every_process(store: AsyncStore) -> None:
+async def test_a_pause_holds_every_process(store: AsyncDatabase) -> None:
     clock = FakeClock()
     one, two = (limiter(store, clock, holder, max_concurrent=5) for holder in ("p1", "p2"))
     one.pause(ENDPOINT, 2.0)
@@ -122,7 +124,7 @@ async def test_a_pause_holds_every_process(store: AsyncStore) -> None:
     assert [w.reason for w in waits] == ["retry_after"]
 
 
-async def test_the_line_is_first_come_first_served_over_processes(store: AsyncStore) -> None:
+async def test_the_line_is_first_come_first_served_over_processes(store: AsyncDatabase) -> None:
     limiters = [limiter(store, None, f"p{n}", max_concurrent=1) for n in range(3)]
     held = await limiters[0].acquire(ENDPOINT, tokens=1)
     assert held is not None
@@ -148,7 +150,9 @@ async def test_the_line_is_first_come_first_served_over_processes(store: AsyncSt
 # -- what endpoints taught -----------------------------------------------------------------------
 
 
-async def test_what_an_endpoint_taught_reaches_every_worker_and_expires(store: AsyncStore) -> None:
+async def test_what_an_endpoint_taught_reaches_every_worker_and_expires(
+    store: AsyncDatabase,
+) -> None:
     clock = FakeClock()
     learner = StoreCapabilities(store, expiry=3600, clock=clock)
     key = ("http://h:1/v1", "small")
@@ -182,7 +186,7 @@ def test_endpoints_list_and_forget(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
 
     async def learn() -> None:
-        store = AsyncStore(Store(url, create=True))
+        store = AsyncDatabase(Database(url, create=True))
         learner = StoreCapabilities(store, expiry=3600)
         learner.memory.reject(("http://h:1/v1", "small"), "tool")
         learner.memory.record(("http://h:1/v1", "small"), "prompted_json")
@@ -217,7 +221,7 @@ def test_endpoints_list_and_forget(tmp_path: Path) -> None:
 
 def test_a_store_made_before_these_tables_gets_them(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    Store(url, create=True).close()
+    Database(url, create=True).close()
     engine = sa.create_engine(url)
     with engine.begin() as db:
         for table in (
@@ -227,7 +231,7 @@ def test_a_store_made_before_these_tables_gets_them(tmp_path: Path) -> None:
             "minions_capabilities",
         ):
             db.execute(sa.text(f"DROP TABLE {table}"))
-    Store(url).close()
+    Database(url).close()
     with engine.connect() as db:
         names = set(sa.inspect(db).get_table_names())
     engine.dispose()

@@ -158,7 +158,7 @@ def test_the_git_server_reads_and_writes_a_repository(repository: Path) -> None:
     )
     committed = AgentExecutor().execute_sync(recipe)
     assert committed.ok, committed.error
-    assert committed.step("commit").output.startswith("Changes committed successfully")
+    assert committed.step("commit").result().startswith("Changes committed successfully")
     history = subprocess.run(
         ["git", "log", "--format=%s"], cwd=repository, capture_output=True, text=True, check=True
     ).stdout

@@ -115,9 +115,9 @@ def test_invalid_json_schema_is_a_definition_error_naming_the_step() -> None:
         DefaultStep("shape", "x", output=OutputInstructions({"type": "objekt"}))
     assert str(raised.value).startswith("step 'shape': output schema is not valid JSON Schema")
     with pytest.raises(
-        StepDefinitionError, match="step 'shape': output must be OutputInstructions"
+        StepDefinitionError, match="step 'shape': output must be a type, a JSON Schema dict"
     ):
-        DefaultStep("shape", "x", output=City)  # type: ignore[arg-type]
+        DefaultStep("shape", "x", output="City")  # type: ignore[call-overload]
 
 
 def test_validation_errors_are_short_and_capped() -> None:

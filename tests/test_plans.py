@@ -101,7 +101,7 @@ def test_the_contract_plan_recipe_run_yaml(project: Path) -> None:
     assert result.ok, result.error
     assert result.usage.calls == 6
     assert (project / "app" / "user.py").read_text() == "# made by user_model\n"
-    assert result.step("validate").output["data"] == {"step": "validate"}
+    assert result.step("validate").result()["data"] == {"step": "validate"}
     # The planner saw the requirements and the workspace's files, and nothing of a format to
     # parse: the plan came back as structured output.
     asked = str(planner.requests[0])
@@ -318,7 +318,7 @@ def test_each_step_sees_its_goal_its_inputs_and_its_dependencies_artifacts_only(
     # Inputs are read through the workspace file tools, and files are written through them.
     calls = [c.name for c in result.step("user_model").tool_calls]
     assert calls == ["read_file", "write_file"]
-    assert result.step("analyze").output["text"] == "analyze done"
+    assert result.step("analyze").result()["text"] == "analyze done"
 
 
 def test_a_step_whose_input_is_missing_fails_naming_it(project: Path) -> None:

@@ -22,7 +22,8 @@ ERRORS = {
     "UnknownRecipeError", "RunStateError", "StoreError", "UnknownRunError",
     "ApprovalRequiredError", "MissingExtraError",
     "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
-    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError", "KeyExistsError",
+    "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError", "UnknownStepError",
+    "MissingDepsError", "Reask", "StepFailed", "StreamingWarning", "KeyExistsError",
     "UnknownKeyError",
 }  # fmt: skip
 
@@ -35,12 +36,13 @@ PUBLIC: dict[str, set[str]] = {
         # memory
         "InMemoryModelMemory", "MemorySnapshot", "ModelMemory",
         # tools and models
-        "Tool", "ToolCallExecutor", "ToolRegistry", "tool", "Model", "ModelCallExecutor",
+        "Tool", "ToolCallExecutor", "ToolContext", "ToolRegistry", "tool", "Model",
+        "ModelCallExecutor",
         # steps
         "AgentContext", "DefaultStep", "DecisionRecord", "ExecutionConfig", "MemoryScope",
         "OutputInstructions", "RunSettings", "CachePolicy", "CachedStep", "InMemoryStepCache",
         "StepCache", "Step", "StepExecution", "StepExecutor",
-        "StepInput", "StepMode", "StepRun", "StepStatus",
+        "StepInput", "StepMode", "StepRun", "StepStatus", "StepStream",
         # step kinds
         "AnalysisStep", "LoopStep", "RecipeStep", "ToolStep",
         # completion chain
@@ -84,7 +86,8 @@ PUBLIC: dict[str, set[str]] = {
         "ApprovalRecord", "EndpointRecord", "RunFilters", "RunRecord", "RunStore", "StepRecord",
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
-        "RerunPlan", "RunDiff", "StepDiff", "KeyRecord", "ROLES", "Role",
+        "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
+        "StepDetail", "KeyRecord", "ROLES", "Role",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

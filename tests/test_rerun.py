@@ -463,7 +463,8 @@ def test_the_api_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
     recipe = write_proof(tmp_path)
 
     parent = asyncio.run(executed(url, recipe))
-    config = ServiceConfig(token="t" * 40, database_url=url)
+    # A client reruns a recipe of the server's folder (the one the run came from, here).
+    config = ServiceConfig(token="t" * 40, database_url=url, recipes=tmp_path)
     with (
         app_in_thread(create_app(config)) as base,
         httpx2.Client(base_url=base, headers=auth("t" * 40), timeout=60) as client,
@@ -497,22 +498,22 @@ def test_the_api_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
 def test_a_schema_2_store_migrates(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     url = f"sqlite:///{path}"
-    from minions.runs._store import Store
+    from minions.runs._db import Database
 
-    Store(url, create=True).close()
+    Database(url, create=True).close()
     with sqlite3.connect(path) as db:  # what schema 2 had
         for column in ("parent_run_id", "from_step", "rerun"):
             db.execute(f"ALTER TABLE minions_runs DROP COLUMN {column}")
         db.execute("DROP TABLE minions_step_cache")
         db.execute("UPDATE minions_meta SET value = '2' WHERE key = 'schema_version'")
-    Store(url).close()
+    Database(url).close()
     with sqlite3.connect(path) as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(minions_runs)")}
         version = db.execute("SELECT value FROM minions_meta").fetchone()[0]
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     assert {"parent_run_id", "from_step", "rerun"} <= columns
     assert "minions_step_cache" in tables
-    assert version == "4"
+    assert version == "5"
 
 
 # -- the rule, as a property -------------------------------------------------------------------

@@ -19,7 +19,9 @@ from typer.testing import CliRunner
 
 from minions.cli._app import app
 from minions.runs import RunStore
-from minions.runs._store import Store, queued_row, sqlite_path
+from minions.runs._db import Database, sqlite_path
+from minions.runs._runs import queued_row
+from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import (
     SCHEMA_VERSION,
     approvals_table,
@@ -30,20 +32,18 @@ from minions.runs._tables import (
 )
 
 DAY = 86400.0
+OLD = RecipeSnapshot(recipe_id="old", yaml="id: old", path=None, hash="-", request_hash="-")
 
 
 def insert_finished(
-    store: Store, count: int, *, status: str = "completed", finished_at: float, events: int = 0
+    store: Database, count: int, *, status: str = "completed", finished_at: float, events: int = 0
 ) -> list[str]:
     """`count` finished runs straight into the store, each with a step, an approval and
     `events` events of a few hundred bytes (many at once: one transaction)."""
     ids = [uuid.uuid4().hex for _ in range(count)]
     runs = [
         {
-            **queued_row(
-                run_id=run_id, recipe_id="old", recipe_yaml="id: old", recipe_path=None,
-                recipe_hash="-", inputs="{}", idempotency_key=None, request_hash="-",
-            ),
+            **queued_row(OLD, run_id=run_id, idempotency_key=None),
             "status": status, "finished_at": finished_at - i, "created_at": finished_at - i - 1,
             "last_seq": events,
         }
@@ -81,7 +81,7 @@ def insert_finished(
     return ids
 
 
-def count(store: Store, table: sa.Table, run_ids: list[str] | None = None) -> int:
+def count(store: Database, table: sa.Table, run_ids: list[str] | None = None) -> int:
     query = sa.select(sa.func.count()).select_from(table)
     if run_ids is not None:
         query = query.where(table.c.run_id.in_(run_ids))
@@ -89,7 +89,7 @@ def count(store: Store, table: sa.Table, run_ids: list[str] | None = None) -> in
         return int(db.execute(query).scalar_one())
 
 
-def workflows(store: Store, workflow_ids: list[str]) -> int:
+def workflows(store: Database, workflow_ids: list[str]) -> int:
     table = "dbos.workflow_status" if store.postgres else "workflow_status"
     with store.read() as db:
         return int(
@@ -118,7 +118,7 @@ async def test_prune_of_ten_thousand_runs_while_a_worker_runs_others(tmp_path: P
     recipe = write_ledger_recipe(tmp_path)
     ledger = tmp_path / "ledger.txt"
     store = RunStore(url, create=True)
-    blocking = Store(url)
+    blocking = Database(url)
     old = time.time() - 2 * DAY
     with worker(url, tmp_path, "w1", ledger):
         ran = [(await store.submit(recipe, {"tag": f"old{n}"}))[0] for n in range(3)]
@@ -178,7 +178,7 @@ async def test_what_a_prune_takes(url: str) -> None:
     """Only finished runs older than the cutoff, of the statuses asked for, but the newest
     `keep`; a dry run counts and deletes nothing."""
     store = RunStore(url, create=True)
-    blocking = Store(url)
+    blocking = Database(url)
     old = time.time() - 2 * DAY
     completed = insert_finished(blocking, 10, finished_at=old, events=2)
     failed = insert_finished(blocking, 5, status="failed", finished_at=old)
@@ -255,7 +255,7 @@ async def test_an_older_sqlite_store_is_vacuumed_whole(tmp_path: Path) -> None:
     with sqlite3.connect(path) as made:  # what an older minions made: auto_vacuum NONE
         made.execute("CREATE TABLE made_before (x INTEGER)")
     url = f"sqlite:///{path}"
-    blocking = Store(url, create=True)
+    blocking = Database(url, create=True)
     with blocking.read() as db:
         assert db.exec_driver_sql("PRAGMA auto_vacuum").scalar() == 0
     insert_finished(blocking, 2000, finished_at=time.time() - 2 * DAY, events=5)
@@ -269,7 +269,7 @@ async def test_an_older_sqlite_store_is_vacuumed_whole(tmp_path: Path) -> None:
     await store.aclose()
 
 
-def _downgrade_to_2(store: Store) -> None:
+def _downgrade_to_2(store: Database) -> None:
     """What a store of schema 2 looked like: no schedules, no schedule of a run."""
     with store.begin() as db:
         db.execute(
@@ -282,7 +282,7 @@ def _downgrade_to_2(store: Store) -> None:
 
 
 async def test_a_store_of_schema_2_migrates(url: str, tmp_path: Path) -> None:
-    made = Store(url, create=True)
+    made = Database(url, create=True)
     insert_run(made, "before")
     _downgrade_to_2(made)
     made.close()
@@ -293,11 +293,11 @@ async def test_a_store_of_schema_2_migrates(url: str, tmp_path: Path) -> None:
     recipe = write_ledger_recipe(tmp_path)
     added = await store.add_schedule(recipe, every="1h", inputs={"tag": "m"})
     assert added.name == "ledger"
-    blocking = Store(url)
+    blocking = Database(url)
     with blocking.read() as db:
         version = db.execute(
             sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
         ).scalar_one()
-    assert int(version) == SCHEMA_VERSION == 4
+    assert int(version) == SCHEMA_VERSION == 5
     blocking.close()
     await store.aclose()

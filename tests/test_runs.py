@@ -14,6 +14,7 @@ import pytest
 from postgres import fresh_database
 from runs_helpers import (
     STEPS,
+    completed,
     finished,
     insert_run,
     ledger_lines,
@@ -106,7 +107,8 @@ async def test_cancel_a_running_run_then_resume_it(tmp_path: Path, url: str) -> 
     store = RunStore(url, create=True)
     run_id, _ = await store.submit(recipe, {"tag": "c"})
     with worker(url, tmp_path, "w1", ledger):
-        await until(lambda: len(ledger_lines(ledger)) >= 1)
+        # Cancelled once step one is stored as done (its ledger line alone comes before that).
+        await completed(store, run_id, "one")
         cancelled = await store.cancel(run_id)
         assert cancelled.status == "cancelled"
         events = await store.events(run_id)
@@ -168,6 +170,8 @@ def test_reading_a_store_that_is_not_there_writes_nothing(tmp_path: Path) -> Non
         (["runs", "show", "nope"], "error: no run 'nope'"),
         (["runs", "cancel", "nope"], "error: no run 'nope'"),
         (["runs", "list", "--status", "lost"], "unknown status 'lost'"),
+        (["runs", "list", "--since", "soon"], "--since 'soon': give an age"),
+        (["runs", "step", "nope", "x"], "error: no run 'nope'"),
         (["submit", "missing.yaml"], "no such recipe file"),
         (
             ["runs", "list", "--database-url", "postgresql://u:pw@127.0.0.1:1/x"],
@@ -427,21 +431,26 @@ async def test_a_worker_traces_the_runs_it_executes(
 
 def test_thousands_of_events_in_one_write_are_stored_in_order(url: str) -> None:
     """A big loop's events can reach the store at once: more than one statement holds."""
-    from minions.runs._store import Start, Store
+    from minions.events import RunCompleted, StepStarted
+    from minions.runs import _checkpoints, _events, _leases, _runs
+    from minions.runs._checkpoints import Checkpoint
+    from minions.runs._db import Database
 
-    store = Store(url, create=True)
-    insert_run(store, "r")
-    start = store.claim("r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0)
-    assert isinstance(start, Start)
-    step = {"step_id": "a", "visit": 1, "status": "completed", "execution": "{}",
-            "routing": None, "saved_at": 0.0, "item": None}  # fmt: skip
-    rows = [(i, "k", "a", f'{{"seq": {i}}}') for i in range(1, 2501)]
-    store.append(start.lease, after=0, events=rows, step=step)
-    store.append(start.lease, after=2500, events=[(2501, "k", None, '{"seq": 2501}')])
-    assert [json.loads(e)["seq"] for e in store.events("r")] == list(range(1, 2502))
-    assert list(store.saved_steps("r")) == [("a", 1)]
-    assert store.head("r") == ("running", 2501)
-    store.close()
+    database = Database(url, create=True)
+    insert_run(database, "r")
+    start = _leases.claim(
+        database, "r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0
+    )
+    assert isinstance(start, _leases.Start)
+    step = Checkpoint(name="a", visit=1, status="completed", data={})
+    rows = [_events.row_of(StepStarted(run_id="r", step_id="a", seq=i)) for i in range(1, 2501)]
+    _leases.append(database, start.lease, after=0, events=rows, checkpoint=step)
+    last = _events.row_of(RunCompleted(run_id="r", seq=2501))
+    _leases.append(database, start.lease, after=2500, events=[last])
+    assert [e.seq for e in _events.after(database, "r")] == list(range(1, 2502))
+    assert list(_checkpoints.saved(database, "r")) == [("a", 1)]
+    assert _runs.head(database, "r") == ("running", 2501)
+    database.close()
 
 
 def test_a_store_survives_its_postgres_connections_being_dropped(
@@ -451,14 +460,17 @@ def test_a_store_survives_its_postgres_connections_being_dropped(
     restart, an idle timeout) is replaced, and the read or write goes through."""
     import psycopg
 
-    from minions.runs import _store
+    from minions.events import RunStarted
+    from minions.runs import _db, _events, _leases, _runs
 
     url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
-    store = _store.Store(url, create=True)
+    store = _db.Database(url, create=True)
     insert_run(store, "r")
-    start = store.claim("r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0)
-    assert isinstance(start, _store.Start)
-    monkeypatch.setattr(_store, "IDLE_PING", -1.0)  # every connection counts as rested
+    start = _leases.claim(
+        store, "r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0
+    )
+    assert isinstance(start, _leases.Start)
+    monkeypatch.setattr(_db, "IDLE_PING", -1.0)  # every connection counts as rested
     database = url.rsplit("/", 1)[1]
     with psycopg.connect(postgres, autocommit=True) as admin:
         admin.execute(
@@ -466,9 +478,10 @@ def test_a_store_survives_its_postgres_connections_being_dropped(
             "WHERE datname = %s AND pid <> pg_backend_pid()",
             (database,),
         )
-    assert store.get_run("r").status == "running"
-    store.append(start.lease, after=0, events=[(1, "run_started", None, '{"seq": 1}')])
-    assert [json.loads(e)["seq"] for e in store.events("r")] == [1]
+    assert _runs.get(store, "r").status == "running"
+    first = _events.row_of(RunStarted(run_id="r", seq=1, recipe_id="x"))
+    _leases.append(store, start.lease, after=0, events=[first])
+    assert [e.seq for e in _events.after(store, "r")] == [1]
     store.close()
 
 

@@ -192,8 +192,9 @@ async def test_a_worker_handed_the_next_attempt_of_a_run_it_lost_runs_it(tmp_pat
     run's next attempt, queued by a takeover, while its own execution of the run has not yet
     found out that it lost it: it runs that attempt once the earlier one stood down (it did
     nothing instead, and the run stayed queued for good)."""
-    from minions.runs._queue import Queue
-    from minions.runs._store import Store, workflow_id
+    from minions.runs import _leases, _runs
+    from minions.runs._db import Database
+    from minions.runs._queue import Queue, workflow_id
     from minions.runs._tables import HELD
 
     url = f"sqlite:///{tmp_path / 'minions.db'}"
@@ -201,15 +202,19 @@ async def test_a_worker_handed_the_next_attempt_of_a_run_it_lost_runs_it(tmp_pat
     down = tmp_path / "down"
     env = {"STORE_DOWN": str(down), "HOLD_BEFORE_TOOL": str(held.hold)}
     with worker(url, tmp_path, "w1", held.ledger, **env):
-        store, queue = Store(url), Queue(url)
+        store, queue = Database(url), Queue(url)
         queue.client()
         await held.reached()  # attempt 1 runs in w1, about to start step one's call
         down.touch()  # and w1 no longer reaches its store
         # Taken over, as a live worker takes over a run whose lease ran out.
-        epoch, _, _ = store.watch(held.run_id, held.run_id)
-        store.requeue(held.run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue)
+        epoch = _leases.watch(store, held.run_id, held.run_id).epoch
+        _runs.requeue(
+            store, held.run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue
+        )
         second = workflow_id(held.run_id, 2)
-        await until(lambda: store.watch(held.run_id, second)[2] != "ENQUEUED")  # handed to w1
+        await until(  # handed to w1
+            lambda: _leases.watch(store, held.run_id, second).workflow_status != "ENQUEUED"
+        )
         down.unlink()
         held.hold.unlink()
         assert await finished(held.store, held.run_id) == "completed"

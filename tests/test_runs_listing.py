@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from runs_helpers import run_here
+from runs_helpers import run_here, shouting_recipes
 
 from minions.errors import TransientModelError, UnknownRunError
 from minions.runs import RunStore
@@ -16,47 +16,9 @@ from minions.testing import ScriptedModel
 
 pytestmark = pytest.mark.slow
 
-TOOLS = '''\
-from minions import tool
-
-
-@tool
-def shout(text: str) -> str:
-    """Shout."""
-    return text.upper()
-'''
-
-RECIPE = """\
-id: {id}
-tools: [tools]
-inputs: {{words: {{type: array}}}}
-steps:
-  - id: each
-    loop: "{{{{ inputs.words }}}}"
-    parallel: 2
-    tool: shout
-    params: {{text: "{{{{ loop.item }}}}"}}
-  - id: ask
-    depends_on: [each]
-    goal: Shout the first word.
-    tools: [shout]
-    config: {{retry_initial_delay: 0.0}}
-"""
-
-
-def recipes(folder: Path) -> tuple[Path, Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tools.py").write_text(TOOLS)
-    paths = []
-    for name in ("alpha", "beta"):
-        path = folder / f"{name}.yaml"
-        path.write_text(RECIPE.format(id=name))
-        paths.append(path)
-    return paths[0], paths[1]
-
 
 async def test_runs_are_filtered_counted_and_paged(tmp_path: Path, url: str) -> None:
-    alpha, beta = recipes(tmp_path)
+    alpha, beta = shouting_recipes(tmp_path)
     store = RunStore(url, create=True)
     try:
         first = [(await store.submit(alpha, {"words": ["a"]}))[0] for _ in range(3)]
@@ -95,7 +57,7 @@ async def test_runs_are_filtered_counted_and_paged(tmp_path: Path, url: str) -> 
 async def test_a_steps_times_attempts_items_and_events_are_read_back(
     tmp_path: Path, url: str
 ) -> None:
-    alpha, _ = recipes(tmp_path)
+    alpha, _ = shouting_recipes(tmp_path)
     store = RunStore(url, create=True)
     try:
         run_id, _ = await store.submit(alpha, {"words": ["x", "y", "z"]})

@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 from minions.cli._app import app
 from minions.errors import RecipeError, ScheduleExistsError, UnknownScheduleError
 from minions.runs import RunStore, ScheduleRecord
+from minions.runs._db import Database
 from minions.runs._queue import Queue
 from minions.runs._schedules import Scheduler, Timing, get, plan
-from minions.runs._store import Store
 from minions.service import ServiceConfig, create_app
 
 
@@ -107,7 +107,7 @@ async def _catch_up_across_a_gap(tmp_path: Path, url: str, *, stop_store: bool) 
         await store.add_schedule(
             recipe, every="5m", name=policy, catch_up=policy, inputs={"tag": policy}
         )
-    blocking, queue = Store(url), Queue(url)
+    blocking, queue = Database(url), Queue(url)
     queue.client()
     now = [(await store.schedule("all")).created_at]
     scheduler = Scheduler(blocking, queue.enqueue, clock=lambda: now[0])
@@ -164,7 +164,7 @@ async def test_a_paused_schedule_fires_nothing_and_resumes_from_its_next_slot(
     added = await store.add_schedule(recipe, every="1m", catch_up="all", inputs={"tag": "p"})
     assert added.name == "tick"
     assert added.next_at == Timing(every=60).after(added.created_at)
-    blocking, queue = Store(url), Queue(url)
+    blocking, queue = Database(url), Queue(url)
     queue.client()
     now = [added.next_at + 1]
     scheduler = Scheduler(blocking, queue.enqueue, clock=lambda: now[0])
@@ -255,7 +255,7 @@ async def test_workers_fire_each_slot_once_and_stop_when_paused_or_removed(
     ledger = tmp_path / "ledger.txt"
     store = RunStore(url, create=True)
     await store.add_schedule(recipe, every="1s", catch_up="all", inputs={"tag": "s"})
-    blocking = Store(url)
+    blocking = Database(url)
 
     def fired(name: str) -> int:
         return get(blocking, name).fired

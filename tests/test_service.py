@@ -273,6 +273,8 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/recipes",
         "/workers",
         "/health",
+        "/health/live",
+        "/health/ready",
         "/schedules",
         "/schedules/{name}",
         "/schedules/{name}/pause",
@@ -393,6 +395,7 @@ def test_a_steps_times_calls_and_errors_are_told(client: httpx2.Client) -> None:
     assert (one["tool_calls"], one["model_calls"], one["loop_items"]) == (1, 0, [])
     detail = client.get(f"/runs/{run_id}/steps/two").json()
     assert (detail["step_id"], detail["kind"], detail["status"]) == ("two", "tool", "completed")
+    assert (detail["waited"], detail["waiting"]) == (0.0, None)
     assert detail["executions"] == [two]
     [call] = detail["tool_calls"]
     assert call["name"] == "mark"
@@ -427,6 +430,7 @@ def test_a_runs_steps_are_told_as_the_one_fold_of_its_events(client: httpx2.Clie
     assert set(executions) == {"start", "each", "each[0]", "each[1]", "each[2]", "after"}
     each, second = executions["each"], executions["each[1]"]
     assert (each["item"], each["items_started"], each["items_done"]) == (None, 3, 3)
+    assert {e["waited"] for e in executions.values()} == {0.0}  # nothing waited
     assert (second["step"], second["item"], second["visit"], second["tool_calls"]) == (
         "each",
         1,
@@ -435,6 +439,11 @@ def test_a_runs_steps_are_told_as_the_one_fold_of_its_events(client: httpx2.Clie
     )
     assert each["started_at"] <= second["started_at"] <= second["finished_at"]
     assert second["finished_at"] <= each["finished_at"] <= executions["after"]["started_at"]
+    # One loop item, addressed as everywhere: its calls and its stored execution.
+    item = client.get(f"/runs/{run_id}/steps/each[1]").json()
+    assert (item["step_id"], item["status"], len(item["tool_calls"])) == ("each[1]", "completed", 1)
+    assert [e["step_id"] for e in item["executions"]] == ["each[1]"]
+    error_of(client.get(f"/runs/{run_id}/steps/each[9]"), 404, "unknown_step")
     error_of(client.get("/runs/nope/steps"), 404, "unknown_run")
 
 
@@ -488,6 +497,8 @@ def test_a_waiting_call_is_approved_over_the_api(client: httpx2.Client) -> None:
     assert approval["tool"] == "shout"
     assert approval["arguments"] == {"text": "go"}
     assert approval["decided_at"] is None
+    waits = client.get(f"/runs/{run_id}/steps/say").json()
+    assert (waits["status"], waits["waiting"], waits["waited"]) == ("waiting", "approval", None)
     call = approval["call_id"]
     decided = client.post(approval_path(run_id, call), json={"approve": True})
     assert decided.status_code == 200, decided.text
@@ -495,6 +506,8 @@ def test_a_waiting_call_is_approved_over_the_api(client: httpx2.Client) -> None:
     run = until_status(client, run_id, "completed")
     assert run["output"] == "DONE"
     said = client.get(f"/runs/{run_id}/steps/say").json()
+    assert said["waiting"] is None
+    assert said["waited"] == said["executions"][-1]["waited"]  # the fold's and the store's
     assert [a["approved"] for a in said["approvals"]] == [True]
     assert said["tool_calls"][0]["result"] == "GO"
     # Deciding again: the run waits for nothing.

@@ -290,6 +290,240 @@ def test_nothing_was_imported_by_the_api_process(api: ServerProcess, folder: Pat
     assert intruders(folder) == []
 
 
+# -- reruns: a rerun is a submit ------------------------------------------------------------
+
+OPERATOR = """\
+id: {id}
+inputs: {{path: {{type: string}}}}
+steps: [{{id: read, tool: read_file, params: {{path: "{{{{ inputs.path }}}}"}}}}]
+"""
+"""An operator's recipe (run by the CLI or Python, outside the server's folder): it reads a
+file of its workspace named by an input."""
+
+
+def ended(url: str, recipe: Path | None = None, *, text: str = "", **inputs: Any) -> str:
+    """A run stored as the CLI or Python would store it (of the file `recipe`, or of inline
+    YAML `text` as the server's folder's inline recipe), cancelled before it ran: an ended
+    run to rerun."""
+    import asyncio
+
+    from minions.runs import RunStore
+
+    async def make() -> str:
+        async with RunStore(url, create=True) as store:
+            if recipe is not None:
+                run_id, _ = await store.submit(recipe, inputs)
+            else:
+                base = Path(url.removeprefix("sqlite:///")).parent.parent / "recipes"
+                run_id, _ = await store.submit_yaml(text, inputs, base=base)
+            await store.cancel(run_id)
+            return run_id
+
+    return asyncio.run(make())
+
+
+def children(client: httpx2.Client, parent: str) -> list[str]:
+    """The runs that rerun `parent`."""
+    runs = client.get("/runs", params={"limit": 500}).json()["runs"]
+    found = []
+    for summary in runs:
+        shown = client.get(f"/runs/{summary['run_id']}").json()
+        if shown["parent_run_id"] == parent:
+            found.append(summary["run_id"])
+    return found
+
+
+@pytest.mark.parametrize("name", ["loopback", "passwords"])
+def test_a_rerun_cannot_run_an_operators_recipe_with_new_inputs(
+    client: httpx2.Client, folder: Path, url: str, name: str
+) -> None:
+    """An operator's recipe (outside the folder) that may reach what clients may not: a
+    client's rerun with a new `path` is refused (a 403 naming why), nothing is queued; the
+    operator's own face (the store, as `minions runs rerun`) keeps its reach."""
+    import asyncio
+
+    from minions.runs import RunStore
+
+    operator = folder / "operator" / name
+    operator.mkdir(parents=True, exist_ok=True)
+    recipe = operator / "secrets.yaml"
+    recipe.write_text(OPERATOR.format(id=f"secrets-{name}"))
+    parent = ended(url, recipe, path="notes.txt")
+    for inputs in ({"path": "/etc/passwd"}, {"path": "../../secret.txt"}, {}):
+        response = client.post(
+            f"/runs/{parent}/rerun", json={"from_step": "read", "inputs": inputs}
+        )
+        assert response.status_code == 403, response.text
+        message = response.json()["error"]["message"]
+        assert f"'secrets-{name}' is not a recipe of this server's folder" in message
+        assert str(folder) not in message
+    assert children(client, parent) == []
+
+    async def operator_reruns() -> str:
+        async with RunStore(url) as store:
+            plan = await store.rerun(parent, from_step="read", inputs={"path": "other.txt"})
+            await store.cancel(plan.run_id)
+            return plan.run_id
+
+    operators = asyncio.run(operator_reruns())
+    assert children(client, parent) == [operators]
+
+
+def test_a_rerun_takes_the_folders_recipe_of_that_id_as_it_is_now(
+    client: httpx2.Client, folder: Path, url: str
+) -> None:
+    """A run whose snapshot came from elsewhere (a file with a folder recipe's id) is rerun
+    with the folder's recipe, not its snapshot; a run whose recipe left the folder is not
+    rerun at all."""
+    elsewhere = folder / "operator" / "numbers.yaml"
+    elsewhere.parent.mkdir(parents=True, exist_ok=True)
+    elsewhere.write_text(OPERATOR.format(id="numbers"))
+    parent = ended(url, elsewhere, path="notes.txt")
+    response = client.post(
+        f"/runs/{parent}/rerun", json={"from_step": "read", "inputs": {"path": "/etc/passwd"}}
+    )
+    # The folder's `numbers` has no step `read`, and takes no input `path`.
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] in ("invalid_rerun", "invalid_inputs")
+    numbers = client.post("/runs", json={"recipe": "numbers", "inputs": {"n": 1}}).json()
+    client.post(f"/runs/{numbers['run_id']}/cancel")
+    rerun = client.post(f"/runs/{numbers['run_id']}/rerun", json={"from_step": "a"})
+    assert rerun.status_code == 201, rerun.text
+    shown = client.get(f"/runs/{rerun.json()['run_id']}").json()
+    assert shown["recipe"] == "numbers"
+    assert children(client, parent) == []
+    gone = folder / "recipes" / "gone.yaml"
+    gone.write_text(NUMBERS.replace("id: numbers", "id: gone"))
+    made = client.post("/runs", json={"recipe": "gone", "inputs": {"n": 1}}).json()["run_id"]
+    client.post(f"/runs/{made}/cancel")
+    gone.unlink()
+    refused_now = client.post(f"/runs/{made}/rerun", json={"from_step": "a"})
+    assert refused_now.status_code == 403, refused_now.text
+    assert (
+        "'gone' is not a recipe of this server's folder" in refused_now.json()["error"]["message"]
+    )
+
+
+def test_an_inline_rerun_obeys_the_inline_rules_of_now(
+    client: httpx2.Client, folder: Path, url: str
+) -> None:
+    """An inline run is rerun while the server takes inline recipes; not by a server started
+    without --allow-inline-recipes (on the same store), and not when its YAML breaks the
+    inline rules (stored by Python as if inline, with an MCP server to start)."""
+    text = "id: inlined\ntools: [shouting]\nsteps: [{id: a, tool: shout, params: {text: hi}}]\n"
+    made = client.post("/runs", json={"recipe_yaml": text})
+    assert made.status_code == 201, made.text
+    parent = made.json()["run_id"]
+    client.post(f"/runs/{parent}/cancel")
+    again = client.post(f"/runs/{parent}/rerun", json={"from_step": "a"})
+    assert again.status_code == 201, again.text
+    with (
+        server(folder, url, "--no-worker", "--recipes", str(folder / "recipes")) as strict,
+        httpx2.Client(base_url=strict.base, headers=auth(), timeout=60) as other,
+    ):
+        refused_now = other.post(f"/runs/{parent}/rerun", json={"from_step": "a"})
+        assert refused_now.status_code == 403, refused_now.text
+        assert "takes no inline recipes now" in refused_now.json()["error"]["message"]
+    assert children(client, parent) == [again.json()["run_id"]]
+    mcp = (
+        "id: spawner\nmcp_servers: {sh: {command: /bin/sh, args: [-c, 'touch /tmp/x']}}\n"
+        "steps: [{id: a, tool: current_datetime}]\n"
+    )
+    smuggled = ended(url, text=mcp)
+    answer = client.post(f"/runs/{smuggled}/rerun", json={"from_step": "a"})
+    assert answer.status_code == 400, answer.text
+    assert "field 'mcp_servers'" in answer.json()["error"]["message"]
+    assert children(client, smuggled) == []
+
+
+def test_a_rerun_retried_with_its_idempotency_key_is_one_rerun(
+    store_api: ServerProcess, folder: Path
+) -> None:
+    """Five retries of one rerun make one run (the header or the body's key); the key with
+    another request is a 409, and two different keys in one request a 400."""
+    with httpx2.Client(base_url=store_api.base, headers=auth(), timeout=60) as client:
+        made = client.post("/runs", json={"recipe": "numbers", "inputs": {"n": 2}})
+        parent = made.json()["run_id"]
+        client.post(f"/runs/{parent}/cancel")
+        answers = [
+            client.post(
+                f"/runs/{parent}/rerun",
+                json={"from_step": "a", "inputs": {"n": 3}},
+                headers={"Idempotency-Key": "retry-me"},
+            )
+            for _ in range(5)
+        ]
+        assert [a.status_code for a in answers] == [201] * 5
+        assert len({a.json()["run_id"] for a in answers}) == 1
+        assert [a.json()["created"] for a in answers] == [True, False, False, False, False]
+        body_key = client.post(
+            f"/runs/{parent}/rerun",
+            json={"from_step": "a", "inputs": {"n": 3}, "idempotency_key": "retry-me"},
+        )
+        assert body_key.json()["run_id"] == answers[0].json()["run_id"]
+        assert children(client, parent) == [answers[0].json()["run_id"]]
+        other = client.post(
+            f"/runs/{parent}/rerun",
+            json={"from_step": "a", "inputs": {"n": 4}},
+            headers={"Idempotency-Key": "retry-me"},
+        )
+        assert (other.status_code, other.json()["error"]["type"]) == (409, "idempotency_conflict")
+        both = client.post(
+            f"/runs/{parent}/rerun",
+            json={"from_step": "a", "idempotency_key": "one"},
+            headers={"Idempotency-Key": "two"},
+        )
+        assert both.status_code == 400, both.text
+        assert "Idempotency-Key" in both.json()["error"]["message"]
+
+
+# -- the step cache: one recipe's answer never serves another ---------------------------------
+
+PRIVATE = """\
+id: {id}
+model: openai-compatible:fake-model@{url}/v1
+steps:
+  - {{id: read, goal: "Read secret.txt and say what it says.", tools: [read_file], cache: true}}
+"""
+
+
+def test_a_cached_step_never_answers_another_recipe_with_its_files(
+    client: httpx2.Client, folder: Path, url: str
+) -> None:
+    """Two recipes of the folder with the same cached step (prompt, model, tools): each reads
+    its own workspace's secret, and the second is not answered with the first's from the
+    cache (before, the key had no recipe or file-tool root)."""
+    from minions.testing import FakeOpenAIServer, FakeRequest
+
+    def reader(request: FakeRequest) -> Any:
+        last = request.last_message
+        if last.get("role") == "tool":
+            return str(last.get("content"))
+        return [("read_file", {"path": "secret.txt"})]
+
+    outputs = {}
+    with FakeOpenAIServer(reader) as model:
+        for name in ("alpha", "bravo"):
+            recipe_id = f"private-{name}"
+            (folder / "recipes" / f"{recipe_id}.yaml").write_text(
+                PRIVATE.format(id=recipe_id, url=model.url)
+            )
+            workspace = folder / ".minions" / "workspace" / recipe_id
+            workspace.mkdir(parents=True, exist_ok=True)
+            (workspace / "secret.txt").write_text(f"{name}'s password")
+        with worker(url, folder, "cache-worker", folder / "ledger.txt"):
+            for name in ("alpha", "bravo"):
+                made = client.post("/runs", json={"recipe": f"private-{name}"})
+                assert made.status_code == 201, made.text
+                run_id = made.json()["run_id"]
+                with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+                    kinds = [m["event"] for m in read_stream(response)]
+                assert kinds[-1] == "run_completed", kinds
+                assert "step_cached" not in kinds
+                outputs[name] = client.get(f"/runs/{run_id}").json()["output"]
+    assert outputs == {"alpha": "alpha's password", "bravo": "bravo's password"}
+
+
 # -- bad bytes ------------------------------------------------------------------------------
 
 

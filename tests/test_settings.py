@@ -14,6 +14,7 @@ from minions import (
     AgentContext,
     AgentExecutor,
     AgentRecipe,
+    ConfigError,
     DefaultStep,
     Message,
     Model,
@@ -98,18 +99,27 @@ def test_an_executor_without_arguments_has_empty_settings() -> None:
     assert (dict(settings.mcp_servers), settings.listeners) == ({}, ())
 
 
-def test_given_arguments_win_over_the_settings_given() -> None:
+def test_a_settings_field_is_given_once_settings_or_keyword_never_both() -> None:
     base = RunSettings(model="a:model", model_wrapper=same_model, approver=approve)
 
     async def other(request: ApprovalRequest) -> ApprovalDecision:
         return ApprovalDecision(approved=False)
 
-    executor = AgentExecutor(settings=base, model="b:model")
-    assert executor.settings == dataclasses.replace(base, model="b:model")
-
-    context = AgentContext(settings=base, approver=other, tools=[deploy])
-    assert context.settings == dataclasses.replace(base, approver=other)
-    assert AgentContext(settings=base).settings is base
+    with pytest.raises(
+        ConfigError, match=r"AgentExecutor: model given both as a keyword and in settings="
+    ):
+        AgentExecutor(settings=base, model="b:model")
+    with pytest.raises(ConfigError, match=r"dataclasses.replace\(settings, approver=\.\.\.\)"):
+        AgentContext(settings=base, approver=other, tools=[deploy])
+    # Each form alone, the fields that are not settings beside them, and a keyword filling a
+    # field the settings leave unset.
+    assert AgentExecutor(settings=base, tools=[deploy]).settings is base
+    listener = Recorder()
+    both = AgentExecutor(settings=base, listeners=[listener])
+    assert both.settings == dataclasses.replace(base, listeners=(listener,))
+    assert AgentContext(settings=base, tools=[deploy]).settings is base
+    changed = AgentContext(settings=dataclasses.replace(base, approver=other))
+    assert changed.settings.approver is other
 
 
 def test_a_context_built_by_hand_holds_its_arguments_as_settings() -> None:

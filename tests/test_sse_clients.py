@@ -39,17 +39,19 @@ async def test_a_token_delta_reaches_followers_after_the_event_it_follows(tmp_pa
     from runs_helpers import insert_run, until
 
     from minions.events import ModelCallStarted, StepStarted, TokenDelta
-    from minions.runs import LiveHub, RunStore
-    from minions.runs._log import event_row
-    from minions.runs._store import Start, Store
+    from minions.runs import LiveHub, RunStore, _leases
+    from minions.runs._db import Database
+    from minions.runs._events import row_of
 
     url = f"sqlite:///{tmp_path / 'minions.db'}"
-    store = Store(url, create=True)
+    store = Database(url, create=True)
     insert_run(store, "r")
-    start = store.claim("r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0)
-    assert isinstance(start, Start)
+    start = _leases.claim(
+        store, "r", attempt=1, holder="h", executor_id="e", lease_until=1e12, now=0.0
+    )
+    assert isinstance(start, _leases.Start)
     first = StepStarted(run_id="r", step_id="a", seq=1, timestamp=1.0)
-    store.append(start.lease, after=0, events=[event_row(first)])
+    _leases.append(store, start.lease, after=0, events=[row_of(first)])
     hub = LiveHub()
     runs = RunStore(url, hub=hub, poll=0.01)
     received: list[str] = []
@@ -67,7 +69,7 @@ async def test_a_token_delta_reaches_followers_after_the_event_it_follows(tmp_pa
     hub.publish(TokenDelta(run_id="r", step_id="a", seq=2, timestamp=2.1, text="Hi"))
     await asyncio.sleep(0.05)  # the delta waits for event 2, which is not stored yet
     assert received == ["step_started 1"]
-    store.append(start.lease, after=1, events=[event_row(started)])
+    _leases.append(store, start.lease, after=1, events=[row_of(started)])
     await asyncio.wait_for(follower, 30)
     assert received == ["step_started 1", "model_call_started 2", "token_delta 2"]
     await runs.aclose()

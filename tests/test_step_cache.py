@@ -242,3 +242,218 @@ async def test_two_workers_share_the_cache_through_the_store(tmp_path: Path, url
     await late.execute(parse_recipe(CHAIN), {"topic": "bees"})
     assert len(model.requests) == 6
     await store.aclose()
+
+
+# -- the key names its world -------------------------------------------------------------------
+
+
+def _look_here(word: str) -> str:
+    """Look a word up."""
+    return word.upper()
+
+
+def _look_elsewhere(word: str) -> str:
+    """Look a word up."""
+    return "the other's " + word
+
+
+async def hits(executor: AgentExecutor, made: AgentRecipe) -> bool:
+    _, events = await run(executor, made)
+    return bool([e for e in events if isinstance(e, StepCached)])
+
+
+async def test_a_step_alike_in_another_recipe_or_version_misses() -> None:
+    """Two recipes with the same step (prompt, model, tools, schema) share no entry, nor do
+    two versions of a YAML recipe; the same recipe again hits."""
+    model = answering()
+    executor = AgentExecutor(model=model)
+    one = AgentRecipe(id="one", steps=[DefaultStep("sum", "sum up {{ inputs.topic }}", cache=True)])
+    two = AgentRecipe(id="two", steps=[DefaultStep("sum", "sum up {{ inputs.topic }}", cache=True)])
+    assert not await hits(executor, one)
+    assert not await hits(executor, two)
+    assert await hits(executor, one)
+    text = "id: versioned\ninputs: {topic: {type: string}}\nsteps:\n  - {id: sum, goal: 'sum up {{ inputs.topic }}', cache: true}\n"
+    assert not await hits(executor, parse_recipe(text))
+    assert await hits(executor, parse_recipe(text))
+    other = text + "  - {id: more, depends_on: [sum], goal: more}\n"
+    assert not await hits(executor, parse_recipe(other))  # a new version of the recipe
+
+
+async def test_a_step_whose_file_tools_see_another_folder_misses(tmp_path: Path) -> None:
+    """The same recipe with its file tools in two workspaces: the second is never answered
+    with what the first read (one recipe's private file, the other's answer)."""
+    from minions.tools import file_tools
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "secret.txt").write_text(f"secret of {name}")
+
+    async def reader(prompt: Prompt) -> str:
+        return "read it"
+
+    model = FunctionModel(reader, name="answers")
+    shared = InMemoryStepCache()
+    made = recipe(tools=["read_file", "list_files"])
+    first = AgentExecutor(
+        settings=RunSettings(model=model, step_cache=shared), tools=file_tools(tmp_path / "a")
+    )
+    second = AgentExecutor(
+        settings=RunSettings(model=model, step_cache=shared), tools=file_tools(tmp_path / "b")
+    )
+    assert not await hits(first, made)
+    assert not await hits(second, made)
+    assert await hits(first, made)
+    assert len(shared) == 2
+
+
+async def test_a_tool_of_the_same_name_and_schema_from_elsewhere_misses() -> None:
+    """Two tools alike to the model (name, description, parameters) but of other functions
+    (modules, MCP servers): the key tells them apart."""
+    from minions import Tool
+
+    model = answering()
+    shared = InMemoryStepCache()
+    made = recipe(tools=["look"])
+    here = Tool(_look_here, name="look", side_effects=False)
+    elsewhere = Tool(_look_elsewhere, name="look", side_effects=False)
+    assert here.spec == elsewhere.spec
+    for tools, hit in (([here], False), ([elsewhere], False), ([here], True)):
+        executor = AgentExecutor(settings=RunSettings(model=model, step_cache=shared), tools=tools)
+        assert await hits(executor, made) is hit
+
+
+def test_the_world_names_the_mcp_server_and_the_model_endpoint() -> None:
+    """A tool of an MCP server is told apart by the server that serves it (two servers of
+    the same name elsewhere), and a model by its endpoint."""
+    from minions import Message, Tool
+    from minions._step.cache import cache_key, cache_world
+    from minions.models import OpenAIChatModel
+    from minions.tools import MCPHttpServer, MCPStdioServer
+
+    remote = Tool(_look_here, name="files_look", side_effects=False)
+    remote.origin = ("files", "look")
+    worlds = [
+        cache_world({"id": "r"}, [remote], {"files": server})
+        for server in (
+            MCPHttpServer(url="http://127.0.0.1:1/mcp"),
+            MCPHttpServer(url="http://127.0.0.1:2/mcp"),
+            MCPStdioServer(command="files-server"),
+        )
+    ]
+    assert len({repr(w) for w in worlds}) == 3
+
+    def key(base_url: str) -> str:
+        model = OpenAIChatModel("same", base_url=base_url, api_key="k")
+        return cache_key(
+            messages=[Message.user("hi")], model=model, tools=[], output=None, world=worlds[0]
+        )
+
+    assert key("http://127.0.0.1:1/v1") != key("http://127.0.0.1:2/v1")
+    assert key("http://127.0.0.1:1/v1") == key("http://127.0.0.1:1/v1")
+
+
+async def durable_run(tmp_path: Path, url: str) -> tuple[RunStore, FunctionModel, Path, str]:
+    """A store, a model answering "notes", and a completed durable run of CHAIN (its recipe
+    file and id)."""
+    path = tmp_path / "cached.yaml"
+    path.write_text(CHAIN)
+    store = RunStore(url, create=True)
+    model = FunctionModel(lambda prompt: "notes", name="answers")
+    run_id, _ = await store.submit(path, {"topic": "bees"})
+    await run_here(url, run_id, model=model)
+    return store, model, path, run_id
+
+
+async def test_entries_belong_to_their_run_pruned_with_it_listed_and_cleared(
+    tmp_path: Path, url: str
+) -> None:
+    """A durable run's entries name its run and recipe; pruning the run deletes them (the
+    next run calls its model again); `cache_entries` lists them by recipe, `clear_cache`
+    empties one recipe's part or all."""
+    store, model, path, first = await durable_run(tmp_path, url)
+    [(_, entry)] = await store.cache_entries()
+    assert (entry.step_id, entry.run_id, entry.recipe_id) == ("research", first, "durable-cache")
+    assert await store.cache_entries(recipe="other") == []
+    assert await store.count_cache_entries(recipe="durable-cache") == 1
+    assert (await store.prune(0)).runs == 1
+    assert await store.cache_entries() == []
+    second, _ = await store.submit(path, {"topic": "bees"})
+    await run_here(url, second, model=model)
+    assert len(model.requests) == 4  # nothing answered from the pruned run's entry
+    assert await store.clear_cache(recipe="other") == 0
+    assert await store.clear_cache(recipe="durable-cache") == 1
+    assert await store.cache_entries() == []
+    await store.aclose()
+
+
+async def test_a_rerun_runs_its_steps_again_unless_it_asks_for_the_cache(
+    tmp_path: Path, url: str
+) -> None:
+    """A rerun from a cached step runs it (a model call, no `step_cached`), refreshing its
+    entry; asked for (`cache=True`, said in the plan), it answers from the cache."""
+    store, model, _, parent = await durable_run(tmp_path, url)
+    assert len(model.requests) == 2
+    plan = await store.rerun(parent, from_step="research")
+    assert plan.cache is False
+    await run_here(url, plan.run_id, model=model)
+    assert len(model.requests) == 4  # research and write, both again
+    assert not [e for e in await store.events(plan.run_id) if isinstance(e, StepCached)]
+    [(_, entry)] = await store.cache_entries()
+    assert entry.run_id == plan.run_id  # refreshed by the rerun
+    asked = await store.rerun(parent, from_step="research", cache=True)
+    assert asked.cache is True
+    await run_here(url, asked.run_id, model=model)
+    assert len(model.requests) == 5  # only write
+    [cached] = [e for e in await store.events(asked.run_id) if isinstance(e, StepCached)]
+    assert cached.step_id == "research"
+    await store.aclose()
+
+
+async def test_a_schema_3_store_drops_its_world_less_entries(tmp_path: Path) -> None:
+    """Entries of schema 3 had keys without their world: the migration drops them."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    RunStore(url, create=True).close()
+    with sqlite3.connect(tmp_path / "old.db") as db:
+        for column in ("run_id", "recipe_id"):
+            db.execute(f"DROP INDEX ix_minions_step_cache_{column}")
+            db.execute(f"ALTER TABLE minions_step_cache DROP COLUMN {column}")
+        db.execute("INSERT INTO minions_step_cache VALUES ('k', 'sum', '\"old\"', NULL, '{}', 1.0)")
+        db.execute("UPDATE minions_meta SET value = '3' WHERE key = 'schema_version'")
+    store = RunStore(url)
+    assert await store.cache_entries() == []
+    await store.aclose()
+
+
+async def test_the_cli_lists_and_clears_the_cache(tmp_path: Path) -> None:
+    import json
+
+    from runs_helpers import minions
+
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    path = tmp_path / "cached.yaml"
+    path.write_text(CHAIN)
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(path, {"topic": "bees"})
+    await run_here(url, run_id, model=FunctionModel(lambda prompt: "notes", name="answers"))
+    await store.aclose()
+    listed = minions("cache", "list", "--json", "--database-url", url)
+    assert listed.returncode == 0, listed.stderr
+    [entry] = json.loads(listed.stdout)
+    assert (entry["step_id"], entry["run_id"], entry["recipe_id"]) == (
+        "research",
+        run_id,
+        "durable-cache",
+    )
+    table = minions("cache", "list", "--database-url", url)
+    assert "research" in table.stdout
+    assert run_id in table.stdout
+    none = minions("cache", "list", "--recipe", "nope", "--database-url", url)
+    assert "no cached step of recipe nope" in none.stderr
+    bad = minions("cache", "list", "--limit", "0", "--database-url", url)
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr
+    cleared = minions("cache", "clear", "--recipe", "durable-cache", "--database-url", url)
+    assert "cleared 1 cached step of recipe durable-cache" in cleared.stderr
+    assert json.loads(minions("cache", "list", "--json", "--database-url", url).stdout) == []

@@ -25,7 +25,8 @@ from minions._kinds.analysis import AnalysisStep
 from minions._kinds.example import schema_from_example
 from minions._kinds.loop import LoopStep
 from minions._kinds.tool import ToolStep
-from minions._step.step import DefaultStep, Step, StepInput
+from minions._step.agent import DefaultStep
+from minions._step.step import Step, StepInput
 from minions.recipes._subrecipe import RecipeStep
 from minions.testing import FunctionModel, ScriptedModel
 
@@ -237,7 +238,8 @@ def test_loop_item_failures_are_recorded() -> None:
     body = ToolStep("sum", "add", {"a": "{{ loop.item }}", "b": 1})
     failed = run(LoopStep(body, [1, "x", 2, "y"]))
     assert failed.status is StepStatus.FAILED
-    assert (failed.error or "").startswith("2 of 4 loop items failed: sum[1]: step 'sum':")
+    # Each item named once: not "sum[1]: step 'sum': ...".
+    assert (failed.error or "").startswith("2 of 4 loop items failed: sum[1]: Invalid arguments")
     assert [i.status for i in failed.items] == [
         StepStatus.COMPLETED,
         StepStatus.FAILED,

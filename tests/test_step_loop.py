@@ -239,10 +239,24 @@ def test_cancellation_from_outside_is_recorded_then_propagates() -> None:
     assert_tool_invariant(executor.execution.messages)
 
 
-async def test_execute_sync_inside_a_running_loop_says_to_await() -> None:
-    from minions import MinionsError
+async def test_execute_sync_inside_a_running_loop_runs_in_a_thread_with_the_caller_s_context() -> (
+    None
+):
+    from minions.models import OpenAIChatModel
+    from minions.testing import block_real_models
 
     executor = StepExecutor(DefaultStep("s", "x"), AgentContext(model=ScriptedModel(["ok"])))
-    with pytest.raises(MinionsError, match=r"use `await step_executor.execute\(\)` there"):
-        executor.execute_sync()
-    assert (await executor.execute()).output == "ok"  # nothing was started or left unawaited
+    assert executor.execute_sync().output == "ok"  # in an async function, as in a notebook
+    real = OpenAIChatModel("gpt-4o-mini", base_url="http://127.0.0.1:9/v1")
+    with block_real_models() as block:  # a context variable: it holds in the thread too
+        refused = DefaultStep("r", goal="x").run_sync(model=real)
+    assert refused.status is StepStatus.FAILED
+    assert block.blocked == ["openai:gpt-4o-mini at http://127.0.0.1:9/v1"]
+
+    async def fails() -> None:
+        raise KeyError("from the thread")
+
+    from minions._sync import run_sync
+
+    with pytest.raises(KeyError, match="from the thread"):
+        run_sync(fails, name="fails()")

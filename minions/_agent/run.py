@@ -10,13 +10,15 @@ from typing import Any
 from minions._agent.checkpoints import StepCheckpoints
 from minions._agent.graph import StepGraph
 from minions._agent.manager import StepManager
+from minions._fold import step_failure
 from minions._routing.selection import StepSelectionChain
 from minions._step.context import AgentContext
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.executor import StepExecutor
 from minions._step.model_call import usage_record
 from minions._step.result import AgentResult
-from minions.errors import MCPServerError
+from minions._step.step import Step
+from minions.errors import MCPServerError, MinionsError
 from minions.events import RunCompleted, RunFailed, RunStarted
 from minions.tools._mcp import MCPConnections
 from minions.tools._tool import ToolRegistry
@@ -54,6 +56,18 @@ class Run:
         self.grace_expired = False
 
     async def execute(self) -> AgentResult:
+        metrics = self.context.settings.metrics
+        if metrics is None:
+            return await self._traced()
+        recipe_id = self.graph.recipe.id
+        with metrics.run(recipe_id) as own:
+            result = await self._traced()
+        if own:
+            status = "completed" if result.ok else "failed"
+            metrics.run_ended(recipe_id, status, duration=result.duration, waited=result.waited)
+        return result
+
+    async def _traced(self) -> AgentResult:
         tracer = self.context.settings.tracer
         if tracer is None:
             return await self._execute()
@@ -175,6 +189,7 @@ class Run:
         if restored is not None:
             # Done before a crash or a resume: its result as it was, nothing run or said again.
             execution, routing = restored
+            _retyped(execution, executor.step)
             self.context.record_usage(execution.usage)
             return execution, (routing, True)
         executor.deferred = True  # said with its checkpoint, once its routing is chosen
@@ -261,9 +276,10 @@ class Run:
         context = self.context
         error = self.error
         if error is None and manager.failures:
-            error = "; ".join(f"step {e.step_id!r} failed: {e.error}" for e in manager.failures)
+            error = "; ".join(step_failure(e.step_id, e.error or "") for e in manager.failures)
         status = StepStatus.FAILED if error is not None else StepStatus.COMPLETED
         duration = time.perf_counter() - started
+        waited = min(context.waits.seconds, duration)
         result = AgentResult(
             run_id=context.run_id,
             recipe_id=self.graph.recipe.id,
@@ -277,16 +293,25 @@ class Run:
             state=dict(manager.state),
             started_at=started_at,
             finished_at=started_at + duration,
+            waited=waited,
         )
         if status is StepStatus.COMPLETED:
             context.events.emit(
                 RunCompleted(
-                    output=result.output, usage=usage_record(result.usage), duration=duration
+                    output=result.output,
+                    usage=usage_record(result.usage),
+                    duration=duration,
+                    waited=waited,
                 )
             )
         else:
             context.events.emit(
-                RunFailed(error=error or "", usage=usage_record(result.usage), duration=duration)
+                RunFailed(
+                    error=error or "",
+                    usage=usage_record(result.usage),
+                    duration=duration,
+                    waited=waited,
+                )
             )
         return result
 
@@ -309,3 +334,16 @@ class Run:
             if fallback is None:
                 fallback = execution
         return fallback.output if fallback is not None else None
+
+
+def _retyped(execution: StepExecution[Any], step: Step[Any]) -> None:
+    """A restored execution's output as its step types it (a stored output is JSON data): a
+    `DefaultStep[Expense]`'s is an ``Expense`` again."""
+    execution.step = step
+    output = step.output
+    if output is None or execution.status is not StepStatus.COMPLETED:
+        return
+    try:
+        execution.output = output.validate_python(execution.output)
+    except MinionsError:
+        pass  # stored by another version of the recipe: kept as it was stored

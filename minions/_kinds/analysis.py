@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from minions._kinds.example import schema_from_example
 from minions._messages import MessageBundle
 from minions._output import OutputInstructions
-from minions._step.step import DefaultStep, StepInput
+from minions._step.agent import DefaultStep
+from minions._step.step import StepInput
 from minions._templates import render
+
+if TYPE_CHECKING:
+    from minions._step.step import StepOptions
 
 __all__ = ["AnalysisStep"]
 
@@ -46,7 +50,7 @@ class AnalysisStep(DefaultStep):
         output: Any,
         goal: str = "Analyse the data.",
         system: str | None = None,
-        **options: Any,
+        **options: Unpack[StepOptions],
     ) -> None:
         instructions = (
             output

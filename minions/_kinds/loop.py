@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
+from minions._fold import step_error
 from minions._messages import Message
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.run import StepRun
@@ -13,6 +14,9 @@ from minions._step.step import Step, StepInput
 from minions._templates import render
 from minions.errors import Problem, StepDefinitionError
 from minions.tools._tool import ToolRegistry
+
+if TYPE_CHECKING:
+    from minions._step.step import StepOptions
 
 __all__ = ["LoopStep"]
 
@@ -43,7 +47,7 @@ class LoopStep(Step):
         *,
         parallel: int = 1,
         continue_on_error: bool = False,
-        **options: Any,
+        **options: Unpack[StepOptions],
     ) -> None:
         options.setdefault("description", body.description)
         options.setdefault("depends_on", body.depends_on)
@@ -94,7 +98,9 @@ class LoopStep(Step):
         failed = [r for r in done if r.status is not StepStatus.COMPLETED]
         outputs = [r.output if r.status is StepStatus.COMPLETED else None for r in done]
         if failed and not self.continue_on_error:
-            details = "; ".join(f"{r.step_id}: {r.error}" for r in failed[:3])
+            details = "; ".join(
+                f"{r.step_id}: {step_error(r.step_id, r.error or '')}" for r in failed[:3]
+            )
             more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
             run.fail(
                 f"{len(failed)} of {len(done)} loop items failed: {details}{more}", output=outputs

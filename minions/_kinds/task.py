@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import PurePosixPath
-from typing import Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Unpack, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,6 +28,9 @@ from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
 from minions.errors import Problem
 from minions.tools._tool import ToolRegistry
+
+if TYPE_CHECKING:
+    from minions._step.step import StepOptions
 
 __all__ = ["TaskStep"]
 
@@ -141,7 +144,7 @@ class TaskStep(Step):
         reads: Iterable[str] = (),
         artifacts: Iterable[str] = (),
         tools: Iterable[str] = (),
-        **options: Any,
+        **options: Unpack[StepOptions],
     ) -> None:
         super().__init__(id, **options)
         self.goal = goal

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from minions._messages import Message, MessageBundle
 from minions._output import OutputInstructions
+from minions._step.agent import DefaultStep
 from minions._step.execution import StepStatus
 from minions._step.run import StepRun
-from minions._step.step import DefaultStep, Step, StepInput
+from minions._step.step import Step, StepInput
 from minions._templates import has_template, render
 from minions._text import as_text
 from minions.errors import Problem, StepDefinitionError, TemplateError, ToolError
 from minions.tools._tool import ToolRegistry
+
+if TYPE_CHECKING:
+    from minions._step.step import StepOptions
 
 __all__ = ["ToolStep"]
 
@@ -41,7 +45,7 @@ class ToolStep(Step):
         *,
         fill_missing: str | None = None,
         requires_approval: bool = False,
-        **options: Any,
+        **options: Unpack[StepOptions],
     ) -> None:
         super().__init__(id, **options)
         self.tool = tool
@@ -141,7 +145,7 @@ class ToolStep(Step):
                 f"{', '.join(missing)}: {result.error}"
             )
         # Validated against the tool's own schema with the other arguments at the call.
-        values = dict(result.output)
+        values = dict(result.output or {})
         return {k: values[k] for k in missing if k in values}
 
 

@@ -82,6 +82,7 @@ class TokenLine:
 
     @property
     def total_tokens(self) -> int:
+        """Prompt and completion tokens together."""
         return self.prompt_tokens + self.completion_tokens
 
 

@@ -41,6 +41,7 @@ class PlanResult:
 
     @property
     def ok(self) -> bool:
+        """Whether the plan's run completed."""
         return self.status is StepStatus.COMPLETED
 
     @property

@@ -68,6 +68,7 @@ class SelectionRequest:
 
     @property
     def targets(self) -> tuple[str, ...]:
+        """The ids of the candidate steps, in declaration order."""
         return tuple(t.target for t in self.candidates)
 
 
@@ -85,6 +86,7 @@ class SelectionDecision:
 
     @classmethod
     def choose(cls, *targets: str, reason: str = "") -> SelectionDecision:
+        """Take the transitions to `targets` (and skip the others), saying why."""
         return cls(kind="choose", targets=targets, reason=reason)
 
     @classmethod
@@ -94,6 +96,7 @@ class SelectionDecision:
 
     @classmethod
     def narrow(cls, *targets: str, reason: str = "") -> SelectionDecision:
+        """Keep only the candidates to `targets` and let the next link choose among them."""
         return cls(kind="narrow", targets=targets, reason=reason)
 
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,11 +26,9 @@ if TYPE_CHECKING:
     from minions._messages import Message, ToolSpec
     from minions._output import OutputInstructions
     from minions.models._base import Model
+    from minions.tools._tool import Tool
 
 __all__ = ["CachePolicy", "CachedStep", "InMemoryStepCache", "StepCache"]
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,27 +71,21 @@ class CachePolicy:
 
 
 def duration(value: Any) -> float | None:
-    """Seconds of a duration: a number, or text such as ``"90s"``, ``"30m"``, ``"1h"``,
-    ``"2d"`` (``None`` stays ``None``).
+    """Seconds of a cache ttl: a number, or text such as ``"90s"``, ``"30m"``, ``"1h"``,
+    ``"2d"``, ``"2w"`` (``None`` stays ``None``): the grammar of every duration
+    (`minions._duration`).
 
     Raises:
-        StepDefinitionError: anything else, or a duration that is not positive.
+        StepDefinitionError: anything else, or a duration that is not positive or too long.
     """
     if value is None:
         return None
-    seconds: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str):
-        found = _DURATION.match(value)
-        if found:
-            seconds = float(found[1]) * _UNITS[found[2] or "s"]
-    if seconds is None or seconds <= 0:
-        raise StepDefinitionError(
-            f"cache ttl must be a positive duration such as 90, '90s', '30m', '1h' or '2d', "
-            f"not {value!r}"
-        )
-    return seconds
+    from minions._duration import duration_seconds
+
+    try:
+        return duration_seconds(value)
+    except ValueError as exc:
+        raise StepDefinitionError(f"cache ttl: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +98,10 @@ class CachedStep:
     """The tokens of the execution that made the entry: what each hit saves."""
     step_id: str = ""
     created_at: float = 0.0
+    run_id: str = ""
+    """The run that made it (a durable run's entries are pruned with it)."""
+    recipe_id: str = ""
+    """Its run's recipe."""
 
 
 class StepCache(Protocol):
@@ -136,12 +131,14 @@ class InMemoryStepCache:
         self._entries: dict[str, CachedStep] = {}
 
     async def get(self, key: str, *, ttl: float | None) -> CachedStep | None:
+        """The entry of `key`, unless it is older than `ttl` seconds (then ``None``)."""
         entry = self._entries.get(key)
         if entry is None or (ttl is not None and self.clock() - entry.created_at > ttl):
             return None
         return entry
 
     async def put(self, key: str, entry: CachedStep) -> None:
+        """Keep `entry` under `key` (the oldest entries go past the cache's size)."""
         self._entries.pop(key, None)
         self._entries[key] = dataclasses.replace(entry, created_at=self.clock())
         while len(self._entries) > self.max_entries:
@@ -157,18 +154,39 @@ def cache_age(cache: StepCache, entry: CachedStep) -> float:
     return clock() - entry.created_at
 
 
+class Refreshing:
+    """A step cache that never answers but keeps what runs: each step that says ``cache``
+    runs, and its entry replaces the older one (a rerun's steps, which run again).
+
+    Args:
+        cache: the cache it writes to.
+    """
+
+    def __init__(self, cache: StepCache) -> None:
+        self.cache = cache
+
+    async def get(self, key: str, *, ttl: float | None) -> CachedStep | None:
+        return None
+
+    async def put(self, key: str, entry: CachedStep) -> None:
+        await self.cache.put(key, entry)
+
+
 def cache_key(
     *,
     messages: Sequence[Message],
     model: Model,
     tools: Sequence[ToolSpec],
     output: OutputInstructions | None,
+    world: Mapping[str, Any] | None = None,
 ) -> str:
     """The key of a step execution: its rendered prompt, the model, the tools it may call and
-    its output schema, hashed."""
+    its output schema, and the world it runs in (`world`: its recipe and version, where its
+    tools come from and what they reach, as `cache_world` says), hashed."""
     from minions._text import jsonable
 
     data = {
+        "world": dict(world or {}),
         "messages": [
             {"role": m.role, "content": m.content, "name": getattr(m, "name", None)}
             for m in messages
@@ -182,6 +200,32 @@ def cache_key(
     }
     text = json.dumps(jsonable(data), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cache_world(
+    recipe: Mapping[str, Any], tools: Iterable[Tool], servers: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What a step's answer depends on besides its prompt: its recipe (id and version,
+    `recipe`), and for each of its `tools` where it comes from (the module and function, or
+    the MCP server, of `servers`, that serves it) and what it reaches besides its arguments
+    (`Tool.reach`: a file tool's folder). Two steps alike in a different world never share
+    an entry."""
+    origins: list[dict[str, Any]] = []
+    for tool in tools:
+        if tool.origin is not None:
+            server = servers.get(tool.origin[0])
+            origins.append({"name": tool.name, "mcp": list(tool.origin), "server": repr(server)})
+            continue
+        fn = tool.fn
+        origins.append(
+            {
+                "name": tool.name,
+                "module": getattr(fn, "__module__", None),
+                "function": getattr(fn, "__qualname__", None),
+                "reach": tool.reach,
+            }
+        )
+    return {"recipe": dict(recipe), "tools": sorted(origins, key=lambda o: o["name"])}
 
 
 def model_identity(model: Model) -> str:

@@ -11,10 +11,12 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from minions._chain import LinkChain, NamedLink
+from minions._generic import OutputT
 from minions._messages import COMPLETION_TOOL as COMPLETION_TOOL  # named here too (the links')
+from minions._text import as_text
 from minions.errors import OutputValidationError
 
 if TYPE_CHECKING:
@@ -34,8 +36,9 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CompletionDecision:
-    """What a completion link decided.
+class CompletionDecision(Generic[OutputT]):
+    """What a completion link decided; generic in the output it completes with
+    (``CompletionDecision.complete(expense)`` is a ``CompletionDecision[Expense]``).
 
     * ``complete``: the step is done with `output`;
     * ``incomplete``: not done; `note` is added to the conversation and the loop goes on;
@@ -46,28 +49,35 @@ class CompletionDecision:
     """
 
     kind: Literal["complete", "incomplete", "fail", "reask"]
-    output: Any = None
+    output: OutputT | None = None
     note: str | None = None
     reason: str = ""
     next_step: str | None = None
 
-    @classmethod
+    @staticmethod
     def complete(
-        cls, output: Any, *, reason: str = "", next_step: str | None = None
-    ) -> CompletionDecision:
-        return cls(kind="complete", output=output, reason=reason, next_step=next_step)
+        output: OutputT, *, reason: str = "", next_step: str | None = None
+    ) -> CompletionDecision[OutputT]:
+        """The step is done with `output` (and suggests `next_step` to run next)."""
+        return CompletionDecision(
+            kind="complete", output=output, reason=reason, next_step=next_step
+        )
 
-    @classmethod
-    def incomplete(cls, note: str, *, reason: str = "") -> CompletionDecision:
-        return cls(kind="incomplete", note=note, reason=reason or note)
+    @staticmethod
+    def incomplete(note: str, *, reason: str = "") -> CompletionDecision[Any]:
+        """Not done: `note` is added to the conversation and the loop goes on."""
+        return CompletionDecision(kind="incomplete", note=note, reason=reason or note)
 
-    @classmethod
-    def fail(cls, reason: str) -> CompletionDecision:
-        return cls(kind="fail", reason=reason)
+    @staticmethod
+    def fail(reason: str) -> CompletionDecision[Any]:
+        """The step fails with `reason`."""
+        return CompletionDecision(kind="fail", reason=reason)
 
-    @classmethod
-    def reask(cls, note: str, *, reason: str = "") -> CompletionDecision:
-        return cls(kind="reask", note=note, reason=reason or note)
+    @staticmethod
+    def reask(note: str, *, reason: str = "") -> CompletionDecision[Any]:
+        """The answer is invalid: back to before it, and ask again with `note` (within
+        `ExecutionConfig.max_output_retries`)."""
+        return CompletionDecision(kind="reask", note=note, reason=reason or note)
 
 
 class StepCompletionLink(NamedLink, ABC):
@@ -79,8 +89,8 @@ class StepCompletionLink(NamedLink, ABC):
 
     @abstractmethod
     def check(
-        self, execution: StepExecution, context: AgentContext
-    ) -> CompletionDecision | Awaitable[CompletionDecision | None] | None:
+        self, execution: StepExecution[Any], context: AgentContext
+    ) -> CompletionDecision[Any] | Awaitable[CompletionDecision[Any] | None] | None:
         """Decide about the step's latest answer, or return ``None`` to pass."""
 
 
@@ -96,7 +106,9 @@ class CompletionToolLink(StepCompletionLink):
 
     name = "completion_tool"
 
-    def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision | None:
+    def check(
+        self, execution: StepExecution[Any], context: AgentContext
+    ) -> CompletionDecision[Any] | None:
         response = execution.last_response
         if response is None:
             return None
@@ -111,6 +123,9 @@ class CompletionToolLink(StepCompletionLink):
                     result = output.validate_python(result)
                 except OutputValidationError as exc:
                     return CompletionDecision.reask(str(exc))
+            elif result is not None and not isinstance(result, str):
+                # A step without an output schema answers text (`DefaultStep[str]`).
+                result = as_text(result)
             return CompletionDecision.complete(
                 result, reason=f"the model called {COMPLETION_TOOL}", next_step=next_step
             )
@@ -127,7 +142,9 @@ class CompletionMarkerLink(StepCompletionLink):
 
     name = "completion_marker"
 
-    def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision | None:
+    def check(
+        self, execution: StepExecution[Any], context: AgentContext
+    ) -> CompletionDecision[Any] | None:
         step = execution.step
         response = execution.last_response
         if step is None or response is None:
@@ -165,7 +182,9 @@ class StructuredOutputLink(StepCompletionLink):
 
     name = "structured_output"
 
-    def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision | None:
+    def check(
+        self, execution: StepExecution[Any], context: AgentContext
+    ) -> CompletionDecision[Any] | None:
         step = execution.step
         output = step.output if step is not None else None
         response = execution.last_response
@@ -201,7 +220,9 @@ class TextAnswerLink(StepCompletionLink):
 
     name = "text_answer"
 
-    def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision | None:
+    def check(
+        self, execution: StepExecution[Any], context: AgentContext
+    ) -> CompletionDecision[Any] | None:
         response = execution.last_response
         if response is None or response.tool_calls:
             return None
@@ -221,7 +242,9 @@ class CallLimitLink(StepCompletionLink):
 
     name = "call_limit"
 
-    def check(self, execution: StepExecution, context: AgentContext) -> CompletionDecision | None:
+    def check(
+        self, execution: StepExecution[Any], context: AgentContext
+    ) -> CompletionDecision[Any] | None:
         limit = (execution.config or context.config).max_model_calls_per_step
         if execution.turns >= limit:
             return CompletionDecision.fail(
@@ -249,8 +272,8 @@ class StepCompletionChain(LinkChain[StepCompletionLink]):
         return _DEFAULT
 
     async def check(
-        self, execution: StepExecution, context: AgentContext
-    ) -> tuple[StepCompletionLink, CompletionDecision] | None:
+        self, execution: StepExecution[Any], context: AgentContext
+    ) -> tuple[StepCompletionLink, CompletionDecision[Any]] | None:
         """Walk the links in order; the first decision wins. ``None``: nobody decided."""
         for link in self.links:
             # `answer_of` inlined: this loop runs after every answer, and most links are sync.

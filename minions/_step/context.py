@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from minions._config import ExecutionConfig
@@ -12,6 +13,7 @@ from minions._memory import InMemoryModelMemory, ModelMemory
 from minions._messages import Usage
 from minions._step.result import AgentResult
 from minions._step.settings import RunSettings, with_given
+from minions._step.waits import RunWaits
 from minions.errors import BudgetExceededError
 from minions.models._base import Model
 from minions.models._fallback import FallbackModel, is_fallback
@@ -33,7 +35,7 @@ class RecipeRunner(Protocol):
     """Runs a recipe (an `AgentRecipe`) inside another run, and returns its `AgentResult`.
 
     The arguments are the inner run's: its id, settings (model, resolver, wrapper, approver,
-    tracer...), memory and configuration.
+    tracer...), memory, configuration and deps (the outer run's).
     """
 
     def __call__(
@@ -45,42 +47,55 @@ class RecipeRunner(Protocol):
         settings: RunSettings,
         memory: ModelMemory,
         config: ExecutionConfig,
+        deps: object = None,
     ) -> Awaitable[AgentResult]: ...
 
 
 class AgentContext:
     """What steps share during a run: model, tools, memory, config, inputs, events and budgets.
 
+    The run's shared settings (model, resolver, wrapper, approver, tracer, MCP servers,
+    listeners) are one `RunSettings`: give it as ``settings=``, or give its fields as the
+    keywords below (a shorthand for a context built by hand), not both.
+
     Args:
-        settings: what the run shares with the other runs of its executor (model, model
-            resolver and wrapper, approver, tracer, MCP servers, listeners; see
-            `RunSettings`); the `AgentExecutor` gives its own. The keyword arguments below
-            that are given win over its fields.
-        model: a `Model`, a model string (``"openai:gpt-4o-mini"``, ``"ollama:llama3.2:3b"``),
-            or ``None`` for the `MINIONS_MODEL` environment variable. Resolved on first use.
+        settings: what the run shares with the other runs of its executor (see
+            `RunSettings`); the `AgentExecutor` gives its own.
         tools: tools or plain functions, or a `ToolRegistry`.
         memory: where conversations live (in process memory by default).
         config: execution settings; steps may override fields.
         inputs: the run's inputs, visible to templates as ``inputs``.
-        listeners: callables receiving every event, in order.
+        deps: what tools taking a `ToolContext` read as ``ctx.deps`` (a database session,
+            the current user...); ``None``: the run has none, and reading them fails the
+            step saying so. Never stored: a durable worker makes them with its ``deps``
+            factory.
         completion_chain: the chain steps use unless they carry their own.
         run_id: defaults to a new random id.
-        model_resolver: turns the model a recipe or step names (a `Model`, a model string, or
+        model: (a `RunSettings` field) a `Model`, a model string (``"openai:gpt-4o-mini"``,
+            ``"ollama:llama3.2:3b"``), or ``None`` for the `MINIONS_MODEL` environment
+            variable. Resolved on first use.
+        listeners: (a `RunSettings` field) callables receiving every event, in order.
+        model_resolver: (a `RunSettings` field) turns the model a recipe or step names (a
+            `Model`, a model string, or
             ``None`` when none is named anywhere) into the model to call; the default is
             `minions.models.infer_model` (a `Model` as it is, ``None`` for `MINIONS_MODEL`).
             Give one to replay every model from a recording (``lambda _spec: replay``) or to
             map model strings to test doubles. Each string or object is resolved once per run.
-        model_wrapper: applied once to every model the run uses (the default and each step's
-            own), after `model_resolver`, e.g. to record replies (`RecordingModel`).
+        model_wrapper: (a `RunSettings` field) applied once to every model the run uses (the
+            default and each step's own), after `model_resolver`, e.g. to record replies
+            (`RecordingModel`).
         recipe_runner: runs a recipe inside this run (what a `RecipeStep` calls); the
             `AgentExecutor` gives its own. ``None``: recipe steps cannot run in this context.
-        approver: answers the approval requests of tools that need a person's say
-            (`minions.tools.Approver`).
-        tracer: writes the run's OpenTelemetry spans (``None``: no tracing; the
-            `AgentExecutor` makes one from its `tracer_provider`).
-        mcp_servers: the MCP servers of the run, by name (configs of `minions.tools`); a
-            run (`AgentExecutor`) connects to them when it starts and adds their tools to
-            `tools`.
+        approver: (a `RunSettings` field) answers the approval requests of tools that need a
+            person's say (`minions.tools.Approver`).
+        tracer: (a `RunSettings` field) writes the run's OpenTelemetry spans (``None``: no
+            tracing; the `AgentExecutor` makes one from its `tracer_provider`).
+        mcp_servers: (a `RunSettings` field) the MCP servers of the run, by name (configs of
+            `minions.tools`); a run (`AgentExecutor`) connects to them when it starts and
+            adds their tools to `tools`.
+
+    Raises:
+        ConfigError: ``settings=`` is given together with one of its fields as a keyword.
     """
 
     checkpoints: ItemCheckpoints | None = None
@@ -88,22 +103,29 @@ class AgentContext:
     step_cache: StepCache | None = None
     """Where steps that say ``cache`` keep their outputs (``None``: nothing is cached): the
     settings' `step_cache`, else the `AgentExecutor`'s in-memory one."""
+    streaming: bool = False
+    """The caller streams the run (`AgentExecutor.stream()`): every model call asks its model
+    to stream, whatever the model's own default."""
+    recipe_scope: Mapping[str, Any] = MappingProxyType({})
+    """The run's recipe as the step cache's key names it: its id and version (the
+    `AgentExecutor` sets it; empty for steps run without a recipe)."""
 
     def __init__(
         self,
         *,
         settings: RunSettings | None = None,
-        model: Model | str | None = None,
         tools: ToolRegistry | Iterable[Tool | Callable[..., Any]] = (),
         memory: ModelMemory | None = None,
         config: ExecutionConfig | None = None,
         inputs: Mapping[str, Any] | None = None,
-        listeners: Iterable[EventListener] = (),
+        deps: object = None,
         completion_chain: StepCompletionChain | None = None,
         run_id: str | None = None,
+        recipe_runner: RecipeRunner | None = None,
+        model: Model | str | None = None,
+        listeners: Iterable[EventListener] = (),
         model_resolver: Callable[[Model | str | None], Model] | None = None,
         model_wrapper: Callable[[Model], Model] | None = None,
-        recipe_runner: RecipeRunner | None = None,
         approver: Approver | None = None,
         tracer: RunTracer | None = None,
         mcp_servers: Mapping[str, Any] | None = None,
@@ -111,6 +133,7 @@ class AgentContext:
         listeners = tuple(listeners)
         self.settings = with_given(
             settings,
+            "AgentContext",
             model=model,
             model_resolver=model_resolver,
             model_wrapper=model_wrapper,
@@ -132,8 +155,12 @@ class AgentContext:
         self.events = EventEmitter(self.run_id, self.settings.listeners)
         self.completion_chain = completion_chain
         self.recipe_runner = recipe_runner
+        self.deps = deps
+        """What tools taking a `ToolContext` read as ``ctx.deps`` (``None``: none given)."""
         self.usage = Usage()
         """Tokens of every model call of the run so far (all steps, all attempts)."""
+        self.waits = RunWaits()
+        """When the run was blocked: every step it was running was waiting."""
 
     @property
     def model(self) -> Model:
@@ -184,6 +211,7 @@ class AgentContext:
         return found[1]
 
     def record_usage(self, usage: Usage) -> None:
+        """Count `usage` (a model call's, or a restored step's) in the run's `usage`."""
         self.usage = self.usage + usage
 
     def check_run_budget(self) -> None:

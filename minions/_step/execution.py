@@ -6,9 +6,12 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, cast
 
+from minions._generic import OutputT
 from minions._messages import Message, ModelCall, ModelCallResponse, ToolCall, Usage
+from minions._values import preview, tokens_text
+from minions.errors import StepFailed
 
 if TYPE_CHECKING:
     from minions._config import ExecutionConfig
@@ -28,6 +31,7 @@ class StepStatus(enum.Enum):
 
     @property
     def terminal(self) -> bool:
+        """Whether the status is an end: completed, failed or skipped."""
         return self in (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.SKIPPED)
 
 
@@ -41,16 +45,21 @@ class DecisionRecord:
     turn: int
 
 
-@dataclass(kw_only=True, eq=False)
-class StepExecution:
+@dataclass(kw_only=True, eq=False, repr=False)
+class StepExecution(Generic[OutputT]):
     """Everything that happened while one step ran.
 
-    The step loop fills it in; once `status` is terminal, treat it as read-only.
+    Generic in the step's output: running a `DefaultStep[Expense]` gives a
+    `StepExecution[Expense]`, whose `output` is an ``Expense | None`` and whose `result()` is
+    an ``Expense``. The step loop fills it in; once `status` is terminal, treat it as
+    read-only.
     """
 
     step_id: str
     status: StepStatus = StepStatus.PENDING
-    output: Any = None
+    output: OutputT | None = None
+    """The step's output once it completed (the validated structured output, or the text
+    answer); a failed step may keep a partial one."""
     error: str | None = None
     """Why the step failed or was skipped."""
     next_step: str | None = None
@@ -66,21 +75,51 @@ class StepExecution:
     """Tokens of every model call attempt of the step."""
     turns: int = 0
     """Model calls that produced an answer the step used (retries not counted)."""
-    items: list[StepExecution] = field(default_factory=list)
+    items: list[StepExecution[Any]] = field(default_factory=list)
     """For a loop step: the execution of each item, in item order."""
     conversation_id: str = ""
     messages: tuple[Message, ...] = field(default=(), repr=False)
     """The step's conversation as it ended."""
     started_at: float | None = None
     finished_at: float | None = None
+    waited: float = 0.0
+    """Seconds of its `duration` spent waiting rather than working: its model calls for their
+    endpoint's limits, its tool calls for a person's approval (see `work`)."""
     step: Step | None = field(default=None, repr=False)
     config: ExecutionConfig | None = field(default=None, repr=False)
 
+    def result(self) -> OutputT:
+        """The step's output, when it completed.
+
+        Raises:
+            StepFailed: the step failed, was skipped or has not ended; its `reason` is the
+                step's `error`.
+        """
+        if self.status is StepStatus.COMPLETED:
+            return cast(OutputT, self.output)
+        if self.status.terminal:
+            reason = self.error or "no reason was recorded"
+        else:
+            reason = "it has not ended yet"
+        raise StepFailed(self.step_id, self.status.value, reason)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the step completed."""
+        return self.status is StepStatus.COMPLETED
+
     @property
     def duration(self) -> float | None:
+        """Seconds from start to end; ``None`` until it has ended."""
         if self.started_at is None or self.finished_at is None:
             return None
         return self.finished_at - self.started_at
+
+    @property
+    def work(self) -> float | None:
+        """Seconds of its `duration` spent working: the duration less what it `waited`."""
+        duration = self.duration
+        return None if duration is None else max(0.0, duration - self.waited)
 
     @property
     def last_response(self) -> ModelCallResponse | None:
@@ -118,10 +157,11 @@ class StepExecution:
             "items": [item.to_data() for item in self.items],
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "waited": self.waited,
         }
 
     @classmethod
-    def from_data(cls, data: Mapping[str, Any]) -> StepExecution:
+    def from_data(cls, data: Mapping[str, Any]) -> StepExecution[Any]:
         """An execution stored by `to_data`."""
         return cls(
             step_id=data["step_id"],
@@ -135,9 +175,10 @@ class StepExecution:
             items=[cls.from_data(item) for item in data.get("items", [])],
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
+            waited=data.get("waited", 0.0),
         )
 
-    def absorb(self, parts: Iterable[StepExecution]) -> None:
+    def absorb(self, parts: Iterable[StepExecution[Any]]) -> None:
         """Count the model calls, tool calls, turns and usage of inner executions (a loop's
         items, a sub-recipe's steps) in this one."""
         for part in parts:
@@ -145,3 +186,23 @@ class StepExecution:
             self.tool_calls.extend(part.tool_calls)
             self.usage = self.usage + part.usage
             self.turns += part.turns
+
+    def __repr__(self) -> str:
+        # Short, in the calls' style: the fields hold every detail (calls, prompts, messages).
+        parts = [f"step={self.step_id!r}", f"status={self.status.value!r}"]
+        if self.visit != 1:
+            parts.append(f"visit={self.visit}")
+        if self.status is StepStatus.COMPLETED or self.output is not None:
+            parts.append(f"output={preview(self.output)}")
+        if self.error is not None:
+            parts.append(f"error={preview(self.error)}")
+        if self.usage.calls:
+            parts += [f"model_calls={self.usage.calls}", f"tokens={tokens_text(self.usage)}"]
+        if self.tool_calls:
+            parts.append(f"tool_calls={len(self.tool_calls)}")
+        if self.items:
+            parts.append(f"items={len(self.items)}")
+        duration = self.duration
+        if duration is not None:
+            parts.append(f"duration='{duration:.2f}s'")
+        return f"StepExecution({', '.join(parts)})"

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Generic, NoReturn
 
+from minions._generic import OutputT
 from minions._memory import MemorySnapshot
 from minions._messages import Message, Prompt, ToolCall, ToolCallResponse, ToolSpec
-from minions._step.cache import CachedStep, StepCache, cache_age, cache_key
+from minions._step.cache import CachedStep, StepCache, cache_age, cache_key, cache_world
 from minions._step.completion import (
     COMPLETION_TOOL,
     CallLimitLink,
@@ -22,13 +24,16 @@ from minions._step.execution import DecisionRecord, StepExecution, StepStatus
 from minions._step.model_call import ModelCallExecutor, usage_record
 from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
+from minions._step.waits import Waits
 from minions._sync import run_sync
 from minions._text import as_text, jsonable
 from minions._tracing.tracer import error_type
-from minions.errors import MinionsError, ModelOutputError, StepDefinitionError
+from minions.errors import MinionsError, ModelOutputError, Reask, StepDefinitionError
 from minions.models._base import Model
+from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
+    from minions._step.stream import StepStream
     from minions.events import Event, StepCompleted
 
 __all__ = ["StepExecutor"]
@@ -41,9 +46,11 @@ class _StepEnded(Exception):
     """Internal: the loop has reached a terminal decision."""
 
 
-class StepExecutor:
+class StepExecutor(Generic[OutputT]):
     """Runs one step: builds its prompt, calls the model, runs the tools it asks for, and asks
-    the completion chain after every answer, until the step completes or fails.
+    the completion chain after every answer, until the step completes or fails. Generic in
+    the step's output: a ``StepExecutor(step, context)`` of a ``DefaultStep[Expense]``
+    returns a ``StepExecution[Expense]``.
 
     Definition problems (unknown tool, empty goal, invalid output schema) raise
     `StepDefinitionError` here, before any model call. After that, `execute()` never raises
@@ -65,9 +72,13 @@ class StepExecutor:
             `StepGraph` checks every step before a run); otherwise it is checked here.
     """
 
+    streaming = False
+    """The caller streams this step (`stream()`, or its run's): its model calls ask the model
+    to stream, whatever the model's own default."""
+
     def __init__(
         self,
-        step: Step,
+        step: Step[OutputT],
         context: AgentContext,
         *,
         state: Mapping[str, Any] | None = None,
@@ -82,7 +93,7 @@ class StepExecutor:
             problems = step.problems(context.tools)
             if problems:
                 raise StepDefinitionError(problems)
-        self.step = step
+        self.step: Step[OutputT] = step
         self.context = context
         self.config = context.config.merged(step.config)
         self.state: Mapping[str, Any] = state if state is not None else {"inputs": context.inputs}
@@ -94,16 +105,27 @@ class StepExecutor:
         self.name = f"{step.id}{suffix}"
         self.scope = scope or f"{step.id}#{visit}{suffix}"
         self.conversation_id = conversation_id or f"{context.run_id}/{self.scope}"
-        self.execution = StepExecution(
+        self.execution: StepExecution[OutputT] = StepExecution(
             step_id=self.name,
             visit=visit,
             conversation_id=self.conversation_id,
             step=step,
             config=self.config,
         )
-        # The model may call only the step's own tools, whatever else the run registered.
+        self.waits = Waits(context.waits if self._top else None)
+        """Its waits (an inner execution's are told to the one that runs it, by `run_step`)."""
+        # The model may call only the step's tools, whatever else the run registered.
+        own = step.own_tools
+        if own:
+            # The tools given to the step itself, beside the run's tools it names.
+            names = {tool.name for tool in own}
+            both: list[Tool] = [*context.tools.subset(step.tool_names() - names), *own]
+            both.sort(key=lambda tool: tool.name)
+            registry = ToolRegistry(both)
+        else:
+            registry = context.tools.subset(step.tool_names())
         self.tools = ToolCallExecutor(
-            context.tools.subset(step.tool_names()),
+            registry,
             config=self.config,
             emitter=context.events,
             step_id=self.name,
@@ -114,7 +136,12 @@ class StepExecutor:
             approve_every_call=bool(getattr(step, "requires_approval", False)),
             tracer=context.settings.tracer,
             before_call=None if context.checkpoints is None else context.checkpoints.before_call,
+            waits=self.waits,
         )
+        if context.deps is not None:
+            self.tools.deps = context.deps
+        if context.streaming:
+            self.streaming = True
         self._error_kind: str | None = None
         """What ended the step as failed, for tracing (``error.type``)."""
         self.deferred = False
@@ -125,19 +152,34 @@ class StepExecutor:
 
     @property
     def model(self) -> Model:
+        """The model the step calls: its own, else the run's (resolved and wrapped by the run)."""
         return self.context.resolve_model(self.step.model)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def execute_sync(self) -> StepExecution:
-        """`execute` for code that is not async.
+    def execute_sync(self) -> StepExecution[OutputT]:
+        """`execute` for code that is not async. Inside a running event loop (a notebook, an
+        async function) the step runs in a thread of its own while the loop waits: ``await
+        execute()`` there keeps the loop free."""
+        return run_sync(self.execute, name="step_executor.execute()")
 
-        Raises:
-            MinionsError: called inside a running event loop (use ``await execute()``).
+    def stream(self) -> StepStream[OutputT]:
+        """Run the step and stream it: its events as they happen, or only the text the model
+        writes (`StepStream.text`); the model streams because you do, whatever its own
+        default. Use it as an async context manager::
+
+            async with StepExecutor(step, context).stream() as stream:
+                async for text in stream.text():
+                    print(text, end="")
+            execution = stream.execution
+
+        Leaving the block (or breaking out of the loop) before the end cancels the step.
         """
-        return run_sync(self.execute, instead="step_executor.execute()")
+        from minions._step.stream import StepStream
 
-    async def execute(self) -> StepExecution:
+        return StepStream(self)
+
+    async def execute(self) -> StepExecution[OutputT]:
         """Run the step to a terminal status and return its execution."""
         tracer = self.context.settings.tracer
         if tracer is None:
@@ -155,10 +197,12 @@ class StepExecutor:
                     error_kind=self._error_kind,
                 )
 
-    async def _execute(self) -> StepExecution:
+    async def _execute(self) -> StepExecution[OutputT]:
         execution = self.execution
         execution.status = StepStatus.IN_PROGRESS
         execution.started_at = time.time()
+        if self._top:
+            self.context.waits.started()
         if self.context.events.active:
             from minions.events import StepStarted  # events load on first use
 
@@ -196,6 +240,7 @@ class StepExecutor:
 
     @property
     def visit(self) -> int:
+        """Which visit of the step this is (loops bring steps back)."""
         return self.execution.visit
 
     def complete(self, output: Any, *, next_step: str | None = None) -> None:
@@ -211,9 +256,12 @@ class StepExecutor:
         raise _StepEnded
 
     def emit(self, event: Event) -> None:
+        """Emit one of the run's events, stamped with the run id and its number."""
         self.context.events.emit(event)
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolCallResponse:
+        """Call one of the step's tools (with the run's tool retries) and record the call;
+        never raises for the tool's failure (see `StepRun.call_tool`)."""
         count = len(self.execution.tool_calls)
         call_id = f"{self.name}-call" + (f"-{count + 1}" if count else "")
         done = await self.tools.execute(ToolCall(id=call_id, name=name, arguments=dict(arguments)))
@@ -230,8 +278,9 @@ class StepExecutor:
         item: int | None = None,
         scope: str | None = None,
         checked: bool = False,
-    ) -> StepExecution:
-        inner = StepExecutor(
+    ) -> StepExecution[Any]:
+        """Run another step inside this one and return its execution (see `StepRun.run_step`)."""
+        inner: StepExecutor[Any] = StepExecutor(
             step,
             self.context,
             state=self.state if state is None else state,
@@ -241,6 +290,8 @@ class StepExecutor:
             item=item,
             checked=checked,
         )
+        inner.waits.parent = self.waits  # its waits are this step's too
+        inner.streaming = self.streaming
         checkpoints = self.context.checkpoints
         if checkpoints is None or item is None or not self._top:
             return await inner.execute()
@@ -255,7 +306,8 @@ class StepExecutor:
             await checkpoints.save_item(execution, item, inner.announce)
         return execution
 
-    def absorb(self, executions: Sequence[StepExecution], *, items: bool = False) -> None:
+    def absorb(self, executions: Sequence[StepExecution[Any]], *, items: bool = False) -> None:
+        """Count inner executions in this one; with `items`, keep them as its items."""
         self.execution.absorb(executions)
         if items:
             self.execution.items = list(executions)
@@ -268,6 +320,14 @@ class StepExecutor:
         execution = self.execution
         self._close_pending_tool_calls()
         execution.finished_at = time.time()
+        execution.waited = self.waits.seconds
+        if self._top:
+            self.context.waits.ended()
+            metrics = self.context.settings.metrics
+            if metrics is not None:
+                metrics.step_ended(
+                    self.step.id, duration=execution.duration or 0.0, waited=execution.waited
+                )
         execution.messages = self.context.memory.messages(self.conversation_id)
         duration = execution.duration or 0.0
         events = self.context.events
@@ -282,6 +342,7 @@ class StepExecutor:
                 output=execution.output,
                 usage=usage_record(execution.usage),
                 duration=duration,
+                waited=execution.waited,
             )
             if self.deferred:
                 self._completion = completion
@@ -295,6 +356,7 @@ class StepExecutor:
                     error=execution.error or "",
                     usage=usage_record(execution.usage),
                     duration=duration,
+                    waited=execution.waited,
                 )
             )
 
@@ -344,7 +406,8 @@ class StepExecutor:
     async def run_model_loop(self) -> None:
         """The model ⇄ tool loop, until the completion chain decides or the call limit; for
         a step that says ``cache``, the output of an earlier execution with the same rendered
-        prompt, model, tools and output schema instead, when the step cache has one."""
+        prompt, model, tools and output schema, in the same world (its recipe, where its
+        tools come from and what they reach), when the step cache has one."""
         self._start_conversation()
         policy, cache = self.step.cache, self.context.step_cache
         key = None
@@ -354,6 +417,11 @@ class StepExecutor:
                 model=self.model,
                 tools=self._tool_specs(),
                 output=self.step.output,
+                world=cache_world(
+                    self.context.recipe_scope,
+                    self.tools.registry,
+                    self.context.settings.mcp_servers,
+                ),
             )
             if await self._cached(cache, key, policy.ttl):
                 return
@@ -367,6 +435,8 @@ class StepExecutor:
                     next_step=execution.next_step,
                     usage=dataclasses.asdict(execution.usage),
                     step_id=self.name,
+                    run_id=self.context.run_id,
+                    recipe_id=str(self.context.recipe_scope.get("id", "")),
                 ),
             )
 
@@ -416,7 +486,7 @@ class StepExecutor:
             self.context.completion_chain or StepCompletionChain.default()
         )
         calls = ModelCallExecutor(
-            self.model, context=self.context, execution=execution, config=config
+            self.model, context=self.context, execution=execution, config=config, waits=self.waits
         )
         tools = self._tool_specs()
         while True:
@@ -442,10 +512,18 @@ class StepExecutor:
                     output=step.output,
                     step_id=step.id,
                     scope=self.scope,
+                    stream=self.streaming,
                 )
                 try:
                     response = await calls.call(prompt, turn=turn)
                 except ModelOutputError as exc:
+                    calls.reasked()
+                    # A re-ask is a decision like a link's: recorded and said, with its reason.
+                    self._record_decision(
+                        "structured_output" if exc.mode is not None else "model_output",
+                        CompletionDecision.reask(exc.note, reason=exc.reason),
+                        turn,
+                    )
                     reasks = self._count_reask(reasks, exc.reason, base)
                     note = exc.note  # the model is told; people are told the reason
                     continue
@@ -457,8 +535,13 @@ class StepExecutor:
                 if found is None:
                     break
                 link, decision = found
-                self._record_decision(link.name, decision, turn)
+                if step.validators and decision.kind == "complete":
+                    name, decision = await self._validate(link.name, decision, turn)
+                    self._record_decision(name, decision, turn)
+                else:
+                    self._record_decision(link.name, decision, turn)
                 if decision.kind == "reask":
+                    calls.reasked()
                     self._mark_rejected(decision.reason or decision.note or "")
                     reasks = self._count_reask(reasks, decision.reason or decision.note or "", base)
                     note = decision.note or decision.reason
@@ -471,6 +554,41 @@ class StepExecutor:
                     return
                 memory.append(conversation, Message.user(decision.note or decision.reason))
                 break
+
+    async def _validate(
+        self, link: str, decision: CompletionDecision[Any], turn: int
+    ) -> tuple[str, CompletionDecision[Any]]:
+        """The step's validators on a complete decision's output, in order: the decision with
+        the output they returned, or a validator's re-ask (it raised `ValueError`/`Reask`).
+        A validator raising anything else fails the step."""
+        output = decision.output
+        for validator in self.step.validators:
+            name = f"validator:{getattr(validator, '__name__', type(validator).__name__)}"
+            try:
+                checked = validator(output)
+                if inspect.isawaitable(checked):
+                    checked = await checked
+            except Reask as exc:
+                return name, CompletionDecision.reask(
+                    f"Your answer was rejected: {exc.message}", reason=exc.reason
+                )
+            except ValueError as exc:
+                message = str(exc) or type(exc).__name__
+                return name, CompletionDecision.reask(
+                    f"Your answer was rejected: {message}", reason=message
+                )
+            except Exception as exc:
+                reason = (
+                    f"validator {name.partition(':')[2]!r} of step {self.name!r} raised "
+                    f"{type(exc).__name__}: {exc} (raise ValueError or minions.Reask to re-ask "
+                    "the model)"
+                )
+                self._record_decision(name, CompletionDecision.fail(reason), turn)
+                self._error_kind = error_type(exc)
+                self._fail(reason)
+                raise _StepEnded from exc
+            output = checked
+        return link, dataclasses.replace(decision, output=output)
 
     def _count_reask(self, reasks: int, reason: str, base: MemorySnapshot) -> int:
         reasks += 1
@@ -494,7 +612,7 @@ class StepExecutor:
         if calls and calls[-1].error is None:
             calls[-1] = dataclasses.replace(calls[-1], error=f"rejected: {note}")
 
-    def _record_decision(self, link: str, decision: CompletionDecision, turn: int) -> None:
+    def _record_decision(self, link: str, decision: CompletionDecision[Any], turn: int) -> None:
         reason = decision.reason or decision.kind
         self.execution.decisions.append(
             DecisionRecord(link=link, kind=decision.kind, reason=reason, turn=turn)
@@ -584,6 +702,8 @@ def _completion_tool_spec(step: Step) -> ToolSpec:
 
 
 def _reason(error: BaseException) -> str:
+    if isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        return _reason(error.exceptions[0])  # one of parallel tool calls' (no deps, say)
     if isinstance(error, MinionsError):
         return str(error)
     text = str(error)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from minions._config import ExecutionConfig
     from minions._step.context import AgentContext
     from minions._step.execution import StepExecution
+    from minions._step.waits import Waits
     from minions.events import ModelCallStarted, UsageRecord
     from minions.models._base import Model, TokenCallback
     from minions.models._limits import EndpointLimiter, EndpointWait
@@ -59,6 +60,10 @@ def _policy(attempts: int, initial_delay: float, max_delay: float) -> RetryPolic
     )
 
 
+_WARNED: set[int] = set()
+"""The models (by id) a `StreamingWarning` was given for: once each."""
+
+
 def _usage_of_failure(error: BaseException) -> Usage:
     usage = getattr(error, "usage", None)
     if isinstance(usage, Usage):
@@ -89,8 +94,11 @@ class ModelCallExecutor:
         context: AgentContext,
         execution: StepExecution,
         config: ExecutionConfig,
+        waits: Waits | None = None,
     ) -> None:
         self.model = model
+        self.waits = waits
+        """Where the time its calls wait for their endpoint's limits is counted (the step's)."""
         self.context = context
         self.execution = execution
         self.config = config
@@ -118,6 +126,8 @@ class ModelCallExecutor:
         limiter = self.context.settings.limiter
         if limiter is not None and endpoint is not None and limiter.rules(endpoint):
             self._limiter, self._endpoint = limiter, endpoint
+        metrics = self.context.settings.metrics
+        self._meter = None if metrics is None else metrics.model(active)
 
     def _check_budgets(self) -> None:
         budget = self.config.step_token_budget
@@ -143,13 +153,28 @@ class ModelCallExecutor:
         assert limiter is not None
         assert endpoint is not None
         attempt = self._attempts.get(turn, 0) + 1  # the attempt `_attempt` is about to number
+        waiting: list[bool] = []
+
+        def on_wait(wait: EndpointWait) -> None:
+            waiting.append(True)
+            if self.waits is not None:
+                self.waits.enter()
+            if self._meter is not None:
+                self._meter.waiting()
+            self._announce_wait(wait, turn, attempt)
+
         # Waited for outside the call's own timeout (the wait is not the endpoint's slowness)
         # and inside the step's (a step's timeout counts it).
-        permit = await limiter.acquire(
-            endpoint,
-            tokens=estimate_prompt(prompt),
-            on_wait=lambda wait: self._announce_wait(wait, turn, attempt),
-        )
+        try:
+            permit = await limiter.acquire(
+                endpoint, tokens=estimate_prompt(prompt), on_wait=on_wait
+            )
+        finally:
+            if waiting:
+                if self.waits is not None:
+                    self.waits.leave()
+                if self._meter is not None:
+                    self._meter.waited()
         if permit is None:
             return await self._attempt(prompt, turn)
         used: int | None = None
@@ -192,6 +217,8 @@ class ModelCallExecutor:
         if events.active:
             from minions.events import ModelCallStarted, TokenDelta
 
+            streamed = False
+
             if self.context.settings.capture_content:
                 events.emit(self._started_with_content(prompt, turn, attempt))
             else:
@@ -206,6 +233,8 @@ class ModelCallExecutor:
                 )
 
             def on_token(text: str) -> None:
+                nonlocal streamed
+                streamed = True
                 events.emit(TokenDelta(step_id=step_id, turn=turn, attempt=attempt, text=text))
 
         model = self._active
@@ -213,6 +242,9 @@ class ModelCallExecutor:
         started = time.perf_counter()
         timeout = self.config.model_call_timeout
         tracer = self.context.settings.tracer
+        meter = self._meter
+        if meter is not None:
+            meter.started()
         try:
             if self._served is not None and BLOCK.get() is not None:
                 check_model(model)  # inside `block_real_models()`: refused, like a provider
@@ -263,10 +295,20 @@ class ModelCallExecutor:
                     duration=duration,
                 )
             )
+            if meter is not None:
+                meter.failed(duration, exc, usage)
             if isinstance(exc, TimeoutError) and not str(exc):
                 raise TimeoutError(error) from None
             raise
+        except BaseException:
+            if meter is not None:
+                meter.stopped()  # cancelled
+            raise
         duration = time.perf_counter() - started
+        if meter is not None:
+            meter.answered(duration, response)
+        if on_token is not None and not streamed and response.text and events.listeners:
+            self._unstreamed(prompt, response.text, on_token)
         self._announce_demotions(response.demoted)
         self._record(
             ModelCall(
@@ -304,6 +346,36 @@ class ModelCallExecutor:
                 )
             )
         return response
+
+    def _unstreamed(self, prompt: Prompt, text: str, on_token: TokenCallback) -> None:
+        """The model answered whole while the run's listeners could have had its deltas:
+        when the caller streams, the answer is one delta (a stream never stays silent);
+        either way, a `StreamingWarning` says so, once per model."""
+        if prompt.stream:
+            on_token(text)
+        model = self.model
+        if id(model) in _WARNED or (not prompt.stream and self.context.checkpoints is not None):
+            # A durable run's listeners store its events: its live clients get token deltas
+            # from models that stream by default (`minions serve` makes them so).
+            return
+        _WARNED.add(id(model))
+        import warnings
+
+        from minions.errors import StreamingWarning
+
+        if prompt.stream:
+            message = (
+                f"model {model.name!r} cannot stream: streamed steps get each of its answers "
+                "as one text delta"
+            )
+        else:
+            message = (
+                f"model {model.name!r} answered without streaming, so this run's listeners "
+                "get no TokenDelta events: stream the step (step.stream(), "
+                "StepExecutor.stream(), AgentExecutor.stream()) or make the model stream by "
+                "default (OpenAIChatModel(stream=True))"
+            )
+        warnings.warn(StreamingWarning(message), stacklevel=2)
 
     def _started_with_content(self, prompt: Prompt, turn: int, attempt: int) -> ModelCallStarted:
         """The attempt's `ModelCallStarted` carrying its request (content capture is on)."""
@@ -377,6 +449,10 @@ class ModelCallExecutor:
         """`call` again with the next model of the fallback, once the one before gave up."""
         failed = self._active.name
         self._gave_up += (f"{failed} after {attempts} attempts: {_describe(error, None)}",)
+        if self._meter is not None:  # counted as a retry at the endpoint that gave up
+            from minions._tracing.metrics import retry_reason
+
+            self._meter.retried(retry_reason(error))
         self._use(self._index + 1)
         from minions.events import RetryScheduled
 
@@ -390,8 +466,18 @@ class ModelCallExecutor:
         )
         return await self.call(prompt, turn=turn)
 
+    def reasked(self) -> None:
+        """The step re-asks the model for its answer was unusable (a retry of the call)."""
+        if self._meter is not None:
+            self._meter.retried("invalid_output")
+
     def _announce_retry(self, attempt: int, error: BaseException, delay: float) -> None:
         from minions.events import RetryScheduled
+
+        if self._meter is not None:
+            from minions._tracing.metrics import retry_reason
+
+            self._meter.retried(retry_reason(error))
 
         self.context.events.emit(
             RetryScheduled(

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from minions._messages import Usage
 from minions._step.execution import StepExecution, StepStatus
+from minions._values import preview, tokens_text
+
+if TYPE_CHECKING:
+    from minions._step.step import Step
+
+_T = TypeVar("_T")
 
 __all__ = ["AgentResult"]
 
@@ -32,12 +38,14 @@ class AgentResult:
         state: the final template state (``inputs``, each step's result by id, aliases).
         started_at: when the run started (epoch seconds).
         finished_at: when it ended.
+        waited: seconds of its duration it was blocked: every step it was running was
+            waiting (for an endpoint's limits, a person's approval).
     """
 
     run_id: str
     recipe_id: str
     status: StepStatus
-    executions: tuple[StepExecution, ...]
+    executions: tuple[StepExecution[Any], ...]
     output: Any = None
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
@@ -45,9 +53,11 @@ class AgentResult:
     state: Mapping[str, Any] = field(default_factory=dict, repr=False)
     started_at: float = 0.0
     finished_at: float = 0.0
+    waited: float = 0.0
 
     @property
     def ok(self) -> bool:
+        """Whether the run completed."""
         return self.status is StepStatus.COMPLETED
 
     @property
@@ -55,19 +65,31 @@ class AgentResult:
         """Seconds from start to end."""
         return self.finished_at - self.started_at
 
-    def step(self, step_id: str) -> StepExecution:
-        """The latest execution of a step (its last visit).
+    @overload
+    def step(self, step: Step[_T]) -> StepExecution[_T]: ...
+    @overload
+    def step(self, step: str) -> StepExecution[Any]: ...
+    def step(self, step: Step[Any] | str) -> StepExecution[Any]:
+        """The latest execution of a step (its last visit), by the step itself or its id: a
+        step object gives its typed execution (``result.step(advise)`` of a
+        ``DefaultStep[Advice]`` is a ``StepExecution[Advice]``).
 
         Raises:
             KeyError: the step did not run and was not skipped in this run.
         """
-        for execution in reversed(self.executions):
+        step_id = step if isinstance(step, str) else step.id
+        for execution in self.executions[::-1]:
             if execution.step_id == step_id:
                 return execution
         raise KeyError(step_id)
 
-    def visits(self, step_id: str) -> tuple[StepExecution, ...]:
-        """Every execution of a step, in order."""
+    @overload
+    def visits(self, step: Step[_T]) -> tuple[StepExecution[_T], ...]: ...
+    @overload
+    def visits(self, step: str) -> tuple[StepExecution[Any], ...]: ...
+    def visits(self, step: Step[Any] | str) -> tuple[StepExecution[Any], ...]:
+        """Every execution of a step (by the step or its id), in order."""
+        step_id = step if isinstance(step, str) else step.id
         return tuple(e for e in self.executions if e.step_id == step_id)
 
     def _with(self, status: StepStatus) -> tuple[str, ...]:
@@ -97,8 +119,17 @@ class AgentResult:
         return totals
 
     def __repr__(self) -> str:
-        return (
-            f"AgentResult({self.recipe_id!r}, run_id={self.run_id!r}, "
-            f"status={self.status.name}, steps={len(self.executions)}"
-            + (f", error={self.error!r})" if self.error else ")")
-        )
+        # Short, in the calls' style: the fields hold every detail.
+        parts = [
+            f"recipe={self.recipe_id!r}",
+            f"run_id={self.run_id!r}",
+            f"status={self.status.value!r}",
+            f"steps={len(self.executions)}",
+        ]
+        if self.error:
+            parts.append(f"error={preview(self.error)}")
+        elif self.output is not None:
+            parts.append(f"output={preview(self.output)}")
+        if self.usage.calls:
+            parts += [f"model_calls={self.usage.calls}", f"tokens={tokens_text(self.usage)}"]
+        return f"AgentResult({', '.join(parts)})"

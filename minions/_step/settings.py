@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from minions._step.cache import StepCache
+    from minions._tracing.metrics import RunMetrics
     from minions._tracing.tracer import RunTracer
     from minions.events import EventListener
     from minions.models._base import Model
@@ -48,6 +49,9 @@ class RunSettings:
     tracer: RunTracer | None = None
     """Writes the runs' OpenTelemetry spans; ``None``: nothing is traced (`AgentExecutor`
     makes one from its `tracer_provider`)."""
+    metrics: RunMetrics | None = None
+    """Records the runs' OpenTelemetry metrics; ``None``: nothing is measured
+    (`AgentExecutor` makes one from its `meter_provider`)."""
     mcp_servers: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _NO_SERVERS)
     """MCP server configs by name (`MCPStdioServer`, `MCPHttpServer`); a run connects to them
     when it starts and adds their tools to its own. Read-only."""
@@ -83,14 +87,30 @@ class RunSettings:
 
 
 DEFAULT_SETTINGS = RunSettings()
-"""No model named, no resolver, wrapper, approver, tracer, MCP server, listener or limits."""
+"""No model named, no resolver, wrapper, approver, tracer, metrics, MCP server, listener or
+limits."""
 
 
-def with_given(settings: RunSettings | None, **given: Any) -> RunSettings:
-    """`settings` (the defaults when ``None``) with every value in `given` that is not
-    ``None`` instead of its own: what a constructor's keyword arguments make of a
-    ``settings=`` argument (the arguments given win)."""
+def with_given(settings: RunSettings | None, owner: str, **given: Any) -> RunSettings:
+    """What a constructor makes of its ``settings=`` argument and the keywords that are a
+    shorthand for its fields: each field is given once, in the one or the other (a keyword
+    may fill a field the settings leave unset).
+
+    Raises:
+        ConfigError: a field is set in `settings` and given as a keyword too.
+    """
     changes = {name: value for name, value in given.items() if value is not None}
     if settings is None:  # a context built by hand: no copy of the defaults to make
         return RunSettings(**changes) if changes else DEFAULT_SETTINGS
-    return dataclasses.replace(settings, **changes) if changes else settings
+    if not changes:
+        return settings
+    twice = sorted(n for n in changes if getattr(settings, n) != getattr(DEFAULT_SETTINGS, n))
+    if twice:
+        from minions.errors import ConfigError
+
+        replace = ", ".join(f"{name}=..." for name in twice)
+        raise ConfigError(
+            f"{owner}: {', '.join(twice)} given both as a keyword and in settings=; give each "
+            f"once: settings=dataclasses.replace(settings, {replace})"
+        )
+    return dataclasses.replace(settings, **changes)

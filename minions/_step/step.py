@@ -4,29 +4,50 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Never, TypeGuard, get_args
 
 from minions._config import ExecutionConfig
-from minions._messages import Message, MessageBundle
+from minions._generic import OutputT_co
+from minions._messages import Message
 from minions._output import OutputInstructions
 from minions._step.cache import CachePolicy
 from minions._step.completion import StepCompletionChain
-from minions._templates import quoted_outputs, render_text
 from minions._text import as_text
-from minions.errors import Problem, StepDefinitionError, TemplateError, did_you_mean
+from minions.errors import Problem, StepDefinitionError, did_you_mean
 from minions.models._base import Model
 
 if TYPE_CHECKING:
+    from typing import TypedDict
+
     from minions._step.context import AgentContext
     from minions._step.run import StepRun
-    from minions.tools._tool import ToolRegistry
+    from minions.tools._tool import Tool, ToolRegistry
 
-__all__ = ["DefaultStep", "MemoryScope", "Step", "StepInput", "StepMode"]
+    class StepOptions(TypedDict, total=False):
+        """The options every kind of step takes, as keyword arguments (see `Step`): what a step
+        kind's ``**options: Unpack[StepOptions]`` passes on."""
+
+        description: str
+        depends_on: Iterable[str | Step[Any]]
+        mode: StepMode
+        optional: bool
+        timeout: float | None
+        max_visits: int
+        memory: MemoryScope
+        model: Model | str | None
+        config: Mapping[str, Any] | ExecutionConfig | None
+        completion: StepCompletionChain | None
+        cache: CachePolicy | bool | Mapping[str, Any] | None
+
+
+__all__ = ["MemoryScope", "Step", "StepInput", "StepMode"]
 
 StepMode = Literal["async", "sync", "fire_and_forget"]
 MemoryScope = Literal["step", "agent"]
+_MODES = get_args(StepMode)
+_SCOPES = get_args(MemoryScope)
 MAX_ID_LENGTH = 64
 """The most characters of a step or recipe id: ids key database rows and name folders, so
 they are bounded and hold no character a path or a URL would read."""
@@ -76,8 +97,9 @@ class StepInput:
     dependency)."""
 
 
-class Step(ABC):
-    """A unit of work in a run.
+class Step(ABC, Generic[OutputT_co]):
+    """A unit of work in a run, generic in its output (a `StepExecutor` of a
+    ``Step[Expense]`` gives a ``StepExecution[Expense]``).
 
     Subclass it to change how a step builds its prompt (`build_messages`), which tools it may
     use (`tool_names`), when it is complete (`completion_chain`) or what it does at all
@@ -87,7 +109,8 @@ class Step(ABC):
         id: unique within a recipe; letters, digits, ``_`` and ``-``, not starting with a digit,
             at most 64 characters.
         description: what the step does (shown to a model choosing among next steps).
-        depends_on: ids of steps that must finish first; their outputs reach this step.
+        depends_on: the steps (or their ids) that must finish first; their outputs reach this
+            step.
         mode: ``async`` runs beside other steps, ``sync`` runs alone, ``fire_and_forget`` does
             not hold up its dependents and its failure does not fail the run.
         optional: a failure lets dependents run with this step's output as ``None``.
@@ -103,7 +126,13 @@ class Step(ABC):
             `minions._step.cache`). Only steps that run the model loop are cached.
     """
 
-    output: OutputInstructions | None = None
+    output: OutputInstructions[Any] | None = None
+    """The structured output the step must produce (``None``: a text answer)."""
+    validators: tuple[Callable[[Any], Any], ...] = ()
+    """Checks of the model loop's output, in order (see `DefaultStep`'s ``validators``)."""
+    own_tools: tuple[Tool, ...] = ()
+    """Tools given to this step itself (as functions or `Tool` objects), registered for it
+    alone: the run's other steps do not see them; `tool_names` names them too."""
     completion_marker: str | None = None
     """Text that ends the step when the model writes it (see `CompletionMarkerLink`)."""
     completion_pattern: str | None = None
@@ -119,7 +148,7 @@ class Step(ABC):
         id: str,
         *,
         description: str = "",
-        depends_on: Iterable[str] = (),
+        depends_on: Iterable[str | Step[Any]] = (),
         mode: StepMode = "async",
         optional: bool = False,
         timeout: float | None = None,
@@ -129,12 +158,13 @@ class Step(ABC):
         config: Mapping[str, Any] | ExecutionConfig | None = None,
         completion: StepCompletionChain | None = None,
         cache: CachePolicy | bool | Mapping[str, Any] | None = None,
+        **unknown: Never,
     ) -> None:
+        if unknown:
+            raise StepDefinitionError(self._unknown_options(id, unknown))
         self.id = id
         self.description = description
-        self.depends_on: tuple[str, ...] = (
-            (depends_on,) if isinstance(depends_on, str) else tuple(depends_on)
-        )
+        self.depends_on: tuple[str, ...] = _step_ids(id, depends_on)
         self.mode: StepMode = mode
         self.optional = optional
         self.timeout = timeout
@@ -144,6 +174,30 @@ class Step(ABC):
         self.config = config
         self.completion = completion
         self.cache = CachePolicy.of(cache)
+
+    def _unknown_options(self, id: object, unknown: Mapping[str, object]) -> list[Problem]:
+        """A problem per option no step of this kind has, each with a "did you mean"."""
+        import inspect
+
+        known: set[str] = set()
+        for cls in type(self).__mro__:
+            init = cls.__dict__.get("__init__")
+            if init is None or cls is object:
+                continue
+            for name, param in inspect.signature(init).parameters.items():
+                if name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+                    known.add(name)
+        options = ", ".join(sorted(known - {"id"}))
+        step = id if isinstance(id, str) else None
+        return [
+            Problem(
+                message=f"{type(self).__name__} has no option {name!r}"
+                f"{did_you_mean(name, sorted(known))}; its options: {options}",
+                step=step,
+                field=name,
+            )
+            for name in unknown
+        ]
 
     # -- hooks ---------------------------------------------------------------------------------
 
@@ -156,7 +210,8 @@ class Step(ABC):
         """
 
     def tool_names(self) -> frozenset[str]:
-        """Names of the registered tools this step may call."""
+        """Names of the tools this step may call: the run's registered tools it names, and
+        its own (`own_tools`)."""
         return frozenset()
 
     def uses_model(self) -> bool:
@@ -193,10 +248,10 @@ class Step(ABC):
         id_problem = step_id_problem(self.id)
         if id_problem is not None:
             add("id", id_problem)
-        if self.mode not in get_args(StepMode):
-            add("mode", f"mode must be one of {get_args(StepMode)}, not {self.mode!r}")
-        if self.memory not in get_args(MemoryScope):
-            add("memory", f"memory must be one of {get_args(MemoryScope)}, not {self.memory!r}")
+        if self.mode not in _MODES:
+            add("mode", f"mode must be one of {_MODES}, not {self.mode!r}")
+        if self.memory not in _SCOPES:
+            add("memory", f"memory must be one of {_SCOPES}, not {self.memory!r}")
         if self.timeout is not None and not self.timeout > 0:
             add("timeout", f"timeout must be positive, not {self.timeout!r}")
         if not isinstance(self.max_visits, int) or self.max_visits < 1:
@@ -208,22 +263,77 @@ class Step(ABC):
         if self.output is not None:
             for text in self.output.problems():
                 add("output", text)
-        if tools is not None:
-            for name in sorted(self.tool_names()):
-                if "." in name:
-                    continue  # an MCP tool (`server.tool`): the recipe checks its server
-                found = tools.get(name)
-                if found is None:
-                    known = ", ".join(tools.names) or "none are registered"
-                    hint = did_you_mean(name, tools.names)
-                    add("tools", f"unknown tool {name!r}{hint}; known tools: {known}")
-                else:
-                    for text in found.problems():
-                        add("tools", text)
+        own: frozenset[str] | None = None  # the step's own tools' names, asked for once
+        for name in sorted(self.tool_names()):
+            if "." in name:
+                continue  # an MCP tool (`server.tool`): the recipe checks its server
+            found = tools.get(name) if tools is not None else None
+            if found is None:
+                if own is None:
+                    own = self._own_tool_problems(add)
+                if name in own or tools is None:
+                    continue
+                known = ", ".join(tools.names) or "none are registered"
+                hint = did_you_mean(name, tools.names)
+                add("tools", f"unknown tool {name!r}{hint}; known tools: {known}")
+            else:
+                for text in found.problems():
+                    add("tools", text)
         return problems
+
+    def _own_tool_problems(self, add: Callable[[str, str], None]) -> frozenset[str]:
+        """Check the step's own tools (`own_tools`); their names."""
+        given = self.own_tools
+        for tool in given:
+            for text in tool.problems():
+                add("tools", text)
+        return frozenset(tool.name for tool in given)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id!r})"
+
+
+_PLAIN_ITERABLES = frozenset({list, tuple, set, frozenset})
+
+
+def iterable(value: object) -> TypeGuard[Iterable[Any]]:
+    """`isinstance(value, Iterable)`, without `ABCMeta`'s dispatch for the lists, tuples and
+    sets steps are given (a microsecond each, several times per step built)."""
+    return type(value) in _PLAIN_ITERABLES or isinstance(value, Iterable)
+
+
+def _step_ids(owner: object, depends_on: object) -> tuple[str, ...]:
+    """The ids of the steps a step depends on, given as steps or ids."""
+    if type(depends_on) not in _PLAIN_ITERABLES and isinstance(depends_on, str | Step):
+        depends_on = (depends_on,)
+    if not iterable(depends_on):
+        raise StepDefinitionError(
+            [
+                Problem(
+                    message="depends_on must be a list of steps or step ids, not "
+                    f"{type(depends_on).__name__}",
+                    step=owner if isinstance(owner, str) else None,
+                    field="depends_on",
+                )
+            ]
+        )
+    ids = []
+    for item in depends_on:
+        if isinstance(item, Step):
+            ids.append(item.id)
+        elif isinstance(item, str):
+            ids.append(item)
+        else:
+            raise StepDefinitionError(
+                [
+                    Problem(
+                        message=f"depends_on holds {item!r}, which is neither a step nor a step id",
+                        step=owner if isinstance(owner, str) else None,
+                        field="depends_on",
+                    )
+                ]
+            )
+    return tuple(ids)
 
 
 def format_dependencies(dependencies: Mapping[str, Any]) -> str:
@@ -239,115 +349,3 @@ def output_text(value: Any) -> str:
     if value is None:
         return "(no result: this step did not succeed)"
     return as_text(value, indent=1)
-
-
-class DefaultStep(Step):
-    """An agent step: a goal for the model, the tools it may call, and optional structured
-    output.
-
-    Args:
-        id: the step id.
-        bundle: the system prompt and goal (a plain string is the goal).
-        tools: names of registered tools the model may call.
-        output: structured output the step must produce.
-        completion_marker: text that ends the step when the model writes it.
-        completion_pattern: a regex that ends the step when it matches (its ``output`` group,
-            if any, is the output).
-        completion_tool: offer the model a `complete_step` tool to end the step.
-        **options: the `Step` options (`depends_on`, `mode`, `timeout`, ...).
-    """
-
-    kind: ClassVar[str] = "agent"
-
-    def __init__(
-        self,
-        id: str,
-        bundle: MessageBundle | str,
-        *,
-        tools: Iterable[str] = (),
-        output: OutputInstructions | None = None,
-        completion_marker: str | None = None,
-        completion_pattern: str | None = None,
-        completion_tool: bool = False,
-        **options: Any,
-    ) -> None:
-        super().__init__(id, **options)
-        self.bundle = MessageBundle(goal=bundle) if isinstance(bundle, str) else bundle
-        self.tools = frozenset((tools,) if isinstance(tools, str) else tools)
-        self.output = output
-        self.completion_marker = completion_marker
-        self.completion_pattern = completion_pattern
-        self.completion_tool = completion_tool
-        self._quoted: frozenset[str] | None = None
-        problems = self._own_problems()
-        if problems:
-            raise StepDefinitionError(problems)
-
-    def _own_problems(self) -> list[Problem]:
-        problems: list[Problem] = []
-
-        def add(field: str, message: str) -> None:
-            problems.append(Problem(message=message, step=self.id, field=field))
-
-        if not isinstance(self.bundle.goal, str) or not self.bundle.goal.strip():
-            add("goal", "goal is empty; say what the step must do")
-        output: object = self.output
-        if output is not None and not isinstance(output, OutputInstructions):
-            add("output", f"output must be OutputInstructions, not {type(output).__name__}")
-        elif self.output is not None:
-            for text in self.output.problems():
-                add("output", text)
-        if self.completion_pattern is not None:
-            try:
-                re.compile(self.completion_pattern)
-            except re.error as exc:
-                add("completion_pattern", f"completion_pattern is not a regex: {exc}")
-        return problems
-
-    def tool_names(self) -> frozenset[str]:
-        return self.tools
-
-    def templates(self) -> Mapping[str, Any]:
-        found: dict[str, Any] = {"goal": self.bundle.goal}
-        if self.bundle.system:
-            found["system"] = self.bundle.system
-        return found
-
-    def build_messages(self, step_input: StepInput) -> list[Message]:
-        state = step_input.state
-        messages = []
-        if self.bundle.system:
-            messages.append(Message.system(render_text(self.bundle.system, state)))
-        messages.extend(self.bundle.messages)
-        goal = render_text(self.bundle.goal, state).strip()
-        if not goal:
-            raise TemplateError(
-                f"step {self.id!r}: the goal rendered to empty text", expression=self.bundle.goal
-            )
-        parts = []
-        dependencies = self._unquoted(step_input.dependencies)
-        if dependencies:
-            parts.append(format_dependencies(dependencies))
-        parts.append(f"Task: {goal}" if dependencies else goal)
-        parts.extend(self.extra_parts(step_input))
-        if self.output is not None and self.output.instructions:
-            parts.append(self.output.instructions)
-        messages.append(Message.user("\n\n".join(parts)))
-        return messages
-
-    def extra_parts(self, step_input: StepInput) -> list[str]:
-        """More of the task message, after the goal and before the output instructions (which
-        come last, where small models heed them best). None by default."""
-        return []
-
-    def _unquoted(self, dependencies: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The dependencies whose output the step's templates (goal, system prompt, data) do
-        not already quote whole: an output is never shown to the model twice."""
-        if not dependencies:
-            return dependencies
-        quoted = self._quoted
-        if quoted is None:
-            quoted = self._quoted = frozenset(quoted_outputs(list(self.templates().values())))
-        if not quoted.intersection(dependencies):
-            return dependencies
-        return {k: v for k, v in dependencies.items() if k not in quoted}

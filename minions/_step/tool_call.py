@@ -13,12 +13,13 @@ from minions._config import ExecutionConfig
 from minions._emitter import EventEmitter
 from minions._messages import ToolCall, ToolCallResponse
 from minions._retry import RetryHook, RetryPolicy
-from minions.errors import ApprovalRequiredError, ToolError
+from minions.errors import ApprovalRequiredError, MissingDepsError, ToolError
 from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
 from minions.tools._context import ToolContext, enter, leave
 from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
+    from minions._step.waits import Waits
     from minions._tracing.tracer import RunTracer
 
 __all__ = ["ToolCallExecutor"]
@@ -53,7 +54,10 @@ def serialize_result(name: str, result: Any) -> str:
 
 
 def _retryable(error: BaseException) -> bool:
-    # A ToolError is the tool's own answer for the model; everything else may be passing.
+    # A ToolError is the tool's own answer for the model; missing deps never pass; everything
+    # else may be passing.
+    if isinstance(error, MissingDepsError):
+        return False
     return not isinstance(error, ToolError) or error.retryable
 
 
@@ -70,6 +74,10 @@ class ToolCallExecutor:
     failed span.
     """
 
+    deps: object = None
+    """The run's deps, for tools taking a `ToolContext` (``None``: none given); the step
+    loop sets them from its context."""
+
     def __init__(
         self,
         registry: ToolRegistry,
@@ -84,8 +92,11 @@ class ToolCallExecutor:
         approve_every_call: bool = False,
         tracer: RunTracer | None = None,
         before_call: Callable[[], Awaitable[None]] | None = None,
+        waits: Waits | None = None,
     ) -> None:
         self.registry = registry
+        self.waits = waits
+        """Where the time a call waits for approval is counted (the step's)."""
         self.tracer = tracer
         self.before_call = before_call
         """Awaited before each attempt of a call starts: a durable run confirms it still
@@ -123,17 +134,20 @@ class ToolCallExecutor:
 
         return before_sleep
 
-    async def _invoke(self, tool: Tool, arguments: Mapping[str, Any]) -> Any:
+    async def _invoke(
+        self, tool: Tool, arguments: Mapping[str, Any], context: ToolContext[Any]
+    ) -> Any:
         timeout = self.config.tool_call_timeout
+        given = (context,) if tool.takes_context else ()
         try:
             async with (
                 asyncio.timeout(timeout) if timeout is not None else contextlib.nullcontext()
             ):
                 if tool.is_async:
-                    return await tool.fn(**arguments)
+                    return await tool.fn(*given, **arguments)
                 if tool.run_in_thread:
-                    return await asyncio.to_thread(tool.fn, **arguments)
-                return tool.fn(**arguments)
+                    return await asyncio.to_thread(tool.fn, *given, **arguments)
+                return tool.fn(*given, **arguments)
         except TimeoutError:
             if not tool.is_async and tool.run_in_thread:
                 # A thread cannot be stopped: running the tool again would run it twice at once
@@ -187,6 +201,9 @@ class ToolCallExecutor:
             tool=call.name,
             arguments=dict(arguments),
         )
+        waits = self.waits
+        if waits is not None:
+            waits.enter()
         try:
             decision = await self.approver(request)
         except Exception as exc:
@@ -194,6 +211,9 @@ class ToolCallExecutor:
                 f"asking for approval of {call.name!r} (step {self.step_id!r}) failed: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        finally:
+            if waits is not None:
+                waits.leave()
         if emitter.active:
             emitter.emit(
                 ApprovalResolved(
@@ -240,23 +260,23 @@ class ToolCallExecutor:
                 attempts += 1
                 if attempts > 1:
                     self._started(call, attempts)
-                token = enter(
-                    ToolContext(
-                        run_id=emitter.run_id,
-                        step_id=self.step_id,
-                        scope=self.scope,
-                        call_id=call.id,
-                        attempt=attempts,
-                    )
+                context: ToolContext[Any] = ToolContext(
+                    run_id=emitter.run_id,
+                    step_id=self.step_id,
+                    scope=self.scope,
+                    call_id=call.id,
+                    attempt=attempts,
+                    deps=self.deps,
                 )
+                token = enter(context)
                 try:
                     if self.before_call is not None:
                         await self.before_call()
                     tracer = self.tracer
                     if tracer is None:
-                        return await self._invoke(tool, arguments)
+                        return await self._invoke(tool, arguments, context)
                     with tracer.tool(call, attempt=attempts, origin=tool.origin) as span:
-                        found = await self._invoke(tool, arguments)
+                        found = await self._invoke(tool, arguments, context)
                         if tracer.capture_content:
                             span.result(serialize_result(call.name, found))
                         return found
@@ -265,9 +285,9 @@ class ToolCallExecutor:
 
             result = await self._policy.run(attempt, before_sleep=self._announce(call))
             content = serialize_result(call.name, result)
-        except ApprovalRequiredError as exc:
+        except (ApprovalRequiredError, MissingDepsError) as exc:
             self._refused(call, exc, attempts, started_ns)
-            raise  # not the model's to handle: the run cannot ask anybody
+            raise  # not the model's to handle: the run cannot ask anybody / has no deps
         except ToolError as exc:
             self._refused(call, exc, attempts, started_ns)
             error = content = str(exc)

@@ -28,6 +28,12 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """The `minions` command (the ``[project.scripts]`` entry point)."""
+    import warnings
+
     from minions.cli._app import app
+    from minions.errors import StreamingWarning
+
+    # The command shows progress, not the models' text: whether they stream is its own call.
+    warnings.filterwarnings("ignore", category=StreamingWarning)
 
     app(prog_name="minions")

@@ -10,7 +10,6 @@ The options and helpers several commands share are in `minions.cli._common`.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from minions._version import __version__
-from minions.cli._common import InputsOption
+from minions.cli._common import InputsOption, asker
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption
 from minions.cli._report import plural
@@ -52,8 +51,8 @@ class Settings:
 
     resolve_model: Callable[[str], Model] = _infer_model
     ask: Callable[[str], str] | None = None
-    """Asks a person a question (approvals); by default `input` when stdin and stderr are a
-    terminal, else nobody can be asked."""
+    """Asks a person a question (approvals, whether to cancel a run); by default the terminal
+    when stdin and stderr are one, else nobody can be asked."""
 
 
 app = typer.Typer(
@@ -106,13 +105,6 @@ def _user_errors() -> Iterator[None]:
         # Ctrl-C before the run started (while loading the recipe, say).
         _stderr().print("interrupted", style="yellow")
         raise typer.Exit(EXIT_INTERRUPTED) from None
-
-
-def _ask_on_terminal(question: str) -> str:
-    """A question on stderr (stdout holds the run's output), the answer from stdin."""
-    sys.stderr.write(question)
-    sys.stderr.flush()
-    return sys.stdin.readline()
 
 
 def _version(value: bool) -> None:
@@ -258,9 +250,7 @@ def run(
         otel=otel,
         limits=limits,
     )
-    ask = settings.ask
-    if ask is None and sys.stdin.isatty() and sys.stderr.isatty():
-        ask = _ask_on_terminal
+    ask = asker(settings.ask)
     with _user_errors():
         code = run_in_foreground(options, resolve=settings.resolve_model, err=_stderr(), ask=ask)
     raise typer.Exit(code)
@@ -349,7 +339,18 @@ def _group(
 def _register_runs() -> None:
     """The commands over a run store and the groups of commands: every one registered here,
     the same way."""
-    from minions.cli import _endpoints, _eval, _keys, _prune, _rerun, _runs, _schedules, _serve
+    from minions.cli import (
+        _cache,
+        _endpoints,
+        _eval,
+        _keys,
+        _prune,
+        _rerun,
+        _runs,
+        _runs_step,
+        _schedules,
+        _serve,
+    )
 
     for command, function in (
         ("worker", _runs.worker),
@@ -359,10 +360,12 @@ def _register_runs() -> None:
         app.command(name=command)(_user_errors_of(function))
     runs = _group(
         "runs",
-        "List, show, follow, cancel, resume, approve, rerun and diff durable runs.",
+        "List, show, follow, cancel, resume, approve, rerun and diff durable runs; show one "
+        "step of a run.",
         [
             ("list", _runs.list_runs),
             ("show", _runs.show),
+            ("step", _runs_step.step),
             ("events", _runs.events),
             ("cancel", _runs.cancel),
             ("resume", _runs.resume),
@@ -405,7 +408,12 @@ def _register_runs() -> None:
         ],
         cls=_eval.EvalGroup,
     )
-    for group in (runs, schedules, endpoints, keys, evals):
+    cache = _group(
+        "cache",
+        _cache.CACHE_HELP,
+        [("list", _cache.list_entries), ("clear", _cache.clear)],
+    )
+    for group in (runs, schedules, endpoints, cache, keys, evals):
         app.add_typer(group, name=group.info.name)
 
 

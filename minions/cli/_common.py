@@ -1,18 +1,25 @@
 """What the commands of `minions` share: the options of the commands over a run store
-(``--database-url``, ``--json``, ``--retention``, a run's id) and the recipe inputs option,
-and how they print (a console that keeps ids whole in pipes, local times, a run's duration and
-tokens, a record as JSON, a long text said once)."""
+(``--database-url``, ``--json``, ``--retention``, a run's id), the recipe inputs option, the
+long-running commands' (`serve`, `worker`) ``--log-format`` and how their log is set up, and
+how they print (a console that keeps ids whole in pipes, local times, a run's duration and
+tokens, a record as JSON, a long text said once, a table cell never read as markup, an
+operator's line in the log's format)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
+from minions import _logsetup
 from minions._text import jsonable, token_count
 from minions.cli._errors import UsageError
 from minions.models._infer import MODEL_ENV
@@ -46,6 +53,16 @@ RetentionOption = Annotated[
 RunArgument = Annotated[
     str, typer.Argument(metavar="RUN", help="The run's id.", show_default=False)
 ]
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        metavar="AGE|TIME",
+        help="Only those created in the last AGE (30m, 12h, 7d) or since TIME (local time: "
+        "2026-11-28 or 2026-11-28T06:00).",
+        show_default=False,
+    ),
+]
 InputsOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -53,6 +70,17 @@ InputsOption = Annotated[
         "-i",
         metavar="NAME=VALUE",
         help="An input of the recipe (repeat for more); converted to its declared type.",
+        show_default=False,
+    ),
+]
+
+LogFormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--log-format",
+        metavar="json|console",
+        help="How the process logs, on stderr: console (lines for people) or json (one object "
+        "per line; a traceback is a field). Default: $MINIONS_LOG_FORMAT, else console.",
         show_default=False,
     ),
 ]
@@ -75,6 +103,40 @@ def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"input {name!r} is given twice")
         inputs[name] = value
     return inputs
+
+
+def since_time(since: str | None, *, now: float | None = None) -> float | None:
+    """The moment ``--since`` names (Unix seconds; ``None``: none given): an age before now
+    (``30m``, ``12h``, ``7d``, ``1h30m``), or a date or date and time in local time.
+
+    Raises:
+        UsageError: it is neither.
+    """
+    if since is None:
+        return None
+    from datetime import datetime
+
+    from minions._duration import duration_seconds
+
+    text = since.strip()
+    try:
+        return (time.time() if now is None else now) - duration_seconds(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise UsageError(
+            f"--since {since!r}: give an age (30m, 12h, 7d) or a local date and time "
+            "(2026-11-28 or 2026-11-28T06:00)"
+        ) from None
+
+
+def shortened(text: str, limit: int | None) -> str:
+    """`text`, cut to `limit` characters with an ellipsis (``None``: whole)."""
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
 
 
 def one_of(names: Sequence[str]) -> str:
@@ -100,6 +162,28 @@ def cli_actor() -> str:
     except (KeyError, OSError):  # no name for this uid (a container)
         return "cli"
     return f"cli:{user}" if user else "cli"
+
+
+def plain(text: str) -> Text:
+    """A table cell shown as it is: an error's ``[...]`` or an address is text, never Rich
+    markup (which would drop it, or fail on ``[/x]``)."""
+    return Text(text)
+
+
+def ask_on_terminal(question: str) -> str:
+    """A question on stderr (stdout holds a command's output), the answer from stdin."""
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    return sys.stdin.readline()
+
+
+def asker(given: Callable[[str], str] | None) -> Callable[[str], str] | None:
+    """Who answers a question: `given` (a test's, an embedding program's), else the person
+    at the terminal when stdin and stderr are one, else nobody (``None``: a script, a pipe;
+    the command then never waits for an answer)."""
+    if given is None and sys.stdin.isatty() and sys.stderr.isatty():
+        return ask_on_terminal
+    return given
 
 
 def open_store(url: str | None, *, create: bool = False) -> RunStore:
@@ -159,3 +243,44 @@ def once(text: str, said: list[str]) -> str:
     if len(text) >= 40 and text not in said:
         said.append(text)
     return shown
+
+
+def chosen_log_format(given: str | None) -> _logsetup.LogFormat:
+    """The format of `--log-format` (or the environment's).
+
+    Raises:
+        UsageError: not a format.
+    """
+    try:
+        return _logsetup.log_format(given, os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def set_up_logging(
+    format: _logsetup.LogFormat,
+    *,
+    database_url: str | None,
+    token: str | None = None,
+    minions_info: bool = False,
+) -> None:
+    """The log of a server process: stderr, `format`, the token, the environment's secrets
+    and the database's password redacted; warnings and errors, and minions' own info lines
+    too when `minions_info` (a worker's: runs taken over, handed back, pruned, schedules
+    fired)."""
+    redact = _logsetup.Redactor(_logsetup.secrets_of(token, os.environ, database_url))
+    _logsetup.install(redact, format=format)
+    if minions_info:
+        logging.getLogger("minions").setLevel(logging.INFO)
+
+
+def say(err: Any, format: _logsetup.LogFormat, text: str, **fields: Any) -> None:
+    """A line for the operator on stderr: printed as it is for people, or as a JSON log
+    record (info, logger ``minions.cli``), so that a JSON log stays JSON line by line."""
+    if format == "console":
+        err.print(text, markup=False)
+        return
+    import structlog
+
+    logging.getLogger("minions.cli").setLevel(logging.INFO)
+    structlog.get_logger("minions.cli").info(text, **fields)

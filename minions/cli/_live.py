@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from minions import events as ev
-from minions._fold import Execution, ItemId, RunStates, total
+from minions._fold import Execution, ItemId, RunStates, step_error, total
 from minions._text import token_count
 from minions.cli._progress import Ticker, elapsed
 
@@ -100,7 +100,7 @@ def step_row(states: RunStates, step: str) -> StepRow:
 def _note(latest: Execution, executions: Sequence[Execution]) -> str:
     """Why a step failed or was skipped, what it waits for, or a call a person rejected."""
     if latest.status == "failed":
-        return latest.error or ""
+        return step_error(latest.step_id, latest.error or "")
     if latest.status == "skipped":
         return latest.skipped or ""
     approval = latest.waiting("approval")
@@ -277,7 +277,7 @@ class LiveView:
                 str(row.tool_calls or ""),
                 str(row.retries or ""),
                 tokens,
-                row.note,
+                Text(row.note),
             )
         running = [r.id for r in rows if r.status in ("running", "waiting")]
         clock = f"{now - self._started:.1f}s"

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.status import Status
 
 from minions import events as ev
-from minions._fold import RunStates, total
+from minions._fold import Execution, RunStates, total
 from minions.cli._errors import UsageError
 
 __all__: list[str] = []
@@ -155,9 +155,20 @@ class FollowedRun:
         now = time.time()
         shown = []
         for step in running:
-            waits = step.waiting("approval")
-            why = f", waits for approval of {waits.name}" if waits is not None else ""
-            shown.append(f"{step.step_id} ({elapsed(now - (step.started_at or now))}{why})")
+            took = elapsed(now - (step.started_at or now))
+            shown.append(f"{step.step_id} ({took}{self._why(step)})")
         spent = total(e.spent for e in executions)
         tokens = spent.prompt_tokens + spent.completion_tokens
         return f"… run {self.run_id}: running {', '.join(shown)}; {tokens} tokens so far"
+
+    def _why(self, step: Execution) -> str:
+        """What a running step waits for: a person's decision on a call, or (its own call or
+        one of its loop items') its endpoint's limits."""
+        approval = step.waiting("approval")
+        if approval is not None:
+            return f", waits for approval of {approval.name}"
+        for execution in (step, *self.states.items_of(step)):
+            limit = execution.waiting("limit")
+            if limit is not None:
+                return f", waits for {limit.endpoint} ({limit.limit})"
+        return ""

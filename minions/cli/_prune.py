@@ -57,7 +57,7 @@ def prune(
     """Delete finished runs with their steps, events, approvals and DBOS workflows, in
     batches (workers go on meanwhile); an SQLite file then shrinks. Queued, running and
     waiting runs are never touched."""
-    from minions._text import duration_seconds
+    from minions._duration import duration_seconds
 
     try:
         duration_seconds(older_than)

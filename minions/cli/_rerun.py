@@ -24,6 +24,7 @@ from minions.cli._common import (
     cli_actor,
     open_store,
     parse_inputs,
+    plain,
     stdout,
 )
 from minions.cli._errors import UsageError
@@ -60,6 +61,14 @@ def rerun(
             show_default=False,
         ),
     ] = None,
+    cache: Annotated[
+        bool,
+        typer.Option(
+            "--cache",
+            help="Let the steps that run again answer from the step cache (by default none "
+            "does: each runs, and refreshes its entry).",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
@@ -78,6 +87,7 @@ def rerun(
                 inputs=given,
                 outputs=edited,
                 recipe=recipe,
+                cache=cache,
                 actor=cli_actor(),
             )
         )
@@ -89,7 +99,8 @@ def rerun(
     typer.echo(plan.run_id)
     said = Console(stderr=True, highlight=False, soft_wrap=True)
     said.print(
-        f"reuses {', '.join(plan.reused) or 'no step'}; runs {', '.join(plan.rerun)}",
+        f"reuses {', '.join(plan.reused) or 'no step'}; runs {', '.join(plan.rerun)}"
+        + (" (answered from the step cache where it can)" if plan.cache else ""),
         markup=False,
     )
     for step, why in plan.changed.items():
@@ -159,10 +170,12 @@ def diff(
             f"{s.tokens[0]} / {s.tokens[1]}",
             f"{s.calls[0]} / {s.calls[1]}",
             " / ".join("-" if d is None else f"{d:.2f}s" for d in s.duration),
-            "; ".join(
-                f"{c.path}: {json.dumps(c.a, ensure_ascii=False)[:30]} -> "
-                f"{json.dumps(c.b, ensure_ascii=False)[:30]}"
-                for c in s.changes[:3]
+            plain(
+                "; ".join(
+                    f"{c.path}: {json.dumps(c.a, ensure_ascii=False)[:30]} -> "
+                    f"{json.dumps(c.b, ensure_ascii=False)[:30]}"
+                    for c in s.changes[:3]
+                )
             ),
         )
     out.print(table)

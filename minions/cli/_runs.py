@@ -21,8 +21,11 @@ from minions.cli._common import (
     DatabaseOption,
     InputsOption,
     JsonOption,
+    LogFormatOption,
     RetentionOption,
     RunArgument,
+    SinceOption,
+    chosen_log_format,
     cli_actor,
     local_time,
     model_note,
@@ -30,8 +33,13 @@ from minions.cli._common import (
     one_of,
     open_store,
     parse_inputs,
+    plain,
     record_data,
     run_time,
+    say,
+    set_up_logging,
+    shortened,
+    since_time,
     stdout,
     token_text,
 )
@@ -69,6 +77,48 @@ def worker(
     ] = False,
     retention: RetentionOption = None,
     limits: LimitsOption = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            metavar="PORT",
+            help="Serve this process's Prometheus metrics at http://HOST:PORT/metrics "
+            "(needs minions[metrics]).",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host",
+            metavar="HOST",
+            help="The address --metrics-port binds (0.0.0.0: every interface).",
+        ),
+    ] = "127.0.0.1",
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            "--health-port",
+            min=0,
+            max=65535,
+            metavar="PORT",
+            help="Serve probes at http://HOST:PORT/health/live (the process answers) and "
+            "/health/ready (the store answers and the worker takes runs; 503 with the reason "
+            "otherwise). May be the metrics port.",
+            show_default=False,
+        ),
+    ] = None,
+    health_host: Annotated[
+        str,
+        typer.Option(
+            "--health-host",
+            metavar="HOST",
+            help="The address --health-port binds (0.0.0.0: every interface).",
+        ),
+    ] = "127.0.0.1",
+    log_format: LogFormatOption = None,
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
@@ -81,6 +131,16 @@ def worker(
 
     url = resolve(database_url)
     given_limits = load_limits(limits)
+    chosen_format = chosen_log_format(log_format)
+    exported = None
+    if metrics_port is not None:
+        from minions._tracing.prometheus import PrometheusMetrics
+        from minions.errors import MissingExtraError
+
+        try:
+            exported = PrometheusMetrics()
+        except MissingExtraError as exc:
+            raise UsageError(f"--metrics-port: {exc}") from None
     err = Console(stderr=True, highlight=False, soft_wrap=True)
 
     import os
@@ -88,17 +148,20 @@ def worker(
     model = os.environ.get(MODEL_ENV) or None
 
     def ready(worker: Worker) -> None:
-        err.print(
+        say(
+            err,
+            chosen_format,
             f"worker {worker.executor_id}: running queued runs of {describe(url)} "
             f"({worker.concurrency} at a time){model_note(model)}; Ctrl-C or SIGTERM stops it",
-            markup=False,
+            executor_id=worker.executor_id,
         )
         for version, runs in sorted(worker.stranded.items()):
-            err.print(
+            say(
+                err,
+                chosen_format,
                 f"warning: {len(runs)} queued or unfinished run(s) belong to {version}, a "
                 f"newer minions: only a worker of that version runs them "
                 f"(e.g. {', '.join(runs[:3])})",
-                markup=False,
             )
 
     tracer_provider = None
@@ -116,6 +179,7 @@ def worker(
     settings = RunSettings(
         model=model,
         tracer=None if tracer_provider is None else RunTracer(tracer_provider),
+        metrics=None if exported is None else exported.metrics,
     )
     try:
         running = Worker(
@@ -129,15 +193,60 @@ def worker(
         )
     except ValueError as exc:
         raise UsageError(f"--retention: {exc}") from None
+    servers = _serve_probes(
+        running, exported, (metrics_host, metrics_port), (health_host, health_port)
+    )
+    set_up_logging(chosen_format, database_url=url, minions_info=True)
     try:
         running.run()
     finally:
+        for server in servers:
+            server.close()
+        if exported is not None:
+            exported.shutdown()
         if tracer_provider is not None:
             tracer_provider.shutdown()  # sends the spans still batched
     if running.state == "failed":
-        err.print(f"error: {running.error}", markup=False)
+        say(err, chosen_format, f"error: {running.error}")
         raise typer.Exit(1)
-    err.print("worker stopped; its unfinished runs go on in the next worker", markup=False)
+    say(err, chosen_format, "worker stopped; its unfinished runs go on in the next worker")
+
+
+def _serve_probes(
+    worker: Any,
+    exported: Any,
+    metrics: tuple[str, int | None],
+    health: tuple[str, int | None],
+) -> list[Any]:
+    """The HTTP servers of `--metrics-port` and `--health-port` (one, when they are the same
+    address), started.
+
+    Raises:
+        UsageError: an address cannot be bound.
+    """
+    from minions.cli._probes import ProbeServer, Route, probe
+
+    wanted: dict[tuple[str, int], dict[str, Route]] = {}
+    if metrics[1] is not None:
+        wanted.setdefault((metrics[0], metrics[1]), {})["/metrics"] = lambda: (
+            200,
+            exported.content_type,
+            exported.exposition(),
+        )
+    if health[1] is not None:
+        routes = wanted.setdefault((health[0], health[1]), {})
+        routes["/health/live"] = probe(lambda: None)
+        routes["/health/ready"] = probe(worker.readiness)
+    servers = []
+    try:
+        for (host, port), routes in wanted.items():
+            servers.append(ProbeServer(host, port, routes))
+    except OSError as exc:
+        for server in servers:
+            server.close()
+        option = "--metrics-port" if (host, port) == metrics else "--health-port"
+        raise UsageError(f"{option}: cannot listen on {host}:{port}: {exc.strerror}") from None
+    return servers
 
 
 def submit(
@@ -207,18 +316,41 @@ def list_runs(
             show_default=False,
         ),
     ] = None,
+    since: SinceOption = None,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            "--recipe", metavar="RECIPE", help="Runs of this recipe id.", show_default=False
+        ),
+    ] = None,
+    schedule: Annotated[
+        str | None,
+        typer.Option(
+            "--schedule", metavar="NAME", help="Runs this schedule fired.", show_default=False
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """The runs, newest first."""
+    """The runs, newest first. On a terminal a long error is cut to fit; in a pipe (and with
+    --json) it is whole."""
     from minions.runs import STATUSES
 
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
+    after = since_time(since)
     store = open_store(database_url)
     try:
-        records = asyncio.run(store.list_runs(status=status, limit=limit))
+        records = asyncio.run(
+            store.list_runs(
+                status=status,
+                recipe=recipe,
+                schedule=schedule,
+                created_after=after,
+                limit=limit,
+            )
+        )
         history = asyncio.run(store.history())
     finally:
         store.close()
@@ -236,12 +368,16 @@ def list_runs(
     if not records:
         err.print("no runs" + (f" {status}" if status else ""), markup=False)
         return
+    out = stdout()
+    cut = 60 if out.is_terminal else None
+    if cut is None:  # a pipe: one line per run, its error whole
+        out.width = max(out.width, 200 + max(len(r.error or "") for r in records))
     table = Table(show_edge=False, pad_edge=False)
     for name in ("run", "status", "recipe", "created", "time", "tokens", "error"):
         table.add_column(
             name,
             justify="right" if name in ("time", "tokens") else "left",
-            no_wrap=name != "error",
+            no_wrap=name != "error" or cut is None,
         )
     for r in records:
         table.add_row(
@@ -251,9 +387,9 @@ def list_runs(
             local_time(r.created_at),
             run_time(r),
             token_text(r.usage),
-            (r.error or "")[:60],
+            plain(shortened(r.error or "", cut)),
         )
-    stdout().print(table)
+    out.print(table)
 
 
 def show(
@@ -409,10 +545,25 @@ def events(
         raise typer.Exit(1)  # the run failed or was cancelled: a script following it can tell
 
 
-def cancel(run: RunArgument, database_url: DatabaseOption = None) -> None:
-    """Cancel a run: a queued one at once, a running one at its next step boundary."""
+def cancel(
+    ctx: typer.Context,
+    run: RunArgument,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask first (a terminal asks).")
+    ] = False,
+    database_url: DatabaseOption = None,
+) -> None:
+    """Cancel a run: a queued one at once, a running one at its next step boundary.
+
+    On a terminal it asks first (the run, its recipe and status) unless --yes; a script or a
+    pipe (stdin or stderr not a terminal) is never asked, and the run is cancelled.
+    """
+    from minions.cli._cancel import confirmed
+
     store = open_store(database_url)
     try:
+        if not yes and not confirmed(ctx, store, run):
+            raise typer.Exit(1)
         record = asyncio.run(store.cancel(run, actor=cli_actor()))
     finally:
         store.close()

@@ -21,6 +21,7 @@ from minions.cli._common import (
     local_time,
     open_store,
     parse_inputs,
+    plain,
     record_data,
     stdout,
 )
@@ -202,7 +203,7 @@ def show(
     for column in ("run", "status", "created", "error"):
         table.add_column(column)
     for r in runs:
-        table.add_row(r.run_id, r.status, local_time(r.created_at), (r.error or "")[:60])
+        table.add_row(r.run_id, r.status, local_time(r.created_at), plain((r.error or "")[:60]))
     stdout().print(table)
 
 

@@ -11,7 +11,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from minions.cli._common import DatabaseOption, RetentionOption, model_note
+from minions.cli._common import (
+    DatabaseOption,
+    LogFormatOption,
+    RetentionOption,
+    chosen_log_format,
+    model_note,
+    say,
+    set_up_logging,
+)
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
 from minions.models._infer import MODEL_ENV
@@ -99,12 +107,31 @@ def serve_command(
     database_url: DatabaseOption = None,
     retention: RetentionOption = None,
     limits: LimitsOption = None,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics",
+            help="Serve GET /metrics: Prometheus text of this process's metrics and the "
+            "store's gauges (queue, workers, schedules, endpoints); it needs a key "
+            "(needs minions[metrics]).",
+        ),
+    ] = False,
+    metrics_public: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-public",
+            help="Serve /metrics without the token (for a scraper on a trusted network).",
+        ),
+    ] = False,
+    log_format: LogFormatOption = None,
 ) -> None:
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
 
-    Every endpoint but /health needs "Authorization: Bearer KEY": a named key (`minions keys
-    add NAME --role ROLE`), or the server's token, an admin key: $MINIONS_API_TOKEN, else one
-    generated at the first start and kept beside the database (owner-only), printed once.
+    Every endpoint but the probes (/health, /health/live, /health/ready) needs
+    "Authorization: Bearer KEY": a named key (`minions keys add NAME --role ROLE`), or the
+    server's token, an admin key: $MINIONS_API_TOKEN, else one generated at the first start
+    and kept beside the database (owner-only), printed once. /metrics needs a key too, unless
+    --metrics-public.
     """
     try:
         import fastapi  # noqa: F401
@@ -113,14 +140,14 @@ def serve_command(
         raise UsageError(
             "minions serve needs FastAPI and uvicorn: pip install 'minions[service]'"
         ) from None
+    from minions._text import redact_url as describe
     from minions.runs import database_url as resolve
-    from minions.runs._store import describe
     from minions.service import ServiceConfig, load_token, serve
 
     if retention is not None:
         if no_worker:
             raise UsageError("--retention: the worker prunes; give it to `minions worker`")
-        from minions.runs._prune import Retention
+        from minions.runs import Retention
 
         try:
             Retention.parse(retention)
@@ -139,31 +166,48 @@ def serve_command(
             raise UsageError(f"--trusted-proxy: {exc}") from None
     elif trusted_proxies:
         raise UsageError("--trusted-proxy: give --trust-proxy-header too")
+    if metrics_public and not metrics:
+        raise UsageError("--metrics-public: give --metrics too")
+    if metrics:
+        try:
+            import opentelemetry.exporter.prometheus
+            import opentelemetry.sdk.metrics  # noqa: F401
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                "--metrics needs the metrics extra: pip install 'minions[metrics]'"
+            ) from None
+    chosen_format = chosen_log_format(log_format)
     if recipes is not None and not recipes.is_dir():
         raise UsageError(f"--recipes: no such folder: {str(recipes)!r}")
     url = resolve(database_url)
     given_limits = load_limits(limits)
     token = load_token(url)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if chosen_format == "json":
+        set_up_logging(chosen_format, database_url=url, token=token.value)
     if token.new:
-        err.print(
+        say(
+            err,
+            chosen_format,
             f"API token (printed this once; kept in {token.file}, readable by you only):",
-            markup=False,
         )
         typer.echo(token.value)
     elif token.file is not None:
-        err.print(f"API token: in {token.file}", markup=False)
+        say(err, chosen_format, f"API token: in {token.file}")
     else:
-        err.print("API token: $MINIONS_API_TOKEN", markup=False)
+        say(err, chosen_format, "API token: $MINIONS_API_TOKEN")
     shown = f"[{host}]" if ":" in host else host
 
     def ready(executor_id: str) -> None:
         worker = f"; worker {executor_id} in this process" if executor_id else "; no worker"
-        err.print(
+        say(
+            err,
+            chosen_format,
             f"minions serve: http://{shown}:{port}/ (console at /, API docs at /openapi.json) "
-            f"over {describe(url)}{worker}{model_note(config.model) if executor_id else ''}; "
+            f"over {describe(url)}{worker}{model_note(config.model) if executor_id else ''}"
+            f"{'; metrics at /metrics' if metrics else ''}; "
             "Ctrl-C stops it",
-            markup=False,
         )
 
     config = ServiceConfig(
@@ -176,6 +220,8 @@ def serve_command(
         max_connections=max_connections,
         proxy_user_header=trust_proxy_header,
         trusted_proxies=tuple(trusted_proxies or ()),
+        metrics=metrics,
+        metrics_public=metrics_public,
     )
     serve(
         config,
@@ -185,4 +231,5 @@ def serve_command(
         retention=retention,
         on_ready=ready,
         limits=given_limits,
+        log_format=chosen_format,
     )

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from minions import events as ev
-from minions._fold import RunStates, total
+from minions._fold import RunStates, WaitKind, total
 from minions._text import token_count
+from minions.cli._common import plain
 from minions.runs import StepRecord
 
 __all__: list[str] = []
@@ -38,6 +40,10 @@ class ShownStep:
     attempts: int = 1
     error: str = ""
     output: Any = None
+    waited: float = 0.0
+    """Seconds of its time it waited (for its endpoint's limits, for approvals)."""
+    waiting: WaitKind | None = None
+    """What it waits for now (``approval``, ``limit``: its endpoint's), while it runs."""
 
     @property
     def tokens(self) -> str:
@@ -66,11 +72,7 @@ def shown_steps(events: Iterable[ev.Event], stored: Sequence[StepRecord] = ()) -
     for execution in states.executions:
         if execution.item is not None:
             continue  # a loop item: counted on its step's row
-        items = [
-            e
-            for e in states.of_step(execution.step)
-            if e.item is not None and e.visit == execution.visit
-        ]
+        items = states.items_of(execution)
         spent = total(e.spent for e in (execution, *items))
         record = kept.get((execution.step_id, execution.visit))
         rows.append(
@@ -88,9 +90,21 @@ def shown_steps(events: Iterable[ev.Event], stored: Sequence[StepRecord] = ()) -
                 attempts=record.attempts if record is not None else 1,
                 error=execution.error or execution.skipped or "",
                 output=record.output if record is not None else None,
+                waited=execution.waited,
+                waiting=states.waits_for(execution),
             )
         )
     return rows
+
+
+_WAITING: dict[WaitKind, str] = {
+    "approval": "waiting for approval",
+    "limit": "waiting for endpoint",
+}
+
+
+def _waited(seconds: float) -> str:
+    return f"{seconds:.2f}s" if seconds else ""
 
 
 def _when(moment: float | None) -> str:
@@ -106,7 +120,8 @@ def _output(value: Any) -> str:
 
 
 def steps_table(steps: Sequence[ShownStep], now: float) -> Table:
-    """The steps with their visit, status, start, time, tokens, attempts, and the error of a
+    """The steps with their visit, status, start, time (and of it, the time they waited for
+    their endpoint's limits or for approvals, when one did), tokens, attempts, and the error of a
     failed step (why a skipped one did not run), else the output, cut short. Ids are never
     cut: their column does not wrap, and the last column folds instead."""
     table = Table(show_edge=False, pad_edge=False)
@@ -116,19 +131,25 @@ def steps_table(steps: Sequence[ShownStep], now: float) -> Table:
     table.add_column("status", no_wrap=True)
     table.add_column("started", no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
+    waits = any(s.waited or s.waiting for s in steps)
+    if waits:
+        table.add_column("waited", justify="right", no_wrap=True)
     table.add_column("tokens", justify="right", no_wrap=True)
     if any(s.attempts > 1 for s in steps):
         table.add_column("attempts", justify="right", no_wrap=True)
     table.add_column("error or output", overflow="fold")
     for s in steps:
-        cells = [s.step_id]
+        cells: list[str | Text] = [s.step_id]
         if any(x.visit > 1 for x in steps):
             cells.append(str(s.visit))
         status = s.status + (f" ({s.items} items)" if s.items else "")
-        cells += [status, _when(s.started_at), s.duration(now), s.tokens]
+        cells += [status, _when(s.started_at), s.duration(now)]
+        if waits:
+            cells.append(_WAITING[s.waiting] if s.waiting else _waited(s.waited))
+        cells.append(s.tokens)
         if any(x.attempts > 1 for x in steps):
             cells.append(str(s.attempts))
-        cells.append(s.error if s.status in ("failed", "skipped") else _output(s.output))
+        cells.append(plain(s.error if s.status in ("failed", "skipped") else _output(s.output)))
         table.add_row(*cells, style="red" if s.status == "failed" else None)
     return table
 

@@ -18,7 +18,7 @@ from minions.evals._dataset import DatasetError, case_id_problem
 
 if TYPE_CHECKING:
     from minions.models._recording import Recording
-    from minions.runs._tables import RunRecord
+    from minions.runs import RunRecord
 
 __all__ = ["add_case", "case_text"]
 

@@ -239,12 +239,9 @@ async def evaluate(
 
 
 def evaluate_sync(dataset: Dataset, **options: Any) -> EvalReport:
-    """`evaluate` for code that is not async (same arguments).
-
-    Raises:
-        MinionsError: called inside a running event loop (use ``await evaluate(...)``).
-    """
-    return run_sync(lambda: evaluate(dataset, **options), instead="await evaluate(...)")
+    """`evaluate` for code that is not async (same arguments); inside a running event loop, in
+    a thread of its own while the loop waits (``await evaluate(...)`` keeps it free)."""
+    return run_sync(lambda: evaluate(dataset, **options), name="evaluate(...)")
 
 
 def _label(model: Model | str | None) -> str | None:

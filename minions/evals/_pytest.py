@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from minions.evals._dataset import Dataset
 
 if TYPE_CHECKING:
+    import pytest
+
     from minions.evals._report import CaseReport
 
 __all__ = ["EvalCase", "dataset_cases"]
@@ -69,7 +71,7 @@ def dataset_cases(
     replay: str | Path | None = None,
     live: bool = False,
     **options: Any,
-) -> Any:
+) -> pytest.MarkDecorator:
     """The cases of a dataset as pytest parameters, one test each::
 
         from minions.evals import dataset_cases

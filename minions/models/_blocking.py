@@ -79,6 +79,8 @@ class ModelBlock:
         BLOCK.reset(self._tokens.pop())
 
     def allows(self, base_url: str) -> bool:
+        """Whether a request to `base_url` goes through: it is one of `allow` (or below one),
+        or a running `FakeOpenAIServer`'s."""
         url = _normal(base_url)
         return any(url == a or url.startswith(a + "/") for a in self.allow | _test_servers)
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from minions.errors import ModelError, did_you_mean
 from minions.models._base import Model
 
 if TYPE_CHECKING:
-    pass
+    from minions.models._openai import OpenAIChatModel
 
 __all__ = ["MODEL_ENV", "infer_model"]
 
@@ -38,6 +38,13 @@ FORMS: Final = (
 _WITH_URL = re.compile(r"^(?P<name>.+?)@(?P<url>https?://\S+)$")
 
 
+_M = TypeVar("_M", bound=Model)
+
+
+@overload
+def infer_model(spec: _M, **options: Any) -> _M: ...
+@overload
+def infer_model(spec: str | None = None, **options: Any) -> OpenAIChatModel: ...
 def infer_model(spec: str | Model | None = None, **options: Any) -> Model:
     """Turn a model string such as ``"openai:gpt-4o-mini"`` into a `Model`.
 
@@ -138,7 +145,7 @@ def _ollama_host() -> str | None:
     return f"{host}/v1"
 
 
-def _azure(deployment: str, options: dict[str, Any]) -> Model:
+def _azure(deployment: str, options: dict[str, Any]) -> OpenAIChatModel:
     import openai
 
     from minions.models._openai import OpenAIChatModel

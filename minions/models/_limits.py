@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 import threading
 import time
 import weakref
@@ -48,34 +47,10 @@ DEFAULT_CAPABILITY_EXPIRY: Final = 7 * 86400.0
 
 WaitReason = Literal["max_concurrent", "requests_per_minute", "tokens_per_minute", "retry_after"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
 MAX_LIMITS_BYTES = 1 << 20
 """The largest limits file read (a few lines are usual): a bigger one is refused, unread."""
 _SHOWN_PROBLEMS = 10
 """The most problems of a limits file one error names (the count of the rest follows)."""
-
-
-def parse_duration(value: float | str) -> float:
-    """Seconds of ``90``, ``"90s"``, ``"15m"``, ``"2h"`` or ``"7d"``.
-
-    Raises:
-        ValueError: not a duration.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        found = _DURATION.match(str(value))
-        if found is None:
-            raise ValueError(f"not a duration: {value!r} (write 30s, 15m, 2h or 7d)")
-        seconds = float(found[1]) * _UNITS[found[2]]
-    if seconds <= 0:
-        raise ValueError(f"a duration must be above zero, not {value!r}")
-    return seconds
 
 
 def base_url(url: str) -> str:
@@ -138,7 +113,7 @@ class Limits(BaseModel):
     Attributes:
         endpoints: the limited endpoints.
         capability_expiry: how long a run store keeps what an endpoint taught the
-            structured-output ladder (seconds, or ``30m``, ``12h``, ``7d``).
+            structured-output ladder (seconds, or ``30m``, ``12h``, ``7d``, ``2w``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -149,7 +124,9 @@ class Limits(BaseModel):
     @field_validator("capability_expiry", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> float:
-        return parse_duration(value)
+        from minions._duration import duration_seconds
+
+        return duration_seconds(value)
 
     @classmethod
     def load(cls, path: str | Path) -> Limits:
@@ -343,6 +320,18 @@ class _Turns:
     def __init__(self) -> None:
         self.line = asyncio.Lock()  # asyncio.Lock wakes its waiters in order
         self.changed = asyncio.Event()
+        self.head: EndpointWait | None = None
+        """What the head of the line waits for (``None``: it does not know yet)."""
+        self.untold: dict[int, OnWait] = {}
+        """Callers behind the head not told yet why they wait: the head tells them as soon as
+        it knows."""
+
+    def told_behind(self, wait: EndpointWait) -> None:
+        """The head waits for `wait`: tell the callers behind it who were not told yet."""
+        self.head = wait
+        untold, self.untold = self.untold, {}
+        for tell in untold.values():
+            tell(wait)
 
 
 Sleep = Callable[[float], Awaitable[None]]

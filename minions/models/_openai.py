@@ -153,8 +153,10 @@ class OpenAIChatModel(Model):
             it (a `ModelError` says so in another) and is yours to close.
         timeout: seconds the client waits for the endpoint (per read while streaming);
             ``None`` waits forever.
-        stream: stream answers over SSE and report each text delta as a `TokenDelta` event
-            (only when somebody listens to events; otherwise a plain request is made).
+        stream: stream every answer over SSE, reporting each text delta as a `TokenDelta`
+            event (only when somebody listens to events; otherwise a plain request is made).
+            Without it, answers stream when the caller streams the step (`step.stream()`,
+            `StepExecutor.stream()`, `AgentExecutor.stream()`).
         settings: request parameters for every call (``temperature``, ``max_tokens``,
             ``seed``...); a step's own settings win. Parameters the `openai` client does not
             know (``top_k``, ``min_p``... for vLLM or llama.cpp) are sent in the request body.
@@ -350,6 +352,8 @@ class OpenAIChatModel(Model):
         """
         request = self._request(prompt)
         output = prompt.output
+        if not (self.stream or prompt.stream):
+            on_token = None  # streams by default, or when the caller streams the step
         if output is None:
             completion = await self._send(request, on_token)
             usage = usage_of(completion)
@@ -444,7 +448,7 @@ class OpenAIChatModel(Model):
         rung: OutputMode | None = None,
     ) -> ChatCompletion:
         try:
-            if on_token is None or not self.stream:
+            if on_token is None:
                 create = (await self._bound()).create
                 completion: ChatCompletion = await create(**request)
                 return completion

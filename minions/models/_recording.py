@@ -105,6 +105,7 @@ class Recording:
         return cls(entries=dict(calls), meta=dict(meta))
 
     def save(self, path: str | Path) -> None:
+        """Write the recording to `path` as JSON, its calls in order of their scope."""
         ordered = dict(sorted(self.entries.items(), key=lambda item: _sort_key(item[0])))
         data = {"format": FORMAT, "meta": self.meta, "calls": ordered}
         Path(path).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", "utf-8")

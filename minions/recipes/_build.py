@@ -24,7 +24,8 @@ from minions._kinds.tool import ToolStep
 from minions._messages import MessageBundle
 from minions._output import OutputInstructions
 from minions._routing.transition import Transition
-from minions._step.step import DefaultStep, Step, recipe_id_problem
+from minions._step.agent import DefaultStep
+from minions._step.step import Step, recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
 from minions.models._base import Model
 from minions.models._fallback import FallbackModel

@@ -11,7 +11,8 @@ from minions._kinds.analysis import ANALYSIS_CONFIG, ANALYSIS_SYSTEM, AnalysisSt
 from minions._kinds.loop import LoopStep
 from minions._kinds.task import TaskStep
 from minions._kinds.tool import ToolStep
-from minions._step.step import DefaultStep, Step
+from minions._step.agent import DefaultStep
+from minions._step.step import Step
 from minions.errors import Problem, RecipeError
 from minions.models._base import Model
 from minions.models._fallback import FallbackModel

@@ -204,8 +204,8 @@ class CacheSpec(_Strict):
 
     ttl: float | str | None = Field(
         None,
-        description="How long an entry serves: seconds, or '90s', '30m', '1h', '2d' (default: "
-        "as long as the cache keeps it).",
+        description="How long an entry serves: seconds, or '90s', '30m', '1h', '2d', '2w' "
+        "(default: as long as the cache keeps it).",
     )
     side_effects: bool = Field(
         False,
@@ -395,14 +395,12 @@ CatchUp = Literal["none", "one", "all"]
 
 
 def _every_problem(value: object) -> str | None:
-    from minions._text import duration_seconds
+    from minions._duration import duration_seconds
 
     try:
-        seconds = duration_seconds(str(value))
+        duration_seconds(str(value), whole=True)
     except ValueError as exc:
-        return str(exc)
-    if seconds < 1 or seconds != int(seconds):
-        return f"every: {value!r} is not a whole number of seconds, at least 1s"
+        return f"every: {exc}"
     return None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from minions._messages import Message, ModelCallResponse, Prompt
 from minions._step.execution import StepStatus
@@ -15,6 +15,7 @@ from minions.models._base import Model
 
 if TYPE_CHECKING:
     from minions._step.context import AgentContext
+    from minions._step.step import StepOptions
     from minions.recipes._recipe import AgentRecipe
 
 __all__ = ["RecipeStep"]
@@ -68,7 +69,7 @@ class RecipeStep(Step):
         recipe: AgentRecipe,
         *,
         inputs: Mapping[str, Any] | None = None,
-        **options: Any,
+        **options: Unpack[StepOptions],
     ) -> None:
         options.setdefault("description", recipe.description)
         super().__init__(id, **options)
@@ -119,6 +120,7 @@ class RecipeStep(Step):
             settings=settings,
             memory=outer.memory,
             config=config,
+            deps=outer.deps,
         )
         run.absorb(result.executions, items=True)  # routing calls are in their step's execution
         outer.record_usage(result.usage)

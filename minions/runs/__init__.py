@@ -22,22 +22,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
+from minions.runs._approvals import ApprovalRecord
+from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
+from minions.runs._endpoints import EndpointRecord
+from minions.runs._fleet import EndpointLoad, FleetState
 from minions.runs._keys import ROLES, KeyRecord, Role
 from minions.runs._log import EventLog, LiveHub
-from minions.runs._rerun import RerunPlan
-from minions.runs._runs import RunFilters, RunStore, database_url
-from minions.runs._tables import (
-    STATUSES,
-    ApprovalRecord,
-    EndpointRecord,
-    History,
-    PruneResult,
-    RunRecord,
-    ScheduleRecord,
-    StepRecord,
-    WorkerRecord,
-)
+from minions.runs._prune import History, PruneResult, Retention
+from minions.runs._runs import RerunPlan, RunRecord
+from minions.runs._schedules import ScheduleRecord
+from minions.runs._steps import StepDetail
+from minions.runs._store import RunFilters, RunStore, database_url
+from minions.runs._tables import STATUSES
+from minions.runs._workers import WorkerRecord
 
 if TYPE_CHECKING:
     from minions.runs._worker import Worker, WorkerConflictError
@@ -46,19 +44,23 @@ __all__ = [
     "ROLES",
     "STATUSES",
     "ApprovalRecord",
+    "EndpointLoad",
     "EndpointRecord",
     "EventLog",
+    "FleetState",
     "KeyRecord",
     "History",
     "LiveHub",
     "PruneResult",
     "Role",
     "RerunPlan",
+    "Retention",
     "RunDiff",
     "RunFilters",
     "RunRecord",
     "RunStore",
     "ScheduleRecord",
+    "StepDetail",
     "StepDiff",
     "StepRecord",
     "Worker",

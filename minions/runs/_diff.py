@@ -12,7 +12,8 @@ from typing import Any
 
 from minions._text import count_values
 from minions.errors import DiffTooLargeError
-from minions.runs._tables import RunRecord, StepRecord
+from minions.runs._checkpoints import StepRecord
+from minions.runs._runs import RunRecord
 
 __all__ = ["RunDiff", "StepDiff"]
 

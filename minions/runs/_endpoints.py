@@ -1,6 +1,6 @@
-"""The run store's SQL for model endpoints, blocking (`minions.runs._async` goes to a thread):
-the places of limited endpoints shared by every worker of a store, and what each endpoint
-taught the structured-output ladder.
+"""The endpoints' tables: the places of limited model endpoints shared by every worker of a
+store (gates, calls in flight, the line of waiters), and what each endpoint taught the
+structured-output ladder (`EndpointRecord`).
 
 Taking a place is one transaction that writes first (it locks the endpoint's gate row: on
 SQLite the write lock, on Postgres the row lock), so takers of one endpoint take turns over
@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import sqlalchemy as sa
 
 from minions._messages import OutputMode
-from minions.models._limits import WINDOW, EndpointLimit, EndpointWait, blocked
-from minions.runs._store import Store, _insert_ignoring_conflicts
+from minions.runs._db import Database
 from minions.runs._tables import (
     capabilities_table,
     endpoint_calls_table,
@@ -27,27 +26,26 @@ from minions.runs._tables import (
     endpoint_waiters_table,
 )
 
-__all__: list[str] = []
+if TYPE_CHECKING:
+    from minions.models._limits import EndpointLimit, EndpointWait
+
+__all__ = ["EndpointRecord"]
 
 calls, gates, waiters = endpoint_calls_table, endpoint_gates_table, endpoint_waiters_table
 
 
-def _lock_gate(db: sa.Connection, store: Store, match: str) -> None:
+def _lock_gate(db: sa.Connection, database: Database, match: str) -> None:
     """Write the endpoint's gate row first: every taker of the endpoint waits here for the
     one before it."""
     touch = gates.update().where(gates.c.endpoint == match).values(endpoint=match)
     if db.execute(touch).rowcount:
         return
-    db.execute(
-        _insert_ignoring_conflicts(
-            store.postgres, {"endpoint": match, "paused_until": 0.0}, table=gates
-        )
-    )
+    db.execute(database.insert_ignoring_conflicts(gates, {"endpoint": match, "paused_until": 0.0}))
     db.execute(touch)
 
 
 def take(
-    store: Store,
+    database: Database,
     rule: EndpointLimit,
     *,
     ticket: str,
@@ -60,9 +58,12 @@ def take(
     """Take a place under `rule` for the call `ticket` (``None``), or say why it waits (it
     stays in line, seen now). A taken place is in flight until `lease` seconds from `now`
     unless renewed (`renew`)."""
+    # Loaded by a worker with limits only (a store that lists endpoints needs none of it).
+    from minions.models._limits import WINDOW, blocked
+
     match = rule.match
-    with store.begin() as db:
-        _lock_gate(db, store, match)
+    with database.begin() as db:
+        _lock_gate(db, database, match)
         db.execute(
             calls.delete().where(
                 calls.c.endpoint == match,
@@ -137,10 +138,10 @@ def take(
         return None
 
 
-def give_back(store: Store, match: str, ticket: str, tokens: int | None) -> None:
+def give_back(database: Database, match: str, ticket: str, tokens: int | None) -> None:
     """The call `ticket` ended (it cost `tokens`; ``None``: as estimated), or its caller
     stopped waiting: its place is free, and it leaves the line."""
-    with store.begin() as db:
+    with database.begin() as db:
         values: dict[str, Any] = {"lease_until": None}
         if tokens is not None:
             values["tokens"] = tokens
@@ -148,11 +149,11 @@ def give_back(store: Store, match: str, ticket: str, tokens: int | None) -> None
         db.execute(waiters.delete().where(waiters.c.endpoint == match, waiters.c.ticket == ticket))
 
 
-def renew(store: Store, tickets: list[str], until: float) -> None:
+def renew(database: Database, tickets: list[str], until: float) -> None:
     """Keep the places of `tickets` in flight until `until` (a worker's heartbeat)."""
     if not tickets:
         return
-    with store.begin() as db:
+    with database.begin() as db:
         db.execute(
             calls.update()
             .where(calls.c.call_id.in_(tickets), calls.c.lease_until.is_not(None))
@@ -160,10 +161,10 @@ def renew(store: Store, tickets: list[str], until: float) -> None:
         )
 
 
-def pause(store: Store, match: str, until: float) -> None:
+def pause(database: Database, match: str, until: float) -> None:
     """Send no call under the entry `match` before `until` (a 429's ``Retry-After``)."""
-    with store.begin() as db:
-        _lock_gate(db, store, match)
+    with database.begin() as db:
+        _lock_gate(db, database, match)
         db.execute(
             gates.update()
             .where(gates.c.endpoint == match, gates.c.paused_until < until)
@@ -187,9 +188,41 @@ class Capability:
     learned_at: float
 
 
-def capabilities(store: Store, *, since: float) -> list[Capability]:
+@dataclass(frozen=True, kw_only=True)
+class EndpointRecord:
+    """What a model endpoint taught the structured-output ladder, kept in the store so every
+    worker and later run starts at the mode that worked (`minions endpoints list`)."""
+
+    base_url: str
+    model: str
+    rejected: tuple[str, ...]
+    """Features it refused: rungs of the ladder (``json_schema``, ``tool``), ``tools`` (it
+    ignores tools altogether), ``stream_options``."""
+    output_mode: str | None
+    """The structured-output mode that last produced valid output."""
+    learned_at: float
+    expires_at: float
+    """After this it is learned again."""
+
+
+def learned(database: Database, *, expiry: float, now: float) -> list[EndpointRecord]:
+    """What endpoints taught within `expiry` seconds before `now`, as shown."""
+    return [
+        EndpointRecord(
+            base_url=c.base_url,
+            model=c.model,
+            rejected=tuple(sorted(c.rejected)),
+            output_mode=c.worked,
+            learned_at=c.learned_at,
+            expires_at=c.learned_at + expiry,
+        )
+        for c in capabilities(database, since=now - expiry)
+    ]
+
+
+def capabilities(database: Database, *, since: float) -> list[Capability]:
     """What endpoints taught, learned after `since` (older entries have expired)."""
-    with store.read() as db:
+    with database.read() as db:
         rows = db.execute(
             sa.select(capabilities_table)
             .where(capabilities_table.c.learned_at > since)
@@ -209,7 +242,7 @@ def capabilities(store: Store, *, since: float) -> list[Capability]:
 
 
 def save_capability(
-    store: Store,
+    database: Database,
     key: tuple[str, str],
     rejected: frozenset[str],
     worked: OutputMode | None,
@@ -218,22 +251,20 @@ def save_capability(
     """Keep what `key` (base URL, model) taught."""
     values = {"rejected": json.dumps(sorted(rejected)), "worked": worked, "learned_at": now}
     where = (capabilities_table.c.base_url == key[0]) & (capabilities_table.c.model == key[1])
-    with store.begin() as db:
+    with database.begin() as db:
         if not db.execute(capabilities_table.update().where(where).values(**values)).rowcount:
             db.execute(
-                _insert_ignoring_conflicts(
-                    store.postgres,
-                    {"base_url": key[0], "model": key[1], **values},
-                    table=capabilities_table,
+                database.insert_ignoring_conflicts(
+                    capabilities_table, {"base_url": key[0], "model": key[1], **values}
                 )
             )
 
 
-def forget_capabilities(store: Store, base_url: str, model: str | None) -> int:
+def forget_capabilities(database: Database, base_url: str, model: str | None) -> int:
     """Forget what the endpoint taught (every model it serves when `model` is ``None``);
     how many endpoints were forgotten."""
     where = capabilities_table.c.base_url == base_url
     if model is not None:
         where = where & (capabilities_table.c.model == model)
-    with store.begin() as db:
+    with database.begin() as db:
         return int(db.execute(capabilities_table.delete().where(where)).rowcount)

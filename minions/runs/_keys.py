@@ -1,11 +1,12 @@
 """Named API keys with roles, kept in the run store (their own table, ``minions_keys``).
 
-A key is 32 random bytes (``mk_`` and 43 URL-safe characters); the store keeps only its
-SHA-256 and finds a key by that hash. No slow key-derivation function: those exist to make
-guessing *low-entropy* secrets (passwords) expensive, while a key of 256 random bits cannot
-be guessed at any cost, and a KDF would cost every request its time. The lookup by hash is
-what makes the comparison safe from timing: an attacker who times it learns, at best, a
-prefix of a hash of their own guess, never a prefix of a real key.
+A room: its functions take the `Database` first (`RunStore` reaches them through ``await
+self._database.apply(...)``). A key is 32 random bytes (``mk_`` and 43 URL-safe characters);
+the store keeps only its SHA-256 and finds a key by that hash. No slow key-derivation function:
+those exist to make guessing *low-entropy* secrets (passwords) expensive, while a key of 256
+random bits cannot be guessed at any cost, and a KDF would cost every request its time. The
+lookup by hash is what makes the comparison safe from timing: an attacker who times it learns,
+at best, a prefix of a hash of their own guess, never a prefix of a real key.
 
 A revoked key keeps its row (its name is in the history of what it did) with `revoked_at`
 set; a name is taken by at most one key that is not revoked (a unique index over the names
@@ -27,7 +28,7 @@ from typing import Any, Literal, get_args
 import sqlalchemy as sa
 
 from minions.errors import KeyExistsError, UnknownKeyError
-from minions.runs._store import Store
+from minions.runs._db import Database
 
 __all__ = ["ROLES", "KeyRecord", "Role"]
 
@@ -67,7 +68,7 @@ keys_table = sa.Table(
     ),
 )
 
-_ready: weakref.WeakSet[Store] = weakref.WeakSet()
+_ready: weakref.WeakSet[Database] = weakref.WeakSet()
 """The stores whose keys table is known to exist (made on first use: a store of an older
 minions gets it empty)."""
 
@@ -153,30 +154,30 @@ def check_projects(projects: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(projects)) or ("default",)
 
 
-def _ensure(store: Store) -> None:
+def _ensure(database: Database) -> None:
     """Make the keys table when the store has none (adding a key does)."""
-    if store in _ready:
+    if database in _ready:
         return
-    with store.begin() as db:
-        if store.postgres:
+    with database.begin() as db:
+        if database.postgres:
             db.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('minions_schema'))"))
         keys_metadata.create_all(db)
-    _ready.add(store)
+    _ready.add(database)
 
 
-def _exists(store: Store) -> bool:
+def _exists(database: Database) -> bool:
     """Whether the store has the keys table (reading never makes it)."""
-    if store in _ready:
+    if database in _ready:
         return True
-    with store.read() as db:
+    with database.read() as db:
         found = sa.inspect(db).has_table(keys_table.name)
     if found:
-        _ready.add(store)
+        _ready.add(database)
     return found
 
 
 def add(
-    store: Store,
+    database: Database,
     name: str,
     *,
     role: str,
@@ -198,36 +199,36 @@ def add(
         "created_by": actor,
     }
     key = PREFIX + secrets.token_urlsafe(32)
-    _ensure(store)
+    _ensure(database)
     try:
-        with store.begin() as db:
+        with database.begin() as db:
             db.execute(keys_table.insert().values(**row, hash=key_hash(key)))
     except sa.exc.IntegrityError:
         raise KeyExistsError(name) from None
     return NewKey(record=_record(row), key=key)
 
 
-def listed(store: Store, *, revoked: bool = False) -> list[KeyRecord]:
+def listed(database: Database, *, revoked: bool = False) -> list[KeyRecord]:
     """The keys that work (and the revoked ones too, when `revoked`), by name."""
-    if not _exists(store):
+    if not _exists(database):
         return []
     query = sa.select(keys_table).order_by(keys_table.c.name, keys_table.c.created_at)
     if not revoked:
         query = query.where(keys_table.c.revoked_at.is_(None))
-    with store.read() as db:
+    with database.read() as db:
         return [_record(row._mapping) for row in db.execute(query)]
 
 
-def revoke(store: Store, name: str, *, actor: str | None = None) -> KeyRecord:
+def revoke(database: Database, name: str, *, actor: str | None = None) -> KeyRecord:
     """Revoke the key of that name: it fails from its next request on.
 
     Raises:
         UnknownKeyError: no key that is not revoked has this name.
     """
-    if not _exists(store):
+    if not _exists(database):
         raise UnknownKeyError(name)
     table = keys_table.c
-    with store.begin() as db:
+    with database.begin() as db:
         row = db.execute(
             keys_table.update()
             .where(table.name == name, table.revoked_at.is_(None))
@@ -239,28 +240,28 @@ def revoke(store: Store, name: str, *, actor: str | None = None) -> KeyRecord:
     return _record(row._mapping)
 
 
-def by_key(store: Store, key: str) -> KeyRecord | None:
+def by_key(database: Database, key: str) -> KeyRecord | None:
     """The key that works whose hash is `key`'s, or None (one indexed read)."""
     if not key.startswith(PREFIX) or len(key) > 100:
         return None
-    return _working(store, keys_table.c.hash == key_hash(key))
+    return _working(database, keys_table.c.hash == key_hash(key))
 
 
-def by_name(store: Store, name: str) -> KeyRecord | None:
+def by_name(database: Database, name: str) -> KeyRecord | None:
     """The key that works with this name, or None."""
-    return _working(store, keys_table.c.name == name) if NAME.fullmatch(name) else None
+    return _working(database, keys_table.c.name == name) if NAME.fullmatch(name) else None
 
 
-def by_id(store: Store, key_id: str) -> KeyRecord | None:
+def by_id(database: Database, key_id: str) -> KeyRecord | None:
     """The key that works with this id, or None."""
-    return _working(store, keys_table.c.id == key_id)
+    return _working(database, keys_table.c.id == key_id)
 
 
-def _working(store: Store, which: sa.ColumnElement[bool]) -> KeyRecord | None:
+def _working(database: Database, which: sa.ColumnElement[bool]) -> KeyRecord | None:
     """The key that works and is `which`, or None."""
-    if not _exists(store):
+    if not _exists(database):
         return None
-    with store.read() as db:
+    with database.read() as db:
         row = db.execute(
             sa.select(keys_table).where(which, keys_table.c.revoked_at.is_(None))
         ).one_or_none()

@@ -17,6 +17,7 @@ from minions.models._base import Model
 from minions.models._limits import (
     EndpointLimit,
     EndpointLimiter,
+    EndpointWait,
     Limits,
     LineOfTurns,
     OnWait,
@@ -25,7 +26,7 @@ from minions.models._limits import (
 )
 from minions.models._structured import CapabilityMemory
 from minions.runs import _endpoints as sql
-from minions.runs._async import AsyncStore
+from minions.runs._async import AsyncDatabase
 
 __all__: list[str] = []
 
@@ -45,7 +46,7 @@ class StoreLimiter(EndpointLimiter):
     (`renew`): the places of a process that was killed are free once their lease runs out.
 
     Args:
-        store: the worker's store.
+        database: the worker's store's database.
         limits: the limits.
         holder: whose places these are (the worker's incarnation).
         lease: seconds a place stays in flight without a renewal.
@@ -55,7 +56,7 @@ class StoreLimiter(EndpointLimiter):
 
     def __init__(
         self,
-        store: AsyncStore,
+        database: AsyncDatabase,
         limits: Limits,
         *,
         holder: str,
@@ -64,7 +65,7 @@ class StoreLimiter(EndpointLimiter):
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         super().__init__(limits, clock=clock)
-        self.store = store
+        self.database = database
         self.holder = holder
         self.lease = lease
         self.sleep = sleep
@@ -77,54 +78,72 @@ class StoreLimiter(EndpointLimiter):
         ticket = uuid.uuid4().hex
         turns = self._turns.of(rule.match)
         told = False
+
+        def tell(wait: EndpointWait) -> None:
+            nonlocal told
+            if not told and on_wait is not None:
+                told = True
+                on_wait(wait)
+
+        me = id(tell)
+        if turns.line.locked():
+            # Behind this process's own callers: a wait from its first moment, for the
+            # reason the head of the line waits (told as soon as the head knows it).
+            if turns.head is not None:
+                tell(turns.head)
+            else:
+                turns.untold[me] = tell
         delay = POLL[0]
         try:
             async with turns.line:
-                while True:
-                    turns.changed.clear()
-                    now = self.clock()
-                    wait = await self.store.call(
-                        sql.take,
-                        self.store.store,
-                        rule,
-                        ticket=ticket,
-                        holder=self.holder,
-                        tokens=tokens,
-                        now=now,
-                        lease=self.lease,
-                        line_ttl=max(10 * POLL[1], self.lease),
-                    )
-                    if wait is None:
-                        with self._held_lock:
-                            self._held.add(ticket)
-                        return ticket
-                    if not told and on_wait is not None:
-                        on_wait(wait)
-                        told = True
-                    pause = delay if wait.until is None else min(wait.until - now, POLL[1])
-                    await wait_for_change(turns.changed, max(pause, 0.0), self.sleep)
-                    delay = min(delay * 2, POLL[1])
+                turns.untold.pop(me, None)
+                try:
+                    while True:
+                        turns.changed.clear()
+                        now = self.clock()
+                        wait = await self.database.apply(
+                            sql.take,
+                            rule,
+                            ticket=ticket,
+                            holder=self.holder,
+                            tokens=tokens,
+                            now=now,
+                            lease=self.lease,
+                            line_ttl=max(10 * POLL[1], self.lease),
+                        )
+                        if wait is None:
+                            with self._held_lock:
+                                self._held.add(ticket)
+                            return ticket
+                        tell(wait)
+                        turns.told_behind(wait)
+                        pause = delay if wait.until is None else min(wait.until - now, POLL[1])
+                        await wait_for_change(turns.changed, max(pause, 0.0), self.sleep)
+                        delay = min(delay * 2, POLL[1])
+                finally:
+                    turns.head = None  # whoever comes next is told again
         except BaseException:
+            turns.untold.pop(me, None)
             # Out of line (and its place given back if the store granted it as it was
             # cancelled), off the event loop's cancellation.
-            self._write(sql.give_back, self.store.store, rule.match, ticket, None)
+            self._write(sql.give_back, rule.match, ticket, None)
             raise
 
     def _release(self, rule: EndpointLimit, ticket: Any, tokens: int) -> None:
         with self._held_lock:
             self._held.discard(ticket)
-        task = self._write(sql.give_back, self.store.store, rule.match, ticket, tokens)
+        task = self._write(sql.give_back, rule.match, ticket, tokens)
         if task is not None:
             # The callers of this process waiting for the place look again once it is free.
             task.add_done_callback(lambda _: self._turns.wake(rule.match))
 
     def _pause(self, rule: EndpointLimit, seconds: float) -> None:
         until = self.clock() + seconds
-        self._write(sql.pause, self.store.store, rule.match, until)
+        self._write(sql.pause, rule.match, until)
 
     def _write(self, fn: Callable[..., None], *args: Any) -> asyncio.Task[None] | None:
-        """`fn(*args)` in the store, without making the caller wait for it: a call's end
-        must not wait for the database, nor be lost to its task's cancellation."""
+        """`fn(database, *args)` in the store, without making the caller wait for it: a
+        call's end must not wait for the database, nor be lost to its task's cancellation."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -136,7 +155,7 @@ class StoreLimiter(EndpointLimiter):
 
     async def _written(self, fn: Callable[..., None], *args: Any) -> None:
         try:
-            await self.store.call(fn, *args)
+            await self.database.apply(fn, *args)
         except Exception:
             log.exception("endpoint limits: a write to the store failed")
 
@@ -145,7 +164,7 @@ class StoreLimiter(EndpointLimiter):
         heartbeat calls it from its own thread)."""
         with self._held_lock:
             held = sorted(self._held)
-        sql.renew(self.store.store, held, self.clock() + self.lease)
+        sql.renew(self.database.database, held, self.clock() + self.lease)
 
     async def settle(self) -> None:
         """EndpointWait for the writes started so far (for tests and an orderly stop)."""
@@ -159,19 +178,19 @@ class StoreCapabilities:
     the store when a run starts (`refresh`) and written to it as it learns.
 
     Args:
-        store: the worker's store.
+        database: the worker's store's database.
         expiry: seconds a lesson is kept; an older one is learned again.
         clock: the time in seconds (`time.time`).
     """
 
     def __init__(
         self,
-        store: AsyncStore,
+        database: AsyncDatabase,
         *,
         expiry: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = store
+        self.database = database
         self.expiry = expiry
         self.clock = clock
         self.memory = CapabilityMemory()
@@ -188,7 +207,7 @@ class StoreCapabilities:
         except RuntimeError:  # learned outside an event loop: kept at once, blocking
             self._dirty.discard(key)
             rejected, worked = self.memory.learned(key)
-            sql.save_capability(self.store.store, key, rejected, worked, self.clock())
+            sql.save_capability(self.database.database, key, rejected, worked, self.clock())
             return
         self._flusher = loop.create_task(self._flush())
 
@@ -199,9 +218,7 @@ class StoreCapabilities:
             key = self._dirty.pop()
             rejected, worked = self.memory.learned(key)
             try:
-                await self.store.call(
-                    sql.save_capability, self.store.store, key, rejected, worked, self.clock()
-                )
+                await self.database.apply(sql.save_capability, key, rejected, worked, self.clock())
             except Exception:
                 log.exception("what an endpoint taught could not be kept", base_url=key[0])
 
@@ -209,9 +226,7 @@ class StoreCapabilities:
         """Load what every worker learned (what this one is writing first)."""
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
-        known = await self.store.call(
-            sql.capabilities, self.store.store, since=self.clock() - self.expiry
-        )
+        known = await self.database.apply(sql.capabilities, since=self.clock() - self.expiry)
         self.memory.load({(c.base_url, c.model): (c.rejected, c.worked) for c in known})
 
 

@@ -1,5 +1,5 @@
-"""The event log of runs: what ends a run's log, how an event is stored, and how a run is
-followed (its stored events, then new ones as they are stored, until its end).
+"""The event log of runs: how a run is followed (its stored events, then new ones as they are
+stored, until its end). What is stored, and what ends a log, is `minions.runs._events`.
 
 One `EventLog` per store and process serves every follower: one feed per followed run reads
 the store once for all of them, woken by the in-process worker's `LiveHub`, by Postgres
@@ -15,35 +15,18 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from minions._text import stored_event
-from minions.events import Event, RunFailed, event_to_json
-from minions.runs._async import AsyncStore
-from minions.runs._store import EventRow
+from minions.events import Event
+from minions.runs import _events as events
+from minions.runs import _runs as runs
+from minions.runs._async import AsyncDatabase
+from minions.runs._events import TERMINAL_KINDS
 from minions.runs._tables import TERMINAL
 
 __all__ = ["EventLog", "LiveHub"]
 
-TERMINAL_KINDS = frozenset({"run_completed", "run_failed"})
-"""The kinds of event that end a run's log (until the run is resumed)."""
 PAGE = 500
 QUEUE_LIMIT = 10_000
 """Events a follower may fall behind by; a slower one is dropped (it resumes where it was)."""
-
-
-def event_row(event: Event) -> EventRow:
-    """An event as the store keeps it (long results and outputs as previews)."""
-    return event.seq, event.kind, event.step_id, event_to_json(stored_event(event))
-
-
-def run_failed_row(run_id: str, error: str, actor: str | None = None) -> Callable[[int], EventRow]:
-    """The terminal event of a run ended by someone other than its holder (`actor`, when a
-    person), once its number is known."""
-
-    def make(seq: int) -> EventRow:
-        failed = RunFailed(run_id=run_id, seq=seq, timestamp=time.time(), error=error, actor=actor)
-        return event_row(failed)
-
-    return make
 
 
 class LiveHub:
@@ -132,14 +115,14 @@ class _Feed:
         self.wake.set()
 
     async def run(self) -> None:
-        store = self.log.store
+        database = self.log.database
         try:
-            _, self.last = await store.head(self.run_id)
+            _, self.last = await database.apply(runs.head, self.run_id)
             self.ready.set()
             while self.subscribers:
                 # Cleared before the read: a wake-up during the read is not lost.
                 self.wake.clear()
-                batch = await store.events(self.run_id, after=self.last, limit=PAGE)
+                batch = await database.apply(events.after, self.run_id, after=self.last, limit=PAGE)
                 for event in batch:
                     self.last = event.seq
                     self.publish(event)
@@ -162,16 +145,18 @@ class EventLog:
     """The events of the runs of one store, for the followers of one process.
 
     Args:
-        store: the store.
+        database: the store's database.
         hub: the live events of a worker in this process (None without one).
         poll: seconds between reads of a followed run's events when nothing woke its feed
             (on Postgres, a safety net under LISTEN/NOTIFY: at least 1 s).
     """
 
-    def __init__(self, store: AsyncStore, *, hub: LiveHub | None = None, poll: float = 0.1):
-        self.store = store
+    def __init__(
+        self, database: AsyncDatabase, *, hub: LiveHub | None = None, poll: float = 0.1
+    ) -> None:
+        self.database = database
         self.hub = hub
-        self.notified = store.postgres
+        self.notified = database.postgres
         """Woken by the database at each commit (Postgres LISTEN/NOTIFY)."""
         self.poll = max(poll, 1.0) if self.notified else poll
         self._feeds: dict[str, _Feed] = {}
@@ -205,14 +190,14 @@ class EventLog:
         Raises:
             UnknownRunError: no run has this id.
         """
-        status, last = await self.store.head(run_id)
+        status, last = await self.database.apply(runs.head, run_id)
         if status in TERMINAL and last <= after:
             return  # the follower has seen the end already
         async with self._subscribe(run_id) as subscription:
             # What is stored already (the feed publishes what comes after its start, so
             # nothing falls between the two; a duplicate is dropped by its number).
             while True:
-                batch = await self.store.events(run_id, after=after, limit=PAGE)
+                batch = await self.database.apply(events.after, run_id, after=after, limit=PAGE)
                 for event in batch:
                     after = event.seq
                     yield event
@@ -220,7 +205,7 @@ class EventLog:
                         return
                 if len(batch) < PAGE:
                     break
-            status, last = await self.store.head(run_id)
+            status, last = await self.database.apply(runs.head, run_id)
             if status in TERMINAL and last <= after:
                 return
             while True:
@@ -236,8 +221,8 @@ class EventLog:
                         return  # the follower's position is past the run's end
                     continue
                 if event.seq > after + 1:  # never expected; read the gap from the store
-                    for earlier in await self.store.events(
-                        run_id, after=after, limit=event.seq - after - 1
+                    for earlier in await self.database.apply(
+                        events.after, run_id, after=after, limit=event.seq - after - 1
                     ):
                         after = earlier.seq
                         yield earlier
@@ -251,7 +236,7 @@ class EventLog:
         has ended (a run resumed after failing goes on after its `run_failed`)."""
         if event.kind not in TERMINAL_KINDS:
             return False
-        status, last = await self.store.head(event.run_id)
+        status, last = await self.database.apply(runs.head, event.run_id)
         return status in TERMINAL and last == event.seq
 
     @contextlib.asynccontextmanager
@@ -310,7 +295,7 @@ class EventLog:
         while True:
             try:
                 connection = await psycopg.AsyncConnection.connect(
-                    self.store.url, autocommit=True, connect_timeout=10
+                    self.database.url, autocommit=True, connect_timeout=10
                 )
                 async with connection:
                     await connection.execute("LISTEN minions_events")

@@ -1,7 +1,7 @@
 """Retention: deleting finished runs with everything stored of them (steps, events,
-approvals, and the DBOS workflows of their attempts), a batch per short transaction so that
-workers writing meanwhile wait for one batch at most; then, on SQLite, giving the freed pages
-back to the file system.
+approvals, the step cache entries they made, and the DBOS workflows of their attempts), a
+batch per short transaction so that workers writing meanwhile wait for one batch at most;
+then, on SQLite, giving the freed pages back to the file system.
 
 A run is deleted by compare-and-set on its status: a run resumed meanwhile (queued again) is
 not finished any more, and stays.
@@ -17,13 +17,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from minions._text import duration_seconds
-from minions.runs._store import Store, sqlite_path, workflow_id
+from minions._duration import TooLongError, duration_seconds
+from minions.runs import _approvals as approvals
+from minions.runs import _cache as cache
+from minions.runs import _checkpoints as checkpoints
+from minions.runs import _events as events
+from minions.runs import _queue as queue
+from minions.runs import _runs as runs
+from minions.runs._db import Database, sqlite_path
 from minions.runs._tables import (
-    OURS,
     TERMINAL,
-    History,
-    PruneResult,
     approvals_table,
     events_table,
     meta_table,
@@ -31,12 +34,51 @@ from minions.runs._tables import (
     steps_table,
 )
 
-__all__: list[str] = []
+__all__ = ["History", "PruneResult", "Retention"]
 
 BATCH = 500
 """Runs deleted per transaction."""
 PAUSE = 0.02
 """Seconds between two batches: the workers' writes go first."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PruneResult:
+    """What a prune deleted (or, in a dry run, would delete).
+
+    Attributes:
+        runs: finished runs deleted, with their steps, events, approvals, step cache
+            entries and DBOS workflows.
+        before: runs that finished before this moment (a Unix time) were eligible.
+        statuses: the statuses pruned.
+        dry_run: nothing was deleted.
+        bytes_before: the SQLite file's size before (None on Postgres).
+        bytes_after: and after, once the freed pages went back to the file system.
+    """
+
+    runs: int
+    before: float
+    statuses: tuple[str, ...]
+    dry_run: bool = False
+    bytes_before: int | None = None
+    bytes_after: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class History:
+    """How far the stored history goes back.
+
+    Attributes:
+        oldest_at: when the oldest stored run was created (None: no run).
+        pruned_before: runs that finished before this were pruned (None: never pruned).
+        pruned_at: when that prune ran.
+    """
+
+    oldest_at: float | None
+    pruned_before: float | None = None
+    pruned_at: float | None = None
+    pruned_by: str | None = None
+    """Who ran that prune (a key's name, ``token``, ``cli:USER``; None: not known)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,13 +94,15 @@ class Retention:
         """``30d`` (a duration: younger runs are kept) or ``1000 runs`` (a count).
 
         Raises:
-            ValueError: neither (the message names the value).
+            ValueError: neither, or a duration too long (the message names the value).
         """
         counted = re.fullmatch(r"\s*(\d+)\s*runs?\s*", text)
         if counted:
             return cls(keep=int(counted.group(1)))
         try:
             return cls(older_than=duration_seconds(text))
+        except TooLongError:
+            raise
         except ValueError:
             raise ValueError(
                 f"retention {text!r}: give a duration (30d, 12h) or a number of runs (1000 runs)"
@@ -66,7 +110,7 @@ class Retention:
 
 
 def prune(
-    store: Store,
+    database: Database,
     *,
     before: float,
     statuses: Sequence[str] = tuple(sorted(TERMINAL)),
@@ -90,12 +134,8 @@ def prune(
             f"{', '.join(sorted(TERMINAL))}"
         )
     chosen = tuple(sorted(set(statuses)))
-    runs = runs_table.c
-    eligible = sa.and_(runs.status.in_(chosen), runs.finished_at < before)
-    with store.read() as db:
-        total = int(db.execute(sa.select(sa.func.count()).where(eligible)).scalar_one())
-    total = max(0, total - (keep or 0))
-    path = sqlite_path(store.url)
+    total = max(0, runs.count_finished(database, chosen, before) - (keep or 0))
+    path = sqlite_path(database.url)
     size_before = _size(path)
     if dry_run or not total:
         return PruneResult(
@@ -104,18 +144,12 @@ def prune(
         )  # fmt: skip
     deleted = 0
     while deleted < total:
-        with store.read() as db:
-            found = db.execute(
-                sa.select(runs.run_id)
-                .where(eligible)
-                .order_by(runs.finished_at, runs.run_id)
-                .limit(min(batch, total - deleted))
-            ).all()
+        found = runs.oldest_finished(database, chosen, before, limit=min(batch, total - deleted))
         if not found:
             break
-        deleted += _delete(store, [r.run_id for r in found], chosen)
+        deleted += _delete(database, found, chosen)
         time.sleep(pause)
-    with store.begin() as db:
+    with database.begin() as db:
         now = time.time()
         told = (("pruned_before", repr(before)), ("pruned_at", repr(now)), ("pruned_by", actor))
         for key, value in told:
@@ -125,72 +159,42 @@ def prune(
             if not updated:
                 db.execute(meta_table.insert().values(key=key, value=value or ""))
     if path is not None:
-        _shrink(store)
-    elif store.postgres:
-        _vacuum(store)
+        _shrink(database)
+    elif database.postgres:
+        _vacuum(database)
     return PruneResult(
         runs=deleted, before=before, statuses=chosen, bytes_before=size_before,
         bytes_after=_size(path),
     )  # fmt: skip
 
 
-def _delete(store: Store, run_ids: list[str], statuses: tuple[str, ...]) -> int:
+def _delete(database: Database, run_ids: list[str], statuses: tuple[str, ...]) -> int:
     """Delete these runs (those still finished) and what is stored of them, in one commit."""
-    runs = runs_table.c
-    with store.begin() as db:
-        gone = db.execute(
-            runs_table.delete()
-            .where(runs.run_id.in_(run_ids), runs.status.in_(statuses))
-            .returning(runs.run_id, runs.attempt)
-        ).all()
+    with database.begin() as db:
+        gone = runs.forget(db, run_ids, statuses)
         ids = [r.run_id for r in gone]
         if not ids:
             return 0
-        for table in (steps_table, events_table, approvals_table):
-            db.execute(table.delete().where(table.c.run_id.in_(ids)))
-        workflows = [workflow_id(r.run_id, n) for r in gone for n in range(1, r.attempt + 1)]
-        for table, column in _dbos_tables(store, db):
-            db.execute(table.delete().where(table.c[column].in_(workflows)))
+        checkpoints.forget(db, ids)
+        cache.forget(db, ids)
+        events.forget(db, ids)
+        approvals.forget(db, ids)
+        workflows = [queue.workflow_id(r.run_id, n) for r in gone for n in range(1, r.attempt + 1)]
+        queue.forget(database, db, workflows)
     return len(ids)
 
 
-_DBOS_TABLES: dict[str, list[tuple[sa.Table, str]]] = {}
-
-
-def _dbos_tables(store: Store, db: sa.Connection) -> list[tuple[sa.Table, str]]:
-    """DBOS's tables that hold rows of a workflow, and the column naming it; the workflows'
-    own table last (the others refer to it)."""
-    known = _DBOS_TABLES.get(store.url)
-    if known is not None:
-        return known
-    schema = "dbos" if store.postgres else None
-    inspector = sa.inspect(db)
-    found: list[tuple[sa.Table, str]] = []
-    last: list[tuple[sa.Table, str]] = []
-    for name in inspector.get_table_names(schema=schema):
-        if name in OURS:
-            continue
-        columns = {c["name"] for c in inspector.get_columns(name, schema=schema)}
-        for column in ("workflow_uuid", "destination_uuid"):
-            if column in columns:
-                table = sa.Table(name, sa.MetaData(), sa.Column(column, sa.Text), schema=schema)
-                (last if name == "workflow_status" else found).append((table, column))
-                break
-    _DBOS_TABLES[store.url] = found + last
-    return found + last
-
-
-def _shrink(store: Store) -> None:
+def _shrink(database: Database) -> None:
     """Give an SQLite file's free pages back: a few thousand at a time where the store
     vacuums incrementally (stores made since pruning exists do), else with one full
     ``VACUUM`` (in WAL mode it cannot switch a store to incremental); then empty the
     write-ahead log."""
-    with store.engine.connect() as raw:
+    with database.engine.connect() as raw:
         incremental = raw.exec_driver_sql("PRAGMA auto_vacuum").scalar() == 2
     # `executescript`: the driver's `execute` steps a vacuum once, a page.
     script = "PRAGMA incremental_vacuum(2000);" if incremental else "VACUUM;"
     while True:
-        with store._turns, store.engine.connect() as raw:
+        with database.turn(), database.engine.connect() as raw:
             sqlite: Any = raw.connection.driver_connection
             sqlite.executescript(script)
             left = sqlite.execute("PRAGMA freelist_count").fetchone()[0]
@@ -200,13 +204,13 @@ def _shrink(store: Store) -> None:
         time.sleep(PAUSE)
 
 
-def _vacuum(store: Store) -> None:
+def _vacuum(database: Database) -> None:
     """Make the deleted rows' space reusable at once on Postgres (a plain ``VACUUM`` takes
     no lock writers wait on): autovacuum alone fell behind a retention that prunes every
     minute, and the database grew by the size of each pruned batch."""
-    with store.engine.connect() as raw:
-        with store.read() as db:
-            tables = [t for t, _ in _dbos_tables(store, db)]
+    with database.engine.connect() as raw:
+        with database.read() as db:
+            tables = [t for t, _ in queue.workflow_tables(database, db)]
         names = [t.name for t in (runs_table, steps_table, events_table, approvals_table)]
         names += [f"dbos.{t.name}" for t in tables]
         autocommit = raw.execution_options(isolation_level="AUTOCOMMIT")
@@ -226,10 +230,10 @@ def _size(path: Any) -> int | None:
     return total
 
 
-def history(store: Store) -> History:
+def history(database: Database) -> History:
     """How far the stored runs go back, and how far pruning went."""
-    with store.read() as db:
-        oldest = db.execute(sa.select(sa.func.min(runs_table.c.created_at))).scalar()
+    oldest = runs.oldest_created(database)
+    with database.read() as db:
         meta = dict(
             db.execute(
                 sa.select(meta_table.c.key, meta_table.c.value).where(

@@ -1,22 +1,30 @@
 """DBOS underneath, seen from outside a worker: each attempt of a run is one DBOS workflow on
 one queue, enqueued in the same transaction that changes the run (submit, resume, a takeover),
-so a run is queued exactly when minions' tables say so. Imported only by what needs DBOS (a
-submission, a resume, a worker), as DBOS is heavy to import.
+so a run is queued exactly when minions' tables say so; and DBOS's tables as minions reads
+them (a workflow's status, the workflows handed to a worker, the rows of a pruned run's
+workflows). DBOS is heavy to import: only the queue's client imports it.
 
 DBOS delivers; minions' tables decide. A delivery of an attempt that is no longer the run's
 current one, or of a run that ended, does nothing; a worker holds a run by a lease whose epoch
-fences out every earlier holder (see `minions.runs._store`).
+fences out every earlier holder (see `minions.runs._leases`).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from dbos import DBOS, DBOSClient
 
-from minions.runs._store import sqlalchemy_url, workflow_id
+from minions.runs._db import sqlalchemy_url
+from minions.runs._tables import OURS
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient
+
+    from minions.runs._db import Database
 
 __all__: list[str] = []
 
@@ -30,6 +38,11 @@ APP_VERSION = f"minions-durable-{FORMAT}"
 LEGACY_VERSION = re.compile(r"^minions-\d")
 """DBOS application versions of minions before the format had its own version (the package's
 version): their queued and unfinished runs are taken over by today's workers."""
+
+
+def workflow_id(run_id: str, attempt: int) -> str:
+    """The DBOS workflow of a run's attempt: the run id for the first, then ``RUN-2``..."""
+    return run_id if attempt == 1 else f"{run_id}-{attempt}"
 
 
 def attempt_of(workflow: str) -> tuple[str, int]:
@@ -57,6 +70,8 @@ class Queue:
 
     def client(self) -> DBOSClient:
         if self._client is None:
+            from dbos import DBOS, DBOSClient
+
             logging.getLogger("dbos").setLevel(logging.WARNING)
             if self.url not in _MIGRATED:
                 DBOS.migrate(client_url(self.url))
@@ -94,3 +109,43 @@ class Queue:
         if self._client is not None:
             self._client.destroy()
             self._client = None
+
+
+# -- DBOS's tables ---------------------------------------------------------------------------------
+
+
+def status_table(postgres: bool) -> str:
+    """DBOS's table of workflows and their status (``PENDING``, ``CANCELLED``...)."""
+    return "dbos.workflow_status" if postgres else "workflow_status"
+
+
+_WORKFLOW_TABLES: dict[str, list[tuple[sa.Table, str]]] = {}
+
+
+def workflow_tables(database: Database, db: sa.Connection) -> list[tuple[sa.Table, str]]:
+    """DBOS's tables that hold rows of a workflow, and the column naming it; the workflows'
+    own table last (the others refer to it)."""
+    known = _WORKFLOW_TABLES.get(database.url)
+    if known is not None:
+        return known
+    schema = "dbos" if database.postgres else None
+    inspector = sa.inspect(db)
+    found: list[tuple[sa.Table, str]] = []
+    last: list[tuple[sa.Table, str]] = []
+    for name in inspector.get_table_names(schema=schema):
+        if name in OURS:
+            continue
+        columns = {c["name"] for c in inspector.get_columns(name, schema=schema)}
+        for column in ("workflow_uuid", "destination_uuid"):
+            if column in columns:
+                table = sa.Table(name, sa.MetaData(), sa.Column(column, sa.Text), schema=schema)
+                (last if name == "workflow_status" else found).append((table, column))
+                break
+    _WORKFLOW_TABLES[database.url] = found + last
+    return found + last
+
+
+def forget(database: Database, db: sa.Connection, workflows: Sequence[str]) -> None:
+    """Delete what DBOS keeps of these workflows (pruning, in the caller's transaction)."""
+    for table, column in workflow_tables(database, db):
+        db.execute(table.delete().where(table.c[column].in_(list(workflows))))

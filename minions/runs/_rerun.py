@@ -11,18 +11,22 @@ rule as a pure function of the graph; `plan_rerun` applies it to a stored run.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from minions._fold import ItemId
 from minions._templates import render, template_expressions, template_roots
 from minions.errors import MinionsError, RerunError, TemplateError
+from minions.runs import _checkpoints as checkpoints
+from minions.runs import _runs as runs
+from minions.runs._runs import RerunPlan, RunRecord
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from minions._agent.graph import StepGraph
     from minions.recipes._recipe import AgentRecipe
-    from minions.runs._tables import RunRecord
+    from minions.runs._checkpoints import Checkpoint
 
 __all__: list[str] = []
 
@@ -47,39 +51,6 @@ def reexecuted(
         found.add(step)
         pending.extend(followers.get(step, ()))
     return frozenset(found)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RerunPlan:
-    """What a rerun reuses of its parent and what it executes again, and why.
-
-    Attributes:
-        reused: the steps whose recorded results are reused (as recorded, or as `outputs`
-            sets them); a step the parent never finished runs live.
-        rerun: the steps executed again.
-        changed: steps executed again for a reason of their own besides being downstream of
-            `from_step`: ``"inputs"`` (their rendered templates change with the new inputs)
-            or ``"definition"`` (the new recipe version changed them).
-    """
-
-    parent_run_id: str
-    from_step: str
-    run_id: str = ""
-    """The rerun's id (once it is queued)."""
-    reused: tuple[str, ...]
-    rerun: tuple[str, ...]
-    changed: Mapping[str, str] = field(default_factory=dict)
-    outputs: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_data(self) -> dict[str, Any]:
-        return {
-            "parent_run_id": self.parent_run_id,
-            "from_step": self.from_step,
-            "reused": list(self.reused),
-            "rerun": list(self.rerun),
-            "changed": dict(self.changed),
-            "outputs": dict(self.outputs),
-        }
 
 
 def plan_rerun(
@@ -165,57 +136,76 @@ def plan_rerun(
     )
 
 
-def seed_rows(
-    plan: RerunPlan, saved: Mapping[tuple[str, int], tuple[str, str | None]]
-) -> list[dict[str, Any]]:
+def seeding(plan: RerunPlan, *, attempt: int) -> Callable[[sa.Connection], list[Checkpoint]]:
+    """What a rerun's insert reads its seeds with, in its own transaction: it holds the
+    parent (ended at `attempt`, the attempt the plan was made from) until the commit, then
+    reads its checkpoints. A prune that deleted the parent since the plan was made refuses
+    the rerun (nothing is queued); one that comes later waits for the commit, and the rerun
+    has its seeds by then: a rerun is never queued without them.
+
+    Raises (from the callable):
+        UnknownRunError: the parent was pruned meanwhile.
+        RunStateError: it was resumed meanwhile.
+    """
+
+    def read(db: sa.Connection) -> list[Checkpoint]:
+        runs.hold_ended(db, plan.parent_run_id, attempt=attempt)
+        return seeds(plan, checkpoints.saved_in(db, plan.parent_run_id))
+
+    return read
+
+
+def request_hash(plan: RerunPlan, snapshot_hash: str) -> str:
+    """What an idempotency key of a rerun names: its parent, its step, the outputs set by
+    hand, and the submit it amounts to (`snapshot_hash`: the recipe version and inputs)."""
+    import hashlib
+
+    request = json.dumps(
+        {
+            "rerun_of": plan.parent_run_id,
+            "from_step": plan.from_step,
+            "outputs": _jsonable(dict(plan.outputs)),
+            "cache": plan.cache,
+            "submit": snapshot_hash,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(request.encode()).hexdigest()
+
+
+def seeds(plan: RerunPlan, saved: Mapping[tuple[str, int], Checkpoint]) -> list[Checkpoint]:
     """The checkpoints a rerun starts with: the parent's completed executions (`saved`: its
-    finished steps and loop items) of the steps the rerun reuses, each with status
-    ``reused``, no calls and no new usage (the original usage, and the run that spent it,
-    kept under ``reused``), and the outputs set by hand in place; `saved` is in the order
-    the parent saved them. A loop item is copied only
-    when its step did not finish in the parent (its items are then reused as recorded)."""
+    checkpoints, in the order the parent saved them) of the steps the rerun reuses, as
+    reused (`Checkpoint.reused`), with the outputs set by hand in place. A loop item is
+    copied only when its step did not finish in the parent (its items are then reused as
+    recorded)."""
     import time
 
     now = time.time()
     reused = set(plan.reused)
-    rows: list[dict[str, Any]] = []
-    for (name, visit), (execution, routing) in saved.items():
+    copied: list[Checkpoint] = []
+    for (name, visit), checkpoint in saved.items():
         item = ItemId.parse(name)
-        step_id = item.step
-        if step_id not in reused or (item.item is not None and (step_id, visit) in saved):
+        if item.step not in reused or (item.item is not None and (item.step, visit) in saved):
             continue
-        data = json.loads(execution)
-        if data.get("status") != "completed":
+        if not checkpoint.completed:
             continue
-        earlier = data.get("reused") or {}
-        edited = item.item is None and step_id in plan.outputs
-        if edited:
-            data["output"] = plan.outputs[step_id]
-        data.update(
-            usage={},
-            model_calls=0,
-            tool_calls=0,
-            started_at=now,
-            finished_at=now,
-            reused={
-                "run_id": earlier.get("run_id", plan.parent_run_id),
-                "usage": earlier.get("usage", data.get("usage", {})),
-                "edited": edited,
-            },
+        edited = (
+            {}
+            if item.item is not None or item.step not in plan.outputs
+            else {"output": plan.outputs[item.step]}
         )
-        rows.append(
-            {
-                "step_id": name,
-                "visit": visit,
-                "status": "reused",
-                "execution": json.dumps(data, ensure_ascii=False, separators=(",", ":")),
-                "routing": routing,
+        copied.append(
+            checkpoint.reused(
+                plan.parent_run_id,
+                now=now,
                 # In the order the parent saved them (`runs show` lists steps in that order).
-                "saved_at": now + len(rows) * 1e-6,
-                "item": item.item,
-            }
+                saved_at=now + len(copied) * 1e-6,
+                **edited,
+            )
         )
-    return rows
+    return copied
 
 
 def step_definitions(text: str) -> dict[str, Any]:

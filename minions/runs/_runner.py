@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
-import json
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
 from minions._agent.executor import AgentExecutor
 from minions._routing.selection import Routing
+from minions._step.cache import Refreshing
 from minions._step.execution import StepExecution, StepStatus
 from minions._step.settings import RunSettings
 from minions._text import jsonable
@@ -39,13 +37,22 @@ from minions.models._base import Model
 from minions.models._infer import MODEL_ENV
 from minions.models._recording import Recording, ReplayModel, recording_beside
 from minions.models._structured import CapabilityMemory
-from minions.recipes._build import load_recipe_file
 from minions.recipes._recipe import AgentRecipe
-from minions.runs._async import AsyncStore
+from minions.runs import _approvals as approvals
+from minions.runs import _checkpoints as checkpoints
+from minions.runs import _events as events
+from minions.runs import _leases as leases
+from minions.runs import _runs as runs
+from minions.runs import _workers as workers
+from minions.runs._async import AsyncDatabase
 from minions.runs._cache import StoreStepCache
+from minions.runs._checkpoints import Checkpoint
+from minions.runs._events import TERMINAL_KINDS
+from minions.runs._leases import Lease, LeaseLost, Refusal, Start
 from minions.runs._limiter import StoreCapabilities, share_capabilities
-from minions.runs._log import TERMINAL_KINDS, LiveHub, event_row
-from minions.runs._store import Lease, LeaseLost, Refusal, Start, dumps, workflow_id
+from minions.runs._log import LiveHub
+from minions.runs._queue import workflow_id
+from minions.runs._runs import RerunPlan
 from minions.runs._tables import TERMINAL
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
 
@@ -72,7 +79,7 @@ class RunRecorder:
 
     def __init__(
         self,
-        store: AsyncStore,
+        database: AsyncDatabase,
         lease: Lease,
         *,
         last: int,
@@ -82,7 +89,7 @@ class RunRecorder:
         term: float = 10.0,
         valid_until: float = 0.0,
     ) -> None:
-        self.store = store
+        self.database = database
         self.lease = lease
         self.term = term
         """Seconds a lease lasts when renewed."""
@@ -100,12 +107,10 @@ class RunRecorder:
         self.lost = False
         """The lease is gone: nothing more is written."""
         self.pending: list[Event] = []
-        self.saved: dict[tuple[str, int], tuple[str, str | None]] | None = (
-            None if self.resumed else {}
-        )
+        self.saved: dict[tuple[str, int], Checkpoint] | None = None if self.resumed else {}
         """The run's finished steps and items, read once when it goes on from stored work."""
-        self.rerun: dict[str, Any] | None = None
-        """A rerun's plan (see `minions.runs._rerun`): the steps it reuses of its parent."""
+        self.rerun: RerunPlan | None = None
+        """A rerun's plan: the steps it reuses of its parent."""
         self.announced: set[tuple[str, int]] | None = None
         """The reused steps (and items) whose `StepReused` was said (a rerun's only)."""
         self.emitter: EventEmitter | None = None
@@ -148,11 +153,12 @@ class RunRecorder:
     async def _write(
         self,
         *,
-        step: dict[str, Any] | None = None,
+        checkpoint: Checkpoint | None = None,
         run: dict[str, Any] | None = None,
         announce: Callable[[], None] | None = None,
     ) -> None:
-        """Store what is pending (and a finished step, and the run's values) in one commit.
+        """Store what is pending (and a finished step's checkpoint, and the run's values) in
+        one commit.
         `announce` emits the finished step's `StepCompleted` first, so that the event is
         stored with its checkpoint.
 
@@ -164,20 +170,21 @@ class RunRecorder:
                 raise LeaseLost(self.lease.run_id)
             if announce is not None:
                 announce()
-            events = list(self.pending)
+            written = list(self.pending)
             if run is None:
                 # A terminal event is written only together with the run's end: a holder that
                 # dies between the two would leave a log that ends while the run goes on.
-                ends = [i for i, e in enumerate(events) if e.kind in TERMINAL_KINDS]
-                events = events[: ends[0]] if ends else events
-            if not events and step is None and run is None:
+                ends = [i for i, e in enumerate(written) if e.kind in TERMINAL_KINDS]
+                written = written[: ends[0]] if ends else written
+            if not written and checkpoint is None and run is None:
                 return
             append = asyncio.ensure_future(
-                self.store.append(
+                self.database.apply(
+                    leases.append,
                     self.lease,
                     after=self.stored,
-                    events=[event_row(e) for e in events],
-                    step=step,
+                    events=[events.row_of(e) for e in written],
+                    checkpoint=checkpoint,
                     run=run,
                 )
             )
@@ -190,19 +197,19 @@ class RunRecorder:
                 await asyncio.wait({append})
                 failed = None if append.cancelled() else append.exception()
                 if failed is None and not append.cancelled():
-                    self._stored(events)
+                    self._stored(written)
                 elif isinstance(failed, LeaseLost):
                     self._lose()
                 raise
             except LeaseLost:
                 self._lose()
                 raise
-            self._stored(events)
+            self._stored(written)
 
-    def _stored(self, events: list[Event]) -> None:
-        del self.pending[: len(events)]
-        if events:
-            self.stored = events[-1].seq
+    def _stored(self, written: list[Event]) -> None:
+        del self.pending[: len(written)]
+        if written:
+            self.stored = written[-1].seq
 
     def _lose(self) -> None:
         if not self.lost:
@@ -259,7 +266,7 @@ class RunRecorder:
         # is renewed under this holder's epoch.
         started = time.monotonic()
         try:
-            await self.store.renew(self.lease, lease_until=time.time() + self.term)
+            await self.database.apply(leases.renew, self.lease, lease_until=time.time() + self.term)
         except LeaseLost:
             self._lose()
             raise asyncio.CancelledError() from None
@@ -270,32 +277,23 @@ class RunRecorder:
         holds until a margin before `until`."""
         self.valid_until = max(self.valid_until, until - min(MARGIN, self.term / 4))
 
-    async def _saved(self, name: str, visit: int) -> tuple[str, str | None] | None:
+    async def _saved(self, name: str, visit: int) -> Checkpoint | None:
         if self.saved is None:
-            self.saved = await self.store.saved_steps(self.lease.run_id)
-        return self.saved.get((name, visit))
+            self.saved = await self.database.apply(checkpoints.saved, self.lease.run_id)
+        checkpoint = self.saved.get((name, visit))
+        if checkpoint is not None:
+            self._announce(checkpoint)
+        return checkpoint
 
     async def restore(
         self, step_id: str, visit: int
     ) -> tuple[StepExecution, Routing | None] | None:
-        saved = await self._saved(step_id, visit)
-        if saved is None:
-            return None
-        execution, routing = saved
-        data = json.loads(execution)
-        self._announce(step_id, visit, data)
-        return (
-            StepExecution.from_data(data),
-            None if routing is None else Routing.from_data(json.loads(routing)),
-        )
+        checkpoint = await self._saved(step_id, visit)
+        return None if checkpoint is None else (checkpoint.execution, checkpoint.routing)
 
     async def restore_item(self, name: str, visit: int) -> StepExecution | None:
-        saved = await self._saved(name, visit)
-        if saved is None:
-            return None
-        data = json.loads(saved[0])
-        self._announce(name, visit, data)
-        return StepExecution.from_data(data)
+        checkpoint = await self._saved(name, visit)
+        return None if checkpoint is None else checkpoint.execution
 
     # -- a rerun's reused steps --------------------------------------------------------------
 
@@ -306,82 +304,55 @@ class RunRecorder:
             return
         self.emitter.emit(
             RerunPlanned(
-                parent_run_id=plan["parent_run_id"],
-                from_step=plan["from_step"],
-                reused=tuple(plan["reused"]),
-                rerun=tuple(plan["rerun"]),
-                changed=dict(plan.get("changed", {})),
-                outputs_set=tuple(plan.get("outputs", {})),
+                parent_run_id=plan.parent_run_id,
+                from_step=plan.from_step,
+                reused=plan.reused,
+                rerun=plan.rerun,
+                changed=dict(plan.changed),
+                outputs_set=tuple(plan.outputs),
             )
         )
 
-    def _announce(self, name: str, visit: int, data: dict[str, Any]) -> None:
+    def _announce(self, checkpoint: Checkpoint) -> None:
         """Say `StepReused` for a step (or loop item) the rerun took from its parent (its
         checkpoint was copied when the rerun was queued), once: a rerun that goes on after a
         crash knows the ones it said from its stored events."""
-        reused = data.get("reused")
-        if reused is None or self.emitter is None or self.announced is None:
+        reuse = checkpoint.reuse
+        if reuse is None or self.emitter is None or self.announced is None:
             return
-        if (name, visit) in self.announced:
+        key = (checkpoint.name, checkpoint.visit)
+        if key in self.announced:
             return
-        self.announced.add((name, visit))
+        self.announced.add(key)
         self.emitter.emit(
             StepReused(
-                step_id=name,
-                visit=visit,
-                source_run_id=reused["run_id"],
-                output=data.get("output"),
-                edited=bool(reused.get("edited")),
-                usage=UsageRecord(**reused.get("usage", {})),
+                step_id=checkpoint.name,
+                visit=checkpoint.visit,
+                source_run_id=reuse.run_id,
+                output=checkpoint.output,
+                edited=reuse.edited,
+                usage=UsageRecord(**reuse.usage),
             )
         )
 
     async def save(
         self, execution: StepExecution, routing: Routing | None, announce: Callable[[], None]
     ) -> None:
-        routed = None if routing is None else routing.to_data()
-        await self._checkpoint(execution, routed, None, announce)
+        await self._checkpoint(
+            Checkpoint.of(execution, routing=routing, saved_at=time.time()), announce
+        )
 
     async def save_item(
         self, execution: StepExecution, item: int, announce: Callable[[], None]
     ) -> None:
-        await self._checkpoint(execution, None, item, announce)
+        await self._checkpoint(Checkpoint.of(execution, item=item, saved_at=time.time()), announce)
 
-    async def _checkpoint(
-        self,
-        execution: StepExecution,
-        routing: dict[str, Any] | None,
-        item: int | None,
-        announce: Callable[[], None],
-    ) -> None:
-        step = {
-            "step_id": execution.step_id,
-            "visit": execution.visit,
-            "status": execution.status.value,
-            "execution": dumps(execution.to_data()),
-            "routing": None if routing is None else dumps(routing),
-            "saved_at": time.time(),
-            "item": item,
-        }
+    async def _checkpoint(self, checkpoint: Checkpoint, announce: Callable[[], None]) -> None:
         try:
-            await self._write(step=step, announce=announce)
+            await self._write(checkpoint=checkpoint, announce=announce)
         except LeaseLost:
             # The run's task is being cancelled (see _lose): this step goes no further.
             raise asyncio.CancelledError() from None
-
-
-@functools.lru_cache(maxsize=32)
-def recipe_of(yaml_text: str, path: str | None) -> AgentRecipe:
-    """The run's recipe from its snapshot, built as `minions run` would build the file it came
-    from (tools and included recipes found beside it, its files protected from the file
-    tools). Built once per snapshot and process: a recipe is immutable, and a tools module is
-    imported once per process anyway.
-
-    Raises:
-        RecipeError: the snapshot does not build (a tools module beside it changed...).
-    """
-    file = Path(path) if path else Path.cwd() / "recipe.yaml"
-    return load_recipe_file(file, text=yaml_text).recipe
 
 
 def replay_beside(
@@ -461,7 +432,7 @@ class DurableRunner:
     """Runs the runs a worker's queue hands it.
 
     Args:
-        store: the worker's (patient) store.
+        database: the worker's (patient) store's database.
         executor_id: the worker's id.
         incarnation: this process's incarnation of the worker: the holder of its runs.
         settings: what its runs share (model, resolver, wrapper, tracer, MCP servers...); the
@@ -481,11 +452,12 @@ class DurableRunner:
             place, and its delivery only keeps its place in DBOS's count until a place frees
             here (or the queue would hand it to this worker again).
         hand_back_after: seconds between a waiting run's looks for a place elsewhere.
+        deps: makes the deps of each run it starts or resumes (never stored).
     """
 
     def __init__(
         self,
-        store: AsyncStore,
+        database: AsyncDatabase,
         *,
         executor_id: str,
         incarnation: str,
@@ -498,8 +470,10 @@ class DurableRunner:
         concurrency: int | None = None,
         queue: Queue | None = None,
         hand_back_after: float = 1.0,
+        deps: Callable[[], object] | None = None,
     ) -> None:
-        self.store = store
+        self.database = database
+        self.deps = deps
         self.capabilities = capabilities
         self._places = concurrency
         self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
@@ -531,7 +505,7 @@ class DurableRunner:
                 step_cache=(
                     settings.step_cache
                     if settings.step_cache is not None
-                    else StoreStepCache(store)
+                    else StoreStepCache(database)
                 ),
             )
         )
@@ -578,10 +552,9 @@ class DurableRunner:
         look again later; `stale`: the run moved on, the delivery does nothing."""
         assert self.queue is not None
         assert self._places is not None
-        store = self.store.store
         try:
-            room = await self.store.call(
-                store.room_elsewhere,
+            room = await self.database.apply(
+                workers.room_elsewhere,
                 self.executor_id,
                 queue=self.queue.name,
                 places=self._places,
@@ -589,8 +562,8 @@ class DurableRunner:
             )
             if not room:
                 return "stay"
-            requeued = await self.store.call(
-                store.requeue,
+            requeued = await self.database.apply(
+                runs.requeue,
                 run_id,
                 statuses=("queued",),
                 epoch=None,
@@ -632,7 +605,7 @@ class DurableRunner:
         asked = time.monotonic()  # the lease runs at least from here
         start = await self._claim(run_id, attempt)
         if start == "ended":
-            status = (await self.store.get_run(run_id, details=False)).status
+            status = (await self.database.apply(runs.get, run_id, details=False)).status
             if status != "completed":
                 # Its attempt delivered again after the run ended: an operator's `dbos workflow
                 # resume` (or a worker that died after ending the run). Refused, saying how.
@@ -653,7 +626,7 @@ class DurableRunner:
                 task.cancel()
 
         recorder = RunRecorder(
-            self.store,
+            self.database,
             lease,
             last=start.last_seq,
             hub=self.hub,
@@ -665,10 +638,12 @@ class DurableRunner:
         if start.rerun is not None:
             # Its reused steps' checkpoints were copied into it when it was queued.
             recorder.rerun, recorder.saved = start.rerun, None
-            recorder.announced = await self.store.announced(run_id) if recorder.resumed else set()
+            recorder.announced = (
+                await self.database.apply(events.reuses_said, run_id) if recorder.resumed else set()
+            )
         try:
             # Built off the event loop (a tools module is imported): its other runs go on.
-            recipe = await self.store.call(recipe_of, start.recipe_yaml, start.recipe_path)
+            recipe = await self.database.call(start.snapshot.recipe)
         except RecipeError as exc:
             await self._fail(recorder, f"the recipe no longer loads: {exc}")
             raise RunFailedError(run_id, str(exc)) from None
@@ -677,7 +652,7 @@ class DurableRunner:
             await self.capabilities.refresh()
         executor = self.executor
         try:
-            replay = replay_beside(recipe, start.recipe_path, executor.settings)
+            replay = replay_beside(recipe, start.snapshot.path, executor.settings)
         except MinionsError as exc:
             await self._fail(recorder, str(exc))
             raise RunFailedError(run_id, str(exc)) from None
@@ -688,9 +663,25 @@ class DurableRunner:
                     executor.settings, model=replay, model_resolver=lambda _spec: replay
                 )
             )
+        given = executor.settings.step_cache
+        if start.rerun is not None and not start.rerun.cache and given is not None:
+            # A rerun's steps run again: none answers from the step cache (each refreshes it).
+            executor = AgentExecutor(
+                settings=dataclasses.replace(executor.settings, step_cache=Refreshing(given))
+            )
         graph = executor.graph(recipe)
+        try:
+            deps = None if self.deps is None else self.deps()
+        except Exception as exc:
+            cause = f"the worker's deps factory failed: {type(exc).__name__}: {exc}"
+            await self._fail(recorder, cause)
+            raise RunFailedError(run_id, cause) from None
         context = executor.create_context(
-            recipe, start.inputs, run_id=run_id, listeners=[recorder.on_event, recorder.on_start]
+            recipe,
+            start.snapshot.inputs,
+            run_id=run_id,
+            listeners=[recorder.on_event, recorder.on_start],
+            deps=deps,
         )
         context.events.continue_after(start.last_seq)
         recorder.emitter = context.events
@@ -698,6 +689,7 @@ class DurableRunner:
             # A person resumed it (a worker's takeover has no actor and says nothing; a
             # redelivery of this very attempt says it again).
             context.events.emit(RunResumed(attempt=lease.attempt, actor=start.record.queued_by))
+        began = time.monotonic()
         task = asyncio.create_task(executor.run(graph, context, checkpoints=recorder))
         self.running[run_id] = task
         self._recorders[run_id] = recorder
@@ -710,7 +702,15 @@ class DurableRunner:
                 return  # stood down: the run is someone else's now
             if not cancelled:
                 raise  # the worker is stopping: the run is taken over from its checkpoint
-            asked = await self.store.get_run(run_id, details=False)
+            asked = await self.database.apply(runs.get, run_id, details=False)
+            metrics = executor.settings.metrics
+            if metrics is not None:
+                metrics.run_ended(
+                    recipe.id,
+                    "cancelled",
+                    duration=time.monotonic() - began,
+                    waited=context.waits.seconds,
+                )
             await recorder.close(
                 actor=asked.cancelled_by,
                 status="cancelled",
@@ -752,12 +752,15 @@ class DurableRunner:
         nothing to run: the attempt is stale, the run ended, or its holder lives on."""
         deadline = time.monotonic() + self.lease + 2 * self.heartbeat
         while True:
-            outcome = await self.store.claim(
+            now = time.time()
+            outcome = await self.database.apply(
+                leases.claim,
                 run_id,
                 attempt=attempt,
                 holder=self.incarnation,
                 executor_id=self.executor_id,
-                lease_until=time.time() + self.lease,
+                lease_until=now + self.lease,
+                now=now,
             )
             if isinstance(outcome, Start) or outcome != "held" or time.monotonic() > deadline:
                 return outcome
@@ -771,11 +774,11 @@ class DurableRunner:
         workflow = workflow_id(lease.run_id, lease.attempt)
         while not task.done():
             await asyncio.sleep(self.cancel_poll)
-            epoch, cancel, dbos_status = await self.store.watch(lease.run_id, workflow)
-            if epoch != lease.epoch:
+            watched = await self.database.apply(leases.watch, lease.run_id, workflow)
+            if watched.epoch != lease.epoch:
                 recorder._lose()
                 return
-            if cancel or dbos_status == "CANCELLED":
+            if watched.cancel_requested or watched.workflow_status == "CANCELLED":
                 cancelled.append(True)
                 task.cancel()
                 return
@@ -798,9 +801,10 @@ class DurableRunner:
             raise asyncio.CancelledError() from None
 
     async def _decision(self, request: ApprovalRequest, recorder: RunRecorder) -> ApprovalDecision:
-        lease, store = recorder.lease, self.store
+        lease, database = recorder.lease, self.database
         run_id = lease.run_id
-        record = await store.request_approval(
+        record = await database.apply(
+            leases.request_approval,
             lease,
             call_id=request.call_id,
             step_id=request.step_id,
@@ -810,10 +814,10 @@ class DurableRunner:
         if record.decided_at is None:
             self._waiting[run_id] = self._waiting.get(run_id, 0) + 1
             try:
-                await store.set_held_status(lease, "waiting")
+                await database.apply(leases.set_held_status, lease, "waiting")
                 while True:
                     await asyncio.sleep(self.cancel_poll)
-                    found = await store.approval(run_id, request.call_id)
+                    found = await database.apply(approvals.get, run_id, request.call_id)
                     assert found is not None
                     record = found
                     if record.decided_at is not None:
@@ -823,7 +827,7 @@ class DurableRunner:
                 if not self._waiting[run_id]:
                     del self._waiting[run_id]
             if run_id not in self._waiting:
-                await store.set_held_status(lease, "running")
+                await database.apply(leases.set_held_status, lease, "running")
         return ApprovalDecision(
             approved=bool(record.approved), reason=record.reason, decided_by=record.decided_by
         )

@@ -1,898 +1,636 @@
-"""`RunStore`: the runs of one database, as async operations. The CLI and the REST service use
-it and nothing else of `minions.runs`' machinery: every state change a client makes goes
-through here, each a compare-and-set on the run (one of concurrent callers wins; the others
-get `RunStateError` with the state they found)."""
+"""The runs table: each run's record (its recipe snapshot, inputs, status, result, lineage), and
+the state changes its clients make, each a compare-and-set on the run's row: queue it (stored
+and queued in one transaction), ask to cancel it, end it while nobody runs it, queue its next
+attempt. What the holder of a run writes under its lease is `minions.runs._leases`.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import hashlib
-import json
-import os
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import structlog
+import sqlalchemy as sa
 
-from minions._text import jsonable
-from minions.errors import RunStateError, StoreError
-from minions.events import Event
-from minions.runs._async import AsyncStore
-from minions.runs._keys import KeyRecord
-from minions.runs._log import EventLog, LiveHub, run_failed_row
-from minions.runs._store import DEFAULT_URL, Store
-from minions.runs._tables import (
-    STATUSES,
-    TERMINAL,
-    CatchUp,
-    EndpointRecord,
-    History,
-    PruneResult,
-    RunFilter,
-    RunRecord,
-    ScheduleRecord,
-    WorkerRecord,
-)
+from minions.errors import IdempotencyConflictError, RunStateError, UnknownRunError
+from minions.runs import _approvals as approvals
+from minions.runs import _checkpoints as checkpoints
+from minions.runs import _events as events
+from minions.runs._db import dumps, loads
+from minions.runs._snapshot import RecipeSnapshot
+from minions.runs._tables import ACTIVE, HELD, TERMINAL, runs_table
 
 if TYPE_CHECKING:
-    from minions._step.cache import StepCache
-    from minions.recipes._recipe import AgentRecipe
-    from minions.recipes._schema import RecipeSpec
-    from minions.recipes._source import Located
-    from minions.runs._diff import RunDiff
-    from minions.runs._queue import Queue
-    from minions.runs._rerun import RerunPlan
+    from minions.runs._approvals import ApprovalRecord
+    from minions.runs._checkpoints import Checkpoint, StepRecord
+    from minions.runs._db import Database
+    from minions.runs._events import EventRow
 
-__all__ = ["RunFilters", "RunStore", "database_url"]
+__all__ = ["RerunPlan", "RunRecord"]
 
-log = structlog.get_logger(__name__)
+Enqueue = Callable[[sa.Connection, str, int], None]
+"""Queues attempt `n` of run `run_id` in the caller's transaction (DBOS's enqueue)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Snapshot:
-    """A recipe and its inputs, checked, as a run (or a schedule) stores them."""
+class RunRecord:
+    """A run as stored.
 
-    recipe_id: str
-    recipe_hash: str
-    inputs: dict[str, Any]
-    request_hash: str
-
-
-def _snapshot_of(text: str, built: AgentRecipe, checked: Mapping[str, Any]) -> _Snapshot:
-    """What a run (or a schedule) stores of recipe snapshot `text` and its checked inputs."""
-    recipe_hash = hashlib.sha256(text.encode()).hexdigest()
-    request = json.dumps(
-        {"recipe": built.id, "recipe_hash": recipe_hash, "inputs": jsonable(checked)},
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-    return _Snapshot(
-        recipe_id=built.id,
-        recipe_hash=recipe_hash,
-        inputs=dict(checked),
-        request_hash=hashlib.sha256(request.encode()).hexdigest(),
-    )
-
-
-def database_url(given: str | None = None) -> str:
-    """`given`, else ``MINIONS_DATABASE_URL``, else ``sqlite:///./.minions/minions.db``."""
-    return given or os.environ.get("MINIONS_DATABASE_URL") or DEFAULT_URL
-
-
-class RunFilters(TypedDict, total=False):
-    """The filters of `RunStore.list_runs` and `RunStore.count_runs`."""
-
-    status: str | None
-    recipe: str | None
-    created_after: float | None
-    created_before: float | None
-    id_prefix: str | None
-    schedule: str | None
-
-
-def _filter(which: RunFilters) -> RunFilter:
-    status = which.get("status")
-    if status is not None and status not in STATUSES:
-        raise ValueError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
-    return RunFilter(**which)
-
-
-class RunStore:
-    """The runs of one database, as async operations.
-
-    Args:
-        url: the database (see `database_url`).
-        create: make the database when it does not exist (submitting does; reading an
-            unknown store is an error instead, and writes nothing).
-        hub: the live events of a worker in this process: followers get its runs' token
-            deltas too.
-        poll: seconds between reads of a followed run when nothing woke it (SQLite; Postgres
-            wakes followers with LISTEN/NOTIFY).
-        import_tools: check a submitted recipe with its tools modules imported (False, for a
-            service: no request makes this process import code; each module is only found,
-            and the worker checks the steps' tool names when it builds the recipe).
-
-    Raises:
-        StoreError: the database cannot be reached, is not a minions store, or is newer.
+    Attributes:
+        attempt: 1, then one more each time the run was resumed, taken over from a worker
+            that died, or handed back by a busy worker to one with a place free.
+        executor_id: the worker that runs it (or ran it last).
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        create: bool = False,
-        hub: LiveHub | None = None,
-        poll: float = 0.1,
-        import_tools: bool = True,
-    ) -> None:
-        self.url = database_url(url)
-        self._import_tools = import_tools
-        self._store = AsyncStore(Store(self.url, create=create))
-        self.log = EventLog(self._store, hub=hub, poll=poll)
-        """The event log: `follow` reads it."""
-        self._queue: Queue | None = None
+    run_id: str
+    recipe_id: str
+    status: str
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    output: Any = None
+    error: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    recipe_path: str | None = None
+    recipe_hash: str = ""
+    executor_id: str | None = None
+    cancel_requested: bool = False
+    attempt: int = 1
+    schedule: str | None = None
+    """The schedule that fired it (None: submitted)."""
+    slot: float | None = None
+    """The slot of `schedule` it was fired for (a Unix time)."""
+    steps: tuple[StepRecord, ...] = ()
+    approvals: tuple[ApprovalRecord, ...] = ()
+    parent_run_id: str | None = None
+    """For a rerun: the run it reran."""
+    from_step: str | None = None
+    """For a rerun: the step it reran from."""
+    queued_by: str | None = None
+    """Who queued its current attempt (submitted, reran or resumed it): a key's name,
+    ``token``, ``cli:USER``, ``schedule:NAME`` (None: a worker's takeover, or not known)."""
+    cancelled_by: str | None = None
+    """Who asked for its cancel."""
 
-    def close(self) -> None:
-        if self._queue is not None:
-            self._queue.close()
-        self._store.close()
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
 
-    async def aclose(self) -> None:
-        """Stop following runs, then close."""
-        await self.log.stop()
-        self.close()
 
-    async def __aenter__(self) -> RunStore:
-        return self
+@dataclass(frozen=True, kw_only=True)
+class RunFilter:
+    """Which runs a listing gives: each field given narrows it (all of them at once).
 
-    async def __aexit__(self, *_: object) -> None:
-        await self.aclose()
+    Attributes:
+        created_after: created at or after this time (Unix seconds).
+        created_before: created before this time.
+        id_prefix: run ids that start with this.
+        schedule: fired by this schedule.
+    """
 
-    async def _dbos(self) -> Queue:
-        """The DBOS queue, its client ready (made before a transaction that enqueues: making
-        it may create DBOS's tables, which must not wait on that transaction)."""
-        if self._queue is None:
-            from minions.runs._queue import Queue
+    status: str | None = None
+    recipe: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    id_prefix: str | None = None
+    schedule: str | None = None
 
-            self._queue = Queue(self.url)
-        await self._store.call(self._queue.client)
-        return self._queue
 
-    # -- submitting ----------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class RerunPlan:
+    """What a rerun reuses of its parent and what it executes again, and why.
 
-    async def submit(
-        self,
-        recipe: str | Path,
-        inputs: Mapping[str, Any] | None = None,
-        *,
-        idempotency_key: str | None = None,
-        actor: str | None = None,
-    ) -> tuple[str, bool]:
-        """Queue a run of the recipe file; its YAML is snapshotted into the run. Returns the
-        run id and whether it is new (False: `idempotency_key` named the same request before;
-        its run is returned). `actor`: who submits it (its `RunStarted` event says so): a
-        key's name, ``token``, ``cli:USER``.
+    Attributes:
+        reused: the steps whose recorded results are reused (as recorded, or as `outputs`
+            sets them); a step the parent never finished runs live.
+        rerun: the steps executed again.
+        changed: steps executed again for a reason of their own besides being downstream of
+            `from_step`: ``"inputs"`` (their rendered templates change with the new inputs)
+            or ``"definition"`` (the new recipe version changed them).
+        cache: the steps executed again may answer from the step cache (asked for; by
+            default they never do: each runs, and its entry replaces the cached one).
+    """
 
-        The run is stored and queued in one transaction: both, or neither.
+    parent_run_id: str
+    from_step: str
+    run_id: str = ""
+    """The rerun's id (once it is queued)."""
+    reused: tuple[str, ...]
+    rerun: tuple[str, ...]
+    changed: Mapping[str, str] = field(default_factory=dict)
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+    cache: bool = False
+    created: bool = True
+    """False: an idempotency key named an earlier rerun, and this is its plan."""
 
-        Raises:
-            RecipeError: the recipe or the inputs are invalid (nothing is queued).
-            IdempotencyConflictError: `idempotency_key` named another request (another
-                recipe, recipe version or inputs).
-        """
-        from minions.recipes._loader import read_recipe_text
+    def to_data(self) -> dict[str, Any]:
+        """The plan as JSON data (what the rerun stores, and its worker reads)."""
+        return {
+            "parent_run_id": self.parent_run_id,
+            "from_step": self.from_step,
+            "reused": list(self.reused),
+            "rerun": list(self.rerun),
+            "changed": dict(self.changed),
+            "outputs": dict(self.outputs),
+            "cache": self.cache,
+        }
 
-        path = await self._store.call(Path(recipe).resolve)
-        text = await self._store.call(read_recipe_text, path)
-        return await self._queue_run(text, path, inputs, idempotency_key, actor=actor)
-
-    async def submit_yaml(
-        self,
-        text: str,
-        inputs: Mapping[str, Any] | None = None,
-        *,
-        base: str | Path,
-        idempotency_key: str | None = None,
-        check: Callable[[RecipeSpec], object] | None = None,
-        actor: str | None = None,
-    ) -> tuple[str, bool]:
-        """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
-        tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
-        The text is parsed once; `check` sees the parsed recipe before anything is built or
-        stored (the service's rules for inline recipes), and refuses it by raising.
-
-        Raises:
-            RecipeError: the recipe or the inputs are invalid, or `check` refused them
-                (nothing is queued).
-            IdempotencyConflictError: as for `submit`.
-        """
-        from minions.recipes._loader import parse_spec
-
-        folder = await self._store.call(Path(base).resolve)
-        spec, located = await self._store.call(parse_spec, text)
-        if check is not None:
-            check(spec)
-        return await self._queue_run(
-            text,
-            folder / f"{spec.id}.inline.yaml",
-            inputs,
-            idempotency_key,
-            (spec, located),
-            actor=actor,
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], *, run_id: str = "") -> RerunPlan:
+        """A plan stored by `to_data` (of the rerun `run_id`)."""
+        return cls(
+            parent_run_id=data["parent_run_id"],
+            from_step=data["from_step"],
+            run_id=run_id,
+            reused=tuple(data["reused"]),
+            rerun=tuple(data["rerun"]),
+            changed=dict(data.get("changed", {})),
+            outputs=dict(data.get("outputs", {})),
+            cache=bool(data.get("cache", False)),
         )
 
-    async def _queue_run(
-        self,
-        text: str,
-        path: Path,
-        inputs: Mapping[str, Any] | None,
-        idempotency_key: str | None,
-        parsed: tuple[RecipeSpec, Located] | None = None,
-        *,
-        actor: str | None = None,
-    ) -> tuple[str, bool]:
-        """Check the recipe snapshot `text` (as the file `path`; `parsed` already) and the
-        inputs, store the run and queue it."""
-        built = await self._build(text, path, parsed)
-        checked = built.check_inputs(dict(inputs or {}))
-        return await self._insert(
-            text, path, built, checked, idempotency_key=idempotency_key, actor=actor
+
+ANY_RUN = RunFilter()
+"""No filter: every run."""
+
+
+class Head(NamedTuple):
+    """A run's status and the number of its last stored event: what a follower looks at."""
+
+    status: str
+    last_seq: int
+
+
+class Expired(NamedTuple):
+    """A run held by nobody alive (its holder's lease ran out)."""
+
+    run_id: str
+    epoch: int
+    recoveries: int
+    """How often it was taken over from dead workers so far."""
+
+
+class Attempt(NamedTuple):
+    """A queued run's current attempt and epoch."""
+
+    attempt: int
+    epoch: int
+
+
+# -- queuing -------------------------------------------------------------------------------------
+
+
+def queued_row(
+    snapshot: RecipeSnapshot,
+    *,
+    run_id: str,
+    idempotency_key: str | None,
+    rerun: RerunPlan | None = None,
+    **values: Any,
+) -> dict[str, Any]:
+    """A new queued run's row: its snapshot, its idempotency key, for a rerun its plan
+    (its parent and the step it reran from are columns too), `values` (a schedule's run:
+    its schedule and slot), and the rest as a run starts."""
+    row = {
+        **snapshot.columns(),
+        "run_id": run_id,
+        "idempotency_key": idempotency_key,
+        "status": "queued",
+        "created_at": time.time(),
+        "cancel_requested": False,
+        "starts": 0,
+        "epoch": 0,
+        "attempt": 1,
+        "recoveries": 0,
+        "last_seq": 0,
+        **values,
+    }
+    if rerun is not None:
+        row.update(
+            parent_run_id=rerun.parent_run_id,
+            from_step=rerun.from_step,
+            rerun=dumps(rerun.to_data()),
         )
+    return row
 
-    async def _snapshot(self, text: str, path: Path, inputs: Mapping[str, Any] | None) -> _Snapshot:
-        """The recipe `text` (as the file `path`) and the inputs, checked."""
-        built = await self._build(text, path)
-        return _snapshot_of(text, built, built.check_inputs(dict(inputs or {})))
 
-    async def _build(
-        self, text: str, path: Path | str, parsed: tuple[RecipeSpec, Located] | None = None
-    ) -> AgentRecipe:
-        """The recipe of snapshot `text` (as the file `path`; `parsed` already), checked."""
-        from minions.recipes._build import load_recipe_file
-        from minions.runs._runner import recipe_of
+def insert_queued(database: Database, db: sa.Connection, row: dict[str, Any]) -> bool:
+    """Store a queued run's row in the caller's transaction, only when its idempotency key
+    is new (a concurrent insert with the same key waits on the row, then inserts nothing).
+    Whether it was stored."""
+    inserted = db.execute(
+        database.insert_ignoring_conflicts(runs_table, row).returning(runs_table.c.run_id)
+    ).first()
+    return inserted is not None
 
-        if self._import_tools:
-            return await self._store.call(recipe_of, text, str(path))
-        loaded = await self._store.call(
-            load_recipe_file, Path(path), text=text, import_tools=False, parsed=parsed
-        )
-        return loaded.recipe
 
-    async def _insert(
-        self,
-        text: str,
-        path: Path | str,
-        built: AgentRecipe,
-        checked: Mapping[str, Any],
-        *,
-        idempotency_key: str | None = None,
-        rerun: Mapping[str, Any] | None = None,
-        steps: Sequence[Mapping[str, Any]] = (),
-        actor: str | None = None,
-    ) -> tuple[str, bool]:
-        snapshot = _snapshot_of(text, built, checked)
-        queue = await self._dbos()
-        return await self._store.call(
-            self._store.store.insert_run,
-            run_id=uuid.uuid4().hex,
-            recipe_id=snapshot.recipe_id,
-            recipe_yaml=text,
-            recipe_path=str(path),
-            recipe_hash=snapshot.recipe_hash,
-            inputs=snapshot.inputs,
-            idempotency_key=idempotency_key,
-            request_hash=snapshot.request_hash,
-            enqueue=queue.enqueue,
-            rerun=rerun,
-            steps=steps,
-            actor=actor,
-        )
+def insert(
+    database: Database,
+    row: dict[str, Any],
+    *,
+    enqueue: Enqueue,
+    seeds: Callable[[sa.Connection], Sequence[Checkpoint]] | None = None,
+) -> tuple[str, bool]:
+    """Store a queued run (`queued_row`) and queue it, in one transaction: both happen or
+    neither. `seeds`: reads, in that transaction, the checkpoints it starts with (a
+    rerun's: the steps it reuses of its parent, which it holds until the commit); what it
+    raises stores nothing. The run's id and True; with an idempotency key used before, the
+    earlier run's id and False.
 
-    async def rerun(
-        self,
-        run_id: str,
-        *,
-        from_step: str,
-        inputs: Mapping[str, Any] | None = None,
-        outputs: Mapping[str, Any] | None = None,
-        recipe: str | Path | None = None,
-        actor: str | None = None,
-    ) -> RerunPlan:
-        """Queue a rerun of an ended run from step `from_step`: a new run that reuses the
-        recorded result of every step not downstream of `from_step` (no model or tool call;
-        status ``reused``) and executes `from_step` and everything after it. `inputs` change
-        some of the run's inputs (steps whose rendered templates change with them run again
-        too); `outputs` replace the recorded outputs of reused steps (checked against their
-        output schemas; what follows them runs again). `recipe`: a new version of the recipe
-        (a file), instead of the run's snapshot; steps whose definition changed run again.
-        `actor`: who reruns it. Returns the plan, with the new run's id.
-
-        Raises:
-            UnknownRunError: no run has this id.
-            RunStateError: the run has not ended.
-            RerunError: an unknown step, or an output that cannot be set.
-            RecipeError: the recipe or the inputs are invalid (nothing is queued).
-        """
-        from minions._agent.graph import StepGraph
-        from minions.recipes._loader import read_recipe_text
-        from minions.runs._rerun import plan_rerun, seed_rows, step_definitions
-
-        parent = await self._store.get_run(run_id)
-        if not parent.terminal:
-            raise RunStateError(
-                f"run {run_id} is {parent.status}: only an ended run is rerun", status=parent.status
+    Raises:
+        IdempotencyConflictError: the key was used for another request.
+    """
+    run_id, key = row["run_id"], row["idempotency_key"]
+    with database.begin() as db:
+        # Written first (see `insert_queued`).
+        if insert_queued(database, db, row):
+            if seeds is not None:
+                checkpoints.insert(db, run_id, seeds(db))
+            enqueue(db, run_id, 1)
+            return run_id, True
+        found = db.execute(
+            sa.select(runs_table.c.run_id, runs_table.c.request_hash).where(
+                runs_table.c.idempotency_key == key
             )
-        text, path, _ = await self._store.run_source(run_id)
-        definitions = None
-        if recipe is not None:
-            new_path = await self._store.call(Path(recipe).resolve)
-            new_text = await self._store.call(read_recipe_text, new_path)
-            if new_text != text:
-                definitions = (step_definitions(text), step_definitions(new_text))
-            text, path = new_text, str(new_path)
-        built = await self._build(text, path or "recipe.yaml")
-        checked = built.check_inputs({**parent.inputs, **dict(inputs or {})})
-        plan = plan_rerun(
-            parent,
-            StepGraph(built),
-            from_step=from_step,
-            inputs=checked,
-            outputs=dict(outputs or {}),
-            definitions=definitions,
+        ).one()
+    if found.request_hash is not None and found.request_hash != row["request_hash"]:
+        raise IdempotencyConflictError(key, found.run_id)
+    return str(found.run_id), False
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def get(database: Database, run_id: str, *, details: bool = True) -> RunRecord:
+    """The run (with its finished steps and approvals when `details`).
+
+    Raises:
+        UnknownRunError: no run has this id.
+    """
+    with database.read() as db:
+        found = row(db, run_id)
+        if not details:
+            return record(found)
+        return record(found, checkpoints.records(db, run_id), approvals.of_run(db, run_id))
+
+
+def snapshot(database: Database, run_id: str) -> RecipeSnapshot:
+    """The recipe snapshot the run was queued with (its YAML, file and inputs).
+
+    Raises:
+        UnknownRunError: no run has this id.
+    """
+    with database.read() as db:
+        return RecipeSnapshot.from_row(row(db, run_id))
+
+
+def rerun_plan(database: Database, run_id: str) -> RerunPlan | None:
+    """The plan the run was queued with (None: it is not a rerun).
+
+    Raises:
+        UnknownRunError: no run has this id.
+    """
+    with database.read() as db:
+        stored = row(db, run_id).rerun
+    return None if stored is None else RerunPlan.from_data(loads(stored), run_id=run_id)
+
+
+def listed(
+    database: Database,
+    which: RunFilter = ANY_RUN,
+    *,
+    limit: int = 50,
+    before: tuple[float, str] | None = None,
+) -> list[RunRecord]:
+    """Newest first; `before` (created_at, run_id) continues after a page's last run."""
+    query = _filtered(sa.select(runs_table), which).order_by(
+        runs_table.c.created_at.desc(), runs_table.c.run_id.desc()
+    )
+    if before is not None:
+        created, run_id = before
+        query = query.where(
+            sa.or_(
+                runs_table.c.created_at < created,
+                sa.and_(runs_table.c.created_at == created, runs_table.c.run_id < run_id),
+            )
         )
-        seeds = seed_rows(plan, await self._store.saved_steps(run_id))
-        new_id, _ = await self._insert(
-            text,
-            path or "recipe.yaml",
-            built,
-            checked,
-            rerun=plan.to_data(),
-            steps=seeds,
-            actor=actor,
-        )
-        return dataclasses.replace(plan, run_id=new_id)
+    with database.read() as db:
+        return [record(r) for r in db.execute(query.limit(limit))]
 
-    # -- reading -------------------------------------------------------------------------------
 
-    async def recipe_yaml(self, run_id: str) -> str:
-        """The recipe YAML snapshotted into the run at submission.
+def count(database: Database, which: RunFilter = ANY_RUN) -> int:
+    """How many runs `listed` gives with this filter, every page together."""
+    query = _filtered(sa.select(sa.func.count()).select_from(runs_table), which)
+    with database.read() as db:
+        return int(db.execute(query).scalar_one())
 
-        Raises:
-            UnknownRunError: no run has this id.
-        """
-        text, _path, _inputs = await self._store.run_source(run_id)
-        return text
 
-    async def get(self, run_id: str) -> RunRecord:
-        """The run with its finished steps and approvals.
+def head(database: Database, run_id: str) -> Head:
+    """The run's status and the number of its last stored event (one indexed read).
 
-        Raises:
-            UnknownRunError: no run has this id.
-        """
-        return await self._store.get_run(run_id)
+    Raises:
+        UnknownRunError: no run has this id.
+    """
+    with database.read() as db:
+        found = db.execute(
+            sa.select(runs_table.c.status, runs_table.c.last_seq).where(
+                runs_table.c.run_id == run_id
+            )
+        ).one_or_none()
+    if found is None:
+        raise UnknownRunError(run_id)
+    return Head(str(found.status), int(found.last_seq))
 
-    async def list_runs(
-        self,
-        *,
-        limit: int = 50,
-        before: tuple[float, str] | None = None,
-        **which: Unpack[RunFilters],
-    ) -> list[RunRecord]:
-        """Runs, newest first, a page at a time.
 
-        Args:
-            limit: at most this many.
-            before: the created_at and run id of a page's last run: the page after it.
-            **which: the filters, together: `status` (runs in this status), `recipe` (of
-                this recipe id), `created_after` (created at or after, Unix seconds),
-                `created_before` (created before), `id_prefix` (whose id starts with it),
-                `schedule` (fired by this schedule).
-        """
-        return await self._store.list_runs(_filter(which), limit=limit, before=before)
-
-    async def count_runs(self, **which: Unpack[RunFilters]) -> int:
-        """How many runs `list_runs` with the same filters gives, every page together."""
-        return await self._store.count_runs(_filter(which))
-
-    async def step_events(self, run_id: str, step_id: str) -> list[Event]:
-        """The stored events of one step of the run, every visit, and of its loop items
-        (whose step ids are ``step[0]``, ``step[1]``...), in order.
-
-        Raises:
-            UnknownRunError: no run has this id.
-        """
-        await self._store.head(run_id)
-        return await self._store.step_events(run_id, step_id)
-
-    async def history(self) -> History:
-        """How far the stored runs go back, and how far pruning went."""
-        from minions.runs._prune import history
-
-        return await self._store.call(history, self._store.store)
-
-    async def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        """Stored events of the run after sequence number `after`, in order.
-
-        Raises:
-            UnknownRunError: no run has this id.
-        """
-        await self._store.head(run_id)
-        return await self._store.events(run_id, after=after, limit=limit)
-
-    def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        """The stored events after `after`, then new ones as they are stored, until the run
-        has ended (a resumed run is followed to its new end).
-
-        Raises:
-            UnknownRunError: no run has this id.
-        """
-        return self.log.follow(run_id, after=after)
-
-    async def diff(self, run_a: str, run_b: str, *, max_values: int | None = None) -> RunDiff:
-        """Two runs compared step by step (status, output, tokens, calls, duration), with the
-        first step where they diverge; computed in a thread, off the event loop.
-
-        Raises:
-            UnknownRunError: no run has one of these ids.
-            DiffTooLargeError: their step outputs hold more than `max_values` JSON values
-                (default 500,000).
-        """
-        from minions.runs._diff import diff_off_loop
-
-        runs = await self._store.get_run(run_a), await self._store.get_run(run_b)
-        return await diff_off_loop(*runs, max_values)
-
-    def step_cache(self, *, clock: Callable[[], float] = time.time) -> StepCache:
-        """The store's step cache (what durable runs use), for foreground runs to share it:
-        ``AgentExecutor(settings=RunSettings(step_cache=store.step_cache()))``. `clock`: the
-        time entries are made and expire by."""
-        from minions.runs._cache import StoreStepCache
-
-        return StoreStepCache(self._store, clock=clock)
-
-    async def workers(self) -> list[WorkerRecord]:
-        return await self._store.workers()
-
-    async def endpoints(self, *, expiry: float | None = None) -> list[EndpointRecord]:
-        """What model endpoints taught the structured-output ladder of the store's workers,
-        learned within `expiry` seconds (the default of `Limits.capability_expiry`)."""
-        from minions.models._limits import DEFAULT_CAPABILITY_EXPIRY
-        from minions.runs._endpoints import capabilities
-
-        kept = DEFAULT_CAPABILITY_EXPIRY if expiry is None else expiry
-        found = await self._store.call(capabilities, self._store.store, since=time.time() - kept)
+def expired(database: Database, now: float) -> list[Expired]:
+    """Runs held by nobody alive."""
+    runs = runs_table.c
+    with database.read() as db:
         return [
-            EndpointRecord(
-                base_url=c.base_url,
-                model=c.model,
-                rejected=tuple(sorted(c.rejected)),
-                output_mode=c.worked,
-                learned_at=c.learned_at,
-                expires_at=c.learned_at + kept,
+            Expired(r.run_id, r.epoch, r.recoveries)
+            for r in db.execute(
+                sa.select(runs.run_id, runs.epoch, runs.recoveries).where(
+                    runs.status.in_(HELD),
+                    sa.or_(runs.lease_until.is_(None), runs.lease_until < now),
+                )
             )
-            for c in found
         ]
 
-    async def forget_endpoint(self, base_url: str, model: str | None = None) -> int:
-        """Forget what an endpoint taught (every model it serves when `model` is ``None``):
-        the next run through it discovers its structured-output mode again. How many
-        endpoints were forgotten."""
-        from minions.models._limits import base_url as normalized
-        from minions.runs._endpoints import forget_capabilities
 
-        return await self._store.call(
-            forget_capabilities, self._store.store, normalized(base_url), model
-        )
-
-    # -- state changes -------------------------------------------------------------------------
-
-    async def cancel(
-        self, run_id: str, *, wait: float = 10.0, actor: str | None = None
-    ) -> RunRecord:
-        """Cancel the run: a queued one (or one whose worker died) at once; a running one at
-        its next step boundary, its model calls cancelled. A worker that does not answer within
-        `wait` seconds is fenced out and the run is ended here. Returns the run as it is then.
-        `actor`: who cancels it (its terminal `RunFailed` event says so).
-
-        Raises:
-            UnknownRunError: no run has this id.
-            RunStateError: the run has ended already.
-        """
-        store = self._store.store
-        record = await self._store.call(store.request_cancel, run_id, actor=actor)
-        if await self._end_cancelled(run_id, "unheld", actor):
-            await self._forget(run_id, record.attempt)
-            return await self.get(run_id)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            found = await self._store.get_run(run_id, details=False)
-            if found.terminal:
-                return await self.get(run_id)
-            await asyncio.sleep(0.1)
-        await self._end_cancelled(run_id, "any", actor)
-        return await self.get(run_id)
-
-    async def _end_cancelled(self, run_id: str, when: Any, actor: str | None) -> bool:
-        return await self._store.call(
-            self._store.store.end_unheld,
-            run_id,
-            status="cancelled",
-            error="cancelled",
-            event=run_failed_row(run_id, "cancelled", actor),
-            when=when,
-            now=time.time(),
-        )
-
-    async def _forget(self, run_id: str, attempt: int) -> None:
-        """Take the run's attempt out of DBOS's queue (best effort: a delivery of it finds the
-        run ended and does nothing)."""
-        from minions.runs._store import workflow_id
-
-        try:
-            queue = await self._dbos()
-        except StoreError:
-            return
-        await self._store.call(queue.cancel, workflow_id(run_id, attempt))
-
-    async def resume(self, run_id: str, *, actor: str | None = None) -> RunRecord:
-        """Queue a failed or cancelled run again: it goes on from its last completed step
-        (and loop item). `actor`: who resumes it (its next `RunStarted` event says so).
-
-        Raises:
-            UnknownRunError: no run has this id.
-            RunStateError: the run did not fail and was not cancelled (or another caller
-                resumed it first).
-        """
-        queue = await self._dbos()
-        resumed = await self._store.call(
-            self._store.store.requeue,
-            run_id,
-            statuses=("failed", "cancelled"),
-            epoch=None,
-            recovery=False,
-            enqueue=queue.enqueue,
-            actor=actor,
-        )
-        if resumed is None:
-            status = (await self._store.get_run(run_id, details=False)).status
-            raise RunStateError(
-                f"run {run_id} is {status}; only a failed or cancelled run resumes",
-                status=status,
-            )
-        return await self.get(run_id)
-
-    async def approve(
-        self,
-        run_id: str,
-        call_id: str | None = None,
-        *,
-        approved: bool = True,
-        reason: str | None = None,
-        actor: str | None = None,
-    ) -> RunRecord:
-        """Decide a call the run waits for (the only one when `call_id` is not given), as
-        `actor` (the approval's `decided_by`, and its `ApprovalResolved` event's `actor`). A
-        call is decided once: of concurrent decisions, one wins.
-
-        Raises:
-            UnknownRunError: no run has this id.
-            RunStateError: the run waits for no approval, or for several and none was named,
-                or the call was decided already.
-        """
-        record = await self.get(run_id)
-        waiting = [a for a in record.approvals if a.decided_at is None]
-        if call_id is None:
-            if not waiting:
-                past = [a for a in record.approvals if a.decided_at is not None]
-                last = max(past, key=lambda a: a.decided_at or 0.0) if past else None
-                told = (
-                    ""
-                    if last is None
-                    else f" (call {last.call_id!r} was "
-                    f"{'approved' if last.approved else 'rejected'} already)"
+def count_finished(database: Database, statuses: Sequence[str], before: float) -> int:
+    """How many runs in one of `statuses` finished before `before` (what pruning may
+    delete)."""
+    runs = runs_table.c
+    with database.read() as db:
+        return int(
+            db.execute(
+                sa.select(sa.func.count()).where(
+                    runs.status.in_(list(statuses)), runs.finished_at < before
                 )
-                raise RunStateError(
-                    f"run {run_id} is {record.status} and waits for no approval{told}",
-                    status=record.status,
-                )
-            if len(waiting) > 1:
-                calls = ", ".join(a.call_id for a in waiting)
-                raise RunStateError(
-                    f"run {run_id} waits for several calls; name one: {calls}",
-                    status=record.status,
-                )
-            call_id = waiting[0].call_id
-        decided = await self._store.call(
-            self._store.store.decide,
-            run_id,
-            call_id,
-            approved=approved,
-            reason=reason,
-            actor=actor,
-        )
-        if decided is not None:
-            return await self.get(run_id)
-        record = await self.get(run_id)
-        known = {a.call_id: a for a in record.approvals}
-        found = known.get(call_id)
-        if found is not None and found.decided_at is not None:
-            verdict = "approved" if found.approved else "rejected"
-            raise RunStateError(
-                f"call {call_id!r} of run {run_id} was {verdict} already", status=record.status
-            )
-        if record.terminal:
-            raise RunStateError(
-                f"run {run_id} is {record.status}: its calls wait no more", status=record.status
-            )
-        calls = ", ".join(a.call_id for a in record.approvals if a.decided_at is None)
-        raise RunStateError(
-            f"run {run_id} does not wait for call {call_id!r}; "
-            + (f"it waits for {calls}" if calls else "it waits for no approval"),
-            status=record.status,
+            ).scalar_one()
         )
 
-    # -- schedules -----------------------------------------------------------------------------
 
-    async def add_schedule(
-        self,
-        recipe: str | Path,
-        *,
-        cron: str | None = None,
-        every: str | int | None = None,
-        inputs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        timezone: str | None = None,
-        catch_up: CatchUp | None = None,
-        replace: bool = False,
-        actor: str | None = None,
-    ) -> ScheduleRecord:
-        """Run the recipe file at each slot of `cron` or `every` (its YAML is snapshotted
-        now: to change it, add it again with `replace`). Without `cron` and `every`, the
-        recipe's own ``schedule:`` says when; the arguments given override its fields
-        (`inputs` are merged into its inputs).
+def oldest_finished(
+    database: Database, statuses: Sequence[str], before: float, *, limit: int
+) -> list[str]:
+    """The ids of the first `limit` runs in one of `statuses` that finished before
+    `before`, the oldest first (the next batch pruning deletes)."""
+    runs = runs_table.c
+    with database.read() as db:
+        return list(
+            db.execute(
+                sa.select(runs.run_id)
+                .where(runs.status.in_(list(statuses)), runs.finished_at < before)
+                .order_by(runs.finished_at, runs.run_id)
+                .limit(limit)
+            ).scalars()
+        )
 
-        Args:
-            recipe: the recipe file.
-            cron: a cron expression (minute hour day-of-month month day-of-week).
-            every: or an interval: ``30s``, ``5m``, ``1h``, ``1d`` or seconds.
-            inputs: the runs' inputs.
-            name: the schedule's name (default: the recipe's id).
-            timezone: the cron expression's time zone (default UTC).
-            catch_up: slots missed while no worker ran: ``none``, ``one`` (default), ``all``.
-            replace: a schedule of that name gets this recipe and timing (its slots go on
-                from now); otherwise it is an error.
-            actor: who adds it (its `changed_by`).
 
-        Raises:
-            RecipeError: the recipe, its ``schedule:``, the timing or the inputs are invalid.
-            ScheduleExistsError: the name is taken and `replace` is False.
-        """
-        from pydantic import ValidationError
+def oldest_created(database: Database) -> float | None:
+    """When the oldest stored run was created (None: no run)."""
+    with database.read() as db:
+        oldest = db.execute(sa.select(sa.func.min(runs_table.c.created_at))).scalar()
+    return None if oldest is None else float(oldest)
 
-        from minions.recipes._loader import parse_spec, read_recipe_text
-        from minions.recipes._schema import ScheduleSpec
-        from minions.runs import _schedules
 
-        path = await self._store.call(Path(recipe).resolve)
-        text = await self._store.call(read_recipe_text, path)
-        spec, _ = await self._store.call(parse_spec, text, file=str(path))
-        given = {
-            k: v
-            for k, v in {
-                "cron": cron,
-                "every": None if every is None else _every_text(every),
-                "name": name,
-                "timezone": timezone,
-                "catch_up": catch_up,
-            }.items()
-            if v is not None
+def queued_attempts(database: Database, run_ids: Sequence[str]) -> dict[str, Attempt]:
+    """The current attempt and epoch of those of `run_ids` that are queued."""
+    runs = runs_table.c
+    with database.read() as db:
+        return {
+            r.run_id: Attempt(r.attempt, r.epoch)
+            for r in db.execute(
+                sa.select(runs.run_id, runs.attempt, runs.epoch).where(
+                    runs.run_id.in_(list(run_ids)), runs.status == "queued"
+                )
+            )
         }
-        base = spec.schedule.model_dump(exclude_unset=True) if spec.schedule else {}
-        if "cron" in given or "every" in given:
-            base.pop("cron", None)
-            base.pop("every", None)
-        elif spec.schedule is None:
-            raise _schedule_problem(
-                "the recipe has no `schedule:`: give a cron expression or an interval", path
+
+
+# -- the clients' state changes ------------------------------------------------------------------
+
+
+def request_cancel(database: Database, run_id: str, *, actor: str | None = None) -> RunRecord:
+    """Ask the run's holder to cancel it (compare-and-set: the run has not ended), for
+    `actor`.
+
+    Raises:
+        UnknownRunError: no run has this id.
+        RunStateError: the run has ended already.
+    """
+    with database.begin() as db:
+        updated = db.execute(
+            runs_table.update()
+            .where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE))
+            .values(cancel_requested=True, cancelled_by=actor)
+        ).rowcount
+        found = row(db, run_id)
+    if not updated:
+        raise RunStateError(
+            f"run {run_id} is {found.status}: there is nothing to cancel", status=found.status
+        )
+    return record(found)
+
+
+def end_unheld(
+    database: Database,
+    run_id: str,
+    *,
+    status: Literal["cancelled", "failed"],
+    error: str,
+    event: Callable[[int], EventRow],
+    when: Literal["queued", "unheld", "any"],
+    now: float,
+) -> bool:
+    """End a run nobody is running (`when`: it is queued; or its holder's lease ran out;
+    or whatever its holder is doing: the holder is fenced out), with its terminal event
+    `event(seq)` appended after its log's head. True when this call ended it."""
+    runs = runs_table.c
+    condition: list[Any] = [runs.run_id == run_id, runs.status.in_(ACTIVE)]
+    if when == "queued":
+        condition.append(runs.status == "queued")
+    elif when == "unheld":
+        condition.append(
+            sa.or_(
+                runs.status == "queued",
+                runs.holder.is_(None),
+                runs.lease_until.is_(None),
+                runs.lease_until < now,
             )
-        merged = {**base, **given, "inputs": {**base.get("inputs", {}), **(inputs or {})}}
-        try:
-            schedule = ScheduleSpec.model_validate(merged)
-        except ValidationError as exc:
-            raise _schedule_problem(
-                "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()), path
-            ) from None
-        snapshot = await self._snapshot(text, path, schedule.inputs)
-        timing = _schedules.Timing(
-            cron=schedule.cron,
-            every=None if schedule.every is None else int(_seconds(schedule.every)),
-            timezone=schedule.timezone,
         )
-        row = _schedules.new_row(
-            name=schedule.name or snapshot.recipe_id,
-            recipe_id=snapshot.recipe_id,
-            recipe_yaml=text,
-            recipe_path=str(path),
-            recipe_hash=snapshot.recipe_hash,
-            request_hash=snapshot.request_hash,
-            inputs=snapshot.inputs,
-            timing=timing,
-            catch_up=schedule.catch_up,
-            now=time.time(),
-            actor=actor,
-        )
-        await self._dbos()  # DBOS's tables exist before a worker's tick fires into them
-        return await self._store.call(_schedules.save, self._store.store, row, replace=replace)
-
-    async def schedules(self) -> list[ScheduleRecord]:
-        """Every schedule, by name."""
-        from minions.runs import _schedules
-
-        return await self._store.call(_schedules.listed, self._store.store)
-
-    async def schedule(self, name: str) -> ScheduleRecord:
-        """The schedule (`list_runs(schedule=name)` lists its runs).
-
-        Raises:
-            UnknownScheduleError: no schedule has this name.
-        """
-        from minions.runs import _schedules
-
-        return await self._store.call(_schedules.get, self._store.store, name)
-
-    async def pause_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
-        """Stop firing the schedule until it is resumed (`actor`: who pauses it, its
-        `changed_by`).
-
-        Raises:
-            UnknownScheduleError: no schedule has this name.
-        """
-        return await self._set_paused(name, paused=True, actor=actor)
-
-    async def resume_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
-        """Fire the schedule again from its next slot (the slots of the pause do not fire);
-        `actor`: who resumes it.
-
-        Raises:
-            UnknownScheduleError: no schedule has this name.
-        """
-        return await self._set_paused(name, paused=False, actor=actor)
-
-    async def _set_paused(self, name: str, *, paused: bool, actor: str | None) -> ScheduleRecord:
-        from minions.runs import _schedules
-
-        return await self._store.call(
-            _schedules.set_paused,
-            self._store.store,
-            name,
-            paused=paused,
-            now=time.time(),
-            actor=actor,
-        )
-
-    async def remove_schedule(self, name: str, *, actor: str | None = None) -> None:
-        """Remove the schedule; the runs it fired stay. `actor`: who removes it (said in the
-        log: the row is gone).
-
-        Raises:
-            UnknownScheduleError: no schedule has this name.
-        """
-        from minions.runs import _schedules
-
-        await self._store.call(_schedules.delete, self._store.store, name)
-        log.info("schedule removed", schedule=name, actor=actor)
-
-    # -- keys ----------------------------------------------------------------------------------
-
-    async def add_key(
-        self,
-        name: str,
-        *,
-        role: str,
-        projects: Sequence[str] = (),
-        actor: str | None = None,
-    ) -> tuple[KeyRecord, str]:
-        """Add an API key named `name` with `role` (and `projects`): returns its record and
-        the key itself, which is never stored (only its SHA-256 is) and cannot be shown again.
-        `actor`: who adds it (recorded).
-
-        Raises:
-            ValueError: the name, role or a project is not valid.
-            KeyExistsError: a key that is not revoked has this name.
-        """
-        from minions.runs import _keys
-
-        made = await self._store.call(
-            _keys.add, self._store.store, name, role=role, projects=projects, actor=actor
-        )
-        return made.record, made.key
-
-    async def keys(self, *, revoked: bool = False) -> list[KeyRecord]:
-        """The API keys that work (the revoked ones too, when `revoked`), by name."""
-        from minions.runs import _keys
-
-        return await self._store.call(_keys.listed, self._store.store, revoked=revoked)
-
-    async def revoke_key(self, name: str, *, actor: str | None = None) -> KeyRecord:
-        """Revoke the key of that name: its next request fails, and so do the event streams
-        it opened.
-
-        Raises:
-            UnknownKeyError: no key that works has this name.
-        """
-        from minions.runs import _keys
-
-        return await self._store.call(_keys.revoke, self._store.store, name, actor=actor)
-
-    async def key_of(self, key: str) -> KeyRecord | None:
-        """The key that works and is `key` (found by its hash), or None."""
-        from minions.runs import _keys
-
-        return await self._store.call(_keys.by_key, self._store.store, key)
-
-    async def key_named(self, name: str) -> KeyRecord | None:
-        """The key that works with this name, or None (a trusted proxy's user is the key of
-        that name)."""
-        from minions.runs import _keys
-
-        return await self._store.call(_keys.by_name, self._store.store, name)
-
-    async def key_by_id(self, key_id: str) -> KeyRecord | None:
-        """The key that works with this id (`KeyRecord.id`), or None."""
-        from minions.runs import _keys
-
-        return await self._store.call(_keys.by_id, self._store.store, key_id)
-
-    # -- retention -----------------------------------------------------------------------------
-
-    async def prune(
-        self,
-        older_than: str | float,
-        *,
-        statuses: Sequence[str] = (),
-        keep: int | None = None,
-        dry_run: bool = False,
-        actor: str | None = None,
-    ) -> PruneResult:
-        """Delete the finished runs (in one of `statuses`: default, every finished one) that
-        finished over `older_than` ago (``30d``, or seconds), but the newest `keep`, with
-        their steps, events, approvals and DBOS workflows; in batches, so workers go on
-        meanwhile. An SQLite file then gives the freed space back. `actor`: who prunes
-        (`history().pruned_by`).
-
-        Raises:
-            ValueError: `older_than` is not a duration, or a status is not a finished one.
-        """
-        from minions.runs._prune import prune
-
-        seconds = _seconds(older_than) if isinstance(older_than, str) else float(older_than)
-        return await self._store.call(
-            prune,
-            self._store.store,
-            before=time.time() - seconds,
-            statuses=tuple(statuses) or tuple(sorted(TERMINAL)),
-            keep=keep,
-            dry_run=dry_run,
-            actor=actor,
-        )
+    with database.begin() as db:
+        ended = db.execute(
+            runs_table.update()
+            .where(*condition)
+            .values(
+                status=status,
+                error=error,
+                finished_at=now,
+                epoch=runs.epoch + 1,
+                holder=None,
+                lease_until=None,
+                last_seq=runs.last_seq + 1,
+            )
+            .returning(runs.last_seq)
+        ).one_or_none()
+        if ended is None:
+            return False
+        events.insert(db, run_id, [event(int(ended.last_seq))])
+        # The usage of the steps it finished (what a holder that ended it would have said
+        # of them; the calls of a step in flight when it was fenced out are not known).
+        usage = checkpoints.usage(db, run_id)
+        db.execute(runs_table.update().where(runs.run_id == run_id).values(usage=dumps(usage)))
+        events.notify(database, db, run_id)
+    return True
 
 
-def _every_text(every: str | int) -> str:
-    return f"{every}s" if isinstance(every, int) else every
+def requeue(
+    database: Database,
+    run_id: str,
+    *,
+    statuses: Sequence[str],
+    epoch: int | None,
+    recovery: bool,
+    enqueue: Enqueue,
+    attempt: int | None = None,
+    actor: str | None = None,
+) -> RunRecord | None:
+    """Queue the run's next attempt (compare-and-set: its status is one of `statuses`, its
+    epoch is `epoch` and its current attempt `attempt` when given), and enqueue it in the
+    same transaction; `actor` queued it (None: a worker, taking it over). None when the
+    run was not in that state."""
+    runs = runs_table.c
+    condition = [runs.run_id == run_id, runs.status.in_(list(statuses))]
+    if epoch is not None:
+        condition.append(runs.epoch == epoch)
+    if attempt is not None:
+        condition.append(runs.attempt == attempt)
+    values: dict[str, Any] = {
+        "status": "queued",
+        "attempt": runs.attempt + 1,
+        "epoch": runs.epoch + 1,
+        "holder": None,
+        "lease_until": None,
+        "cancel_requested": False,
+        "finished_at": None,
+        "error": None,
+        "queued_by": actor,
+        "cancelled_by": None,
+    }
+    if recovery:
+        values["recoveries"] = runs.recoveries + 1
+    with database.begin() as db:
+        found = db.execute(
+            runs_table.update().where(*condition).values(**values).returning(*runs_table.c)
+        ).one_or_none()
+        if found is None:
+            return None
+        enqueue(db, run_id, int(found.attempt))
+    return record(found)
 
 
-def _seconds(text: str) -> float:
-    from minions._text import duration_seconds
-
-    return duration_seconds(text)
+# -- rows ----------------------------------------------------------------------------------------
 
 
-def _schedule_problem(message: str, path: Path) -> Exception:
-    from minions.errors import Problem, RecipeError
+def row(db: sa.Connection, run_id: str) -> Any:
+    """The run's row.
 
-    return RecipeError([Problem(message=message, file=str(path), field="schedule")])
+    Raises:
+        UnknownRunError: no run has this id.
+    """
+    found = db.execute(sa.select(runs_table).where(runs_table.c.run_id == run_id)).one_or_none()
+    if found is None:
+        raise UnknownRunError(run_id)
+    return found
+
+
+def hold_ended(db: sa.Connection, run_id: str, *, attempt: int) -> None:
+    """Hold the ended run `run_id` until the caller's transaction ends (a rerun reading its
+    seeds): a prune deleting it waits for that, or has deleted it already. It must still
+    be ended at `attempt` (the attempt a rerun was planned on).
+
+    Raises:
+        UnknownRunError: no run has this id (any more: pruned meanwhile).
+        RunStateError: it was resumed since (not ended, or ended again at a later attempt).
+    """
+    runs = runs_table.c
+    held = db.execute(
+        runs_table.update()
+        .where(runs.run_id == run_id, runs.status.in_(TERMINAL), runs.attempt == attempt)
+        .values(attempt=runs.attempt)
+    ).rowcount
+    if held:
+        return
+    found = row(db, run_id)
+    raise RunStateError(
+        f"run {run_id} was resumed while the rerun was planned (it is {found.status}, attempt "
+        f"{found.attempt}); rerun it again once it has ended",
+        status=found.status,
+    )
+
+
+def record(
+    found: Any,
+    steps: tuple[StepRecord, ...] = (),
+    approvals: tuple[ApprovalRecord, ...] = (),
+) -> RunRecord:
+    """The run of a row (with its finished steps and approvals, when given)."""
+    return RunRecord(
+        run_id=found.run_id,
+        recipe_id=found.recipe_id,
+        status=found.status,
+        created_at=found.created_at,
+        started_at=found.started_at,
+        finished_at=found.finished_at,
+        inputs=loads(found.inputs, {}),
+        output=loads(found.output),
+        error=found.error,
+        usage=loads(found.usage, {}),
+        recipe_path=found.recipe_path,
+        recipe_hash=found.recipe_hash,
+        executor_id=found.executor_id,
+        cancel_requested=bool(found.cancel_requested),
+        attempt=found.attempt,
+        schedule=found.schedule,
+        slot=found.slot,
+        steps=steps,
+        approvals=approvals,
+        parent_run_id=found.parent_run_id,
+        from_step=found.from_step,
+        queued_by=found.queued_by,
+        cancelled_by=found.cancelled_by,
+    )
+
+
+def forget(db: sa.Connection, run_ids: Sequence[str], statuses: Sequence[str]) -> list[Any]:
+    """Delete these runs, those still in one of `statuses` (pruning, a compare-and-set:
+    a run resumed meanwhile stays): their ids and attempts."""
+    runs = runs_table.c
+    return list(
+        db.execute(
+            runs_table.delete()
+            .where(runs.run_id.in_(list(run_ids)), runs.status.in_(list(statuses)))
+            .returning(runs.run_id, runs.attempt)
+        ).all()
+    )
+
+
+def _filtered(query: sa.Select[Any], which: RunFilter) -> sa.Select[Any]:
+    """`query` on the runs table, narrowed to the runs `which` lets through."""
+    if which.status is not None:
+        query = query.where(runs_table.c.status == which.status)
+    if which.recipe is not None:
+        query = query.where(runs_table.c.recipe_id == which.recipe)
+    if which.created_after is not None:
+        query = query.where(runs_table.c.created_at >= which.created_after)
+    if which.created_before is not None:
+        query = query.where(runs_table.c.created_at < which.created_before)
+    if which.id_prefix:
+        query = query.where(runs_table.c.run_id.startswith(which.id_prefix, autoescape=True))
+    if which.schedule is not None:
+        query = query.where(runs_table.c.schedule == which.schedule)
+    return query

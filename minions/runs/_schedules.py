@@ -19,17 +19,23 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
-from zoneinfo import ZoneInfo
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
 
 from minions.errors import ScheduleExistsError, UnknownScheduleError
-from minions.runs._store import Enqueue, Store, _insert_ignoring_conflicts, dumps, queued_row
-from minions.runs._tables import CatchUp, ScheduleRecord, runs_table, schedules_table
+from minions.runs import _runs as runs
+from minions.runs._db import Database
+from minions.runs._runs import Enqueue
+from minions.runs._snapshot import RecipeSnapshot
+from minions.runs._tables import schedules_table
 
-__all__: list[str] = []
+if TYPE_CHECKING:
+    from minions.recipes._schema import CatchUp, ScheduleSpec
+
+__all__ = ["ScheduleRecord"]
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +48,48 @@ MAX_PER_TICK = 100
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScheduleRecord:
+    """A schedule as stored: a recipe snapshotted when it was added, run at each slot.
+
+    Attributes:
+        cron: its cron expression (or None, and `every` is set).
+        every: seconds between slots, which are multiples of it since 1970-01-01 UTC.
+        catch_up: what slots missed while no worker ran do: ``none`` (skipped; a slot over
+            a minute late too), ``one`` (the latest fires), ``all`` (each fires, in order).
+        next_at: the next slot (a Unix time).
+        last_slot: the slot that fired last; `last_run_id` its run.
+        fired: how many runs it fired.
+    """
+
+    name: str
+    recipe_id: str
+    inputs: dict[str, Any]
+    cron: str | None
+    every: int | None
+    timezone: str
+    catch_up: CatchUp
+    paused: bool
+    created_at: float
+    next_at: float
+    last_slot: float | None = None
+    last_fired_at: float | None = None
+    last_run_id: str | None = None
+    fired: int = 0
+    recipe_path: str | None = None
+    recipe_hash: str = ""
+    changed_by: str | None = None
+    """Who added it, or paused or resumed it last."""
+
+    @property
+    def timing(self) -> str:
+        """``cron EXPR [TZ]`` or ``every Ns``, as shown."""
+        if self.cron is not None:
+            zone = "" if self.timezone == "UTC" else f" ({self.timezone})"
+            return f"cron {self.cron}{zone}"
+        return f"every {self.every}s"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Timing:
     """When a schedule's slots are: a cron expression in a time zone, or every `every`
     seconds (multiples of it since 1970-01-01 UTC, so every 1h is on the hour)."""
@@ -50,10 +98,20 @@ class Timing:
     every: int | None = None
     timezone: str = "UTC"
 
+    @classmethod
+    def of(cls, spec: ScheduleSpec) -> Timing:
+        """The timing of a checked schedule."""
+        from minions._duration import duration_seconds
+
+        every = None if spec.every is None else int(duration_seconds(spec.every, whole=True))
+        return cls(cron=spec.cron, every=every, timezone=spec.timezone)
+
     def after(self, moment: float) -> float:
         """The first slot strictly after `moment`."""
         if self.every is not None:
             return float((math.floor(moment / self.every) + 1) * self.every)
+        from zoneinfo import ZoneInfo
+
         from cronsim import CronSim
 
         assert self.cron is not None
@@ -64,12 +122,59 @@ class Timing:
         """The last slot at or before `moment`."""
         if self.every is not None:
             return float(math.floor(moment / self.every) * self.every)
+        from zoneinfo import ZoneInfo
+
         from cronsim import CronSim
 
         assert self.cron is not None
         # Slots are whole seconds, and CronSim walks back from strictly before its start.
         start = datetime.fromtimestamp(math.floor(moment), ZoneInfo(self.timezone))
         return next(CronSim(self.cron, start + timedelta(seconds=1), reverse=True)).timestamp()
+
+
+def spec_of(
+    text: str,
+    path: Path,
+    *,
+    inputs: Mapping[str, Any] | None = None,
+    **given: Any,
+) -> ScheduleSpec:
+    """The schedule of recipe YAML `text` (the file `path`): its own ``schedule:``, with the
+    fields `given` (``cron``, ``every``, ``name``, ``timezone``, ``catch_up``; None: not
+    given) over it (a timing given replaces its timing) and `inputs` merged into its inputs.
+
+    Raises:
+        RecipeError: the recipe has no ``schedule:`` and no timing is given, or the schedule
+            is invalid.
+    """
+    from pydantic import ValidationError
+
+    from minions.recipes._loader import parse_spec
+    from minions.recipes._schema import ScheduleSpec
+
+    spec, _ = parse_spec(text, file=str(path))
+    told = {k: v for k, v in given.items() if v is not None}
+    if isinstance(told.get("every"), int):
+        told["every"] = f"{told['every']}s"
+    base = spec.schedule.model_dump(exclude_unset=True) if spec.schedule else {}
+    if "cron" in told or "every" in told:
+        base.pop("cron", None)
+        base.pop("every", None)
+    elif spec.schedule is None:
+        raise _problem("the recipe has no `schedule:`: give a cron expression or an interval", path)
+    merged = {**base, **told, "inputs": {**base.get("inputs", {}), **(inputs or {})}}
+    try:
+        return ScheduleSpec.model_validate(merged)
+    except ValidationError as exc:
+        raise _problem(
+            "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()), path
+        ) from None
+
+
+def _problem(message: str, path: Path) -> Exception:
+    from minions.errors import Problem, RecipeError
+
+    return RecipeError([Problem(message=message, file=str(path), field="schedule")])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +209,7 @@ def slot_key(name: str, slot: float) -> str:
 # -- the schedules' SQL (blocking) ---------------------------------------------------------------
 
 
-def save(store: Store, values: Mapping[str, Any], *, replace: bool) -> ScheduleRecord:
+def save(database: Database, values: Mapping[str, Any], *, replace: bool) -> ScheduleRecord:
     """Store a new schedule (or, with `replace`, a new recipe and timing for one of that
     name: its slots go on from now, and its runs stay linked to it).
 
@@ -113,7 +218,7 @@ def save(store: Store, values: Mapping[str, Any], *, replace: bool) -> ScheduleR
     """
     table = schedules_table
     row = dict(values)
-    with store.begin() as db:
+    with database.begin() as db:
         if replace:
             kept = ("created_at", "last_slot", "last_fired_at", "last_run_id", "fired", "version")
             updated = db.execute(
@@ -127,20 +232,20 @@ def save(store: Store, values: Mapping[str, Any], *, replace: bool) -> ScheduleR
             if updated:
                 return record(_row(db, row["name"]))
         inserted = db.execute(
-            _insert_ignoring_conflicts(store.postgres, row, table=table).returning(table.c.name)
+            database.insert_ignoring_conflicts(table, row).returning(table.c.name)
         ).first()
         if inserted is None:
             raise ScheduleExistsError(row["name"])
         return record(_row(db, row["name"]))
 
 
-def get(store: Store, name: str) -> ScheduleRecord:
-    with store.read() as db:
+def get(database: Database, name: str) -> ScheduleRecord:
+    with database.read() as db:
         return record(_row(db, name))
 
 
-def listed(store: Store) -> list[ScheduleRecord]:
-    with store.read() as db:
+def listed(database: Database) -> list[ScheduleRecord]:
+    with database.read() as db:
         return [
             record(r)
             for r in db.execute(sa.select(schedules_table).order_by(schedules_table.c.name))
@@ -148,7 +253,7 @@ def listed(store: Store) -> list[ScheduleRecord]:
 
 
 def set_paused(
-    store: Store, name: str, *, paused: bool, now: float, actor: str | None = None
+    database: Database, name: str, *, paused: bool, now: float, actor: str | None = None
 ) -> ScheduleRecord:
     """Pause, or resume, as `actor`: a resumed schedule goes on from its next slot after
     `now` (the slots of the pause are not fired).
@@ -162,7 +267,7 @@ def set_paused(
         "version": table.c.version + 1,
         "changed_by": actor,
     }
-    with store.begin() as db:
+    with database.begin() as db:
         if not paused:
             found = _row(db, name)
             if not found.paused:
@@ -176,13 +281,13 @@ def set_paused(
         return record(_row(db, name))
 
 
-def delete(store: Store, name: str) -> None:
+def delete(database: Database, name: str) -> None:
     """Remove the schedule (its runs stay).
 
     Raises:
         UnknownScheduleError: no schedule has this name.
     """
-    with store.begin() as db:
+    with database.begin() as db:
         deleted = db.execute(
             schedules_table.delete().where(schedules_table.c.name == name)
         ).rowcount
@@ -190,10 +295,12 @@ def delete(store: Store, name: str) -> None:
         raise UnknownScheduleError(name)
 
 
-def fire_due(store: Store, enqueue: Enqueue, *, now: float, grace: float = GRACE) -> list[str]:
+def fire_due(
+    database: Database, enqueue: Enqueue, *, now: float, grace: float = GRACE
+) -> list[str]:
     """Fire the slots of every schedule due at `now`; the ids of the runs this call queued."""
     table = schedules_table
-    with store.read() as db:
+    with database.read() as db:
         due = db.execute(
             sa.select(table).where(table.c.paused.is_(False), table.c.next_at <= now)
         ).all()
@@ -201,25 +308,26 @@ def fire_due(store: Store, enqueue: Enqueue, *, now: float, grace: float = GRACE
     for row in due:
         timing = timing_of(row)
         step = plan(timing, row.catch_up, row.cursor, now, grace)
-        fired += _fire(store, enqueue, row, step, timing.after(step.cursor), now)
+        fired += _fire(database, enqueue, row, step, timing.after(step.cursor), now)
     return fired
 
 
 def _fire(
-    store: Store, enqueue: Enqueue, row: Any, step: Plan, next_at: float, now: float
+    database: Database, enqueue: Enqueue, row: Any, step: Plan, next_at: float, now: float
 ) -> list[str]:
     table = schedules_table
-    runs: list[tuple[str, float]] = [(uuid.uuid4().hex, slot) for slot in step.fire]
+    fired: list[tuple[str, float]] = [(uuid.uuid4().hex, slot) for slot in step.fire]
     values: dict[str, Any] = {"cursor": step.cursor, "next_at": next_at}
-    if runs:
+    if fired:
         values.update(
-            last_slot=runs[-1][1],
+            last_slot=fired[-1][1],
             last_fired_at=now,
-            last_run_id=runs[-1][0],
-            fired=table.c.fired + len(runs),
+            last_run_id=fired[-1][0],
+            fired=table.c.fired + len(fired),
         )
     queued: list[str] = []
-    with store.begin() as db:
+    snapshot = RecipeSnapshot.from_row(row)
+    with database.begin() as db:
         # The compare-and-set that makes a slot fire once: of the ticks that read this cursor,
         # one moves it (Postgres: the others wait on the row, then find it moved).
         moved = db.execute(
@@ -234,26 +342,16 @@ def _fire(
         ).rowcount
         if not moved:
             return []
-        for run_id, slot in runs:
-            inserted = db.execute(
-                _insert_ignoring_conflicts(
-                    store.postgres,
-                    queued_row(
-                        run_id=run_id,
-                        recipe_id=row.recipe_id,
-                        recipe_yaml=row.recipe_yaml,
-                        recipe_path=row.recipe_path,
-                        recipe_hash=row.recipe_hash,
-                        inputs=row.inputs,
-                        idempotency_key=slot_key(row.name, slot),
-                        request_hash=row.request_hash,
-                        schedule=row.name,
-                        slot=slot,
-                        queued_by=f"schedule:{row.name}",
-                    ),
-                ).returning(runs_table.c.run_id)
-            ).first()
-            if inserted is not None:  # else: fired before (the schedule was added again)
+        for run_id, slot in fired:
+            queued_run = runs.queued_row(
+                snapshot,
+                run_id=run_id,
+                idempotency_key=slot_key(row.name, slot),
+                schedule=row.name,
+                slot=slot,
+                queued_by=f"schedule:{row.name}",
+            )
+            if runs.insert_queued(database, db, queued_run):  # else: fired before (added again)
                 enqueue(db, run_id, 1)
                 queued.append(run_id)
     for run_id in queued:
@@ -297,12 +395,7 @@ def record(row: Any) -> ScheduleRecord:
 def new_row(
     *,
     name: str,
-    recipe_id: str,
-    recipe_yaml: str,
-    recipe_path: str | None,
-    recipe_hash: str,
-    request_hash: str,
-    inputs: Mapping[str, Any],
+    snapshot: RecipeSnapshot,
     timing: Timing,
     catch_up: CatchUp,
     now: float,
@@ -311,13 +404,8 @@ def new_row(
     """A schedule's row as added at `now` by `actor`: its first slot is the first after
     `now`."""
     return {
+        **snapshot.columns(),
         "name": name,
-        "recipe_id": recipe_id,
-        "recipe_yaml": recipe_yaml,
-        "recipe_path": recipe_path,
-        "recipe_hash": recipe_hash,
-        "request_hash": request_hash,
-        "inputs": dumps(dict(inputs)),
         "cron": timing.cron,
         "every": timing.every,
         "timezone": timing.timezone,
@@ -336,7 +424,7 @@ class Scheduler:
     """What a worker's tick does: fire the due slots of the store's schedules.
 
     Args:
-        store: the store.
+        database: the store's database.
         enqueue: queues a run's first attempt in the caller's transaction.
         clock: the time now (tests give their own).
         grace: see `GRACE`.
@@ -344,17 +432,17 @@ class Scheduler:
 
     def __init__(
         self,
-        store: Store,
+        database: Database,
         enqueue: Enqueue,
         *,
         clock: Callable[[], float] = time.time,
         grace: float = GRACE,
     ) -> None:
-        self.store = store
+        self.database = database
         self.enqueue = enqueue
         self.clock = clock
         self.grace = grace
 
     def tick(self) -> Sequence[str]:
         """Fire what is due now; the ids of the runs queued."""
-        return fire_due(self.store, self.enqueue, now=self.clock(), grace=self.grace)
+        return fire_due(self.database, self.enqueue, now=self.clock(), grace=self.grace)

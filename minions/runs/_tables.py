@@ -1,5 +1,6 @@
-"""minions' own tables beside DBOS's, their schema version and migrations, and the records the
-store reads them into. JSON, never pickle.
+"""minions' own tables beside DBOS's, their schema version and migrations, and the statuses of a
+run. JSON, never pickle: what a table stores, and its SQL, is its room's (`_runs`, `_leases`,
+`_events`, `_checkpoints`, `_approvals`, `_workers`, `_cache`, `_schedules`, `_endpoints`).
 
 The durable format has its own version (`SCHEMA_VERSION`, kept in ``minions_meta``), apart from
 the package's: upgrading minions changes nothing stored unless the format changes, and then the
@@ -8,8 +9,7 @@ store migrates itself when a worker or a submission opens it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -18,13 +18,15 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
 schedule of a run, how far pruning went; reruns (a run's parent, the step it reran from, its
-plan); the step cache. 4: actors (who queued a run's attempt, who cancelled it, who decided
-an approval, who changed a schedule last); the API keys' table (made on first use)."""
+plan); the step cache. 4: a step cache entry's run and recipe (entries are pruned with their
+run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
+run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
+API keys' table (made on first use)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -79,7 +81,7 @@ runs_table = sa.Table(
     sa.Column("parent_run_id", sa.Text, nullable=True),
     sa.Column("from_step", sa.Text, nullable=True),
     sa.Column("rerun", sa.Text, nullable=True),
-    # Actors (schema 4): who queued the current attempt (submitted, reran, resumed it), who
+    # Actors (schema 5): who queued the current attempt (submitted, reran, resumed it), who
     # asked for its cancel.
     sa.Column("queued_by", sa.Text, nullable=True),
     sa.Column("cancelled_by", sa.Text, nullable=True),
@@ -215,6 +217,9 @@ step_cache_table = sa.Table(
     sa.Column("next_step", sa.Text, nullable=True),
     sa.Column("usage", sa.Text, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
+    # Schema 4: the run that made it (pruned with it), its recipe (`minions cache`).
+    sa.Column("run_id", sa.Text, nullable=True, index=True),
+    sa.Column("recipe_id", sa.Text, nullable=True, index=True),
 )
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
@@ -283,7 +288,24 @@ def _to_3(db: sa.Connection) -> None:
 
 
 def _to_4(db: sa.Connection) -> None:
-    """Schema 3 -> 4: actors (a table made by an earlier step of this migration, which
+    """Schema 3 -> 4: a step cache entry's run and recipe. The entries of schema 3 are
+    dropped: their keys named no recipe, workspace or tool origin (a table made by
+    ``create_all`` after this has the columns already)."""
+    if "minions_step_cache" not in sa.inspect(db).get_table_names():
+        return
+    db.execute(sa.text("DELETE FROM minions_step_cache"))
+    _add_columns(db, "minions_step_cache", ["run_id TEXT", "recipe_id TEXT"])
+    for column in ("run_id", "recipe_id"):
+        db.execute(
+            sa.text(
+                f"CREATE INDEX IF NOT EXISTS ix_minions_step_cache_{column} "
+                f"ON minions_step_cache ({column})"
+            )
+        )
+
+
+def _to_5(db: sa.Connection) -> None:
+    """Schema 4 -> 5: actors (a table made by an earlier step of this migration, which
     ``create_all`` makes after it, gets them then)."""
     made = set(sa.inspect(db).get_table_names())
     for table, columns in (
@@ -295,237 +317,5 @@ def _to_4(db: sa.Connection) -> None:
             _add_columns(db, table, columns)
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4}
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
 """Schema version n -> n+1 upgrades, each a function of a connection."""
-
-
-# -- records -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepRecord:
-    """A finished step execution as stored: what `minions runs show` lists.
-
-    Attributes:
-        attempts: the model calls' first attempts (a retried call counts once).
-        items: how many loop items the step ran (0: not a loop).
-        started_at: when the step started (Unix seconds; ``None`` for a skipped step).
-        finished_at: when it ended.
-        model_calls: the model calls it made, retries included.
-        tool_calls: the tool calls it made.
-        loop_items: its loop items' executions, in item order (``step[0]``, ``step[1]``...).
-    """
-
-    step_id: str
-    visit: int
-    status: str
-    output: Any = None
-    error: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)
-    attempts: int = 1
-    items: int = 0
-    started_at: float | None = None
-    finished_at: float | None = None
-    model_calls: int = 0
-    tool_calls: int = 0
-    loop_items: tuple[StepRecord, ...] = ()
-    duration: float | None = None
-    reused_from: str | None = None
-    """For a step a rerun reused (status ``reused``): the run that executed it."""
-    reused_usage: dict[str, int] = field(default_factory=dict)
-    """For a reused step: the usage of its original execution (its own `usage` is zero)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunFilter:
-    """Which runs a listing gives: each field given narrows it (all of them at once).
-
-    Attributes:
-        created_after: created at or after this time (Unix seconds).
-        created_before: created before this time.
-        id_prefix: run ids that start with this.
-        schedule: fired by this schedule.
-    """
-
-    status: str | None = None
-    recipe: str | None = None
-    created_after: float | None = None
-    created_before: float | None = None
-    id_prefix: str | None = None
-    schedule: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalRecord:
-    """A call that waits (or waited) for a person's decision."""
-
-    call_id: str
-    step_id: str
-    tool: str
-    arguments: dict[str, Any]
-    requested_at: float
-    decided_at: float | None = None
-    approved: bool | None = None
-    reason: str | None = None
-    decided_by: str | None = None
-    """Who decided: a key's name, ``token``, ``cli:USER`` (None: undecided, or not known)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunRecord:
-    """A run as stored.
-
-    Attributes:
-        attempt: 1, then one more each time the run was resumed, taken over from a worker
-            that died, or handed back by a busy worker to one with a place free.
-        executor_id: the worker that runs it (or ran it last).
-    """
-
-    run_id: str
-    recipe_id: str
-    status: str
-    created_at: float
-    started_at: float | None = None
-    finished_at: float | None = None
-    inputs: dict[str, Any] = field(default_factory=dict)
-    output: Any = None
-    error: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)
-    recipe_path: str | None = None
-    recipe_hash: str = ""
-    executor_id: str | None = None
-    cancel_requested: bool = False
-    attempt: int = 1
-    schedule: str | None = None
-    """The schedule that fired it (None: submitted)."""
-    slot: float | None = None
-    """The slot of `schedule` it was fired for (a Unix time)."""
-    steps: tuple[StepRecord, ...] = ()
-    approvals: tuple[ApprovalRecord, ...] = ()
-    parent_run_id: str | None = None
-    """For a rerun: the run it reran."""
-    from_step: str | None = None
-    """For a rerun: the step it reran from."""
-    queued_by: str | None = None
-    """Who queued its current attempt (submitted, reran or resumed it): a key's name,
-    ``token``, ``cli:USER``, ``schedule:NAME`` (None: a worker's takeover, or not known)."""
-    cancelled_by: str | None = None
-    """Who asked for its cancel."""
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in TERMINAL
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkerRecord:
-    """A worker as its heartbeats tell of it."""
-
-    executor_id: str
-    started_at: float
-    heartbeat_at: float
-    stopped_at: float | None
-    version: str
-    runs: list[str]
-    alive: bool = False
-    """It beat within the dead-worker timeout and did not stop."""
-
-
-CatchUp = Literal["none", "one", "all"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScheduleRecord:
-    """A schedule as stored: a recipe snapshotted when it was added, run at each slot.
-
-    Attributes:
-        cron: its cron expression (or None, and `every` is set).
-        every: seconds between slots, which are multiples of it since 1970-01-01 UTC.
-        catch_up: what slots missed while no worker ran do: ``none`` (skipped; a slot over
-            a minute late too), ``one`` (the latest fires), ``all`` (each fires, in order).
-        next_at: the next slot (a Unix time).
-        last_slot: the slot that fired last; `last_run_id` its run.
-        fired: how many runs it fired.
-    """
-
-    name: str
-    recipe_id: str
-    inputs: dict[str, Any]
-    cron: str | None
-    every: int | None
-    timezone: str
-    catch_up: CatchUp
-    paused: bool
-    created_at: float
-    next_at: float
-    last_slot: float | None = None
-    last_fired_at: float | None = None
-    last_run_id: str | None = None
-    fired: int = 0
-    recipe_path: str | None = None
-    recipe_hash: str = ""
-    changed_by: str | None = None
-    """Who added it, or paused or resumed it last."""
-
-    @property
-    def timing(self) -> str:
-        """``cron EXPR [TZ]`` or ``every Ns``, as shown."""
-        if self.cron is not None:
-            zone = "" if self.timezone == "UTC" else f" ({self.timezone})"
-            return f"cron {self.cron}{zone}"
-        return f"every {self.every}s"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PruneResult:
-    """What a prune deleted (or, in a dry run, would delete).
-
-    Attributes:
-        runs: finished runs deleted, with their steps, events, approvals and DBOS workflows.
-        before: runs that finished before this moment (a Unix time) were eligible.
-        statuses: the statuses pruned.
-        dry_run: nothing was deleted.
-        bytes_before: the SQLite file's size before (None on Postgres).
-        bytes_after: and after, once the freed pages went back to the file system.
-    """
-
-    runs: int
-    before: float
-    statuses: tuple[str, ...]
-    dry_run: bool = False
-    bytes_before: int | None = None
-    bytes_after: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class History:
-    """How far the stored history goes back.
-
-    Attributes:
-        oldest_at: when the oldest stored run was created (None: no run).
-        pruned_before: runs that finished before this were pruned (None: never pruned).
-        pruned_at: when that prune ran.
-    """
-
-    oldest_at: float | None
-    pruned_before: float | None = None
-    pruned_at: float | None = None
-    pruned_by: str | None = None
-    """Who ran that prune (a key's name, ``token``, ``cli:USER``; None: not known)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class EndpointRecord:
-    """What a model endpoint taught the structured-output ladder, kept in the store so every
-    worker and later run starts at the mode that worked (`minions endpoints list`)."""
-
-    base_url: str
-    model: str
-    rejected: tuple[str, ...]
-    """Features it refused: rungs of the ladder (``json_schema``, ``tool``), ``tools`` (it
-    ignores tools altogether), ``stream_options``."""
-    output_mode: str | None
-    """The structured-output mode that last produced valid output."""
-    learned_at: float
-    expires_at: float
-    """After this it is learned again."""

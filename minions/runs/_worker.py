@@ -23,9 +23,14 @@ from dbos import DBOS
 from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
 from minions.models._limits import Limits
-from minions.runs._async import AsyncStore, _detail, transient
+from minions.runs import _leases as leases
+from minions.runs import _runs as runs
+from minions.runs import _workers as workers
+from minions.runs._async import AsyncDatabase, transient
+from minions.runs._db import DEAD_AFTER, Database, describe, detail
+from minions.runs._events import run_failed_row
 from minions.runs._limiter import StoreCapabilities, StoreLimiter
-from minions.runs._log import LiveHub, run_failed_row
+from minions.runs._log import LiveHub
 from minions.runs._prune import Retention, prune
 from minions.runs._queue import (
     APP_VERSION,
@@ -35,12 +40,13 @@ from minions.runs._queue import (
     Queue,
     attempt_of,
     client_url,
+    workflow_id,
 )
 from minions.runs._runner import DurableRunner, RunEndedError, RunFailedError
 from minions.runs._schedules import TICK as SCHEDULE_TICK
 from minions.runs._schedules import Scheduler
-from minions.runs._store import DEAD_AFTER, HEARTBEAT, Store, describe, workflow_id
 from minions.runs._tables import ACTIVE, HELD
+from minions.runs._workers import HEARTBEAT
 
 __all__ = ["Worker", "WorkerConflictError"]
 
@@ -98,7 +104,8 @@ class _RunEndsInOneLine(logging.Filter):
     its traceback where it happens (the runner's "run crashed")."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        # (`minions serve`'s log keeps the exception as `exc_value`, its traceback as text.)
+        # (A server process's log, `minions._logsetup`, keeps the exception as `exc_value`,
+        # its traceback as text.)
         exc = record.exc_info[1] if record.exc_info else getattr(record, "exc_value", None)
         if isinstance(exc, RunFailedError | RunEndedError | ForkRefusedError):
             record.msg, record.args = str(exc), None
@@ -148,6 +155,9 @@ class Worker:
         limits: limits per model endpoint (`minions.models.Limits`), held over every worker
             of the store that is given them; its `capability_expiry` says how long what an
             endpoint taught the structured-output ladder is kept in the store.
+        deps: makes the deps of a run (what its tools taking a `ToolContext` read as
+            ``ctx.deps``): called each time a run starts or resumes in this worker. Deps are
+            never stored with a run: each worker makes its own.
 
     Raises:
         ValueError: `retention` is neither a duration nor a number of runs.
@@ -165,6 +175,7 @@ class Worker:
         retention: str | None = None,
         clock: Callable[[], float] = time.time,
         limits: Limits | None = None,
+        deps: Callable[[], object] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -173,12 +184,12 @@ class Worker:
         self.executor_id = executor_id or default_executor_id()
         self.incarnation = uuid.uuid4().hex
         """This process's incarnation of the worker: the holder of the runs it takes."""
-        self.store = Store(url, create=True)
+        self.database = Database(url, create=True)
         self.queue = Queue(url)
-        store = AsyncStore(self.store, patient=True, threads=max(4, concurrency + 2))
+        database = AsyncDatabase(self.database, patient=True, threads=max(4, concurrency + 2))
         limits = limits if limits is not None else Limits()
         self.limiter = (
-            StoreLimiter(store, limits, holder=self.incarnation, lease=SLOT_LEASE)
+            StoreLimiter(database, limits, holder=self.incarnation, lease=SLOT_LEASE)
             if limits.endpoints
             else None
         )
@@ -186,17 +197,18 @@ class Worker:
         if self.limiter is not None:
             settings = dataclasses.replace(settings or RunSettings(), limiter=self.limiter)
         self.runner = DurableRunner(
-            store,
+            database,
             executor_id=self.executor_id,
             incarnation=self.incarnation,
             settings=settings,
             hub=hub,
             lease=DEAD_AFTER,
             heartbeat=HEARTBEAT,
-            capabilities=StoreCapabilities(store, expiry=limits.capability_expiry),
+            capabilities=StoreCapabilities(database, expiry=limits.capability_expiry),
             concurrency=concurrency,
             queue=self.queue,
             hand_back_after=HAND_BACK_AFTER,
+            deps=deps,
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"
@@ -211,6 +223,23 @@ class Worker:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def readiness(self) -> str | None:
+        """Why this worker does not take runs now, or ``None`` when it does: it runs (its
+        loop takes runs, its heartbeat reaches the store) and its store answers now with the
+        schema this minions knows (one read; blocking). Said to anyone: no URL or host."""
+        if self._stop.is_set() and self.state == "running":
+            return "the worker is stopping"
+        if self.state != "running":
+            return f"the worker is {self.state}"
+        from minions.runs._fleet import schema_problem
+
+        try:
+            return schema_problem(self.database)
+        except Exception as exc:
+            if transient(exc):
+                return "the run store cannot be reached"
+            return f"the run store cannot be read ({type(exc).__name__})"
 
     # -- running -------------------------------------------------------------------------------
 
@@ -235,7 +264,7 @@ class Worker:
             # Locked for longer than its busy timeout, its disk full, its server gone: said
             # as the store's opening says it, not as a traceback.
             raise StoreError(
-                f"cannot use the run store {describe(self.url)!r}: {_detail(exc)}"
+                f"cannot use the run store {describe(self.url)!r}: {detail(exc)}"
             ) from None
         except BaseException:
             self.state = "failed"
@@ -290,8 +319,8 @@ class Worker:
             # restarted) takes them over at once from their last checkpoint.
             DBOS.destroy(workflow_completion_timeout_sec=0)
             with contextlib.suppress(Exception):
-                self.store.release(self.incarnation)
-                self.store.stopped(self.executor_id, incarnation=self.incarnation)
+                leases.release(self.database, self.incarnation)
+                workers.stopped(self.database, self.executor_id, incarnation=self.incarnation)
             _RUNNER = None
             self.queue.close()
             for restored, handler in previous.items():
@@ -322,7 +351,7 @@ class Worker:
     def _fire_schedules(self) -> None:
         """Fire the schedules' due slots, a tick at a time (every worker on the store does;
         each slot fires once)."""
-        scheduler = Scheduler(self.store, self.queue.enqueue, clock=self.clock)
+        scheduler = Scheduler(self.database, self.queue.enqueue, clock=self.clock)
         while not self._stop.wait(SCHEDULE_TICK):
             try:
                 scheduler.tick()
@@ -337,7 +366,7 @@ class Worker:
         while True:
             try:
                 done = prune(
-                    self.store,
+                    self.database,
                     before=self.clock() - (retention.older_than or 0.0),
                     keep=retention.keep,
                 )
@@ -352,8 +381,8 @@ class Worker:
     def _take_the_id(self) -> None:
         """Become the worker `executor_id`: refused while another incarnation of it lives;
         one that crashed is replaced, and its runs are let go at once."""
-        store = self.store
-        row = store.worker_row(self.executor_id)
+        database = self.database
+        row = workers.registration(database, self.executor_id)
         if row is not None and row.stopped_at is None and row.incarnation:
             seen = row.heartbeat_at
             dead = time.time() - seen > DEAD_AFTER or (
@@ -362,7 +391,7 @@ class Worker:
             deadline = time.monotonic() + DEAD_AFTER + HEARTBEAT
             while not dead and time.monotonic() < deadline and not self._stop.is_set():
                 time.sleep(min(HEARTBEAT / 2, 0.5))
-                now_row = store.worker_row(self.executor_id)
+                now_row = workers.registration(database, self.executor_id)
                 if now_row is None or now_row.stopped_at is not None:
                     break
                 if now_row.heartbeat_at > seen:
@@ -373,8 +402,9 @@ class Worker:
                         "this one another --executor-id"
                     )
         if row is not None and row.incarnation:
-            store.release(row.incarnation)  # a crashed incarnation: its runs go on here
-        store.register_worker(
+            leases.release(database, row.incarnation)  # a crashed one: its runs go on here
+        workers.register(
+            database,
             self.executor_id,
             incarnation=self.incarnation,
             version=APP_VERSION,
@@ -387,7 +417,8 @@ class Worker:
         A database that cannot be used now degrades the worker until it is back."""
         try:
             started = time.monotonic()
-            renewed = self.store.heartbeat(
+            renewed = workers.heartbeat(
+                self.database,
                 self.executor_id,
                 incarnation=self.incarnation,
                 runs=list(self.runner.held),
@@ -424,11 +455,12 @@ class Worker:
     def _take_over(self) -> None:
         """Queue anew the runs whose holder's lease ran out, and the queued runs a dead
         worker had taken from DBOS's queue but not yet claimed."""
-        store, queue = self.store, self.queue
+        database, queue = self.database, self.queue
         now = time.time()
-        for run_id, epoch, recoveries in store.expired(now):
+        for run_id, epoch, recoveries in runs.expired(database, now):
             if recoveries >= MAX_RECOVERIES:
-                store.end_unheld(
+                runs.end_unheld(
+                    database,
                     run_id,
                     status="failed",
                     error=f"taken over from dead workers {recoveries} times: given up",
@@ -437,14 +469,14 @@ class Worker:
                     now=now,
                 )
                 continue
-            requeued = store.requeue(
-                run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue
+            requeued = runs.requeue(
+                database, run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue
             )
             if requeued is not None:
                 log.info("run taken over", run_id=run_id, attempt=requeued.attempt)
         dead = [
             w.executor_id
-            for w in store.workers()
+            for w in workers.listed(database)
             if w.executor_id != self.executor_id
             and (w.stopped_at is not None or now - w.heartbeat_at > DEAD_AFTER)
             and (w.executor_id, w.heartbeat_at) not in self._checked
@@ -459,18 +491,19 @@ class Worker:
             load_output=False,
         )
         found = {attempt_of(w.workflow_id) for w in pending}
-        queued = store.queued_attempts([run_id for run_id, _ in found])
+        queued = runs.queued_attempts(database, [run_id for run_id, _ in found])
         for run_id, attempt in found:
             current = queued.get(run_id)
-            if current is not None and current[0] == attempt:
-                store.requeue(
+            if current is not None and current.attempt == attempt:
+                runs.requeue(
+                    database,
                     run_id,
                     statuses=("queued",),
-                    epoch=current[1],
+                    epoch=current.epoch,
                     recovery=True,
                     enqueue=queue.enqueue,
                 )
-        for worker in store.workers():
+        for worker in workers.listed(database):
             if worker.executor_id in dead:
                 self._checked.add((worker.executor_id, worker.heartbeat_at))
 
@@ -478,8 +511,8 @@ class Worker:
         """Queue anew, under this format, the queued and unfinished runs that minions before
         the format had its own version left in DBOS (nobody alive runs them); say which runs
         belong to a newer format."""
-        store, queue = self.store, self.queue
-        alive = {w.executor_id for w in store.workers() if w.alive}
+        database, queue = self.database, self.queue
+        alive = {w.executor_id for w in workers.listed(database) if w.alive}
         for workflow in DBOS.list_workflows(
             status=["ENQUEUED", "PENDING"], name=WORKFLOW, load_input=False, load_output=False
         ):
@@ -493,6 +526,6 @@ class Worker:
                 continue  # an old worker runs it still
             queue.cancel(workflow.workflow_id)
             run_id, _ = attempt_of(workflow.workflow_id)
-            store.requeue(
-                run_id, statuses=ACTIVE, epoch=None, recovery=False, enqueue=queue.enqueue
+            runs.requeue(
+                database, run_id, statuses=ACTIVE, epoch=None, recovery=False, enqueue=queue.enqueue
             )

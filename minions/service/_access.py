@@ -96,12 +96,20 @@ def _admin(request: Request) -> Caller:
     return _caller(request, "admin")
 
 
+def _scrape(request: Request) -> Caller | None:
+    """``/metrics``: a reader, unless the server serves it publicly (``--metrics-public``)."""
+    if request.scope["path"] in request.app.state.public:
+        return None
+    return _caller(request, "read")
+
+
 PERMISSIONS: dict[Callable[..., Any], Permission] = {
     _public: "public",
     _read: "read",
     _approve: "approve",
     _operate: "operate",
     _admin: "admin",
+    _scrape: "read",
 }
 """Each permission's dependency, as routes declare it."""
 
@@ -110,6 +118,8 @@ Reader = Annotated[Caller, Depends(_read)]
 Approver = Annotated[Caller, Depends(_approve)]
 Operator = Annotated[Caller, Depends(_operate)]
 Admin = Annotated[Caller, Depends(_admin)]
+Scraper = Annotated[Caller | None, Depends(_scrape)]
+"""A reader, or anyone when the server makes ``/metrics`` public."""
 
 
 def permission_of(route: APIRoute) -> Permission | None:

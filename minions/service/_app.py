@@ -15,19 +15,24 @@ from minions.runs import LiveHub, RunStore
 from minions.service._access import undeclared
 from minions.service._config import ServiceConfig
 from minions.service._errors import install
-from minions.service._guard import Guard, proxy_networks
+from minions.service._guard import PUBLIC_PATHS, Guard, proxy_networks
 from minions.service._recipes import RecipeCatalog
 from minions.service._routes import console, events, info, keys, rerun, runs, schedules, steps
 from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
+    from minions._tracing.prometheus import PrometheusMetrics
     from minions.runs import Worker
 
 __all__ = ["ServiceConfig", "create_app"]
 
 
 def create_app(
-    config: ServiceConfig, *, hub: LiveHub | None = None, worker: Worker | None = None
+    config: ServiceConfig,
+    *,
+    hub: LiveHub | None = None,
+    worker: Worker | None = None,
+    metrics: PrometheusMetrics | None = None,
 ) -> FastAPI:
     """The service's ASGI application over the run store of `config`.
 
@@ -35,11 +40,14 @@ def create_app(
         config: what to serve.
         hub: the live events of a worker in this process (token deltas reach the streams
             only through it).
-        worker: the worker in this process, whose state ``/health`` reports.
+        worker: the worker in this process, whose state the probes report.
+        metrics: this process's metrics, served by ``/metrics`` with the store's gauges when
+            `config` says so (``None``: the store's gauges only).
 
     Raises:
         ValueError: a proxy's user header without the proxy's address, or a trusted proxy
             that is not an address or a network.
+        MissingExtraError: `config` asks for metrics and the metrics extra is missing.
     """
     if config.proxy_user_header is not None and not config.trusted_proxies:
         raise ValueError(
@@ -78,6 +86,15 @@ def create_app(
     routers = (runs.router, rerun.router, events.router, steps.router, info.router)
     for router in (*routers, schedules.router, keys.router, console.router):
         app.include_router(router)
+    public = PUBLIC_PATHS
+    if config.metrics:
+        from minions._tracing.prometheus import PrometheusMetrics
+        from minions.service._routes import metrics as metrics_route
+
+        app.state.metrics = metrics if metrics is not None else PrometheusMetrics()
+        app.include_router(metrics_route.router)
+        if config.metrics_public:
+            public = public | {"/metrics"}
     missing = undeclared(app)
     if missing:  # a route of this package that forgot its permission: never served
         raise RuntimeError(f"routes without one permission declared: {', '.join(missing)}")
@@ -89,7 +106,9 @@ def create_app(
         body_timeout=config.request_timeout,
         proxy_user_header=config.proxy_user_header,
         trusted_proxies=config.trusted_proxies,
+        public=public,
     )
+    app.state.public = public
     return app
 
 
@@ -99,7 +118,7 @@ run, and an approval needs a call id the run gives later."""
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """The schema, with the bearer scheme on every operation but ``/health``, and links
+    """The schema, with the bearer scheme on every operation but the public ones, and links
     from a submitted run to what can be done with it."""
     if app.openapi_schema is None:
         from fastapi.openapi.utils import get_openapi
@@ -113,7 +132,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         links = {}
         for path, operations in schema["paths"].items():
             for operation in operations.values():
-                if path != "/health":
+                if path not in app.state.public:
                     operation["security"] = [{"bearer": []}]
                 if path.startswith("/runs/{run_id}") and path not in UNLINKED:
                     links[operation["operationId"]] = {

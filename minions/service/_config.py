@@ -13,8 +13,8 @@ class ServiceConfig:
     """What a service process serves.
 
     Attributes:
-        token: the bearer token every request but ``/health`` (and the console's static page)
-            must carry.
+        token: the bearer token every request but the probes (``/health``,
+            ``/health/live``, ``/health/ready``) and the console's static page must carry.
         database_url: the run store (see `minions.runs.database_url`).
         recipes: the folder of the recipes clients may run by id (None: none).
         allow_inline_recipes: accept recipe YAML in a submission; it may still name only
@@ -29,6 +29,10 @@ class ServiceConfig:
             below the process's descriptor limit.
         heartbeat: seconds of silence after which an event stream sends a comment line.
         poll: seconds between a followed run's reads of the store when nothing woke it.
+        metrics: serve ``GET /metrics`` (Prometheus text: this process's metrics and the
+            store's gauges); it needs a key (a viewer's will do) unless `metrics_public`.
+        metrics_public: serve ``/metrics`` without the token (to a scraper on a trusted
+            network; it names recipes, steps, schedules and endpoints).
         max_diff_values: the most JSON values of step outputs (both runs together) a diff
             compares; a bigger one is a 422 (None: the store's default, 500,000).
         proxy_user_header: a header (``X-Forwarded-User``) that names the user of a request
@@ -48,6 +52,8 @@ class ServiceConfig:
     max_connections: int = 2000
     heartbeat: float = 15.0
     poll: float = 0.1
+    metrics: bool = False
+    metrics_public: bool = False
     max_diff_values: int | None = None
     proxy_user_header: str | None = None
     trusted_proxies: tuple[str, ...] = ()

@@ -25,6 +25,7 @@ from minions.errors import (
     UnknownKeyError,
     UnknownRunError,
     UnknownScheduleError,
+    UnknownStepError,
 )
 from minions.service._models import ErrorBody
 from minions.service._recipes import problem_text
@@ -50,6 +51,7 @@ ERROR_TYPES = {
 ERROR_TABLE: tuple[tuple[type[MinionsError], int, str], ...] = (
     (UnknownRunError, 404, "unknown_run"),
     (UnknownScheduleError, 404, "unknown_schedule"),
+    (UnknownStepError, 404, "unknown_step"),
     (ScheduleExistsError, 409, "schedule_exists"),
     (UnknownKeyError, 404, "unknown_key"),
     (KeyExistsError, 409, "key_exists"),

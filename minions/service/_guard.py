@@ -19,7 +19,6 @@ from fastapi.responses import JSONResponse
 
 from minions.errors import StoreError
 from minions.runs import KeyRecord, RunStore
-from minions.runs._keys import PREFIX
 from minions.service._access import CALLER, TOKEN_CALLER, Caller
 from minions.service._bytes import json_problem, path_problem, query_problem
 from minions.service._errors import error
@@ -30,9 +29,12 @@ __all__: list[str] = []
 
 log = structlog.get_logger(__name__)
 
-PUBLIC_PATHS = frozenset({"/health", "/", *(f"/console/{name}" for name in FILES)})
-"""What strangers may read: the health check and the console's own files (which hold no
-data); every other path, unknown ones included, is a 401 without a key."""
+PUBLIC_PATHS = frozenset(
+    {"/health", "/health/live", "/health/ready", "/", *(f"/console/{name}" for name in FILES)}
+)
+"""What strangers may read: the probes and the console's own files (which hold no data); every
+other path, unknown ones included, is a 401 without a key (``/metrics`` too, unless the server
+makes it public)."""
 STREAM = re.compile(r"/runs/(?P<run_id>[^/]+)/events/stream")
 THREAD_ABOVE = 64 << 10
 """A body larger than this is checked in a thread (the check walks every value)."""
@@ -89,6 +91,7 @@ class Guard:
         proxy_user_header: the header in which a trusted proxy names a request's user (the
             key of that name, without the key itself).
         trusted_proxies: the addresses or networks of those proxies.
+        public: the paths served without a key.
 
     Raises:
         ValueError: a trusted proxy is not an address or a network.
@@ -103,8 +106,10 @@ class Guard:
         body_timeout: float,
         proxy_user_header: str | None = None,
         trusted_proxies: Sequence[str] = (),
+        public: frozenset[str] = PUBLIC_PATHS,
     ) -> None:
         self.app = app
+        self.public = public
         self.token = token.encode()
         self.proxy_header = proxy_user_header.lower().encode() if proxy_user_header else None
         self.proxies = proxy_networks(trusted_proxies)
@@ -157,7 +162,7 @@ class Guard:
         """The answer to a request refused before its body is read, or None (and the
         request's `Caller` is in its scope)."""
         path: str = scope["path"]
-        if path not in PUBLIC_PATHS:
+        if path not in self.public:
             given = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
             user = self._proxy_user(scope)
@@ -196,8 +201,8 @@ class Guard:
         """The caller a bearer credential names: the server's token, or a key that works."""
         if hmac.compare_digest(credentials, self.token):
             return TOKEN_CALLER
-        if not credentials.startswith(PREFIX.encode()) or len(credentials) > 100:
-            return None  # not a key: no look in the store
+        if len(credentials) > 100:
+            return None  # not a key (one that is not shaped as a key is not looked up either)
         try:
             key = credentials.decode("ascii")
         except UnicodeDecodeError:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
 
-from minions._fold import Execution, ExecutionStatus, RunStates, RunStatus
+from minions._fold import Execution, ExecutionStatus, RunStates, RunStatus, WaitKind
 
 __all__: list[str] = []
 
@@ -100,6 +100,11 @@ class StepOut(_Record):
     model_calls: int = Field(0, description="Model calls, retries included.")
     tool_calls: int = 0
     duration: float | None = None
+    waited: float = Field(
+        0.0,
+        description="Seconds of `duration` it waited (its model calls for their endpoint's "
+        "limits, its tool calls for approval) rather than worked.",
+    )
     reused_from: str | None = Field(
         None, description="For a step a rerun reused (status `reused`): the run that ran it."
     )
@@ -274,6 +279,17 @@ class StepDetail(BaseModel):
     )
     started_at: float | None = None
     finished_at: float | None = None
+    waited: float | None = Field(
+        None,
+        description="Seconds its last visit waited (for its endpoint's limits, for approvals) "
+        "rather than worked, once it ended.",
+    )
+    waiting: WaitKind | None = Field(
+        None,
+        description="What its last visit (or one of its loop items) waits for now: `approval` "
+        "(a call waits for a person's decision) or `limit` (a model call waits for its "
+        "endpoint's limits), as the kinds of `waits`; none while it works or once it ended.",
+    )
     skipped: str | None = Field(None, description="Why it was skipped.")
     error: str | None = None
     usage: Usage = Field(
@@ -290,7 +306,7 @@ class WaitOut(_Record):
     """A wait inside an execution: for a person's decision on a call (`kind` `approval`), or
     for a model endpoint's limits before a model call is sent (`kind` `limit`)."""
 
-    kind: Literal["approval", "limit"]
+    kind: WaitKind
     started_at: float
     ended_at: float | None = Field(None, description="None: it goes on.")
     call_id: str | None = Field(None, description="The call waiting for a decision.")
@@ -334,6 +350,11 @@ class ExecutionOut(_Record):
         "failure or a crash, and it ran again).",
     )
     reused_from: str | None = Field(None, description="For a reused step: the run that ran it.")
+    waited: float = Field(
+        0.0,
+        description="Seconds of its time it waited (its model calls for their endpoint's "
+        "limits, its tool calls for approval) rather than worked, told when it ended.",
+    )
     retries: list[RetryOut] = Field(default_factory=list)
     waits: list[WaitOut] = Field(default_factory=list)
 
@@ -408,4 +429,13 @@ class Health(BaseModel):
     worker: Literal["none", "starting", "running", "degraded", "stopped", "failed"] = Field(
         description="The worker in the server's process (`none`: served with --no-worker)."
     )
-    error: str | None = Field(None, description="Why the worker is not running.")
+    error: str | None = Field(
+        None, description="Why it is unavailable: the run store, or the worker, is not usable."
+    )
+
+
+class Probe(BaseModel):
+    """A liveness or readiness probe's answer."""
+
+    status: Literal["ok", "unavailable"]
+    reason: str | None = Field(None, description="Why it is not ready.")

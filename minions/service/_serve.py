@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import structlog
 
+from minions import _logsetup as logs
 from minions._step.settings import RunSettings
 from minions.models._base import Model
 from minions.models._limits import Limits
-from minions.service import _logs as logs
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
 from minions.service._protocol import bounded_protocol, connection_cap
@@ -42,14 +42,15 @@ def serve(
     retention: str | None = None,
     on_ready: Callable[[str], None] | None = None,
     limits: Limits | None = None,
+    log_format: logs.LogFormat = "console",
 ) -> None:
     """Serve until SIGINT or SIGTERM; the in-process worker stops with the server (its
     unfinished runs go on in the next worker).
 
-    The process is the server's: its logging is set up here (lines on stderr, tracebacks
-    without local variables, the token and the environment's secrets redacted from every
-    line), and its descriptor limit raised towards the hard one to hold
-    `ServiceConfig.max_connections`.
+    The process is the server's: its logging is set up here (every record, minions' and the
+    libraries', on stderr in one format, tracebacks without local variables, the token and
+    the environment's secrets redacted, a store outage said once), and its descriptor limit
+    raised towards the hard one to hold `ServiceConfig.max_connections`.
 
     Args:
         config: what to serve.
@@ -62,13 +63,22 @@ def serve(
         on_ready: told the worker's id (or ``""`` without one) once the server listens.
         limits: limits per model endpoint for the in-process worker's runs (held over every
             worker of the store given them).
+        log_format: ``console`` (lines for people) or ``json`` (one object per line).
+
+    Raises:
+        MissingExtraError: `config` asks for metrics and the metrics extra is missing.
     """
     import uvicorn
 
     from minions.runs import LiveHub, database_url
 
     url = database_url(config.database_url)
-    logs.install(logs.Redactor(logs.secrets_of(config.token, os.environ, url)))
+    logs.install(logs.Redactor(logs.secrets_of(config.token, os.environ, url)), format=log_format)
+    exported = None
+    if config.metrics:
+        from minions._tracing.prometheus import PrometheusMetrics
+
+        exported = PrometheusMetrics()
     connections = connection_cap(config.max_connections)
     if connections < config.max_connections:
         log.warning(
@@ -86,7 +96,11 @@ def serve(
         running = Worker(
             url,
             concurrency=concurrency,
-            settings=RunSettings(model=config.model, model_resolver=_streaming),
+            settings=RunSettings(
+                model=config.model,
+                model_resolver=_streaming,
+                metrics=None if exported is None else exported.metrics,
+            ),
             hub=hub,
             on_ready=lambda _: started.set(),
             retention=retention,
@@ -105,7 +119,7 @@ def serve(
         started.wait()
         if failure:
             raise failure[0]
-    app = create_app(config, hub=hub, worker=running)
+    app = create_app(config, hub=hub, worker=running, metrics=exported)
     executor_id = running.executor_id if running is not None else ""
 
     class Server(uvicorn.Server):
@@ -125,6 +139,7 @@ def serve(
             host=host,
             port=port,
             log_level="warning",
+            log_config=None,  # its records go through the process's log (see _logsetup)
             access_log=False,
             timeout_graceful_shutdown=3,
             http=bounded_protocol(head_timeout=config.request_timeout, max_connections=connections),
@@ -140,3 +155,5 @@ def serve(
         if running is not None and thread is not None:
             running.stop()
             thread.join(timeout=30)
+        if exported is not None:
+            exported.shutdown()

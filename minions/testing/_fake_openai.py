@@ -65,10 +65,12 @@ class FakeRequest:
 
     @property
     def model(self) -> str:
+        """The model the request named."""
         return str(self.body.get("model", ""))
 
     @property
     def messages(self) -> list[dict[str, Any]]:
+        """The request's messages, as sent."""
         return list(self.body.get("messages", []))
 
     @property
@@ -78,18 +80,22 @@ class FakeRequest:
 
     @property
     def tool_choice(self) -> Any:
+        """The request's ``tool_choice``, if any."""
         return self.body.get("tool_choice")
 
     @property
     def response_format(self) -> Any:
+        """The request's ``response_format``, if any."""
         return self.body.get("response_format")
 
     @property
     def stream(self) -> bool:
+        """Whether the request asked for a streamed answer."""
         return bool(self.body.get("stream"))
 
     @property
     def last_message(self) -> dict[str, Any]:
+        """The request's last message (``{}`` when it has none)."""
         messages = self.messages
         return messages[-1] if messages else {}
 
@@ -335,6 +341,7 @@ class FakeOpenAIServer:
 
     @property
     def port(self) -> int:
+        """The port the server listens on (127.0.0.1)."""
         if self._httpd is None:
             raise RuntimeError("FakeOpenAIServer is not started: use `with` or call start()")
         return int(self._httpd.server_address[1])

@@ -104,6 +104,7 @@ class ScriptedModel(Model):
 
     @property
     def remaining(self) -> int:
+        """Replies left in the script."""
         return len(self._replies) - self._next
 
     def add(self, *replies: Reply) -> None:

@@ -388,11 +388,14 @@ def file_tools(workspace: str | Path, *, protected: Collection[Path] = ()) -> li
             )
         return found
 
-    return [
+    made = [
         Tool(read_file, side_effects=False),
         tool(write_file),
         Tool(list_files, side_effects=False),
     ]
+    for each in made:
+        each.reach = str(space.root)
+    return made
 
 
 def _pattern_steps(pattern: str) -> tuple[str, ...]:

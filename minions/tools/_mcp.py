@@ -79,6 +79,7 @@ class MCPStdioServer:
         object.__setattr__(self, "env", dict(self.env))
 
     def describe(self) -> str:
+        """The server as logs and errors name it (its command line)."""
         return " ".join(["stdio:", self.command, *self.args])
 
 
@@ -100,6 +101,7 @@ class MCPHttpServer:
         object.__setattr__(self, "headers", dict(self.headers))
 
     def describe(self) -> str:
+        """The server as logs and errors name it (its URL, without credentials)."""
         return f"http: {_without_credentials(self.url)}"
 
 

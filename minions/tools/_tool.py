@@ -11,10 +11,11 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, get_origin, overload
 
 from minions._messages import ToolSpec
 from minions.errors import ToolDefinitionError, ToolError
+from minions.tools._context import ToolContext
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -22,6 +23,15 @@ if TYPE_CHECKING:
 __all__ = ["Tool", "ToolRegistry", "tool"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_CONTEXT = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?ToolContext(?:\[.*\])?$")
+
+
+def _is_context(annotation: object) -> bool:
+    """Whether a parameter's annotation is `ToolContext` (``ToolContext[Deps]``, or the same
+    as a string, as ``from __future__ import annotations`` leaves it)."""
+    if isinstance(annotation, str):
+        return _CONTEXT.match(annotation.strip().strip("'\"")) is not None
+    return annotation is ToolContext or get_origin(annotation) is ToolContext
 
 
 class Tool:
@@ -29,7 +39,10 @@ class Tool:
 
     Args:
         fn: the function, sync or async. Parameters need type hints (unannotated ones accept
-            anything); `*args` and `**kwargs` are not allowed.
+            anything); `*args` and `**kwargs` are not allowed. A first parameter annotated
+            ``ToolContext[D]`` receives the call's `ToolContext` (run, step, call id,
+            idempotency key, attempt, and ``ctx.deps``: the run's deps, typed ``D``); it is
+            not part of the JSON Schema the model sees.
         name: defaults to the function's name.
         description: defaults to the docstring's summary.
         run_in_thread: run a sync function in a worker thread (the default, so a blocking
@@ -44,6 +57,12 @@ class Tool:
     origin: tuple[str, str] | None = None
     """``(server, tool)`` for a tool of an MCP server (steps ask for it as ``server.tool``);
     ``None`` for a Python function."""
+    takes_context: bool = False
+    """Its first parameter is a `ToolContext`: each call passes the call's context."""
+    reach: str | None = None
+    """What the tool reaches besides its arguments, when that is not the same for every
+    instance of its function (a file tool's folder): part of the step cache's key, so a
+    step never answers from an entry made where the tool saw other things."""
 
     def __init__(
         self,
@@ -66,11 +85,18 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(fn)
         self.run_in_thread = run_in_thread and not self.is_async
         self._signature = inspect.signature(fn)
-        for param in self._signature.parameters.values():
+        params = list(self._signature.parameters.values())
+        self.takes_context = bool(params) and _is_context(params[0].annotation)
+        for index, param in enumerate(params):
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise ToolDefinitionError(
                     f"tool {self.name!r}: *args and **kwargs cannot be described to a model; "
                     f"give parameter {param.name!r} a name and a type"
+                )
+            if index > 0 and _is_context(param.annotation):
+                raise ToolDefinitionError(
+                    f"tool {self.name!r}: its ToolContext parameter {param.name!r} must be "
+                    "the first one"
                 )
         self._description = description
 
@@ -82,6 +108,8 @@ class Tool:
 
     @property
     def description(self) -> str:
+        """What the model is told the tool does: the given description, else the docstring's
+        summary and body."""
         if self._description is not None:
             return self._description
         doc = self._doc
@@ -100,7 +128,8 @@ class Tool:
             ) from None
         described = {p.arg_name: p.description for p in self._doc.params}
         fields: dict[str, Any] = {}
-        for pname, param in self._signature.parameters.items():
+        params = list(self._signature.parameters.items())
+        for pname, param in params[1:] if self.takes_context else params:
             annotation = hints.get(pname, Any)
             default = ... if param.default is param.empty else param.default
             fields[pname] = (annotation, Field(default, description=described.get(pname)))
@@ -122,6 +151,7 @@ class Tool:
 
     @property
     def spec(self) -> ToolSpec:
+        """The tool as a model is told about it: name, description and parameters' JSON Schema."""
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
     def problems(self) -> list[str]:
@@ -292,6 +322,11 @@ class ToolRegistry:
         return found
 
     def require(self, name: str) -> Tool:
+        """The tool named `name`.
+
+        Raises:
+            ToolError: there is none (the message lists the tools there are, for the model).
+        """
         found = self.get(name)
         if found is None:
             raise ToolError(f"Unknown tool {name!r}. Available tools: {self._available()}.")
@@ -302,6 +337,7 @@ class ToolRegistry:
 
     @property
     def names(self) -> list[str]:
+        """The registered tools' names, sorted."""
         return sorted(self._tools)
 
     def subset(self, names: Iterable[str]) -> ToolRegistry:

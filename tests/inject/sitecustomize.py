@@ -85,21 +85,21 @@ if os.environ.get("HOLD_BEFORE_CHECKPOINT"):
     import time
     from typing import Any
 
-    from minions.runs import _store
+    from minions.runs import _leases
 
-    _unheld_append = _store.Store.append
+    _unheld_append = _leases.append
     _before_checkpoint = pathlib.Path(os.environ["HOLD_BEFORE_CHECKPOINT"])
     _checkpoints_held: list[bool] = []
 
-    def _held_append(self: Any, lease: Any, **kwargs: Any) -> None:
-        if kwargs.get("step") is not None and not _checkpoints_held:
+    def _held_append(database: Any, lease: Any, **kwargs: Any) -> None:
+        if kwargs.get("checkpoint") is not None and not _checkpoints_held:
             _checkpoints_held.append(True)
             pathlib.Path(f"{_before_checkpoint}.reached").touch()
             while _before_checkpoint.exists():
                 time.sleep(0.02)
-        _unheld_append(self, lease, **kwargs)
+        _unheld_append(database, lease, **kwargs)
 
-    _store.Store.append = _held_append  # type: ignore[method-assign]
+    _leases.append = _held_append
 
 if os.environ.get("HOLD_IN_CHECKPOINT"):
     import contextlib
@@ -109,11 +109,11 @@ if os.environ.get("HOLD_IN_CHECKPOINT"):
     from collections.abc import Iterator
     from typing import Any
 
-    from minions.runs import _store
+    from minions.runs import _db, _leases
 
-    _begin_outside = _store.Store.begin
-    _statement_outside = _store.Store.statement
-    _append_outside = _store.Store.append
+    _begin_outside = _db.Database.begin
+    _statement_outside = _db.Database.statement
+    _append_outside = _leases.append
     _in_checkpoint = threading.local()
     _in_hold = pathlib.Path(os.environ["HOLD_IN_CHECKPOINT"])
     _held_inside: list[bool] = []
@@ -137,22 +137,22 @@ if os.environ.get("HOLD_IN_CHECKPOINT"):
         with _statement_outside(self) as db:
             yield db
 
-    def _append_marked(self: Any, lease: Any, **kwargs: Any) -> None:
-        _in_checkpoint.on = kwargs.get("step") is not None
+    def _append_marked(database: Any, lease: Any, **kwargs: Any) -> None:
+        _in_checkpoint.on = kwargs.get("checkpoint") is not None
         try:
-            _append_outside(self, lease, **kwargs)
+            _append_outside(database, lease, **kwargs)
         finally:
             _in_checkpoint.on = False
 
-    _store.Store.begin = _begin_holding  # type: ignore[method-assign]
-    _store.Store.statement = _statement_holding  # type: ignore[method-assign]
-    _store.Store.append = _append_marked  # type: ignore[method-assign]
+    _db.Database.begin = _begin_holding  # type: ignore[method-assign]
+    _db.Database.statement = _statement_holding  # type: ignore[method-assign]
+    _leases.append = _append_marked
 
 if os.environ.get("CLAIMS"):
     import time
     from typing import Any
 
-    from minions.runs import _runner, _store
+    from minions.runs import _leases, _runner
 
     _unrecorded_claim = _runner.DurableRunner._claim
 
@@ -164,7 +164,7 @@ if os.environ.get("CLAIMS"):
 
     async def _recorded_claim(self: Any, run_id: str, attempt: int) -> Any:
         start = await _unrecorded_claim(self, run_id, attempt)
-        if isinstance(start, _store.Start):  # not a refusal
+        if isinstance(start, _leases.Start):  # not a refusal
             EPOCH.set(start.lease.epoch)  # in the task that goes on to run the run
             _say_claim(f"claim {time.time()!r} {os.getpid()} {run_id} {start.lease.epoch}")
         return start
@@ -178,9 +178,9 @@ if os.environ.get("DISK_FULL"):
     from collections.abc import Iterator
     from typing import Any
 
-    from minions.runs import _store
+    from minions.runs import _db
 
-    _begin = _store.Store.begin
+    _begin = _db.Database.begin
     _full = pathlib.Path(os.environ["DISK_FULL"])
 
     @contextlib.contextmanager
@@ -190,7 +190,7 @@ if os.environ.get("DISK_FULL"):
             if _full.exists():  # the commit finds no room: everything is rolled back
                 raise sqlite3.OperationalError("database or disk is full")
 
-    _store.Store.begin = _begin_on_a_full_disk  # type: ignore[method-assign]
+    _db.Database.begin = _begin_on_a_full_disk  # type: ignore[method-assign]
 
 if os.environ.get("STORE_DOWN"):
     import contextlib
@@ -199,7 +199,7 @@ if os.environ.get("STORE_DOWN"):
     from collections.abc import Iterator
     from typing import Any
 
-    from minions.runs import _store
+    from minions.runs import _db
 
     _down = pathlib.Path(os.environ["STORE_DOWN"])
 
@@ -213,6 +213,6 @@ if os.environ.get("STORE_DOWN"):
 
         return opened_unless_down
 
-    _store.Store.begin = _gone(_store.Store.begin)  # type: ignore[method-assign]
-    _store.Store.read = _gone(_store.Store.read)  # type: ignore[method-assign]
-    _store.Store.statement = _gone(_store.Store.statement)  # type: ignore[method-assign]
+    _db.Database.begin = _gone(_db.Database.begin)  # type: ignore[method-assign]
+    _db.Database.read = _gone(_db.Database.read)  # type: ignore[method-assign]
+    _db.Database.statement = _gone(_db.Database.statement)  # type: ignore[method-assign]

@@ -103,7 +103,7 @@ def test_no_model_configured() -> None:
     with pytest.raises(ModelError, match=r"no model configured.*MINIONS_MODEL"):
         infer_model()
     with pytest.raises(ModelError, match="not int"):
-        infer_model(42)  # type: ignore[arg-type]
+        infer_model(42)  # type: ignore[call-overload]
 
 
 def test_a_model_object_passes_through() -> None:

@@ -1,4 +1,4 @@
-"""``/recipes``, ``/workers`` and ``/health``."""
+"""``/recipes``, ``/workers``, and the probes: ``/health``, ``/health/live``, ``/health/ready``."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from minions._version import __version__
 from minions.service._access import Public, Reader
 from minions.service._deps import Catalog, InProcessWorker, Runs, Streams
 from minions.service._errors import ERRORS
-from minions.service._models import Health, RecipeOut, WorkerOut
+from minions.service._models import Health, Probe, RecipeOut, WorkerOut
 from minions.service._models import Streams as StreamsOut
+from minions.service._ready import problem
 
 __all__: list[str] = []
 
@@ -44,19 +45,19 @@ async def workers(caller: Reader, runs: Runs) -> list[WorkerOut]:
 @router.get(
     "/health",
     response_model=Health,
-    responses={503: {"model": Health, "description": "the in-process worker is not running"}},
+    responses={503: {"model": Health, "description": "the store or the worker is unusable"}},
 )
 async def health(
     anyone: Public, worker: InProcessWorker, runs: Runs, streams: Streams
 ) -> JSONResponse:
     """Up, the state of the worker in this process, and its event streams (no token
-    needed): 503 while the worker is not running (its database is unreachable, or it
-    stopped)."""
+    needed): 503 while the run store cannot be used (down, or of another schema) or the
+    worker in this process is not running."""
     state = "none" if worker is None else worker.state
-    ok = state in ("none", "running")
+    why = await problem(runs, worker)
     hub = runs.log.hub
     body = Health(
-        status="ok" if ok else "unavailable",
+        status="ok" if why is None else "unavailable",
         version=__version__,
         streams=StreamsOut(
             open=streams.open,
@@ -64,6 +65,26 @@ async def health(
             live_subscriptions=hub.subscriptions() if hub is not None else 0,
         ),
         worker=state,
-        error=None if worker is None else worker.error,
+        error=why,
     )
-    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
+    return JSONResponse(body.model_dump(), status_code=200 if why is None else 503)
+
+
+@router.get("/health/live", response_model=Probe)
+async def live(anyone: Public) -> Probe:
+    """The process answers (no token needed): restart it when this fails."""
+    return Probe(status="ok")
+
+
+@router.get(
+    "/health/ready",
+    response_model=Probe,
+    responses={503: {"model": Probe, "description": "not able to serve now, and why"}},
+)
+async def ready(anyone: Public, worker: InProcessWorker, runs: Runs) -> JSONResponse:
+    """The process can serve now (no token needed): its run store answers with the schema
+    this minions knows, and the worker in its process (if any) runs; 503 with the reason
+    otherwise (send it no traffic until it is 200 again)."""
+    why = await problem(runs, worker)
+    body = Probe(status="ok" if why is None else "unavailable", reason=why)
+    return JSONResponse(body.model_dump(), status_code=200 if why is None else 503)

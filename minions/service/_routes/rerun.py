@@ -1,6 +1,12 @@
 """``/runs/{run_id}/rerun`` and ``/runs/{a}/diff/{b}``: a new run from a step of an ended one,
-and two runs compared step by step. A rerun uses the run's recipe snapshot: a client never
-names a recipe file."""
+and two runs compared step by step.
+
+A rerun is a submit: it runs only what this client could submit now. The parent's recipe is
+taken by its id from the server's recipes folder as the folder is now (the run's snapshot
+says where it came from, and may name a file the CLI, Python, a schedule or an earlier
+configuration ran: that is not the client's to reach), or, for a run of an inline recipe,
+its YAML again, only while the server takes inline recipes and under their rules. A client
+never names a recipe file, and an idempotency key makes retries one rerun."""
 
 from __future__ import annotations
 
@@ -8,15 +14,19 @@ import asyncio
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Header, Response
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from minions._text import jsonable
+from minions.errors import RecipeError
+from minions.runs import RunStore
 from minions.service._access import Operator, Reader
-from minions.service._deps import Config, Runs
-from minions.service._errors import ERRORS
+from minions.service._config import ServiceConfig
+from minions.service._deps import Catalog, Config, Runs
+from minions.service._errors import ERRORS, Refused
 from minions.service._models import Status
+from minions.service._recipes import RecipeCatalog, check_inline
 
 __all__: list[str] = []
 
@@ -41,6 +51,17 @@ class RerunRequest(BaseModel):
         description="Outputs of reused steps to replace, by step id (checked against each "
         "step's output schema); what follows them runs again.",
     )
+    idempotency_key: str | None = Field(
+        None,
+        max_length=200,
+        description="Rerunning again with the same key (and request) returns the same rerun; "
+        "the `Idempotency-Key` header says the same.",
+    )
+    cache: bool = Field(
+        False,
+        description="Let the steps that run again answer from the step cache (by default "
+        "none does: each runs, and refreshes its entry).",
+    )
 
 
 class Rerun(BaseModel):
@@ -50,7 +71,8 @@ class Rerun(BaseModel):
     )
 
     run_id: str
-    status: Status = "queued"
+    status: Status
+    created: bool = Field(True, description="False: the idempotency key named an earlier rerun.")
     parent_run_id: str
     from_step: str
     reused: list[str] = Field(default_factory=list, description="Steps reused as recorded.")
@@ -58,6 +80,9 @@ class Rerun(BaseModel):
     changed: dict[str, str] = Field(
         default_factory=dict,
         description="Steps executed again for a reason of their own: `inputs` or `definition`.",
+    )
+    cache: bool = Field(
+        False, description="The steps executed again may answer from the step cache."
     )
 
 
@@ -98,17 +123,96 @@ class RunDiffOut(BaseModel):
 
 
 @router.post("/runs/{run_id}/rerun", status_code=201, response_model=Rerun)
-async def rerun(caller: Operator, run_id: RunId, body: RerunRequest, runs: Runs) -> Rerun:
+async def rerun(
+    caller: Operator,
+    run_id: RunId,
+    body: RerunRequest,
+    runs: Runs,
+    config: Config,
+    catalog: Catalog,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            max_length=200,
+            description="As the body's `idempotency_key` (give one or the other, or the same).",
+        ),
+    ] = None,
+) -> Rerun:
     """Queue a new run of an ended run from step `from_step`: the steps that do not depend on
-    it are reused as recorded (no model or tool calls)."""
+    it are reused as recorded (no model or tool calls). Its recipe is one this client could
+    submit now: the recipe of the server's folder with the run's recipe id (a 403 when there
+    is none), or the run's inline recipe while the server takes inline recipes."""
+    if None not in (body.idempotency_key, idempotency_key) and body.idempotency_key != (
+        idempotency_key
+    ):
+        raise Refused(400, "the `Idempotency-Key` header and `idempotency_key` differ")
+    key = body.idempotency_key or idempotency_key
+    source = await _offered(run_id, runs, config, catalog)
     plan = await runs.rerun(
         run_id,
         from_step=body.from_step,
         inputs=body.inputs,
         outputs=body.outputs,
+        idempotency_key=key,
+        cache=body.cache,
         actor=caller.name,
+        **source,
     )
-    return Rerun.model_validate(plan)
+    status = "queued" if plan.created else (await runs.get(plan.run_id)).status
+    return Rerun(
+        run_id=plan.run_id,
+        status=status,
+        created=plan.created,
+        parent_run_id=plan.parent_run_id,
+        from_step=plan.from_step,
+        reused=list(plan.reused),
+        rerun=list(plan.rerun),
+        changed=dict(plan.changed),
+        cache=plan.cache,
+    )
+
+
+async def _offered(
+    run_id: str, runs: RunStore, config: ServiceConfig, catalog: RecipeCatalog
+) -> dict[str, Any]:
+    """What `RunStore.rerun` reruns run `run_id` with, as a submit by this client would take
+    it: its inline recipe again under the inline rules (while they are on), or the recipe
+    of the folder with its id, as the folder is now.
+
+    Raises:
+        UnknownRunError: no run has this id.
+        RecipeError: its inline recipe breaks the inline rules now.
+        Refused: 403, neither.
+    """
+    record = await runs.get(run_id)
+    try:
+        inline = catalog.inline_path(record.recipe_id)
+    except RecipeError:
+        inline = None
+    was_inline = inline is not None and record.recipe_path == str(inline)
+    if was_inline and inline is not None and config.allow_inline_recipes:
+        from minions.recipes._loader import parse_spec
+
+        text = await runs.recipe_yaml(run_id)
+        spec, _ = parse_spec(text)
+        check_inline(spec, catalog, model=config.model)
+        return {"recipe_yaml": text, "base": inline.parent}
+    entry = await asyncio.to_thread(catalog.find, record.recipe_id)
+    if entry is not None:
+        return {"recipe": entry.path}
+    if was_inline:
+        raise Refused(
+            403,
+            f"run {run_id} ran an inline recipe, and this server takes no inline recipes now "
+            f"(nor has its folder a recipe {record.recipe_id!r}): it cannot be rerun here",
+        )
+    raise Refused(
+        403,
+        f"run {run_id}'s recipe {record.recipe_id!r} is not a recipe of this server's folder "
+        "(GET /recipes): a client reruns only what it could submit; an operator reruns it "
+        "with `minions runs rerun`",
+    )
 
 
 @router.get("/runs/{run_a}/diff/{run_b}", response_model=RunDiffOut)

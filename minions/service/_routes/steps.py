@@ -8,22 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter
 from fastapi import Path as PathParam
 
-from minions._fold import Decision, Execution, ModelCall, Retry, RunStates, ToolCall
+from minions._fold import RunStates
 from minions.runs import RunRecord, RunStore
 from minions.service._access import Reader
 from minions.service._deps import Runs
-from minions.service._errors import ERRORS, Refused
-from minions.service._models import (
-    ApprovalOut,
-    DecisionOut,
-    ModelCallOut,
-    RetryOut,
-    StepDetail,
-    StepOut,
-    StepStates,
-    ToolCallOut,
-)
-from minions.service._routes.runs import RunId, graph
+from minions.service._errors import ERRORS
+from minions.service._models import StepDetail, StepStates
+from minions.service._routes.runs import RunId
 
 __all__: list[str] = []
 
@@ -57,50 +48,9 @@ async def step(
     step_id: Annotated[str, PathParam(description="The step's id.", max_length=200)],
     runs: Runs,
 ) -> StepDetail:
-    """A step of the run: its finished visits, and from the run's stored events its model
-    calls (each attempt), tool calls with their arguments and results, retries with their
-    reasons, completion decisions and approvals."""
-    record = await runs.get(run_id)
-    events = await runs.step_events(run_id, step_id)
-    nodes = {n.id: n for n in graph(await runs.recipe_yaml(run_id))}
-    stored = [s for s in record.steps if s.step_id == step_id]
-    if step_id not in nodes and not stored and not events:
-        raise Refused(404, f"run {run_id} has no step {step_id!r}", "unknown_step")
-    states = RunStates(details=True)
-    for event in events:
-        states.fold(event)
-    states.stored(stored)
-    latest = states.latest(step_id) or Execution(step_id=step_id, step=step_id, item=None, visit=1)
-    details = [e.details for e in states.executions if step_id in (e.step, e.step_id) and e.details]
-    retries = [r for e in states.executions if step_id in (e.step, e.step_id) for r in e.retries]
-    return StepDetail(
-        run_id=run_id,
-        step_id=step_id,
-        kind=nodes[step_id].kind if step_id in nodes else None,
-        status=latest.status,
-        executions=[StepOut.model_validate(s) for s in stored],
-        started_at=latest.started_at,
-        finished_at=latest.finished_at,
-        skipped=latest.skipped,
-        error=latest.error,
-        usage=latest.usage,
-        # Each in the order it happened, the loop items' together.
-        model_calls=[
-            ModelCallOut.model_validate(c)
-            for c in sorted((c for d in details for c in d.model_calls), key=_seq)
-        ],
-        tool_calls=[
-            ToolCallOut.model_validate(c)
-            for c in sorted((c for d in details for c in d.tool_calls), key=_seq)
-        ],
-        retries=[RetryOut.model_validate(r) for r in sorted(retries, key=_seq)],
-        decisions=[
-            DecisionOut.model_validate(c)
-            for c in sorted((c for d in details for c in d.decisions), key=_seq)
-        ],
-        approvals=[ApprovalOut.model_validate(a) for a in record.approvals if a.step_id == step_id],
-    )
-
-
-def _seq(told: ModelCall | ToolCall | Retry | Decision) -> int:
-    return told.seq
+    """A step of the run (``each``, or one loop item: ``each[2]``): its finished visits, and
+    from the run's stored events its model calls (each attempt), tool calls with their
+    arguments and results, retries with their reasons, completion decisions and
+    approvals."""
+    detail = await runs.step_detail(run_id, step_id)
+    return StepDetail.model_validate(detail, from_attributes=True)

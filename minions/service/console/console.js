@@ -2,7 +2,7 @@
 // item a bar from its start to its end, retries and waits marked), its graph, its steps, its
 // events as they come (Server-Sent Events, through an EventSource opened with a stream ticket:
 // the token stays in headers), its output and streaming text; a step's calls in a drawer;
-// cancel, resume, approve, reject; rerun a finished run from a step (its inputs, and a reused
+// cancel (asked first), resume, approve, reject; rerun a finished run from a step (its inputs, and a reused
 // step's output, edited first), a rerun's lineage and its differences from its parent; the
 // schedules, paused and resumed. ES modules, no build step, no dependencies. What a run's
 // steps are is the server's fold of its events (the `states` of its stream), drawn as it is.
@@ -55,7 +55,7 @@ function route() {
   const match = location.hash.match(/^#\/runs\/([^/]+)$/);
   const schedules = location.hash.match(/^#\/schedules(?:\/([^/]+))?$/);
   closeDrawer(false);
-  if ($("#rerun-dialog").open) $("#rerun-dialog").close();
+  for (const dialog of ["#rerun-dialog", "#cancel-dialog"]) if ($(dialog).open) $(dialog).close();
   $("#schedules-view").hidden = !schedules;
   if (schedules) {
     stopRun();

@@ -43,7 +43,7 @@ export function closeDrawer(refocus = true) {
 }
 $("#drawer-close").addEventListener("click", () => closeDrawer());
 // Escape in the rerun editor closes the editor only (the browser does), not the drawer under it.
-document.addEventListener("keydown", (event) => { if (event.key === "Escape" && !$("#rerun-dialog").open) closeDrawer(); });
+document.addEventListener("keydown", (event) => { if (event.key === "Escape" && !$("#rerun-dialog").open && !$("#cancel-dialog").open) closeDrawer(); });
 
 function facts(pairs) {
   const dl = el("dl");

@@ -23,10 +23,13 @@ export function relative(t) {
 }
 
 function ahead(s) {
-  if (s < 60) return `${Math.ceil(s)} s`;
-  if (s < 3600) return `${Math.round(s / 60)} min`;
-  if (s < 86400) return `${Math.round(s / 3600)} h`;
-  return `${Math.round(s / 86400)} d`;
+  // Rounded before the unit is chosen: never "in 60 min".
+  const whole = Math.ceil(s);
+  if (whole < 60) return `${whole} s`;
+  const minutes = Math.round(s / 60);
+  if (minutes < 60) return `${minutes} min`;
+  const hours = Math.round(s / 3600);
+  return hours < 24 ? `${hours} h` : `${Math.round(s / 86400)} d`;
 }
 
 export function interval(seconds) {
@@ -35,25 +38,35 @@ export function interval(seconds) {
   return `${seconds} s`;
 }
 
+const pad = (n) => String(n).padStart(2, "0");
+
 export function duration(seconds) {
-  if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "";
-  const s = Math.max(0, seconds);
-  if (s < 10) return `${s.toFixed(2)} s`;
-  if (s < 60) return `${s.toFixed(1)} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${String(Math.round(s % 60)).padStart(2, "0")} s`;
-  return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")} min`;
+  // The console's one duration: 0.42 s, 12.3 s, 4 min 05 s, 2 h 03 min. Rounded to what is
+  // shown before it is split into units, so no part reaches its unit's size (never
+  // "4 min 60 s" nor "60.0 s").
+  if (seconds === null || seconds === undefined || Number.isNaN(Number(seconds))) return "";
+  const s = Math.max(0, Number(seconds));
+  if (s < 9.995) return `${s.toFixed(2)} s`;
+  if (s < 59.95) return `${s.toFixed(1)} s`;
+  const whole = Math.round(s);
+  if (whole < 3600) return `${Math.floor(whole / 60)} min ${pad(whole % 60)} s`;
+  const minutes = Math.round(s / 60);
+  return `${Math.floor(minutes / 60)} h ${pad(minutes % 60)} min`;
 }
 
 // A message meant for the model ("Answer again, more briefly.") is never shown to a person:
 // an error keeps its first line, without the sentences that tell the model what to do, cut
-// short. The drawer shows more of it, never the note.
+// short. The drawer shows more of it, never the note. A sentence ends at `.`, `!` or `?`
+// before a space only, so an address (http://127.0.0.1:8080/v1) or a version stays whole,
+// and every other character of the line is kept; a sentence naming an address is never taken
+// for a note. The caller puts the text in a node's text (never its HTML).
 const TO_THE_MODEL = /^(answer|reply|respond|return|call|use|try|give|please|fix|output|write|only|make sure)\b/i;
 export function forPerson(text, max = 200) {
   if (!text) return "";
   const first = String(text).trim().split("\n")[0];
-  const sentences = first.match(/[^.!?]+(?:[.!?]+(?=\s|$)|$)\s*/g) || [first];
-  const kept = sentences.filter((s) => !TO_THE_MODEL.test(s.trim()));
-  let out = (kept.length ? kept : sentences).join("").trim()
+  const sentences = first.split(/(?<=[.!?])\s+/);
+  const kept = sentences.filter((s) => s.includes("://") || !TO_THE_MODEL.test(s));
+  let out = (kept.length ? kept : sentences).join(" ").trim()
     .replace(/\byour (reply|answer|response|output)\b/gi, "the model's $1");
   if (out.length > max) out = `${out.slice(0, max - 1).trimEnd()}…`;
   return out;

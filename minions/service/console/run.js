@@ -99,10 +99,30 @@ function renderApprovals(run, waiting) {
   $("#approvals").replaceChildren(...boxes);
 }
 
-$("#cancel").addEventListener("click", async () => {
+// Cancel asks first, naming the run; "keep it" has the focus, so Enter or Escape keeps it.
+$("#cancel").addEventListener("click", () => {
   const run = state.run;
-  if (!run) return;
-  try { await api(`/runs/${run.id}/cancel`, { method: "POST" }); } catch {}
+  if (!run || !run.data) return;
+  const dialog = $("#cancel-dialog");
+  dialog.dataset.run = run.id;
+  $("#cancel-what").replaceChildren("Run ", el("code", { textContent: run.id }), ` of ${run.data.recipe}, ${run.data.status}${run.data.started_at ? ` for ${duration(Date.now() / 1000 - run.data.started_at)}` : ""}.`);
+  $("#cancel-error").textContent = "";
+  dialog.showModal();
+  $("#cancel-keep").focus();
+});
+$("#cancel-keep").addEventListener("click", () => $("#cancel-dialog").close());
+$("#cancel-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const run = state.run;
+  const dialog = $("#cancel-dialog");
+  if (!run || dialog.dataset.run !== run.id) { dialog.close(); return; }
+  $("#cancel-confirm").disabled = true;
+  try {
+    await api(`/runs/${encodeURIComponent(run.id)}/cancel`, { method: "POST" });
+    dialog.close();
+  } catch (error) {
+    $("#cancel-error").textContent = error.message;
+  } finally { $("#cancel-confirm").disabled = false; }
   await refreshRun(run);
 });
 $("#resume").addEventListener("click", async () => {

@@ -1,0 +1,198 @@
+"""The approvals table: the calls of a run that wait (or waited) for a person's decision.
+
+A request is recorded once, by the run's holder under its lease (a step run again asks the
+same call again: `minions.runs._leases.request_approval`); a call is decided once, by
+compare-and-set (undecided, and its run has not ended): of concurrent decisions one wins.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from minions.errors import RunStateError
+from minions.runs._db import dumps
+from minions.runs._tables import ACTIVE, approvals_table, runs_table
+
+if TYPE_CHECKING:
+    from minions.runs._db import Database
+
+__all__ = ["ApprovalRecord"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRecord:
+    """A call that waits (or waited) for a person's decision."""
+
+    call_id: str
+    step_id: str
+    tool: str
+    arguments: dict[str, Any]
+    requested_at: float
+    decided_at: float | None = None
+    approved: bool | None = None
+    reason: str | None = None
+    decided_by: str | None = None
+    """Who decided: a key's name, ``token``, ``cli:USER`` (None: undecided, or not known)."""
+
+
+def get(database: Database, run_id: str, call_id: str) -> ApprovalRecord | None:
+    with database.read() as db:
+        return _get(db, run_id, call_id)
+
+
+def decide(
+    database: Database,
+    run_id: str,
+    call_id: str,
+    *,
+    approved: bool,
+    reason: str | None,
+    actor: str | None = None,
+) -> ApprovalRecord | None:
+    """Decide a waiting call as `actor` (compare-and-set: undecided, and the run has not
+    ended). None when it was decided already or the run ended."""
+    with database.begin() as db:
+        updated = db.execute(
+            approvals_table.update()
+            .where(
+                approvals_table.c.run_id == run_id,
+                approvals_table.c.call_id == call_id,
+                approvals_table.c.decided_at.is_(None),
+                sa.exists().where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE)),
+            )
+            .values(decided_at=time.time(), approved=approved, reason=reason, decided_by=actor)
+        ).rowcount
+        if not updated:
+            return None
+        return _get(db, run_id, call_id)
+
+
+# -- what a person may decide -------------------------------------------------------------------
+
+
+def the_waiting_call(run_id: str, status: str, asked: Sequence[ApprovalRecord]) -> str:
+    """The one call of the run (in `status`, with the requests `asked`) that waits for a
+    decision.
+
+    Raises:
+        RunStateError: no call waits, or several do.
+    """
+    waiting = [a for a in asked if a.decided_at is None]
+    if not waiting:
+        past = [a for a in asked if a.decided_at is not None]
+        last = max(past, key=lambda a: a.decided_at or 0.0) if past else None
+        told = (
+            ""
+            if last is None
+            else f" (call {last.call_id!r} was "
+            f"{'approved' if last.approved else 'rejected'} already)"
+        )
+        raise RunStateError(
+            f"run {run_id} is {status} and waits for no approval{told}", status=status
+        )
+    if len(waiting) > 1:
+        calls = ", ".join(a.call_id for a in waiting)
+        raise RunStateError(
+            f"run {run_id} waits for several calls; name one: {calls}", status=status
+        )
+    return waiting[0].call_id
+
+
+def undecided(
+    run_id: str, call_id: str, status: str, *, ended: bool, asked: Sequence[ApprovalRecord]
+) -> RunStateError:
+    """Why a decision of the run's call `call_id` changed nothing (the run is in `status`,
+    `ended` or not, with the requests `asked`)."""
+    found = {a.call_id: a for a in asked}.get(call_id)
+    if found is not None and found.decided_at is not None:
+        verdict = "approved" if found.approved else "rejected"
+        return RunStateError(
+            f"call {call_id!r} of run {run_id} was {verdict} already", status=status
+        )
+    if ended:
+        return RunStateError(f"run {run_id} is {status}: its calls wait no more", status=status)
+    calls = ", ".join(a.call_id for a in asked if a.decided_at is None)
+    return RunStateError(
+        f"run {run_id} does not wait for call {call_id!r}; "
+        + (f"it waits for {calls}" if calls else "it waits for no approval"),
+        status=status,
+    )
+
+
+# -- in a caller's transaction -------------------------------------------------------------------
+
+
+def of_run(db: sa.Connection, run_id: str) -> tuple[ApprovalRecord, ...]:
+    """The run's requests, in the order they were made."""
+    return tuple(
+        _record(a)
+        for a in db.execute(
+            sa.select(approvals_table)
+            .where(approvals_table.c.run_id == run_id)
+            .order_by(approvals_table.c.requested_at)
+        )
+    )
+
+
+def request(
+    database: Database,
+    db: sa.Connection,
+    run_id: str,
+    *,
+    call_id: str,
+    step_id: str,
+    tool: str,
+    arguments: Any,
+) -> ApprovalRecord:
+    """Record the request of a call, once (the caller checked the run's lease), and what is
+    recorded of it (a decision already, for a call asked again)."""
+    db.execute(
+        database.insert_ignoring_conflicts(
+            approvals_table,
+            {
+                "run_id": run_id,
+                "call_id": call_id,
+                "step_id": step_id,
+                "tool": tool,
+                "arguments": dumps(arguments),
+                "requested_at": time.time(),
+            },
+        )
+    )
+    found = _get(db, run_id, call_id)
+    assert found is not None
+    return found
+
+
+def forget(db: sa.Connection, run_ids: Sequence[str]) -> None:
+    """Delete the requests of these runs (pruning)."""
+    db.execute(approvals_table.delete().where(approvals_table.c.run_id.in_(list(run_ids))))
+
+
+def _get(db: sa.Connection, run_id: str, call_id: str) -> ApprovalRecord | None:
+    row = db.execute(
+        sa.select(approvals_table).where(
+            approvals_table.c.run_id == run_id, approvals_table.c.call_id == call_id
+        )
+    ).one_or_none()
+    return None if row is None else _record(row)
+
+
+def _record(row: Any) -> ApprovalRecord:
+    return ApprovalRecord(
+        call_id=row.call_id,
+        step_id=row.step_id,
+        tool=row.tool,
+        arguments=json.loads(row.arguments),
+        requested_at=row.requested_at,
+        decided_at=row.decided_at,
+        approved=row.approved,
+        reason=row.reason,
+        decided_by=row.decided_by,
+    )

@@ -1,0 +1,129 @@
+"""The events table: each run's events as stored, numbered once, in order, without a gap.
+
+An event is stored as its JSON (long results and outputs as previews, `stored_event`); token
+deltas never are. The holder of a run writes its events with its other writes, in one commit
+(`minions.runs._leases.append`); whoever ends a run nobody runs writes its terminal event
+(`minions.runs._runs.end_unheld`). Followers read them (`minions.runs._log`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import sqlalchemy as sa
+
+from minions._text import stored_event
+from minions.events import Event, RunFailed, event_from_json, event_to_json
+from minions.runs._tables import events_table
+
+if TYPE_CHECKING:
+    from minions.runs._db import Database
+
+__all__: list[str] = []
+
+TERMINAL_KINDS = frozenset({"run_completed", "run_failed"})
+"""The kinds of event that end a run's log (until the run is resumed)."""
+COLUMNS = "(run_id, seq, kind, step_id, data)"
+"""The columns of a stored event, as the holder's commit writes them (its own SQL)."""
+
+
+class EventRow(NamedTuple):
+    """An event as stored: its number, kind, step id and JSON."""
+
+    seq: int
+    kind: str
+    step_id: str | None
+    data: str
+
+
+def row_of(event: Event) -> EventRow:
+    """An event as the store keeps it (long results and outputs as previews)."""
+    return EventRow(event.seq, event.kind, event.step_id, event_to_json(stored_event(event)))
+
+
+def run_failed_row(run_id: str, error: str, actor: str | None = None) -> Callable[[int], EventRow]:
+    """The terminal event of a run ended by someone other than its holder (`actor`, when a
+    person), once its number is known."""
+
+    def make(seq: int) -> EventRow:
+        failed = RunFailed(run_id=run_id, seq=seq, timestamp=time.time(), error=error, actor=actor)
+        return row_of(failed)
+
+    return make
+
+
+# -- reads ---------------------------------------------------------------------------------------
+
+
+def after(
+    database: Database, run_id: str, *, after: int = 0, limit: int | None = None
+) -> list[Event]:
+    """The run's stored events after number `after`, in order."""
+    query = (
+        sa.select(events_table.c.data)
+        .where(events_table.c.run_id == run_id, events_table.c.seq > after)
+        .order_by(events_table.c.seq)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    with database.read() as db:
+        return [event_from_json(row.data) for row in db.execute(query)]
+
+
+def of_step(database: Database, run_id: str, step_id: str) -> list[Event]:
+    """The stored events of one step of the run (every visit) and of its loop items
+    (``step[0]``, ``step[1]``...), in order."""
+    query = (
+        sa.select(events_table.c.data)
+        .where(
+            events_table.c.run_id == run_id,
+            sa.or_(
+                events_table.c.step_id == step_id,
+                events_table.c.step_id.startswith(f"{step_id}[", autoescape=True),
+            ),
+        )
+        .order_by(events_table.c.seq)
+    )
+    with database.read() as db:
+        return [event_from_json(row.data) for row in db.execute(query)]
+
+
+def reuses_said(database: Database, run_id: str) -> set[tuple[str, int]]:
+    """The steps and loop items (name, visit) a rerun said it reused (its stored
+    ``step_reused`` events)."""
+    with database.read() as db:
+        rows = db.execute(
+            sa.select(events_table.c.step_id, events_table.c.data).where(
+                events_table.c.run_id == run_id, events_table.c.kind == "step_reused"
+            )
+        )
+        return {(r.step_id, int(json.loads(r.data).get("visit", 1))) for r in rows}
+
+
+# -- in a caller's transaction -------------------------------------------------------------------
+
+
+def insert(db: sa.Connection, run_id: str, rows: Sequence[EventRow]) -> None:
+    """Store `rows` of the run (in the caller's transaction)."""
+    db.execute(
+        events_table.insert(),
+        [
+            {"run_id": run_id, "seq": r.seq, "kind": r.kind, "step_id": r.step_id, "data": r.data}
+            for r in rows
+        ],
+    )
+
+
+def notify(database: Database, db: sa.Connection, run_id: str) -> None:
+    """Wake the run's followers at the commit of the caller's transaction (Postgres
+    NOTIFY; followers of an SQLite store poll)."""
+    if database.postgres:
+        db.execute(sa.text("SELECT pg_notify('minions_events', :run)"), {"run": run_id})
+
+
+def forget(db: sa.Connection, run_ids: Sequence[str]) -> None:
+    """Delete the events of these runs (pruning, in the caller's transaction)."""
+    db.execute(events_table.delete().where(events_table.c.run_id.in_(list(run_ids))))

@@ -1,0 +1,160 @@
+"""The fleet as the store sees it, in a few cheap reads (one round trip each): the queue, the
+workers, the schedules' lateness, the load of limited endpoints, and whether the store's
+schema is the one this minions knows. What ``GET /metrics`` computes its gauges from at each
+scrape, and what a fleet view can show (`RunStore.fleet`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from minions._text import redact_url
+from minions.models._limits import WINDOW
+from minions.runs._db import DEAD_AFTER, Database
+from minions.runs._tables import SCHEMA_VERSION, meta_table
+
+__all__ = ["EndpointLoad", "FleetState"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointLoad:
+    """A limited endpoint's load over every worker of the store (an entry of the limits).
+
+    Attributes:
+        endpoint: the entry's ``match`` (a base URL, or ``URL#model``), without credentials.
+        in_flight: calls holding a place now (their worker's lease is alive).
+        waiting: workers whose first caller waits in the store's line for a place (each
+            worker's other callers wait in its own line: a worker's
+            ``minions_model_call_waiters`` counts them all).
+        requests: calls started within the last minute.
+        tokens: their tokens (estimated at the start, then as their answers said).
+        paused_until: no call goes before this (a 429's ``Retry-After``; Unix seconds, 0:
+            none).
+    """
+
+    endpoint: str
+    in_flight: int
+    waiting: int
+    requests: int
+    tokens: int
+    paused_until: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetState:
+    """The store's runs, workers, schedules and endpoints at one moment.
+
+    Attributes:
+        at: when it was read (Unix seconds).
+        queued: runs waiting for a worker.
+        oldest_queued_at: when the oldest of them was submitted (None: none queued).
+        running: runs a worker runs now.
+        waiting: runs waiting for a person's approval.
+        workers_alive: workers that beat within the dead-worker timeout.
+        workers_dead: workers that stopped beating without stopping (killed, frozen, cut
+            off): their records remain until a fleet view's expiry.
+        schedules: each schedule that is not paused, with its next slot (Unix seconds): a
+            slot in the past not fired yet is late.
+        endpoints: the limited endpoints' load.
+    """
+
+    at: float
+    queued: int = 0
+    oldest_queued_at: float | None = None
+    running: int = 0
+    waiting: int = 0
+    workers_alive: int = 0
+    workers_dead: int = 0
+    schedules: tuple[tuple[str, float], ...] = ()
+    endpoints: tuple[EndpointLoad, ...] = ()
+
+    @property
+    def oldest_queued_age(self) -> float:
+        """Seconds the oldest queued run has waited (0: none queued)."""
+        if self.oldest_queued_at is None:
+            return 0.0
+        return max(0.0, self.at - self.oldest_queued_at)
+
+    def schedule_lag(self) -> dict[str, float]:
+        """Seconds each schedule's next slot is overdue (0: not due yet)."""
+        return {name: max(0.0, self.at - next_at) for name, next_at in self.schedules}
+
+
+_RUNS = sa.text(
+    "SELECT status, count(*) AS n, min(created_at) AS oldest FROM minions_runs "
+    "WHERE status IN ('queued', 'running', 'waiting') GROUP BY status"
+)
+_WORKERS = sa.text(
+    "SELECT coalesce(sum(CASE WHEN heartbeat_at >= :alive THEN 1 ELSE 0 END), 0) AS alive, "
+    "coalesce(sum(CASE WHEN heartbeat_at < :alive THEN 1 ELSE 0 END), 0) AS dead "
+    "FROM minions_workers WHERE stopped_at IS NULL"
+)
+_SCHEDULES = sa.text("SELECT name, next_at FROM minions_schedules WHERE NOT paused ORDER BY name")
+_ENDPOINTS = sa.text(
+    "SELECT g.endpoint, g.paused_until, "
+    "(SELECT count(*) FROM minions_endpoint_calls c WHERE c.endpoint = g.endpoint "
+    "AND c.lease_until >= :now) AS in_flight, "
+    "(SELECT count(*) FROM minions_endpoint_waiters w WHERE w.endpoint = g.endpoint "
+    "AND w.seen_at >= :seen) AS waiting, "
+    "(SELECT count(*) FROM minions_endpoint_calls c WHERE c.endpoint = g.endpoint "
+    "AND c.started_at > :window) AS requests, "
+    "(SELECT coalesce(sum(c.tokens), 0) FROM minions_endpoint_calls c "
+    "WHERE c.endpoint = g.endpoint AND c.started_at > :window) AS tokens "
+    "FROM minions_endpoint_gates g ORDER BY g.endpoint"
+)
+LINE_SEEN = 10.0
+"""Seconds within which a caller in the store's line was seen, to count as waiting (a caller
+looks again at least every half second; one not seen for longer died)."""
+
+
+def fleet_state(store: Database, *, now: float) -> FleetState:
+    """The fleet as the store says it is at `now`: four reads, none of them a scan of
+    finished runs (the queue's statuses are indexed)."""
+    with store.read() as db:
+        counts = {r.status: (int(r.n), r.oldest) for r in db.execute(_RUNS)}
+        alive, dead = db.execute(_WORKERS, {"alive": now - DEAD_AFTER}).one()
+        schedules = tuple((r.name, float(r.next_at)) for r in db.execute(_SCHEDULES))
+        endpoints = tuple(
+            EndpointLoad(
+                endpoint=redact_url(r.endpoint),
+                in_flight=int(r.in_flight),
+                waiting=int(r.waiting),
+                requests=int(r.requests),
+                tokens=int(r.tokens),
+                paused_until=float(r.paused_until) if r.paused_until > now else 0.0,
+            )
+            for r in db.execute(
+                _ENDPOINTS, {"now": now, "seen": now - LINE_SEEN, "window": now - WINDOW}
+            )
+        )
+    queued, oldest = counts.get("queued", (0, None))
+    return FleetState(
+        at=now,
+        queued=queued,
+        oldest_queued_at=oldest,
+        running=counts.get("running", (0, None))[0],
+        waiting=counts.get("waiting", (0, None))[0],
+        workers_alive=int(alive),
+        workers_dead=int(dead),
+        schedules=schedules,
+        endpoints=endpoints,
+    )
+
+
+def schema_problem(store: Database) -> str | None:
+    """What keeps the store from being used by this minions now (``None``: nothing): one
+    read of its schema version.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the store cannot be read.
+    """
+    with store.read() as db:
+        version = db.execute(
+            sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
+        ).scalar()
+    if version is None:
+        return "the run store has no schema version: it is not a minions store"
+    if int(version) != SCHEMA_VERSION:
+        return f"the run store has schema version {version}; this minions knows {SCHEMA_VERSION}"
+    return None

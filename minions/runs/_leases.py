@@ -1,0 +1,430 @@
+"""A holder's hold on a run: its lease on the run's row (the holder, an epoch, until when), and
+every write the holder makes under it.
+
+A worker claims a run under a new epoch, which fences every earlier holder out; from then on
+each of its writes names the epoch, and one made after the run moved on (the holder was
+declared dead, the run was cancelled from outside, a second worker took the id) writes
+nothing and says `LeaseLost`: the holder stands down. Its events, a finished step's
+checkpoint and the run's new values go in one commit (`append`), on Postgres one statement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+import sqlalchemy as sa
+
+from minions.errors import StoreError, UnknownRunError
+from minions.runs import _approvals as approvals
+from minions.runs import _runs as runs
+from minions.runs._checkpoints import COLUMNS as CHECKPOINT_COLUMNS
+from minions.runs._db import dumps
+from minions.runs._events import COLUMNS as EVENT_COLUMNS
+from minions.runs._queue import status_table
+from minions.runs._runs import RerunPlan
+from minions.runs._snapshot import RecipeSnapshot
+from minions.runs._tables import ACTIVE, HELD, TERMINAL, runs_table
+
+if TYPE_CHECKING:
+    from minions.runs._approvals import ApprovalRecord
+    from minions.runs._checkpoints import Checkpoint
+    from minions.runs._db import Database
+    from minions.runs._events import EventRow
+    from minions.runs._runs import RunRecord
+
+__all__: list[str] = []
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """A worker's hold on a run: every write of the holder names its epoch."""
+
+    run_id: str
+    holder: str
+    epoch: int
+    attempt: int
+
+
+class LeaseLost(Exception):
+    """The run is no longer this holder's (its epoch moved on): the holder stands down."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Start:
+    """What a worker needs to start (or go on with) a run it claimed, read in the claim."""
+
+    lease: Lease
+    record: RunRecord
+    snapshot: RecipeSnapshot
+    last_seq: int
+    """The number of the run's last stored event (its events go on after it)."""
+    rerun: RerunPlan | None = None
+    """For a rerun: its plan (the parent, the steps it reuses, the outputs set by hand)."""
+
+
+Refusal = Literal["held", "stale", "ended"]
+"""Why a claim was refused: another holder's lease is alive; the attempt is not the run's
+current one (a stale delivery); the run has ended."""
+
+
+class Watch(NamedTuple):
+    """What the holder of a run watches while it runs."""
+
+    epoch: int
+    """The run's epoch now: another than the lease's, and the run is someone else's."""
+    cancel_requested: bool
+    """A client asked to cancel it."""
+    workflow_status: str | None
+    """DBOS's status of the attempt's workflow (``CANCELLED``: an operator cancelled it
+    through DBOS); None when DBOS has no such workflow."""
+
+
+def claim(
+    database: Database,
+    run_id: str,
+    *,
+    attempt: int,
+    holder: str,
+    executor_id: str,
+    lease_until: float,
+    now: float,
+) -> Start | Refusal:
+    """Take the run for `holder`: attempt `attempt` is the current one, it has not ended,
+    and nobody holds it (or the holder's lease ran out). A new epoch fences every earlier
+    holder out."""
+    with database.statement() as db:
+        row = db.execute(
+            _CLAIM,
+            {
+                "run_id": run_id,
+                "attempt": attempt,
+                "holder": holder,
+                "lease_until": lease_until,
+                "executor_id": executor_id,
+                "now": now,
+            },
+        ).one_or_none()
+    if row is None:
+        with database.read() as db:
+            found = runs.row(db, run_id)
+        if found.status not in ACTIVE:
+            return "ended"
+        return "stale" if found.attempt != attempt else "held"
+    return Start(
+        lease=Lease(run_id=run_id, holder=holder, epoch=row.epoch, attempt=attempt),
+        record=runs.record(row),
+        snapshot=RecipeSnapshot.from_row(row),
+        last_seq=int(row.last_seq),
+        rerun=None
+        if row.rerun is None
+        else RerunPlan.from_data(json.loads(row.rerun), run_id=run_id),
+    )
+
+
+def watch(database: Database, run_id: str, workflow_id: str) -> Watch:
+    """What the holder of a run watches while it runs: the run's epoch, whether a cancel
+    was asked (here, or by an operator through DBOS: ``dbos workflow cancel``), and DBOS's
+    status of the workflow.
+
+    Raises:
+        UnknownRunError: no run has this id (it was pruned).
+    """
+    dbos = status_table(database.postgres)
+    with database.read() as db:
+        row = db.execute(
+            sa.text(
+                "SELECT r.epoch, r.cancel_requested, w.status FROM minions_runs r "
+                f"LEFT JOIN {dbos} w ON w.workflow_uuid = :workflow WHERE r.run_id = :run"
+            ),
+            {"run": run_id, "workflow": workflow_id},
+        ).one_or_none()
+    if row is None:
+        raise UnknownRunError(run_id)
+    return Watch(int(row.epoch), bool(row.cancel_requested), row.status)
+
+
+def append(
+    database: Database,
+    lease: Lease,
+    *,
+    after: int,
+    events: Sequence[EventRow],
+    checkpoint: Checkpoint | None = None,
+    run: Mapping[str, Any] | None = None,
+) -> None:
+    """Store the holder's events (numbered after `after`, the log's head it knows), a
+    finished step's checkpoint and the run's new values, in one commit, if the lease
+    still holds.
+
+    A commit whose answer was lost (the connection dropped) may be tried again: one that
+    was done already is recognized by the head it moved.
+
+    Raises:
+        LeaseLost: the run's epoch moved on: nothing was written.
+    """
+    new = events[-1].seq if events else after
+    values = _encoded(dict(run or {}))
+    if values.get("status") in TERMINAL:
+        values.update(holder=None, lease_until=None)
+    values["last_seq"] = new
+    rows = [(lease.run_id, *event) for event in events]
+    step_row = None if checkpoint is None else checkpoint.row(lease.run_id)
+    # On Postgres the commit is one statement (a transaction of its own) unless thousands
+    # of events go in chunks.
+    with database.statement() if len(rows) <= _CHUNK else database.begin() as db:
+        # The step loop waits on this commit, so its statements go straight to the driver
+        # (SQLAlchemy's compiled statements cost as much as the commit itself).
+        cursor = db.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            if database.postgres:
+                done = _append_postgres(cursor, lease, after, values, rows, step_row)
+            else:
+                done = _append_sqlite(cursor, lease, after, values, rows, step_row)
+        finally:
+            cursor.close()
+    if not done:
+        _append_refused(database, lease, after=after, new=new)
+
+
+def _append_refused(database: Database, lease: Lease, *, after: int, new: int) -> None:
+    with database.read() as db:
+        row = db.execute(
+            sa.select(runs_table.c.epoch, runs_table.c.last_seq).where(
+                runs_table.c.run_id == lease.run_id
+            )
+        ).one_or_none()
+    if row is None or row.epoch != lease.epoch:
+        raise LeaseLost(lease.run_id)
+    if row.last_seq == new and new > after:
+        return  # this very commit went through before its answer was lost
+    raise StoreError(
+        f"the event log of run {lease.run_id} is at {row.last_seq}, not at {after} as its "
+        "holder believes"
+    )
+
+
+def set_held_status(
+    database: Database, lease: Lease, status: Literal["running", "waiting"]
+) -> None:
+    """`running` <-> `waiting` (a call waits for a person), by the holder.
+
+    Raises:
+        LeaseLost: the run is no longer this holder's.
+    """
+    _held_update(database, lease, status=status)
+
+
+def renew(database: Database, lease: Lease, *, lease_until: float) -> None:
+    """Renew one lease, if it still holds (a holder unsure of it, before a side effect).
+
+    Raises:
+        LeaseLost: the run is no longer this holder's.
+    """
+    _held_update(database, lease, lease_until=lease_until)
+
+
+def _held_update(database: Database, lease: Lease, **values: Any) -> None:
+    """Set `values` on the run while `lease` holds it (its epoch is the run's).
+
+    Raises:
+        LeaseLost: the run is no longer this holder's.
+    """
+    with database.statement() as db:
+        updated = db.execute(
+            runs_table.update()
+            .where(
+                runs_table.c.run_id == lease.run_id,
+                runs_table.c.epoch == lease.epoch,
+                runs_table.c.status.in_(HELD),
+            )
+            .values(**values)
+        ).rowcount
+    if not updated:
+        raise LeaseLost(lease.run_id)
+
+
+def request_approval(
+    database: Database,
+    lease: Lease,
+    *,
+    call_id: str,
+    step_id: str,
+    tool: str,
+    arguments: Any,
+) -> ApprovalRecord:
+    """Record a request once (a step run again asks the same call again), as the holder,
+    and what is recorded of it (its decision, when it was decided before).
+
+    Raises:
+        LeaseLost: the run is no longer this holder's.
+    """
+    with database.begin() as db:
+        fenced = db.execute(
+            runs_table.update()
+            .where(runs_table.c.run_id == lease.run_id, runs_table.c.epoch == lease.epoch)
+            .values(epoch=runs_table.c.epoch)
+        ).rowcount
+        if not fenced:
+            raise LeaseLost(lease.run_id)
+        return approvals.request(
+            database,
+            db,
+            lease.run_id,
+            call_id=call_id,
+            step_id=step_id,
+            tool=tool,
+            arguments=arguments,
+        )
+
+
+def release(database: Database, holder: str, run_ids: Sequence[str] = ()) -> None:
+    """A stopping worker lets go of its runs (of `run_ids`, or all): any live worker takes
+    them over at once, from their last checkpoint."""
+    query = runs_table.update().where(runs_table.c.holder == holder, runs_table.c.status.in_(HELD))
+    if run_ids:
+        query = query.where(runs_table.c.run_id.in_(list(run_ids)))
+    with database.begin() as db:
+        db.execute(query.values(lease_until=0.0))
+
+
+def renew_held(
+    db: sa.Connection, holder: str, run_ids: Sequence[str], lease_until: float
+) -> set[str]:
+    """Renew the leases `holder` has of `run_ids` (a worker's heartbeat, in its
+    transaction): the runs it still holds."""
+    if not run_ids:
+        return set()
+    mine = (
+        runs_table.c.holder == holder,
+        runs_table.c.run_id.in_(list(run_ids)),
+        runs_table.c.status.in_(HELD),
+    )
+    db.execute(runs_table.update().where(*mine).values(lease_until=lease_until))
+    return set(db.execute(sa.select(runs_table.c.run_id).where(*mine)).scalars())
+
+
+# -- statements ----------------------------------------------------------------------------------
+
+_STEP_COLUMNS = f"(run_id, {', '.join(CHECKPOINT_COLUMNS)})"
+_RUN_VALUES = frozenset(
+    {"status", "finished_at", "output", "error", "usage", "last_seq", "holder", "lease_until"}
+)
+"""The run's values its holder writes."""
+
+
+def _encoded(values: dict[str, Any]) -> dict[str, Any]:
+    """Run values as stored: the output and the usage as JSON text."""
+    for key in ("output", "usage"):
+        if key in values:
+            values[key] = dumps(values[key])
+    return values
+
+
+def _set_clause(values: Mapping[str, Any], placeholder: str) -> tuple[str, list[Any]]:
+    unknown = set(values) - _RUN_VALUES
+    if unknown:
+        raise ValueError(f"not a run value a holder writes: {sorted(unknown)}")
+    return ", ".join(f"{k} = {placeholder}" for k in values), list(values.values())
+
+
+def _append_sqlite(
+    cursor: Any,
+    lease: Lease,
+    after: int,
+    values: Mapping[str, Any],
+    rows: Sequence[tuple[Any, ...]],
+    step_row: tuple[Any, ...] | None,
+) -> bool:
+    clause, params = _set_clause(values, "?")
+    cursor.execute(
+        f"UPDATE minions_runs SET {clause} WHERE run_id = ? AND epoch = ? AND last_seq = ?",
+        [*params, lease.run_id, lease.epoch, after],
+    )
+    if cursor.rowcount != 1:
+        return False
+    if rows:
+        cursor.executemany(
+            f"INSERT INTO minions_events {EVENT_COLUMNS} VALUES (?, ?, ?, ?, ?)", rows
+        )
+    if step_row is not None:
+        cursor.execute(
+            f"INSERT INTO minions_steps {_STEP_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)", step_row
+        )
+    return True
+
+
+_CHUNK = 1000
+"""Events a statement inserts at most (a statement holds at most 65,535 parameters)."""
+
+
+def _append_postgres(
+    cursor: Any,
+    lease: Lease,
+    after: int,
+    values: Mapping[str, Any],
+    rows: Sequence[tuple[Any, ...]],
+    step_row: tuple[Any, ...] | None,
+) -> bool:
+    # One statement, one round trip: the fenced update of the run, the inserts as data-modifying
+    # CTEs that happen only when it did, and the notice to followers (they LISTEN, and learn of
+    # new events at this commit).
+    clause, params = _set_clause(values, "%s")
+    parts = [
+        f"r AS (UPDATE minions_runs SET {clause} WHERE run_id = %s AND epoch = %s "
+        "AND last_seq = %s RETURNING 1)"
+    ]
+    params += [lease.run_id, lease.epoch, after]
+    *before, last = [rows[i : i + _CHUNK] for i in range(0, len(rows), _CHUNK)] or [[]]
+    if before:  # thousands of events at once (a big loop): a statement holds at most 65,535
+        # parameters; the earlier chunks go first, fenced by the same condition
+        cursor.execute(
+            "SELECT 1 FROM minions_runs WHERE run_id = %s AND epoch = %s AND last_seq = %s "
+            "FOR UPDATE",
+            [lease.run_id, lease.epoch, after],
+        )
+        if cursor.fetchone() is None:
+            return False
+        for chunk in before:
+            cursor.executemany(
+                f"INSERT INTO minions_events {EVENT_COLUMNS} VALUES (%s, %s, %s, %s, %s)", chunk
+            )
+    if last:
+        typed = "(%s::text, %s::integer, %s::text, %s::text, %s::text)"
+        parts.append(
+            f"e AS (INSERT INTO minions_events {EVENT_COLUMNS} SELECT * FROM (VALUES "
+            f"{', '.join([typed] * len(last))}) AS v WHERE EXISTS (SELECT 1 FROM r))"
+        )
+        params += [value for row in last for value in row]
+    if step_row is not None:
+        parts.append(
+            f"s AS (INSERT INTO minions_steps {_STEP_COLUMNS} SELECT %s::text, %s::text, "
+            "%s::integer, %s::text, %s::text, %s::text, %s::double precision, %s::integer "
+            "WHERE EXISTS (SELECT 1 FROM r))"
+        )
+        params += step_row
+    params.append(lease.run_id)
+    cursor.execute(
+        f"WITH {', '.join(parts)} SELECT (SELECT count(*) FROM r), pg_notify('minions_events', %s)",
+        params,
+    )
+    found = cursor.fetchone()
+    return bool(found and found[0])
+
+
+_ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
+_CLAIM = sa.text(
+    # Written out once (every run's start pays for it; SQLAlchemy's expression of it cost a
+    # millisecond of CPU to build and compile each time). Never the same holder again: a
+    # second delivery of a run its holder runs already would fence out the execution in
+    # flight after its effects.
+    "UPDATE minions_runs SET holder = :holder, epoch = epoch + 1, lease_until = :lease_until, "
+    "status = 'running', executor_id = :executor_id, "
+    "started_at = coalesce(started_at, :now), starts = starts + 1, finished_at = NULL, "
+    "error = NULL "
+    f"WHERE run_id = :run_id AND attempt = :attempt AND status IN ({_ACTIVE_SQL}) "
+    "AND (holder IS NULL OR lease_until IS NULL OR lease_until < :now) "
+    f"RETURNING {', '.join(c.name for c in runs_table.c)}"
+).columns(*runs_table.c)

@@ -30,6 +30,7 @@ WORKLOADS = {
     "SERVICE": "service.py",
     "RERUN": "rerun.py",
     "EVAL": "evals.py",
+    "IDLE": "idle.py",
 }
 
 

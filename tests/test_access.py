@@ -146,6 +146,8 @@ PERMISSIONS = {
     "DELETE /schedules/{name}": "operate",
     "POST /schedules/{name}/pause": "operate",
     "POST /schedules/{name}/resume": "operate",
+    "GET /evals": "read",
+    "GET /evals/{eval_id}": "read",
     "GET /keys": "admin",
     "POST /keys": "admin",
     "DELETE /keys/{name}": "admin",
@@ -267,7 +269,7 @@ def test_the_role_matrix(served: tuple[str, dict[str, str]], role: str) -> None:
         for method, path in routes():
             permission = PERMISSIONS[f"{method} {path}"]
             target = path.replace("{name}", "nope").replace("{call_id:path}", "c")
-            for name in ("{run_id}", "{run_a}", "{run_b}", "{step_id}"):
+            for name in ("{run_id}", "{run_a}", "{run_b}", "{step_id}", "{eval_id}"):
                 target = target.replace(name, "x")
             body: dict[str, Any] | None = {} if method == "POST" else None
             answer = client.request(method, target, json=body)

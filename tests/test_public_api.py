@@ -83,7 +83,7 @@ PUBLIC: dict[str, set[str]] = {
         "MCPHttpServer", "MCPStdioServer",
     },
     "minions.runs": {
-        "ApprovalRecord", "EndpointRecord", "RunFilters", "RunRecord", "RunStore", "StepRecord",
+        "ApprovalRecord", "EndpointRecord", "EvalRecord", "RunFilters", "RunRecord", "RunStore", "StepRecord",
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
         "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
@@ -107,7 +107,8 @@ PUBLIC: dict[str, set[str]] = {
         "Check", "CheckResult", "ExpectedCheck", "ExprCheck", "FunctionCheck", "Grading",
         "JudgeCheck", "ToolExpectation", "TrajectoryCheck", "Judge", "Verdict",
         "CaseJob", "CaseRun", "CaseRunFinished", "CaseRunStarted", "CaseRunner",
-        "ForegroundRunner", "GradedRun", "TokenBudget", "evaluate", "evaluate_sync",
+        "DurableRunner", "ForegroundRunner", "GradedRun", "TokenBudget", "evaluate",
+        "evaluate_durable", "evaluate_sync",
         "CaseReport", "CheckReport", "Comparison", "EvalReport", "Failure", "GateReport",
         "Gates", "ReportError", "RunReport", "apply_gates", "compare_reports", "junit_xml",
         "pass_at_k", "pass_hat_k", "wilson_interval", "EvalCase", "dataset_cases",

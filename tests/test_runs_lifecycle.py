@@ -691,20 +691,6 @@ def test_a_hand_back_is_a_compare_and_set_on_the_runs_attempt(tmp_path: Path) ->
     store.close()
 
 
-def test_a_worker_says_when_it_changes_what_the_queue_hands_every_worker(
-    tmp_path: Path,
-) -> None:
-    """The last worker started sets how many runs DBOS hands each worker of the store: one
-    that changes it says so, naming both numbers."""
-    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
-    ledger = tmp_path / "ledger.txt"
-    with worker(url, tmp_path, "w1", ledger) as first:  # --concurrency 4
-        with worker(url, tmp_path, "w2", ledger, "--concurrency", "2") as second:
-            said = second.log.read_text()
-        assert "handed each worker 4 runs to run at a time; from now on 2" in said
-        assert "handed each worker" not in first.log.read_text()
-
-
 async def test_a_run_delivered_twice_to_one_worker_runs_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -185,6 +185,8 @@ ENDPOINTS = [
     ("GET", "/runs/x/events/stream"),
     ("GET", "/recipes"),
     ("GET", "/workers"),
+    ("GET", "/evals"),
+    ("GET", "/evals/x"),
     ("GET", "/openapi.json"),
     ("GET", "/no/such/endpoint"),
     ("POST", "/runs/x/events/ticket"),
@@ -281,6 +283,8 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/keys",
         "/keys/{name}",
         "/schedules/{name}/resume",
+        "/evals",
+        "/evals/{eval_id}",
     }
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     listing = {p["name"] for p in schema["paths"]["/runs"]["get"]["parameters"]}

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -50,6 +51,18 @@ RetentionOption = Annotated[
         show_default=False,
     ),
 ]
+RecipesRootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--recipes",
+        metavar="DIR",
+        envvar="MINIONS_RECIPES",
+        help="The recipes root: each run's recipe file is found here by the recipe's id "
+        "(searched recursively), wherever it was on the host that submitted it "
+        "(default: $MINIONS_RECIPES, else the path it was submitted from).",
+        show_default=False,
+    ),
+]
 RunArgument = Annotated[
     str, typer.Argument(metavar="RUN", help="The run's id.", show_default=False)
 ]
@@ -84,6 +97,18 @@ LogFormatOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def check_recipes_root(recipes: Path | None) -> None:
+    """Refuse a recipes root that is not a folder.
+
+    Raises:
+        UsageError: it is not.
+    """
+    if recipes is not None and not recipes.is_dir():
+        raise UsageError(
+            f"--recipes: no such folder: {str(recipes)!r} (--recipes or MINIONS_RECIPES)"
+        )
 
 
 def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:

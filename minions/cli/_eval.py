@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
-from minions.cli._common import DatabaseOption, stdout
+from minions.cli._common import DatabaseOption, open_store, stdout
 from minions.cli._errors import UsageError
 from minions.cli._report import plural
 from minions.cli._running import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
@@ -472,6 +472,16 @@ def eval_command(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    durable: Annotated[
+        bool,
+        typer.Option(
+            "--durable",
+            help="Run the case runs on the workers of the run store (--database-url): its "
+            "limits, budgets and step cache apply; the report is kept there; the same "
+            "command started again resumes an eval cut short.",
+        ),
+    ] = False,
+    database_url: DatabaseOption = None,
 ) -> None:
     """Run every case of a dataset, repeated, and grade each run.
 
@@ -484,9 +494,11 @@ def eval_command(
         apply_gates,
         compare_reports,
         evaluate,
+        evaluate_durable,
         junit_xml,
         load_dataset,
     )
+    from minions.runs import EvalRecord
 
     resolve = _resolver(ctx)
     if replay is not None and record is not None:
@@ -497,6 +509,10 @@ def eval_command(
         raise UsageError(f"--replay {str(replay)!r}: no such folder of recordings")
     if max_regressions is not None and baseline is None:
         raise UsageError("--max-regressions needs --baseline REPORT.json")
+    if durable:
+        _durable_options(model=model, record=record, replay=replay, max_tokens=max_tokens)
+    elif database_url is not None:
+        raise UsageError("--database-url goes with --durable (the store whose workers run it)")
     cost_gate = _percent(max_cost_increase, "--max-cost-increase") if max_cost_increase else None
     if cost_gate is not None and (baseline is None or prices is None):
         raise UsageError("--max-cost-increase needs --baseline REPORT.json and --prices FILE")
@@ -518,7 +534,7 @@ def eval_command(
             "in the dataset)"
         )
     chosen = _resolved(resolve, model, "--model")
-    if replay is None and chosen is None:
+    if replay is None and chosen is None and not durable:
         lacking = _needs_a_model(dataset)
         if lacking is not None:
             raise UsageError(
@@ -536,6 +552,8 @@ def eval_command(
             if replay is not None
             else f"model {model}"
             if model
+            else "the workers of the run store"
+            if durable
             else "the recipes' models"
         )
         err.print(
@@ -544,33 +562,79 @@ def eval_command(
             markup=False,
         )
     report = None
+    opened: dict[str, Any] = {}  # the durable eval's id and runner, once opened
     with _event_loop(err) as loop, _Progress(err, quiet=quiet, total=total) as progress:
-        report = loop.run(
-            evaluate(
-                dataset,
-                model=chosen,
-                judge_model=judge if judge is not None else judge_model,
-                repeat=repeat,
-                concurrency=concurrency,
-                max_tokens=max_tokens,
-                record=record,
-                replay=replay,
-                k=k,
-                prices=price_table,
-                resolve=resolve,
-                progress=progress,
+        common: dict[str, Any] = {
+            "judge_model": judge if judge is not None else judge_model,
+            "repeat": repeat,
+            "concurrency": concurrency,
+            "k": k,
+            "prices": price_table,
+            "resolve": resolve,
+            "progress": progress,
+        }
+        if durable:
+
+            def told(record: EvalRecord, resumed: bool, runner: Any) -> None:
+                opened.update(eval_id=record.eval_id, runner=runner)
+                if not quiet:
+                    said = "resuming eval" if resumed else "eval"
+                    err.print(
+                        f"{said} {record.eval_id} on the workers of the run store",
+                        markup=False,
+                    )
+
+            async def on_workers() -> EvalReport:
+                store = open_store(database_url, create=True)
+                try:
+                    return await evaluate_durable(
+                        dataset,
+                        store,
+                        baseline=base,
+                        baseline_name=str(baseline) if baseline is not None else "",
+                        gates=gates,
+                        opened=told,
+                        **common,
+                    )
+                finally:
+                    await store.aclose()
+
+            report = loop.run(on_workers())
+        else:
+            report = loop.run(
+                evaluate(
+                    dataset,
+                    model=chosen,
+                    max_tokens=max_tokens,
+                    record=record,
+                    replay=replay,
+                    **common,
+                )
             )
-        )
     if report is None:
+        resume = (
+            f"; its case runs go on on the workers: the same command resumes eval "
+            f"{opened['eval_id']}"
+            if opened
+            else ""
+        )
         err.print(
             f"interrupted: {progress.passed + progress.failed + progress.errors} of {total} case "
-            "runs had finished; no report written",
+            f"runs had finished; no report written{resume}",
             style="yellow",
         )
         raise typer.Exit(EXIT_INTERRUPTED)
-    if base is not None:
-        report = compare_reports(base, report, name=str(baseline))
-    report = apply_gates(report, gates)
+    if durable and not quiet:
+        runner = opened["runner"]
+        err.print(
+            f"eval {report.eval_id}: {runner.submitted} case runs submitted, {runner.found} "
+            "found in the store (submitted before: not run again); its report is kept there",
+            markup=False,
+        )
+    if not durable:  # a durable eval compared and gated its report before keeping it
+        if base is not None:
+            report = compare_reports(base, report, name=str(baseline))
+        report = apply_gates(report, gates)
     if out is not None:
         report.save(out)
     if junit is not None:
@@ -583,6 +647,20 @@ def eval_command(
         for line in summary_lines(report):
             console.print(line, markup=False)
     raise typer.Exit(EXIT_OK if report.ok else EXIT_FAILED)
+
+
+def _durable_options(
+    *, model: str | None, record: Path | None, replay: Path | None, max_tokens: int | None
+) -> None:
+    """What a durable eval cannot take: its case runs run on the store's workers."""
+    for given, option, why in (
+        (model, "--model", "the workers answer with the recipes' models (or their own --model)"),
+        (record, "--record", "the workers keep no recordings"),
+        (replay, "--replay", "a replay runs in this process: drop --durable"),
+        (max_tokens, "--max-tokens", "the store's budgets apply (docs/limits.md)"),
+    ):
+        if given is not None:
+            raise UsageError(f"--durable cannot take {option}: {why}")
 
 
 def compare_command(

@@ -78,6 +78,8 @@ def prune(
     verb = "would delete" if result.dry_run else "deleted"
     pruned = ", ".join(result.statuses)
     line = f"{verb} {result.runs} run(s) ({pruned}) finished before {local_time(result.before)}"
+    if result.evals:
+        line += f" and {result.evals} kept eval(s)"
     if not result.dry_run and result.bytes_before is not None and result.bytes_after is not None:
         line += f"; the database went from {_mb(result.bytes_before)} to {_mb(result.bytes_after)}"
     stdout().print(line, markup=False)

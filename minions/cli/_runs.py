@@ -22,9 +22,11 @@ from minions.cli._common import (
     InputsOption,
     JsonOption,
     LogFormatOption,
+    RecipesRootOption,
     RetentionOption,
     RunArgument,
     SinceOption,
+    check_recipes_root,
     chosen_log_format,
     cli_actor,
     local_time,
@@ -77,6 +79,7 @@ def worker(
     ] = False,
     retention: RetentionOption = None,
     limits: LimitsOption = None,
+    recipes: RecipesRootOption = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -131,6 +134,7 @@ def worker(
 
     url = resolve(database_url)
     given_limits = load_limits(limits)
+    check_recipes_root(recipes)
     chosen_format = chosen_log_format(log_format)
     exported = None
     if metrics_port is not None:
@@ -190,6 +194,7 @@ def worker(
             on_ready=ready,
             retention=retention,
             limits=given_limits,
+            recipes=recipes,
         )
     except ValueError as exc:
         raise UsageError(f"--retention: {exc}") from None

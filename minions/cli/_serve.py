@@ -15,6 +15,7 @@ from minions.cli._common import (
     DatabaseOption,
     LogFormatOption,
     RetentionOption,
+    check_recipes_root,
     chosen_log_format,
     model_note,
     say,
@@ -44,8 +45,10 @@ def serve_command(
         typer.Option(
             "--recipes",
             metavar="DIR",
+            envvar="MINIONS_RECIPES",
             help="The folder of the recipes clients may run, by id (its YAML files, searched "
-            "recursively).",
+            "recursively); the in-process worker finds every run's recipe file there by id "
+            "(default: $MINIONS_RECIPES).",
             show_default=False,
         ),
     ] = None,
@@ -178,8 +181,7 @@ def serve_command(
                 "--metrics needs the metrics extra: pip install 'minions[metrics]'"
             ) from None
     chosen_format = chosen_log_format(log_format)
-    if recipes is not None and not recipes.is_dir():
-        raise UsageError(f"--recipes: no such folder: {str(recipes)!r}")
+    check_recipes_root(recipes)
     url = resolve(database_url)
     given_limits = load_limits(limits)
     token = load_token(url)

@@ -32,6 +32,7 @@ from minions.evals._checks import (
 )
 from minions.evals._compare import Gates, apply_gates, compare_reports
 from minions.evals._dataset import NOT_GIVEN, Case, Dataset, DatasetError, Target
+from minions.evals._durable import DurableRunner, evaluate_durable
 from minions.evals._evaluate import (
     CaseRunFinished,
     CaseRunStarted,
@@ -86,10 +87,12 @@ __all__ = [
     "CaseRunFinished",
     "CaseRunStarted",
     "CaseRunner",
+    "DurableRunner",
     "ForegroundRunner",
     "GradedRun",
     "TokenBudget",
     "evaluate",
+    "evaluate_durable",
     "evaluate_sync",
     # reports
     "CaseReport",

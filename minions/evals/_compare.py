@@ -54,7 +54,12 @@ def compare_reports(baseline: EvalReport, report: EvalReport, *, name: str = "")
             p_value = fisher_exact(old.passed, old.failed, case.passed, case.failed)
         cases.append(
             case.model_copy(
-                update={"baseline": mark, "baseline_pass_rate": old.pass_rate, "p_value": p_value}
+                update={
+                    "baseline": mark,
+                    "baseline_pass_rate": old.pass_rate,
+                    "p_value": p_value,
+                    "baseline_run_id": _paired_run(old),
+                }
             )
         )
     now = {c.key for c in report.cases}
@@ -77,6 +82,14 @@ def compare_reports(baseline: EvalReport, report: EvalReport, *, name: str = "")
         cost_change=_change(baseline.cost, report.cost),
     )
     return report.model_copy(update={"cases": cases, "comparison": comparison})
+
+
+def _paired_run(case: CaseReport) -> str | None:
+    """The run of a baseline's case that a run of the new report is compared with: one that
+    passed, else its first."""
+    passed = [r.run_id for r in case.results if r.outcome == "passed"]
+    found = passed or case.run_ids
+    return found[0] if found else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -125,6 +125,7 @@ async def evaluate(
     listeners: Sequence[EventListener] = (),
     progress: Progress | None = None,
     runner: CaseRunner | None = None,
+    eval_id: str | None = None,
 ) -> EvalReport:
     """Run every repetition of every case of `dataset` on each of its targets, grade each run
     with the case's checks, and report.
@@ -150,6 +151,7 @@ async def evaluate(
         progress: receives `CaseRunStarted` and `CaseRunFinished` as they happen.
         runner: runs the case runs (a `ForegroundRunner` made of the arguments above by
             default).
+        eval_id: the eval's id (in each `CaseJob.key`); a new one by default.
 
     Raises:
         ConfigError: the arguments conflict or are out of range.
@@ -185,7 +187,7 @@ async def evaluate(
             listeners=listeners,
             meta={"dataset": dataset.name},
         )
-    eval_id = uuid.uuid4().hex[:12]
+    eval_id = eval_id or uuid.uuid4().hex[:12]
     jobs = _jobs(dataset, eval_id, repeat)
     grading = Grading(judge=judge)
     limit = asyncio.Semaphore(concurrency)

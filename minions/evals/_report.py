@@ -95,6 +95,9 @@ class CaseReport(_Model):
     baseline_pass_rate: float | None = None
     p_value: float | None = None
     """Fisher's exact test of this case's runs against the baseline's (two-sided)."""
+    baseline_run_id: str | None = None
+    """The baseline's run of this case to compare a run of it with (one that passed, else
+    its first): what the console diffs a regressed case's failed run against."""
     results: list[RunReport] = Field(default_factory=list)
 
     @property

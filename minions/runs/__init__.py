@@ -26,6 +26,7 @@ from minions.runs._approvals import ApprovalRecord
 from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointRecord
+from minions.runs._evals import EvalRecord
 from minions.runs._fleet import EndpointLoad, FleetState
 from minions.runs._keys import ROLES, KeyRecord, Role
 from minions.runs._log import EventLog, LiveHub
@@ -46,6 +47,7 @@ __all__ = [
     "ApprovalRecord",
     "EndpointLoad",
     "EndpointRecord",
+    "EvalRecord",
     "EventLog",
     "FleetState",
     "KeyRecord",

@@ -21,6 +21,7 @@ from minions._duration import TooLongError, duration_seconds
 from minions.runs import _approvals as approvals
 from minions.runs import _cache as cache
 from minions.runs import _checkpoints as checkpoints
+from minions.runs import _evals as evals
 from minions.runs import _events as events
 from minions.runs import _queue as queue
 from minions.runs import _runs as runs
@@ -54,6 +55,7 @@ class PruneResult:
         dry_run: nothing was deleted.
         bytes_before: the SQLite file's size before (None on Postgres).
         bytes_after: and after, once the freed pages went back to the file system.
+        evals: kept eval reports deleted with them (see `RunStore.keep_eval`).
     """
 
     runs: int
@@ -62,6 +64,7 @@ class PruneResult:
     dry_run: bool = False
     bytes_before: int | None = None
     bytes_after: int | None = None
+    evals: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,10 +140,16 @@ def prune(
     total = max(0, runs.count_finished(database, chosen, before) - (keep or 0))
     path = sqlite_path(database.url)
     size_before = _size(path)
+    # Kept eval reports go with the runs when every finished run is pruned.
+    gone_evals = (
+        evals.prune(database, before=before, keep=keep, dry_run=dry_run)
+        if set(chosen) == TERMINAL
+        else 0
+    )
     if dry_run or not total:
         return PruneResult(
             runs=total, before=before, statuses=chosen, dry_run=dry_run, bytes_before=size_before,
-            bytes_after=size_before,
+            bytes_after=size_before, evals=gone_evals,
         )  # fmt: skip
     deleted = 0
     while deleted < total:
@@ -164,7 +173,7 @@ def prune(
         _vacuum(database)
     return PruneResult(
         runs=deleted, before=before, statuses=chosen, bytes_before=size_before,
-        bytes_after=_size(path),
+        bytes_after=_size(path), evals=gone_evals,
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from minions.runs._db import sqlalchemy_url
 from minions.runs._tables import OURS
+from minions.runs._wake import wake_in
 
 if TYPE_CHECKING:
     from dbos import DBOSClient
@@ -96,6 +97,8 @@ class Queue:
             run_id,
             attempt,
         )
+        # The store's workers look at the queue when this transaction commits.
+        wake_in(db, self.url, "queue")
 
     def cancel(self, workflow: str) -> None:
         """Take a workflow out of DBOS's queue (best effort: minions' tables already decided

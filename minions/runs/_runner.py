@@ -11,6 +11,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
@@ -37,6 +38,7 @@ from minions.models._base import Model
 from minions.models._infer import MODEL_ENV
 from minions.models._recording import Recording, ReplayModel, recording_beside
 from minions.models._structured import CapabilityMemory
+from minions.recipes._folder import INLINE_SUFFIX, RecipeFolder
 from minions.recipes._recipe import AgentRecipe
 from minions.runs import _approvals as approvals
 from minions.runs import _checkpoints as checkpoints
@@ -53,6 +55,7 @@ from minions.runs._limiter import StoreCapabilities, share_capabilities
 from minions.runs._log import LiveHub
 from minions.runs._queue import workflow_id
 from minions.runs._runs import RerunPlan
+from minions.runs._snapshot import recipe_of
 from minions.runs._tables import TERMINAL
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
 
@@ -420,6 +423,10 @@ class RunEndedError(MinionsError):
     """A delivery of a run that ended (DBOS records the workflow as failed, with why)."""
 
 
+class RecipeNotFoundError(MinionsError):
+    """The worker's recipes root has no recipe with a run's id."""
+
+
 class RunFailedError(MinionsError):
     """The run failed (DBOS records the workflow as failed); the message names the run and
     the cause."""
@@ -453,6 +460,9 @@ class DurableRunner:
             here (or the queue would hand it to this worker again).
         hand_back_after: seconds between a waiting run's looks for a place elsewhere.
         deps: makes the deps of each run it starts or resumes (never stored).
+        recipes: the recipes root: a run's recipe file is the one with its recipe's id
+            there (its snapshot is what runs; the file's folder is where its tools modules,
+            included recipes and recording are found). None: where it was submitted from.
     """
 
     def __init__(
@@ -471,9 +481,13 @@ class DurableRunner:
         queue: Queue | None = None,
         hand_back_after: float = 1.0,
         deps: Callable[[], object] | None = None,
+        recipes: RecipeFolder | None = None,
     ) -> None:
         self.database = database
         self.deps = deps
+        self.recipes = recipes
+        self.on_place_free: Callable[[], None] = lambda: None
+        """Told when a run ends and its place is free (the worker looks at its queue)."""
         self.capabilities = capabilities
         self._places = concurrency
         self._slots = None if concurrency is None else asyncio.Semaphore(concurrency)
@@ -514,6 +528,12 @@ class DurableRunner:
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it
         (once a place is free here, or handed back: see `queue`)."""
+        try:
+            await self._in_place(run_id, attempt)
+        finally:
+            self.on_place_free()
+
+    async def _in_place(self, run_id: str, attempt: int) -> None:
         if self._slots is None:
             await self._execute(run_id, attempt)
             return
@@ -642,8 +662,12 @@ class DurableRunner:
                 await self.database.apply(events.reuses_said, run_id) if recorder.resumed else set()
             )
         try:
+            path = await self.database.call(self.recipe_file, start)
             # Built off the event loop (a tools module is imported): its other runs go on.
-            recipe = await self.database.call(start.snapshot.recipe)
+            recipe = await self.database.call(recipe_of, start.snapshot.yaml, path)
+        except RecipeNotFoundError as exc:
+            await self._fail(recorder, str(exc))
+            raise RunFailedError(run_id, str(exc)) from None
         except RecipeError as exc:
             await self._fail(recorder, f"the recipe no longer loads: {exc}")
             raise RunFailedError(run_id, str(exc)) from None
@@ -652,7 +676,7 @@ class DurableRunner:
             await self.capabilities.refresh()
         executor = self.executor
         try:
-            replay = replay_beside(recipe, start.snapshot.path, executor.settings)
+            replay = replay_beside(recipe, path, executor.settings)
         except MinionsError as exc:
             await self._fail(recorder, str(exc))
             raise RunFailedError(run_id, str(exc)) from None
@@ -737,6 +761,31 @@ class DurableRunner:
         )
         if closed and not ok:
             raise RunFailedError(run_id, result.error or "the run failed")
+
+    def recipe_file(self, start: Start) -> str | None:
+        """Where the run's recipe file is taken to be (its tools modules, included recipes and
+        recording are found beside it): under the recipes root, the file with the recipe's id
+        (an inline recipe: ``<root>/<id>.inline.yaml``); without a root, where it was when it
+        was submitted.
+
+        Raises:
+            RecipeNotFoundError: no recipe of the root has the run's id.
+        """
+        folder = self.recipes
+        if folder is None:
+            return start.snapshot.path
+        recipe_id = start.snapshot.recipe_id
+        inline = f"{recipe_id}{INLINE_SUFFIX}"
+        if start.snapshot.path is not None and Path(start.snapshot.path).name == inline:
+            return str(folder.folder / inline)
+        found = folder.find(recipe_id)
+        if found is None:
+            raise RecipeNotFoundError(
+                f"no recipe with id {recipe_id!r} under the worker's recipes root "
+                f"{str(folder.folder)!r} (--recipes / MINIONS_RECIPES): put the recipe's "
+                "folder there, or point the worker at the folder that has it"
+            )
+        return str(found)
 
     def renewed(self, runs: set[str], until: float) -> None:
         """The worker's heartbeat renewed the leases of `runs` (their term counted from

@@ -312,6 +312,16 @@ def fire_due(
     return fired
 
 
+def next_due(database: Database) -> float | None:
+    """When the store's next slot is due (None: no schedule fires)."""
+    table = schedules_table
+    with database.read() as db:
+        due: float | None = db.execute(
+            sa.select(sa.func.min(table.c.next_at)).where(table.c.paused.is_(False))
+        ).scalar()
+    return due
+
+
 def _fire(
     database: Database, enqueue: Enqueue, row: Any, step: Plan, next_at: float, now: float
 ) -> list[str]:

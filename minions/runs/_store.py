@@ -4,7 +4,7 @@ through here, each a compare-and-set on the run (one of concurrent callers wins;
 get `RunStateError` with the state they found).
 
 `RunStore` is a face: each method reaches the rooms that own the tables (`_runs`, `_events`,
-`_checkpoints`, `_approvals`, `_workers`, `_schedules`, `_endpoints`, `_prune`) one way,
+`_checkpoints`, `_approvals`, `_workers`, `_schedules`, `_endpoints`, `_evals`, `_prune`) one way,
 ``await self._database.apply(room.function, ...)``, and says what went wrong in the caller's
 terms."""
 
@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import structlog
 
+from minions._text import jsonable
 from minions.errors import RunStateError, StoreError
 from minions.events import Event
 from minions.runs import _approvals as approvals
+from minions.runs import _evals
 from minions.runs import _events as events
 from minions.runs import _runs as runs
 from minions.runs import _workers as workers
@@ -34,6 +36,7 @@ from minions.runs._queue import Queue, workflow_id
 from minions.runs._runs import RunFilter, RunRecord
 from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import STATUSES, TERMINAL
+from minions.runs._wake import wake
 
 if TYPE_CHECKING:
     from minions._step.cache import CachedStep, StepCache
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._diff import RunDiff
     from minions.runs._endpoints import EndpointRecord
+    from minions.runs._evals import EvalRecord
     from minions.runs._fleet import FleetState
     from minions.runs._keys import KeyRecord
     from minions.runs._prune import History, PruneResult
@@ -690,7 +694,9 @@ class RunStore:
             actor=actor,
         )
         await self._dbos()  # DBOS's tables exist before a worker's tick fires into them
-        return await self._database.apply(_schedules.save, row, replace=replace)
+        saved = await self._database.apply(_schedules.save, row, replace=replace)
+        await self._database.apply(wake, "schedules")  # its first slot may be soon
+        return saved
 
     async def schedules(self) -> list[ScheduleRecord]:
         """Every schedule, by name."""
@@ -729,9 +735,12 @@ class RunStore:
     async def _set_paused(self, name: str, *, paused: bool, actor: str | None) -> ScheduleRecord:
         from minions.runs import _schedules
 
-        return await self._database.apply(
+        changed = await self._database.apply(
             _schedules.set_paused, name, paused=paused, now=time.time(), actor=actor
         )
+        if not paused:
+            await self._database.apply(wake, "schedules")
+        return changed
 
     async def remove_schedule(self, name: str, *, actor: str | None = None) -> None:
         """Remove the schedule; the runs it fired stay. `actor`: who removes it (said in the
@@ -806,6 +815,61 @@ class RunStore:
 
         return await self._database.apply(_keys.by_id, key_id)
 
+    # -- evals ---------------------------------------------------------------------------------
+
+    async def open_eval(
+        self, fingerprint: str, *, dataset: str, target: str, total: int
+    ) -> tuple[EvalRecord, bool]:
+        """The eval run on this store's workers whose `fingerprint` (its dataset and recipes)
+        this is: the unfinished one, and True (it resumes), else a new one, and False. Its
+        case runs are submitted under idempotency keys holding its id, so an eval resumed
+        submits none twice."""
+        return await self._database.apply(
+            _evals.open_eval,
+            eval_id=uuid.uuid4().hex[:12],
+            fingerprint=fingerprint,
+            dataset=dataset,
+            target=target,
+            total=total,
+            now=time.time(),
+        )
+
+    async def keep_eval(
+        self,
+        record: EvalRecord,
+        report: Mapping[str, Any],
+        *,
+        summary: Mapping[str, Any],
+    ) -> None:
+        """Keep the report of the eval (plain JSON data, up to 16 MiB) and a `summary` of it
+        for listings: the eval is finished. Pruned with the runs.
+
+        Raises:
+            ValueError: the report is too large to keep.
+        """
+        await self._database.apply(
+            _evals.finish_eval,
+            record.eval_id,
+            report=jsonable(dict(report)),
+            summary=jsonable(dict(summary)),
+            dataset=record.dataset,
+            target=record.target,
+            total=record.total,
+            now=time.time(),
+        )
+
+    async def evals(
+        self, *, limit: int = 50, before: tuple[float, str] | None = None
+    ) -> list[EvalRecord]:
+        """The evals run on this store's workers, newest first, a page at a time (`before`:
+        the created_at and eval id of a page's last one), without their reports."""
+        return await self._database.apply(_evals.listed, limit=limit, before=before)
+
+    async def eval(self, eval_id: str) -> EvalRecord | None:
+        """The eval with its report (once it finished), or None when the store has none of
+        this id."""
+        return await self._database.apply(_evals.get, eval_id)
+
     # -- retention -----------------------------------------------------------------------------
 
     async def prune(
@@ -821,7 +885,8 @@ class RunStore:
         finished over `older_than` ago (``30d``, or seconds: 0 for every one), but the newest
         `keep`, with their steps, events, approvals, step cache entries and DBOS workflows;
         in batches, so workers go on meanwhile. An SQLite file then gives the freed space
-        back. `actor`: who prunes (`history().pruned_by`).
+        back. With every status, the kept evals that finished (or were last started) as long
+        ago go too, but the newest `keep`. `actor`: who prunes (`history().pruned_by`).
 
         Raises:
             ValueError: `older_than` is not a duration (or is longer than ten years), or a

@@ -221,6 +221,24 @@ step_cache_table = sa.Table(
     sa.Column("run_id", sa.Text, nullable=True, index=True),
     sa.Column("recipe_id", sa.Text, nullable=True, index=True),
 )
+evals_table = sa.Table(
+    "minions_evals",
+    metadata,
+    # The evals run on the store's workers (`minions eval --durable`) and their reports
+    # (minions.runs._evals). `open_key` is the eval's fingerprint while it has not finished
+    # (unique: an eval started again with the same dataset resumes it), NULL after.
+    sa.Column("eval_id", sa.Text, primary_key=True),
+    sa.Column("fingerprint", sa.Text, nullable=False),
+    sa.Column("open_key", sa.Text, nullable=True, unique=True),
+    sa.Column("dataset", sa.Text, nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False, index=True),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("summary", sa.Text, nullable=True),
+    sa.Column("report", sa.Text, nullable=True),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 

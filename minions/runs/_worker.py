@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -23,11 +24,13 @@ from dbos import DBOS
 from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
 from minions.models._limits import Limits
+from minions.recipes._folder import RecipeFolder
 from minions.runs import _leases as leases
 from minions.runs import _runs as runs
 from minions.runs import _workers as workers
 from minions.runs._async import AsyncDatabase, transient
 from minions.runs._db import DEAD_AFTER, Database, describe, detail
+from minions.runs._dispatch import DBOS_LOOPS, Dispatcher, installed
 from minions.runs._events import run_failed_row
 from minions.runs._limiter import StoreCapabilities, StoreLimiter
 from minions.runs._log import LiveHub
@@ -44,8 +47,9 @@ from minions.runs._queue import (
 )
 from minions.runs._runner import DurableRunner, RunEndedError, RunFailedError
 from minions.runs._schedules import TICK as SCHEDULE_TICK
-from minions.runs._schedules import Scheduler
+from minions.runs._schedules import Scheduler, next_due
 from minions.runs._tables import ACTIVE, HELD
+from minions.runs._wake import Listener, Wake
 from minions.runs._workers import HEARTBEAT
 
 __all__ = ["Worker", "WorkerConflictError"]
@@ -53,7 +57,18 @@ __all__ = ["Worker", "WorkerConflictError"]
 log = structlog.get_logger(__name__)
 
 POLLING = 0.05
-"""Seconds between the queue's polls (DBOS's default of 1 s caps throughput)."""
+"""The polling interval minions' queue is registered with, for DBOS processes that poll it
+(workers of minions before their queue was dispatched on wakes); a worker now dequeues when
+woken (`minions.runs._dispatch`)."""
+IDLE_BEAT = max(HEARTBEAT, DEAD_AFTER / 3)
+"""Seconds between the heartbeats of a worker that holds no run: it only says it lives (a
+worker that holds runs beats every `HEARTBEAT`, renewing their leases)."""
+IDLE_TAKEOVER = DEAD_AFTER
+"""Seconds between an idle worker's looks for dead workers' runs (a busy worker looks at
+every heartbeat)."""
+SCHEDULES_LOOK = 30.0
+"""Seconds between a worker's looks at its store's schedules when none is due and nothing
+woke it."""
 PREFETCH = 1
 """Runs DBOS hands a worker beyond its concurrency: the next one waits in it, unclaimed, and
 starts the moment a place frees, not at the queue's next poll (short runs otherwise leave
@@ -158,9 +173,14 @@ class Worker:
         deps: makes the deps of a run (what its tools taking a `ToolContext` read as
             ``ctx.deps``): called each time a run starts or resumes in this worker. Deps are
             never stored with a run: each worker makes its own.
+        recipes: the recipes root: each run's recipe file is found here by the recipe's id
+            (its snapshot is what runs; the file's folder holds its tools modules, included
+            recipes and recording), so hosts need not keep recipes at the same absolute path.
+            None: at the path it was submitted from.
 
     Raises:
-        ValueError: `retention` is neither a duration nor a number of runs.
+        ValueError: `retention` is neither a duration nor a number of runs, or `recipes` is
+            not a folder.
     """
 
     def __init__(
@@ -176,9 +196,12 @@ class Worker:
         clock: Callable[[], float] = time.time,
         limits: Limits | None = None,
         deps: Callable[[], object] | None = None,
+        recipes: str | Path | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        if recipes is not None and not Path(recipes).is_dir():
+            raise ValueError(f"recipes root: no such folder: {str(recipes)!r}")
         self.url = url
         self.concurrency = concurrency
         self.executor_id = executor_id or default_executor_id()
@@ -209,6 +232,7 @@ class Worker:
             queue=self.queue,
             hand_back_after=HAND_BACK_AFTER,
             deps=deps,
+            recipes=None if recipes is None else RecipeFolder(Path(recipes)),
         )
         self.on_ready = on_ready
         self.state: WorkerState = "starting"
@@ -218,8 +242,13 @@ class Worker:
         """Runs of a newer minions format found when the worker started, by DBOS version."""
         self.retention = None if retention is None else Retention.parse(retention)
         self.clock = clock
+        self.dispatcher = Dispatcher()
+        """Dequeues the store's queue when woken, a place freed, or now and then."""
+        self.runner.on_place_free = self.dispatcher.wake
         self._stop = threading.Event()
+        self._schedules_changed = threading.Event()
         self._checked: set[tuple[str, float]] = set()
+        self._next_takeover = 0.0
 
     def stop(self) -> None:
         self._stop.set()
@@ -274,6 +303,7 @@ class Worker:
         dbos_log.setLevel(logging.WARNING)
         if not any(isinstance(f, _RunEndsInOneLine) for f in dbos_log.filters):
             dbos_log.addFilter(_RunEndsInOneLine())
+        quiet = contextlib.ExitStack()
         DBOS(
             config={
                 "name": "minions",
@@ -281,14 +311,21 @@ class Worker:
                 "executor_id": self.executor_id,
                 "application_version": APP_VERSION,
                 "log_level": "WARNING",
-                "notification_listener_polling_interval_sec": POLLING,
+                "scheduler_polling_interval_sec": DBOS_LOOPS,
+                # DBOS's flush of its own notifications (of workflow events and streams,
+                # which minions does not use) woke every 10 ms: 0.5 % of a core, idle.
+                "notification_coalesce_sec": 1.0,
             }
         )
         background: list[threading.Thread] = []
+        listener = Listener(self.url, self._woken)
         try:
+            quiet.enter_context(installed(self.dispatcher))
             DBOS.launch()
             self.queue.client()  # before any transaction enqueues (see Queue.enqueue)
             self._register_queue()
+            listener.start()
+            self.dispatcher.wake()  # what was queued before it started
             self._adopt_other_versions()
             # The model client (openai and its types: seconds of imports) loads now, beside
             # the worker, rather than inside its event loop when the first run needs a model
@@ -304,7 +341,7 @@ class Worker:
             self.state = "running"
             if self.on_ready is not None:
                 self.on_ready(self)
-            while not self._stop.wait(HEARTBEAT):
+            while not self._stop.wait(HEARTBEAT if self.runner.held else IDLE_BEAT):
                 self._beat()
         except BaseException as exc:
             self.state, self.error = "failed", str(exc)
@@ -315,9 +352,12 @@ class Worker:
                 thread.join()
             if self.state != "failed":
                 self.state = "stopped"
+            listener.stop()
+            self.dispatcher.close()
             # Its runs stop first, then it lets go of them: a live worker (or this one,
             # restarted) takes them over at once from their last checkpoint.
             DBOS.destroy(workflow_completion_timeout_sec=0)
+            quiet.close()
             with contextlib.suppress(Exception):
                 leases.release(self.database, self.incarnation)
                 workers.stopped(self.database, self.executor_id, incarnation=self.incarnation)
@@ -327,34 +367,37 @@ class Worker:
                 signal.signal(restored, handler)
 
     def _register_queue(self) -> None:
-        """DBOS keeps one per-worker limit for the store's queue, and every worker reads it
-        as it polls: the last worker started sets it for all (its concurrency and the one
-        run that waits, `PREFETCH`). Each worker still runs at most its own `concurrency` at
-        a time (its runner waits for a place before it claims, and hands a waiting run back
-        when another worker has a place)."""
-        before = DBOS.retrieve_queue(QUEUE)
-        handed = None if before is None else before.worker_concurrency
-        DBOS.register_queue(
+        """Register the store's queue with this worker's limit (its concurrency and the one
+        run that waits, `PREFETCH`): its dispatcher dequeues up to it. Each worker runs at
+        most its own `concurrency` at a time (its runner waits for a place before it claims,
+        and hands a waiting run back when another worker has a place)."""
+        self.dispatcher.queue = DBOS.register_queue(
             QUEUE, worker_concurrency=self.concurrency + PREFETCH, polling_interval_sec=POLLING
         )
-        if handed is not None and handed != self.concurrency + PREFETCH:
-            log.warning(
-                f"the store's queue handed each worker {handed - PREFETCH} runs to run at a "
-                f"time; from now on {self.concurrency}, this worker's --concurrency (the last "
-                "worker started sets it for all): a worker started with a smaller one runs "
-                "only its own number at a time, the others waiting in it or handed back to a "
-                "worker with a place; give "
-                "the workers of a store the same --concurrency",
-                executor_id=self.executor_id,
-            )
+
+    def _woken(self, what: Wake) -> None:
+        if what == "queue":
+            self.dispatcher.wake(writer=True)
+        else:
+            self._schedules_changed.set()
 
     def _fire_schedules(self) -> None:
-        """Fire the schedules' due slots, a tick at a time (every worker on the store does;
-        each slot fires once)."""
+        """Fire the schedules' due slots (every worker on the store does; each slot fires
+        once). The store is read when a slot is due, when a schedule changed, and every
+        `SCHEDULES_LOOK` seconds; between, a tick only compares the clock with the next
+        slot's time."""
         scheduler = Scheduler(self.database, self.queue.enqueue, clock=self.clock)
+        due: float | None = 0.0
+        look = 0.0
         while not self._stop.wait(SCHEDULE_TICK):
+            changed = self._schedules_changed.is_set()
+            if not changed and time.monotonic() < look and (due is None or self.clock() < due):
+                continue
+            self._schedules_changed.clear()
             try:
                 scheduler.tick()
+                due = next_due(self.database)
+                look = time.monotonic() + SCHEDULES_LOOK
             except Exception as exc:  # the store is down: the slots wait, then catch up
                 if not transient(exc):
                     log.exception("firing schedules failed", executor_id=self.executor_id)
@@ -432,7 +475,9 @@ class Worker:
             self.runner.renewed(renewed, started + DEAD_AFTER)
             if self.limiter is not None:
                 self.limiter.renew()  # its calls in flight keep their places
-            self._take_over()
+            if self.runner.held or time.monotonic() >= self._next_takeover:
+                self._take_over()
+                self._next_takeover = time.monotonic() + IDLE_TAKEOVER
         except Exception as exc:
             if not transient(exc):
                 log.exception("worker heartbeat failed", executor_id=self.executor_id)

@@ -17,7 +17,17 @@ from minions.service._config import ServiceConfig
 from minions.service._errors import install
 from minions.service._guard import PUBLIC_PATHS, Guard, proxy_networks
 from minions.service._recipes import RecipeCatalog
-from minions.service._routes import console, events, info, keys, rerun, runs, schedules, steps
+from minions.service._routes import (
+    console,
+    evals,
+    events,
+    info,
+    keys,
+    rerun,
+    runs,
+    schedules,
+    steps,
+)
 from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
@@ -84,7 +94,7 @@ def create_app(
     app.state.streams = OpenStreams()
     install(app)
     routers = (runs.router, rerun.router, events.router, steps.router, info.router)
-    for router in (*routers, schedules.router, keys.router, console.router):
+    for router in (*routers, schedules.router, evals.router, keys.router, console.router):
         app.include_router(router)
     public = PUBLIC_PATHS
     if config.metrics:

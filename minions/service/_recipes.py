@@ -12,6 +12,7 @@ import structlog
 
 from minions._step.step import recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
+from minions.recipes._folder import INLINE_SUFFIX, folder_files, folder_recipes
 from minions.recipes._schema import HttpSpec, RecipeSpec
 
 __all__: list[str] = []
@@ -84,28 +85,14 @@ class RecipeCatalog:
         self.includes = frozenset(os.path.normpath(p) for p in yaml)
 
     def _files(self, pattern: str) -> list[Path]:
-        """The folder's files matching `pattern`, hidden folders left out, each inside the
-        folder once links are followed."""
         assert self.folder is not None
-        found = []
-        for path in sorted(self.folder.rglob(pattern)):
-            if any(part.startswith(".") for part in path.relative_to(self.folder).parts):
-                continue
-            if path.is_file() and _inside(self.folder, path):
-                found.append(path)
-        return found
+        return folder_files(self.folder, pattern)
 
     def scan(self) -> dict[str, RecipeEntry]:
-        from minions.recipes._loader import parse_spec
-
         entries: dict[str, RecipeEntry] = {}
         if self.folder is None:
             return entries
-        for path in [*self._files("*.yaml"), *self._files("*.yml")]:
-            try:
-                spec, _ = parse_spec(path.read_text(encoding="utf-8"), file=str(path))
-            except (RecipeError, OSError, UnicodeDecodeError):
-                continue  # not a recipe (a recording, a config file...)
+        for path, spec in folder_recipes(self.folder):
             if spec.id in entries:
                 log.warning("duplicate recipe id", id=spec.id, kept=str(entries[spec.id].path))
                 continue
@@ -134,18 +121,10 @@ class RecipeCatalog:
             RecipeError: the id is not a slug.
         """
         base = self.folder or Path.cwd().resolve()
-        path = base / f"{recipe_id}.inline.yaml"
+        path = base / f"{recipe_id}{INLINE_SUFFIX}"
         if recipe_id_problem(recipe_id) is not None or path.parent != base:
             raise RecipeError([Problem(message=str(recipe_id_problem(recipe_id)), field="id")])
         return path
-
-
-def _inside(folder: Path, path: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder)
-    except (ValueError, OSError, RuntimeError):
-        return False
-    return True
 
 
 def check_inline(spec: RecipeSpec, catalog: RecipeCatalog, *, model: str | None) -> None:

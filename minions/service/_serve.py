@@ -105,6 +105,7 @@ def serve(
             on_ready=lambda _: started.set(),
             retention=retention,
             limits=limits,
+            recipes=config.recipes,
         )
 
         def work() -> None:
@@ -132,6 +133,14 @@ def serve(
             gc.freeze()
             if self.started and on_ready is not None:
                 on_ready(executor_id)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().shutdown(sockets)
+            # Stopped by SIGTERM or SIGINT: the process ends by returning, once the worker
+            # in it has stopped and let go of its runs, with exit code 0 (what systemd,
+            # Docker and Kubernetes take as a clean stop), not by uvicorn raising the signal
+            # again, which killed it before its worker stopped.
+            self._captured_signals.clear()
 
     server = Server(
         uvicorn.Config(

@@ -20,6 +20,8 @@ folder goes first on their PYTHONPATH; nothing here is part of minions).
   tool writes it beside each call).
 - ``STORE_DOWN=FILE``: while FILE exists, every read and write of the run store fails as
   when its database is gone (a Postgres restart); DBOS's own tables are spared.
+- ``STATEMENTS=FILE``: every SQL statement the process's database engines send (DBOS's and
+  minions' alike) is counted; SIGUSR1 writes the count so far to FILE.
 - ``DISK_FULL=FILE``: while FILE exists, every write transaction of the run store fails as
   SQLite fails on a full disk (``database or disk is full``, at its commit: nothing of it is
   stored); reads go on. DBOS's own tables are spared.
@@ -216,3 +218,26 @@ if os.environ.get("STORE_DOWN"):
     _db.Database.begin = _gone(_db.Database.begin)  # type: ignore[method-assign]
     _db.Database.read = _gone(_db.Database.read)  # type: ignore[method-assign]
     _db.Database.statement = _gone(_db.Database.statement)  # type: ignore[method-assign]
+
+
+if os.environ.get("STATEMENTS"):
+    import pathlib
+    import signal
+    import threading
+    from typing import Any
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    _statements = [0]
+    _counting = threading.Lock()
+
+    @event.listens_for(Engine, "before_cursor_execute")
+    def _count_statement(*_: Any) -> None:
+        with _counting:
+            _statements[0] += 1
+
+    def _say_statements(*_: Any) -> None:
+        pathlib.Path(os.environ["STATEMENTS"]).write_text(str(_statements[0]))
+
+    signal.signal(signal.SIGUSR1, _say_statements)

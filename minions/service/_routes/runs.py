@@ -105,7 +105,7 @@ async def list_runs(
     cursor: Annotated[str | None, Query(description="`next_cursor` of a page.")] = None,
 ) -> RunPage:
     """Runs, newest first, a page at a time (the filters given, together)."""
-    before = _position(cursor) if cursor else None
+    before = position(cursor) if cursor else None
     which = RunFilters(
         status=status,
         recipe=recipe,
@@ -118,7 +118,7 @@ async def list_runs(
     more = len(summaries) == limit
     return RunPage(
         runs=summaries,
-        next_cursor=_cursor(summaries[-1]) if more else None,
+        next_cursor=cursor_of(summaries[-1].created_at, summaries[-1].run_id) if more else None,
         history=HistoryOut.model_validate(await runs.history()),
         total=await runs.count_runs(**which),
     )
@@ -190,12 +190,14 @@ def graph(recipe_yaml: str) -> list[GraphNode]:
     ]
 
 
-def _cursor(record: RunSummary) -> str:
-    raw = json.dumps([record.created_at, record.run_id]).encode()
+def cursor_of(created_at: float, ident: str) -> str:
+    """The cursor of a page that ends at this item (a run, an eval)."""
+    raw = json.dumps([created_at, ident]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _position(cursor: str) -> tuple[float, str]:
+def position(cursor: str) -> tuple[float, str]:
+    """Where a page given by `cursor_of` ended: its last item's created_at and id."""
     refused = Refused(
         400, "`cursor` is not a cursor this server gave (pass next_cursor as it came)"
     )

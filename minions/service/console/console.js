@@ -4,8 +4,9 @@
 // the token stays in headers), its output and streaming text; a step's calls in a drawer;
 // cancel (asked first), resume, approve, reject; rerun a finished run from a step (its inputs, and a reused
 // step's output, edited first), a rerun's lineage and its differences from its parent; the
-// schedules, paused and resumed. ES modules, no build step, no dependencies. What a run's
-// steps are is the server's fold of its events (the `states` of its stream), drawn as it is.
+// schedules, paused and resumed; the evals' kept reports (a regressed case's run diffed
+// against the baseline's). ES modules, no build step, no dependencies. What a run's steps
+// are is the server's fold of its events (the `states` of its stream), drawn as it is.
 //
 // This module: the token (asked for, kept in this tab only), and which view the address shows.
 
@@ -14,6 +15,7 @@ import { $ } from "./dom.js";
 import { closeDrawer } from "./drawer.js";
 import { loadRecipes, refreshList } from "./list.js";
 import { showRun, stopRun } from "./run.js";
+import { refreshEvals, showEvals } from "./evals.js";
 import { refreshSchedules, showSchedules } from "./schedules.js";
 import { setToken, state } from "./state.js";
 
@@ -47,24 +49,32 @@ async function start() {
   state.listTimer = setInterval(() => {
     if (!$("#list-view").hidden && state.list.cursors.length === 1) refreshList();
     if (!$("#schedules-view").hidden) refreshSchedules();
+    if (!$("#evals-view").hidden) refreshEvals();
   }, 2000);
   route();
 }
 
 function route() {
-  const match = location.hash.match(/^#\/runs\/([^/]+)$/);
+  const match = location.hash.match(/^#\/runs\/([^/]+)(?:\/diff\/([^/]+))?$/);
   const schedules = location.hash.match(/^#\/schedules(?:\/([^/]+))?$/);
+  const evals = location.hash.match(/^#\/evals(?:\/([^/]+))?$/);
   closeDrawer(false);
   for (const dialog of ["#rerun-dialog", "#cancel-dialog"]) if ($(dialog).open) $(dialog).close();
   $("#schedules-view").hidden = !schedules;
-  if (schedules) {
+  $("#evals-view").hidden = !evals;
+  if (evals) {
+    stopRun();
+    $("#run-view").hidden = true;
+    $("#list-view").hidden = true;
+    showEvals(evals[1] ? decodeURIComponent(evals[1]) : null);
+  } else if (schedules) {
     stopRun();
     $("#run-view").hidden = true;
     $("#list-view").hidden = true;
     showSchedules(schedules[1] ? decodeURIComponent(schedules[1]) : null);
   } else if (match) {
     $("#list-view").hidden = true;
-    showRun(decodeURIComponent(match[1]));
+    showRun(decodeURIComponent(match[1]), match[2] ? decodeURIComponent(match[2]) : null);
   } else {
     stopRun();
     $("#run-view").hidden = true;

@@ -21,20 +21,26 @@ export function renderLineage(data) {
   swap($("#lineage"), parts);
 }
 
-async function compare(run) {
+function compare(run) {
   if (!run || !run.data || !run.data.parent_run_id) return;
+  compareWith(run, run.data.parent_run_id, "compared with its parent", "parent");
+}
+
+export async function compareWith(run, other, title, label) {
+  // The run's differences from `other` (its parent, or the baseline's run of an eval case).
   const box = $("#diff");
   box.hidden = false;
+  $("#diff-what").textContent = title;
   $("#diff-first").replaceChildren(el("span", { className: "muted", textContent: "comparing…" }));
   let diff;
-  try { diff = await api(`/runs/${encodeURIComponent(run.data.parent_run_id)}/diff/${encodeURIComponent(run.id)}`); }
+  try { diff = await api(`/runs/${encodeURIComponent(other)}/diff/${encodeURIComponent(run.id)}`); }
   catch (error) { $("#diff-first").replaceChildren(el("span", { className: "error", textContent: error.message })); return; }
   if (state.run !== run) return;
   const first = diff.first_divergence;
   $("#diff-first").replaceChildren(first
     ? el("strong", {}, "First divergence: step ", el("code", { textContent: first }))
     : el("strong", { textContent: "No divergence: both runs did the same." }));
-  $("#diff-summary").textContent = `parent ${diff.status[0]}, ${number(diff.tokens[0])} tokens, ${diff.calls[0]} calls · this run ${diff.status[1]}, ${number(diff.tokens[1])} tokens, ${diff.calls[1]} calls`;
+  $("#diff-summary").textContent = `${label} ${diff.status[0]}, ${number(diff.tokens[0])} tokens, ${diff.calls[0]} calls · this run ${diff.status[1]}, ${number(diff.tokens[1])} tokens, ${diff.calls[1]} calls`;
   const pair = (a, b, show = (x) => x) => (a === b ? show(a) : `${show(a)} → ${show(b)}`);
   const rows = diff.steps.map((s) => {
     const name = s.visit > 1 ? `${s.step_id}#${s.visit}` : s.step_id;

@@ -6,7 +6,7 @@ import { api } from "./api.js";
 import { $, el, statusBadge } from "./dom.js";
 import { absolute, clipped, duration, number, relative, tokensOf } from "./format.js";
 import { renderGraph } from "./graph.js";
-import { renderLineage } from "./rerun.js";
+import { compareWith, renderLineage } from "./rerun.js";
 import { renderError, renderSteps } from "./steps.js";
 import { TERMINAL, newRun, state } from "./state.js";
 import { follow } from "./stream.js";
@@ -23,7 +23,7 @@ export function stopRun() {
   state.run = null;
 }
 
-export async function showRun(runId) {
+export async function showRun(runId, against = null) {
   stopRun();
   const run = newRun(runId);
   state.run = run;
@@ -39,6 +39,9 @@ export async function showRun(runId) {
   $("#run-output").textContent = "";
   window.scrollTo(0, 0);
   await refreshRun(run);
+  if (against && state.run === run) {
+    compareWith(run, against, `compared with the baseline's run ${against.slice(0, 12)}`, "baseline");
+  }
   run.ticker = setInterval(() => { if (state.run === run && !run.ended && run.data && !TERMINAL.has(run.data.status)) render(run); }, 1000);
   follow(run, page);
 }

@@ -1,0 +1,195 @@
+"""A worker's DBOS, quiet while idle: minions' queue is dequeued when something wakes the
+worker (a run queued or queued again: `minions.runs._wake`; a place freed in it) and at a
+rare look of its own, instead of DBOS's poll of it every 50 ms; DBOS's other loops (its own
+queues, which minions does not use, its background jobs and its schedules) look rarely.
+
+DBOS offers no hook for this: a worker puts its dispatcher in place of DBOS's queue thread
+for the time it runs (`installed`), and each dequeue is the one DBOS's queue thread makes
+(its claim of the queue's next workflows, in one transaction, then their execution). The
+statements an idle worker sends are counted by a test, so a DBOS release that changes
+these loops is caught."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+if TYPE_CHECKING:
+    from dbos import DBOS
+    from dbos._queue import Queue as DBOSQueue
+
+__all__: list[str] = []
+
+log = structlog.get_logger(__name__)
+
+LOOK_EVERY = float(os.environ.get("MINIONS_QUEUE_LOOK", "15"))
+"""Seconds between a worker's looks at the queue when nothing woke it (a missed wake)."""
+GAP = 0.05
+"""Seconds a worker lets pass after a dequeue before the next (DBOS polled every 50 ms): the
+wakes of a burst of submissions (each wakes every worker) are served by one dequeue, not one
+each, which took SQLite's write lock from the submitters again and again (and with 20 ms,
+W6b with the worker in the submitting process ran at 0.55-0.98x of polling)."""
+DBOS_LOOPS = 30.0
+"""Seconds between the looks of DBOS's own loops (its internal queue, its background jobs,
+its schedules): minions uses none of what they serve."""
+
+
+class Dispatcher:
+    """Dequeues minions' queue for a worker's DBOS when woken (`wake`), or every
+    `look_every` seconds.
+
+    Args:
+        look_every: seconds between looks when nothing wakes it.
+    """
+
+    def __init__(self, *, look_every: float = LOOK_EVERY) -> None:
+        self.look_every = look_every
+        self.queue: DBOSQueue | None = None
+        """minions' queue as this worker registered it (its concurrency, and the run that
+        waits in it)."""
+        self.dequeues = 0
+        """Dequeues made (for tests)."""
+        self._woken = threading.Event()
+        self._writer = False
+        self._closed = False
+
+    def wake(self, *, writer: bool = False) -> None:
+        """Look at the queue now (a run was queued, a place freed). `writer`: woken by a
+        submitter of a SQLite store, whose transaction may not have committed yet."""
+        if writer:
+            self._writer = True
+        self._woken.set()
+
+    def close(self) -> None:
+        """Stop dequeuing (the worker stops)."""
+        self._closed = True
+        self._woken.set()
+
+    def run(self, stop: threading.Event, dbos: DBOS) -> None:
+        """Dequeue until `stop` (DBOS's) is set or the dispatcher is closed."""
+        while not (stop.is_set() or self._closed):
+            self._woken.wait(self.look_every)
+            # Cleared before the look: a wake that comes during it brings another look.
+            self._woken.clear()
+            writer, self._writer = self._writer, False
+            if stop.is_set() or self._closed or self.queue is None:
+                continue
+            try:
+                self._dequeue(dbos, self.queue, writer=writer)
+            except Exception as exc:  # the store is away: the next wake or look tries again
+                if not stop.is_set():
+                    log.warning("could not look at the queue", error=str(exc).splitlines()[0])
+            stop.wait(GAP)
+
+    def _dequeue(self, dbos: DBOS, queue: DBOSQueue, *, writer: bool = False) -> int:
+        """What DBOS's queue thread does at each poll of a queue without partitions: claim
+        the queue's next workflows up to this worker's room, then execute them."""
+        from dbos._core import execute_dequeued_workflow
+        from dbos._utils import GlobalParams, generate_uuid
+
+        running = dbos._active_workflows_set.count_for_queue(queue.name)
+        limit = queue._worker_concurrency
+        if limit is not None and running >= limit:
+            return 0  # a place that frees wakes the dispatcher
+        self.dequeues += 1
+        owner = generate_uuid()
+        claimed, _ = dbos._sys_db.start_queued_workflows(
+            queue, GlobalParams.executor_id, GlobalParams.app_version, None, running,
+            owner_xid=owner,
+        )  # fmt: skip
+        engine = dbos._sys_db.engine
+        if not claimed and writer and engine.dialect.name == "sqlite":
+            # Woken by a submitter whose transaction had not committed yet (DBOS's claim
+            # reads before it writes, and a read does not wait for a writer): its write
+            # lock is waited out, and the queue looked at again.
+            connection = engine.raw_connection()
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.commit()
+            finally:
+                connection.close()
+            claimed, _ = dbos._sys_db.start_queued_workflows(
+                queue, GlobalParams.executor_id, GlobalParams.app_version, None, running,
+                owner_xid=owner,
+            )  # fmt: skip
+        if not claimed:
+            return 0
+        found = {s["workflow_uuid"]: s for s in dbos._sys_db.get_workflow_statuses(claimed)}
+        for workflow in claimed:
+            try:
+                status = found.get(workflow) or dbos._sys_db.get_workflow_status(workflow)
+                if status is None:
+                    raise RuntimeError(f"workflow {workflow} has no status")
+                execute_dequeued_workflow(dbos, status, owner)
+            except Exception as exc:
+                log.error("could not start a dequeued run", workflow=workflow, error=str(exc))
+        return len(claimed)
+
+
+_DISPATCHER: Dispatcher | None = None
+
+
+def _queues(stop: threading.Event, dbos: DBOS) -> None:
+    """In place of DBOS's queue thread: DBOS's own queues polled rarely, each in a thread
+    of its own as DBOS does, and minions' queue dispatched by the worker's `Dispatcher`."""
+    from dbos._queue import queue_worker_thread
+
+    internal = {q.name: q for q in [dbos._registry.get_internal_queue(), *_internal(dbos)]}
+    threads = []
+    for queue in internal.values():
+        queue._polling_interval_sec = max(queue._polling_interval_sec, DBOS_LOOPS)
+        thread = threading.Thread(
+            target=queue_worker_thread,
+            args=(stop, dbos, queue),
+            name=f"queue-worker-{queue.name}",
+            daemon=True,
+        )
+        thread.start()
+        threads.append(thread)
+    dispatcher = _DISPATCHER
+    if dispatcher is not None:
+        dispatcher.run(stop, dbos)
+    else:
+        stop.wait()
+    for thread in threads:
+        thread.join(timeout=10)
+
+
+def _internal(dbos: DBOS) -> list[Any]:
+    return list(dbos._registry.internal_queues())
+
+
+@contextlib.contextmanager
+def installed(dispatcher: Dispatcher) -> Iterator[None]:
+    """Put `dispatcher` in place of DBOS's queue thread, and make DBOS's other loops look
+    rarely, for a `DBOS.launch()` made meanwhile (and as long as that DBOS runs); put DBOS's
+    back afterwards."""
+    global _DISPATCHER
+    import dbos._dbos as dbos_main
+    import dbos._scheduler as dbos_schedules
+    import dbos._workflow_commands as dbos_jobs
+
+    names = vars(dbos_main)  # the module's names: `launch` looks `queue_thread` up there
+    saved = (
+        names["queue_thread"],
+        dbos_jobs._BACKGROUND_JOBS_INTERVAL_SEC,
+        dbos_schedules._STARTUP_FAST_POLL_DURATION_SEC,
+    )
+    _DISPATCHER = dispatcher
+    names["queue_thread"] = _queues
+    dbos_jobs._BACKGROUND_JOBS_INTERVAL_SEC = DBOS_LOOPS
+    dbos_schedules._STARTUP_FAST_POLL_DURATION_SEC = 0.0
+    try:
+        yield
+    finally:
+        (
+            names["queue_thread"],
+            dbos_jobs._BACKGROUND_JOBS_INTERVAL_SEC,
+            dbos_schedules._STARTUP_FAST_POLL_DURATION_SEC,
+        ) = saved
+        _DISPATCHER = None

@@ -21,6 +21,7 @@ __all__ = [
     "ConfigError",
     "DiffTooLargeError",
     "InputError",
+    "KeyExistsError",
     "MCPServerError",
     "IdempotencyConflictError",
     "MinionsError",
@@ -50,6 +51,7 @@ __all__ = [
     "TransientModelError",
     "UnknownLinkError",
     "UnknownRecipeError",
+    "UnknownKeyError",
     "UnknownRunError",
     "UnknownScheduleError",
     "UnknownStepError",
@@ -345,6 +347,25 @@ class ScheduleExistsError(MinionsError):
         super().__init__(
             f"a schedule {name!r} exists already: add it with --replace (replace=True) to "
             "update its recipe and timing, or give another --name"
+        )
+        self.name = name
+
+
+class UnknownKeyError(MinionsError, LookupError):
+    """No API key that is not revoked has this name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no key {name!r} (`minions keys list` lists them)")
+        self.name = name
+
+
+class KeyExistsError(MinionsError):
+    """An API key with this name exists already (revoke it first, or give another name)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"a key {name!r} exists already: revoke it first (`minions keys revoke {name}`) "
+            "or give another name"
         )
         self.name = name
 

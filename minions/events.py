@@ -44,6 +44,7 @@ __all__ = [
     "RoutingDecided",
     "RunCompleted",
     "RunFailed",
+    "RunResumed",
     "RunStarted",
     "StepCompleted",
     "StepCached",
@@ -98,6 +99,10 @@ class RunStarted(_EventBase):
     kind: Literal["run_started"] = "run_started"
     recipe_id: str = ""
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    actor: str | None = None
+    """Who queued this attempt of a durable run (submitted, reran or resumed it): a key's
+    name, ``token``, ``cli:USER`` or ``schedule:NAME``; None when nobody did (a worker took it
+    over, a run in the foreground, a log older than actors)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,6 +128,20 @@ class RunFailed(_EventBase):
     duration: float = 0.0
     waited: float = 0.0
     """Seconds of `duration` the run was blocked: every step it was running was waiting."""
+    actor: str | None = None
+    """Who cancelled the run, when it was cancelled (as `RunStarted.actor`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunResumed(_EventBase):
+    """A durable run that failed or was cancelled goes on, from its last checkpoint, because
+    someone resumed it (`minions runs resume`, ``POST /runs/{id}/resume``)."""
+
+    kind: Literal["run_resumed"] = "run_resumed"
+    attempt: int = 2
+    """The run's attempt that goes on (see `minions.runs.RunRecord.attempt`)."""
+    actor: str | None = None
+    """Who resumed it (as `RunStarted.actor`)."""
 
 
 # -- step --------------------------------------------------------------------------------------
@@ -353,6 +372,8 @@ class ApprovalResolved(_EventBase):
     name: str = ""
     approved: bool = True
     reason: str | None = None
+    actor: str | None = None
+    """Who decided (as `RunStarted.actor`; None: not known, as in a log older than actors)."""
 
 
 # -- decisions ---------------------------------------------------------------------------------
@@ -453,6 +474,7 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
     RunStarted,
     RunCompleted,
     RunFailed,
+    RunResumed,
     StepStarted,
     StepCompleted,
     StepFailed,

@@ -23,7 +23,8 @@ ERRORS = {
     "ApprovalRequiredError", "MissingExtraError",
     "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
     "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError", "UnknownStepError",
-    "MissingDepsError", "Reask", "StepFailed", "StreamingWarning",
+    "MissingDepsError", "Reask", "StepFailed", "StreamingWarning", "KeyExistsError",
+    "UnknownKeyError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -66,7 +67,7 @@ PUBLIC: dict[str, set[str]] = {
         "ModelCallCompleted", "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
         "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
-        "RerunPlanned", "StepReused", "StepCached",
+        "RerunPlanned", "StepReused", "StepCached", "RunResumed",
     },
     "minions.errors": ERRORS,
     "minions.models": {
@@ -86,7 +87,7 @@ PUBLIC: dict[str, set[str]] = {
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
         "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
-        "StepDetail",
+        "StepDetail", "KeyRecord", "ROLES", "Role",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

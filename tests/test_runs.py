@@ -26,6 +26,7 @@ from runs_helpers import (
 )
 
 from minions.errors import RunStateError, StoreError, UnknownRunError
+from minions.events import ApprovalResolved
 from minions.runs import RunStore
 
 pytestmark = pytest.mark.slow
@@ -293,6 +294,13 @@ async def test_a_rejected_call_fails_the_tool_step_with_the_reason(
     record = await store.get(run_id)
     assert "not today" in (record.error or "")
     assert [step for _, step, _ in ledger_lines(tmp_path / "ledger.txt")] == ["before"]
+    # Who decided: the command's user, in the approval, its event and `runs show`.
+    [approval] = record.approvals
+    assert (approval.decided_by or "").startswith("cli")
+    resolved = [e for e in await store.events(run_id) if isinstance(e, ApprovalResolved)]
+    assert [e.actor for e in resolved] == [approval.decided_by]
+    shown = minions("runs", "show", run_id, "--database-url", url).stdout
+    assert f"rejected: not today (by {approval.decided_by})" in shown
 
 
 async def test_a_live_worker_recovers_the_runs_of_a_worker_killed_for_good(

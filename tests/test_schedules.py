@@ -393,7 +393,12 @@ def test_schedules_through_the_api(tmp_path: Path) -> None:
         paths = c.get("/openapi.json").json()["paths"]
         assert {"/schedules", "/schedules/{name}", "/schedules/{name}/pause"} <= set(paths)
         history = c.get("/runs").json()["history"]
-        assert history == {"oldest_at": None, "pruned_before": None, "pruned_at": None}
+        assert history == {
+            "oldest_at": None,
+            "pruned_before": None,
+            "pruned_at": None,
+            "pruned_by": None,
+        }
 
 
 def test_a_schedule_record_says_its_timing() -> None:

@@ -193,6 +193,9 @@ ENDPOINTS = [
     ("GET", "/console/no-such-file.js"),
     ("GET", "/console/"),
     ("GET", "/favicon.ico"),
+    ("GET", "/keys"),
+    ("POST", "/keys"),
+    ("DELETE", "/keys/x"),
 ]
 
 
@@ -204,7 +207,7 @@ def test_every_endpoint_but_health_needs_the_token(
     assert "Authorization" in error_of(missing, 401, "unauthorized")
     assert missing.headers["www-authenticate"] == "Bearer"
     wrong = httpx2.request(method, service.base + path, headers=auth("not-the-token"))
-    assert error_of(wrong, 401) == "the bearer token is wrong"
+    assert error_of(wrong, 401) == "the bearer key is wrong or was revoked"
     basic = httpx2.request(method, service.base + path, headers={"Authorization": TOKEN})
     error_of(basic, 401)
 
@@ -277,6 +280,8 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/schedules",
         "/schedules/{name}",
         "/schedules/{name}/pause",
+        "/keys",
+        "/keys/{name}",
         "/schedules/{name}/resume",
         "/evals",
         "/evals/{eval_id}",
@@ -716,17 +721,20 @@ def test_a_stream_ticket_opens_its_runs_stream_only(
     assert error_of(unknown, 404, "unknown_run")
 
 
-def test_tickets_expire_and_name_their_run() -> None:
+def test_tickets_expire_and_name_their_run_and_key() -> None:
     from minions.service._tickets import TICKET_SECONDS, Tickets
 
     tickets = Tickets("a-token")
-    ticket, expires = tickets.issue("run-1", now=1000.0)
+    ticket, expires = tickets.issue("run-1", key_id="0123abcd", now=1000.0)
     assert expires == 1000 + TICKET_SECONDS
-    assert tickets.valid("run-1", ticket, now=1000.0 + TICKET_SECONDS)
-    assert not tickets.valid("run-1", ticket, now=1001.0 + TICKET_SECONDS)
-    assert not tickets.valid("run-2", ticket, now=1000.0)
-    assert not Tickets("another-token").valid("run-1", ticket, now=1000.0)
-    assert not tickets.valid("run-1", ticket.replace(".", ".x", 1), now=1000.0)
+    assert tickets.key_of("run-1", ticket, now=1000.0 + TICKET_SECONDS) == "0123abcd"
+    assert tickets.key_of("run-1", ticket, now=1001.0 + TICKET_SECONDS) is None
+    assert tickets.key_of("run-2", ticket, now=1000.0) is None
+    assert Tickets("another-token").key_of("run-1", ticket, now=1000.0) is None
+    assert tickets.key_of("run-1", ticket.replace(".", ".x", 1), now=1000.0) is None
+    # The key it names is signed: another key's id in it does not open the stream.
+    expiry, _, signature = ticket.split(".")
+    assert tickets.key_of("run-1", f"{expiry}.token.{signature}", now=1000.0) is None
 
 
 def test_a_large_tool_result_is_stored_once_not_in_every_event(client: httpx2.Client) -> None:

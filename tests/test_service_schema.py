@@ -36,12 +36,29 @@ CHECKS = [
 ]
 
 
+VIEWER: dict[str, str] = {}
+"""The key of a viewer of the module's server (made with it)."""
+
+
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    import asyncio
+
+    from minions.runs import RunStore
+
     folder = tmp_path_factory.mktemp("schema")
+    url = f"sqlite:///{folder / 'store' / 'minions.db'}"
+
+    async def viewer() -> str:
+        store = RunStore(url, create=True)
+        _, key = await store.add_key("viv", role="viewer")
+        await store.aclose()
+        return key
+
+    VIEWER["key"] = asyncio.run(viewer())
     config = ServiceConfig(
         token=TOKEN,
-        database_url=f"sqlite:///{folder / 'store' / 'minions.db'}",
+        database_url=url,
         recipes=write_recipes(folder / "recipes"),
         allow_inline_recipes=True,
     )
@@ -93,7 +110,48 @@ def test_generated_requests_get_no_5xx_and_answers_match_the_schema(
                 "GET /health/live", "GET /health/ready",
             )  # fmt: skip
         checked.append(operation.label)
-    assert len(checked) == 26  # every operation of the schema
+    assert len(checked) == 29  # every operation of the schema
+
+
+def test_generated_requests_of_a_viewer_get_403s_not_5xx(base_url: str) -> None:
+    """A viewer's generated requests: the operations it may not do are 403s that match the
+    schema, the others answer as for anyone."""
+    refused = set()
+    for operation in operations(base_url):
+
+        @given(case=operation.as_strategy(GenerationMode.POSITIVE))
+        @settings(
+            max_examples=4,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            derandomize=True,
+        )
+        def answers(case: Any) -> None:
+            response = case.call_and_validate(
+                base_url=base_url,
+                headers={**(case.headers or {}), **auth(VIEWER["key"])},
+                timeout=30,
+                checks=CHECKS,
+            )
+            if response.status_code == 403:
+                refused.add(case.operation.label)
+
+        answers()
+    assert refused >= {"POST /runs", "POST /keys", "DELETE /keys/{name}", "POST /schedules"}
+    assert not {label for label in refused if label.startswith("GET ")} - {"GET /keys"}
+
+
+def test_any_bytes_in_authorization_get_a_401(base_url: str) -> None:
+    @given(value=HEADER_BYTES, scheme=st.sampled_from([b"Bearer ", b"bearer mk_", b""]))
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    def answers(value: bytes, scheme: bytes) -> None:
+        response = httpx2.get(
+            f"{base_url}/runs", headers=[(b"Authorization", scheme + value)], timeout=30
+        )
+        assert response.status_code == 401, (scheme, value, response.text)
+
+    answers()
 
 
 def test_sequences_along_the_schemas_links_get_no_5xx(base_url: str) -> None:

@@ -222,6 +222,7 @@ class ToolCallExecutor:
                     name=call.name,
                     approved=decision.approved,
                     reason=decision.reason,
+                    actor=decision.decided_by,
                 )
             )
         return decision

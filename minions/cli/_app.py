@@ -1,6 +1,6 @@
 """The `minions` command: `run`, `validate`, `graph`, `schema`, `plan` and `--version` here,
 and every other command and group (`worker`, `submit`, `serve`, `runs`, `schedules`,
-`endpoints`) registered here from its module, one way (`_register_runs`).
+`endpoints`, `keys`) registered here from its module, one way (`_register_runs`).
 
 Each command is a thin layer over the library; errors the user can fix (bad options, an invalid
 recipe or inputs) print a readable message on stderr and exit with code 2, never a traceback.
@@ -343,6 +343,7 @@ def _register_runs() -> None:
         _cache,
         _endpoints,
         _eval,
+        _keys,
         _prune,
         _rerun,
         _runs,
@@ -392,6 +393,11 @@ def _register_runs() -> None:
         "What model endpoints taught the structured-output ladder of the store's workers.",
         [("list", _endpoints.list_endpoints), ("forget", _endpoints.forget)],
     )
+    keys = _group(
+        "keys",
+        "Named API keys with roles for `minions serve`: add (prints the key once), list, revoke.",
+        [("add", _keys.add), ("list", _keys.list_keys), ("revoke", _keys.revoke)],
+    )
     evals = _group(
         "eval",
         _eval.EVAL_HELP,
@@ -407,7 +413,7 @@ def _register_runs() -> None:
         _cache.CACHE_HELP,
         [("list", _cache.list_entries), ("clear", _cache.clear)],
     )
-    for group in (runs, schedules, endpoints, cache, evals):
+    for group in (runs, schedules, endpoints, cache, keys, evals):
         app.add_typer(group, name=group.info.name)
 
 

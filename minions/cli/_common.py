@@ -177,6 +177,18 @@ def stdout() -> Console:
     return console
 
 
+def cli_actor() -> str:
+    """The actor the run store records for a command run here: ``cli:`` and the OS user
+    (``cli`` alone when the user has no name)."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return "cli"
+    return f"cli:{user}" if user else "cli"
+
+
 def plain(text: str) -> Text:
     """A table cell shown as it is: an error's ``[...]`` or an address is text, never Rich
     markup (which would drop it, or fail on ``[/x]``)."""

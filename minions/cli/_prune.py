@@ -14,6 +14,7 @@ from minions._fold import RUN_STATUSES, TERMINAL
 from minions.cli._common import (
     DatabaseOption,
     JsonOption,
+    cli_actor,
     local_time,
     one_of,
     open_store,
@@ -64,7 +65,9 @@ def prune(
         raise UsageError(f"--older-than: {exc}") from None
     store = open_store(database_url)
     try:
-        result = asyncio.run(store.prune(older_than, statuses=statuses or (), dry_run=dry_run))
+        result = asyncio.run(
+            store.prune(older_than, statuses=statuses or (), dry_run=dry_run, actor=cli_actor())
+        )
     except ValueError as exc:
         raise UsageError(f"--status: {exc}") from None
     finally:

@@ -21,6 +21,7 @@ from minions.cli._common import (
     InputsOption,
     JsonOption,
     RunArgument,
+    cli_actor,
     open_store,
     parse_inputs,
     plain,
@@ -81,7 +82,13 @@ def rerun(
     try:
         plan = asyncio.run(
             store.rerun(
-                run, from_step=from_step, inputs=given, outputs=edited, recipe=recipe, cache=cache
+                run,
+                from_step=from_step,
+                inputs=given,
+                outputs=edited,
+                recipe=recipe,
+                cache=cache,
+                actor=cli_actor(),
             )
         )
     finally:

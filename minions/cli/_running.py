@@ -29,7 +29,7 @@ from minions._agent.graph import StepGraph
 from minions._step.context import AgentContext
 from minions._step.result import AgentResult
 from minions._text import jsonable
-from minions.cli._common import parse_inputs
+from minions.cli._common import cli_actor, parse_inputs
 from minions.cli._dry_run import DryRunServer, DryRunTool, make_dry_run
 from minions.cli._errors import UsageError
 from minions.cli._live import LiveView
@@ -163,9 +163,11 @@ def terminal_approver(ask: Callable[[str], str], err: Console, view: LiveView) -
                 )
                 answer = await asyncio.to_thread(ask, "approve? [y/N] ")
                 if answer.strip().lower() in ("y", "yes"):
-                    return ApprovalDecision(approved=True)
+                    return ApprovalDecision(approved=True, decided_by=cli_actor())
                 reason = await asyncio.to_thread(ask, "why not (told to the model)? ")
-                return ApprovalDecision(approved=False, reason=reason.strip() or None)
+                return ApprovalDecision(
+                    approved=False, reason=reason.strip() or None, decided_by=cli_actor()
+                )
             finally:
                 view.start()
 
@@ -173,7 +175,7 @@ def terminal_approver(ask: Callable[[str], str], err: Console, view: LiveView) -
 
 
 async def _approve_everything(request: ApprovalRequest) -> ApprovalDecision:
-    return ApprovalDecision(approved=True, reason="--approve-all")
+    return ApprovalDecision(approved=True, reason="--approve-all", decided_by=cli_actor())
 
 
 def run_in_foreground(

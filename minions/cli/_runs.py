@@ -28,6 +28,7 @@ from minions.cli._common import (
     SinceOption,
     check_recipes_root,
     chosen_log_format,
+    cli_actor,
     local_time,
     model_note,
     once,
@@ -276,7 +277,9 @@ def submit(
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     store = open_store(database_url, create=True)
     try:
-        run_id, _created = asyncio.run(store.submit(recipe, given, idempotency_key=idempotency_key))
+        run_id, _created = asyncio.run(
+            store.submit(recipe, given, idempotency_key=idempotency_key, actor=cli_actor())
+        )
     finally:
         store.close()
     typer.echo(json.dumps({"run_id": run_id}) if json_output else run_id)
@@ -448,6 +451,8 @@ def show(
             if a.decided_at is None
             else ("approved" if a.approved else f"rejected: {a.reason or ''}")
         )
+        if a.decided_by is not None:
+            state += f" (by {a.decided_by})"
         out.print(
             f"approval {a.call_id}: {a.tool}({json.dumps(a.arguments)}) {state}", markup=False
         )
@@ -564,7 +569,7 @@ def cancel(
     try:
         if not yes and not confirmed(ctx, store, run):
             raise typer.Exit(1)
-        record = asyncio.run(store.cancel(run))
+        record = asyncio.run(store.cancel(run, actor=cli_actor()))
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {record.status}")
@@ -574,7 +579,7 @@ def resume(run: RunArgument, database_url: DatabaseOption = None) -> None:
     """Queue a failed or cancelled run again: it goes on from its last completed step."""
     store = open_store(database_url)
     try:
-        record = asyncio.run(store.resume(run))
+        record = asyncio.run(store.resume(run, actor=cli_actor()))
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {record.status}")
@@ -604,7 +609,9 @@ def approve(
     """Approve (or with --reject, reject) a call the run waits for."""
     store = open_store(database_url)
     try:
-        record = asyncio.run(store.approve(run, call_id, approved=reject is None, reason=reject))
+        record = asyncio.run(
+            store.approve(run, call_id, approved=reject is None, reason=reject, actor=cli_actor())
+        )
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {'rejected' if reject is not None else 'approved'}")

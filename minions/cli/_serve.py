@@ -4,6 +4,7 @@ process unless `--no-worker` (see docs/service.md)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -86,6 +87,26 @@ def serve_command(
             "they come. Fitted to the descriptor limit.",
         ),
     ] = 2000,
+    trust_proxy_header: Annotated[
+        str | None,
+        typer.Option(
+            "--trust-proxy-header",
+            metavar="HEADER",
+            help="Behind an authenticating proxy (SSO): the header in which it names the user "
+            "(e.g. X-Forwarded-User), trusted only from --trusted-proxy addresses; the user "
+            "acts as the named key of that name (minions keys add NAME --role ...).",
+            show_default=False,
+        ),
+    ] = None,
+    trusted_proxies: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            metavar="ADDR",
+            help="The proxy's address or network, as this server sees it (repeat for more).",
+            show_default=False,
+        ),
+    ] = None,
     database_url: DatabaseOption = None,
     retention: RetentionOption = None,
     limits: LimitsOption = None,
@@ -94,7 +115,7 @@ def serve_command(
         typer.Option(
             "--metrics",
             help="Serve GET /metrics: Prometheus text of this process's metrics and the "
-            "store's gauges (queue, workers, schedules, endpoints); it needs the token "
+            "store's gauges (queue, workers, schedules, endpoints); it needs a key "
             "(needs minions[metrics]).",
         ),
     ] = False,
@@ -110,8 +131,10 @@ def serve_command(
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
 
     Every endpoint but the probes (/health, /health/live, /health/ready) needs
-    "Authorization: Bearer TOKEN": the token is $MINIONS_API_TOKEN, else one generated at
-    the first start and kept beside the database (owner-only), printed once.
+    "Authorization: Bearer KEY": a named key (`minions keys add NAME --role ROLE`), or the
+    server's token, an admin key: $MINIONS_API_TOKEN, else one generated at the first start
+    and kept beside the database (owner-only), printed once. /metrics needs a key too, unless
+    --metrics-public.
     """
     try:
         import fastapi  # noqa: F401
@@ -133,6 +156,19 @@ def serve_command(
             Retention.parse(retention)
         except ValueError as exc:
             raise UsageError(f"--retention: {exc}") from None
+    if trust_proxy_header is not None:
+        from minions.service._guard import proxy_networks
+
+        if not trusted_proxies:
+            raise UsageError("--trust-proxy-header needs the proxy's address: --trusted-proxy ADDR")
+        if not re.fullmatch(r"[A-Za-z0-9-]{1,100}", trust_proxy_header):
+            raise UsageError(f"--trust-proxy-header: {trust_proxy_header!r} is not a header name")
+        try:
+            proxy_networks(trusted_proxies)
+        except ValueError as exc:
+            raise UsageError(f"--trusted-proxy: {exc}") from None
+    elif trusted_proxies:
+        raise UsageError("--trusted-proxy: give --trust-proxy-header too")
     if metrics_public and not metrics:
         raise UsageError("--metrics-public: give --metrics too")
     if metrics:
@@ -184,6 +220,8 @@ def serve_command(
         model=os.environ.get(MODEL_ENV) or None,
         request_timeout=request_timeout,
         max_connections=max_connections,
+        proxy_user_header=trust_proxy_header,
+        trusted_proxies=tuple(trusted_proxies or ()),
         metrics=metrics,
         metrics_public=metrics_public,
     )

@@ -28,6 +28,7 @@ from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointRecord
 from minions.runs._evals import EvalRecord
 from minions.runs._fleet import EndpointLoad, FleetState
+from minions.runs._keys import ROLES, KeyRecord, Role
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._prune import History, PruneResult, Retention
 from minions.runs._runs import RerunPlan, RunRecord
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from minions.runs._worker import Worker, WorkerConflictError
 
 __all__ = [
+    "ROLES",
     "STATUSES",
     "ApprovalRecord",
     "EndpointLoad",
@@ -48,9 +50,11 @@ __all__ = [
     "EvalRecord",
     "EventLog",
     "FleetState",
+    "KeyRecord",
     "History",
     "LiveHub",
     "PruneResult",
+    "Role",
     "RerunPlan",
     "Retention",
     "RunDiff",

@@ -37,6 +37,8 @@ class ApprovalRecord:
     decided_at: float | None = None
     approved: bool | None = None
     reason: str | None = None
+    decided_by: str | None = None
+    """Who decided: a key's name, ``token``, ``cli:USER`` (None: undecided, or not known)."""
 
 
 def get(database: Database, run_id: str, call_id: str) -> ApprovalRecord | None:
@@ -45,10 +47,16 @@ def get(database: Database, run_id: str, call_id: str) -> ApprovalRecord | None:
 
 
 def decide(
-    database: Database, run_id: str, call_id: str, *, approved: bool, reason: str | None
+    database: Database,
+    run_id: str,
+    call_id: str,
+    *,
+    approved: bool,
+    reason: str | None,
+    actor: str | None = None,
 ) -> ApprovalRecord | None:
-    """Decide a waiting call (compare-and-set: undecided, and the run has not ended).
-    None when it was decided already or the run ended."""
+    """Decide a waiting call as `actor` (compare-and-set: undecided, and the run has not
+    ended). None when it was decided already or the run ended."""
     with database.begin() as db:
         updated = db.execute(
             approvals_table.update()
@@ -58,7 +66,7 @@ def decide(
                 approvals_table.c.decided_at.is_(None),
                 sa.exists().where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE)),
             )
-            .values(decided_at=time.time(), approved=approved, reason=reason)
+            .values(decided_at=time.time(), approved=approved, reason=reason, decided_by=actor)
         ).rowcount
         if not updated:
             return None
@@ -186,4 +194,5 @@ def _record(row: Any) -> ApprovalRecord:
         decided_at=row.decided_at,
         approved=row.approved,
         reason=row.reason,
+        decided_by=row.decided_by,
     )

@@ -44,12 +44,13 @@ def row_of(event: Event) -> EventRow:
     return EventRow(event.seq, event.kind, event.step_id, event_to_json(stored_event(event)))
 
 
-def run_failed_row(run_id: str, error: str) -> Callable[[int], EventRow]:
-    """The terminal event of a run ended by someone other than its holder, once its number
-    is known."""
+def run_failed_row(run_id: str, error: str, actor: str | None = None) -> Callable[[int], EventRow]:
+    """The terminal event of a run ended by someone other than its holder (`actor`, when a
+    person), once its number is known."""
 
     def make(seq: int) -> EventRow:
-        return row_of(RunFailed(run_id=run_id, seq=seq, timestamp=time.time(), error=error))
+        failed = RunFailed(run_id=run_id, seq=seq, timestamp=time.time(), error=error, actor=actor)
+        return row_of(failed)
 
     return make
 

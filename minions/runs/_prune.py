@@ -80,6 +80,8 @@ class History:
     oldest_at: float | None
     pruned_before: float | None = None
     pruned_at: float | None = None
+    pruned_by: str | None = None
+    """Who ran that prune (a key's name, ``token``, ``cli:USER``; None: not known)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,9 +121,11 @@ def prune(
     dry_run: bool = False,
     batch: int = BATCH,
     pause: float = PAUSE,
+    actor: str | None = None,
 ) -> PruneResult:
     """Delete the runs in one of `statuses` (finished ones only) that finished before
-    `before`, oldest first, but the newest `keep` of them.
+    `before`, oldest first, but the newest `keep` of them; `actor` ran the prune (recorded
+    with how far pruning went).
 
     Raises:
         ValueError: a status that is not a finished one.
@@ -156,12 +160,13 @@ def prune(
         time.sleep(pause)
     with database.begin() as db:
         now = time.time()
-        for key, value in (("pruned_before", before), ("pruned_at", now)):
+        told = (("pruned_before", repr(before)), ("pruned_at", repr(now)), ("pruned_by", actor))
+        for key, value in told:
             updated = db.execute(
-                meta_table.update().where(meta_table.c.key == key).values(value=repr(value))
+                meta_table.update().where(meta_table.c.key == key).values(value=value or "")
             ).rowcount
             if not updated:
-                db.execute(meta_table.insert().values(key=key, value=repr(value)))
+                db.execute(meta_table.insert().values(key=key, value=value or ""))
     if path is not None:
         _shrink(database)
     elif database.postgres:
@@ -241,7 +246,7 @@ def history(database: Database) -> History:
         meta = dict(
             db.execute(
                 sa.select(meta_table.c.key, meta_table.c.value).where(
-                    meta_table.c.key.in_(("pruned_before", "pruned_at"))
+                    meta_table.c.key.in_(("pruned_before", "pruned_at", "pruned_by"))
                 )
             ).all()
         )
@@ -249,4 +254,5 @@ def history(database: Database) -> History:
         oldest_at=oldest,
         pruned_before=float(meta["pruned_before"]) if "pruned_before" in meta else None,
         pruned_at=float(meta["pruned_at"]) if "pruned_at" in meta else None,
+        pruned_by=meta.get("pruned_by") or None,
     )

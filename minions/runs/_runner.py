@@ -29,6 +29,8 @@ from minions.events import (
     RerunPlanned,
     RunCompleted,
     RunFailed,
+    RunResumed,
+    RunStarted,
     StepReused,
     UsageRecord,
 )
@@ -116,6 +118,8 @@ class RunRecorder:
         """The reused steps (and items) whose `StepReused` was said (a rerun's only)."""
         self.emitter: EventEmitter | None = None
         """The run's events (a rerun's recorder says its plan and reused steps)."""
+        self.actor: str | None = None
+        """Who queued this attempt: its `RunStarted` event says so."""
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -125,6 +129,8 @@ class RunRecorder:
     def on_event(self, event: Event) -> None:
         if self.lost:
             return
+        if isinstance(event, RunStarted) and self.actor is not None:
+            event = dataclasses.replace(event, actor=self.actor)
         if self.hub is not None:
             self.hub.publish(event)
         if event.kind == "token_delta":
@@ -215,11 +221,17 @@ class RunRecorder:
             log.warning("run taken over elsewhere; standing down", run_id=self.lease.run_id)
             self.on_lost()
 
-    async def close(self, **run: Any) -> bool:
+    async def close(self, *, actor: str | None = None, **run: Any) -> bool:
         """Store what is pending with the run's final values, and the run's terminal event
-        when it ends and none was said (so every ended run's log ends with one). False when
-        the lease was lost (nothing was written)."""
+        when it ends and none was said (so every ended run's log ends with one; `actor`: who
+        ended it, a person who cancelled it). False when the lease was lost (nothing was
+        written)."""
         status = run.get("status")
+        if actor is not None:  # the run's own terminal event says who ended it
+            self.pending = [
+                dataclasses.replace(e, actor=actor) if isinstance(e, RunFailed) else e
+                for e in self.pending
+            ]
         if status in TERMINAL and not any(e.kind in TERMINAL_KINDS for e in self.pending):
             run_id, seq = self.lease.run_id, self.stored + len(self.pending) + 1
             now = time.time()
@@ -227,7 +239,11 @@ class RunRecorder:
                 RunCompleted(run_id=run_id, seq=seq, timestamp=now, output=run.get("output"))
                 if status == "completed"
                 else RunFailed(
-                    run_id=run_id, seq=seq, timestamp=now, error=run.get("error") or str(status)
+                    run_id=run_id,
+                    seq=seq,
+                    timestamp=now,
+                    error=run.get("error") or str(status),
+                    actor=actor,
                 )
             )
         if self._timer is not None:
@@ -638,6 +654,7 @@ class DurableRunner:
             term=self.lease,
         )
         recorder.renewed(claimed + self.lease)
+        recorder.actor = start.record.queued_by
         if start.rerun is not None:
             # Its reused steps' checkpoints were copied into it when it was queued.
             recorder.rerun, recorder.saved = start.rerun, None
@@ -692,6 +709,10 @@ class DurableRunner:
         )
         context.events.continue_after(start.last_seq)
         recorder.emitter = context.events
+        if recorder.resumed and lease.attempt > 1 and start.record.queued_by is not None:
+            # A person resumed it (a worker's takeover has no actor and says nothing; a
+            # redelivery of this very attempt says it again).
+            context.events.emit(RunResumed(attempt=lease.attempt, actor=start.record.queued_by))
         began = time.monotonic()
         task = asyncio.create_task(executor.run(graph, context, checkpoints=recorder))
         self.running[run_id] = task
@@ -705,6 +726,7 @@ class DurableRunner:
                 return  # stood down: the run is someone else's now
             if not cancelled:
                 raise  # the worker is stopping: the run is taken over from its checkpoint
+            asked = await self.database.apply(runs.get, run_id, details=False)
             metrics = executor.settings.metrics
             if metrics is not None:
                 metrics.run_ended(
@@ -714,6 +736,7 @@ class DurableRunner:
                     waited=context.waits.seconds,
                 )
             await recorder.close(
+                actor=asked.cancelled_by,
                 status="cancelled",
                 finished_at=time.time(),
                 error="cancelled on request",
@@ -854,4 +877,6 @@ class DurableRunner:
                     del self._waiting[run_id]
             if run_id not in self._waiting:
                 await database.apply(leases.set_held_status, lease, "running")
-        return ApprovalDecision(approved=bool(record.approved), reason=record.reason)
+        return ApprovalDecision(
+            approved=bool(record.approved), reason=record.reason, decided_by=record.decided_by
+        )

@@ -68,6 +68,11 @@ class RunRecord:
     """For a rerun: the run it reran."""
     from_step: str | None = None
     """For a rerun: the step it reran from."""
+    queued_by: str | None = None
+    """Who queued its current attempt (submitted, reran or resumed it): a key's name,
+    ``token``, ``cli:USER``, ``schedule:NAME`` (None: a worker's takeover, or not known)."""
+    cancelled_by: str | None = None
+    """Who asked for its cancel."""
 
     @property
     def terminal(self) -> bool:
@@ -409,8 +414,9 @@ def queued_attempts(database: Database, run_ids: Sequence[str]) -> dict[str, Att
 # -- the clients' state changes ------------------------------------------------------------------
 
 
-def request_cancel(database: Database, run_id: str) -> RunRecord:
-    """Ask the run's holder to cancel it (compare-and-set: the run has not ended).
+def request_cancel(database: Database, run_id: str, *, actor: str | None = None) -> RunRecord:
+    """Ask the run's holder to cancel it (compare-and-set: the run has not ended), for
+    `actor`.
 
     Raises:
         UnknownRunError: no run has this id.
@@ -420,7 +426,7 @@ def request_cancel(database: Database, run_id: str) -> RunRecord:
         updated = db.execute(
             runs_table.update()
             .where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE))
-            .values(cancel_requested=True)
+            .values(cancel_requested=True, cancelled_by=actor)
         ).rowcount
         found = row(db, run_id)
     if not updated:
@@ -491,10 +497,12 @@ def requeue(
     recovery: bool,
     enqueue: Enqueue,
     attempt: int | None = None,
+    actor: str | None = None,
 ) -> RunRecord | None:
     """Queue the run's next attempt (compare-and-set: its status is one of `statuses`, its
     epoch is `epoch` and its current attempt `attempt` when given), and enqueue it in the
-    same transaction. None when the run was not in that state."""
+    same transaction; `actor` queued it (None: a worker, taking it over). None when the
+    run was not in that state."""
     runs = runs_table.c
     condition = [runs.run_id == run_id, runs.status.in_(list(statuses))]
     if epoch is not None:
@@ -510,6 +518,8 @@ def requeue(
         "cancel_requested": False,
         "finished_at": None,
         "error": None,
+        "queued_by": actor,
+        "cancelled_by": None,
     }
     if recovery:
         values["recoveries"] = runs.recoveries + 1
@@ -591,6 +601,8 @@ def record(
         approvals=approvals,
         parent_run_id=found.parent_run_id,
         from_step=found.from_step,
+        queued_by=found.queued_by,
+        cancelled_by=found.cancelled_by,
     )
 
 

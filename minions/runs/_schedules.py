@@ -77,6 +77,8 @@ class ScheduleRecord:
     fired: int = 0
     recipe_path: str | None = None
     recipe_hash: str = ""
+    changed_by: str | None = None
+    """Who added it, or paused or resumed it last."""
 
     @property
     def timing(self) -> str:
@@ -250,15 +252,21 @@ def listed(database: Database) -> list[ScheduleRecord]:
         ]
 
 
-def set_paused(database: Database, name: str, *, paused: bool, now: float) -> ScheduleRecord:
-    """Pause, or resume: a resumed schedule goes on from its next slot after `now` (the
-    slots of the pause are not fired).
+def set_paused(
+    database: Database, name: str, *, paused: bool, now: float, actor: str | None = None
+) -> ScheduleRecord:
+    """Pause, or resume, as `actor`: a resumed schedule goes on from its next slot after
+    `now` (the slots of the pause are not fired).
 
     Raises:
         UnknownScheduleError: no schedule has this name.
     """
     table = schedules_table
-    values: dict[str, Any] = {"paused": paused, "version": table.c.version + 1}
+    values: dict[str, Any] = {
+        "paused": paused,
+        "version": table.c.version + 1,
+        "changed_by": actor,
+    }
     with database.begin() as db:
         if not paused:
             found = _row(db, name)
@@ -351,6 +359,7 @@ def _fire(
                 idempotency_key=slot_key(row.name, slot),
                 schedule=row.name,
                 slot=slot,
+                queued_by=f"schedule:{row.name}",
             )
             if runs.insert_queued(database, db, queued_run):  # else: fired before (added again)
                 enqueue(db, run_id, 1)
@@ -389,6 +398,7 @@ def record(row: Any) -> ScheduleRecord:
         fired=row.fired,
         recipe_path=row.recipe_path,
         recipe_hash=row.recipe_hash,
+        changed_by=row.changed_by,
     )
 
 
@@ -399,8 +409,10 @@ def new_row(
     timing: Timing,
     catch_up: CatchUp,
     now: float,
+    actor: str | None = None,
 ) -> dict[str, Any]:
-    """A schedule's row as added at `now`: its first slot is the first after `now`."""
+    """A schedule's row as added at `now` by `actor`: its first slot is the first after
+    `now`."""
     return {
         **snapshot.columns(),
         "name": name,
@@ -414,6 +426,7 @@ def new_row(
         "next_at": timing.after(now),
         "version": 1,
         "fired": 0,
+        "changed_by": actor,
     }
 
 

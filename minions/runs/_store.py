@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
+import structlog
+
 from minions._text import jsonable
 from minions.errors import RunStateError, StoreError
 from minions.events import Event
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from minions.runs._endpoints import EndpointRecord
     from minions.runs._evals import EvalRecord
     from minions.runs._fleet import FleetState
+    from minions.runs._keys import KeyRecord
     from minions.runs._prune import History, PruneResult
     from minions.runs._runs import RerunPlan
     from minions.runs._schedules import ScheduleRecord
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
     from minions.runs._workers import WorkerRecord
 
 __all__ = ["RunFilters", "RunStore", "database_url"]
+
+log = structlog.get_logger(__name__)
 
 
 def database_url(given: str | None = None) -> str:
@@ -145,10 +150,12 @@ class RunStore:
         inputs: Mapping[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
+        actor: str | None = None,
     ) -> tuple[str, bool]:
         """Queue a run of the recipe file; its YAML is snapshotted into the run. Returns the
         run id and whether it is new (False: `idempotency_key` named the same request before;
-        its run is returned).
+        its run is returned). `actor`: who submits it (its `RunStarted` event says so): a
+        key's name, ``token``, ``cli:USER``.
 
         The run is stored and queued in one transaction: both, or neither.
 
@@ -161,7 +168,7 @@ class RunStore:
 
         path = await self._database.call(Path(recipe).resolve)
         text = await self._database.call(read_recipe_text, path)
-        return await self._queue_run(text, path, inputs, idempotency_key)
+        return await self._queue_run(text, path, inputs, idempotency_key, actor=actor)
 
     async def submit_yaml(
         self,
@@ -171,6 +178,7 @@ class RunStore:
         base: str | Path,
         idempotency_key: str | None = None,
         check: Callable[[RecipeSpec], object] | None = None,
+        actor: str | None = None,
     ) -> tuple[str, bool]:
         """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
         tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
@@ -189,7 +197,12 @@ class RunStore:
         if check is not None:
             check(spec)
         return await self._queue_run(
-            text, folder / f"{spec.id}.inline.yaml", inputs, idempotency_key, (spec, located)
+            text,
+            folder / f"{spec.id}.inline.yaml",
+            inputs,
+            idempotency_key,
+            (spec, located),
+            actor=actor,
         )
 
     async def _queue_run(
@@ -199,11 +212,13 @@ class RunStore:
         inputs: Mapping[str, Any] | None,
         idempotency_key: str | None,
         parsed: tuple[RecipeSpec, Located] | None = None,
+        *,
+        actor: str | None = None,
     ) -> tuple[str, bool]:
         """Check the recipe snapshot `text` (as the file `path`; `parsed` already) and the
         inputs, store the run and queue it."""
         snapshot = await self._snapshot(text, path, inputs, parsed)
-        return await self._insert(snapshot, idempotency_key=idempotency_key)
+        return await self._insert(snapshot, idempotency_key=idempotency_key, actor=actor)
 
     async def _snapshot(
         self,
@@ -233,10 +248,15 @@ class RunStore:
         idempotency_key: str | None = None,
         rerun: RerunPlan | None = None,
         seeds: Callable[[Any], Sequence[Checkpoint]] | None = None,
+        actor: str | None = None,
     ) -> tuple[str, bool]:
         queue = await self._dbos()
         row = runs.queued_row(
-            snapshot, run_id=uuid.uuid4().hex, idempotency_key=idempotency_key, rerun=rerun
+            snapshot,
+            run_id=uuid.uuid4().hex,
+            idempotency_key=idempotency_key,
+            rerun=rerun,
+            queued_by=actor,
         )
         return await self._database.apply(runs.insert, row, enqueue=queue.enqueue, seeds=seeds)
 
@@ -252,6 +272,7 @@ class RunStore:
         base: str | Path | None = None,
         idempotency_key: str | None = None,
         cache: bool = False,
+        actor: str | None = None,
     ) -> RerunPlan:
         """Queue a rerun of an ended run from step `from_step`: a new run that reuses the
         recorded result of every step not downstream of `from_step` (no model or tool call;
@@ -263,8 +284,8 @@ class RunStore:
         modules and sub-recipes are found in folder `base` (as `submit_yaml` takes it); steps
         whose definition changed run again. The steps it runs again never answer from the
         step cache, unless `cache` (the plan says so). `idempotency_key`: as for `submit`
-        (the same key and request give the same rerun: its plan, `created` False). Returns
-        the plan, with the new run's id.
+        (the same key and request give the same rerun: its plan, `created` False). `actor`:
+        who reruns it. Returns the plan, with the new run's id.
 
         The parent is held while the rerun is stored, and its seeds (the checkpoints of
         the steps it reuses) are read in that transaction: a prune meanwhile either comes
@@ -321,6 +342,7 @@ class RunStore:
             idempotency_key=idempotency_key,
             rerun=plan,
             seeds=seeding(plan, attempt=parent.attempt),
+            actor=actor,
         )
         if not created:
             earlier = await self._database.apply(runs.rerun_plan, new_id)
@@ -507,17 +529,20 @@ class RunStore:
 
     # -- state changes -------------------------------------------------------------------------
 
-    async def cancel(self, run_id: str, *, wait: float = 10.0) -> RunRecord:
+    async def cancel(
+        self, run_id: str, *, wait: float = 10.0, actor: str | None = None
+    ) -> RunRecord:
         """Cancel the run: a queued one (or one whose worker died) at once; a running one at
         its next step boundary, its model calls cancelled. A worker that does not answer within
         `wait` seconds is fenced out and the run is ended here. Returns the run as it is then.
+        `actor`: who cancels it (its terminal `RunFailed` event says so).
 
         Raises:
             UnknownRunError: no run has this id.
             RunStateError: the run has ended already.
         """
-        record = await self._database.apply(runs.request_cancel, run_id)
-        if await self._end_cancelled(run_id, "unheld"):
+        record = await self._database.apply(runs.request_cancel, run_id, actor=actor)
+        if await self._end_cancelled(run_id, "unheld", actor):
             await self._forget(run_id, record.attempt)
             return await self.get(run_id)
         deadline = time.monotonic() + wait
@@ -526,16 +551,16 @@ class RunStore:
             if found.terminal:
                 return await self.get(run_id)
             await asyncio.sleep(0.1)
-        await self._end_cancelled(run_id, "any")
+        await self._end_cancelled(run_id, "any", actor)
         return await self.get(run_id)
 
-    async def _end_cancelled(self, run_id: str, when: Any) -> bool:
+    async def _end_cancelled(self, run_id: str, when: Any, actor: str | None) -> bool:
         return await self._database.apply(
             runs.end_unheld,
             run_id,
             status="cancelled",
             error="cancelled",
-            event=events.run_failed_row(run_id, "cancelled"),
+            event=events.run_failed_row(run_id, "cancelled", actor),
             when=when,
             now=time.time(),
         )
@@ -549,9 +574,9 @@ class RunStore:
             return
         await self._database.call(queue.cancel, workflow_id(run_id, attempt))
 
-    async def resume(self, run_id: str) -> RunRecord:
+    async def resume(self, run_id: str, *, actor: str | None = None) -> RunRecord:
         """Queue a failed or cancelled run again: it goes on from its last completed step
-        (and loop item).
+        (and loop item). `actor`: who resumes it (its next `RunStarted` event says so).
 
         Raises:
             UnknownRunError: no run has this id.
@@ -566,6 +591,7 @@ class RunStore:
             epoch=None,
             recovery=False,
             enqueue=queue.enqueue,
+            actor=actor,
         )
         if resumed is None:
             status = (await self._database.apply(runs.get, run_id, details=False)).status
@@ -582,9 +608,11 @@ class RunStore:
         *,
         approved: bool = True,
         reason: str | None = None,
+        actor: str | None = None,
     ) -> RunRecord:
-        """Decide a call the run waits for (the only one when `call_id` is not given). A call
-        is decided once: of concurrent decisions, one wins.
+        """Decide a call the run waits for (the only one when `call_id` is not given), as
+        `actor` (the approval's `decided_by`, and its `ApprovalResolved` event's `actor`). A
+        call is decided once: of concurrent decisions, one wins.
 
         Raises:
             UnknownRunError: no run has this id.
@@ -595,7 +623,7 @@ class RunStore:
         if call_id is None:
             call_id = approvals.the_waiting_call(run_id, record.status, record.approvals)
         decided = await self._database.apply(
-            approvals.decide, run_id, call_id, approved=approved, reason=reason
+            approvals.decide, run_id, call_id, approved=approved, reason=reason, actor=actor
         )
         record = await self.get(run_id)
         if decided is None:
@@ -617,6 +645,7 @@ class RunStore:
         timezone: str | None = None,
         catch_up: CatchUp | None = None,
         replace: bool = False,
+        actor: str | None = None,
     ) -> ScheduleRecord:
         """Run the recipe file at each slot of `cron` or `every` (its YAML is snapshotted
         now: to change it, add it again with `replace`). Without `cron` and `every`, the
@@ -633,6 +662,7 @@ class RunStore:
             catch_up: slots missed while no worker ran: ``none``, ``one`` (default), ``all``.
             replace: a schedule of that name gets this recipe and timing (its slots go on
                 from now); otherwise it is an error.
+            actor: who adds it (its `changed_by`).
 
         Raises:
             RecipeError: the recipe, its ``schedule:``, the timing or the inputs are invalid.
@@ -661,6 +691,7 @@ class RunStore:
             timing=_schedules.Timing.of(schedule),
             catch_up=schedule.catch_up,
             now=time.time(),
+            actor=actor,
         )
         await self._dbos()  # DBOS's tables exist before a worker's tick fires into them
         saved = await self._database.apply(_schedules.save, row, replace=replace)
@@ -683,34 +714,37 @@ class RunStore:
 
         return await self._database.apply(_schedules.get, name)
 
-    async def pause_schedule(self, name: str) -> ScheduleRecord:
-        """Stop firing the schedule until it is resumed.
+    async def pause_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
+        """Stop firing the schedule until it is resumed (`actor`: who pauses it, its
+        `changed_by`).
 
         Raises:
             UnknownScheduleError: no schedule has this name.
         """
-        return await self._set_paused(name, paused=True)
+        return await self._set_paused(name, paused=True, actor=actor)
 
-    async def resume_schedule(self, name: str) -> ScheduleRecord:
-        """Fire the schedule again from its next slot (the slots of the pause do not fire).
+    async def resume_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
+        """Fire the schedule again from its next slot (the slots of the pause do not fire);
+        `actor`: who resumes it.
 
         Raises:
             UnknownScheduleError: no schedule has this name.
         """
-        return await self._set_paused(name, paused=False)
+        return await self._set_paused(name, paused=False, actor=actor)
 
-    async def _set_paused(self, name: str, *, paused: bool) -> ScheduleRecord:
+    async def _set_paused(self, name: str, *, paused: bool, actor: str | None) -> ScheduleRecord:
         from minions.runs import _schedules
 
         changed = await self._database.apply(
-            _schedules.set_paused, name, paused=paused, now=time.time()
+            _schedules.set_paused, name, paused=paused, now=time.time(), actor=actor
         )
         if not paused:
             await self._database.apply(wake, "schedules")
         return changed
 
-    async def remove_schedule(self, name: str) -> None:
-        """Remove the schedule; the runs it fired stay.
+    async def remove_schedule(self, name: str, *, actor: str | None = None) -> None:
+        """Remove the schedule; the runs it fired stay. `actor`: who removes it (said in the
+        log: the row is gone).
 
         Raises:
             UnknownScheduleError: no schedule has this name.
@@ -718,6 +752,68 @@ class RunStore:
         from minions.runs import _schedules
 
         await self._database.apply(_schedules.delete, name)
+        log.info("schedule removed", schedule=name, actor=actor)
+
+    # -- keys ----------------------------------------------------------------------------------
+
+    async def add_key(
+        self,
+        name: str,
+        *,
+        role: str,
+        projects: Sequence[str] = (),
+        actor: str | None = None,
+    ) -> tuple[KeyRecord, str]:
+        """Add an API key named `name` with `role` (and `projects`): returns its record and
+        the key itself, which is never stored (only its SHA-256 is) and cannot be shown again.
+        `actor`: who adds it (recorded).
+
+        Raises:
+            ValueError: the name, role or a project is not valid.
+            KeyExistsError: a key that is not revoked has this name.
+        """
+        from minions.runs import _keys
+
+        made = await self._database.apply(
+            _keys.add, name, role=role, projects=projects, actor=actor
+        )
+        return made.record, made.key
+
+    async def keys(self, *, revoked: bool = False) -> list[KeyRecord]:
+        """The API keys that work (the revoked ones too, when `revoked`), by name."""
+        from minions.runs import _keys
+
+        return await self._database.apply(_keys.listed, revoked=revoked)
+
+    async def revoke_key(self, name: str, *, actor: str | None = None) -> KeyRecord:
+        """Revoke the key of that name: its next request fails, and so do the event streams
+        it opened.
+
+        Raises:
+            UnknownKeyError: no key that works has this name.
+        """
+        from minions.runs import _keys
+
+        return await self._database.apply(_keys.revoke, name, actor=actor)
+
+    async def key_of(self, key: str) -> KeyRecord | None:
+        """The key that works and is `key` (found by its hash), or None."""
+        from minions.runs import _keys
+
+        return await self._database.apply(_keys.by_key, key)
+
+    async def key_named(self, name: str) -> KeyRecord | None:
+        """The key that works with this name, or None (a trusted proxy's user is the key of
+        that name)."""
+        from minions.runs import _keys
+
+        return await self._database.apply(_keys.by_name, name)
+
+    async def key_by_id(self, key_id: str) -> KeyRecord | None:
+        """The key that works with this id (`KeyRecord.id`), or None."""
+        from minions.runs import _keys
+
+        return await self._database.apply(_keys.by_id, key_id)
 
     # -- evals ---------------------------------------------------------------------------------
 
@@ -783,13 +879,14 @@ class RunStore:
         statuses: Sequence[str] = (),
         keep: int | None = None,
         dry_run: bool = False,
+        actor: str | None = None,
     ) -> PruneResult:
         """Delete the finished runs (in one of `statuses`: default, every finished one) that
         finished over `older_than` ago (``30d``, or seconds: 0 for every one), but the newest
         `keep`, with their steps, events, approvals, step cache entries and DBOS workflows;
         in batches, so workers go on meanwhile. An SQLite file then gives the freed space
         back. With every status, the kept evals that finished (or were last started) as long
-        ago go too, but the newest `keep`.
+        ago go too, but the newest `keep`. `actor`: who prunes (`history().pruned_by`).
 
         Raises:
             ValueError: `older_than` is not a duration (or is longer than ten years), or a
@@ -805,4 +902,5 @@ class RunStore:
             statuses=tuple(statuses) or tuple(sorted(TERMINAL)),
             keep=keep,
             dry_run=dry_run,
+            actor=actor,
         )

@@ -18,13 +18,15 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
 schedule of a run, how far pruning went; reruns (a run's parent, the step it reran from, its
 plan); the step cache. 4: a step cache entry's run and recipe (entries are pruned with their
-run; keys name their world, so the entries of schema 3 are dropped)."""
+run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
+run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
+API keys' table (made on first use)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -79,6 +81,10 @@ runs_table = sa.Table(
     sa.Column("parent_run_id", sa.Text, nullable=True),
     sa.Column("from_step", sa.Text, nullable=True),
     sa.Column("rerun", sa.Text, nullable=True),
+    # Actors (schema 5): who queued the current attempt (submitted, reran, resumed it), who
+    # asked for its cancel.
+    sa.Column("queued_by", sa.Text, nullable=True),
+    sa.Column("cancelled_by", sa.Text, nullable=True),
 )
 steps_table = sa.Table(
     "minions_steps",
@@ -114,6 +120,7 @@ approvals_table = sa.Table(
     sa.Column("decided_at", sa.Float, nullable=True),
     sa.Column("approved", sa.Boolean, nullable=True),
     sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("decided_by", sa.Text, nullable=True),
 )
 workers_table = sa.Table(
     "minions_workers",
@@ -154,6 +161,7 @@ schedules_table = sa.Table(
     sa.Column("last_fired_at", sa.Float, nullable=True),
     sa.Column("last_run_id", sa.Text, nullable=True),
     sa.Column("fired", sa.Integer, nullable=False, default=0),
+    sa.Column("changed_by", sa.Text, nullable=True),
 )
 # Limits per model endpoint, over every worker of the store (minions.runs._endpoints). Tables
 # only added (no column of an older one changes): a store of this schema version that lacks
@@ -314,5 +322,18 @@ def _to_4(db: sa.Connection) -> None:
         )
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4}
+def _to_5(db: sa.Connection) -> None:
+    """Schema 4 -> 5: actors (a table made by an earlier step of this migration, which
+    ``create_all`` makes after it, gets them then)."""
+    made = set(sa.inspect(db).get_table_names())
+    for table, columns in (
+        ("minions_runs", ["queued_by TEXT", "cancelled_by TEXT"]),
+        ("minions_approvals", ["decided_by TEXT"]),
+        ("minions_schedules", ["changed_by TEXT"]),
+    ):
+        if table in made:
+            _add_columns(db, table, columns)
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
 """Schema version n -> n+1 upgrades, each a function of a connection."""

@@ -12,11 +12,22 @@ from fastapi import FastAPI
 
 from minions._version import __version__
 from minions.runs import LiveHub, RunStore
+from minions.service._access import undeclared
 from minions.service._config import ServiceConfig
 from minions.service._errors import install
-from minions.service._guard import PUBLIC_PATHS, Guard
+from minions.service._guard import PUBLIC_PATHS, Guard, proxy_networks
 from minions.service._recipes import RecipeCatalog
-from minions.service._routes import console, evals, events, info, rerun, runs, schedules, steps
+from minions.service._routes import (
+    console,
+    evals,
+    events,
+    info,
+    keys,
+    rerun,
+    runs,
+    schedules,
+    steps,
+)
 from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
@@ -44,8 +55,16 @@ def create_app(
             `config` says so (``None``: the store's gauges only).
 
     Raises:
+        ValueError: a proxy's user header without the proxy's address, or a trusted proxy
+            that is not an address or a network.
         MissingExtraError: `config` asks for metrics and the metrics extra is missing.
     """
+    if config.proxy_user_header is not None and not config.trusted_proxies:
+        raise ValueError(
+            f"a proxy's user header ({config.proxy_user_header}) needs the proxy's address: "
+            "trusted_proxies (--trusted-proxy ADDR)"
+        )
+    proxy_networks(config.trusted_proxies)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -75,7 +94,7 @@ def create_app(
     app.state.streams = OpenStreams()
     install(app)
     routers = (runs.router, rerun.router, events.router, steps.router, info.router)
-    for router in (*routers, schedules.router, evals.router, console.router):
+    for router in (*routers, schedules.router, evals.router, keys.router, console.router):
         app.include_router(router)
     public = PUBLIC_PATHS
     if config.metrics:
@@ -86,12 +105,17 @@ def create_app(
         app.include_router(metrics_route.router)
         if config.metrics_public:
             public = public | {"/metrics"}
+    missing = undeclared(app)
+    if missing:  # a route of this package that forgot its permission: never served
+        raise RuntimeError(f"routes without one permission declared: {', '.join(missing)}")
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(
         Guard,
         token=config.token,
         max_body=config.max_body_bytes,
         body_timeout=config.request_timeout,
+        proxy_user_header=config.proxy_user_header,
+        trusted_proxies=config.trusted_proxies,
         public=public,
     )
     app.state.public = public

@@ -30,11 +30,16 @@ class ServiceConfig:
         heartbeat: seconds of silence after which an event stream sends a comment line.
         poll: seconds between a followed run's reads of the store when nothing woke it.
         metrics: serve ``GET /metrics`` (Prometheus text: this process's metrics and the
-            store's gauges); it needs the token like every route unless `metrics_public`.
+            store's gauges); it needs a key (a viewer's will do) unless `metrics_public`.
         metrics_public: serve ``/metrics`` without the token (to a scraper on a trusted
             network; it names recipes, steps, schedules and endpoints).
         max_diff_values: the most JSON values of step outputs (both runs together) a diff
             compares; a bigger one is a 422 (None: the store's default, 500,000).
+        proxy_user_header: a header (``X-Forwarded-User``) that names the user of a request
+            coming from one of `trusted_proxies`, an authenticating proxy (SSO): the user is
+            the named key of that name, with its role, without the key itself.
+        trusted_proxies: the addresses (or networks, ``10.0.0.0/24``) of those proxies, as
+            the server sees its peers.
     """
 
     token: str = field(repr=False)
@@ -50,3 +55,5 @@ class ServiceConfig:
     metrics: bool = False
     metrics_public: bool = False
     max_diff_values: int | None = None
+    proxy_user_header: str | None = None
+    trusted_proxies: tuple[str, ...] = ()

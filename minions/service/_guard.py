@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import re
 import time
 import traceback
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
 import structlog
 from fastapi.responses import JSONResponse
 
+from minions.errors import StoreError
+from minions.runs import KeyRecord, RunStore
+from minions.service._access import CALLER, TOKEN_CALLER, Caller
 from minions.service._bytes import json_problem, path_problem, query_problem
 from minions.service._errors import error
 from minions.service._routes.console import FILES
@@ -29,13 +33,14 @@ PUBLIC_PATHS = frozenset(
     {"/health", "/health/live", "/health/ready", "/", *(f"/console/{name}" for name in FILES)}
 )
 """What strangers may read: the probes and the console's own files (which hold no data); every
-other path, unknown ones included, is a 401 without the token (``/metrics`` too, unless the
-server makes it public)."""
+other path, unknown ones included, is a 401 without a key (``/metrics`` too, unless the server
+makes it public)."""
 STREAM = re.compile(r"/runs/(?P<run_id>[^/]+)/events/stream")
 THREAD_ABOVE = 64 << 10
 """A body larger than this is checked in a thread (the check walks every value)."""
 
 Scope = MutableMapping[str, Any]
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
@@ -45,17 +50,51 @@ class _BodyTooLarge(Exception):
     pass
 
 
+def proxy_networks(given: Sequence[str]) -> list[IPNetwork]:
+    """The networks of `given` addresses and networks.
+
+    Raises:
+        ValueError: one is neither.
+    """
+    networks = []
+    for text in given:
+        try:
+            networks.append(ipaddress.ip_network(text.strip(), strict=False))
+        except ValueError:
+            raise ValueError(
+                f"trusted proxy {text!r}: give an IP address (127.0.0.1) or a network (10.0.0.0/24)"
+            ) from None
+    return networks
+
+
+def _runs(scope: Scope) -> RunStore:
+    runs: RunStore = scope["app"].state.runs
+    return runs
+
+
+def _caller_of(key: KeyRecord) -> Caller:
+    return Caller(name=key.name, role=key.role, projects=key.projects, key_id=key.id)
+
+
 class Guard:
-    """The token, the bytes and the pace of every request, before any route runs (an unknown
-    path without a token is a 401, not a 404: nothing is told to strangers), and the barrier
-    that turns a route's failure into one short log line and a 500.
+    """The key, the bytes and the pace of every request, before any route runs (an unknown
+    path without a key is a 401, not a 404: nothing is told to strangers), and the barrier
+    that turns a route's failure into one short log line and a 500. The caller it finds (a
+    named key of the store, found by its hash, or the server's token, an admin) is put in
+    the request's scope for the routes' permissions (`minions.service._access`).
 
     Args:
         app: the application.
-        token: the bearer token.
+        token: the server's own bearer token (an admin key).
         max_body: a larger body is a 413.
         body_timeout: seconds a client may take to send a body (slower: 408).
-        public: the paths served without the token.
+        proxy_user_header: the header in which a trusted proxy names a request's user (the
+            key of that name, without the key itself).
+        trusted_proxies: the addresses or networks of those proxies.
+        public: the paths served without a key.
+
+    Raises:
+        ValueError: a trusted proxy is not an address or a network.
     """
 
     def __init__(
@@ -65,11 +104,15 @@ class Guard:
         token: str,
         max_body: int,
         body_timeout: float,
+        proxy_user_header: str | None = None,
+        trusted_proxies: Sequence[str] = (),
         public: frozenset[str] = PUBLIC_PATHS,
     ) -> None:
         self.app = app
         self.public = public
         self.token = token.encode()
+        self.proxy_header = proxy_user_header.lower().encode() if proxy_user_header else None
+        self.proxies = proxy_networks(trusted_proxies)
         self.tickets = Tickets(token)
         self.max_body = max_body
         self.body_timeout = body_timeout
@@ -78,7 +121,11 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope)
+        try:
+            refusal = await self._refusal(scope)
+        except StoreError:
+            log.error("run store error", path=scope["path"], error="keys cannot be read")
+            refusal = error(503, "the run store cannot be used now; see the server's log")
         if refusal is not None:
             await refusal(scope, receive, send)
             return
@@ -111,36 +158,86 @@ class Guard:
             return
         await self._barrier(scope, receive, send)
 
-    def _refusal(self, scope: Scope) -> JSONResponse | None:
-        """The answer to a request refused before its body is read, or None."""
+    async def _refusal(self, scope: Scope) -> JSONResponse | None:
+        """The answer to a request refused before its body is read, or None (and the
+        request's `Caller` is in its scope)."""
         path: str = scope["path"]
         if path not in self.public:
             given = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
-            if given:
-                if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                    credentials.strip(), self.token
-                ):
-                    return error(401, "the bearer token is wrong")
+            user = self._proxy_user(scope)
+            if user is not None:  # a trusted proxy says who it is
+                caller = await self._named(scope, user)
+                if caller is None:
+                    shown = user.decode("ascii", errors="replace")[:64]
+                    return error(
+                        401, f"the proxy's user {shown!r} has no key here (minions keys add)"
+                    )
+            elif given:
+                if scheme.lower() != b"bearer":
+                    return error(401, "the Authorization header must be: Bearer <key>")
+                caller = await self._bearer(scope, credentials.strip())
+                if caller is None:
+                    return error(401, "the bearer key is wrong or was revoked")
             else:
-                ticketed = self._ticketed(scope)
+                ticketed = await self._ticketed(scope)
                 if ticketed is False:
                     message = (
-                        "the stream ticket is wrong, expired or for another run; get another: "
-                        "POST /runs/{run_id}/events/ticket"
+                        "the stream ticket is wrong, expired, for another run or of a key "
+                        "revoked since; get another: POST /runs/{run_id}/events/ticket"
                     )
                     return error(401, message)
                 if ticketed is None:
-                    message = "this endpoint needs an Authorization: Bearer <token> header"
+                    message = "this endpoint needs an Authorization: Bearer <key> header"
                     return error(401, message)
+                caller = ticketed
+            scope[CALLER] = caller
         problem = path_problem(scope.get("raw_path") or path.encode())
         if problem is None:
             problem = query_problem(scope["query_string"])
         return None if problem is None else error(400, problem)
 
-    def _ticketed(self, scope: Scope) -> bool | None:
-        """Whether the ticket of a request for a run's stream opens it (None: no ticket, or
-        not a stream)."""
+    async def _bearer(self, scope: Scope, credentials: bytes) -> Caller | None:
+        """The caller a bearer credential names: the server's token, or a key that works."""
+        if hmac.compare_digest(credentials, self.token):
+            return TOKEN_CALLER
+        if len(credentials) > 100:
+            return None  # not a key (one that is not shaped as a key is not looked up either)
+        try:
+            key = credentials.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        found = await _runs(scope).key_of(key)
+        return None if found is None else _caller_of(found)
+
+    def _proxy_user(self, scope: Scope) -> bytes | None:
+        """The user a trusted proxy names in its header (None: no header configured, not
+        from a trusted proxy, or no such header)."""
+        if self.proxy_header is None or not self.proxies:
+            return None
+        client = scope.get("client")
+        if not client:
+            return None
+        try:
+            peer = ipaddress.ip_address(client[0])
+        except ValueError:
+            return None
+        if not any(peer in network for network in self.proxies):
+            return None
+        value: bytes | None = dict(scope["headers"]).get(self.proxy_header)
+        return value.strip() if value is not None and value.strip() else None
+
+    async def _named(self, scope: Scope, user: bytes) -> Caller | None:
+        try:
+            name = user.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        found = await _runs(scope).key_named(name)
+        return None if found is None else _caller_of(found)
+
+    async def _ticketed(self, scope: Scope) -> Caller | Literal[False] | None:
+        """The caller whose ticket opens a request for a run's stream (False: a ticket
+        that does not; None: no ticket, or not a stream)."""
         match = STREAM.fullmatch(scope["path"])
         if match is None or scope["method"] not in ("GET", "HEAD"):
             return None
@@ -151,7 +248,15 @@ class Guard:
         given = query.get("ticket")
         if given is None:
             return None
-        return len(given) == 1 and self.tickets.valid(match["run_id"], given[0], now=time.time())
+        if len(given) != 1:
+            return False
+        key_id = self.tickets.key_of(match["run_id"], given[0], now=time.time())
+        if key_id is None:
+            return False
+        if key_id == TOKEN_CALLER.key_id:
+            return TOKEN_CALLER
+        found = await _runs(scope).key_by_id(key_id)
+        return False if found is None else _caller_of(found)
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes:
         for name, value in scope["headers"]:

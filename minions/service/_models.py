@@ -125,6 +125,10 @@ class ApprovalOut(_Record):
     decided_at: float | None = None
     approved: bool | None = None
     reason: str | None = None
+    decided_by: str | None = Field(
+        None,
+        description="Who decided: a key's name, `token` (the server's token) or `cli:USER`.",
+    )
 
 
 class Ticket(BaseModel):
@@ -161,6 +165,12 @@ class RunOut(RunSummary):
     graph: list[GraphNode] = Field(default_factory=list, description="The recipe's steps.")
     parent_run_id: str | None = Field(None, description="For a rerun: the run it reran.")
     from_step: str | None = Field(None, description="For a rerun: the step it reran from.")
+    queued_by: str | None = Field(
+        None,
+        description="Who queued its current attempt (submitted, reran or resumed it): a key's "
+        "name, `token`, `cli:USER`, `schedule:NAME` (null: a worker took it over).",
+    )
+    cancelled_by: str | None = Field(None, description="Who asked for its cancel.")
 
 
 class HistoryOut(_Record):
@@ -171,6 +181,7 @@ class HistoryOut(_Record):
         None, description="Runs that finished before this were pruned (null: never pruned)."
     )
     pruned_at: float | None = Field(None, description="When that prune ran.")
+    pruned_by: str | None = Field(None, description="Who ran that prune.")
 
 
 class RunPage(BaseModel):

@@ -153,6 +153,9 @@ def serve(
             timeout_graceful_shutdown=3,
             http=bounded_protocol(head_timeout=config.request_timeout, max_connections=connections),
             timeout_keep_alive=5,
+            # With a trusted proxy's user header, the peer must be the proxy's address, not
+            # what an X-Forwarded-For header (which a client can write) says.
+            proxy_headers=config.proxy_user_header is None,
         )
     )
     try:

@@ -10,12 +10,19 @@ collector finds it.
 
 Asked for them (``?states=true``: the console), the stream also tells the state of the run's
 steps, folded on the server (`minions._fold`): a `states` message with every execution first,
-then after each event one with the executions it changed."""
+then after each event one with the executions it changed.
+
+A stream opened with a named key lasts only as long as the key: the key is looked up again at
+every heartbeat and before each batch of events is written (a batch of token deltas alone, at
+most once a second: they come many times a second), and a revoked key's stream ends with a
+`revoked` message."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -40,6 +47,18 @@ RETRY = b"retry: 1000\n"
 """Sent in the first event's block (a block of its own reads as an empty event to some
 clients, httpx-sse among them)."""
 KEEP_ALIVE = b": keep-alive\n\n"
+RECHECK = 1.0
+"""While only token deltas flow, seconds between looks at whether the stream's key still
+works (each heartbeat and each batch with a stored event look)."""
+BATCH = 200
+"""The most events written at once."""
+
+
+def revoked_frame(name: str) -> bytes:
+    """The last message of a stream whose key was revoked."""
+    message = f"key {name!r} was revoked: this stream ends"
+    data = json.dumps({"error": {"type": "unauthorized", "message": message}})
+    return f"event: revoked\ndata: {data}\n\n".encode()
 
 
 def frame(event: Event) -> bytes:
@@ -73,6 +92,8 @@ class EventStream(Response):
         count: where open streams are counted.
         states: the state of the run's steps, its stored events folded (None: the client
             did not ask for them).
+        key: the name of the key the stream was opened with, and what tells whether it
+            still works (None: the server's token, which lasts as long as the server).
     """
 
     def __init__(
@@ -84,6 +105,7 @@ class EventStream(Response):
         heartbeat: float,
         count: OpenStreams,
         states: RunStates | None = None,
+        key: tuple[str, Callable[[], Awaitable[bool]]] | None = None,
     ) -> None:
         # A response of no declared length, whose body is written by `__call__`.
         self.status_code = 200
@@ -95,6 +117,18 @@ class EventStream(Response):
         self.heartbeat = heartbeat
         self.count = count
         self.states = states
+        self.key = key
+        self._checked = time.monotonic()
+
+    async def _revoked(self, *, now: bool) -> bool:
+        """Whether the stream's key was revoked (looked up when `now`, else at most once a
+        `RECHECK`)."""
+        if self.key is None:
+            return False
+        if not now and time.monotonic() - self._checked < RECHECK:
+            return False
+        self._checked = time.monotonic()
+        return not await self.key[1]()
 
     async def __call__(
         self,
@@ -146,24 +180,39 @@ class EventStream(Response):
                 }
             )
             retry = b""
-        while True:
+        ended = False
+        while not ended:
             event: Event | None = None
             with anyio.move_on_after(self.heartbeat) as waited:
                 event = await queue.get()
             if waited.cancelled_caught:
+                if await self._revoked(now=True):
+                    break
                 await send({"type": "http.response.body", "body": KEEP_ALIVE, "more_body": True})
                 continue
-            if event is None:
-                break  # the run's terminal event was sent: the stream ends
-            body, retry = retry + frame(event), b""
-            if states is not None and event.kind != "token_delta" and event.seq > states.seq:
-                # Events the fold has not taken in yet (the stored ones it has come again).
-                changed = states.fold(event)
-                if changed:
-                    body += states_frame(StepStates.of(self.run_id, states, changed))
+            batch = [event]
+            while batch[-1] is not None and len(batch) < BATCH and not queue.empty():
+                batch.append(queue.get_nowait())
+            stored = any(e is not None and e.kind != "token_delta" for e in batch)
+            if await self._revoked(now=stored):
+                break
+            body = b""
+            for item in batch:
+                if item is None:
+                    ended = True  # the run's terminal event was sent: the stream ends
+                    break
+                body, retry = body + retry + frame(item), b""
+                if states is not None and item.kind != "token_delta" and item.seq > states.seq:
+                    # Events the fold has not taken in yet (the stored ones it has come again).
+                    changed = states.fold(item)
+                    if changed:
+                        body += states_frame(StepStates.of(self.run_id, states, changed))
+            if not body:
+                continue
             await send({"type": "http.response.body", "body": body, "more_body": True})
             # A connection lost on a write is closed by a callback of the loop: without a
             # yield here, a burst of queued events kept writing to it (asyncio logs each write
             # after the fifth: "socket.send() raised exception.").
             await anyio.lowlevel.checkpoint()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        last = revoked_frame(self.key[0]) if self.key is not None and not ended else b""
+        await send({"type": "http.response.body", "body": last, "more_body": False})

@@ -40,6 +40,8 @@ class ApprovalDecision:
 
     approved: bool
     reason: str | None = None
+    decided_by: str | None = None
+    """Who decided: recorded in the `ApprovalResolved` event as its `actor`."""
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]

@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from minions._fold import EXECUTION_STATUSES, RUN_STATUSES, TERMINAL
 from minions.events import Event
+from minions.service._access import Public
 from minions.service._errors import Refused
 
 __all__: list[str] = []
@@ -54,12 +55,12 @@ def names() -> bytes:
 
 
 @router.get("/", response_class=HTMLResponse)
-async def index() -> HTMLResponse:
+async def index(anyone: Public) -> HTMLResponse:
     return HTMLResponse(CONSOLE.joinpath("index.html").read_text(encoding="utf-8"))
 
 
 @router.get("/console/{name}")
-async def asset(name: str) -> Response:
+async def asset(anyone: Public, name: str) -> Response:
     if name not in FILES:
         raise Refused(404, f"no console file {name!r}")
     media_type = TYPES[PurePath(name).suffix]

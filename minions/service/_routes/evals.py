@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from minions.evals import EvalReport
 from minions.runs import RunStore
+from minions.service._access import Reader
 from minions.service._deps import Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._routes.runs import cursor_of, position
@@ -62,6 +63,7 @@ class EvalDetail(EvalOut):
 
 @router.get("/evals", response_model=EvalPage)
 async def list_evals(
+    caller: Reader,
     runs: Runs,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of a page.")] = None,
@@ -76,7 +78,7 @@ async def list_evals(
 
 
 @router.get("/evals/{eval_id}", response_model=EvalDetail)
-async def get_eval(eval_id: EvalId, runs: Runs) -> EvalDetail:
+async def get_eval(caller: Reader, eval_id: EvalId, runs: Runs) -> EvalDetail:
     """An eval, with its report once it finished."""
     record = await runs.eval(eval_id)
     if record is None:

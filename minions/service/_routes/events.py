@@ -12,6 +12,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import Response, StreamingResponse
 
 from minions.events import event_to_json
+from minions.service._access import Reader
 from minions.service._deps import Config, Runs, Streams
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import Ticket
@@ -42,6 +43,7 @@ After = Annotated[int, Query(ge=0, le=MAX_SEQ, description="A sequence number.")
 
 @router.get("/runs/{run_id}/events", response_model=list[dict[str, Any]])
 async def events(
+    caller: Reader,
     run_id: RunId,
     runs: Runs,
     after: After = 0,
@@ -66,6 +68,7 @@ async def events(
     },
 )
 async def stream(
+    caller: Reader,
     run_id: RunId,
     runs: Runs,
     config: Config,
@@ -95,7 +98,8 @@ async def stream(
     `Last-Event-ID` header), then new ones and token deltas live, ending after the run's
     terminal event. A client that has the run's every event already (its position is at or
     past the end of a run that has ended) gets `204 No Content`, which tells a browser's
-    `EventSource` not to come back."""
+    `EventSource` not to come back. A stream opened with a named key ends, with a message
+    of type `revoked`, when the key is revoked."""
     if last_event_id is not None and last_event_id.strip():
         text = last_event_id.strip()
         if not SEQ.fullmatch(text) or int(text) > MAX_SEQ:
@@ -105,16 +109,30 @@ async def stream(
     if record.terminal and not await runs.events(run_id, after=after, limit=1):
         return Response(status_code=204)
     folded = await fold_run(runs, record) if states else None
+    key = None
+    if caller.revocable:
+        key_id = caller.key_id
+
+        async def works() -> bool:
+            return await runs.key_by_id(key_id) is not None
+
+        key = (caller.name, works)
     return EventStream(
-        runs, run_id, after=after, heartbeat=config.heartbeat, count=streams, states=folded
+        runs,
+        run_id,
+        after=after,
+        heartbeat=config.heartbeat,
+        count=streams,
+        states=folded,
+        key=key,
     )
 
 
 @router.post("/runs/{run_id}/events/ticket", response_model=Ticket)
-async def ticket(run_id: RunId, runs: Runs, config: Config) -> Ticket:
+async def ticket(caller: Reader, run_id: RunId, runs: Runs, config: Config) -> Ticket:
     """A ticket that opens this run's event stream for a short while without the token
     (`GET /runs/{run_id}/events/stream?ticket=...`): for a browser's `EventSource`, which
     cannot send an `Authorization` header. The long-lived token never goes in a URL."""
     await runs.get(run_id)
-    value, expires = Tickets(config.token).issue(run_id, now=time.time())
+    value, expires = Tickets(config.token).issue(run_id, key_id=caller.key_id, now=time.time())
     return Ticket(ticket=value, expires_at=expires)

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from minions._version import __version__
+from minions.service._access import Public, Reader
 from minions.service._deps import Catalog, InProcessWorker, Runs, Streams
 from minions.service._errors import ERRORS
 from minions.service._models import Health, Probe, RecipeOut, WorkerOut
@@ -20,7 +21,7 @@ router = APIRouter(responses=ERRORS)
 
 
 @router.get("/recipes", response_model=list[RecipeOut])
-async def recipes(catalog: Catalog) -> list[RecipeOut]:
+async def recipes(caller: Reader, catalog: Catalog) -> list[RecipeOut]:
     """The recipes of the server's folder: ids, descriptions, input schemas."""
     entries = await asyncio.to_thread(catalog.scan)
     folder = catalog.folder
@@ -36,7 +37,7 @@ async def recipes(catalog: Catalog) -> list[RecipeOut]:
 
 
 @router.get("/workers", response_model=list[WorkerOut])
-async def workers(runs: Runs) -> list[WorkerOut]:
+async def workers(caller: Reader, runs: Runs) -> list[WorkerOut]:
     """The workers of the store: ids, heartbeats, runs in hand, alive or not."""
     return [WorkerOut.model_validate(w) for w in await runs.workers()]
 
@@ -46,7 +47,9 @@ async def workers(runs: Runs) -> list[WorkerOut]:
     response_model=Health,
     responses={503: {"model": Health, "description": "the store or the worker is unusable"}},
 )
-async def health(worker: InProcessWorker, runs: Runs, streams: Streams) -> JSONResponse:
+async def health(
+    anyone: Public, worker: InProcessWorker, runs: Runs, streams: Streams
+) -> JSONResponse:
     """Up, the state of the worker in this process, and its event streams (no token
     needed): 503 while the run store cannot be used (down, or of another schema) or the
     worker in this process is not running."""
@@ -68,7 +71,7 @@ async def health(worker: InProcessWorker, runs: Runs, streams: Streams) -> JSONR
 
 
 @router.get("/health/live", response_model=Probe)
-async def live() -> Probe:
+async def live(anyone: Public) -> Probe:
     """The process answers (no token needed): restart it when this fails."""
     return Probe(status="ok")
 
@@ -78,7 +81,7 @@ async def live() -> Probe:
     response_model=Probe,
     responses={503: {"model": Probe, "description": "not able to serve now, and why"}},
 )
-async def ready(worker: InProcessWorker, runs: Runs) -> JSONResponse:
+async def ready(anyone: Public, worker: InProcessWorker, runs: Runs) -> JSONResponse:
     """The process can serve now (no token needed): its run store answers with the schema
     this minions knows, and the worker in its process (if any) runs; 503 with the reason
     otherwise (send it no traffic until it is 200 again)."""

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from minions._text import jsonable
 from minions.errors import RecipeError
 from minions.runs import RunStore
+from minions.service._access import Operator, Reader
 from minions.service._config import ServiceConfig
 from minions.service._deps import Catalog, Config, Runs
 from minions.service._errors import ERRORS, Refused
@@ -123,6 +124,7 @@ class RunDiffOut(BaseModel):
 
 @router.post("/runs/{run_id}/rerun", status_code=201, response_model=Rerun)
 async def rerun(
+    caller: Operator,
     run_id: RunId,
     body: RerunRequest,
     runs: Runs,
@@ -154,6 +156,7 @@ async def rerun(
         outputs=body.outputs,
         idempotency_key=key,
         cache=body.cache,
+        actor=caller.name,
         **source,
     )
     status = "queued" if plan.created else (await runs.get(plan.run_id)).status
@@ -213,7 +216,7 @@ async def _offered(
 
 
 @router.get("/runs/{run_a}/diff/{run_b}", response_model=RunDiffOut)
-async def diff(run_a: RunId, run_b: RunId, runs: Runs, config: Config) -> Response:
+async def diff(caller: Reader, run_a: RunId, run_b: RunId, runs: Runs, config: Config) -> Response:
     """Two runs compared step by step: status, output (a structured diff), tokens, calls,
     duration, and the first step where they diverge. Runs whose step outputs hold more
     JSON values than the server's bound (500,000 by default) are a 422."""

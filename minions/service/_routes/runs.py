@@ -13,7 +13,8 @@ from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
 from minions.errors import RecipeError
-from minions.runs import RunFilters
+from minions.runs import RunFilters, RunStore
+from minions.service._access import Approver, Operator, Reader
 from minions.service._bytes import json_problem
 from minions.service._deps import Catalog, Config, Runs
 from minions.service._errors import ERRORS, Refused
@@ -40,7 +41,9 @@ MAX_TIME = 2.0**40
 
 
 @router.post("/runs", status_code=201, response_model=Submitted)
-async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catalog) -> Submitted:
+async def submit(
+    caller: Operator, body: SubmitRequest, runs: Runs, config: Config, catalog: Catalog
+) -> Submitted:
     """Queue a run (the same run again for a repeated `idempotency_key` with the same
     request; a key reused for another request is a 409)."""
     if (body.recipe is None) == (body.recipe_yaml is None):
@@ -59,6 +62,7 @@ async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catal
             base=catalog.folder or Path.cwd(),
             idempotency_key=body.idempotency_key,
             check=functools.partial(check_inline, catalog=catalog, model=config.model),
+            actor=caller.name,
         )
     else:
         assert body.recipe is not None
@@ -69,7 +73,7 @@ async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catal
                 400, f"`recipe`: no recipe {body.recipe!r} here; known: {known}", "unknown_recipe"
             )
         run_id, created = await runs.submit(
-            entry.path, body.inputs, idempotency_key=body.idempotency_key
+            entry.path, body.inputs, idempotency_key=body.idempotency_key, actor=caller.name
         )
     if created:  # just stored as queued: no need to read it back
         return Submitted(run_id=run_id, status="queued", created=True)
@@ -79,6 +83,7 @@ async def submit(body: SubmitRequest, runs: Runs, config: Config, catalog: Catal
 
 @router.get("/runs", response_model=RunPage)
 async def list_runs(
+    caller: Reader,
     runs: Runs,
     status: Annotated[Status | None, Query(description="Only runs in this status.")] = None,
     recipe: Annotated[
@@ -120,31 +125,37 @@ async def list_runs(
 
 
 @router.get("/runs/{run_id}", response_model=RunOut)
-async def get_run(run_id: RunId, runs: Runs) -> RunOut:
-    """A run: status, finished steps, approvals, usage, output, error, and its recipe's
-    steps as a graph."""
+async def get_run(caller: Reader, run_id: RunId, runs: Runs) -> RunOut:
+    """A run: status, finished steps, approvals (each decided one with who decided it),
+    usage, output, error, and its recipe's steps as a graph."""
+    return await run_out(run_id, runs)
+
+
+async def run_out(run_id: str, runs: RunStore) -> RunOut:
+    """What `GET /runs/{run_id}` answers."""
     run = RunOut.model_validate(await runs.get(run_id))
     run.graph = graph(await runs.recipe_yaml(run_id))
     return run
 
 
 @router.post("/runs/{run_id}/cancel", response_model=RunOut)
-async def cancel(run_id: RunId, runs: Runs) -> RunOut:
+async def cancel(caller: Operator, run_id: RunId, runs: Runs) -> RunOut:
     """Cancel a run: a queued one at once, a running one at its next step boundary."""
-    await runs.cancel(run_id, wait=5.0)
-    return await get_run(run_id, runs)
+    await runs.cancel(run_id, wait=5.0, actor=caller.name)
+    return await run_out(run_id, runs)
 
 
 @router.post("/runs/{run_id}/resume", response_model=RunOut)
-async def resume(run_id: RunId, runs: Runs) -> RunOut:
+async def resume(caller: Operator, run_id: RunId, runs: Runs) -> RunOut:
     """Queue a failed or cancelled run again, from its last completed step (one of
     concurrent resumes wins; the others are 409 `wrong_state`)."""
-    await runs.resume(run_id)
-    return await get_run(run_id, runs)
+    await runs.resume(run_id, actor=caller.name)
+    return await run_out(run_id, runs)
 
 
 @router.post("/runs/{run_id}/approvals/{call_id:path}", response_model=RunOut)
 async def approve(
+    caller: Approver,
     run_id: RunId,
     call_id: Annotated[str, PathParam(description="The call's id.", max_length=500)],
     body: Decision,
@@ -152,8 +163,10 @@ async def approve(
 ) -> RunOut:
     """Approve or reject a call the run waits for (decided once: of concurrent decisions
     one wins, the others are 409 `wrong_state`)."""
-    await runs.approve(run_id, call_id, approved=body.approve, reason=body.reason)
-    return await get_run(run_id, runs)
+    await runs.approve(
+        run_id, call_id, approved=body.approve, reason=body.reason, actor=caller.name
+    )
+    return await run_out(run_id, runs)
 
 
 # -- helpers ----------------------------------------------------------------------------------

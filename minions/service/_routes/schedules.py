@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi import Path as PathParam
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from minions.service._access import Operator, Reader
 from minions.service._deps import Catalog, Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import RunSummary
@@ -65,6 +66,7 @@ class ScheduleOut(BaseModel):
     last_fired_at: float | None
     last_run_id: str | None
     fired: int = Field(description="How many runs it fired.")
+    changed_by: str | None = Field(None, description="Who added it, or paused or resumed it last.")
 
 
 class ScheduleDetail(ScheduleOut):
@@ -75,7 +77,7 @@ class ScheduleDetail(ScheduleOut):
 
 
 @router.post("/schedules", status_code=201, response_model=ScheduleOut)
-async def add(body: ScheduleRequest, runs: Runs, catalog: Catalog) -> ScheduleOut:
+async def add(caller: Operator, body: ScheduleRequest, runs: Runs, catalog: Catalog) -> ScheduleOut:
     """Add a schedule of a recipe of the server's folder (with neither `cron` nor `every`,
     the recipe's own `schedule:` says when). Its YAML is snapshotted now: to change it, add
     it again with `replace`."""
@@ -94,19 +96,20 @@ async def add(body: ScheduleRequest, runs: Runs, catalog: Catalog) -> ScheduleOu
         timezone=body.timezone,
         catch_up=body.catch_up,
         replace=body.replace,
+        actor=caller.name,
     )
     return ScheduleOut.model_validate(record)
 
 
 @router.get("/schedules", response_model=list[ScheduleOut])
-async def list_schedules(runs: Runs) -> list[ScheduleOut]:
+async def list_schedules(caller: Reader, runs: Runs) -> list[ScheduleOut]:
     """Every schedule, by name."""
     return [ScheduleOut.model_validate(r) for r in await runs.schedules()]
 
 
 @router.get("/schedules/{name}", response_model=ScheduleDetail)
 async def get_schedule(
-    name: Name, runs: Runs, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    caller: Reader, name: Name, runs: Runs, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> ScheduleDetail:
     """A schedule and its latest runs."""
     record = await runs.schedule(name)
@@ -117,19 +120,19 @@ async def get_schedule(
 
 
 @router.delete("/schedules/{name}", status_code=204)
-async def remove(name: Name, runs: Runs) -> Response:
+async def remove(caller: Operator, name: Name, runs: Runs) -> Response:
     """Remove a schedule (the runs it fired stay)."""
-    await runs.remove_schedule(name)
+    await runs.remove_schedule(name, actor=caller.name)
     return Response(status_code=204)
 
 
 @router.post("/schedules/{name}/pause", response_model=ScheduleOut)
-async def pause(name: Name, runs: Runs) -> ScheduleOut:
+async def pause(caller: Operator, name: Name, runs: Runs) -> ScheduleOut:
     """Stop firing the schedule until it is resumed."""
-    return ScheduleOut.model_validate(await runs.pause_schedule(name))
+    return ScheduleOut.model_validate(await runs.pause_schedule(name, actor=caller.name))
 
 
 @router.post("/schedules/{name}/resume", response_model=ScheduleOut)
-async def resume(name: Name, runs: Runs) -> ScheduleOut:
+async def resume(caller: Operator, name: Name, runs: Runs) -> ScheduleOut:
     """Fire the schedule again from its next slot (the slots of the pause do not fire)."""
-    return ScheduleOut.model_validate(await runs.resume_schedule(name))
+    return ScheduleOut.model_validate(await runs.resume_schedule(name, actor=caller.name))

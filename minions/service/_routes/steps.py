@@ -10,6 +10,7 @@ from fastapi import Path as PathParam
 
 from minions._fold import RunStates
 from minions.runs import RunRecord, RunStore
+from minions.service._access import Reader
 from minions.service._deps import Runs
 from minions.service._errors import ERRORS
 from minions.service._models import StepDetail, StepStates
@@ -31,7 +32,7 @@ async def fold_run(runs: RunStore, record: RunRecord) -> RunStates:
 
 
 @router.get("/runs/{run_id}/steps", response_model=StepStates)
-async def steps(run_id: RunId, runs: Runs) -> StepStates:
+async def steps(caller: Reader, run_id: RunId, runs: Runs) -> StepStates:
     """The run's steps as its events tell them: each execution (a visit of a step, or one of
     its loop items) with its status, times, tokens, waits (for a person, for a model
     endpoint's limits) and retries, and each step's status. The run's event stream with
@@ -42,6 +43,7 @@ async def steps(run_id: RunId, runs: Runs) -> StepStates:
 
 @router.get("/runs/{run_id}/steps/{step_id}", response_model=StepDetail)
 async def step(
+    caller: Reader,
     run_id: RunId,
     step_id: Annotated[str, PathParam(description="The step's id.", max_length=200)],
     runs: Runs,

@@ -131,6 +131,16 @@ class StoreOutage(logging.Filter):
         return True
 
 
+_outage: StoreOutage | None = None
+"""The filter of the process's log, once a server command set it up."""
+
+
+def outage_said() -> bool:
+    """The process's log said the run store went (any part of the process, a library's
+    listener too) and nothing has said it is back yet."""
+    return _outage is not None and _outage.down
+
+
 def _event_of(record: logging.LogRecord) -> str:
     if isinstance(record.msg, dict):
         return str(record.msg.get("event", ""))
@@ -245,7 +255,9 @@ def install(
     )
     handler = logging.StreamHandler(sys.stderr if stream is None else stream)
     handler.setFormatter(formatter)
-    handler.addFilter(StoreOutage())
+    global _outage
+    _outage = StoreOutage()
+    handler.addFilter(_outage)
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import structlog
 from dbos import DBOS
 
+from minions import _logsetup
 from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
 from minions.models._limits import Limits
@@ -485,7 +486,10 @@ class Worker:
                 log.warning("run store unavailable; the worker waits for it", error=str(exc))
             self.state, self.error = "degraded", str(exc).splitlines()[0] if str(exc) else "?"
             return
-        if self.state == "degraded":
+        if self.state == "degraded" or _logsetup.outage_said():
+            # A library's record (DBOS's listener) may have said the store went while this
+            # worker's own beats never failed (an outage between two idle beats): it is
+            # back as soon as a beat reaches it, and the log says so.
             log.warning("run store back; the worker goes on", executor_id=self.executor_id)
         self.state, self.error = "running", None
 

@@ -86,9 +86,8 @@ from minions.errors import (
     UnknownScheduleError,
     UnknownStepError,
 )
-from minions.models._base import Model
-from minions.tools._context import ToolContext
-from minions.tools._tool import Tool, ToolRegistry, tool
+from minions.models import Model
+from minions.tools import Tool, ToolContext, ToolRegistry, tool
 
 # The agent layer, routing, step kinds and recipes load on first use of one of their names:
 # `import minions` stays light for code that only runs steps (most of its cost is building
@@ -152,10 +151,7 @@ if TYPE_CHECKING:
     )
     from minions._routing.transition import Condition, Transition
     from minions._step.stream import StepStream
-    from minions.recipes._build import load_recipe
-    from minions.recipes._recipe import AgentRecipe
-    from minions.recipes._subrecipe import RecipeStep
-    from minions.recipes._validation import recipe_problems
+    from minions.recipes import AgentRecipe, RecipeStep, load_recipe, recipe_problems
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

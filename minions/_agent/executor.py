@@ -24,10 +24,9 @@ from minions._sync import run_sync
 from minions._tracing.tracer import RunTracer
 from minions.errors import UnknownRecipeError
 from minions.events import EventListener
-from minions.models._base import Model
-from minions.recipes._recipe import AgentRecipe
-from minions.tools._approval import Approver
-from minions.tools._tool import Tool, ToolRegistry
+from minions.models import Model
+from minions.recipes import AgentRecipe
+from minions.tools import Approver, Tool, ToolRegistry
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider

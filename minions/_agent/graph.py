@@ -19,11 +19,11 @@ from minions._agent.mermaid import to_mermaid
 from minions._routing.transition import Transition
 from minions._step.step import Step
 from minions.errors import RecipeError
-from minions.recipes._recipe import AgentRecipe
+from minions.recipes import AgentRecipe
 from minions.recipes._validation import Analysis
 
 if TYPE_CHECKING:
-    from minions.tools._tool import ToolRegistry
+    from minions.tools import ToolRegistry
 
 __all__ = ["StepGraph"]
 

@@ -20,8 +20,8 @@ from minions._step.result import AgentResult
 from minions._step.step import Step
 from minions.errors import MCPServerError, MinionsError
 from minions.events import RunCompleted, RunFailed, RunStarted
+from minions.tools import ToolRegistry
 from minions.tools._mcp import MCPConnections
-from minions.tools._tool import ToolRegistry
 
 __all__ = []
 

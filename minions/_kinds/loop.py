@@ -13,7 +13,7 @@ from minions._step.run import StepRun
 from minions._step.step import Step, StepInput
 from minions._templates import render
 from minions.errors import Problem, StepDefinitionError
-from minions.tools._tool import ToolRegistry
+from minions.tools import ToolRegistry
 
 if TYPE_CHECKING:
     from minions._step.step import StepOptions

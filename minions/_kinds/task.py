@@ -27,7 +27,7 @@ from minions._step.run import StepRun
 from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
 from minions.errors import Problem
-from minions.tools._tool import ToolRegistry
+from minions.tools import ToolRegistry
 
 if TYPE_CHECKING:
     from minions._step.step import StepOptions

@@ -14,7 +14,7 @@ from minions._step.step import Step, StepInput
 from minions._templates import has_template, render
 from minions._text import as_text
 from minions.errors import Problem, StepDefinitionError, TemplateError, ToolError
-from minions.tools._tool import ToolRegistry
+from minions.tools import ToolRegistry
 
 if TYPE_CHECKING:
     from minions._step.step import StepOptions

@@ -30,8 +30,8 @@ from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
 from minions.errors import OutputValidationError, PlanError, Problem
 from minions.events import EventEmitter, EventListener, PlanRevised, UsageRecord
-from minions.models._base import Model
-from minions.recipes._recipe import AgentRecipe
+from minions.models import Model
+from minions.recipes import AgentRecipe
 from minions.tools._builtin import builtin_tools
 
 if TYPE_CHECKING:

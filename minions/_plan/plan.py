@@ -15,10 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from minions._kinds.task import TaskStep, TaskType
 from minions._step.step import MAX_ID_LENGTH, recipe_id_problem, step_id_problem
 from minions.errors import PlanError, Problem
-from minions.recipes._recipe import AgentRecipe
-from minions.recipes._validation import recipe_problems
+from minions.recipes import AgentRecipe, recipe_problems
+from minions.tools import Tool, ToolRegistry
 from minions.tools._builtin import builtin_tools
-from minions.tools._tool import Tool, ToolRegistry
 
 __all__ = ["Plan", "PlanStep", "TokenLine"]
 

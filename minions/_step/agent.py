@@ -16,8 +16,8 @@ from minions._step.step import iterable as _iterable
 from minions._sync import run_sync
 from minions._templates import quoted_outputs, render_text
 from minions.errors import Problem, StepDefinitionError, TemplateError, ToolDefinitionError
-from minions.models._base import Model
-from minions.tools._tool import Tool
+from minions.models import Model
+from minions.tools import Tool
 
 if TYPE_CHECKING:
     from minions._step.execution import StepExecution
@@ -363,7 +363,7 @@ class DefaultStep(Step[OutputT_co]):
 
 
 def resolve_model(model: str) -> Model:
-    from minions.models._infer import infer_model
+    from minions.models import infer_model
 
     return infer_model(model)
 

@@ -25,8 +25,8 @@ from minions.errors import StepDefinitionError
 if TYPE_CHECKING:
     from minions._messages import Message, ToolSpec
     from minions._output import OutputInstructions
-    from minions.models._base import Model
-    from minions.tools._tool import Tool
+    from minions.models import Model
+    from minions.tools import Tool
 
 __all__ = ["CachePolicy", "CachedStep", "InMemoryStepCache", "StepCache"]
 

@@ -15,10 +15,9 @@ from minions._step.result import AgentResult
 from minions._step.settings import RunSettings, with_given
 from minions._step.waits import RunWaits
 from minions.errors import BudgetExceededError
-from minions.models._base import Model
+from minions.models import Model, infer_model
 from minions.models._fallback import FallbackModel, is_fallback
-from minions.models._infer import infer_model
-from minions.tools._tool import Tool, ToolRegistry
+from minions.tools import Tool, ToolRegistry
 
 if TYPE_CHECKING:
     from minions._step.cache import StepCache
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from minions._step.completion import StepCompletionChain
     from minions._tracing.tracer import RunTracer
     from minions.events import EventListener
-    from minions.tools._approval import Approver
+    from minions.tools import Approver
 
 __all__ = ["AgentContext"]
 

@@ -29,8 +29,8 @@ from minions._sync import run_sync
 from minions._text import as_text, jsonable
 from minions._tracing.tracer import error_type
 from minions.errors import MinionsError, ModelOutputError, Reask, StepDefinitionError
-from minions.models._base import Model
-from minions.tools._tool import Tool, ToolRegistry
+from minions.models import Model
+from minions.tools import Tool, ToolRegistry
 
 if TYPE_CHECKING:
     from minions._step.stream import StepStream

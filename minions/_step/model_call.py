@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from minions._step.execution import StepExecution
     from minions._step.waits import Waits
     from minions.events import ModelCallStarted, UsageRecord
-    from minions.models._base import Model, TokenCallback
+    from minions.models import Model, TokenCallback
     from minions.models._limits import EndpointLimiter, EndpointWait
 
 __all__ = ["ModelCallExecutor"]

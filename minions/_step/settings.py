@@ -12,9 +12,9 @@ if TYPE_CHECKING:
     from minions._tracing.metrics import RunMetrics
     from minions._tracing.tracer import RunTracer
     from minions.events import EventListener
-    from minions.models._base import Model
+    from minions.models import Model
     from minions.models._limits import EndpointLimiter
-    from minions.tools._approval import Approver
+    from minions.tools import Approver
 
 __all__ = ["RunSettings"]
 

@@ -16,14 +16,14 @@ from minions._step.cache import CachePolicy
 from minions._step.completion import StepCompletionChain
 from minions._text import as_text
 from minions.errors import Problem, StepDefinitionError, did_you_mean
-from minions.models._base import Model
+from minions.models import Model
 
 if TYPE_CHECKING:
     from typing import TypedDict
 
     from minions._step.context import AgentContext
     from minions._step.run import StepRun
-    from minions.tools._tool import Tool, ToolRegistry
+    from minions.tools import Tool, ToolRegistry
 
     class StepOptions(TypedDict, total=False):
         """The options every kind of step takes, as keyword arguments (see `Step`): what a step

@@ -14,9 +14,8 @@ from minions._emitter import EventEmitter
 from minions._messages import ToolCall, ToolCallResponse
 from minions._retry import RetryHook, RetryPolicy
 from minions.errors import ApprovalRequiredError, MissingDepsError, ToolError
-from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
+from minions.tools import ApprovalDecision, ApprovalRequest, Approver, Tool, ToolRegistry
 from minions.tools._context import ToolContext, enter, leave
-from minions.tools._tool import Tool, ToolRegistry
 
 if TYPE_CHECKING:
     from minions._step.waits import Waits

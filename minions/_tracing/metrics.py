@@ -42,7 +42,7 @@ from minions._tracing import semconv as sc
 from minions._tracing.tracer import ModelDescription, error_type
 from minions._version import __version__
 from minions.errors import MissingExtraError, ModelOutputError, TransientModelError
-from minions.models._base import Model
+from minions.models import Model
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider

@@ -32,7 +32,7 @@ from minions._tracing import semconv as sc
 from minions._values import Usage
 from minions._version import __version__
 from minions.errors import MissingExtraError
-from minions.models._base import Model
+from minions.models import Model
 
 if TYPE_CHECKING:
     from contextvars import Token

@@ -27,13 +27,13 @@ from minions.cli._limits import LimitsOption
 from minions.cli._report import plural
 from minions.cli._running import EXIT_INTERRUPTED, EXIT_USAGE, RunOptions, run_in_foreground
 from minions.errors import InputError, MinionsError, RecipeError
-from minions.models._base import Model
+from minions.models import Model
 
 __all__ = ["app"]
 
 
 def _infer_model(spec: str) -> Model:
-    from minions.models._infer import infer_model
+    from minions.models import infer_model
 
     return infer_model(spec)
 
@@ -273,7 +273,7 @@ def validate(
     Prints OK and its step count, or every problem with its file and line (exit code 2).
     A recipe is code: its `tools:` modules are imported, unless --no-import.
     """
-    from minions.recipes._build import load_recipe_file
+    from minions.recipes import load_recipe_file
 
     with _user_errors():
         loaded = load_recipe_file(recipe, import_tools=not no_import)
@@ -288,7 +288,7 @@ def validate(
 def graph(recipe: RecipeArgument) -> None:
     """Print a recipe as a Mermaid flowchart."""
     from minions._agent.graph import StepGraph
-    from minions.recipes._build import load_recipe
+    from minions.recipes import load_recipe
 
     with _user_errors():
         typer.echo(StepGraph(load_recipe(recipe)).to_mermaid(), nl=False)

@@ -23,7 +23,7 @@ from rich.text import Text
 from minions import _logsetup
 from minions._text import jsonable, token_count
 from minions.cli._errors import UsageError
-from minions.models._infer import MODEL_ENV
+from minions.models import MODEL_ENV
 
 if TYPE_CHECKING:
     from minions.runs import RunStore

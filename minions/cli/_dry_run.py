@@ -19,7 +19,7 @@ from minions._text import jsonable
 from minions.cli._model_choice import model_text
 from minions.errors import TemplateError
 from minions.models import FallbackModel
-from minions.recipes._subrecipe import RecipeStep
+from minions.recipes import RecipeStep
 
 __all__ = []
 

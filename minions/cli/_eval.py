@@ -23,8 +23,7 @@ from minions.cli._common import DatabaseOption, open_store, stdout
 from minions.cli._errors import UsageError
 from minions.cli._report import plural
 from minions.cli._running import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from minions.models._base import Model
-from minions.models._infer import MODEL_ENV
+from minions.models import MODEL_ENV, Model
 
 if TYPE_CHECKING:
     from minions.evals import CaseRunFinished, CaseRunStarted, Dataset, EvalReport
@@ -121,7 +120,7 @@ def _writable(path: Path | None, option: str) -> None:
 def _resolver(ctx: typer.Context) -> Callable[[str], Model]:
     """How the command turns model strings into models: the `Settings` object the command
     was given (``CliRunner().invoke(app, ..., obj=Settings(...))``), else `infer_model`."""
-    from minions.models._infer import infer_model
+    from minions.models import infer_model
 
     resolve = getattr(ctx.obj, "resolve_model", None)
     return resolve if callable(resolve) else infer_model

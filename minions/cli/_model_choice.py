@@ -13,9 +13,7 @@ from typing import TYPE_CHECKING, Any
 from minions._text import redact_url
 from minions.cli._errors import UsageError
 from minions.errors import MinionsError
-from minions.models._base import Model
-from minions.models._fallback import FallbackModel
-from minions.models._infer import MODEL_ENV, infer_model
+from minions.models import MODEL_ENV, FallbackModel, Model, infer_model
 from minions.models._recording import (
     Recording,
     RecordingModel,
@@ -25,7 +23,7 @@ from minions.models._recording import (
 
 if TYPE_CHECKING:
     from minions._step.step import Step
-    from minions.recipes._recipe import AgentRecipe
+    from minions.recipes import AgentRecipe
 
 __all__ = []
 

@@ -22,8 +22,7 @@ from minions.cli._live import LiveView
 from minions.cli._progress import Ticker, elapsed
 from minions.errors import MinionsError, PlanError, Problem
 from minions.events import Event, PlanRevised, StepCompleted, StepFailed
-from minions.models._base import Model
-from minions.models._infer import MODEL_ENV, infer_model
+from minions.models import MODEL_ENV, Model, infer_model
 
 __all__: list[str] = []
 

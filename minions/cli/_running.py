@@ -52,13 +52,11 @@ from minions.cli._report import (
 )
 from minions.errors import MCPServerError, ModelError
 from minions.events import EventListener, event_to_json
-from minions.models._base import Model
+from minions.models import Model
 from minions.models._recording import Recording
-from minions.recipes._build import RecipeFile, load_recipe_file
-from minions.recipes._recipe import AgentRecipe
-from minions.tools._approval import ApprovalDecision, ApprovalRequest, Approver
+from minions.recipes import AgentRecipe, RecipeFile, load_recipe_file
+from minions.tools import ApprovalDecision, ApprovalRequest, Approver, ToolRegistry
 from minions.tools._mcp import describe_server, list_mcp_tools
-from minions.tools._tool import ToolRegistry
 
 __all__ = []
 

@@ -47,7 +47,7 @@ from minions.cli._common import (
 )
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
-from minions.models._infer import MODEL_ENV
+from minions.models import MODEL_ENV
 
 __all__: list[str] = []
 
@@ -300,7 +300,7 @@ def _has_a_model(path: Path) -> bool:
 
     from minions.cli._model_choice import needs_model
     from minions.models._recording import recording_beside
-    from minions.recipes._build import load_recipe_file
+    from minions.recipes import load_recipe_file
 
     recipe = load_recipe_file(path).recipe  # checked already by the store: it loads
     if recipe.model is not None or os.environ.get(MODEL_ENV):

@@ -23,7 +23,7 @@ from minions.cli._common import (
 )
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
-from minions.models._infer import MODEL_ENV
+from minions.models import MODEL_ENV
 
 __all__: list[str] = []
 

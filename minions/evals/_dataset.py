@@ -13,7 +13,7 @@ from minions.evals._checks import Check, ExpectedCheck, as_check
 from minions.evals._run import CaseRun
 
 if TYPE_CHECKING:
-    from minions.recipes._recipe import AgentRecipe
+    from minions.recipes import AgentRecipe
 
 __all__ = ["Case", "Dataset", "DatasetError", "Target"]
 
@@ -113,7 +113,7 @@ class Target:
 
 def _target(given: Any, base: Path | None) -> Target:
     from minions._step.step import Step
-    from minions.recipes._recipe import AgentRecipe
+    from minions.recipes import AgentRecipe
 
     if isinstance(given, Target):
         return given
@@ -123,7 +123,7 @@ def _target(given: Any, base: Path | None) -> Target:
     if isinstance(given, Step):
         return Target(id=given.id, recipe=AgentRecipe(id=given.id, steps=[given]))
     if isinstance(given, str | Path):
-        from minions.recipes._build import load_recipe_file
+        from minions.recipes import load_recipe_file
 
         path = Path(given)
         if base is not None and not path.is_absolute():

@@ -26,7 +26,7 @@ from minions.evals._stats import pass_at_k, pass_hat_k, wilson_interval
 if TYPE_CHECKING:
     from minions._step.settings import RunSettings
     from minions.events import EventListener
-    from minions.models._base import Model
+    from minions.models import Model
 
 __all__ = ["CaseRunFinished", "CaseRunStarted", "GradedRun", "evaluate", "evaluate_sync"]
 
@@ -257,7 +257,7 @@ def _model(model: Model | str | None, resolve: Callable[[str], Model] | None) ->
         return model
     if resolve is not None:
         return resolve(model)
-    from minions.models._infer import infer_model
+    from minions.models import infer_model
 
     return infer_model(model)
 

@@ -16,8 +16,8 @@ from minions._text import as_text, jsonable
 from minions.errors import MinionsError
 
 if TYPE_CHECKING:
-    from minions.models._base import Model
-    from minions.recipes._recipe import AgentRecipe
+    from minions.models import Model
+    from minions.recipes import AgentRecipe
 
 __all__ = ["Judge", "Verdict"]
 
@@ -157,7 +157,7 @@ class Judge:
         from minions._agent.executor import AgentExecutor
 
         if self._recipe is None:
-            from minions.recipes._build import parse_recipe
+            from minions.recipes import parse_recipe
 
             self._recipe = parse_recipe(_RECIPE)
         assert self.model is not None

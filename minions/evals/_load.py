@@ -176,7 +176,7 @@ def parse_dataset(text: str, *, path: str | Path, import_code: bool = True) -> D
         if not recipe_path.is_file():
             problem(f"no recipe file {str(recipe_path)!r}", where)
             continue
-        from minions.recipes._build import load_recipe_file
+        from minions.recipes import load_recipe_file
 
         targets.append(load_recipe_file(recipe_path, import_tools=import_code).recipe)
     for target in targets:

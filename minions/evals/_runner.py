@@ -23,7 +23,7 @@ from minions._text import jsonable
 from minions.errors import MinionsError, ModelError, ModelOutputError, TransientModelError
 from minions.evals._dataset import Case, Target
 from minions.evals._run import CaseRun, result_document
-from minions.models._base import Model, TokenCallback
+from minions.models import Model, TokenCallback
 
 if TYPE_CHECKING:
     from minions._step.result import AgentResult

@@ -27,16 +27,15 @@ from minions._routing.transition import Transition
 from minions._step.agent import DefaultStep
 from minions._step.step import Step, recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
-from minions.models._base import Model
-from minions.models._fallback import FallbackModel
+from minions.models import FallbackModel, Model
 from minions.recipes._loader import by_line, check_spec, read_recipe_text, step_label
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._schema import HttpSpec, RecipeSpec, StepSpec
 from minions.recipes._source import Located, collector_paused
 from minions.recipes._subrecipe import RecipeStep
 from minions.recipes._validation import recipe_problems
+from minions.tools import Tool, ToolRegistry
 from minions.tools._builtin import builtin_tools
-from minions.tools._tool import Tool, ToolRegistry
 
 __all__ = ["RecipeFile", "load_recipe", "load_recipe_file", "parse_recipe"]
 

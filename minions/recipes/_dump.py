@@ -14,8 +14,7 @@ from minions._kinds.tool import ToolStep
 from minions._step.agent import DefaultStep
 from minions._step.step import Step
 from minions.errors import Problem, RecipeError
-from minions.models._base import Model
-from minions.models._fallback import FallbackModel
+from minions.models import FallbackModel, Model
 from minions.recipes._schema import StepSpec
 from minions.tools._builtin import builtin_tools
 

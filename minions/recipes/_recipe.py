@@ -12,8 +12,8 @@ from minions._routing.transition import Transition
 from minions._step.completion import StepCompletionChain
 from minions._step.step import Step, recipe_id_problem
 from minions.errors import Problem, RecipeError
-from minions.models._base import Model
-from minions.tools._tool import Tool
+from minions.models import Model
+from minions.tools import Tool
 
 __all__ = ["AgentRecipe"]
 

@@ -11,7 +11,7 @@ from minions._step.execution import StepStatus
 from minions._step.run import StepRun
 from minions._step.step import Step, StepInput
 from minions._templates import render
-from minions.models._base import Model
+from minions.models import Model
 
 if TYPE_CHECKING:
     from minions._step.context import AgentContext

@@ -31,7 +31,7 @@ from minions.recipes._recipe import AgentRecipe
 from minions.recipes._subrecipe import RecipeStep
 
 if TYPE_CHECKING:
-    from minions.tools._tool import ToolRegistry
+    from minions.tools import ToolRegistry
 
 __all__ = ["recipe_problems"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from minions.models._base import Model
+from minions.models import Model
 from minions.models._limits import (
     EndpointLimit,
     EndpointLimiter,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from minions._agent.graph import StepGraph
-    from minions.recipes._recipe import AgentRecipe
+    from minions.recipes import AgentRecipe
     from minions.runs._checkpoints import Checkpoint
 
 __all__: list[str] = []

@@ -34,12 +34,11 @@ from minions.events import (
     StepReused,
     UsageRecord,
 )
-from minions.models._base import Model
-from minions.models._infer import MODEL_ENV
+from minions.models import MODEL_ENV, Model
 from minions.models._recording import Recording, ReplayModel, recording_beside
 from minions.models._structured import CapabilityMemory
+from minions.recipes import AgentRecipe
 from minions.recipes._folder import INLINE_SUFFIX, RecipeFolder
-from minions.recipes._recipe import AgentRecipe
 from minions.runs import _approvals as approvals
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
@@ -57,7 +56,7 @@ from minions.runs._queue import workflow_id
 from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import recipe_of
 from minions.runs._tables import TERMINAL
-from minions.tools._approval import ApprovalDecision, ApprovalRequest
+from minions.tools import ApprovalDecision, ApprovalRequest
 
 if TYPE_CHECKING:
     from minions.runs._queue import Queue  # imports DBOS: only a worker's process needs it

@@ -21,7 +21,7 @@ from minions._text import jsonable
 from minions.runs._db import dumps
 
 if TYPE_CHECKING:
-    from minions.recipes._recipe import AgentRecipe
+    from minions.recipes import AgentRecipe
     from minions.recipes._schema import RecipeSpec
     from minions.recipes._source import Located
 
@@ -115,7 +115,7 @@ def build(
     """
     if import_tools:
         return recipe_of(text, str(path))
-    from minions.recipes._build import load_recipe_file
+    from minions.recipes import load_recipe_file
 
     return load_recipe_file(Path(path), text=text, import_tools=False, parsed=parsed).recipe
 
@@ -130,7 +130,7 @@ def recipe_of(yaml_text: str, path: str | None) -> AgentRecipe:
     Raises:
         RecipeError: the snapshot does not build (a tools module beside it changed...).
     """
-    from minions.recipes._build import load_recipe_file
+    from minions.recipes import load_recipe_file
 
     file = Path(path) if path else Path.cwd() / "recipe.yaml"
     return load_recipe_file(file, text=yaml_text).recipe

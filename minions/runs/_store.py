@@ -40,7 +40,7 @@ from minions.runs._wake import wake
 
 if TYPE_CHECKING:
     from minions._step.cache import CachedStep, StepCache
-    from minions.recipes._recipe import AgentRecipe
+    from minions.recipes import AgentRecipe
     from minions.recipes._schema import CatchUp, RecipeSpec
     from minions.recipes._source import Located
     from minions.runs._checkpoints import Checkpoint

@@ -14,7 +14,7 @@ import structlog
 
 from minions import _logsetup as logs
 from minions._step.settings import RunSettings
-from minions.models._base import Model
+from minions.models import Model
 from minions.models._limits import Limits
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
@@ -27,7 +27,7 @@ log = structlog.get_logger(__name__)
 
 def _streaming(spec: Model | str | None) -> Model:
     """Models named by strings stream their answers: the console shows the text live."""
-    from minions.models._infer import infer_model
+    from minions.models import infer_model
 
     return infer_model(spec, stream=True)
 

@@ -12,7 +12,7 @@ from typing import Any, TypeAlias
 from minions._messages import Message, ModelCallResponse, Prompt, ToolCall, Usage
 from minions._text import estimate_tokens
 from minions.errors import ScriptExhaustedError
-from minions.models._base import Model, TokenCallback
+from minions.models import Model, TokenCallback
 
 __all__ = ["FunctionModel", "Reply", "ScriptedModel"]
 

@@ -19,7 +19,7 @@ from minions._messages import (
 )
 from minions._text import estimate_tokens, jsonable
 from minions.errors import ModelError, OutputValidationError
-from minions.models._base import Model, TokenCallback
+from minions.models import Model, TokenCallback
 from minions.testing._schema_data import SchemaDataError, example_for
 from minions.testing._scripted import chunks, prompt_tokens
 

@@ -222,7 +222,7 @@ async def test_a_stream_abandoned_midway_cancels_the_step_and_leaves_nothing_run
     assert execution.error == "step 's' was cancelled"
     assert model.cancelled
     assert asyncio.all_tasks() == before
-    assert stream._executor.context.events.listeners == ()
+    assert stream._emitter.listeners == ()
     assert stopped == []
 
 

@@ -177,7 +177,8 @@ class StepExecutor(Generic[OutputT]):
         """
         from minions._step.stream import StepStream
 
-        return StepStream(self)
+        self.streaming = True
+        return StepStream(self.name, self.execute, lambda: self.execution, self.context.events)
 
     async def execute(self) -> StepExecution[OutputT]:
         """Run the step to a terminal status and return its execution."""

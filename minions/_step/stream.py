@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from minions._generic import OutputT
 
 if TYPE_CHECKING:
+    from minions._emitter import EventEmitter
     from minions._step.execution import StepExecution
-    from minions._step.executor import StepExecutor
     from minions.events import Event
 
 __all__ = ["StepStream"]
@@ -39,8 +39,20 @@ class StepStream(Generic[OutputT]):
     the same `turn` replaces what was shown for that turn.
     """
 
-    def __init__(self, executor: StepExecutor[OutputT]) -> None:
-        self._executor = executor
+    def __init__(
+        self,
+        name: str,
+        execute: Callable[[], Coroutine[Any, Any, StepExecution[OutputT]]],
+        execution: Callable[[], StepExecution[OutputT]],
+        events: EventEmitter,
+    ) -> None:
+        """Stream the step `name`: `execute` runs it (once, when the stream starts),
+        `execution` reads its execution, and its events (its loop items' too) are read from
+        `events`."""
+        self._name = name
+        self._execute = execute
+        self._execution = execution
+        self._emitter = events
         self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self._task: asyncio.Task[StepExecution[OutputT]] | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -50,25 +62,23 @@ class StepStream(Generic[OutputT]):
     def execution(self) -> StepExecution[OutputT]:
         """The step's execution: ended (COMPLETED or FAILED) once the stream has been read
         to the end or its block left; in progress before."""
-        return self._executor.execution
+        return self._execution()
 
     def _start(self) -> None:
         if self._task is not None:
             return
-        executor = self._executor
-        executor.streaming = True
         # The listener and the callback hold the queue, not the stream: a stream nobody
         # holds any more is collected, and closing its generators cancels the step.
         queue = self._queue
-        name = executor.name
+        name = self._name
 
         def listen(event: Event) -> None:
             step_id = event.step_id
             if step_id is not None and (step_id == name or step_id.startswith(name + "[")):
                 queue.put_nowait(event)
 
-        self._unsubscribe = executor.context.events.subscribe(listen)
-        self._task = asyncio.create_task(executor.execute())
+        self._unsubscribe = self._emitter.subscribe(listen)
+        self._task = asyncio.create_task(self._execute())
         self._task.add_done_callback(lambda _: queue.put_nowait(None))
 
     async def __aenter__(self) -> StepStream[OutputT]:

@@ -26,7 +26,7 @@ from minions.runs._approvals import ApprovalRecord
 from minions.runs._checkpoints import StepRecord
 
 if TYPE_CHECKING:
-    from minions.runs._store import RunStore
+    from minions.runs._runs import RunRecord
 
 __all__ = ["StepDetail"]
 
@@ -65,17 +65,18 @@ class StepDetail:
     approvals: list[ApprovalRecord]
 
 
-async def step_detail(runs: RunStore, run_id: str, step_id: str) -> StepDetail:
-    """The step `step_id` (``each`` or ``each[2]``) of the run.
+def step_detail(
+    record: RunRecord, step_id: str, events: list[ev.Event], recipe_yaml: str
+) -> StepDetail:
+    """The step `step_id` (``each`` or ``each[2]``) of the run `record`, from the step's
+    stored `events` and the run's recipe snapshot.
 
     Raises:
-        UnknownRunError: no run has this id.
         UnknownStepError: the run has no such step (or item): none in its recipe, none stored
             and no event of it.
     """
-    record = await runs.get(run_id)
-    events = await runs.step_events(run_id, step_id)
-    kinds = _kinds(await runs.recipe_yaml(run_id))
+    run_id = record.run_id
+    kinds = _kinds(recipe_yaml)
     stored = _stored(record.steps, step_id)
     if step_id not in kinds and not stored and not events:
         raise UnknownStepError(run_id, step_id, sorted(kinds))

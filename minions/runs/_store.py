@@ -35,6 +35,7 @@ from minions.runs._log import EventLog, LiveHub
 from minions.runs._queue import Queue, workflow_id
 from minions.runs._runs import RunFilter, RunRecord
 from minions.runs._snapshot import RecipeSnapshot
+from minions.runs._steps import StepDetail, step_detail
 from minions.runs._tables import STATUSES, TERMINAL
 from minions.runs._wake import wake
 
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     from minions.runs._prune import History, PruneResult
     from minions.runs._runs import RerunPlan
     from minions.runs._schedules import ScheduleRecord
-    from minions.runs._steps import StepDetail
     from minions.runs._workers import WorkerRecord
 
 __all__ = ["RunFilters", "RunStore", "database_url"]
@@ -410,9 +410,9 @@ class RunStore:
             UnknownRunError: no run has this id.
             UnknownStepError: the run has no such step (or item).
         """
-        from minions.runs._steps import step_detail
-
-        return await step_detail(self, run_id, step_id)
+        record = await self.get(run_id)
+        events = await self.step_events(run_id, step_id)
+        return step_detail(record, step_id, events, await self.recipe_yaml(run_id))
 
     async def history(self) -> History:
         """How far the stored runs go back, and how far pruning went."""

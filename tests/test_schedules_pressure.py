@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
-from runs_helpers import TOOLS, chain
+from runs_helpers import TOOLS, chain, finished, worker
 from typer.testing import CliRunner
 
 from minions.cli._app import app
@@ -22,6 +23,7 @@ from minions.errors import RecipeError
 from minions.recipes._schema import CatchUp, Overlap
 from minions.runs import RunRecord, RunStore, ScheduleRecord
 from minions.runs._db import Database, sqlalchemy_url
+from minions.runs._queue import Queue
 from minions.runs._schedules import (
     MAX_BACKLOG,
     MAX_PER_TICK,
@@ -405,3 +407,55 @@ async def test_a_store_of_schema_5_keeps_its_schedules_allowing_overlap(
     await store.aclose()
     with Database(url).read() as db:
         assert db.execute(sa.select(sa.func.count()).select_from(schedules_table)).scalar_one() == 2
+
+
+@pytest.mark.slow
+async def test_a_worker_runs_a_skip_schedule_one_run_at_a_time(tmp_path: Path, url: str) -> None:
+    """The same with a real worker process running the runs: a schedule every minute whose
+    run is held (a gate file) for three minutes of the test's clock, fired by a scheduler on
+    that clock: the store never has two runs of it active, and each run ran once."""
+    recipe = write_recipe(tmp_path)
+    ledger, gate = tmp_path / "ledger.txt", tmp_path / "gate"
+    gate.touch()
+    store = RunStore(url, create=True)
+    added = await store.add_schedule(recipe, every="1m", overlap="skip", inputs={"tag": "w"})
+    blocking, queue = Database(url), Queue(url)
+    queue.client()
+    clock = [added.created_at + 86_400]
+    scheduler = Scheduler(blocking, queue.enqueue, clock=lambda: clock[0])
+    scheduler.tick()  # the cursor goes to the test's clock: the worker's own ticks see nothing due
+    before = await store.schedule("tick")
+    most = 0
+
+    async def active() -> list[RunRecord]:
+        return [
+            r
+            for r in await store.list_runs(schedule="tick", limit=100)
+            if r.status in ("queued", "running", "waiting")
+        ]
+
+    with worker(url, tmp_path, "w0", ledger, GATE=str(gate)):
+        for minute in range(1, 13):
+            clock[0] += 60
+            scheduler.tick()
+            now_active = await active()
+            most = max(most, len(now_active))
+            if minute % 3 == 0:  # three minutes of the test's clock: the run ends
+                gate.unlink()
+                for run in now_active:
+                    assert await finished(store, run.run_id, within=60) == "completed"
+                gate.touch()
+    runs = await store.list_runs(schedule="tick", limit=100)
+    assert most == 1
+    assert len(runs) == 4
+    assert {r.status for r in runs} == {"completed"}
+    spans = sorted((r.started_at or 0.0, r.finished_at or 0.0) for r in runs)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # never two at once
+    assert len(ledger.read_text().splitlines()) == 4  # each run's step ran once
+    record = await store.schedule("tick")
+    # Fired at 0, 4, 7 and 10 minutes; the 9 other slots of the 12 minutes were skipped.
+    assert (record.fired, record.late_reason) == (4, "overlap")
+    assert record.late_slots - before.late_slots == 9
+    blocking.close()
+    queue.close()
+    await store.aclose()

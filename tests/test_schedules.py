@@ -388,11 +388,19 @@ def test_schedules_through_the_api(tmp_path: Path) -> None:
         assert created.status_code == 201, created.text
         assert created.json()["name"] == "ledger"
         assert created.json()["every"] == 3600
+        assert (created.json()["overlap"], created.json()["late"]) == ("skip", False)
         again = c.post("/schedules", json=body)
         assert again.status_code == 409
         assert again.json()["error"]["type"] == "schedule_exists"
-        replaced = c.post("/schedules", json={**body, "cron": None, "every": "2h", "replace": True})
+        replaced = c.post(
+            "/schedules",
+            json={**body, "cron": None, "every": "2h", "overlap": "buffer_one", "replace": True},
+        )
         assert replaced.status_code == 201
+        assert replaced.json()["overlap"] == "buffer_one"
+        too_long = c.post("/schedules", json={**body, "name": "long", "every": "9" * 30 + "d"})
+        assert too_long.status_code == 400
+        assert "every" in too_long.json()["error"]["message"]
         assert replaced.json()["every"] == 7200
         bad = c.post("/schedules", json={**body, "name": "bad", "cron": "nope", "every": None})
         assert bad.status_code == 400

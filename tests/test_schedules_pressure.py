@@ -307,6 +307,17 @@ async def test_a_late_slot_is_flagged_and_an_on_time_one_clears_it(
     clock = [added.next_at + 90]  # the worker came 90 s after the slot
     scheduler = Scheduler(blocking, queue_nothing, clock=lambda: clock[0])
     assert len(scheduler.tick()) == 1
+    runner = CliRunner()
+    shown = await asyncio.to_thread(
+        runner.invoke, app, ["schedules", "show", "tick", "--database-url", url]
+    )
+    assert "overlap allow" in shown.output
+    assert "late: a slot fired over a minute after its time (" in shown.output
+    assert "; 1 slot(s) late in all)" in shown.output
+    table = await asyncio.to_thread(
+        runner.invoke, app, ["schedules", "list", "--database-url", url]
+    )
+    assert "LATE (late) 1" in table.output, table.output
     late = await store.schedule("tick")
     assert (late.late, late.late_reason, late.late_slots, late.late_at) == (
         True,
@@ -319,7 +330,6 @@ async def test_a_late_slot_is_flagged_and_an_on_time_one_clears_it(
     on_time = await store.schedule("tick")
     assert (on_time.late, on_time.late_slots, on_time.late_reason) == (False, 1, "late")
     # What a person sees: the CLI's list, its JSON
-    runner = CliRunner()
     args = ["schedules", "list", "--json", "--database-url", url]
     listed = await asyncio.to_thread(runner.invoke, app, args)
     assert listed.exit_code == 0, listed.output

@@ -24,6 +24,7 @@ the repeated hour at its first pass only, in the skipped hour at the first time 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -262,6 +263,16 @@ def room(overlap: Overlap, catch_up: CatchUp, *, active: int = 0, queued: int = 
     return max(0, MAX_PER_TICK - queued) if catch_up == "all" else MAX_PER_TICK
 
 
+@functools.lru_cache(maxsize=1024)
+def _beyond_backlog(timing: Timing, cursor: float) -> float:
+    """The first slot after `cursor` past the backlog (the schedule's `MAX_BACKLOG` + 1th):
+    a tick of a schedule waiting for room to catch up asks it again and again."""
+    slot = cursor
+    for _ in range(MAX_BACKLOG + 1):
+        slot = timing.after(slot)
+    return slot
+
+
 def plan(
     timing: Timing,
     catch_up: CatchUp,
@@ -280,19 +291,20 @@ def plan(
     a later tick; with ``one`` and ``none``, a slot that may not fire now is skipped."""
     may = min(room(overlap, catch_up, active=active, queued=queued), MAX_PER_TICK)
     if catch_up == "all":
-        due: list[float] = []
-        slot = timing.latest(now)
-        while slot > cursor and len(due) < MAX_BACKLOG:
-            due.append(slot)
-            slot = timing.latest(slot - 1)
-        if not due:
-            return Plan(fire=(), cursor=cursor)
-        due.reverse()
-        skipped = timing.count(cursor, slot)  # the slots older than the backlog's
-        start = due[0] - 1 if skipped else cursor  # slots are whole seconds
-        fire = tuple(due[:may])
+        start, skipped = cursor, 0
+        if _beyond_backlog(timing, cursor) <= now:  # more missed than the backlog holds
+            oldest = timing.latest(now)
+            for _ in range(MAX_BACKLOG - 1):
+                oldest = timing.latest(oldest - 1)
+            start = oldest - 1  # slots are whole seconds
+            skipped = timing.count(cursor, start)
+        fire: list[float] = []
+        slot = timing.after(start)
+        while slot <= now and len(fire) < may:
+            fire.append(slot)
+            slot = timing.after(slot)
         return Plan(
-            fire=fire,
+            fire=tuple(fire),
             cursor=fire[-1] if fire else start,
             skipped=skipped,
             reason="backlog" if skipped else None,

@@ -119,7 +119,7 @@ def add(
             "--catch-up",
             metavar="none|one|all",
             help="Slots missed while no worker ran: skip them (none), fire the latest (one, "
-            "the default) or fire each (all).",
+            "the default) or fire each (all: the latest 100 at most, 10 a tick).",
             show_default=False,
         ),
     ] = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -229,18 +230,20 @@ async def test_a_one_minute_schedule_of_a_three_minute_recipe(
 ) -> None:
     """Forty minutes of a schedule every minute whose runs take three minutes, on two free
     workers (the clock is the test's; a run starts at the first tick after it is queued and
-    ends three minutes after it started): `skip` never has two runs at once, `buffer_one`
+    ends three minutes after it started), fired by two workers' ticks at once: `skip` never has two runs at once, `buffer_one`
     never more than one waiting, `allow` piles them up. Skipped slots flag the schedule late."""
     recipe = write_recipe(tmp_path)
     store = RunStore(url, create=True)
     added = await store.add_schedule(recipe, every="1m", overlap=overlap, inputs={"tag": overlap})
     blocking = Database(url)
     clock = [added.created_at]
-    scheduler = Scheduler(blocking, queue_nothing, clock=lambda: clock[0])
+    # Two workers' schedulers, ticking at once: the overlap policy holds across them.
+    schedulers = [Scheduler(Database(url), queue_nothing, clock=lambda: clock[0]) for _ in range(2)]
+    pool = ThreadPoolExecutor(2)
     most_active = most_queued = 0
     for _ in range(40 * 4):
         clock[0] += 15
-        scheduler.tick()
+        list(pool.map(lambda s: s.tick(), schedulers))
         with blocking.read() as db:
             active = db.execute(
                 sa.select(runs_table.c.status, sa.func.count())
@@ -268,6 +271,9 @@ async def test_a_one_minute_schedule_of_a_three_minute_recipe(
         assert most_active > 10  # they pile up, as asked
         assert record.fired == 40
         assert not record.late
+    pool.shutdown()
+    for scheduler in schedulers:
+        scheduler.database.close()
     blocking.close()
     await store.aclose()
 

@@ -428,6 +428,9 @@ def fire_due(
         due = db.execute(
             sa.select(table).where(table.c.paused.is_(False), table.c.next_at <= now)
         ).all()
+        # A schedule waiting for room to catch up (its slots due, its runs in the way) costs
+        # a read, not a write transaction, per tick: the write decides again.
+        due = [row for row in due if _step(db, row, now, grace) is not None]
     fired: list[str] = []
     for row in due:
         fired += _fire(database, enqueue, row, now, grace)
@@ -456,29 +459,48 @@ def _active(db: sa.Connection, name: str) -> tuple[int, int]:
     return sum(counts.values()), counts.get("queued", 0)
 
 
+def _step(db: sa.Connection, row: Any, now: float, grace: float) -> Plan | None:
+    """What a tick at `now` does with the due schedule `row` (None: nothing)."""
+    counted = row.overlap != "allow" or row.catch_up == "all"
+    active, waiting = _active(db, row.name) if counted else (0, 0)
+    step = plan(
+        timing_of(row),
+        row.catch_up,
+        row.cursor,
+        now,
+        grace,
+        overlap=row.overlap,
+        active=active,
+        queued=waiting,
+    )
+    return None if step.cursor == row.cursor and not step.fire else step
+
+
 def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: float) -> list[str]:
     table = schedules_table
     timing = timing_of(row)
     queued: list[str] = []
     snapshot = RecipeSnapshot.from_row(row)
     with database.begin() as db:
-        # Read in the transaction that fires: a run of the schedule becomes active only by a
-        # tick that moves the cursor, which makes the compare-and-set below of any other
-        # tick that read these counts write nothing.
-        active, waiting = (
-            _active(db, row.name) if row.overlap != "allow" or row.catch_up == "all" else (0, 0)
-        )
-        step = plan(
-            timing,
-            row.catch_up,
-            row.cursor,
-            now,
-            grace,
-            overlap=row.overlap,
-            active=active,
-            queued=waiting,
-        )
-        if step.cursor == row.cursor and not step.fire:
+        # The compare-and-set that makes a slot fire once, first (a write, so that SQLite's
+        # transaction holds the writer's turn before it reads): of the ticks that read this
+        # cursor, one holds the row; the others write nothing (Postgres: they wait on the
+        # row, then find it moved). The runs of the schedule are counted after it: only a
+        # tick holding the row makes one active.
+        held = db.execute(
+            table.update()
+            .where(
+                table.c.name == row.name,
+                table.c.version == row.version,
+                table.c.cursor == row.cursor,
+                table.c.paused.is_(False),
+            )
+            .values(version=table.c.version)
+        ).rowcount
+        if not held:
+            return []
+        step = _step(db, row, now, grace)
+        if step is None:
             return []  # catching up, and waiting for room
         fired = [(uuid.uuid4().hex, slot) for slot in step.fire]
         late_fired = sum(1 for slot in step.fire if now - slot > grace)
@@ -500,20 +522,7 @@ def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: flo
                 late_at=now,
                 late_reason=step.reason if step.skipped else "late",
             )
-        # The compare-and-set that makes a slot fire once: of the ticks that read this cursor,
-        # one moves it (Postgres: the others wait on the row, then find it moved).
-        moved = db.execute(
-            table.update()
-            .where(
-                table.c.name == row.name,
-                table.c.version == row.version,
-                table.c.cursor == row.cursor,
-                table.c.paused.is_(False),
-            )
-            .values(**values)
-        ).rowcount
-        if not moved:
-            return []
+        db.execute(table.update().where(table.c.name == row.name).values(**values))
         for run_id, slot in fired:
             queued_run = runs.queued_row(
                 snapshot,

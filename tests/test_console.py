@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import sqlite3
 import stat
 import threading
 from collections.abc import Iterator
@@ -653,6 +654,11 @@ def test_an_operator_reruns_compares_pauses_a_schedule_and_sees_waits_for_a_mode
                 made = client.post("/schedules", json=body)
                 assert made.status_code == 201, made.text
             assert client.post("/schedules/shouts/pause").status_code == 200
+            with sqlite3.connect(tmp_path / "store" / "minions.db") as db:  # as a tick flags it
+                db.execute(
+                    "UPDATE minions_schedules SET late = 1, late_slots = 4, "
+                    "late_reason = 'overlap' WHERE name = 'shouts'"
+                )
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             try:
                 log_in(page, service.base, TOKEN)
@@ -827,8 +833,14 @@ def pause_a_schedule(page: Page, shots: Path) -> None:
     expect(row).to_have_attribute("data-paused", "false")
     expect(row).to_contain_text(re.compile(r"in \d+ (s|min|h)"))  # the next fire, a day at most
     expect(row).to_contain_text("never")  # the last fire
+    expect(row).to_contain_text("overlap skip")
+    expect(row).to_have_attribute("data-late", "false")
     weekdays = page.locator('#schedules tr[data-schedule="shouts"]')
     expect(weekdays).to_contain_text("cron 0 7 * * 1-5 (Europe/Paris)")
+    expect(weekdays).to_have_attribute("data-late", "true")
+    expect(weekdays.locator(".s-late")).to_have_attribute(
+        "title", "slots skipped while a run of it was active; 4 slot(s) late or skipped in all"
+    )
     expect(weekdays).to_have_attribute("data-paused", "true")
     page.set_viewport_size({"width": 420, "height": 900})  # a phone: nothing wider
     wide: Any = page.evaluate("document.documentElement.scrollWidth")

@@ -38,6 +38,7 @@ def exposed() -> set[str]:
     state = FleetState(
         at=100.0,
         schedules=(("nightly", 50.0),),
+        lateness=(("nightly", True, 2),),
         endpoints=(
             EndpointLoad(
                 endpoint="http://e/v1", in_flight=1, waiting=0, requests=1, tokens=1,

@@ -192,6 +192,14 @@ def test_the_queue_and_late_schedules_are_read_at_each_scrape(tmp_path: Path) ->
                     sa.text("UPDATE minions_schedules SET next_at = :at"),
                     {"at": time.time() - 120},
                 )
+                # What a tick records of a slot skipped while a run of it was active.
+                db.execute(
+                    sa.text(
+                        "UPDATE minions_schedules SET late = :late, late_slots = 3, "
+                        "late_reason = 'overlap' WHERE name = 'nightly'"
+                    ),
+                    {"late": True},
+                )
         finally:
             store.close()
         samples = scrape(client)
@@ -202,3 +210,5 @@ def test_the_queue_and_late_schedules_are_read_at_each_scrape(tmp_path: Path) ->
     lag = named(samples, "minions_schedule_lag_seconds")
     assert list(lag) == [(("schedule", "nightly"),)]  # a paused schedule is never late
     assert lag[(("schedule", "nightly"),)] >= 120
+    assert named(samples, "minions_schedule_late") == {(("schedule", "nightly"),): 1.0}
+    assert named(samples, "minions_schedule_late_slots_total") == {(("schedule", "nightly"),): 3.0}

@@ -105,7 +105,12 @@ async def _catch_up_across_a_gap(tmp_path: Path, url: str, *, stop_store: bool) 
     store = RunStore(url, create=True)
     for policy in ("none", "one", "all"):
         await store.add_schedule(
-            recipe, every="5m", name=policy, catch_up=policy, inputs={"tag": policy}
+            recipe,
+            every="5m",
+            name=policy,
+            catch_up=policy,
+            overlap="allow",  # nothing runs the runs: each stays queued
+            inputs={"tag": policy},
         )
     blocking, queue = Database(url), Queue(url)
     queue.client()
@@ -141,6 +146,16 @@ async def _catch_up_across_a_gap(tmp_path: Path, url: str, *, stop_store: bool) 
         "one": [first, first + 900],
         "none": [first],
     }
+    lateness = {
+        p: (r.late, r.late_reason, r.late_slots)
+        for p in ("none", "one", "all")
+        for r in [await store.schedule(p)]
+    }
+    assert lateness == {
+        "none": (True, "catch-up", 3),  # three skipped
+        "one": (True, "catch-up", 3),  # two skipped, the latest fired 100 s late
+        "all": (True, "late", 3),  # three fired over a minute late
+    }
     now[0] = first + 1200 + 1
     scheduler.tick()
     assert scheduler.tick() == []  # once
@@ -148,6 +163,8 @@ async def _catch_up_across_a_gap(tmp_path: Path, url: str, *, stop_store: bool) 
     assert all(fired[-1] == first + 1200 for fired in after.values())
     assert len(after["all"]) == 5
     record = await store.schedule("none")
+    assert not record.late  # the slot after fired on time
+    assert record.late_slots == 3
     assert record.last_slot == first + 1200
     assert record.fired == 2
     assert record.next_at == first + 1500
@@ -161,7 +178,9 @@ async def test_a_paused_schedule_fires_nothing_and_resumes_from_its_next_slot(
 ) -> None:
     recipe = write_recipe(tmp_path)
     store = RunStore(url, create=True)
-    added = await store.add_schedule(recipe, every="1m", catch_up="all", inputs={"tag": "p"})
+    added = await store.add_schedule(
+        recipe, every="1m", catch_up="all", overlap="allow", inputs={"tag": "p"}
+    )
     assert added.name == "tick"
     assert added.next_at == Timing(every=60).after(added.created_at)
     blocking, queue = Database(url), Queue(url)
@@ -254,7 +273,9 @@ async def test_workers_fire_each_slot_once_and_stop_when_paused_or_removed(
     recipe = write_recipe(tmp_path)
     ledger = tmp_path / "ledger.txt"
     store = RunStore(url, create=True)
-    await store.add_schedule(recipe, every="1s", catch_up="all", inputs={"tag": "s"})
+    await store.add_schedule(
+        recipe, every="1s", catch_up="all", overlap="allow", inputs={"tag": "s"}
+    )
     blocking = Database(url)
 
     def fired(name: str) -> int:
@@ -268,7 +289,7 @@ async def test_workers_fire_each_slot_once_and_stop_when_paused_or_removed(
         await store.pause_schedule("tick")
         paused = fired("tick")
         await store.add_schedule(
-            recipe, every="1s", catch_up="all", name="witness", inputs={"tag": "w"}
+            recipe, every="1s", catch_up="all", overlap="allow", name="witness", inputs={"tag": "w"}
         )
         await until(lambda: fired("witness") >= 3, within=60)
         assert fired("tick") == paused
@@ -367,11 +388,19 @@ def test_schedules_through_the_api(tmp_path: Path) -> None:
         assert created.status_code == 201, created.text
         assert created.json()["name"] == "ledger"
         assert created.json()["every"] == 3600
+        assert (created.json()["overlap"], created.json()["late"]) == ("skip", False)
         again = c.post("/schedules", json=body)
         assert again.status_code == 409
         assert again.json()["error"]["type"] == "schedule_exists"
-        replaced = c.post("/schedules", json={**body, "cron": None, "every": "2h", "replace": True})
+        replaced = c.post(
+            "/schedules",
+            json={**body, "cron": None, "every": "2h", "overlap": "buffer_one", "replace": True},
+        )
         assert replaced.status_code == 201
+        assert replaced.json()["overlap"] == "buffer_one"
+        too_long = c.post("/schedules", json={**body, "name": "long", "every": "9" * 30 + "d"})
+        assert too_long.status_code == 400
+        assert "every" in too_long.json()["error"]["message"]
         assert replaced.json()["every"] == 7200
         bad = c.post("/schedules", json={**body, "name": "bad", "cron": "nope", "every": None})
         assert bad.status_code == 400

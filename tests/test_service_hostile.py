@@ -559,3 +559,82 @@ def test_bad_bytes_are_refused_naming_the_field(
     error = json.loads(answer)["error"]
     assert names in error["message"], error
     assert set(error) <= {"type", "message"}
+
+
+# -- schedules ----------------------------------------------------------------------------------
+
+SCHEDULE_ATTACKS = [
+    # (name, body over {"recipe": "ledger", "inputs": {"tag": "h"}}, status, what the message names)
+    ("every-beyond-int64", {"every": "9" * 40 + "d"}, 400, "every"),
+    ("every-past-ten-years", {"every": "3651d"}, 400, "every"),
+    ("every-float-overflow", {"every": "1e400"}, 400, "every"),
+    ("every-inf", {"every": "inf"}, 400, "every"),
+    ("every-nan", {"every": "NaN"}, 400, "every"),
+    ("every-negative", {"every": "-1s"}, 400, "every"),
+    ("every-zero", {"every": "0s"}, 400, "every"),
+    ("every-fraction", {"every": "0.5"}, 400, "every"),
+    ("every-a-number", {"every": 10**30}, 422, "every"),
+    ("every-sum-overflow", {"every": "3000d3000d"}, 400, "every"),
+    ("every-too-long-text", {"every": "1s" * 60}, 422, "every"),
+    ("cron-and-every", {"every": "1h", "cron": "* * * * *"}, 400, "either"),
+    ("cron-feb-30", {"cron": "0 0 30 2 *"}, 400, "cron"),
+    ("cron-seconds-field-huge", {"cron": "* * * * * " + "9" * 30}, 400, "cron"),
+    ("cron-step-zero", {"cron": "*/0 * * * *"}, 400, "cron"),
+    ("cron-year-range", {"cron": "0 0 1 1-9999 *"}, 400, "cron"),
+    ("timezone-path", {"every": "1h", "timezone": "../../../etc/passwd"}, 400, "timezone"),
+    ("timezone-nul", {"cron": "0 7 * * *", "timezone": "Europe/Paris\u0000"}, 400, "timezone"),
+    ("overlap-unknown", {"every": "1h", "overlap": "queue_all"}, 422, "overlap"),
+    ("catch-up-unknown", {"every": "1h", "catch_up": "some"}, 422, "catch_up"),
+    ("name-traversal", {"every": "1h", "name": "../../x"}, 400, "name"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "names"),
+    [pytest.param(body, status, names, id=name) for name, body, status, names in SCHEDULE_ATTACKS],
+)
+def test_a_schedule_attack_is_a_clear_4xx(
+    store_api: ServerProcess, body: dict[str, Any], status: int, names: str
+) -> None:
+    """Intervals too long for the store's integers or floats, cron expressions that never
+    fire or overflow, zones that are paths, unknown policies: a 400 or 422 naming the field,
+    never a 500, on SQLite and Postgres."""
+    with httpx2.Client(base_url=store_api.base, headers=auth(), timeout=60) as client:
+        answer = client.post(
+            "/schedules", json={"recipe": "ledger", "inputs": {"tag": "h"}, **body}
+        )
+        assert answer.status_code == status, answer.text
+        assert names in answer.json()["error"]["message"], answer.text
+        assert client.get("/schedules").status_code == 200
+
+
+def test_the_longest_interval_and_each_overlap_are_stored(store_api: ServerProcess) -> None:
+    with httpx2.Client(base_url=store_api.base, headers=auth(), timeout=60) as client:
+        for overlap in ("skip", "buffer_one", "allow"):
+            made = client.post(
+                "/schedules",
+                json={
+                    "recipe": "ledger",
+                    "inputs": {"tag": "h"},
+                    "every": "3650d",
+                    "name": f"decade-{overlap}",
+                    "overlap": overlap,
+                    "replace": True,
+                },
+            )
+            assert made.status_code == 201, made.text
+            got = made.json()
+            assert (got["every"], got["overlap"], got["late"], got["late_slots"]) == (
+                3650 * 86400,
+                overlap,
+                False,
+                0,
+            )
+        default = client.post(
+            "/schedules",
+            json={"recipe": "ledger", "inputs": {"tag": "h"}, "every": "1h", "replace": True},
+        )
+        assert default.json()["overlap"] == "skip"
+        listed = {s["name"]: s for s in client.get("/schedules").json()}
+        assert listed["decade-buffer_one"]["overlap"] == "buffer_one"
+        assert listed["decade-skip"]["late_reason"] is None

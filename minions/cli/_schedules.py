@@ -47,7 +47,7 @@ def _print_schedule(record: Any, json_output: bool = False) -> None:
     state = "paused" if record.paused else f"next {local_time(record.next_at)}"
     out.print(
         f"schedule {record.name}: {record.recipe_id}, {record.timing}, catch-up "
-        f"{record.catch_up}; {state}",
+        f"{record.catch_up}, overlap {record.overlap}; {state}",
         markup=False,
     )
     if record.last_slot is not None:
@@ -56,6 +56,19 @@ def _print_schedule(record: Any, json_output: bool = False) -> None:
             f"({record.fired} run(s) in all)",
             markup=False,
         )
+    if record.late:
+        out.print(f"late: {_late(record)}", markup=False)
+
+
+def _late(record: Any) -> str:
+    """Why the schedule is late, when, and how many of its slots were late or skipped."""
+    why = {
+        "late": "a slot fired over a minute after its time",
+        "overlap": "slots skipped while a run of it was active",
+        "catch-up": "slots missed while no worker ran, skipped by its catch-up policy",
+        "backlog": "missed slots beyond the catch-up backlog skipped",
+    }.get(record.late_reason or "", record.late_reason or "")
+    return f"{why} ({local_time(record.late_at)}; {record.late_slots} slot(s) late in all)"
 
 
 def add(
@@ -106,7 +119,17 @@ def add(
             "--catch-up",
             metavar="none|one|all",
             help="Slots missed while no worker ran: skip them (none), fire the latest (one, "
-            "the default) or fire each (all).",
+            "the default) or fire each (all: the latest 100 at most, 10 a tick).",
+            show_default=False,
+        ),
+    ] = None,
+    overlap: Annotated[
+        str | None,
+        typer.Option(
+            "--overlap",
+            metavar="skip|buffer_one|allow",
+            help="A slot due while a run of the schedule is still active: skip it (skip, "
+            "the default), let one wait in the queue (buffer_one) or fire it (allow).",
             show_default=False,
         ),
     ] = None,
@@ -127,9 +150,12 @@ def add(
         raise UsageError("give either --cron or --every, not both")
     if catch_up is not None and catch_up not in ("none", "one", "all"):
         raise UsageError(f"--catch-up: {catch_up!r} is not one of none, one, all")
+    if overlap is not None and overlap not in ("skip", "buffer_one", "allow"):
+        raise UsageError(f"--overlap: {overlap!r} is not one of skip, buffer_one, allow")
     if not recipe.is_file():
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     policy = cast(Literal["none", "one", "all"] | None, catch_up)  # checked above
+    overlapping = cast(Literal["skip", "buffer_one", "allow"] | None, overlap)
     store = open_store(database_url, create=True)
     try:
         record = asyncio.run(
@@ -141,6 +167,7 @@ def add(
                 name=name,
                 timezone=timezone,
                 catch_up=policy,
+                overlap=overlapping,
                 replace=replace,
                 actor=cli_actor(),
             )
@@ -164,17 +191,20 @@ def list_schedules(json_output: JsonOption = False, database_url: DatabaseOption
         stdout().print("no schedules", markup=False)
         return
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("schedule", "recipe", "when", "catch-up", "next", "last", "runs"):
-        table.add_column(column, justify="right" if column == "runs" else "left")
+    columns = ("schedule", "recipe", "when", "catch-up", "overlap", "next", "last", "runs", "late")
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("runs", "late") else "left")
     for r in records:
         table.add_row(
             r.name,
             r.recipe_id,
             r.timing,
             r.catch_up,
+            r.overlap,
             "paused" if r.paused else local_time(r.next_at),
             local_time(r.last_slot),
             str(r.fired),
+            f"LATE ({r.late_reason}) {r.late_slots}" if r.late else str(r.late_slots),
         )
     stdout().print(table)
 

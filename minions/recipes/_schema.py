@@ -392,6 +392,7 @@ class StepSpec(_Strict):
 
 
 CatchUp = Literal["none", "one", "all"]
+Overlap = Literal["skip", "buffer_one", "allow"]
 
 
 def _every_problem(value: object) -> str | None:
@@ -451,6 +452,12 @@ class ScheduleSpec(_Strict):
         "one",
         description="Slots missed while no worker ran (or the store was down): none (skip "
         "them, and a slot over a minute late), one (fire the latest), all (fire each).",
+    )
+    overlap: Overlap = Field(
+        "skip",
+        description="What a slot does while a run of the schedule is still active: skip "
+        "(the default: it is skipped, and flagged late), buffer_one (one run waits in the "
+        "queue behind it, no more) or allow (it fires all the same).",
     )
 
     @model_validator(mode="after")

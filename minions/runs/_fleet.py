@@ -56,6 +56,8 @@ class FleetState:
             off): their records remain until a fleet view's expiry.
         schedules: each schedule that is not paused, with its next slot (Unix seconds): a
             slot in the past not fired yet is late.
+        lateness: each of them with its late flag (its latest slots fired over a minute late,
+            or some were skipped) and how many of its slots were late or skipped in all.
         endpoints: the limited endpoints' load.
     """
 
@@ -67,6 +69,7 @@ class FleetState:
     workers_alive: int = 0
     workers_dead: int = 0
     schedules: tuple[tuple[str, float], ...] = ()
+    lateness: tuple[tuple[str, bool, int], ...] = ()
     endpoints: tuple[EndpointLoad, ...] = ()
 
     @property
@@ -90,7 +93,9 @@ _WORKERS = sa.text(
     "coalesce(sum(CASE WHEN heartbeat_at < :alive THEN 1 ELSE 0 END), 0) AS dead "
     "FROM minions_workers WHERE stopped_at IS NULL"
 )
-_SCHEDULES = sa.text("SELECT name, next_at FROM minions_schedules WHERE NOT paused ORDER BY name")
+_SCHEDULES = sa.text(
+    "SELECT name, next_at, late, late_slots FROM minions_schedules WHERE NOT paused ORDER BY name"
+)
 _ENDPOINTS = sa.text(
     "SELECT g.endpoint, g.paused_until, "
     "(SELECT count(*) FROM minions_endpoint_calls c WHERE c.endpoint = g.endpoint "
@@ -114,7 +119,7 @@ def fleet_state(store: Database, *, now: float) -> FleetState:
     with store.read() as db:
         counts = {r.status: (int(r.n), r.oldest) for r in db.execute(_RUNS)}
         alive, dead = db.execute(_WORKERS, {"alive": now - DEAD_AFTER}).one()
-        schedules = tuple((r.name, float(r.next_at)) for r in db.execute(_SCHEDULES))
+        found = db.execute(_SCHEDULES).all()
         endpoints = tuple(
             EndpointLoad(
                 endpoint=redact_url(r.endpoint),
@@ -137,7 +142,8 @@ def fleet_state(store: Database, *, now: float) -> FleetState:
         waiting=counts.get("waiting", (0, None))[0],
         workers_alive=int(alive),
         workers_dead=int(dead),
-        schedules=schedules,
+        schedules=tuple((r.name, float(r.next_at)) for r in found),
+        lateness=tuple((r.name, bool(r.late), int(r.late_slots)) for r in found),
         endpoints=endpoints,
     )
 

@@ -6,11 +6,25 @@ schedule's cursor past it by compare-and-set (on the cursor and the schedule's v
 the transaction that stores and queues the slot's run, whose idempotency key names the slot
 (``schedule:NAME:SLOT``). Of concurrent ticks one moves the cursor; the others write
 nothing. Slots that came due while no worker ran, or while the store was down, follow the
-schedule's catch-up policy when a tick comes again.
+schedule's catch-up policy when a tick comes again, bounded (`MAX_BACKLOG` slots, at most
+`MAX_PER_TICK` of them a tick, never more than `MAX_PER_TICK` of a schedule's runs waiting in
+the queue at once), so a schedule catching up never buries other runs.
+
+A slot due while runs of its schedule are active follows the schedule's overlap policy
+(``skip``, ``buffer_one``, ``allow``), read in the transaction that fires it. A tick that
+fires a slot late (over `GRACE` after it) or passes over slots without firing them flags the
+schedule ``late``, with why; the next tick that fires on time clears the flag.
+
+Daylight saving time follows Debian's cron (as cronsim does): an expression with a wildcard
+minute or hour field (``* * * * *``, ``*/15 9-17 * * *``) keeps to elapsed time (at a
+fall-back its slots of the repeated hour fire in both passes; the hour skipped at a
+spring-forward has none), one at a fixed time of day (``30 2 * * *``) fires once a day: in
+the repeated hour at its first pass only, in the skipped hour at the first time after it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -18,9 +32,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 import structlog
@@ -30,10 +44,10 @@ from minions.runs import _runs as runs
 from minions.runs._db import Database
 from minions.runs._runs import Enqueue
 from minions.runs._snapshot import RecipeSnapshot
-from minions.runs._tables import schedules_table
+from minions.runs._tables import ACTIVE, runs_table, schedules_table
 
 if TYPE_CHECKING:
-    from minions.recipes._schema import CatchUp, ScheduleSpec
+    from minions.recipes._schema import CatchUp, Overlap, ScheduleSpec
 
 __all__ = ["ScheduleRecord"]
 
@@ -42,9 +56,21 @@ log = structlog.get_logger(__name__)
 TICK = float(os.environ.get("MINIONS_SCHEDULE_TICK", "0.5"))
 """Seconds between a worker's looks at the schedules that are due."""
 GRACE = 60.0
-"""With catch-up ``none``, a slot fired later than this after its time is skipped instead."""
-MAX_PER_TICK = 100
-"""With catch-up ``all``, the most slots one tick fires (the next tick goes on)."""
+"""A slot fired later than this after its time is late (with catch-up ``none``, it is skipped
+instead)."""
+MAX_PER_TICK = 10
+"""The most slots of a schedule one tick fires; and with catch-up ``all``, a tick fires none
+while this many of the schedule's runs wait in the queue (it goes on as they start)."""
+MAX_BACKLOG = 100
+"""With catch-up ``all``, the most missed slots a schedule catches up: the latest this many
+fire, the older ones are skipped."""
+MAX_COUNTED = 10_000
+"""Skipped slots of a cron expression are counted up to this many per gap (an interval's
+exactly)."""
+LateReason = Literal["late", "overlap", "catch-up", "backlog"]
+"""Why a schedule is late: a slot fired over `GRACE` after its time (``late``), or slots were
+skipped because runs of it were active (``overlap``), by the catch-up policy (``catch-up``)
+or beyond `MAX_BACKLOG` (``backlog``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +85,12 @@ class ScheduleRecord:
         next_at: the next slot (a Unix time).
         last_slot: the slot that fired last; `last_run_id` its run.
         fired: how many runs it fired.
+        overlap: what a slot due while runs of it are active does: ``skip`` (it is skipped),
+            ``buffer_one`` (it fires if no run of it waits in the queue and at most one is
+            active) or ``allow`` (it fires).
+        late: the latest tick that fired or passed over its slots fired one over `GRACE`
+            late or skipped some; `late_reason` says why, `late_at` when.
+        late_slots: how many of its slots fired late or were skipped, in all.
     """
 
     name: str
@@ -79,6 +111,11 @@ class ScheduleRecord:
     recipe_hash: str = ""
     changed_by: str | None = None
     """Who added it, or paused or resumed it last."""
+    overlap: Overlap = "skip"
+    late: bool = False
+    late_slots: int = 0
+    late_at: float | None = None
+    late_reason: LateReason | None = None
 
     @property
     def timing(self) -> str:
@@ -110,26 +147,53 @@ class Timing:
         """The first slot strictly after `moment`."""
         if self.every is not None:
             return float((math.floor(moment / self.every) + 1) * self.every)
-        from zoneinfo import ZoneInfo
-
         from cronsim import CronSim
 
-        assert self.cron is not None
-        start = datetime.fromtimestamp(moment, ZoneInfo(self.timezone))
-        return next(CronSim(self.cron, start)).timestamp()
+        # At a fall-back, a fixed-time expression's walk from the repeated hour's second
+        # pass starts with that day's slot of the first pass (before `moment`): it fired.
+        for found in CronSim(self._cron, datetime.fromtimestamp(moment, self._zone)):
+            if found.timestamp() > moment:
+                return found.timestamp()
+        return math.inf  # no slot within 50 years (cronsim's horizon)
 
     def latest(self, moment: float) -> float:
         """The last slot at or before `moment`."""
         if self.every is not None:
             return float(math.floor(moment / self.every) * self.every)
-        from zoneinfo import ZoneInfo
-
         from cronsim import CronSim
 
+        # Slots are whole seconds, and CronSim walks back from strictly before its start (made
+        # from the Unix time, so that a moment of a repeated hour's second pass is that one).
+        start = datetime.fromtimestamp(math.floor(moment) + 1, self._zone)
+        found = next(CronSim(self._cron, start, reverse=True)).timestamp()
+        # The walk back may land on the first pass of a repeated hour, before slots of the
+        # second: the last slot at or before `moment` is the last of the walk forward.
+        while (following := self.after(found)) <= moment:
+            found = following
+        return found
+
+    def count(self, start: float, end: float) -> int:
+        """How many slots are in (`start`, `end`] (a cron expression's up to `MAX_COUNTED`)."""
+        if end <= start:
+            return 0
+        if self.every is not None:
+            return math.floor(end / self.every) - math.floor(start / self.every)
+        counted, slot = 0, self.after(start)
+        while slot <= end and counted < MAX_COUNTED:
+            counted += 1
+            slot = self.after(slot)
+        return counted
+
+    @property
+    def _cron(self) -> str:
         assert self.cron is not None
-        # Slots are whole seconds, and CronSim walks back from strictly before its start.
-        start = datetime.fromtimestamp(math.floor(moment), ZoneInfo(self.timezone))
-        return next(CronSim(self.cron, start + timedelta(seconds=1), reverse=True)).timestamp()
+        return self.cron
+
+    @property
+    def _zone(self) -> Any:
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(self.timezone)
 
 
 def spec_of(
@@ -140,8 +204,9 @@ def spec_of(
     **given: Any,
 ) -> ScheduleSpec:
     """The schedule of recipe YAML `text` (the file `path`): its own ``schedule:``, with the
-    fields `given` (``cron``, ``every``, ``name``, ``timezone``, ``catch_up``; None: not
-    given) over it (a timing given replaces its timing) and `inputs` merged into its inputs.
+    fields `given` (``cron``, ``every``, ``name``, ``timezone``, ``catch_up``, ``overlap``;
+    None: not given) over it (a timing given replaces its timing) and `inputs` merged into its
+    inputs.
 
     Raises:
         RecipeError: the recipe has no ``schedule:`` and no timing is given, or the schedule
@@ -179,26 +244,85 @@ def _problem(message: str, path: Path) -> Exception:
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """What one tick does with a due schedule: the slots it fires, and where its cursor goes."""
+    """What one tick does with a due schedule: the slots it fires, where its cursor goes, and
+    how many slots the cursor passes over without firing them (and why)."""
 
     fire: tuple[float, ...]
     cursor: float
+    skipped: int = 0
+    reason: LateReason | None = None
 
 
-def plan(timing: Timing, catch_up: CatchUp, cursor: float, now: float, grace: float) -> Plan:
-    """The slots after `cursor` due at `now`, under the catch-up policy."""
+def room(overlap: Overlap, catch_up: CatchUp, *, active: int = 0, queued: int = 0) -> int:
+    """How many slots a schedule may fire now, with `active` runs of it not ended, `queued`
+    of them not started."""
+    if overlap == "skip":
+        return 1 if active == 0 else 0
+    if overlap == "buffer_one":
+        return 1 if queued == 0 and active <= 1 else 0
+    return max(0, MAX_PER_TICK - queued) if catch_up == "all" else MAX_PER_TICK
+
+
+@functools.lru_cache(maxsize=1024)
+def _beyond_backlog(timing: Timing, cursor: float) -> float:
+    """The first slot after `cursor` past the backlog (the schedule's `MAX_BACKLOG` + 1th):
+    a tick of a schedule waiting for room to catch up asks it again and again."""
+    slot = cursor
+    for _ in range(MAX_BACKLOG + 1):
+        slot = timing.after(slot)
+    return slot
+
+
+def plan(
+    timing: Timing,
+    catch_up: CatchUp,
+    cursor: float,
+    now: float,
+    grace: float,
+    *,
+    overlap: Overlap = "allow",
+    active: int = 0,
+    queued: int = 0,
+) -> Plan:
+    """The slots after `cursor` due at `now` under the catch-up and overlap policies, with
+    `active` runs of the schedule not ended and `queued` of them not started.
+
+    With catch-up ``all``, the slots the overlap policy (or the queue's bound) leaves wait for
+    a later tick; with ``one`` and ``none``, a slot that may not fire now is skipped."""
+    may = min(room(overlap, catch_up, active=active, queued=queued), MAX_PER_TICK)
     if catch_up == "all":
+        start, skipped = cursor, 0
+        if _beyond_backlog(timing, cursor) <= now:  # more missed than the backlog holds
+            oldest = timing.latest(now)
+            for _ in range(MAX_BACKLOG - 1):
+                oldest = timing.latest(oldest - 1)
+            start = oldest - 1  # slots are whole seconds
+            skipped = timing.count(cursor, start)
         fire: list[float] = []
-        slot = timing.after(cursor)
-        while slot <= now and len(fire) < MAX_PER_TICK:
+        slot = timing.after(start)
+        while slot <= now and len(fire) < may:
             fire.append(slot)
             slot = timing.after(slot)
-        return Plan(fire=tuple(fire), cursor=fire[-1] if fire else cursor)
+        return Plan(
+            fire=tuple(fire),
+            cursor=fire[-1] if fire else start,
+            skipped=skipped,
+            reason="backlog" if skipped else None,
+        )
     latest = timing.latest(now)
     if latest <= cursor:
         return Plan(fire=(), cursor=cursor)
-    on_time = catch_up == "one" or now - latest <= grace
-    return Plan(fire=(latest,) if on_time else (), cursor=latest)
+    missed = timing.count(cursor, latest) - 1
+    if catch_up == "none" and now - latest > grace:
+        return Plan(fire=(), cursor=latest, skipped=missed + 1, reason="catch-up")
+    if may < 1:
+        return Plan(fire=(), cursor=latest, skipped=missed + 1, reason="overlap")
+    return Plan(
+        fire=(latest,),
+        cursor=latest,
+        skipped=missed,
+        reason="catch-up" if missed else None,
+    )
 
 
 def slot_key(name: str, slot: float) -> str:
@@ -304,11 +428,12 @@ def fire_due(
         due = db.execute(
             sa.select(table).where(table.c.paused.is_(False), table.c.next_at <= now)
         ).all()
+        # A schedule waiting for room to catch up (its slots due, its runs in the way) costs
+        # a read, not a write transaction, per tick: the write decides again.
+        due = [row for row in due if _step(db, row, now, grace) is not None]
     fired: list[str] = []
     for row in due:
-        timing = timing_of(row)
-        step = plan(timing, row.catch_up, row.cursor, now, grace)
-        fired += _fire(database, enqueue, row, step, timing.after(step.cursor), now)
+        fired += _fire(database, enqueue, row, now, grace)
     return fired
 
 
@@ -322,25 +447,47 @@ def next_due(database: Database) -> float | None:
     return due
 
 
-def _fire(
-    database: Database, enqueue: Enqueue, row: Any, step: Plan, next_at: float, now: float
-) -> list[str]:
+def _active(db: sa.Connection, name: str) -> tuple[int, int]:
+    """How many runs of the schedule have not ended, and how many of them wait in the queue."""
+    counts: dict[str, int] = dict(
+        db.execute(
+            sa.select(runs_table.c.status, sa.func.count())
+            .where(runs_table.c.schedule == name, runs_table.c.status.in_(ACTIVE))
+            .group_by(runs_table.c.status)
+        ).all()
+    )
+    return sum(counts.values()), counts.get("queued", 0)
+
+
+def _step(db: sa.Connection, row: Any, now: float, grace: float) -> Plan | None:
+    """What a tick at `now` does with the due schedule `row` (None: nothing)."""
+    counted = row.overlap != "allow" or row.catch_up == "all"
+    active, waiting = _active(db, row.name) if counted else (0, 0)
+    step = plan(
+        timing_of(row),
+        row.catch_up,
+        row.cursor,
+        now,
+        grace,
+        overlap=row.overlap,
+        active=active,
+        queued=waiting,
+    )
+    return None if step.cursor == row.cursor and not step.fire else step
+
+
+def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: float) -> list[str]:
     table = schedules_table
-    fired: list[tuple[str, float]] = [(uuid.uuid4().hex, slot) for slot in step.fire]
-    values: dict[str, Any] = {"cursor": step.cursor, "next_at": next_at}
-    if fired:
-        values.update(
-            last_slot=fired[-1][1],
-            last_fired_at=now,
-            last_run_id=fired[-1][0],
-            fired=table.c.fired + len(fired),
-        )
+    timing = timing_of(row)
     queued: list[str] = []
     snapshot = RecipeSnapshot.from_row(row)
     with database.begin() as db:
-        # The compare-and-set that makes a slot fire once: of the ticks that read this cursor,
-        # one moves it (Postgres: the others wait on the row, then find it moved).
-        moved = db.execute(
+        # The compare-and-set that makes a slot fire once, first (a write, so that SQLite's
+        # transaction holds the writer's turn before it reads): of the ticks that read this
+        # cursor, one holds the row; the others write nothing (Postgres: they wait on the
+        # row, then find it moved). The runs of the schedule are counted after it: only a
+        # tick holding the row makes one active.
+        held = db.execute(
             table.update()
             .where(
                 table.c.name == row.name,
@@ -348,10 +495,34 @@ def _fire(
                 table.c.cursor == row.cursor,
                 table.c.paused.is_(False),
             )
-            .values(**values)
+            .values(version=table.c.version)
         ).rowcount
-        if not moved:
+        if not held:
             return []
+        step = _step(db, row, now, grace)
+        if step is None:
+            return []  # catching up, and waiting for room
+        fired = [(uuid.uuid4().hex, slot) for slot in step.fire]
+        late_fired = sum(1 for slot in step.fire if now - slot > grace)
+        values: dict[str, Any] = {
+            "cursor": step.cursor,
+            "next_at": timing.after(step.cursor),
+            "late": bool(step.skipped or late_fired),
+        }
+        if fired:
+            values.update(
+                last_slot=fired[-1][1],
+                last_fired_at=now,
+                last_run_id=fired[-1][0],
+                fired=table.c.fired + len(fired),
+            )
+        if step.skipped or late_fired:
+            values.update(
+                late_slots=table.c.late_slots + step.skipped + late_fired,
+                late_at=now,
+                late_reason=step.reason if step.skipped else "late",
+            )
+        db.execute(table.update().where(table.c.name == row.name).values(**values))
         for run_id, slot in fired:
             queued_run = runs.queued_row(
                 snapshot,
@@ -366,6 +537,14 @@ def _fire(
                 queued.append(run_id)
     for run_id in queued:
         log.info("schedule fired", schedule=row.name, run_id=run_id)
+    if values["late"]:
+        log.warning(
+            "schedule late",
+            schedule=row.name,
+            reason=values["late_reason"],
+            skipped=step.skipped,
+            fired_late=late_fired,
+        )
     return queued
 
 
@@ -399,6 +578,11 @@ def record(row: Any) -> ScheduleRecord:
         recipe_path=row.recipe_path,
         recipe_hash=row.recipe_hash,
         changed_by=row.changed_by,
+        overlap=row.overlap,
+        late=bool(row.late),
+        late_slots=row.late_slots,
+        late_at=row.late_at,
+        late_reason=row.late_reason,
     )
 
 
@@ -408,6 +592,7 @@ def new_row(
     snapshot: RecipeSnapshot,
     timing: Timing,
     catch_up: CatchUp,
+    overlap: Overlap = "skip",
     now: float,
     actor: str | None = None,
 ) -> dict[str, Any]:
@@ -420,6 +605,7 @@ def new_row(
         "every": timing.every,
         "timezone": timing.timezone,
         "catch_up": catch_up,
+        "overlap": overlap,
         "paused": False,
         "created_at": now,
         "cursor": now,

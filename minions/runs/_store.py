@@ -42,7 +42,7 @@ from minions.runs._wake import wake
 if TYPE_CHECKING:
     from minions._step.cache import CachedStep, StepCache
     from minions.recipes import AgentRecipe
-    from minions.recipes._schema import CatchUp, RecipeSpec
+    from minions.recipes._schema import CatchUp, Overlap, RecipeSpec
     from minions.recipes._source import Located
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._diff import RunDiff
@@ -644,6 +644,7 @@ class RunStore:
         name: str | None = None,
         timezone: str | None = None,
         catch_up: CatchUp | None = None,
+        overlap: Overlap | None = None,
         replace: bool = False,
         actor: str | None = None,
     ) -> ScheduleRecord:
@@ -660,6 +661,8 @@ class RunStore:
             name: the schedule's name (default: the recipe's id).
             timezone: the cron expression's time zone (default UTC).
             catch_up: slots missed while no worker ran: ``none``, ``one`` (default), ``all``.
+            overlap: a slot due while runs of it are active: ``skip`` (default: it is
+                skipped), ``buffer_one`` (one may wait in the queue) or ``allow``.
             replace: a schedule of that name gets this recipe and timing (its slots go on
                 from now); otherwise it is an error.
             actor: who adds it (its `changed_by`).
@@ -683,6 +686,7 @@ class RunStore:
             name=name,
             timezone=timezone,
             catch_up=catch_up,
+            overlap=overlap,
         )
         snapshot = await self._snapshot(text, path, schedule.inputs)
         row = _schedules.new_row(
@@ -690,6 +694,7 @@ class RunStore:
             snapshot=snapshot,
             timing=_schedules.Timing.of(schedule),
             catch_up=schedule.catch_up,
+            overlap=schedule.overlap,
             now=time.time(),
             actor=actor,
         )

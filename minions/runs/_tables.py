@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
@@ -26,7 +26,8 @@ schedule of a run, how far pruning went; reruns (a run's parent, the step it rer
 plan); the step cache. 4: a step cache entry's run and recipe (entries are pruned with their
 run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
 run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
-API keys' table (made on first use)."""
+API keys' table (made on first use). 6: a schedule's overlap policy and lateness (`overlap`,
+`late`, `late_slots`, `late_at`, `late_reason`)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -162,6 +163,14 @@ schedules_table = sa.Table(
     sa.Column("last_run_id", sa.Text, nullable=True),
     sa.Column("fired", sa.Integer, nullable=False, default=0),
     sa.Column("changed_by", sa.Text, nullable=True),
+    # Schema 6: what a slot does while runs of the schedule are active (skip, buffer_one,
+    # allow), and lateness: `late` when the latest tick that moved the cursor fired a slot
+    # late or skipped one (`late_at`: when, `late_reason`: why), `late_slots` how many in all.
+    sa.Column("overlap", sa.Text, nullable=False, default="skip"),
+    sa.Column("late", sa.Boolean, nullable=False, default=False),
+    sa.Column("late_slots", sa.Integer, nullable=False, default=0),
+    sa.Column("late_at", sa.Float, nullable=True),
+    sa.Column("late_reason", sa.Text, nullable=True),
 )
 # Limits per model endpoint, over every worker of the store (minions.runs._endpoints). Tables
 # only added (no column of an older one changes): a store of this schema version that lacks
@@ -335,5 +344,23 @@ def _to_5(db: sa.Connection) -> None:
             _add_columns(db, table, columns)
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+def _to_6(db: sa.Connection) -> None:
+    """Schema 5 -> 6: a schedule's overlap policy and lateness. Schedules stored before keep
+    what they did (`allow`: a slot fires whatever runs of it are active); new ones default
+    to `skip`."""
+    if "minions_schedules" in sa.inspect(db).get_table_names():
+        _add_columns(
+            db,
+            "minions_schedules",
+            [
+                "overlap TEXT NOT NULL DEFAULT 'allow'",
+                "late BOOLEAN NOT NULL DEFAULT FALSE",
+                "late_slots INTEGER NOT NULL DEFAULT 0",
+                "late_at FLOAT",
+                "late_reason TEXT",
+            ],
+        )
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
 """Schema version n -> n+1 upgrades, each a function of a connection."""

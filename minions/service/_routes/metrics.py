@@ -47,7 +47,7 @@ async def metrics(_: Scraper, request: Request, runs: Runs) -> Response:
 
 def fleet_families(state: FleetState | None) -> list[Metric]:
     """The store's gauges (`FleetState`) as Prometheus metric families."""
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     up = GaugeMetricFamily("minions_store_up", "1 when the run store answered this scrape, else 0.")
     up.add_metric([], 0 if state is None else 1)
@@ -92,6 +92,22 @@ def fleet_families(state: FleetState | None) -> list[Metric]:
     for name, seconds in list(state.schedule_lag().items())[:MAX_SCHEDULES]:
         lag.add_metric([name], seconds)
     found.append(lag)
+    late = GaugeMetricFamily(
+        "minions_schedule_late",
+        "1 when the schedule's latest slots fired over a minute late or were skipped (overlap, "
+        "catch-up, backlog), else 0; paused ones are left out.",
+        labels=["schedule"],
+    )
+    late_slots = CounterMetricFamily(
+        "minions_schedule_late_slots",
+        "Slots of the schedule that fired over a minute late or were skipped, since it was "
+        "added; paused ones are left out.",
+        labels=["schedule"],
+    )
+    for name, flagged, slots in state.lateness[:MAX_SCHEDULES]:
+        late.add_metric([name], 1 if flagged else 0)
+        late_slots.add_metric([name], slots)
+    found += [late, late_slots]
     per_endpoint = (
         (
             "minions_endpoint_calls_in_flight",

@@ -42,6 +42,12 @@ class ScheduleRequest(BaseModel):
         description="Slots missed while no worker ran: none, one (the default: the latest "
         "fires) or all.",
     )
+    overlap: Literal["skip", "buffer_one", "allow"] | None = Field(
+        None,
+        description="A slot due while a run of the schedule is still active: skip (the "
+        "default: it is skipped, and the schedule flagged late), buffer_one (one run waits in "
+        "the queue, no more) or allow (it fires all the same).",
+    )
     replace: bool = Field(
         False, description="Replace the schedule of that name (else a 409 schedule_exists)."
     )
@@ -67,6 +73,20 @@ class ScheduleOut(BaseModel):
     last_run_id: str | None
     fired: int = Field(description="How many runs it fired.")
     changed_by: str | None = Field(None, description="Who added it, or paused or resumed it last.")
+    overlap: Literal["skip", "buffer_one", "allow"] = Field(
+        description="What a slot due while runs of it are active does."
+    )
+    late: bool = Field(
+        description="The latest slots it handled: one fired over a minute late, or some were "
+        "skipped (`late_reason`)."
+    )
+    late_reason: Literal["late", "overlap", "catch-up", "backlog"] | None = Field(
+        description="late: fired over a minute after its time; overlap: skipped while a run "
+        "of it was active; catch-up: missed while no worker ran, skipped by the policy; "
+        "backlog: missed beyond the catch-up backlog."
+    )
+    late_at: float | None = Field(description="When it was last late (a Unix time).")
+    late_slots: int = Field(description="How many of its slots fired late or were skipped.")
 
 
 class ScheduleDetail(ScheduleOut):
@@ -95,6 +115,7 @@ async def add(caller: Operator, body: ScheduleRequest, runs: Runs, catalog: Cata
         name=body.name,
         timezone=body.timezone,
         catch_up=body.catch_up,
+        overlap=body.overlap,
         replace=body.replace,
         actor=caller.name,
     )

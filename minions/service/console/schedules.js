@@ -6,6 +6,14 @@ import { absolute, interval, number } from "./format.js";
 import { timeCell, took } from "./list.js";
 import { state } from "./state.js";
 
+// Why a schedule is flagged late (its `late_reason`).
+const LATE = {
+  late: "a slot fired over a minute after its time",
+  overlap: "slots skipped while a run of it was active",
+  "catch-up": "slots missed while no worker ran, skipped by its catch-up policy",
+  backlog: "missed slots beyond the catch-up backlog skipped",
+};
+
 export function showSchedules(name) {
   state.schedule = name;
   $("#schedule-runs").hidden = !name;
@@ -22,6 +30,9 @@ export async function refreshSchedules() {
     row.dataset.schedule = s.name;
     row.dataset.paused = String(s.paused);
     const when = s.cron ? `cron ${s.cron}${s.timezone && s.timezone !== "UTC" ? ` (${s.timezone})` : " (UTC)"}` : `every ${interval(s.every)}`;
+    row.dataset.late = String(s.late);
+    const status = el("td", {}, el("span", { className: `status ${s.paused ? "s-paused" : "s-active"}`, textContent: s.paused ? "paused" : "active" }));
+    if (s.late) status.append(" ", el("span", { className: "status s-late", textContent: "late", title: `${LATE[s.late_reason] || s.late_reason}; ${number(s.late_slots)} slot(s) late or skipped in all` }));
     const last = s.last_fired_at ? timeCell(s.last_fired_at) : el("td", { className: "muted", textContent: "never" });
     if (s.last_run_id) last.append(el("div", {}, el("a", { href: `#/runs/${s.last_run_id}`, className: "mono last-run", textContent: s.last_run_id.slice(0, 12), title: s.last_run_id })));
     const toggle = el("button", { type: "button", className: s.paused ? "resume" : "pause", textContent: s.paused ? "resume" : "pause" });
@@ -33,8 +44,8 @@ export async function refreshSchedules() {
     row.append(
       el("td", {}, el("a", { href: `#/schedules/${encodeURIComponent(s.name)}`, textContent: s.name, title: "its runs" })),
       el("td", { className: "wide", textContent: s.recipe }),
-      el("td", { className: "mono small", textContent: when }),
-      el("td", {}, el("span", { className: `status ${s.paused ? "s-paused" : "s-active"}`, textContent: s.paused ? "paused" : "active" })),
+      el("td", { className: "mono small" }, when, el("div", { className: "muted overlap", textContent: `overlap ${s.overlap}` })),
+      status,
       s.paused ? el("td", { className: "muted", textContent: "—" }) : timeCell(s.next_at),
       last,
       el("td", { className: "num", textContent: number(s.fired) }),

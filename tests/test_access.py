@@ -550,6 +550,7 @@ def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) ->
     from runs_helpers import insert_run
 
     from minions.runs._db import Database
+    from minions.runs._tables import SCHEMA_VERSION
 
     path = tmp_path / "old.db"
     made = Database(f"sqlite:///{path}", create=True)
@@ -563,6 +564,9 @@ def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) ->
             ("minions_schedules", "changed_by"),
         ):
             db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        db.execute("DROP INDEX ix_minions_runs_project")  # and no projects (schema 6)
+        for table in ("minions_runs", "minions_schedules", "minions_evals"):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN project")
         if version == 3:  # and what schema 3 had: a step cache entry had no run
             for column in ("run_id", "recipe_id"):
                 db.execute(f"DROP INDEX ix_minions_step_cache_{column}")
@@ -579,7 +583,7 @@ def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) ->
 
     assert asyncio.run(read()) == (None, "ann")
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == "5"
+        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == str(SCHEMA_VERSION)
         cache = {row[1] for row in db.execute("PRAGMA table_info(minions_step_cache)")}
     assert {"run_id", "recipe_id"} <= cache
 

@@ -79,6 +79,8 @@ class ScheduleRecord:
     recipe_hash: str = ""
     changed_by: str | None = None
     """Who added it, or paused or resumed it last."""
+    project: str = "default"
+    """Its project, and its runs'."""
 
     @property
     def timing(self) -> str:
@@ -211,10 +213,10 @@ def slot_key(name: str, slot: float) -> str:
 
 def save(database: Database, values: Mapping[str, Any], *, replace: bool) -> ScheduleRecord:
     """Store a new schedule (or, with `replace`, a new recipe and timing for one of that
-    name: its slots go on from now, and its runs stay linked to it).
+    name and project: its slots go on from now, and its runs stay linked to it).
 
     Raises:
-        ScheduleExistsError: it exists and `replace` is False.
+        ScheduleExistsError: it exists and `replace` is False, or it is another project's.
     """
     table = schedules_table
     row = dict(values)
@@ -223,7 +225,7 @@ def save(database: Database, values: Mapping[str, Any], *, replace: bool) -> Sch
             kept = ("created_at", "last_slot", "last_fired_at", "last_run_id", "fired", "version")
             updated = db.execute(
                 table.update()
-                .where(table.c.name == row["name"])
+                .where(table.c.name == row["name"], table.c.project == row["project"])
                 .values(
                     **{k: v for k, v in row.items() if k not in kept},
                     version=table.c.version + 1,
@@ -360,6 +362,7 @@ def _fire(
                 schedule=row.name,
                 slot=slot,
                 queued_by=f"schedule:{row.name}",
+                project=row.project,
             )
             if runs.insert_queued(database, db, queued_run):  # else: fired before (added again)
                 enqueue(db, run_id, 1)
@@ -399,6 +402,7 @@ def record(row: Any) -> ScheduleRecord:
         recipe_path=row.recipe_path,
         recipe_hash=row.recipe_hash,
         changed_by=row.changed_by,
+        project=row.project,
     )
 
 
@@ -410,6 +414,7 @@ def new_row(
     catch_up: CatchUp,
     now: float,
     actor: str | None = None,
+    project: str = "default",
 ) -> dict[str, Any]:
     """A schedule's row as added at `now` by `actor`: its first slot is the first after
     `now`."""
@@ -427,6 +432,7 @@ def new_row(
         "version": 1,
         "fired": 0,
         "changed_by": actor,
+        "project": project,
     }
 
 

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from minions._version import __version__
 from minions.runs import LiveHub, RunStore
-from minions.service._access import undeclared
+from minions.service._access import undeclared, unscoped
 from minions.service._config import ServiceConfig
 from minions.service._errors import install
 from minions.service._guard import PUBLIC_PATHS, Guard, proxy_networks
@@ -108,6 +108,9 @@ def create_app(
     missing = undeclared(app)
     if missing:  # a route of this package that forgot its permission: never served
         raise RuntimeError(f"routes without one permission declared: {', '.join(missing)}")
+    loose = unscoped(app)
+    if loose:  # a route that could reach another project's rows: never served
+        raise RuntimeError(f"routes not kept to their caller's projects: {', '.join(loose)}")
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(
         Guard,

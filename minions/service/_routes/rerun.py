@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from minions._text import jsonable
 from minions.errors import RecipeError
-from minions.runs import RunStore
+from minions.runs import ScopedRuns
 from minions.service._access import Operator, Reader
 from minions.service._config import ServiceConfig
 from minions.service._deps import Catalog, Config, Runs
@@ -174,7 +174,7 @@ async def rerun(
 
 
 async def _offered(
-    run_id: str, runs: RunStore, config: ServiceConfig, catalog: RecipeCatalog
+    run_id: str, runs: ScopedRuns, config: ServiceConfig, catalog: RecipeCatalog
 ) -> dict[str, Any]:
     """What `RunStore.rerun` reruns run `run_id` with, as a submit by this client would take
     it: its inline recipe again under the inline rules (while they are on), or the recipe

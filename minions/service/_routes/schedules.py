@@ -13,7 +13,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from minions.service._access import Operator, Reader
 from minions.service._deps import Catalog, Runs
 from minions.service._errors import ERRORS, Refused
-from minions.service._models import RunSummary
+from minions.service._models import PROJECT_PATTERN, RunSummary
 
 __all__: list[str] = []
 
@@ -45,6 +45,12 @@ class ScheduleRequest(BaseModel):
     replace: bool = Field(
         False, description="Replace the schedule of that name (else a 409 schedule_exists)."
     )
+    project: str | None = Field(
+        None,
+        pattern=PROJECT_PATTERN,
+        description="Its project, and its runs': one of the key's (default: its only one; for "
+        "an admin, `default`).",
+    )
 
 
 class ScheduleOut(BaseModel):
@@ -67,6 +73,7 @@ class ScheduleOut(BaseModel):
     last_run_id: str | None
     fired: int = Field(description="How many runs it fired.")
     changed_by: str | None = Field(None, description="Who added it, or paused or resumed it last.")
+    project: str = Field("default", description="Its project, and its runs'.")
 
 
 class ScheduleDetail(ScheduleOut):
@@ -97,13 +104,14 @@ async def add(caller: Operator, body: ScheduleRequest, runs: Runs, catalog: Cata
         catch_up=body.catch_up,
         replace=body.replace,
         actor=caller.name,
+        project=body.project,
     )
     return ScheduleOut.model_validate(record)
 
 
 @router.get("/schedules", response_model=list[ScheduleOut])
 async def list_schedules(caller: Reader, runs: Runs) -> list[ScheduleOut]:
-    """Every schedule, by name."""
+    """The schedules of the caller's projects, by name."""
     return [ScheduleOut.model_validate(r) for r in await runs.schedules()]
 
 

@@ -72,7 +72,7 @@ async def _tenant(store: RunStore, folder: Path, project: str) -> dict[str, str]
         )
     database.close()
     schedule = await store.add_schedule(
-        folder / "approval.yaml", every="1d", name=f"{project}-nightly", project=project
+        folder / "approval.yaml", every="1d", name=f"nightly-{project[-1]}", project=project
     )
     opened, _ = await store.open_eval(
         f"fingerprint-{project}", dataset="cases.yaml", target="ledger", total=1, project=project
@@ -480,7 +480,66 @@ def test_the_cli_submits_and_lists_runs_of_a_project(tmp_path: Path) -> None:
         ["submit", str(recipes / "flaky.yaml"), "--project", "a/b", *store],
         ["schedules", "add", str(recipes / "approval.yaml"), "--every", "1h", "--project", "",
          *store],
+        ["eval", str(recipes / "cases.yaml"), "--project", B],  # only with --durable
     ):  # fmt: skip
         refused = runner.invoke(cli, wrong)
         assert refused.exit_code == 2, (wrong, refused.output)
         assert "Traceback" not in refused.output
+        assert "project" in refused.output, refused.output
+
+
+# -- the console -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_console_of_a_key_of_one_project_never_shows_anothers(tenants: Tenants) -> None:
+    """In Chromium, logged in with A's key: the runs, schedules and evals pages list A's rows
+    only; B's run, diff, schedule and eval, opened by their addresses, are unknown; nothing
+    of B's reaches the page (its HTML is searched for B's ids after each page)."""
+    from browser_helpers import launch
+    from playwright.sync_api import expect, sync_playwright
+
+    markers = [*tenants.b.values(), B]
+
+    typed: set[str] = set()
+
+    def clean(page: Any, where: str, asked: str = "") -> None:
+        """Nothing of B's in the page's HTML but the ids typed in its addresses (`asked`,
+        and before it)."""
+        typed.add(asked)
+        html = page.content()
+        for marker in markers:
+            if marker not in typed:
+                assert marker not in html, (where, marker)
+
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            page.goto(f"{tenants.base}/")
+            page.fill("#token", tenants.keys["alice"])
+            page.click("#login button")
+            expect(page.locator("#app")).to_be_visible()
+            own = page.locator(f'#runs tbody tr[data-run="{tenants.a["failed"]}"]')
+            expect(own).to_have_count(1)
+            clean(page, "runs")
+            a, b = tenants.a, tenants.b
+            visits = [  # the address, where the page says what, what it says, an id of B's typed
+                (f"#/runs/{a['failed']}", "#run-recipe", f"flaky · project {A}", ""),
+                (f"#/runs/{b['failed']}", "#run-recipe", "no run", b["failed"]),
+                (f"#/runs/{a['failed']}/diff/{b['failed']}", "body", "no run", b["failed"]),
+                ("#/schedules", "body", a["schedule"], ""),
+                (f"#/schedules/{b['schedule']}", "#schedule-runs-title", "no schedule", b["schedule"]),
+                ("#/evals", "body", a["eval"], ""),
+                (f"#/evals/{b['eval']}", "#eval-head", "no eval", b["eval"]),
+            ]  # fmt: skip
+            for address, where, says, asked in visits:
+                page.goto(f"{tenants.base}/{address}")
+                expect(page.locator(where)).to_contain_text(says)
+                if asked == b["failed"] and where == "#run-recipe":  # nothing of A's run stays
+                    expect(page.locator("#run-status")).to_have_text("")
+                    expect(page.locator("#run-times")).to_have_text("")
+                clean(page, address, asked)
+        finally:
+            page.close()
+            browser.close()

@@ -41,6 +41,30 @@ DatabaseOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _project(value: str | None) -> str | None:
+    """`value`, when it names a project (a bad one is a usage error: exit 2)."""
+    if value is None:
+        return None
+    from minions.runs import Scope
+
+    try:
+        return Scope().project_for(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+ProjectOption = Annotated[
+    str | None,
+    typer.Option(
+        "--project",
+        metavar="PROJECT",
+        help="The project (default: default): keys of other projects never see it.",
+        callback=_project,
+        show_default=False,
+    ),
+]
 RetentionOption = Annotated[
     str | None,
     typer.Option(

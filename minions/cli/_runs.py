@@ -22,6 +22,7 @@ from minions.cli._common import (
     InputsOption,
     JsonOption,
     LogFormatOption,
+    ProjectOption,
     RecipesRootOption,
     RetentionOption,
     RunArgument,
@@ -268,17 +269,24 @@ def submit(
             show_default=False,
         ),
     ] = None,
+    project: ProjectOption = None,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """Queue a run of a recipe for the workers; print its id."""
+    """Queue a run of a recipe for the workers, in a project; print its id."""
     given = parse_inputs(inputs or ())
     if not recipe.is_file():
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     store = open_store(database_url, create=True)
     try:
         run_id, _created = asyncio.run(
-            store.submit(recipe, given, idempotency_key=idempotency_key, actor=cli_actor())
+            store.submit(
+                recipe,
+                given,
+                idempotency_key=idempotency_key,
+                actor=cli_actor(),
+                project=project or "default",
+            )
         )
     finally:
         store.close()
@@ -334,6 +342,12 @@ def list_runs(
             "--schedule", metavar="NAME", help="Runs this schedule fired.", show_default=False
         ),
     ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project", metavar="PROJECT", help="Runs of this project.", show_default=False
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
@@ -353,6 +367,7 @@ def list_runs(
                 recipe=recipe,
                 schedule=schedule,
                 created_after=after,
+                project=project,
                 limit=limit,
             )
         )

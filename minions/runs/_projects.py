@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from minions.runs._store import RunFilters, RunStore
     from minions.runs._workers import WorkerRecord
 
-__all__ = ["DEFAULT_PROJECT", "Scope", "ScopedRuns", "check_project"]
+__all__ = ["Scope", "ScopedRuns"]
 
 DEFAULT_PROJECT = "default"
 """The project of what names none."""

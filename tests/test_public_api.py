@@ -71,7 +71,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "minions.errors": ERRORS,
     "minions.models": {
-        "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "EndpointPermit", "EndpointWait",
+        "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "ProjectLimit", "EndpointPermit", "EndpointWait",
         "FallbackModel", "Limits", "LocalLimiter",
         "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",

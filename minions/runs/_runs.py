@@ -75,6 +75,9 @@ class RunRecord:
     """Who asked for its cancel."""
     project: str = "default"
     """Its project: a key sees the runs of its projects only."""
+    parked: str | None = None
+    """Why it waits queued with no worker's attempt (its project is at a limit:
+    ``max_runs_in_flight``, ``tokens_per_day``); a worker queues it when there is room."""
 
     @property
     def terminal(self) -> bool:
@@ -626,6 +629,7 @@ def record(
         queued_by=found.queued_by,
         cancelled_by=found.cancelled_by,
         project=found.project,
+        parked=found.parked,
     )
 
 

@@ -27,7 +27,7 @@ plan); the step cache. 4: a step cache entry's run and recipe (entries are prune
 run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
 run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
 API keys' table (made on first use). 6: projects (the project of a run, a schedule, an
-eval: what a key of other projects never sees)."""
+eval: what a key of other projects never sees; a run parked by its project's limits)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -86,8 +86,10 @@ runs_table = sa.Table(
     # asked for its cancel.
     sa.Column("queued_by", sa.Text, nullable=True),
     sa.Column("cancelled_by", sa.Text, nullable=True),
-    # Its project (schema 6): a key sees only its projects' runs.
+    # Its project (schema 6): a key sees only its projects' runs. `parked`: why a queued run
+    # waits with no attempt queued (its project is at its limits), until a worker queues it.
     sa.Column("project", sa.Text, nullable=False, server_default="default", index=True),
+    sa.Column("parked", sa.Text, nullable=True),
 )
 steps_table = sa.Table(
     "minions_steps",
@@ -351,6 +353,7 @@ def _to_6(db: sa.Connection) -> None:
         if table in made:
             _add_columns(db, table, [column])
     if "minions_runs" in made:
+        _add_columns(db, "minions_runs", ["parked TEXT"])
         db.execute(
             sa.text("CREATE INDEX IF NOT EXISTS ix_minions_runs_project ON minions_runs (project)")
         )

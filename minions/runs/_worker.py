@@ -168,9 +168,10 @@ class Worker:
         retention: prune finished runs periodically, keeping those younger than a duration
             (``30d``) or the newest number of them (``1000 runs``); None keeps them all.
         clock: the time now, for the schedules it fires (tests give their own).
-        limits: limits per model endpoint (`minions.models.Limits`), held over every worker
-            of the store that is given them; its `capability_expiry` says how long what an
-            endpoint taught the structured-output ladder is kept in the store.
+        limits: limits per model endpoint and per project (`minions.models.Limits`), held
+            over every worker of the store that is given them; its `capability_expiry` says
+            how long what an endpoint taught the structured-output ladder is kept in the
+            store.
         deps: makes the deps of a run (what its tools taking a `ToolContext` read as
             ``ctx.deps``): called each time a run starts or resumes in this worker. Deps are
             never stored with a run: each worker makes its own.
@@ -234,7 +235,10 @@ class Worker:
             hand_back_after=HAND_BACK_AFTER,
             deps=deps,
             recipes=None if recipes is None else RecipeFolder(Path(recipes)),
+            project_limits=limits.projects,
         )
+        self.project_limits = limits.projects
+        """The limits per project it holds its runs to (and queues parked runs again by)."""
         self.on_ready = on_ready
         self.state: WorkerState = "starting"
         self.error: str | None = None
@@ -337,6 +341,8 @@ class Worker:
             )
             if self.retention is not None:
                 background.append(threading.Thread(target=self._prune, name="minions-retention"))
+            if self.project_limits:
+                background.append(threading.Thread(target=self._unpark, name="minions-projects"))
             for thread in background:
                 thread.start()
             self.state = "running"
@@ -402,6 +408,18 @@ class Worker:
             except Exception as exc:  # the store is down: the slots wait, then catch up
                 if not transient(exc):
                     log.exception("firing schedules failed", executor_id=self.executor_id)
+
+    def _unpark(self) -> None:
+        """Queue again the runs parked by their project's limits, as room frees (every
+        worker with limits per project does; a run's claim checks the limits again)."""
+        from minions.runs._project_limits import unpark
+
+        while not self._stop.wait(SCHEDULE_TICK):
+            try:
+                unpark(self.database, self.project_limits, enqueue=self.queue.enqueue)
+            except Exception as exc:  # the store is down: parked runs wait for it
+                if not transient(exc):
+                    log.exception("queuing parked runs failed", executor_id=self.executor_id)
 
     def _prune(self) -> None:
         """Prune finished runs as `retention` says, now and then."""

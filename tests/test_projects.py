@@ -543,3 +543,102 @@ def test_the_console_of_a_key_of_one_project_never_shows_anothers(tenants: Tenan
         finally:
             page.close()
             browser.close()
+
+
+# -- recipes folders per project -----------------------------------------------------------------
+
+TRIAGE = "id: triage\ndescription: Team A's own.\nsteps:\n  - id: hi\n    goal: Say hi.\n"
+
+
+def test_a_project_with_its_own_recipes_folder_is_offered_its_recipes_only(
+    tmp_path: Path,
+) -> None:
+    shared = write_recipes(tmp_path / "recipes")
+    own = tmp_path / "team-a-recipes"
+    own.mkdir()
+    (own / "triage.yaml").write_text(TRIAGE)
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+
+    async def keys() -> dict[str, str]:
+        store = RunStore(url, create=True)
+        made = {
+            "alice": (await store.add_key("alice", role="operator", projects=[A]))[1],
+            "bob": (await store.add_key("bob", role="operator", projects=[B]))[1],
+            "multi": (await store.add_key("multi", role="operator", projects=[A, B]))[1],
+        }
+        await store.aclose()
+        return made
+
+    made = asyncio.run(keys())
+    config = ServiceConfig(token=TOKEN, database_url=url, recipes=shared, project_recipes={A: own})
+    with app_in_thread(create_app(config)) as base:
+
+        def client(name: str) -> httpx2.Client:
+            return httpx2.Client(base_url=base, headers=auth(made[name]), timeout=30)
+
+        def offered(name: str, **query: str) -> list[str]:
+            return sorted(r["id"] for r in client(name).get("/recipes", params=query).json())
+
+        assert offered("alice") == ["triage"]
+        assert "triage" not in offered("bob")
+        assert "flaky" in offered("bob")
+        assert offered("multi", project=A) == ["triage"]
+        assert "flaky" in offered("multi")  # several projects, none named: the server's
+        assert client("multi").get("/recipes", params={"project": "zz"}).status_code == 404
+        assert client("bob").get("/recipes", params={"project": A}).status_code == 404
+        assert client("alice").post("/runs", json={"recipe": "triage"}).status_code == 201
+        refused = client("alice").post("/runs", json={"recipe": "flaky"})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["type"] == "unknown_recipe"
+        assert "flaky" not in refused.json()["error"]["message"].split("known:")[1]
+        assert client("bob").post("/runs", json={"recipe": "triage"}).status_code == 400
+        assert client("bob").post("/runs", json={"recipe": "flaky"}).status_code == 201
+
+
+def test_a_workers_run_of_a_project_with_its_own_root_is_found_there(tmp_path: Path) -> None:
+    from minions.recipes._folder import RecipeFolder
+    from minions.runs import RunRecord
+    from minions.runs._leases import Lease, Start
+    from minions.runs._runner import DurableRunner
+    from minions.runs._snapshot import RecipeSnapshot
+
+    shared = write_recipes(tmp_path / "recipes")
+    own = tmp_path / "team-a-recipes"
+    own.mkdir()
+    (own / "flaky.yaml").write_text((shared / "flaky.yaml").read_text())
+    runner = DurableRunner(
+        None,  # type: ignore[arg-type]  # finding a recipe file reads no store
+        executor_id="w",
+        incarnation="i",
+        recipes=RecipeFolder(shared),
+        project_recipes={A: RecipeFolder(own)},
+    )
+
+    def start(project: str) -> Start:
+        return Start(
+            lease=Lease(run_id="r", holder="i", epoch=1, attempt=1),
+            record=RunRecord(
+                run_id="r", recipe_id="flaky", status="running", created_at=0.0, project=project
+            ),
+            snapshot=RecipeSnapshot(
+                recipe_id="flaky", yaml="", path="/elsewhere/flaky.yaml", hash="-", request_hash="-"
+            ),
+            last_seq=0,
+        )
+
+    assert runner.recipe_file(start(A)) == str((own / "flaky.yaml").resolve())
+    assert runner.recipe_file(start(B)) == str((shared / "flaky.yaml").resolve())
+
+
+def test_project_recipes_options_are_checked(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for wrong, says in (
+        (["--project-recipes", "team-a"], "PROJECT=DIR"),
+        (["--project-recipes", f"a/b={tmp_path}"], "project"),
+        (["--project-recipes", f"a={tmp_path / 'none'}"], "no such folder"),
+        (["--project-recipes", f"a={tmp_path}", "--project-recipes", f"a={tmp_path}"], "twice"),
+    ):
+        for command in ("worker", "serve"):
+            refused = runner.invoke(cli, [command, *wrong])
+            assert refused.exit_code == 2, (command, wrong, refused.output)
+            assert says in refused.output, refused.output

@@ -23,6 +23,7 @@ from minions.cli._common import (
     JsonOption,
     LogFormatOption,
     ProjectOption,
+    ProjectRecipesOption,
     RecipesRootOption,
     RetentionOption,
     RunArgument,
@@ -37,6 +38,7 @@ from minions.cli._common import (
     open_store,
     parse_inputs,
     plain,
+    project_folders,
     record_data,
     run_time,
     say,
@@ -81,6 +83,7 @@ def worker(
     retention: RetentionOption = None,
     limits: LimitsOption = None,
     recipes: RecipesRootOption = None,
+    project_recipes: ProjectRecipesOption = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -136,6 +139,7 @@ def worker(
     url = resolve(database_url)
     given_limits = load_limits(limits)
     check_recipes_root(recipes)
+    own_recipes = project_folders(project_recipes)
     chosen_format = chosen_log_format(log_format)
     exported = None
     if metrics_port is not None:
@@ -196,6 +200,7 @@ def worker(
             retention=retention,
             limits=given_limits,
             recipes=recipes,
+            project_recipes=own_recipes,
         )
     except ValueError as exc:
         raise UsageError(f"--retention: {exc}") from None

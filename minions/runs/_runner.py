@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -466,6 +466,8 @@ class DurableRunner:
         recipes: the recipes root: a run's recipe file is the one with its recipe's id
             there (its snapshot is what runs; the file's folder is where its tools modules,
             included recipes and recording are found). None: where it was submitted from.
+        project_recipes: the recipes roots of projects that have their own (a run of one
+            of them is found there, not under `recipes`).
         project_limits: the limits per project its runs are held to, with the other
             workers' (a run of a project at its limits is parked, holding no place).
     """
@@ -487,9 +489,11 @@ class DurableRunner:
         hand_back_after: float = 1.0,
         deps: Callable[[], object] | None = None,
         recipes: RecipeFolder | None = None,
+        project_recipes: Mapping[str, RecipeFolder] | None = None,
         project_limits: Sequence[ProjectLimit] = (),
     ) -> None:
         self.database = database
+        self.project_recipes = dict(project_recipes or {})
         self.project_limits = {limit.name: limit for limit in project_limits}
         self.deps = deps
         self.recipes = recipes
@@ -778,7 +782,7 @@ class DurableRunner:
         Raises:
             RecipeNotFoundError: no recipe of the root has the run's id.
         """
-        folder = self.recipes
+        folder = self.project_recipes.get(start.record.project, self.recipes)
         if folder is None:
             return start.snapshot.path
         recipe_id = start.snapshot.recipe_id

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -179,6 +179,8 @@ class Worker:
             (its snapshot is what runs; the file's folder holds its tools modules, included
             recipes and recording), so hosts need not keep recipes at the same absolute path.
             None: at the path it was submitted from.
+        project_recipes: the recipes roots of projects that have their own (their runs'
+            recipe files are found there instead).
 
     Raises:
         ValueError: `retention` is neither a duration nor a number of runs, or `recipes` is
@@ -199,11 +201,13 @@ class Worker:
         limits: Limits | None = None,
         deps: Callable[[], object] | None = None,
         recipes: str | Path | None = None,
+        project_recipes: Mapping[str, str | Path] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
-        if recipes is not None and not Path(recipes).is_dir():
-            raise ValueError(f"recipes root: no such folder: {str(recipes)!r}")
+        for folder in (recipes, *(project_recipes or {}).values()):
+            if folder is not None and not Path(folder).is_dir():
+                raise ValueError(f"recipes root: no such folder: {str(folder)!r}")
         self.url = url
         self.concurrency = concurrency
         self.executor_id = executor_id or default_executor_id()
@@ -235,6 +239,10 @@ class Worker:
             hand_back_after=HAND_BACK_AFTER,
             deps=deps,
             recipes=None if recipes is None else RecipeFolder(Path(recipes)),
+            project_recipes={
+                project: RecipeFolder(Path(folder))
+                for project, folder in (project_recipes or {}).items()
+            },
             project_limits=limits.projects,
         )
         self.project_limits = limits.projects

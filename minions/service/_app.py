@@ -16,7 +16,7 @@ from minions.service._access import undeclared, unscoped
 from minions.service._config import ServiceConfig
 from minions.service._errors import install
 from minions.service._guard import PUBLIC_PATHS, Guard, proxy_networks
-from minions.service._recipes import RecipeCatalog
+from minions.service._recipes import Catalogs, RecipeCatalog
 from minions.service._routes import (
     console,
     evals,
@@ -73,10 +73,13 @@ def create_app(
         store = RunStore(
             config.database_url, create=True, hub=hub, poll=config.poll, import_tools=False
         )
-        catalog = RecipeCatalog(config.recipes)
-        await asyncio.to_thread(catalog.start)
+        catalogs = Catalogs(
+            RecipeCatalog(config.recipes),
+            {project: RecipeCatalog(folder) for project, folder in config.project_recipes.items()},
+        )
+        await asyncio.to_thread(catalogs.start)
         await store.log.start()
-        app.state.runs, app.state.catalog = store, catalog
+        app.state.runs, app.state.catalogs = store, catalogs
         try:
             yield
         finally:

@@ -14,7 +14,7 @@ from minions.runs import RunStore, ScopedRuns
 from minions.service._access import CALLER, Caller
 from minions.service._config import ServiceConfig
 from minions.service._errors import Refused
-from minions.service._recipes import RecipeCatalog
+from minions.service._recipes import Catalogs
 from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
@@ -42,9 +42,9 @@ def _config(request: Request) -> ServiceConfig:
     return config
 
 
-def _catalog(request: Request) -> RecipeCatalog:
-    catalog: RecipeCatalog = request.app.state.catalog
-    return catalog
+def _catalogs(request: Request) -> Catalogs:
+    catalogs: Catalogs = request.app.state.catalogs
+    return catalogs
 
 
 def _worker(request: Request) -> Worker | None:
@@ -63,6 +63,7 @@ evals)."""
 WholeStore = Annotated[RunStore, Depends(_whole)]
 """The whole store: for admins' routes and the probes only."""
 Config = Annotated[ServiceConfig, Depends(_config)]
-Catalog = Annotated[RecipeCatalog, Depends(_catalog)]
+Catalog = Annotated[Catalogs, Depends(_catalogs)]
+"""The recipes each project is offered."""
 InProcessWorker = Annotated["Worker | None", Depends(_worker)]
 Streams = Annotated[OpenStreams, Depends(_streams)]

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from minions._version import __version__
+from minions.errors import MinionsError, UnknownProjectError
 from minions.service._access import Public, Reader
 from minions.service._deps import Catalog, InProcessWorker, Runs, Streams, WholeStore
-from minions.service._errors import ERRORS
+from minions.service._errors import ERRORS, Refused
 from minions.service._models import Health, Probe, RecipeOut, WorkerOut
 from minions.service._models import Streams as StreamsOut
 from minions.service._ready import problem
@@ -21,8 +23,30 @@ router = APIRouter(responses=ERRORS)
 
 
 @router.get("/recipes", response_model=list[RecipeOut])
-async def recipes(caller: Reader, catalog: Catalog) -> list[RecipeOut]:
-    """The recipes of the server's folder: ids, descriptions, input schemas."""
+async def recipes(
+    caller: Reader,
+    runs: Runs,
+    catalogs: Catalog,
+    project: Annotated[
+        str | None,
+        Query(
+            description="The recipes this project of the key's is offered (default: its "
+            "only project's; for a key of several, or an admin, the server's folder's).",
+            max_length=64,
+        ),
+    ] = None,
+) -> list[RecipeOut]:
+    """The recipes a project is offered (its own folder's, or the server's): ids,
+    descriptions, input schemas."""
+    try:
+        chosen = runs.scope.project_for(project)
+    except ValueError as exc:
+        raise Refused(422, f"query.project: {exc}") from None
+    except UnknownProjectError:
+        raise
+    except MinionsError:  # several projects and none named: the server's folder
+        chosen = None
+    catalog = catalogs.of(chosen) if chosen is not None else catalogs.shared
     entries = await asyncio.to_thread(catalog.scan)
     folder = catalog.folder
     return [

@@ -42,13 +42,15 @@ MAX_TIME = 2.0**40
 
 @router.post("/runs", status_code=201, response_model=Submitted)
 async def submit(
-    caller: Operator, body: SubmitRequest, runs: Runs, config: Config, catalog: Catalog
+    caller: Operator, body: SubmitRequest, runs: Runs, config: Config, catalogs: Catalog
 ) -> Submitted:
     """Queue a run in a project of the caller's (the same run again for a repeated
     `idempotency_key` with the same request; a key reused for another request is a 409; a
     project not the caller's is a 404 `unknown_project`)."""
     if (body.recipe is None) == (body.recipe_yaml is None):
         raise Refused(400, "give either `recipe` (a recipe id) or `recipe_yaml`")
+    project = runs.scope.project_for(body.project)
+    catalog = catalogs.of(project)
     if body.recipe_yaml is not None:
         if not config.allow_inline_recipes:
             raise Refused(
@@ -64,7 +66,7 @@ async def submit(
             idempotency_key=body.idempotency_key,
             check=functools.partial(check_inline, catalog=catalog, model=config.model),
             actor=caller.name,
-            project=body.project,
+            project=project,
         )
     else:
         assert body.recipe is not None
@@ -79,7 +81,7 @@ async def submit(
             body.inputs,
             idempotency_key=body.idempotency_key,
             actor=caller.name,
-            project=body.project,
+            project=project,
         )
     if created:  # just stored as queued: no need to read it back
         return Submitted(run_id=run_id, status="queued", created=True)

@@ -84,10 +84,14 @@ class ScheduleDetail(ScheduleOut):
 
 
 @router.post("/schedules", status_code=201, response_model=ScheduleOut)
-async def add(caller: Operator, body: ScheduleRequest, runs: Runs, catalog: Catalog) -> ScheduleOut:
-    """Add a schedule of a recipe of the server's folder (with neither `cron` nor `every`,
+async def add(
+    caller: Operator, body: ScheduleRequest, runs: Runs, catalogs: Catalog
+) -> ScheduleOut:
+    """Add a schedule of a recipe of the project's folder (with neither `cron` nor `every`,
     the recipe's own `schedule:` says when). Its YAML is snapshotted now: to change it, add
     it again with `replace`."""
+    project = runs.scope.project_for(body.project)
+    catalog = catalogs.of(project)
     entry = await asyncio.to_thread(catalog.find, body.recipe)
     if entry is None:
         known = ", ".join(sorted(await asyncio.to_thread(catalog.scan))) or "none"
@@ -104,7 +108,7 @@ async def add(caller: Operator, body: ScheduleRequest, runs: Runs, catalog: Cata
         catch_up=body.catch_up,
         replace=body.replace,
         actor=caller.name,
-        project=body.project,
+        project=project,
     )
     return ScheduleOut.model_validate(record)
 

@@ -201,7 +201,15 @@ class ScopedRuns:
         return await self._store.count_runs(**self._narrowed(which))
 
     def _narrowed(self, which: Mapping[str, Any]) -> RunFilters:
+        """`which`, narrowed to the scope's projects.
+
+        Raises:
+            UnknownProjectError: `which` names a project the scope does not see.
+        """
         narrowed: Any = dict(which)
+        asked = narrowed.get("project")
+        if asked is not None and not self.scope.sees(asked):
+            raise UnknownProjectError(asked)
         if self.scope.projects is not None:
             narrowed["projects"] = self.scope.listed  # `project` narrows it further
         return narrowed  # type: ignore[no-any-return]

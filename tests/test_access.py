@@ -209,6 +209,14 @@ def test_every_route_declares_the_permission_the_contract_says() -> None:
     app = create_app(ServiceConfig(token=TOKEN))
     declared = {f"{m} {path}": permission_of(route) for m, path, route in api_routes(app)}
     assert declared == PERMISSIONS
+    # And every route that takes an id, but admins' and public ones, takes the store as its
+    # caller's projects let it see it (docs/access.md#projects; tests/test_projects.py).
+    from minions.service._access import scoped, unscoped
+
+    assert unscoped(app) == []
+    for method, path, route in api_routes(app):
+        if "{" in path and PERMISSIONS[f"{method} {path}"] not in ("admin", "public"):
+            assert scoped(route), f"{method} {path}"
 
 
 @pytest.mark.parametrize("public", [False, True])

@@ -217,7 +217,7 @@ def test_sequences_along_the_schemas_links_get_no_5xx(base_url: str) -> None:
 
     Sequences.run(
         settings=settings(
-            max_examples=15,
+            max_examples=25,
             stateful_step_count=6,
             deadline=None,
             suppress_health_check=list(HealthCheck),

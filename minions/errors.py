@@ -52,6 +52,7 @@ __all__ = [
     "UnknownLinkError",
     "UnknownRecipeError",
     "UnknownKeyError",
+    "UnknownProjectError",
     "UnknownRunError",
     "UnknownScheduleError",
     "UnknownStepError",
@@ -340,6 +341,15 @@ class UnknownScheduleError(MinionsError, LookupError):
         self.name = name
 
 
+class UnknownProjectError(MinionsError, LookupError):
+    """A project that is not the caller's (a key's projects are all it knows of; another
+    project is as unknown as one that does not exist)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no project {name!r} for this key")
+        self.name = name
+
+
 class ScheduleExistsError(MinionsError):
     """A schedule with this name exists already (add it again with ``replace``)."""
 
@@ -398,12 +408,15 @@ class DiffTooLargeError(MinionsError):
 
 class IdempotencyConflictError(MinionsError):
     """An idempotency key named an earlier request that differs from this one (another
-    recipe, recipe version or inputs): a key names one request."""
+    recipe, recipe version or inputs, or another project: then `run_id` is None, the run is
+    not the caller's to know): a key names one request."""
 
-    def __init__(self, key: str, run_id: str) -> None:
+    def __init__(self, key: str, run_id: str | None) -> None:
         super().__init__(
-            f"idempotency key {key!r} was used for run {run_id} with another recipe, recipe "
-            "version or inputs: use a new key for a new request"
+            f"idempotency key {key!r} was used in another project: use a new key"
+            if run_id is None
+            else f"idempotency key {key!r} was used for run {run_id} with another recipe, "
+            "recipe version or inputs: use a new key for a new request"
         )
         self.key = key
         self.run_id = run_id

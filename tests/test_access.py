@@ -209,6 +209,14 @@ def test_every_route_declares_the_permission_the_contract_says() -> None:
     app = create_app(ServiceConfig(token=TOKEN))
     declared = {f"{m} {path}": permission_of(route) for m, path, route in api_routes(app)}
     assert declared == PERMISSIONS
+    # And every route that takes an id, but admins' and public ones, takes the store as its
+    # caller's projects let it see it (docs/access.md#projects; tests/test_projects.py).
+    from minions.service._access import scoped, unscoped
+
+    assert unscoped(app) == []
+    for method, path, route in api_routes(app):
+        if "{" in path and PERMISSIONS[f"{method} {path}"] not in ("admin", "public"):
+            assert scoped(route), f"{method} {path}"
 
 
 @pytest.mark.parametrize("public", [False, True])
@@ -550,6 +558,7 @@ def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) ->
     from runs_helpers import insert_run
 
     from minions.runs._db import Database
+    from minions.runs._tables import SCHEMA_VERSION
 
     path = tmp_path / "old.db"
     made = Database(f"sqlite:///{path}", create=True)
@@ -563,6 +572,9 @@ def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) ->
             ("minions_schedules", "changed_by"),
         ):
             db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        db.execute("DROP INDEX ix_minions_runs_project")  # and no projects (schema 6)
+        for table in ("minions_runs", "minions_schedules", "minions_evals"):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN project")
         if version == 3:  # and what schema 3 had: a step cache entry had no run
             for column in ("run_id", "recipe_id"):
                 db.execute(f"DROP INDEX ix_minions_step_cache_{column}")
@@ -579,7 +591,7 @@ def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) ->
 
     assert asyncio.run(read()) == (None, "ann")
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == "6"
+        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == str(SCHEMA_VERSION)
         cache = {row[1] for row in db.execute("PRAGMA table_info(minions_step_cache)")}
     assert {"run_id", "recipe_id"} <= cache
 

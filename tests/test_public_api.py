@@ -24,7 +24,7 @@ ERRORS = {
     "PlanError", "MCPServerError", "IdempotencyConflictError", "RerunError",
     "ScheduleExistsError", "UnknownScheduleError", "DiffTooLargeError", "UnknownStepError",
     "MissingDepsError", "Reask", "StepFailed", "StreamingWarning", "KeyExistsError",
-    "UnknownKeyError",
+    "UnknownKeyError", "UnknownProjectError",
 }  # fmt: skip
 
 PUBLIC: dict[str, set[str]] = {
@@ -71,7 +71,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "minions.errors": ERRORS,
     "minions.models": {
-        "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "EndpointPermit", "EndpointWait",
+        "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "ProjectLimit", "EndpointPermit", "EndpointWait",
         "FallbackModel", "Limits", "LocalLimiter",
         "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
@@ -87,7 +87,7 @@ PUBLIC: dict[str, set[str]] = {
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
         "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
-        "StepDetail", "KeyRecord", "ROLES", "Role",
+        "StepDetail", "KeyRecord", "ROLES", "Role", "Scope", "ScopedRuns",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

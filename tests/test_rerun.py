@@ -499,6 +499,7 @@ def test_a_schema_2_store_migrates(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     url = f"sqlite:///{path}"
     from minions.runs._db import Database
+    from minions.runs._tables import SCHEMA_VERSION
 
     Database(url, create=True).close()
     with sqlite3.connect(path) as db:  # what schema 2 had
@@ -513,7 +514,7 @@ def test_a_schema_2_store_migrates(tmp_path: Path) -> None:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     assert {"parent_run_id", "from_step", "rerun"} <= columns
     assert "minions_step_cache" in tables
-    assert version == "6"
+    assert version == str(SCHEMA_VERSION)
 
 
 # -- the rule, as a property -------------------------------------------------------------------

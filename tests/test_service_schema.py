@@ -37,7 +37,8 @@ CHECKS = [
 
 
 VIEWER: dict[str, str] = {}
-"""The key of a viewer of the module's server (made with it)."""
+"""The key of a viewer of the module's server (made with it), and (``two``) of an operator of
+two projects."""
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +50,14 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("schema")
     url = f"sqlite:///{folder / 'store' / 'minions.db'}"
 
-    async def viewer() -> str:
+    async def keys() -> dict[str, str]:
         store = RunStore(url, create=True)
         _, key = await store.add_key("viv", role="viewer")
+        _, two = await store.add_key("two", role="operator", projects=["team-a", "team-b"])
         await store.aclose()
-        return key
+        return {"key": key, "two": two}
 
-    VIEWER["key"] = asyncio.run(viewer())
+    VIEWER.update(asyncio.run(keys()))
     config = ServiceConfig(
         token=TOKEN,
         database_url=url,
@@ -142,6 +144,42 @@ def test_generated_requests_of_a_viewer_get_403s_not_5xx(base_url: str) -> None:
     assert not {label for label in refused if label.startswith("GET ")} - {"GET /keys"}
 
 
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_generated_requests_of_a_key_of_two_projects_get_no_5xx(
+    base_url: str, mode: GenerationMode
+) -> None:
+    """An operator of two projects: a submission naming none of them is a 400, one naming
+    another project a 404, the ids of runs of other projects 404s; every answer within the
+    schema, none a 5xx."""
+    seen: set[tuple[str, int]] = set()
+    for operation in operations(base_url):
+
+        @given(case=operation.as_strategy(mode))
+        @settings(
+            max_examples=6,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            derandomize=True,
+        )
+        def answers(case: Any) -> None:
+            response = case.call_and_validate(
+                base_url=base_url,
+                headers={**(case.headers or {}), **auth(VIEWER["two"])},
+                timeout=30,
+                checks=CHECKS,
+            )
+            seen.add((case.operation.label, response.status_code))
+
+        try:
+            answers()
+        except Unsatisfiable:
+            assert mode is GenerationMode.NEGATIVE
+    if mode is GenerationMode.POSITIVE:
+        assert {("POST /runs", 400), ("POST /runs", 404)} & seen
+        assert ("GET /runs/{run_id}", 404) in seen
+
+
 def test_any_bytes_in_authorization_get_a_401(base_url: str) -> None:
     @given(value=HEADER_BYTES, scheme=st.sampled_from([b"Bearer ", b"bearer mk_", b""]))
     @settings(max_examples=150, deadline=None, database=None, derandomize=True)
@@ -179,7 +217,7 @@ def test_sequences_along_the_schemas_links_get_no_5xx(base_url: str) -> None:
 
     Sequences.run(
         settings=settings(
-            max_examples=15,
+            max_examples=25,
             stateful_step_count=6,
             deadline=None,
             suppress_health_check=list(HealthCheck),

@@ -41,6 +41,30 @@ DatabaseOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _project(value: str | None) -> str | None:
+    """`value`, when it names a project (a bad one is a usage error: exit 2)."""
+    if value is None:
+        return None
+    from minions.runs import Scope
+
+    try:
+        return Scope().project_for(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+ProjectOption = Annotated[
+    str | None,
+    typer.Option(
+        "--project",
+        metavar="PROJECT",
+        help="The project (default: default): keys of other projects never see it.",
+        callback=_project,
+        show_default=False,
+    ),
+]
 RetentionOption = Annotated[
     str | None,
     typer.Option(
@@ -63,6 +87,44 @@ RecipesRootOption = Annotated[
         show_default=False,
     ),
 ]
+ProjectRecipesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--project-recipes",
+        metavar="PROJECT=DIR",
+        help="A project's own recipes folder (repeat for more): its runs' recipes are "
+        "found there, not in --recipes, which serves every other project.",
+        show_default=False,
+    ),
+]
+
+
+def project_folders(given: Sequence[str] | None) -> dict[str, Path]:
+    """``--project-recipes PROJECT=DIR`` options as folders by project.
+
+    Raises:
+        UsageError: one is not ``PROJECT=DIR`` with a project's name and a folder, or a
+            project is given twice.
+    """
+    from minions.runs import Scope
+
+    found: dict[str, Path] = {}
+    for text in given or ():
+        project, sep, folder = text.partition("=")
+        if not sep or not folder:
+            raise UsageError(f"--project-recipes {text!r}: write PROJECT=DIR")
+        try:
+            Scope().project_for(project)
+        except ValueError as exc:
+            raise UsageError(f"--project-recipes: {exc}") from None
+        if project in found:
+            raise UsageError(f"--project-recipes: project {project!r} is given twice")
+        if not Path(folder).is_dir():
+            raise UsageError(f"--project-recipes: no such folder: {folder!r}")
+        found[project] = Path(folder)
+    return found
+
+
 RunArgument = Annotated[
     str, typer.Argument(metavar="RUN", help="The run's id.", show_default=False)
 ]

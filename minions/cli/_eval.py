@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
-from minions.cli._common import DatabaseOption, open_store, stdout
+from minions.cli._common import DatabaseOption, ProjectOption, open_store, stdout
 from minions.cli._errors import UsageError
 from minions.cli._report import plural
 from minions.cli._running import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
@@ -480,6 +480,7 @@ def eval_command(
             "command started again resumes an eval cut short.",
         ),
     ] = False,
+    project: ProjectOption = None,
     database_url: DatabaseOption = None,
 ) -> None:
     """Run every case of a dataset, repeated, and grade each run.
@@ -512,6 +513,8 @@ def eval_command(
         _durable_options(model=model, record=record, replay=replay, max_tokens=max_tokens)
     elif database_url is not None:
         raise UsageError("--database-url goes with --durable (the store whose workers run it)")
+    elif project is not None:
+        raise UsageError("--project goes with --durable (the project of the eval's runs)")
     cost_gate = _percent(max_cost_increase, "--max-cost-increase") if max_cost_increase else None
     if cost_gate is not None and (baseline is None or prices is None):
         raise UsageError("--max-cost-increase needs --baseline REPORT.json and --prices FILE")
@@ -593,6 +596,7 @@ def eval_command(
                         baseline_name=str(baseline) if baseline is not None else "",
                         gates=gates,
                         opened=told,
+                        project=project or "default",
                         **common,
                     )
                 finally:

@@ -22,6 +22,8 @@ from minions.cli._common import (
     InputsOption,
     JsonOption,
     LogFormatOption,
+    ProjectOption,
+    ProjectRecipesOption,
     RecipesRootOption,
     RetentionOption,
     RunArgument,
@@ -36,6 +38,7 @@ from minions.cli._common import (
     open_store,
     parse_inputs,
     plain,
+    project_folders,
     record_data,
     run_time,
     say,
@@ -80,6 +83,7 @@ def worker(
     retention: RetentionOption = None,
     limits: LimitsOption = None,
     recipes: RecipesRootOption = None,
+    project_recipes: ProjectRecipesOption = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -135,6 +139,7 @@ def worker(
     url = resolve(database_url)
     given_limits = load_limits(limits)
     check_recipes_root(recipes)
+    own_recipes = project_folders(project_recipes)
     chosen_format = chosen_log_format(log_format)
     exported = None
     if metrics_port is not None:
@@ -195,6 +200,7 @@ def worker(
             retention=retention,
             limits=given_limits,
             recipes=recipes,
+            project_recipes=own_recipes,
         )
     except ValueError as exc:
         raise UsageError(f"--retention: {exc}") from None
@@ -268,17 +274,24 @@ def submit(
             show_default=False,
         ),
     ] = None,
+    project: ProjectOption = None,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """Queue a run of a recipe for the workers; print its id."""
+    """Queue a run of a recipe for the workers, in a project; print its id."""
     given = parse_inputs(inputs or ())
     if not recipe.is_file():
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     store = open_store(database_url, create=True)
     try:
         run_id, _created = asyncio.run(
-            store.submit(recipe, given, idempotency_key=idempotency_key, actor=cli_actor())
+            store.submit(
+                recipe,
+                given,
+                idempotency_key=idempotency_key,
+                actor=cli_actor(),
+                project=project or "default",
+            )
         )
     finally:
         store.close()
@@ -334,6 +347,12 @@ def list_runs(
             "--schedule", metavar="NAME", help="Runs this schedule fired.", show_default=False
         ),
     ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project", metavar="PROJECT", help="Runs of this project.", show_default=False
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
@@ -353,6 +372,7 @@ def list_runs(
                 recipe=recipe,
                 schedule=schedule,
                 created_after=after,
+                project=project,
                 limit=limit,
             )
         )

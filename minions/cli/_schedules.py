@@ -17,6 +17,7 @@ from minions.cli._common import (
     DatabaseOption,
     InputsOption,
     JsonOption,
+    ProjectOption,
     cli_actor,
     local_time,
     open_store,
@@ -140,6 +141,7 @@ def add(
             help="Replace the schedule of that name (its recipe snapshot and timing).",
         ),
     ] = False,
+    project: ProjectOption = None,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
@@ -170,6 +172,7 @@ def add(
                 overlap=overlapping,
                 replace=replace,
                 actor=cli_actor(),
+                project=project or "default",
             )
         )
     finally:

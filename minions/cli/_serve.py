@@ -14,10 +14,12 @@ from rich.console import Console
 from minions.cli._common import (
     DatabaseOption,
     LogFormatOption,
+    ProjectRecipesOption,
     RetentionOption,
     check_recipes_root,
     chosen_log_format,
     model_note,
+    project_folders,
     say,
     set_up_logging,
 )
@@ -52,6 +54,7 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    project_recipes: ProjectRecipesOption = None,
     no_worker: Annotated[
         bool,
         typer.Option(
@@ -182,6 +185,7 @@ def serve_command(
             ) from None
     chosen_format = chosen_log_format(log_format)
     check_recipes_root(recipes)
+    own_recipes = project_folders(project_recipes)
     url = resolve(database_url)
     given_limits = load_limits(limits)
     token = load_token(url)
@@ -216,6 +220,7 @@ def serve_command(
         token=token.value,
         database_url=url,
         recipes=recipes,
+        project_recipes=own_recipes,
         allow_inline_recipes=allow_inline_recipes,
         model=os.environ.get(MODEL_ENV) or None,
         request_timeout=request_timeout,

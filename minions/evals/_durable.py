@@ -47,8 +47,9 @@ class DurableRunner(CaseRunner):
         found: case runs the store had already (an eval resumed): not run again.
     """
 
-    def __init__(self, store: RunStore) -> None:
+    def __init__(self, store: RunStore, *, project: str = "default") -> None:
         self.store = store
+        self.project = project
         self.submitted = 0
         self.found = 0
 
@@ -61,7 +62,9 @@ class DurableRunner(CaseRunner):
         if path is None:
             return dataclasses.replace(base, problem=_NO_FILE.format(job.target.id))
         try:
-            run_id, new = await self.store.submit(path, job.inputs, idempotency_key=job.key)
+            run_id, new = await self.store.submit(
+                path, job.inputs, idempotency_key=job.key, project=self.project
+            )
         except MinionsError as exc:
             return dataclasses.replace(base, problem=f"the run could not be submitted: {exc}")
         if new:
@@ -299,6 +302,7 @@ async def evaluate_durable(
     baseline_name: str = "",
     gates: Gates | None = None,
     opened: Callable[[EvalRecord, bool, DurableRunner], None] | None = None,
+    project: str = "default",
     **options: Any,
 ) -> EvalReport:
     """Run the eval on the workers of `store` and keep its report there.
@@ -317,6 +321,7 @@ async def evaluate_durable(
             `baseline_name`.
         gates: the gates to check (`apply_gates`; the errors gate by default).
         opened: told the eval (and whether it resumes) before any case run is submitted.
+        project: the eval's project, and its case runs'.
         **options: more arguments of `evaluate` (`judge_model`, `concurrency`, `k`,
             `prices`, `resolve`, `progress`...); not `model`, `record`, `replay` or
             `max_tokens`: the workers run the recipes with their own models, limits and
@@ -335,9 +340,13 @@ async def evaluate_durable(
         )
     jobs = _jobs(dataset, "-", repeat)
     record, resumed = await store.open_eval(
-        fingerprint(dataset, jobs), dataset=dataset.name, target=dataset.target, total=len(jobs)
+        fingerprint(dataset, jobs),
+        dataset=dataset.name,
+        target=dataset.target,
+        total=len(jobs),
+        project=project,
     )
-    runner = DurableRunner(store)
+    runner = DurableRunner(store, project=project)
     if opened is not None:
         opened(record, resumed, runner)
     report = await evaluate(

@@ -29,6 +29,7 @@ _LAZY: dict[str, str] = {
     # Limits (pydantic models): loaded when limits are used.
     "EndpointLimit": "minions.models._limits",
     "EndpointLimiter": "minions.models._limits",
+    "ProjectLimit": "minions.models._limits",
     "EndpointPermit": "minions.models._limits",
     "EndpointWait": "minions.models._limits",
     "Limits": "minions.models._limits",
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         EndpointWait,
         Limits,
         LocalLimiter,
+        ProjectLimit,
     )
     from minions.models._openai import OpenAIChatModel
     from minions.models._recording import Recording, RecordingModel, ReplayMissError, ReplayModel
@@ -57,6 +59,7 @@ __all__ = [
     "CapabilityMemory",
     "EndpointLimit",
     "EndpointLimiter",
+    "ProjectLimit",
     "EndpointPermit",
     "EndpointWait",
     "FallbackModel",

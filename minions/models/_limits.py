@@ -95,8 +95,30 @@ class EndpointLimit(BaseModel):
         return base_url(endpoint[0]) == url and (not model or endpoint[1] == model)
 
 
+class ProjectLimit(BaseModel):
+    """The limits of one project (an entry of `Limits.projects`), held by the workers of a
+    store over all of them: a run of the project starts only within them, else it waits
+    queued, holding no worker's place, until the project is under them again.
+
+    Attributes:
+        name: the project.
+        max_runs_in_flight: its runs started and not ended (running, or waiting for a
+            person) at once.
+        tokens_per_day: the tokens its runs used in the last 24 hours (the runs that ended
+            within them, and those in flight): while they reach it, no run of it starts
+            (a run that started finishes).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+    max_runs_in_flight: int | None = Field(default=None, ge=1)
+    tokens_per_day: int | None = Field(default=None, ge=1)
+
+
 class Limits(BaseModel):
-    """The limits file: limits per model endpoint, shared by every run that calls one.
+    """The limits file: limits per model endpoint, shared by every run that calls one, and
+    per project, over the runs of each.
 
     ``minions run``, ``minions worker`` and ``minions serve`` take it as ``--limits FILE``::
 
@@ -106,12 +128,17 @@ class Limits(BaseModel):
             requests_per_minute: 60
             tokens_per_minute: 20000
         capability_expiry: 7d
+        projects:
+          - name: team-a
+            max_runs_in_flight: 4
+            tokens_per_day: 2000000
 
     Every entry that matches a call applies to it. A durable run's limits hold over every
     worker of its store; a foreground run's over its process.
 
     Attributes:
         endpoints: the limited endpoints.
+        projects: the limited projects (durable runs only: their workers hold them).
         capability_expiry: how long a run store keeps what an endpoint taught the
             structured-output ladder (seconds, or ``30m``, ``12h``, ``7d``, ``2w``).
     """
@@ -120,6 +147,16 @@ class Limits(BaseModel):
 
     endpoints: tuple[EndpointLimit, ...] = ()
     capability_expiry: float = DEFAULT_CAPABILITY_EXPIRY
+    projects: tuple[ProjectLimit, ...] = ()
+
+    @field_validator("projects")
+    @classmethod
+    def _one_entry_each(cls, value: tuple[ProjectLimit, ...]) -> tuple[ProjectLimit, ...]:
+        names = [p.name for p in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"project {twice[0]!r} has two entries: give it one")
+        return value
 
     @field_validator("capability_expiry", mode="before")
     @classmethod

@@ -30,6 +30,7 @@ from minions.runs._evals import EvalRecord
 from minions.runs._fleet import EndpointLoad, FleetState
 from minions.runs._keys import ROLES, KeyRecord, Role
 from minions.runs._log import EventLog, LiveHub
+from minions.runs._projects import Scope, ScopedRuns
 from minions.runs._prune import History, PruneResult, Retention
 from minions.runs._runs import RerunPlan, RunRecord
 from minions.runs._schedules import ScheduleRecord
@@ -62,6 +63,8 @@ __all__ = [
     "RunRecord",
     "RunStore",
     "ScheduleRecord",
+    "Scope",
+    "ScopedRuns",
     "StepDetail",
     "StepDiff",
     "StepRecord",

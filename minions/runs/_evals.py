@@ -60,6 +60,8 @@ class EvalRecord:
     finished_at: float | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] | None = None
+    project: str = "default"
+    """Its project, and its case runs'."""
 
 
 def open_eval(
@@ -71,6 +73,7 @@ def open_eval(
     target: str,
     total: int,
     now: float,
+    project: str = "default",
 ) -> tuple[EvalRecord, bool]:
     """The unfinished eval of `fingerprint` and True, else a new one (`eval_id`) and False.
     Of callers opening one fingerprint at once, one makes it and the others find it."""
@@ -83,6 +86,7 @@ def open_eval(
         "total": total,
         "status": "running",
         "created_at": now,
+        "project": project,
     }
     with database.begin() as db:
         db.execute(database.insert_ignoring_conflicts(table, values))
@@ -134,11 +138,17 @@ def finish_eval(
 
 
 def listed(
-    database: Database, *, limit: int, before: tuple[float, str] | None = None
+    database: Database,
+    *,
+    limit: int,
+    before: tuple[float, str] | None = None,
+    projects: tuple[str, ...] | None = None,
 ) -> list[EvalRecord]:
     """Evals, newest first, without their reports; `before`: the created_at and eval id of a
-    page's last one."""
+    page's last one; `projects`: of these projects only."""
     query = sa.select(*_LISTED)
+    if projects is not None:
+        query = query.where(table.c.project.in_(projects))
     if before is not None:
         at, eval_id = before
         query = query.where(
@@ -195,4 +205,5 @@ def _record(row: Any) -> EvalRecord:
         created_at=row.created_at,
         finished_at=row.finished_at,
         summary=json.loads(row.summary) if row.summary else {},
+        project=row.project,
     )

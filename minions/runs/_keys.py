@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from minions.errors import KeyExistsError, UnknownKeyError
 from minions.runs._db import Database
+from minions.runs._projects import DEFAULT_PROJECT, check_project
 
 __all__ = ["ROLES", "KeyRecord", "Role"]
 
@@ -44,7 +45,6 @@ NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 """A key's name: what the history says did a thing (``alice``, ``ci-deploy``)."""
 RESERVED = frozenset({"token", "cli", "schedule", "system"})
 """Names of actors that are not keys (see docs/access.md)."""
-PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 keys_metadata = sa.MetaData()
 keys_table = sa.Table(
@@ -81,7 +81,7 @@ class KeyRecord:
         id: the key's public id (stream tickets name it).
         name: who the key is: the actor its requests are recorded as.
         role: what it may do (see `ROLES`).
-        projects: the projects it was given (stored and listed; not enforced yet).
+        projects: the projects it sees and acts in (an admin key: every one).
         created_by: the actor that added it.
         revoked_at: when it was revoked (None: it works).
     """
@@ -146,12 +146,8 @@ def check_projects(projects: Sequence[str]) -> tuple[str, ...]:
         ValueError: one is not a project name.
     """
     for project in projects:
-        if not PROJECT.fullmatch(project):
-            raise ValueError(
-                f"project {project!r}: use 1 to 64 letters, digits, '_' or '-', starting "
-                "with a letter or a digit"
-            )
-    return tuple(dict.fromkeys(projects)) or ("default",)
+        check_project(project)
+    return tuple(dict.fromkeys(projects)) or (DEFAULT_PROJECT,)
 
 
 def _ensure(database: Database) -> None:

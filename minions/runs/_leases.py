@@ -95,18 +95,22 @@ def claim(
     """Take the run for `holder`: attempt `attempt` is the current one, it has not ended,
     and nobody holds it (or the holder's lease ran out). A new epoch fences every earlier
     holder out."""
+    given = {"attempt": attempt, "holder": holder, "executor_id": executor_id}
     with database.statement() as db:
-        row = db.execute(
-            _CLAIM,
-            {
-                "run_id": run_id,
-                "attempt": attempt,
-                "holder": holder,
-                "lease_until": lease_until,
-                "executor_id": executor_id,
-                "now": now,
-            },
-        ).one_or_none()
+        row = claimed_row(db, run_id, **given, lease_until=lease_until, now=now)
+    return start_of(database, run_id, row, attempt=attempt, holder=holder)
+
+
+def claimed_row(db: sa.Connection, run_id: str, **claiming: Any) -> Any:
+    """The claim's statement (see `claim`; `claiming`: its keyword arguments but the
+    database), in the caller's transaction: the run's row as claimed, or None."""
+    return db.execute(_CLAIM, {"run_id": run_id, **claiming}).one_or_none()
+
+
+def start_of(
+    database: Database, run_id: str, row: Any, *, attempt: int, holder: str
+) -> Start | Refusal:
+    """What a claim that gave `row` (None: it took nothing) starts, or why it was refused."""
     if row is None:
         with database.read() as db:
             found = runs.row(db, run_id)

@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,6 +43,7 @@ from minions.runs import _approvals as approvals
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
 from minions.runs import _leases as leases
+from minions.runs import _project_limits as project_limits
 from minions.runs import _runs as runs
 from minions.runs import _workers as workers
 from minions.runs._async import AsyncDatabase
@@ -52,6 +53,7 @@ from minions.runs._events import TERMINAL_KINDS
 from minions.runs._leases import Lease, LeaseLost, Refusal, Start
 from minions.runs._limiter import StoreCapabilities, share_capabilities
 from minions.runs._log import LiveHub
+from minions.runs._project_limits import Parked
 from minions.runs._queue import workflow_id
 from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import recipe_of
@@ -59,6 +61,7 @@ from minions.runs._tables import TERMINAL
 from minions.tools import ApprovalDecision, ApprovalRequest
 
 if TYPE_CHECKING:
+    from minions.models._limits import ProjectLimit
     from minions.runs._queue import Queue  # imports DBOS: only a worker's process needs it
 
 __all__: list[str] = []
@@ -462,6 +465,10 @@ class DurableRunner:
         recipes: the recipes root: a run's recipe file is the one with its recipe's id
             there (its snapshot is what runs; the file's folder is where its tools modules,
             included recipes and recording are found). None: where it was submitted from.
+        project_recipes: the recipes roots of projects that have their own (a run of one
+            of them is found there, not under `recipes`).
+        project_limits: the limits per project its runs are held to, with the other
+            workers' (a run of a project at its limits is parked, holding no place).
     """
 
     def __init__(
@@ -481,8 +488,12 @@ class DurableRunner:
         hand_back_after: float = 1.0,
         deps: Callable[[], object] | None = None,
         recipes: RecipeFolder | None = None,
+        project_recipes: Mapping[str, RecipeFolder] | None = None,
+        project_limits: Sequence[ProjectLimit] = (),
     ) -> None:
         self.database = database
+        self.project_recipes = dict(project_recipes or {})
+        self.project_limits = {limit.name: limit for limit in project_limits}
         self.deps = deps
         self.recipes = recipes
         self.on_place_free: Callable[[], None] = lambda: None
@@ -770,7 +781,7 @@ class DurableRunner:
         Raises:
             RecipeNotFoundError: no recipe of the root has the run's id.
         """
-        folder = self.recipes
+        folder = self.project_recipes.get(start.record.project, self.recipes)
         if folder is None:
             return start.snapshot.path
         recipe_id = start.snapshot.recipe_id
@@ -794,22 +805,30 @@ class DurableRunner:
             if recorder is not None:
                 recorder.renewed(until)
 
-    async def _claim(self, run_id: str, attempt: int) -> Start | Refusal:
+    async def _claim(self, run_id: str, attempt: int) -> Start | Refusal | Parked:
         """Take the run, waiting while another holder's lease is alive (the incarnation of
         this worker that crashed, whose lease has not run out yet). A refusal when there is
-        nothing to run: the attempt is stale, the run ended, or its holder lives on."""
+        nothing to run: the attempt is stale, the run ended, or its holder lives on; or
+        ``parked``: its project is at its limits."""
         deadline = time.monotonic() + self.lease + 2 * self.heartbeat
+        limit = None
+        if self.project_limits:
+            project = await self.database.apply(project_limits.project_of, run_id)
+            limit = self.project_limits.get(project or "")
         while True:
             now = time.time()
-            outcome = await self.database.apply(
-                leases.claim,
-                run_id,
-                attempt=attempt,
-                holder=self.incarnation,
-                executor_id=self.executor_id,
-                lease_until=now + self.lease,
-                now=now,
-            )
+            claiming: dict[str, Any] = {
+                "attempt": attempt,
+                "holder": self.incarnation,
+                "executor_id": self.executor_id,
+                "lease_until": now + self.lease,
+                "now": now,
+            }
+            outcome: Start | Refusal | Parked
+            if limit is not None:
+                outcome = await self.database.apply(project_limits.claim, run_id, limit, **claiming)
+            else:
+                outcome = await self.database.apply(leases.claim, run_id, **claiming)
             if isinstance(outcome, Start) or outcome != "held" or time.monotonic() > deadline:
                 return outcome
             await asyncio.sleep(self.heartbeat)

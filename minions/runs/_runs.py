@@ -73,6 +73,11 @@ class RunRecord:
     ``token``, ``cli:USER``, ``schedule:NAME`` (None: a worker's takeover, or not known)."""
     cancelled_by: str | None = None
     """Who asked for its cancel."""
+    project: str = "default"
+    """Its project: a key sees the runs of its projects only."""
+    parked: str | None = None
+    """Why it waits queued with no worker's attempt (its project is at a limit:
+    ``max_runs_in_flight``, ``tokens_per_day``); a worker queues it when there is room."""
 
     @property
     def terminal(self) -> bool:
@@ -88,6 +93,7 @@ class RunFilter:
         created_before: created before this time.
         id_prefix: run ids that start with this.
         schedule: fired by this schedule.
+        projects: of one of these projects (None: of any).
     """
 
     status: str | None = None
@@ -96,6 +102,7 @@ class RunFilter:
     created_before: float | None = None
     id_prefix: str | None = None
     schedule: str | None = None
+    projects: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,10 +258,13 @@ def insert(
             enqueue(db, run_id, 1)
             return run_id, True
         found = db.execute(
-            sa.select(runs_table.c.run_id, runs_table.c.request_hash).where(
+            sa.select(runs_table.c.run_id, runs_table.c.request_hash, runs_table.c.project).where(
                 runs_table.c.idempotency_key == key
             )
         ).one()
+    if found.project != row.get("project", "default"):
+        # Another project's run: neither its id nor its state is this caller's to learn.
+        raise IdempotencyConflictError(key, None)
     if found.request_hash is not None and found.request_hash != row["request_hash"]:
         raise IdempotencyConflictError(key, found.run_id)
     return str(found.run_id), False
@@ -325,6 +335,21 @@ def count(database: Database, which: RunFilter = ANY_RUN) -> int:
     query = _filtered(sa.select(sa.func.count()).select_from(runs_table), which)
     with database.read() as db:
         return int(db.execute(query).scalar_one())
+
+
+def project_of(database: Database, run_id: str) -> str:
+    """The run's project (one indexed read).
+
+    Raises:
+        UnknownRunError: no run has this id.
+    """
+    with database.read() as db:
+        found = db.execute(
+            sa.select(runs_table.c.project).where(runs_table.c.run_id == run_id)
+        ).scalar_one_or_none()
+    if found is None:
+        raise UnknownRunError(run_id)
+    return str(found)
 
 
 def head(database: Database, run_id: str) -> Head:
@@ -603,6 +628,8 @@ def record(
         from_step=found.from_step,
         queued_by=found.queued_by,
         cancelled_by=found.cancelled_by,
+        project=found.project,
+        parked=found.parked,
     )
 
 
@@ -633,4 +660,6 @@ def _filtered(query: sa.Select[Any], which: RunFilter) -> sa.Select[Any]:
         query = query.where(runs_table.c.run_id.startswith(which.id_prefix, autoescape=True))
     if which.schedule is not None:
         query = query.where(runs_table.c.schedule == which.schedule)
+    if which.projects is not None:
+        query = query.where(runs_table.c.project.in_(which.projects))
     return query

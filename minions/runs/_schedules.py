@@ -116,6 +116,8 @@ class ScheduleRecord:
     late_slots: int = 0
     late_at: float | None = None
     late_reason: LateReason | None = None
+    project: str = "default"
+    """Its project, and its runs'."""
 
     @property
     def timing(self) -> str:
@@ -335,10 +337,10 @@ def slot_key(name: str, slot: float) -> str:
 
 def save(database: Database, values: Mapping[str, Any], *, replace: bool) -> ScheduleRecord:
     """Store a new schedule (or, with `replace`, a new recipe and timing for one of that
-    name: its slots go on from now, and its runs stay linked to it).
+    name and project: its slots go on from now, and its runs stay linked to it).
 
     Raises:
-        ScheduleExistsError: it exists and `replace` is False.
+        ScheduleExistsError: it exists and `replace` is False, or it is another project's.
     """
     table = schedules_table
     row = dict(values)
@@ -347,7 +349,7 @@ def save(database: Database, values: Mapping[str, Any], *, replace: bool) -> Sch
             kept = ("created_at", "last_slot", "last_fired_at", "last_run_id", "fired", "version")
             updated = db.execute(
                 table.update()
-                .where(table.c.name == row["name"])
+                .where(table.c.name == row["name"], table.c.project == row["project"])
                 .values(
                     **{k: v for k, v in row.items() if k not in kept},
                     version=table.c.version + 1,
@@ -531,6 +533,7 @@ def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: flo
                 schedule=row.name,
                 slot=slot,
                 queued_by=f"schedule:{row.name}",
+                project=row.project,
             )
             if runs.insert_queued(database, db, queued_run):  # else: fired before (added again)
                 enqueue(db, run_id, 1)
@@ -583,6 +586,7 @@ def record(row: Any) -> ScheduleRecord:
         late_slots=row.late_slots,
         late_at=row.late_at,
         late_reason=row.late_reason,
+        project=row.project,
     )
 
 
@@ -595,6 +599,7 @@ def new_row(
     overlap: Overlap = "skip",
     now: float,
     actor: str | None = None,
+    project: str = "default",
 ) -> dict[str, Any]:
     """A schedule's row as added at `now` by `actor`: its first slot is the first after
     `now`."""
@@ -613,6 +618,7 @@ def new_row(
         "version": 1,
         "fired": 0,
         "changed_by": actor,
+        "project": project,
     }
 
 

@@ -32,6 +32,7 @@ from minions.runs import _workers as workers
 from minions.runs._async import AsyncDatabase
 from minions.runs._db import DEFAULT_URL, Database
 from minions.runs._log import EventLog, LiveHub
+from minions.runs._projects import Scope, ScopedRuns, check_project
 from minions.runs._queue import Queue, workflow_id
 from minions.runs._runs import RunFilter, RunRecord
 from minions.runs._snapshot import RecipeSnapshot
@@ -74,13 +75,23 @@ class RunFilters(TypedDict, total=False):
     created_before: float | None
     id_prefix: str | None
     schedule: str | None
+    project: str | None
+    projects: Sequence[str] | None
 
 
 def _filter(which: RunFilters) -> RunFilter:
     status = which.get("status")
     if status is not None and status not in STATUSES:
         raise ValueError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
-    return RunFilter(**which)
+    given: dict[str, Any] = dict(which)
+    project, projects = given.pop("project", None), given.pop("projects", None)
+    if projects is not None:
+        projects = tuple(projects)
+        if project is not None:
+            projects = tuple(p for p in projects if p == project)
+    elif project is not None:
+        projects = (project,)
+    return RunFilter(**given, projects=projects)
 
 
 class RunStore:
@@ -151,11 +162,13 @@ class RunStore:
         *,
         idempotency_key: str | None = None,
         actor: str | None = None,
+        project: str = "default",
     ) -> tuple[str, bool]:
         """Queue a run of the recipe file; its YAML is snapshotted into the run. Returns the
         run id and whether it is new (False: `idempotency_key` named the same request before;
         its run is returned). `actor`: who submits it (its `RunStarted` event says so): a
-        key's name, ``token``, ``cli:USER``.
+        key's name, ``token``, ``cli:USER``. `project`: the run's project (keys of other
+        projects never see it).
 
         The run is stored and queued in one transaction: both, or neither.
 
@@ -168,7 +181,9 @@ class RunStore:
 
         path = await self._database.call(Path(recipe).resolve)
         text = await self._database.call(read_recipe_text, path)
-        return await self._queue_run(text, path, inputs, idempotency_key, actor=actor)
+        return await self._queue_run(
+            text, path, inputs, idempotency_key, actor=actor, project=check_project(project)
+        )
 
     async def submit_yaml(
         self,
@@ -179,6 +194,7 @@ class RunStore:
         idempotency_key: str | None = None,
         check: Callable[[RecipeSpec], object] | None = None,
         actor: str | None = None,
+        project: str = "default",
     ) -> tuple[str, bool]:
         """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
         tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
@@ -203,6 +219,7 @@ class RunStore:
             idempotency_key,
             (spec, located),
             actor=actor,
+            project=check_project(project),
         )
 
     async def _queue_run(
@@ -214,11 +231,14 @@ class RunStore:
         parsed: tuple[RecipeSpec, Located] | None = None,
         *,
         actor: str | None = None,
+        project: str = "default",
     ) -> tuple[str, bool]:
         """Check the recipe snapshot `text` (as the file `path`; `parsed` already) and the
         inputs, store the run and queue it."""
         snapshot = await self._snapshot(text, path, inputs, parsed)
-        return await self._insert(snapshot, idempotency_key=idempotency_key, actor=actor)
+        return await self._insert(
+            snapshot, idempotency_key=idempotency_key, actor=actor, project=project
+        )
 
     async def _snapshot(
         self,
@@ -249,6 +269,7 @@ class RunStore:
         rerun: RerunPlan | None = None,
         seeds: Callable[[Any], Sequence[Checkpoint]] | None = None,
         actor: str | None = None,
+        project: str = "default",
     ) -> tuple[str, bool]:
         queue = await self._dbos()
         row = runs.queued_row(
@@ -257,6 +278,7 @@ class RunStore:
             idempotency_key=idempotency_key,
             rerun=rerun,
             queued_by=actor,
+            project=project,
         )
         return await self._database.apply(runs.insert, row, enqueue=queue.enqueue, seeds=seeds)
 
@@ -285,7 +307,8 @@ class RunStore:
         whose definition changed run again. The steps it runs again never answer from the
         step cache, unless `cache` (the plan says so). `idempotency_key`: as for `submit`
         (the same key and request give the same rerun: its plan, `created` False). `actor`:
-        who reruns it. Returns the plan, with the new run's id.
+        who reruns it. The rerun is of its parent's project. Returns the plan, with the new
+        run's id.
 
         The parent is held while the rerun is stored, and its seeds (the checkpoints of
         the steps it reuses) are read in that transaction: a prune meanwhile either comes
@@ -343,12 +366,18 @@ class RunStore:
             rerun=plan,
             seeds=seeding(plan, attempt=parent.attempt),
             actor=actor,
+            project=parent.project,
         )
         if not created:
             earlier = await self._database.apply(runs.rerun_plan, new_id)
             if earlier is not None:
                 return dataclasses.replace(earlier, created=False)
         return dataclasses.replace(plan, run_id=new_id)
+
+    def scoped(self, scope: Scope) -> ScopedRuns:
+        """This store as a caller of `scope` sees it: the runs, schedules and evals of its
+        projects only (what the REST service's routes use)."""
+        return ScopedRuns(self, scope)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -383,7 +412,8 @@ class RunStore:
             **which: the filters, together: `status` (runs in this status), `recipe` (of
                 this recipe id), `created_after` (created at or after, Unix seconds),
                 `created_before` (created before), `id_prefix` (whose id starts with it),
-                `schedule` (fired by this schedule).
+                `schedule` (fired by this schedule), `project` (of this project),
+                `projects` (of one of these projects).
         """
         return await self._database.apply(runs.listed, _filter(which), limit=limit, before=before)
 
@@ -647,6 +677,7 @@ class RunStore:
         overlap: Overlap | None = None,
         replace: bool = False,
         actor: str | None = None,
+        project: str = "default",
     ) -> ScheduleRecord:
         """Run the recipe file at each slot of `cron` or `every` (its YAML is snapshotted
         now: to change it, add it again with `replace`). Without `cron` and `every`, the
@@ -666,10 +697,13 @@ class RunStore:
             replace: a schedule of that name gets this recipe and timing (its slots go on
                 from now); otherwise it is an error.
             actor: who adds it (its `changed_by`).
+            project: its project, and its runs' (`replace` replaces a schedule of this
+                project only).
 
         Raises:
             RecipeError: the recipe, its ``schedule:``, the timing or the inputs are invalid.
-            ScheduleExistsError: the name is taken and `replace` is False.
+            ScheduleExistsError: the name is taken (by another project's schedule, or
+                `replace` is False).
         """
         from minions.recipes._loader import read_recipe_text
         from minions.runs import _schedules
@@ -697,6 +731,7 @@ class RunStore:
             overlap=schedule.overlap,
             now=time.time(),
             actor=actor,
+            project=check_project(project),
         )
         await self._dbos()  # DBOS's tables exist before a worker's tick fires into them
         saved = await self._database.apply(_schedules.save, row, replace=replace)
@@ -823,12 +858,18 @@ class RunStore:
     # -- evals ---------------------------------------------------------------------------------
 
     async def open_eval(
-        self, fingerprint: str, *, dataset: str, target: str, total: int
+        self,
+        fingerprint: str,
+        *,
+        dataset: str,
+        target: str,
+        total: int,
+        project: str = "default",
     ) -> tuple[EvalRecord, bool]:
         """The eval run on this store's workers whose `fingerprint` (its dataset and recipes)
-        this is: the unfinished one, and True (it resumes), else a new one, and False. Its
-        case runs are submitted under idempotency keys holding its id, so an eval resumed
-        submits none twice."""
+        this is: the unfinished one, and True (it resumes), else a new one (of `project`), and
+        False. Its case runs are submitted under idempotency keys holding its id, so an eval
+        resumed submits none twice."""
         return await self._database.apply(
             _evals.open_eval,
             eval_id=uuid.uuid4().hex[:12],
@@ -837,6 +878,7 @@ class RunStore:
             target=target,
             total=total,
             now=time.time(),
+            project=check_project(project),
         )
 
     async def keep_eval(
@@ -864,11 +906,21 @@ class RunStore:
         )
 
     async def evals(
-        self, *, limit: int = 50, before: tuple[float, str] | None = None
+        self,
+        *,
+        limit: int = 50,
+        before: tuple[float, str] | None = None,
+        projects: Sequence[str] | None = None,
     ) -> list[EvalRecord]:
         """The evals run on this store's workers, newest first, a page at a time (`before`:
-        the created_at and eval id of a page's last one), without their reports."""
-        return await self._database.apply(_evals.listed, limit=limit, before=before)
+        the created_at and eval id of a page's last one), without their reports; `projects`:
+        of these projects only."""
+        return await self._database.apply(
+            _evals.listed,
+            limit=limit,
+            before=before,
+            projects=None if projects is None else tuple(projects),
+        )
 
     async def eval(self, eval_id: str) -> EvalRecord | None:
         """The eval with its report (once it finished), or None when the store has none of

@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
@@ -27,7 +27,9 @@ plan); the step cache. 4: a step cache entry's run and recipe (entries are prune
 run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
 run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
 API keys' table (made on first use). 6: a schedule's overlap policy and lateness (`overlap`,
-`late`, `late_slots`, `late_at`, `late_reason`)."""
+`late`, `late_slots`, `late_at`, `late_reason`). 7: projects (the project of a run, a
+schedule, an eval: what a key of other projects never sees; a run parked by its project's
+limits)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -86,6 +88,10 @@ runs_table = sa.Table(
     # asked for its cancel.
     sa.Column("queued_by", sa.Text, nullable=True),
     sa.Column("cancelled_by", sa.Text, nullable=True),
+    # Its project (schema 7): a key sees only its projects' runs. `parked`: why a queued run
+    # waits with no attempt queued (its project is at its limits), until a worker queues it.
+    sa.Column("project", sa.Text, nullable=False, server_default="default", index=True),
+    sa.Column("parked", sa.Text, nullable=True),
 )
 steps_table = sa.Table(
     "minions_steps",
@@ -171,6 +177,8 @@ schedules_table = sa.Table(
     sa.Column("late_slots", sa.Integer, nullable=False, default=0),
     sa.Column("late_at", sa.Float, nullable=True),
     sa.Column("late_reason", sa.Text, nullable=True),
+    # Its project (schema 7): its runs' too.
+    sa.Column("project", sa.Text, nullable=False, server_default="default"),
 )
 # Limits per model endpoint, over every worker of the store (minions.runs._endpoints). Tables
 # only added (no column of an older one changes): a store of this schema version that lacks
@@ -247,6 +255,8 @@ evals_table = sa.Table(
     sa.Column("finished_at", sa.Float, nullable=True),
     sa.Column("summary", sa.Text, nullable=True),
     sa.Column("report", sa.Text, nullable=True),
+    # Its project (schema 7): its case runs' too.
+    sa.Column("project", sa.Text, nullable=False, server_default="default"),
 )
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
@@ -362,5 +372,20 @@ def _to_6(db: sa.Connection) -> None:
         )
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
+def _to_7(db: sa.Connection) -> None:
+    """Schema 6 -> 7: projects. Every run, schedule and eval stored before belongs to
+    ``default`` (a table made by ``create_all`` after this has the column already)."""
+    made = set(sa.inspect(db).get_table_names())
+    column = "project TEXT NOT NULL DEFAULT 'default'"
+    for table in ("minions_runs", "minions_schedules", "minions_evals"):
+        if table in made:
+            _add_columns(db, table, [column])
+    if "minions_runs" in made:
+        _add_columns(db, "minions_runs", ["parked TEXT"])
+        db.execute(
+            sa.text("CREATE INDEX IF NOT EXISTS ix_minions_runs_project ON minions_runs (project)")
+        )
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6, 6: _to_7}
 """Schema version n -> n+1 upgrades, each a function of a connection."""

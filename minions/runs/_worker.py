@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -168,9 +168,10 @@ class Worker:
         retention: prune finished runs periodically, keeping those younger than a duration
             (``30d``) or the newest number of them (``1000 runs``); None keeps them all.
         clock: the time now, for the schedules it fires (tests give their own).
-        limits: limits per model endpoint (`minions.models.Limits`), held over every worker
-            of the store that is given them; its `capability_expiry` says how long what an
-            endpoint taught the structured-output ladder is kept in the store.
+        limits: limits per model endpoint and per project (`minions.models.Limits`), held
+            over every worker of the store that is given them; its `capability_expiry` says
+            how long what an endpoint taught the structured-output ladder is kept in the
+            store.
         deps: makes the deps of a run (what its tools taking a `ToolContext` read as
             ``ctx.deps``): called each time a run starts or resumes in this worker. Deps are
             never stored with a run: each worker makes its own.
@@ -178,6 +179,8 @@ class Worker:
             (its snapshot is what runs; the file's folder holds its tools modules, included
             recipes and recording), so hosts need not keep recipes at the same absolute path.
             None: at the path it was submitted from.
+        project_recipes: the recipes roots of projects that have their own (their runs'
+            recipe files are found there instead).
 
     Raises:
         ValueError: `retention` is neither a duration nor a number of runs, or `recipes` is
@@ -198,11 +201,13 @@ class Worker:
         limits: Limits | None = None,
         deps: Callable[[], object] | None = None,
         recipes: str | Path | None = None,
+        project_recipes: Mapping[str, str | Path] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
-        if recipes is not None and not Path(recipes).is_dir():
-            raise ValueError(f"recipes root: no such folder: {str(recipes)!r}")
+        for folder in (recipes, *(project_recipes or {}).values()):
+            if folder is not None and not Path(folder).is_dir():
+                raise ValueError(f"recipes root: no such folder: {str(folder)!r}")
         self.url = url
         self.concurrency = concurrency
         self.executor_id = executor_id or default_executor_id()
@@ -234,7 +239,14 @@ class Worker:
             hand_back_after=HAND_BACK_AFTER,
             deps=deps,
             recipes=None if recipes is None else RecipeFolder(Path(recipes)),
+            project_recipes={
+                project: RecipeFolder(Path(folder))
+                for project, folder in (project_recipes or {}).items()
+            },
+            project_limits=limits.projects,
         )
+        self.project_limits = limits.projects
+        """The limits per project it holds its runs to (and queues parked runs again by)."""
         self.on_ready = on_ready
         self.state: WorkerState = "starting"
         self.error: str | None = None
@@ -337,6 +349,8 @@ class Worker:
             )
             if self.retention is not None:
                 background.append(threading.Thread(target=self._prune, name="minions-retention"))
+            if self.project_limits:
+                background.append(threading.Thread(target=self._unpark, name="minions-projects"))
             for thread in background:
                 thread.start()
             self.state = "running"
@@ -402,6 +416,18 @@ class Worker:
             except Exception as exc:  # the store is down: the slots wait, then catch up
                 if not transient(exc):
                     log.exception("firing schedules failed", executor_id=self.executor_id)
+
+    def _unpark(self) -> None:
+        """Queue again the runs parked by their project's limits, as room frees (every
+        worker with limits per project does; a run's claim checks the limits again)."""
+        from minions.runs._project_limits import unpark
+
+        while not self._stop.wait(SCHEDULE_TICK):
+            try:
+                unpark(self.database, self.project_limits, enqueue=self.queue.enqueue)
+            except Exception as exc:  # the store is down: parked runs wait for it
+                if not transient(exc):
+                    log.exception("queuing parked runs failed", executor_id=self.executor_id)
 
     def _prune(self) -> None:
         """Prune finished runs as `retention` says, now and then."""

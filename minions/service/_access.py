@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Request
 from fastapi.routing import APIRoute
 
-from minions.runs import ROLES, Role
+from minions.runs import ROLES, Role, Scope
 from minions.service._errors import Refused
 
 __all__: list[str] = []
@@ -40,7 +40,7 @@ class Caller:
     Attributes:
         name: the actor recorded for what it changes: the key's name, or ``token``.
         role: what it may do.
-        projects: the key's projects (the token: none named, every one).
+        projects: the key's projects (an admin sees every one, whatever it names).
         key_id: the key's id (stream tickets name it), or ``token``.
     """
 
@@ -48,6 +48,11 @@ class Caller:
     role: Role
     projects: tuple[str, ...] = ()
     key_id: str = TOKEN_ACTOR
+
+    @property
+    def scope(self) -> Scope:
+        """The projects it sees: an admin's (and the token's) are every one."""
+        return Scope() if self.role == "admin" else Scope.of(self.projects)
 
     @property
     def revocable(self) -> bool:
@@ -139,6 +144,47 @@ def api_routes(app: FastAPI) -> list[tuple[str, str, APIRoute]]:
         if isinstance(route, APIRoute):
             found += [(m, context.path or route.path, route) for m in sorted(route.methods or ())]
     return found
+
+
+WHOLE_STORE: dict[str, str] = {
+    "/metrics": "the store's gauges: counts over every project, no row of any",
+}
+"""The routes, besides admins' and public ones, that may take the whole store, and why."""
+
+
+def _takes(route: APIRoute, name: str) -> bool:
+    """Whether `route` depends, at any depth, on the dependency function called `name` of
+    `minions.service._deps`."""
+    found = [route.dependant]
+    while found:
+        dependant = found.pop()
+        for sub in dependant.dependencies:
+            call = sub.call
+            if getattr(call, "__module__", "") == "minions.service._deps" and (
+                getattr(call, "__name__", "") == name
+            ):
+                return True
+            found.append(sub)
+    return False
+
+
+def scoped(route: APIRoute) -> bool:
+    """Whether `route` reaches the store as its caller sees it (`_deps.Runs`)."""
+    return _takes(route, "_scoped")
+
+
+def unscoped(app: FastAPI) -> list[str]:
+    """The routes of `app` that could reach another project's rows (``METHOD path``): those
+    that take the whole store without being an admin's, public, or in `WHOLE_STORE`, and
+    those that take an id in their path without the scoped store."""
+    wrong = []
+    for method, path, route in api_routes(app):
+        trusted = permission_of(route) in ("admin", "public")
+        whole = _takes(route, "_whole") and not trusted and path not in WHOLE_STORE
+        takes_id = "{" in path and not trusted
+        if whole or (takes_id and not scoped(route)):
+            wrong.append(f"{method} {path}")
+    return wrong
 
 
 def undeclared(app: FastAPI) -> list[str]:

@@ -12,11 +12,11 @@ from fastapi import FastAPI
 
 from minions._version import __version__
 from minions.runs import LiveHub, RunStore
-from minions.service._access import undeclared
+from minions.service._access import undeclared, unscoped
 from minions.service._config import ServiceConfig
 from minions.service._errors import install
 from minions.service._guard import PUBLIC_PATHS, Guard, proxy_networks
-from minions.service._recipes import RecipeCatalog
+from minions.service._recipes import Catalogs, RecipeCatalog
 from minions.service._routes import (
     console,
     evals,
@@ -73,10 +73,13 @@ def create_app(
         store = RunStore(
             config.database_url, create=True, hub=hub, poll=config.poll, import_tools=False
         )
-        catalog = RecipeCatalog(config.recipes)
-        await asyncio.to_thread(catalog.start)
+        catalogs = Catalogs(
+            RecipeCatalog(config.recipes),
+            {project: RecipeCatalog(folder) for project, folder in config.project_recipes.items()},
+        )
+        await asyncio.to_thread(catalogs.start)
         await store.log.start()
-        app.state.runs, app.state.catalog = store, catalog
+        app.state.runs, app.state.catalogs = store, catalogs
         try:
             yield
         finally:
@@ -108,6 +111,9 @@ def create_app(
     missing = undeclared(app)
     if missing:  # a route of this package that forgot its permission: never served
         raise RuntimeError(f"routes without one permission declared: {', '.join(missing)}")
+    loose = unscoped(app)
+    if loose:  # a route that could reach another project's rows: never served
+        raise RuntimeError(f"routes not kept to their caller's projects: {', '.join(loose)}")
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(
         Guard,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,11 @@ class ServiceConfig:
         token: the bearer token every request but the probes (``/health``,
             ``/health/live``, ``/health/ready``) and the console's static page must carry.
         database_url: the run store (see `minions.runs.database_url`).
-        recipes: the folder of the recipes clients may run by id (None: none).
+        recipes: the folder of the recipes clients may run by id (None: none), for every
+            project that has no folder of its own.
+        project_recipes: the folders of projects that have their own: a project named here
+            is offered its folder's recipes only (and its inline recipes may name its
+            folder's modules only).
         allow_inline_recipes: accept recipe YAML in a submission; it may still name only
             built-in tools and tools modules of `recipes`, and models served where `model` is.
         model: the model of runs whose recipe names none (`minions serve` takes
@@ -45,6 +50,7 @@ class ServiceConfig:
     token: str = field(repr=False)
     database_url: str | None = None
     recipes: Path | None = None
+    project_recipes: Mapping[str, Path] = field(default_factory=dict)
     allow_inline_recipes: bool = False
     model: str | None = None
     max_body_bytes: int = 1 << 20

@@ -1,5 +1,8 @@
-"""What routes depend on, through FastAPI's `Depends`: the run store, the recipes, the config,
-the in-process worker and the count of open streams, kept on ``app.state``."""
+"""What routes depend on, through FastAPI's `Depends`: the run store as the caller's projects
+let it see it (`Runs`), the recipes, the config, the in-process worker and the count of open
+streams, kept on ``app.state``. The whole store (`WholeStore`) is for the routes of admins and
+the probes only: the app refuses to start with another route that takes it
+(`minions.service._access.unscoped`)."""
 
 from __future__ import annotations
 
@@ -7,9 +10,11 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
-from minions.runs import RunStore
+from minions.runs import RunStore, ScopedRuns
+from minions.service._access import CALLER, Caller
 from minions.service._config import ServiceConfig
-from minions.service._recipes import RecipeCatalog
+from minions.service._errors import Refused
+from minions.service._recipes import Catalogs
 from minions.service._stream import OpenStreams
 
 if TYPE_CHECKING:
@@ -18,9 +23,18 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 
-def _runs(request: Request) -> RunStore:
+def _whole(request: Request) -> RunStore:
     runs: RunStore = request.app.state.runs
     return runs
+
+
+def _scoped(request: Request) -> ScopedRuns:
+    """The store as the request's caller sees it: its projects' runs, schedules and evals."""
+    caller: Caller | None = request.scope.get(CALLER)
+    if caller is None:  # the guard lets no request without one reach a route but public ones
+        raise Refused(401, "this endpoint needs an Authorization: Bearer <key> header")
+    runs: RunStore = request.app.state.runs
+    return runs.scoped(caller.scope)
 
 
 def _config(request: Request) -> ServiceConfig:
@@ -28,9 +42,9 @@ def _config(request: Request) -> ServiceConfig:
     return config
 
 
-def _catalog(request: Request) -> RecipeCatalog:
-    catalog: RecipeCatalog = request.app.state.catalog
-    return catalog
+def _catalogs(request: Request) -> Catalogs:
+    catalogs: Catalogs = request.app.state.catalogs
+    return catalogs
 
 
 def _worker(request: Request) -> Worker | None:
@@ -43,8 +57,13 @@ def _streams(request: Request) -> OpenStreams:
     return streams
 
 
-Runs = Annotated[RunStore, Depends(_runs)]
+Runs = Annotated[ScopedRuns, Depends(_scoped)]
+"""The store as the caller sees it (every route that reads or changes runs, schedules,
+evals)."""
+WholeStore = Annotated[RunStore, Depends(_whole)]
+"""The whole store: for admins' routes and the probes only."""
 Config = Annotated[ServiceConfig, Depends(_config)]
-Catalog = Annotated[RecipeCatalog, Depends(_catalog)]
+Catalog = Annotated[Catalogs, Depends(_catalogs)]
+"""The recipes each project is offered."""
 InProcessWorker = Annotated["Worker | None", Depends(_worker)]
 Streams = Annotated[OpenStreams, Depends(_streams)]

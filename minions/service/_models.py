@@ -41,6 +41,10 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+PROJECT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+"""A project's name."""
+
+
 class SubmitRequest(_Body):
     """A run to queue: a recipe of the server's folder by id, or (when the server allows it)
     recipe YAML inline."""
@@ -54,6 +58,12 @@ class SubmitRequest(_Body):
         None,
         max_length=200,
         description="Submitting again with the same key returns the same run.",
+    )
+    project: str | None = Field(
+        None,
+        pattern=PROJECT_PATTERN,
+        description="The run's project: one of the key's (default: its only one; for an "
+        "admin, `default`). A key of several projects names it.",
     )
 
 
@@ -155,6 +165,12 @@ class RunSummary(_Record):
     executor_id: str | None = None
     schedule: str | None = Field(None, description="The schedule that fired the run.")
     slot: float | None = Field(None, description="The schedule's slot it was fired for.")
+    project: str = Field("default", description="The run's project.")
+    parked: str | None = Field(
+        None,
+        description="Why a queued run waits: its project is at a limit (`max_runs_in_flight`, "
+        "`tokens_per_day`); a worker queues it when there is room.",
+    )
 
 
 class RunOut(RunSummary):

@@ -4,6 +4,7 @@ check that keeps an inline recipe to the code, files and hosts the server alread
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,28 @@ class RecipeCatalog:
         if recipe_id_problem(recipe_id) is not None or path.parent != base:
             raise RecipeError([Problem(message=str(recipe_id_problem(recipe_id)), field="id")])
         return path
+
+
+class Catalogs:
+    """The recipes each project is offered: its own folder's (`ServiceConfig.project_recipes`),
+    or the server's (`ServiceConfig.recipes`).
+
+    Args:
+        shared: the server's folder's, for every project without its own.
+        own: the folders' of the projects that have their own.
+    """
+
+    def __init__(self, shared: RecipeCatalog, own: Mapping[str, RecipeCatalog]) -> None:
+        self.shared = shared
+        self.own = dict(own)
+
+    def of(self, project: str) -> RecipeCatalog:
+        """The recipes `project` is offered."""
+        return self.own.get(project, self.shared)
+
+    def start(self) -> None:
+        for catalog in (self.shared, *self.own.values()):
+            catalog.start()
 
 
 def check_inline(spec: RecipeSpec, catalog: RecipeCatalog, *, model: str | None) -> None:

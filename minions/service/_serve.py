@@ -106,6 +106,7 @@ def serve(
             retention=retention,
             limits=limits,
             recipes=config.recipes,
+            project_recipes=config.project_recipes,
         )
 
         def work() -> None:

@@ -32,7 +32,7 @@ from starlette.responses import Response
 
 from minions._fold import RunStates
 from minions.events import Event, event_to_json
-from minions.runs import RunStore
+from minions.runs import ScopedRuns
 from minions.service._models import StepStates
 
 __all__: list[str] = []
@@ -85,7 +85,7 @@ class EventStream(Response):
     ended: the route answers 204 otherwise).
 
     Args:
-        runs: the run store.
+        runs: the run store as the caller sees it.
         run_id: the run.
         after: the last sequence number the client has.
         heartbeat: seconds of silence before a comment line.
@@ -98,7 +98,7 @@ class EventStream(Response):
 
     def __init__(
         self,
-        runs: RunStore,
+        runs: ScopedRuns,
         run_id: str,
         *,
         after: int,

@@ -10,7 +10,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from minions.evals import EvalReport
-from minions.runs import RunStore
+from minions.runs import ScopedRuns
 from minions.service._access import Reader
 from minions.service._deps import Runs
 from minions.service._errors import ERRORS, Refused
@@ -38,6 +38,7 @@ class EvalOut(BaseModel):
     status: Literal["running", "finished"]
     created_at: float
     finished_at: float | None = None
+    project: str = Field("default", description="Its project, and its case runs'.")
     summary: dict[str, Any] = Field(
         default_factory=dict,
         description="Of a finished eval's report: pass_rate, interval, runs, passed, failed, "
@@ -94,6 +95,6 @@ async def get_eval(caller: Reader, eval_id: EvalId, runs: Runs) -> EvalDetail:
     return detail
 
 
-async def _known(runs: RunStore, run_id: str) -> bool:
+async def _known(runs: ScopedRuns, run_id: str) -> bool:
     found = await runs.list_runs(id_prefix=run_id, limit=2)
     return any(r.run_id == run_id for r in found)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from minions._version import __version__
+from minions.errors import MinionsError, UnknownProjectError
 from minions.service._access import Public, Reader
-from minions.service._deps import Catalog, InProcessWorker, Runs, Streams
-from minions.service._errors import ERRORS
+from minions.service._deps import Catalog, InProcessWorker, Runs, Streams, WholeStore
+from minions.service._errors import ERRORS, Refused
 from minions.service._models import Health, Probe, RecipeOut, WorkerOut
 from minions.service._models import Streams as StreamsOut
 from minions.service._ready import problem
@@ -21,8 +23,30 @@ router = APIRouter(responses=ERRORS)
 
 
 @router.get("/recipes", response_model=list[RecipeOut])
-async def recipes(caller: Reader, catalog: Catalog) -> list[RecipeOut]:
-    """The recipes of the server's folder: ids, descriptions, input schemas."""
+async def recipes(
+    caller: Reader,
+    runs: Runs,
+    catalogs: Catalog,
+    project: Annotated[
+        str | None,
+        Query(
+            description="The recipes this project of the key's is offered (default: its "
+            "only project's; for a key of several, or an admin, the server's folder's).",
+            max_length=64,
+        ),
+    ] = None,
+) -> list[RecipeOut]:
+    """The recipes a project is offered (its own folder's, or the server's): ids,
+    descriptions, input schemas."""
+    try:
+        chosen = runs.scope.project_for(project)
+    except ValueError as exc:
+        raise Refused(422, f"query.project: {exc}") from None
+    except UnknownProjectError:
+        raise
+    except MinionsError:  # several projects and none named: the server's folder
+        chosen = None
+    catalog = catalogs.of(chosen) if chosen is not None else catalogs.shared
     entries = await asyncio.to_thread(catalog.scan)
     folder = catalog.folder
     return [
@@ -38,7 +62,8 @@ async def recipes(caller: Reader, catalog: Catalog) -> list[RecipeOut]:
 
 @router.get("/workers", response_model=list[WorkerOut])
 async def workers(caller: Reader, runs: Runs) -> list[WorkerOut]:
-    """The workers of the store: ids, heartbeats, runs in hand, alive or not."""
+    """The workers of the store: ids, heartbeats, runs in hand (those of the caller's
+    projects), alive or not."""
     return [WorkerOut.model_validate(w) for w in await runs.workers()]
 
 
@@ -48,7 +73,7 @@ async def workers(caller: Reader, runs: Runs) -> list[WorkerOut]:
     responses={503: {"model": Health, "description": "the store or the worker is unusable"}},
 )
 async def health(
-    anyone: Public, worker: InProcessWorker, runs: Runs, streams: Streams
+    anyone: Public, worker: InProcessWorker, runs: WholeStore, streams: Streams
 ) -> JSONResponse:
     """Up, the state of the worker in this process, and its event streams (no token
     needed): 503 while the run store cannot be used (down, or of another schema) or the
@@ -81,7 +106,7 @@ async def live(anyone: Public) -> Probe:
     response_model=Probe,
     responses={503: {"model": Probe, "description": "not able to serve now, and why"}},
 )
-async def ready(anyone: Public, worker: InProcessWorker, runs: Runs) -> JSONResponse:
+async def ready(anyone: Public, worker: InProcessWorker, runs: WholeStore) -> JSONResponse:
     """The process can serve now (no token needed): its run store answers with the schema
     this minions knows, and the worker in its process (if any) runs; 503 with the reason
     otherwise (send it no traffic until it is 200 again)."""

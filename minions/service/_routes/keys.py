@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from minions.runs import Role
 from minions.service._access import Admin
-from minions.service._deps import Runs
+from minions.service._deps import WholeStore
 from minions.service._errors import ERRORS, Refused
 
 __all__: list[str] = []
@@ -53,13 +53,13 @@ class KeyOut(BaseModel):
 
 
 @router.get("/keys", response_model=list[KeyOut])
-async def list_keys(caller: Admin, runs: Runs) -> list[KeyOut]:
+async def list_keys(caller: Admin, runs: WholeStore) -> list[KeyOut]:
     """The keys that work, by name (never the keys themselves)."""
     return [KeyOut.model_validate(r) for r in await runs.keys()]
 
 
 @router.post("/keys", status_code=201, response_model=NewKeyOut)
-async def add_key(caller: Admin, body: KeyRequest, runs: Runs) -> NewKeyOut:
+async def add_key(caller: Admin, body: KeyRequest, runs: WholeStore) -> NewKeyOut:
     """Add a key; the answer holds it, once (a name a working key has is a 409
     `key_exists`)."""
     try:
@@ -75,7 +75,7 @@ async def add_key(caller: Admin, body: KeyRequest, runs: Runs) -> NewKeyOut:
 async def revoke_key(
     caller: Admin,
     name: Annotated[str, PathParam(description="The key's name.", max_length=64)],
-    runs: Runs,
+    runs: WholeStore,
 ) -> Response:
     """Revoke a key: its next request is a 401, and its open event streams end."""
     await runs.revoke_key(name, actor=caller.name)

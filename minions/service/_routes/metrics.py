@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from minions.service._access import Scraper
-from minions.service._deps import Runs
+from minions.service._deps import WholeStore
 from minions.service._ready import READY_TIMEOUT
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ MAX_SCHEDULES: Final = 500
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
 )
-async def metrics(_: Scraper, request: Request, runs: Runs) -> Response:
+async def metrics(_: Scraper, request: Request, runs: WholeStore) -> Response:
     """The metrics of this process and the store's gauges, in Prometheus's text format."""
     state: FleetState | None
     try:

@@ -20,13 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from minions._text import jsonable
 from minions.errors import RecipeError
-from minions.runs import RunStore
+from minions.runs import ScopedRuns
 from minions.service._access import Operator, Reader
 from minions.service._config import ServiceConfig
 from minions.service._deps import Catalog, Config, Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import Status
-from minions.service._recipes import RecipeCatalog, check_inline
+from minions.service._recipes import Catalogs, check_inline
 
 __all__: list[str] = []
 
@@ -129,7 +129,7 @@ async def rerun(
     body: RerunRequest,
     runs: Runs,
     config: Config,
-    catalog: Catalog,
+    catalogs: Catalog,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -148,7 +148,7 @@ async def rerun(
     ):
         raise Refused(400, "the `Idempotency-Key` header and `idempotency_key` differ")
     key = body.idempotency_key or idempotency_key
-    source = await _offered(run_id, runs, config, catalog)
+    source = await _offered(run_id, runs, config, catalogs)
     plan = await runs.rerun(
         run_id,
         from_step=body.from_step,
@@ -174,7 +174,7 @@ async def rerun(
 
 
 async def _offered(
-    run_id: str, runs: RunStore, config: ServiceConfig, catalog: RecipeCatalog
+    run_id: str, runs: ScopedRuns, config: ServiceConfig, catalogs: Catalogs
 ) -> dict[str, Any]:
     """What `RunStore.rerun` reruns run `run_id` with, as a submit by this client would take
     it: its inline recipe again under the inline rules (while they are on), or the recipe
@@ -186,6 +186,7 @@ async def _offered(
         Refused: 403, neither.
     """
     record = await runs.get(run_id)
+    catalog = catalogs.of(record.project)  # the recipes of the run's project
     try:
         inline = catalog.inline_path(record.recipe_id)
     except RecipeError:

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
 from minions.errors import RecipeError
-from minions.runs import RunFilters, RunStore
+from minions.runs import RunFilters, ScopedRuns
 from minions.service._access import Approver, Operator, Reader
 from minions.service._bytes import json_problem
 from minions.service._deps import Catalog, Config, Runs
@@ -42,12 +42,15 @@ MAX_TIME = 2.0**40
 
 @router.post("/runs", status_code=201, response_model=Submitted)
 async def submit(
-    caller: Operator, body: SubmitRequest, runs: Runs, config: Config, catalog: Catalog
+    caller: Operator, body: SubmitRequest, runs: Runs, config: Config, catalogs: Catalog
 ) -> Submitted:
-    """Queue a run (the same run again for a repeated `idempotency_key` with the same
-    request; a key reused for another request is a 409)."""
+    """Queue a run in a project of the caller's (the same run again for a repeated
+    `idempotency_key` with the same request; a key reused for another request is a 409; a
+    project not the caller's is a 404 `unknown_project`)."""
     if (body.recipe is None) == (body.recipe_yaml is None):
         raise Refused(400, "give either `recipe` (a recipe id) or `recipe_yaml`")
+    project = runs.scope.project_for(body.project)
+    catalog = catalogs.of(project)
     if body.recipe_yaml is not None:
         if not config.allow_inline_recipes:
             raise Refused(
@@ -63,6 +66,7 @@ async def submit(
             idempotency_key=body.idempotency_key,
             check=functools.partial(check_inline, catalog=catalog, model=config.model),
             actor=caller.name,
+            project=project,
         )
     else:
         assert body.recipe is not None
@@ -73,7 +77,11 @@ async def submit(
                 400, f"`recipe`: no recipe {body.recipe!r} here; known: {known}", "unknown_recipe"
             )
         run_id, created = await runs.submit(
-            entry.path, body.inputs, idempotency_key=body.idempotency_key, actor=caller.name
+            entry.path,
+            body.inputs,
+            idempotency_key=body.idempotency_key,
+            actor=caller.name,
+            project=project,
         )
     if created:  # just stored as queued: no need to read it back
         return Submitted(run_id=run_id, status="queued", created=True)
@@ -101,10 +109,15 @@ async def list_runs(
         str | None,
         Query(description="Only runs whose id starts with this.", max_length=200),
     ] = None,
+    project: Annotated[
+        str | None,
+        Query(description="Only runs of this project (of the key's).", max_length=64),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of a page.")] = None,
 ) -> RunPage:
-    """Runs, newest first, a page at a time (the filters given, together)."""
+    """The runs of the caller's projects, newest first, a page at a time (the filters given,
+    together)."""
     before = position(cursor) if cursor else None
     which = RunFilters(
         status=status,
@@ -112,6 +125,7 @@ async def list_runs(
         created_after=created_after,
         created_before=created_before,
         id_prefix=id_prefix,
+        project=project,
     )
     records = await runs.list_runs(**which, limit=limit, before=before)
     summaries = [RunSummary.model_validate(r) for r in records]
@@ -131,7 +145,7 @@ async def get_run(caller: Reader, run_id: RunId, runs: Runs) -> RunOut:
     return await run_out(run_id, runs)
 
 
-async def run_out(run_id: str, runs: RunStore) -> RunOut:
+async def run_out(run_id: str, runs: ScopedRuns) -> RunOut:
     """What `GET /runs/{run_id}` answers."""
     run = RunOut.model_validate(await runs.get(run_id))
     run.graph = graph(await runs.recipe_yaml(run_id))

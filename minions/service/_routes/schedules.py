@@ -13,7 +13,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from minions.service._access import Operator, Reader
 from minions.service._deps import Catalog, Runs
 from minions.service._errors import ERRORS, Refused
-from minions.service._models import RunSummary
+from minions.service._models import PROJECT_PATTERN, RunSummary
 
 __all__: list[str] = []
 
@@ -51,6 +51,12 @@ class ScheduleRequest(BaseModel):
     replace: bool = Field(
         False, description="Replace the schedule of that name (else a 409 schedule_exists)."
     )
+    project: str | None = Field(
+        None,
+        pattern=PROJECT_PATTERN,
+        description="Its project, and its runs': one of the key's (default: its only one; for "
+        "an admin, `default`).",
+    )
 
 
 class ScheduleOut(BaseModel):
@@ -87,6 +93,7 @@ class ScheduleOut(BaseModel):
     )
     late_at: float | None = Field(description="When it was last late (a Unix time).")
     late_slots: int = Field(description="How many of its slots fired late or were skipped.")
+    project: str = Field("default", description="Its project, and its runs'.")
 
 
 class ScheduleDetail(ScheduleOut):
@@ -97,10 +104,14 @@ class ScheduleDetail(ScheduleOut):
 
 
 @router.post("/schedules", status_code=201, response_model=ScheduleOut)
-async def add(caller: Operator, body: ScheduleRequest, runs: Runs, catalog: Catalog) -> ScheduleOut:
-    """Add a schedule of a recipe of the server's folder (with neither `cron` nor `every`,
+async def add(
+    caller: Operator, body: ScheduleRequest, runs: Runs, catalogs: Catalog
+) -> ScheduleOut:
+    """Add a schedule of a recipe of the project's folder (with neither `cron` nor `every`,
     the recipe's own `schedule:` says when). Its YAML is snapshotted now: to change it, add
     it again with `replace`."""
+    project = runs.scope.project_for(body.project)
+    catalog = catalogs.of(project)
     entry = await asyncio.to_thread(catalog.find, body.recipe)
     if entry is None:
         known = ", ".join(sorted(await asyncio.to_thread(catalog.scan))) or "none"
@@ -118,13 +129,14 @@ async def add(caller: Operator, body: ScheduleRequest, runs: Runs, catalog: Cata
         overlap=body.overlap,
         replace=body.replace,
         actor=caller.name,
+        project=project,
     )
     return ScheduleOut.model_validate(record)
 
 
 @router.get("/schedules", response_model=list[ScheduleOut])
 async def list_schedules(caller: Reader, runs: Runs) -> list[ScheduleOut]:
-    """Every schedule, by name."""
+    """The schedules of the caller's projects, by name."""
     return [ScheduleOut.model_validate(r) for r in await runs.schedules()]
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi import Path as PathParam
 
 from minions._fold import RunStates
-from minions.runs import RunRecord, RunStore
+from minions.runs import RunRecord, ScopedRuns
 from minions.service._access import Reader
 from minions.service._deps import Runs
 from minions.service._errors import ERRORS
@@ -21,7 +21,7 @@ __all__: list[str] = []
 router = APIRouter(responses=ERRORS)
 
 
-async def fold_run(runs: RunStore, record: RunRecord) -> RunStates:
+async def fold_run(runs: ScopedRuns, record: RunRecord) -> RunStates:
     """The state of the run's steps: its stored events folded, what the store kept of each
     execution laid over them."""
     states = RunStates()

@@ -46,9 +46,19 @@ export async function showRun(runId, against = null) {
   follow(run, page);
 }
 
+// A run the server does not know (or not to this key): said, and nothing of the run shown
+// before it stays on the page.
+function unknownRun(error) {
+  $("#run-recipe").textContent = error.message;
+  $("#run-status").replaceWith(el("span", { id: "run-status", className: "status" }));
+  for (const id of ["#run-times", "#run-usage"]) $(id).textContent = "";
+  $("#cancel").disabled = true;
+  $("#resume").disabled = true;
+}
+
 async function refreshRun(run) {
   let data;
-  try { data = await api(`/runs/${encodeURIComponent(run.id)}`); } catch (error) { $("#run-recipe").textContent = error.message; return; }
+  try { data = await api(`/runs/${encodeURIComponent(run.id)}`); } catch (error) { unknownRun(error); return; }
   if (state.run !== run) return;
   run.data = data;
   run.records = new Map(data.steps.map((s) => [s.step_id, s]));
@@ -57,7 +67,7 @@ async function refreshRun(run) {
   run.startedAt = data.started_at || run.startedAt || data.created_at;
   run.endedAt = data.finished_at || run.endedAt;
   $("#run-status").replaceWith(Object.assign(statusBadge(data.status), { id: "run-status" }));
-  $("#run-recipe").textContent = data.recipe;
+  $("#run-recipe").textContent = data.project && data.project !== "default" ? `${data.recipe} · project ${data.project}` : data.recipe;
   const end = data.finished_at || (TERMINAL.has(data.status) ? null : Date.now() / 1000);
   $("#run-times").textContent = [`created ${relative(data.created_at)} (${absolute(data.created_at)})`, data.started_at && end ? `${data.finished_at ? "took" : "running for"} ${duration(end - data.started_at)}` : ""].filter(Boolean).join(" · ");
   const u = data.usage || {};

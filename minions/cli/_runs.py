@@ -122,11 +122,25 @@ def worker(
         ),
     ] = "127.0.0.1",
     log_format: LogFormatOption = None,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0,
+            metavar="SECONDS",
+            envvar="MINIONS_WORKER_GRACE",
+            help="When stopped (SIGTERM, Ctrl-C), let the steps in flight finish for this "
+            "long, then hand their runs back to the queue (they go on in another worker from "
+            "their checkpoints, in their place). A second signal stops at once. "
+            "(env: MINIONS_WORKER_GRACE)",
+        ),
+    ] = 30.0,
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
-    Runs of a worker that died are recovered by another live worker, from their last
-    completed step.
+    Stopping drains: nothing more is claimed, steps in flight finish within --grace, and
+    unfinished runs are handed back to the queue. Runs of a worker that died are recovered
+    by another live worker, from their last completed step.
     """
     from minions._text import redact_url as describe
     from minions.runs import Worker
@@ -156,7 +170,8 @@ def worker(
             err,
             chosen_format,
             f"worker {worker.executor_id}: running queued runs of {describe(url)} "
-            f"({worker.concurrency} at a time){model_note(model)}; Ctrl-C or SIGTERM stops it",
+            f"({worker.concurrency} at a time){model_note(model)}; Ctrl-C or SIGTERM stops it "
+            f"(steps in flight get {worker.grace:g}s to finish)",
             executor_id=worker.executor_id,
         )
         for version, runs in sorted(worker.stranded.items()):
@@ -195,6 +210,7 @@ def worker(
             retention=retention,
             limits=given_limits,
             recipes=recipes,
+            grace=grace,
         )
     except ValueError as exc:
         raise UsageError(f"--retention: {exc}") from None

@@ -1,0 +1,170 @@
+"""A stopped worker drains (issue 36): real `minions worker` processes, on SQLite and Postgres.
+
+SIGTERM (or Ctrl-C) stops the worker's claims at once; a 3 s tool step in flight finishes and
+is checkpointed (its side effect done once), no new step starts, and the run is handed back
+to the queue; the next worker goes on from the checkpoint. With ``--grace 0`` the step in
+flight is cut short and handed back at once, and the run keeps its place in the queue ahead
+of runs submitted after it. Side effects are counted in a ledger file; nothing waits on a
+clock for ordering: every wait polls a state, a file or a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from runs_helpers import TOOLS, WorkerProcess, finished, ledger_lines, minions, until, watched
+
+from minions.events import Event, RunDraining, RunHandedBack
+from minions.runs import RunStore
+
+SLOW = """\
+id: slow
+tools: [tools]
+inputs: {tag: {type: string}}
+steps:
+  - {id: one, tool: mark, params: {run: "{{ inputs.tag }}", step: one, seconds: 3}}
+  - {id: two, depends_on: [one], tool: mark, params: {run: "{{ inputs.tag }}", step: two}}
+"""
+QUICK = """\
+id: quick
+tools: [tools]
+inputs: {tag: {type: string}}
+steps:
+  - {id: one, tool: mark, params: {run: "{{ inputs.tag }}", step: one}}
+"""
+
+
+def recipes(folder: Path) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tools.py").write_text(TOOLS)
+    (folder / "slow.yaml").write_text(SLOW)
+    (folder / "quick.yaml").write_text(QUICK)
+    return folder / "slow.yaml", folder / "quick.yaml"
+
+
+async def in_flight(store: RunStore, run_id: str, step: str) -> None:
+    """Wait until the run's tool call of `step` has started (its event is stored)."""
+
+    async def started() -> bool:
+        return any(
+            e.kind == "tool_call_started" and e.step_id == step for e in await store.events(run_id)
+        )
+
+    for _ in range(1200):
+        if await started():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the tool call of {step} never started")
+
+
+async def stopped(worker: WorkerProcess, signum: signal.Signals) -> str:
+    """Send `signum` to the worker, wait for it to exit by itself; its output."""
+    worker.process.send_signal(signum)
+    await until(lambda: worker.process.poll() is not None, within=60)
+    assert worker.process.returncode == 0, worker.log.read_text()
+    return worker.log.read_text()
+
+
+def kinds(events: list[Event]) -> list[str]:
+    return [e.kind if e.step_id is None else f"{e.kind} {e.step_id}" for e in events]
+
+
+def quiet(output: str) -> None:
+    """Nothing of asyncio's or Python's complaints at exit."""
+    for noise in ("Task was destroyed", "Traceback", "was never awaited", "Unclosed", "Error"):
+        assert noise not in output, output
+
+
+async def test_a_step_in_flight_finishes_and_is_not_run_again(tmp_path: Path, url: str) -> None:
+    slow, _ = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(slow, {"tag": "a"})
+        first = WorkerProcess(url, tmp_path, "w1", ledger, "--grace", "30")
+        with watched(first):
+            await in_flight(store, run_id, "one")
+            output = await stopped(first, signal.SIGTERM)
+        quiet(output)
+        # Its step in flight finished in the stopping worker, and nothing after it started.
+        assert ledger_lines(ledger) == [("a", "one", f"{run_id}/one#1/one-call")]
+        events = await store.events(run_id)
+        assert kinds(events) == [
+            "run_started",
+            "step_started one",
+            "tool_call_started one",
+            "run_draining",
+            "tool_call_completed one",
+            "step_completed one",
+            "run_handed_back",
+        ]
+        draining = next(e for e in events if isinstance(e, RunDraining))
+        assert (draining.executor_id, draining.grace, draining.in_flight) == ("w1", 30.0, ("one",))
+        back = next(e for e in events if isinstance(e, RunHandedBack))
+        assert (back.reason, back.attempt, back.cut_short) == ("drain", 2, ())
+        record = await store.get(run_id)
+        assert (record.status, record.attempt) == ("queued", 2)
+        assert [s.step_id for s in record.steps] == ["one"]
+
+        with watched(WorkerProcess(url, tmp_path, "w2", ledger)):
+            assert await finished(store, run_id) == "completed"
+        # Step one was not run again: one side effect each.
+        assert sorted(ledger_lines(ledger)) == [
+            ("a", "one", f"{run_id}/one#1/one-call"),
+            ("a", "two", f"{run_id}/two#1/two-call"),
+        ]
+        after = kinds(await store.events(run_id))[len(events) :]
+        assert "step_started one" not in after
+        # The CLI shows the drain in the run's log.
+        shown = await asyncio.to_thread(minions, "runs", "events", run_id, "--database-url", url)
+        assert shown.returncode == 0, shown.stderr
+        assert "run_draining" in shown.stdout
+        assert "run_handed_back" in shown.stdout
+    finally:
+        await store.aclose()
+
+
+async def test_with_no_grace_a_run_is_handed_back_in_its_place(tmp_path: Path, url: str) -> None:
+    slow, quick = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    try:
+        first = WorkerProcess(url, tmp_path, "w1", ledger, "--grace", "0", "--concurrency", "1")
+        with watched(first):
+            run_id, _ = await store.submit(slow, {"tag": "a"})
+            await in_flight(store, run_id, "one")
+            # Submitted after it: the first waits in the worker for its place (unclaimed),
+            # the others in the queue.
+            later = [(await store.submit(quick, {"tag": t}))[0] for t in ("b", "c", "d")]
+            output = await stopped(first, signal.SIGINT)
+        quiet(output)
+        assert ledger_lines(ledger) == []  # cut short before its effect
+        events = await store.events(run_id)
+        assert kinds(events)[-2:] == ["run_draining", "run_handed_back"]
+        back = events[-1]
+        assert isinstance(back, RunHandedBack)
+        assert (back.reason, back.attempt, back.cut_short) == ("drain", 2, ("one",))
+        # Nothing more was claimed or started by the stopping worker.
+        for other in later:
+            record = await store.get(other)
+            assert record.status == "queued", record
+            assert record.started_at is None, record
+            assert "run_started" not in kinds(await store.events(other))
+
+        # The next worker takes it before the runs submitted after it.
+        with watched(WorkerProcess(url, tmp_path, "w2", ledger, "--concurrency", "1")):
+            statuses = [await finished(store, r) for r in (run_id, *later)]
+        assert statuses == ["completed"] * 4
+        order = [run for run, step, _ in ledger_lines(ledger) if step == "one"]
+        assert sorted(order) == ["a", "b", "c", "d"]
+        # One place is taken at a time; the worker holds one more run waiting for it (the
+        # first two in the queue's order): the run handed back is one of those.
+        assert order.index("a") < 2, order
+        assert [e.step_id for e in await store.events(run_id) if e.kind == "step_completed"] == [
+            "one",
+            "two",
+        ]
+    finally:
+        await store.aclose()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from runs_helpers import TOOLS, WorkerProcess, finished, ledger_lines, minions, until, watched
 
-from minions.events import Event, RunDraining, RunHandedBack
+from minions.events import Event, RunDraining, RunHandedBack, RunTakenOver
 from minions.runs import RunStore
 
 SLOW = """\
@@ -166,5 +166,28 @@ async def test_with_no_grace_a_run_is_handed_back_in_its_place(tmp_path: Path, u
             "one",
             "two",
         ]
+    finally:
+        await store.aclose()
+
+
+async def test_a_run_taken_over_from_a_dead_worker_says_so(tmp_path: Path) -> None:
+    slow, _ = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(slow, {"tag": "a"})
+        first = WorkerProcess(url, tmp_path, "w1", ledger)
+        with watched(first):
+            await in_flight(store, run_id, "one")
+            first.kill()  # SIGKILL: no drain, its lease runs out
+        with watched(WorkerProcess(url, tmp_path, "w2", ledger)):
+            assert await finished(store, run_id) == "completed"
+        events = await store.events(run_id)
+        taken = [e for e in events if isinstance(e, RunTakenOver)]
+        assert [(e.executor_id, e.by, e.attempt) for e in taken] == [("w1", "w2", 2)]
+        # Said before the step in flight starts again, in the worker that took it over.
+        starts = [e.seq for e in events if e.kind == "step_started" and e.step_id == "one"]
+        assert starts[0] < taken[0].seq < starts[1]
     finally:
         await store.aclose()

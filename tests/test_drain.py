@@ -83,7 +83,7 @@ async def test_a_step_in_flight_finishes_and_is_not_run_again(tmp_path: Path, ur
     store = RunStore(url, create=True)
     try:
         run_id, _ = await store.submit(slow, {"tag": "a"})
-        first = WorkerProcess(url, tmp_path, "w1", ledger, "--grace", "30")
+        first = WorkerProcess(url, tmp_path, "w1", ledger, MINIONS_WORKER_GRACE="25")
         with watched(first):
             await in_flight(store, run_id, "one")
             output = await stopped(first, signal.SIGTERM)
@@ -101,7 +101,7 @@ async def test_a_step_in_flight_finishes_and_is_not_run_again(tmp_path: Path, ur
             "run_handed_back",
         ]
         draining = next(e for e in events if isinstance(e, RunDraining))
-        assert (draining.executor_id, draining.grace, draining.in_flight) == ("w1", 30.0, ("one",))
+        assert (draining.executor_id, draining.grace, draining.in_flight) == ("w1", 25.0, ("one",))
         back = next(e for e in events if isinstance(e, RunHandedBack))
         assert (back.reason, back.attempt, back.cut_short) == ("drain", 2, ())
         record = await store.get(run_id)
@@ -157,6 +157,8 @@ async def test_with_no_grace_a_run_is_handed_back_in_its_place(tmp_path: Path, u
         with watched(WorkerProcess(url, tmp_path, "w2", ledger, "--concurrency", "1")):
             statuses = [await finished(store, r) for r in (run_id, *later)]
         assert statuses == ["completed"] * 4
+        for other in later:  # each says it started, handed back before that or not
+            assert kinds(await store.events(other)).count("run_started") == 1
         order = [run for run, step, _ in ledger_lines(ledger) if step == "one"]
         assert sorted(order) == ["a", "b", "c", "d"]
         # One place is taken at a time; the worker holds one more run waiting for it (the

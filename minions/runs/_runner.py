@@ -627,20 +627,27 @@ class DurableRunner:
         drained = asyncio.ensure_future(self._drained.wait())
         try:
             outcome = "stay"
-            while outcome == "stay":
-                done, _ = await asyncio.wait({place, drained}, timeout=self.hand_back_after)
+            while outcome == "stay" and not drained.done():
+                done, _ = await asyncio.wait(
+                    {place, drained},
+                    timeout=self.hand_back_after,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 if place in done:
                     break
-                outcome = await self._hand_back(run_id, attempt, drain=drained in done)
-                if drained in done:
-                    break  # given back, or left to the takeover of a worker gone
-            if outcome != "stay" or not place.done():
+                outcome = await self._hand_back(run_id, attempt, drain=drained.done())
+            if drained.done() and not place.done():
+                # The worker stops: nothing waits for a place (handed back, or left to the
+                # takeover of a worker gone when the store failed).
                 place.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await place
                 if not place.cancelled():
-                    slots.release()  # the place came as the run was handed back
+                    slots.release()  # the place came as it was handed back
                 return
+            # Handed back to another worker: the delivery keeps its place in DBOS's count
+            # until a place frees here (or the queue would hand it to this worker again).
+            await place
         except BaseException:
             if not place.cancel() and not place.cancelled() and place.exception() is None:
                 slots.release()  # the place came as this delivery was cancelled
@@ -648,7 +655,8 @@ class DurableRunner:
         finally:
             drained.cancel()
         try:
-            await self._execute(run_id, attempt)
+            if outcome != "handed back":  # a stale delivery finds nothing to run
+                await self._execute(run_id, attempt)
         finally:
             slots.release()
 
@@ -755,6 +763,10 @@ class DurableRunner:
         )
         recorder.renewed(claimed + self.lease)
         recorder.actor = start.record.queued_by
+        if recorder.resumed and not await self.database.apply(events.started, run_id):
+            # Its log holds only why it was queued again (handed back before it started):
+            # it starts now, and says so.
+            recorder.resumed, recorder.saved = False, {}
         if start.rerun is not None:
             # Its reused steps' checkpoints were copied into it when it was queued.
             recorder.rerun, recorder.saved = start.rerun, None

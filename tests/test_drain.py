@@ -14,7 +14,16 @@ import asyncio
 import signal
 from pathlib import Path
 
-from runs_helpers import TOOLS, WorkerProcess, finished, ledger_lines, minions, until, watched
+from runs_helpers import (
+    TOOLS,
+    WorkerProcess,
+    finished,
+    ledger_entries,
+    ledger_lines,
+    minions,
+    until,
+    watched,
+)
 
 from minions.events import Event, RunDraining, RunHandedBack, RunTakenOver
 from minions.runs import RunStore
@@ -59,9 +68,21 @@ async def in_flight(store: RunStore, run_id: str, step: str) -> None:
     raise AssertionError(f"the tool call of {step} never started")
 
 
-async def stopped(worker: WorkerProcess, signum: signal.Signals) -> str:
-    """Send `signum` to the worker, wait for it to exit by itself; its output."""
+async def stopped(
+    worker: WorkerProcess,
+    signum: signal.Signals,
+    release: tuple[RunStore, str, Path] | None = None,
+) -> str:
+    """Send `signum` to the worker, wait for it to exit by itself; its output. `release`:
+    once the run's drain is stored, let its tool calls held at the gate end."""
     worker.process.send_signal(signum)
+    if release is not None:
+        store, run_id, gate = release
+        for _ in range(1200):
+            if "run_draining" in kinds(await store.events(run_id)):
+                break
+            await asyncio.sleep(0.05)
+        gate.unlink()
     await until(lambda: worker.process.poll() is not None, within=60)
     assert worker.process.returncode == 0, worker.log.read_text()
     return worker.log.read_text()
@@ -83,10 +104,16 @@ async def test_a_step_in_flight_finishes_and_is_not_run_again(tmp_path: Path, ur
     store = RunStore(url, create=True)
     try:
         run_id, _ = await store.submit(slow, {"tag": "a"})
-        first = WorkerProcess(url, tmp_path, "w1", ledger, MINIONS_WORKER_GRACE="25")
+        # Its tool call, after its 3 s and its effect, is held at a gate until the drain began:
+        # it is surely in flight when SIGTERM comes, whatever the machine's load.
+        gate = tmp_path / "gate"
+        gate.touch()
+        first = WorkerProcess(
+            url, tmp_path, "w1", ledger, MINIONS_WORKER_GRACE="25", GATE=str(gate)
+        )
         with watched(first):
             await in_flight(store, run_id, "one")
-            output = await stopped(first, signal.SIGTERM)
+            output = await stopped(first, signal.SIGTERM, release=(store, run_id, gate))
         quiet(output)
         # Its step in flight finished in the stopping worker, and nothing after it started.
         assert ledger_lines(ledger) == [("a", "one", f"{run_id}/one#1/one-call")]
@@ -131,7 +158,11 @@ async def test_with_no_grace_a_run_is_handed_back_in_its_place(tmp_path: Path, u
     ledger = tmp_path / "ledger.txt"
     store = RunStore(url, create=True)
     try:
-        first = WorkerProcess(url, tmp_path, "w1", ledger, "--grace", "0", "--concurrency", "1")
+        gate = tmp_path / "gate"
+        gate.touch()  # never opened: the step is in flight when the worker stops
+        first = WorkerProcess(
+            url, tmp_path, "w1", ledger, "--grace", "0", "--concurrency", "1", GATE=str(gate)
+        )
         with watched(first):
             run_id, _ = await store.submit(slow, {"tag": "a"})
             await in_flight(store, run_id, "one")
@@ -140,7 +171,6 @@ async def test_with_no_grace_a_run_is_handed_back_in_its_place(tmp_path: Path, u
             later = [(await store.submit(quick, {"tag": t}))[0] for t in ("b", "c", "d")]
             output = await stopped(first, signal.SIGINT)
         quiet(output)
-        assert ledger_lines(ledger) == []  # cut short before its effect
         events = await store.events(run_id)
         assert kinds(events)[-2:] == ["run_draining", "run_handed_back"]
         back = events[-1]
@@ -154,12 +184,17 @@ async def test_with_no_grace_a_run_is_handed_back_in_its_place(tmp_path: Path, u
             assert "run_started" not in kinds(await store.events(other))
 
         # The next worker takes it before the runs submitted after it.
-        with watched(WorkerProcess(url, tmp_path, "w2", ledger, "--concurrency", "1")):
+        second = WorkerProcess(url, tmp_path, "w2", ledger, "--concurrency", "1")
+        with watched(second):
             statuses = [await finished(store, r) for r in (run_id, *later)]
         assert statuses == ["completed"] * 4
         for other in later:  # each says it started, handed back before that or not
             assert kinds(await store.events(other)).count("run_started") == 1
-        order = [run for run, step, _ in ledger_lines(ledger) if step == "one"]
+        order = [
+            run
+            for run, step, _, pid in ledger_entries(ledger)
+            if step == "one" and pid == second.process.pid
+        ]
         assert sorted(order) == ["a", "b", "c", "d"]
         # One place is taken at a time; the worker holds one more run waiting for it (the
         # first two in the queue's order): the run handed back is one of those.
@@ -179,7 +214,9 @@ async def test_a_run_taken_over_from_a_dead_worker_says_so(tmp_path: Path) -> No
     store = RunStore(url, create=True)
     try:
         run_id, _ = await store.submit(slow, {"tag": "a"})
-        first = WorkerProcess(url, tmp_path, "w1", ledger)
+        gate = tmp_path / "gate"
+        gate.touch()  # never opened: the step is in flight when the worker dies
+        first = WorkerProcess(url, tmp_path, "w1", ledger, GATE=str(gate))
         with watched(first):
             await in_flight(store, run_id, "one")
             first.kill()  # SIGKILL: no drain, its lease runs out
@@ -191,5 +228,50 @@ async def test_a_run_taken_over_from_a_dead_worker_says_so(tmp_path: Path) -> No
         # Said before the step in flight starts again, in the worker that took it over.
         starts = [e.seq for e in events if e.kind == "step_started" and e.step_id == "one"]
         assert starts[0] < taken[0].seq < starts[1]
+    finally:
+        await store.aclose()
+
+
+LOOP = """\
+id: looped
+tools: [tools]
+inputs: {tag: {type: string}}
+steps:
+  - id: each
+    loop: [1, 2, 3, 4, 5, 6]
+    parallel: 2
+    tool: mark
+    params: {run: "{{ inputs.tag }}", step: "i{{ loop.item }}", seconds: 3}
+"""
+
+
+async def test_a_loop_step_s_items_in_flight_finish_and_no_new_item_starts(
+    tmp_path: Path,
+) -> None:
+    recipes(tmp_path)
+    (tmp_path / "loop.yaml").write_text(LOOP)
+    ledger = tmp_path / "ledger.txt"
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(tmp_path / "loop.yaml", {"tag": "a"})
+        gate = tmp_path / "gate"
+        gate.touch()  # the items in flight end once the drain began
+        first = WorkerProcess(url, tmp_path, "w1", ledger, GATE=str(gate))
+        with watched(first):
+            await in_flight(store, run_id, "each[1]")
+            quiet(await stopped(first, signal.SIGTERM, release=(store, run_id, gate)))
+        # The two items in flight finished; none started after the drain began.
+        assert sorted(step for _, step, _ in ledger_lines(ledger)) == ["i1", "i2"]
+        events = await store.events(run_id)
+        assert kinds(events)[-1] == "run_handed_back"
+        draining = next(e for e in events if isinstance(e, RunDraining))
+        assert sorted(draining.in_flight) == ["each", "each[0]", "each[1]"]
+        started = [e.step_id for e in events if e.kind == "step_started"]
+        assert started == ["each", "each[0]", "each[1]"]
+        with watched(WorkerProcess(url, tmp_path, "w2", ledger)):
+            assert await finished(store, run_id) == "completed"
+        done = [step for _, step, _ in ledger_lines(ledger)]
+        assert sorted(done) == [f"i{n}" for n in range(1, 7)]  # each item once
     finally:
         await store.aclose()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from minions._agent.executor import AgentExecutor
+from minions._fold import ItemId
 from minions._routing.selection import Routing
 from minions._step.cache import Refreshing
 from minions._step.execution import StepExecution, StepStatus
@@ -124,9 +125,11 @@ class RunRecorder:
         self.actor: str | None = None
         """Who queued this attempt: its `RunStarted` event says so."""
         self.working: dict[tuple[str, int], None] = {}
-        """The steps (and visits) that run now: started and not yet ended."""
+        """The steps and loop items (and visits) that run now: started, not yet ended."""
+        self.loops: set[tuple[str, int]] = set()
+        """The loop steps (and visits) whose items started."""
         self.idle = asyncio.Event()
-        """Set while no step runs (`working` is empty)."""
+        """Set while no step or loop item runs (a loop step only waits for its items)."""
         self.idle.set()
         self.holding = False
         """The worker drains: no step that has not started starts (it waits at `restore`
@@ -269,10 +272,14 @@ class RunRecorder:
 
     # -- draining ----------------------------------------------------------------------------
 
+    def _started(self, key: tuple[str, int]) -> None:
+        self.working[key] = None
+        self.idle.clear()
+
     def _ended(self, step_id: str, visit: int) -> None:
         self.working.pop((step_id, visit), None)
-        if not self.working:
-            self.idle.set()
+        if all(key in self.loops for key in self.working):
+            self.idle.set()  # nothing runs but loop steps waiting for items that may not start
 
     def hold(self, *, executor_id: str, grace: float) -> None:
         """The worker drains: no step starts from now on; say so in the run's log."""
@@ -349,13 +356,19 @@ class RunRecorder:
         if self.holding or self.sealed:
             # The worker drains: the step starts in the worker the run is handed to.
             await self._hold.wait()
-        self.working[(step_id, visit)] = None
-        self.idle.clear()
+        self._started((step_id, visit))
         return None
 
     async def restore_item(self, name: str, visit: int) -> StepExecution | None:
         checkpoint = await self._saved(name, visit)
-        return None if checkpoint is None else checkpoint.execution
+        if checkpoint is not None:
+            return checkpoint.execution
+        if self.holding or self.sealed:
+            await self._hold.wait()  # the worker drains: the item starts elsewhere
+        # Its loop step waits for its items: it is not work in flight of its own.
+        self.loops.add((ItemId.parse(name).step, visit))
+        self._started((name, visit))
+        return None
 
     # -- a rerun's reused steps --------------------------------------------------------------
 

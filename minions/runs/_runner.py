@@ -910,10 +910,14 @@ class DurableRunner:
         hurried = asyncio.ensure_future(self._hurried.wait())
         try:
             while not hurried.done() and loop.time() < deadline:
+                # A run waiting for a person is not work in flight: no grace waits for one
+                # (the next worker asks again, and finds the decision once it is made).
                 busy = [
                     r
                     for run_id, r in self._recorders.items()
-                    if run_id in self.running and not r.idle.is_set()
+                    if run_id in self.running
+                    and not r.idle.is_set()
+                    and run_id not in self._waiting
                 ]
                 if not busy:
                     break
@@ -921,7 +925,8 @@ class DurableRunner:
                 try:
                     await asyncio.wait(
                         {*waits, hurried},
-                        timeout=deadline - loop.time(),
+                        # Looked at again now and then: a run may begin to wait meanwhile.
+                        timeout=min(deadline - loop.time(), 0.5),
                         return_when=asyncio.FIRST_COMPLETED,
                     )
                 finally:

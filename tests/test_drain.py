@@ -266,7 +266,10 @@ async def test_a_loop_step_s_items_in_flight_finish_and_no_new_item_starts(
         events = await store.events(run_id)
         assert kinds(events)[-1] == "run_handed_back"
         draining = next(e for e in events if isinstance(e, RunDraining))
-        assert sorted(draining.in_flight) == ["each", "each[0]", "each[1]"]
+        assert sorted(draining.in_flight) == ["each[0]", "each[1]"]
+        back = events[-1]
+        assert isinstance(back, RunHandedBack)
+        assert back.cut_short == ()  # its items in flight finished
         started = [e.step_id for e in events if e.kind == "step_started"]
         assert started == ["each", "each[0]", "each[1]"]
         with watched(WorkerProcess(url, tmp_path, "w2", ledger)):

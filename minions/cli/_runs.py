@@ -51,6 +51,23 @@ from minions.models._infer import MODEL_ENV
 
 __all__: list[str] = []
 
+
+def _moved(event: Any) -> str:
+    """What `runs events` says of a run's move between workers."""
+    from minions.events import RunDraining, RunHandedBack, RunTakenOver
+
+    if isinstance(event, RunDraining):
+        flight = ", ".join(event.in_flight) or "no step"
+        return f"worker {event.executor_id} stops: {flight} in flight, {event.grace:g}s grace"
+    if isinstance(event, RunHandedBack):
+        cut = f"; cut short: {', '.join(event.cut_short)}" if event.cut_short else ""
+        return f"{event.reason}: by {event.executor_id}, queued as attempt {event.attempt}{cut}"
+    if isinstance(event, RunTakenOver):
+        holder = event.executor_id or "?"
+        return f"from {holder} by {event.by}, queued as attempt {event.attempt}"
+    return ""
+
+
 # -- worker and submit --------------------------------------------------------------------------
 
 
@@ -516,7 +533,8 @@ def events(
             typer.echo(event_to_json(event))
             return
         detail = (
-            getattr(event, "error", None)
+            _moved(event)
+            or getattr(event, "error", None)
             or getattr(event, "name", None)
             or getattr(event, "reason", None)
             or ""

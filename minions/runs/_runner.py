@@ -299,7 +299,12 @@ class RunRecorder:
         return self._names()
 
     def _names(self) -> tuple[str, ...]:
-        return tuple(step if visit == 1 else f"{step}#{visit}" for step, visit in self.working)
+        """The steps and loop items in flight (not the loop steps waiting for items)."""
+        return tuple(
+            step if visit == 1 else f"{step}#{visit}"
+            for step, visit in self.working
+            if (step, visit) not in self.loops
+        )
 
     async def flush(self, *, run: dict[str, Any] | None = None) -> bool:
         """Store what is pending (and the run's final values, `run`; without them, its

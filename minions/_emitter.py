@@ -37,6 +37,7 @@ class EventEmitter:
         self._listeners: tuple[EventListener, ...] = tuple(listeners)
         self.last = 0
         """The number of the last event emitted (a token delta takes none of its own)."""
+        self._silent = False
 
     def continue_after(self, seq: int) -> None:
         """Number the next event `seq + 1`: a durable run that goes on after its stored
@@ -58,16 +59,22 @@ class EventEmitter:
 
         return unsubscribe
 
+    def silence(self) -> None:
+        """Deliver and log nothing more: a durable run handed to another worker, whose
+        cancelled steps would say things that are not so (that they failed, that the run
+        failed)."""
+        self._silent = True
+
     @property
     def active(self) -> bool:
         """Whether anybody receives events (so building them is worth it)."""
-        return bool(self._listeners) or configured_logger() is not None
+        return not self._silent and (bool(self._listeners) or configured_logger() is not None)
 
     def emit(self, event: Event) -> Event | None:
         """Stamp `event` with the run id, the next sequence number and the time, and deliver
         it. Returns the delivered event, or ``None`` when nobody listens."""
         logger = configured_logger()
-        if not self._listeners and logger is None:
+        if self._silent or (not self._listeners and logger is None):
             return None
         if event.kind != "token_delta":
             # A token delta is never stored (it is live text): it carries the number of the

@@ -410,8 +410,7 @@ class RunStates:
         self.seq = max(self.seq, event.seq)
         step_id = event.step_id
         if step_id is None:
-            self._run(event)
-            return []
+            return self._run(event)
         at = event.timestamp
         match event:
             case ev.StepStarted():
@@ -533,13 +532,23 @@ class RunStates:
 
     # -- the machinery -------------------------------------------------------------------------
 
-    def _run(self, event: ev.Event) -> None:
+    def _run(self, event: ev.Event) -> list[Execution]:
         if isinstance(event, ev.RunStarted):
             self.status, self.started_at = "running", event.timestamp
             self.finished_at = None
         elif isinstance(event, ev.RunCompleted | ev.RunFailed):
             self.status = "completed" if isinstance(event, ev.RunCompleted) else "failed"
             self.finished_at = event.timestamp
+        elif isinstance(event, ev.RunHandedBack | ev.RunTakenOver | ev.RunRequeued):
+            # Queued again: what was in flight stopped there (its bar ends), and starts
+            # again from its beginning in the next worker.
+            cut = [e for e in self._executions.values() if e.status in ("running", "waiting")]
+            for execution in cut:
+                execution.status, execution.finished_at = "pending", event.timestamp
+                for wait in execution.waits:
+                    wait.ended_at = wait.ended_at or event.timestamp
+            return cut
+        return []
 
     def _execution(self, step_id: str, visit: int, *, fresh: bool = True) -> Execution:
         """The execution (`step_id`, `visit`), made when it is new (then the latest of

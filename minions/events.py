@@ -44,7 +44,11 @@ __all__ = [
     "RoutingDecided",
     "RunCompleted",
     "RunFailed",
+    "RunDraining",
+    "RunHandedBack",
+    "RunRequeued",
     "RunResumed",
+    "RunTakenOver",
     "RunStarted",
     "StepCompleted",
     "StepCached",
@@ -142,6 +146,67 @@ class RunResumed(_EventBase):
     """The run's attempt that goes on (see `minions.runs.RunRecord.attempt`)."""
     actor: str | None = None
     """Who resumed it (as `RunStarted.actor`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunDraining(_EventBase):
+    """The worker running a durable run is stopping (SIGTERM, Ctrl-C): no new step of the run
+    starts there; its steps in flight get `grace` seconds to finish (and be checkpointed),
+    then the run is handed back (`RunHandedBack`) unless it ended meanwhile."""
+
+    kind: Literal["run_draining"] = "run_draining"
+    executor_id: str = ""
+    """The worker that is stopping."""
+    grace: float = 0.0
+    """Seconds the steps in flight may take to finish (``minions worker --grace``)."""
+    in_flight: tuple[str, ...] = ()
+    """The steps running when the drain began (``step`` or ``step#visit``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunHandedBack(_EventBase):
+    """A worker gave a durable run back to the queue before it ended: the next worker goes on
+    from its last checkpoint (finished steps are not run again), and the run keeps its place
+    in the queue (the time it was first queued)."""
+
+    kind: Literal["run_handed_back"] = "run_handed_back"
+    executor_id: str = ""
+    """The worker that gave it back."""
+    reason: Literal["drain", "busy"] = "drain"
+    """``drain``: the worker stopped; ``busy``: it was handed to a worker with no place free
+    while another had one."""
+    attempt: int = 2
+    """The run's attempt now queued (see `minions.runs.RunRecord.attempt`)."""
+    cut_short: tuple[str, ...] = ()
+    """Steps stopped in flight when the grace ran out: they run again from their start."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunTakenOver(_EventBase):
+    """The worker that held (or had been handed) a durable run stopped beating: it died, or was
+    cut off from the store past its lease. Another worker queued the run again; it goes on
+    from its last checkpoint, keeping its place in the queue."""
+
+    kind: Literal["run_taken_over"] = "run_taken_over"
+    executor_id: str = ""
+    """The worker that held it (empty when not known)."""
+    by: str = ""
+    """The worker that took it over."""
+    attempt: int = 2
+    """The run's attempt now queued."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRequeued(_EventBase):
+    """A worker queued a durable run again for a reason other than a drain, a hand-back or a
+    takeover: a run queued by a minions whose durable format was older (`reason`)."""
+
+    kind: Literal["run_requeued"] = "run_requeued"
+    attempt: int = 2
+    """The run's attempt now queued."""
+    reason: str = ""
+    by: str = ""
+    """The worker that queued it again."""
 
 
 # -- step --------------------------------------------------------------------------------------
@@ -475,6 +540,10 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
     RunCompleted,
     RunFailed,
     RunResumed,
+    RunDraining,
+    RunHandedBack,
+    RunTakenOver,
+    RunRequeued,
     StepStarted,
     StepCompleted,
     StepFailed,

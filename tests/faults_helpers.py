@@ -719,7 +719,9 @@ def _run_problems(
 ) -> list[str]:
     found: list[str] = []
     waits = any(a.decided_at is None for a in record.approvals)
-    if not (record.terminal or (record.status == "waiting" and waits)):
+    # A run waiting for a decision when its worker stopped was handed back by its drain: it
+    # is queued, to wait again in the next worker (which finds the decision once made).
+    if not (record.terminal or (record.status in ("waiting", "queued") and waits)):
         found.append(f"ended {record.status}, neither ended nor waiting for a decision")
     # The event log: numbered 1, 2, 3... without a gap; one terminal event per end (the first
     # end, then one more after each resume), the last one last.

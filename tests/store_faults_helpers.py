@@ -326,7 +326,7 @@ class Driver:
         queue = await self.store._dbos()
         now = time.time() + 3600 if now is None else now
         taken = []
-        for run_id, epoch, recoveries in runs.expired(database, now):
+        for run_id, epoch, recoveries, _ in runs.expired(database, now):
             if recoveries >= MAX_RECOVERIES:
                 runs.end_unheld(
                     database,

@@ -16,6 +16,7 @@ Screenshots go to the test's folder (to docs/ with ``MINIONS_SCREENSHOTS=docs``)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import sqlite3
@@ -355,6 +356,70 @@ def test_a_run_cancelled_before_it_started_shows_every_step_pending(
             expect(page.locator('#graph g[data-status="pending"]')).to_have_count(5)
             expect(page.locator("#timeline")).to_have_text("No step has started yet.")
             expect(page.locator('#steps tr[data-status="pending"]')).to_have_count(5)
+        finally:
+            page.close()
+
+
+def test_a_run_that_moved_between_workers_is_marked_on_its_timeline(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """A run drained by a stopping worker and handed back: its log says so, and the
+    timeline draws a row of marks (the drain, the hand-back) above its steps, the step cut
+    short pending until it starts again."""
+    import sqlalchemy as sa
+
+    from minions import events as ev
+    from minions.runs._db import Database
+    from minions.runs._events import insert, row_of
+    from minions.runs._tables import runs_table
+
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    config = ServiceConfig(
+        token=TOKEN, database_url=url, recipes=write_recipes(tmp_path / "recipes")
+    )
+    with (
+        app_in_thread(create_app(config)) as base,  # no worker: the run stays queued
+        httpx2.Client(base_url=base, headers=auth(), timeout=60) as client,
+    ):
+        run_id = submit(client, "ledger", tag="moved")
+        said: list[ev.Event] = [
+            ev.RunStarted(recipe_id="ledger"),
+            ev.StepStarted(step_id="one"),
+            ev.RunDraining(executor_id="w1", grace=30.0, in_flight=("one",)),
+            ev.RunHandedBack(executor_id="w1", attempt=2, cut_short=("one",)),
+        ]
+        database = Database(url)
+        with database.begin() as db:  # what a worker and its drain would have written
+            insert(
+                db,
+                run_id,
+                [
+                    row_of(dataclasses.replace(e, run_id=run_id, seq=i, timestamp=1e9 + i))
+                    for i, e in enumerate(said, start=1)
+                ],
+            )
+            db.execute(
+                sa.update(runs_table).where(runs_table.c.run_id == run_id).values(last_seq=4)
+            )
+        database.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            log_in(page, base, TOKEN, f"#/runs/{run_id}")
+            marks = page.locator("#timeline .tl-run .tl-handoff")
+            expect(marks).to_have_count(2)
+            expect(marks.nth(0)).to_have_attribute(
+                "title", re.compile("worker w1 stopping: one may finish")
+            )
+            expect(marks.nth(1)).to_have_attribute(
+                "title",
+                re.compile("handed back by worker w1 .it stopped.*attempt 2; cut short: one"),
+            )
+            expect(page.locator('#timeline .tl-row[data-step="one"]')).to_have_attribute(
+                "data-status", "pending"
+            )
+            expect(page.locator('#events li[data-kind="run_handed_back"]')).to_contain_text(
+                "cut short: one"
+            )
         finally:
             page.close()
 

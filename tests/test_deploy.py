@@ -174,6 +174,21 @@ def test_the_kubernetes_probes_ask_live_and_ready() -> None:
         assert [p["containerPort"] for p in container["ports"]] == [port]
 
 
+def test_the_platforms_wait_longer_than_a_worker_drains() -> None:
+    """SIGKILL comes after a worker's drain (its grace, and about 10 s to hand its runs
+    back): Kubernetes' terminationGracePeriodSeconds and Compose's stop_grace_period."""
+    documents = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "minions.yaml").read_text()))
+    deployment = next(d for d in documents if d["metadata"]["name"] == "minions-worker")
+    args = kubernetes_container("minions-worker")["args"]
+    grace = float(args[args.index("--grace") + 1])
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= grace + 10
+    for name, service in minions_services().items():
+        if name.startswith("worker"):
+            grace = float(compose()["x-minions-env"]["MINIONS_WORKER_GRACE"])
+            assert service["stop_signal"] == "SIGTERM"
+            assert int(service["stop_grace_period"].removesuffix("s")) >= grace + 10
+
+
 def test_the_kubernetes_worker_answers_its_probes(tmp_path: Path) -> None:
     """The snippet's worker command (bound to 127.0.0.1 and a free port here) answers
     /health/live and /health/ready once it takes runs; SIGTERM stops it cleanly."""
@@ -356,6 +371,11 @@ def test_the_systemd_units_run_here(tmp_path: Path) -> None:
         assert settings["User"] == ["minions"]
         assert settings["ReadWritePaths"] == settings["WorkingDirectory"]
     assert set(env) >= {"MINIONS_DATABASE_URL", "MINIONS_RECIPES", "MINIONS_API_TOKEN"}
+    # systemd's SIGKILL comes after the worker's drain: its grace and time to hand back.
+    (exec_start,) = worker_unit["ExecStart"]
+    words = exec_start.split()
+    grace = float(words[words.index("--grace") + 1])
+    assert float(worker_unit["TimeoutStopSec"][0]) >= grace + 10
     recipes = tmp_path / "recipes"
     write_ledger_recipe(recipes / "ledger")
     ledger = tmp_path / "ledger.txt"

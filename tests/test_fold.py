@@ -367,6 +367,30 @@ def test_what_the_store_kept_has_the_last_word_on_an_ended_execution() -> None:
     assert states.status_of("c[0]") == "completed"
 
 
+def test_a_run_handed_back_stops_what_was_in_flight_until_it_starts_again() -> None:
+    states = folded(
+        numbered(
+            ev.StepStarted(step_id="one"),
+            ev.StepCompleted(step_id="one"),
+            ev.StepStarted(step_id="two"),
+            ev.ApprovalRequested(step_id="two", call_id="c1"),
+            ev.RunDraining(executor_id="w1", grace=0.0, in_flight=("two",)),
+            ev.RunHandedBack(executor_id="w1", attempt=2, cut_short=("two",)),
+        )
+    )
+    one, two = states.executions
+    assert (one.status, two.status) == ("completed", "pending")
+    assert (two.started_at, two.finished_at) == (T0 + 3, T0 + 6)  # its bar ends there
+    assert [w.ended_at for w in two.waits] == [T0 + 6]
+    states.fold(numbered(*[ev.StepStarted(step_id="x")] * 6, ev.StepStarted(step_id="two"))[-1])
+    assert (two.status, two.starts, two.finished_at) == ("running", 2, None)
+    # A takeover (of a worker that died) says the same of what it had in flight.
+    taken = folded(
+        numbered(ev.StepStarted(step_id="one"), ev.RunTakenOver(executor_id="w1", by="w2"))
+    )
+    assert [e.status for e in taken.executions] == ["pending"]
+
+
 # -- the property the event stream relies on ---------------------------------------------------
 
 
@@ -396,6 +420,9 @@ def _events() -> st.SearchStrategy[ev.Event]:
         st.builds(ev.TokenDelta, step_id=step),
         st.builds(ev.RunStarted),
         st.builds(ev.RunCompleted),
+        st.builds(ev.RunDraining),
+        st.builds(ev.RunHandedBack),
+        st.builds(ev.RunTakenOver),
     )
 
 

@@ -67,7 +67,8 @@ PUBLIC: dict[str, set[str]] = {
         "ModelCallCompleted", "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
         "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
-        "RerunPlanned", "StepReused", "StepCached", "RunResumed",
+        "RerunPlanned", "StepReused", "StepCached", "RunResumed", "RunDraining",
+        "RunHandedBack", "RunTakenOver", "RunRequeued",
     },
     "minions.errors": ERRORS,
     "minions.models": {

@@ -26,7 +26,7 @@ from runs_helpers import (
 )
 
 from minions.errors import RunStateError, StoreError, UnknownRunError
-from minions.events import ApprovalResolved
+from minions.events import ApprovalResolved, RunRequeued
 from minions.runs import RunStore
 
 pytestmark = pytest.mark.slow
@@ -374,6 +374,13 @@ async def test_a_run_queued_by_an_older_minions_is_run_by_todays_worker(
     with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
         assert await finished(store, old) == "completed"
     assert (await store.get(old)).attempt == 2
+    # Its log says why it was queued again, then that it started (once).
+    said = await store.events(old)
+    assert [e.kind for e in said][:2] == ["run_requeued", "run_started"]
+    requeued = said[0]
+    assert isinstance(requeued, RunRequeued)
+    assert (requeued.attempt, requeued.by) == (2, "w1")
+    assert "minions-0.0.1" in requeued.reason
 
 
 async def test_a_worker_says_which_runs_belong_to_a_newer_minions(

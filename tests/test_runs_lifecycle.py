@@ -33,7 +33,7 @@ from runs_helpers import (
 from service_helpers import auth, server, write_recipes
 
 from minions.errors import IdempotencyConflictError, RunStateError
-from minions.events import Event
+from minions.events import Event, RunHandedBack
 from minions.runs import RunStore
 
 pytestmark = pytest.mark.slow
@@ -618,7 +618,13 @@ async def test_a_run_waiting_in_a_busy_worker_is_handed_back_to_one_with_a_place
     record = await store.get(waiting)
     assert (record.executor_id, record.attempt) == ("w2", 2)  # handed back once, not again
     assert [step for run, step, _ in ledger_lines(ledger) if run == "waiting"] == STEPS
-    completed_once(await store.events(waiting))
+    said = await store.events(waiting)
+    completed_once(said)
+    # Its log says it was handed back, before it started in w2.
+    assert [e.kind for e in said][:2] == ["run_handed_back", "run_started"]
+    back = said[0]
+    assert isinstance(back, RunHandedBack)
+    assert (back.executor_id, back.reason, back.attempt) == ("w1", "busy", 2)
 
 
 async def test_a_place_free_elsewhere_is_counted_from_dbos_on_both_stores(

@@ -54,6 +54,23 @@ from minions.models import MODEL_ENV
 
 __all__: list[str] = []
 
+
+def _moved(event: Any) -> str:
+    """What `runs events` says of a run's move between workers."""
+    from minions.events import RunDraining, RunHandedBack, RunTakenOver
+
+    if isinstance(event, RunDraining):
+        flight = ", ".join(event.in_flight) or "no step"
+        return f"worker {event.executor_id} stops: {flight} in flight, {event.grace:g}s grace"
+    if isinstance(event, RunHandedBack):
+        cut = f"; cut short: {', '.join(event.cut_short)}" if event.cut_short else ""
+        return f"{event.reason}: by {event.executor_id}, queued as attempt {event.attempt}{cut}"
+    if isinstance(event, RunTakenOver):
+        holder = event.executor_id or "?"
+        return f"from {holder} by {event.by}, queued as attempt {event.attempt}"
+    return ""
+
+
 # -- worker and submit --------------------------------------------------------------------------
 
 
@@ -126,11 +143,25 @@ def worker(
         ),
     ] = "127.0.0.1",
     log_format: LogFormatOption = None,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0,
+            metavar="SECONDS",
+            envvar="MINIONS_WORKER_GRACE",
+            help="When stopped (SIGTERM, Ctrl-C), let the steps in flight finish for this "
+            "long, then hand their runs back to the queue (they go on in another worker from "
+            "their checkpoints, in their place). A second signal stops at once. "
+            "(env: MINIONS_WORKER_GRACE)",
+        ),
+    ] = 30.0,
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
-    Runs of a worker that died are recovered by another live worker, from their last
-    completed step.
+    Stopping drains: nothing more is claimed, steps in flight finish within --grace, and
+    unfinished runs are handed back to the queue. Runs of a worker that died are recovered
+    by another live worker, from their last completed step.
     """
     from minions._text import redact_url as describe
     from minions.runs import Worker
@@ -161,7 +192,8 @@ def worker(
             err,
             chosen_format,
             f"worker {worker.executor_id}: running queued runs of {describe(url)} "
-            f"({worker.concurrency} at a time){model_note(model)}; Ctrl-C or SIGTERM stops it",
+            f"({worker.concurrency} at a time){model_note(model)}; Ctrl-C or SIGTERM stops it "
+            f"(steps in flight get {worker.grace:g}s to finish)",
             executor_id=worker.executor_id,
         )
         for version, runs in sorted(worker.stranded.items()):
@@ -201,6 +233,7 @@ def worker(
             limits=given_limits,
             recipes=recipes,
             project_recipes=own_recipes,
+            grace=grace,
         )
     except ValueError as exc:
         raise UsageError(f"--retention: {exc}") from None
@@ -520,7 +553,8 @@ def events(
             typer.echo(event_to_json(event))
             return
         detail = (
-            getattr(event, "error", None)
+            _moved(event)
+            or getattr(event, "error", None)
             or getattr(event, "name", None)
             or getattr(event, "reason", None)
             or ""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,7 @@ class Dispatcher:
         self._woken = threading.Event()
         self._writer = False
         self._closed = False
+        self._dbos: DBOS | None = None
 
     def wake(self, *, writer: bool = False) -> None:
         """Look at the queue now (a run was queued, a place freed). `writer`: woken by a
@@ -70,8 +72,22 @@ class Dispatcher:
         self._closed = True
         self._woken.set()
 
+    def settle(self, within: float) -> bool:
+        """Wait (up to `within` seconds) until no workflow of the queue runs in this DBOS:
+        the runs a drain handed back have recorded their outcomes. Whether none runs."""
+        dbos, queue = self._dbos, self.queue
+        if dbos is None or queue is None:
+            return True
+        deadline = time.monotonic() + within
+        while dbos._active_workflows_set.count_for_queue(queue.name):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def run(self, stop: threading.Event, dbos: DBOS) -> None:
         """Dequeue until `stop` (DBOS's) is set or the dispatcher is closed."""
+        self._dbos = dbos
         while not (stop.is_set() or self._closed):
             self._woken.wait(self.look_every)
             # Cleared before the look: a wake that comes during it brings another look.

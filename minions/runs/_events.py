@@ -91,6 +91,20 @@ def of_step(database: Database, run_id: str, step_id: str) -> list[Event]:
         return [event_from_json(row.data) for row in db.execute(query)]
 
 
+def started(database: Database, run_id: str) -> bool:
+    """Whether the run's log says it started (a run handed back before it started has other
+    events only)."""
+    with database.read() as db:
+        return (
+            db.execute(
+                sa.select(events_table.c.seq)
+                .where(events_table.c.run_id == run_id, events_table.c.kind == "run_started")
+                .limit(1)
+            ).first()
+            is not None
+        )
+
+
 def reuses_said(database: Database, run_id: str) -> set[tuple[str, int]]:
     """The steps and loop items (name, visit) a rerun said it reused (its stored
     ``step_reused`` events)."""

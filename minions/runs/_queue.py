@@ -97,6 +97,8 @@ class Queue:
             run_id,
             attempt,
         )
+        if attempt > 1:
+            keep_place(db, run_id, workflow_id(run_id, attempt))
         # The store's workers look at the queue when this transaction commits.
         wake_in(db, self.url, "queue")
 
@@ -112,6 +114,22 @@ class Queue:
         if self._client is not None:
             self._client.destroy()
             self._client = None
+
+
+def keep_place(db: sa.Connection, run_id: str, workflow: str) -> None:
+    """Give the run's queued `workflow` the run's place in the queue: the time it was first
+    queued, not now. DBOS hands out a queue's workflows by their creation time (and a
+    priority minions does not use), so a run queued again (taken over, handed back, given
+    back by a worker that drains, resumed) goes before the runs queued after it was first
+    submitted, and a restarted worker does not take newer runs first."""
+    table = status_table(db.dialect.name == "postgresql")
+    db.execute(
+        sa.text(
+            f"UPDATE {table} SET created_at = (SELECT CAST(created_at * 1000 AS BIGINT) "
+            "FROM minions_runs WHERE run_id = :run) WHERE workflow_uuid = :workflow"
+        ),
+        {"run": run_id, "workflow": workflow},
+    )
 
 
 # -- DBOS's tables ---------------------------------------------------------------------------------

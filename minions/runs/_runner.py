@@ -7,6 +7,7 @@ run cancelled from outside, a second worker with its id) stands down without wri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import time
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from minions._agent.executor import AgentExecutor
+from minions._fold import ItemId
 from minions._routing.selection import Routing
 from minions._step.cache import Refreshing
 from minions._step.execution import StepExecution, StepStatus
@@ -28,7 +30,9 @@ from minions.events import (
     EventEmitter,
     RerunPlanned,
     RunCompleted,
+    RunDraining,
     RunFailed,
+    RunHandedBack,
     RunResumed,
     RunStarted,
     StepReused,
@@ -57,7 +61,7 @@ from minions.runs._project_limits import Parked
 from minions.runs._queue import workflow_id
 from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import recipe_of
-from minions.runs._tables import TERMINAL
+from minions.runs._tables import HELD, TERMINAL
 from minions.tools import ApprovalDecision, ApprovalRequest
 
 if TYPE_CHECKING:
@@ -122,6 +126,20 @@ class RunRecorder:
         """The run's events (a rerun's recorder says its plan and reused steps)."""
         self.actor: str | None = None
         """Who queued this attempt: its `RunStarted` event says so."""
+        self.working: dict[tuple[str, int], None] = {}
+        """The steps and loop items (and visits) that run now: started, not yet ended."""
+        self.loops: set[tuple[str, int]] = set()
+        """The loop steps (and visits) whose items started."""
+        self.idle = asyncio.Event()
+        """Set while no step or loop item runs (a loop step only waits for its items)."""
+        self.idle.set()
+        self.holding = False
+        """The worker drains: no step that has not started starts (it waits at `restore`
+        until the run is handed back)."""
+        self.sealed = False
+        """The run is being handed back: nothing more is said or checkpointed."""
+        self._hold = asyncio.Event()
+        """Never set: what a step that may not start waits on (its task is cancelled)."""
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -129,8 +147,12 @@ class RunRecorder:
     # -- events ------------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        if self.lost:
+        if self.lost or self.sealed:
             return
+        if event.kind in ("step_completed", "step_failed") and self.working:
+            # A step that completed is checkpointed with this event, in the commit that
+            # stores it (one a drain waits for before it hands the run back).
+            self._ended(event.step_id or "", getattr(event, "visit", 1))
         if isinstance(event, RunStarted) and self.actor is not None:
             event = dataclasses.replace(event, actor=self.actor)
         if self.hub is not None:
@@ -248,6 +270,48 @@ class RunRecorder:
                     actor=actor,
                 )
             )
+        return await self.flush(run=run)
+
+    # -- draining ----------------------------------------------------------------------------
+
+    def _started(self, key: tuple[str, int]) -> None:
+        self.working[key] = None
+        self.idle.clear()
+
+    def _ended(self, step_id: str, visit: int) -> None:
+        self.working.pop((step_id, visit), None)
+        if all(key in self.loops for key in self.working):
+            self.idle.set()  # nothing runs but loop steps waiting for items that may not start
+
+    def hold(self, *, executor_id: str, grace: float) -> None:
+        """The worker drains: no step starts from now on; say so in the run's log."""
+        if self.holding:
+            return
+        self.holding = True
+        if self.emitter is not None and not (self.lost or self.sealed):
+            self.emitter.emit(
+                RunDraining(executor_id=executor_id, grace=grace, in_flight=self._names())
+            )
+
+    def seal(self) -> tuple[str, ...]:
+        """Say and checkpoint nothing more (the run is handed back); the steps cut short."""
+        self.sealed = True
+        if self.emitter is not None:
+            self.emitter.silence()
+        return self._names()
+
+    def _names(self) -> tuple[str, ...]:
+        """The steps and loop items in flight (not the loop steps waiting for items)."""
+        return tuple(
+            step if visit == 1 else f"{step}#{visit}"
+            for step, visit in self.working
+            if (step, visit) not in self.loops
+        )
+
+    async def flush(self, *, run: dict[str, Any] | None = None) -> bool:
+        """Store what is pending (and the run's final values, `run`; without them, its
+        last events before it is handed back). False when the lease was lost (nothing was
+        written)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -262,7 +326,7 @@ class RunRecorder:
     # -- checkpoints -------------------------------------------------------------------------
 
     async def before_call(self) -> None:
-        if self.lost:
+        if self.lost or self.sealed:
             raise asyncio.CancelledError()
         if time.monotonic() < self.valid_until:
             return  # renewed lately: no look at the store
@@ -294,11 +358,24 @@ class RunRecorder:
         self, step_id: str, visit: int
     ) -> tuple[StepExecution, Routing | None] | None:
         checkpoint = await self._saved(step_id, visit)
-        return None if checkpoint is None else (checkpoint.execution, checkpoint.routing)
+        if checkpoint is not None:
+            return checkpoint.execution, checkpoint.routing
+        if self.holding or self.sealed:
+            # The worker drains: the step starts in the worker the run is handed to.
+            await self._hold.wait()
+        self._started((step_id, visit))
+        return None
 
     async def restore_item(self, name: str, visit: int) -> StepExecution | None:
         checkpoint = await self._saved(name, visit)
-        return None if checkpoint is None else checkpoint.execution
+        if checkpoint is not None:
+            return checkpoint.execution
+        if self.holding or self.sealed:
+            await self._hold.wait()  # the worker drains: the item starts elsewhere
+        # Its loop step waits for its items: it is not work in flight of its own.
+        self.loops.add((ItemId.parse(name).step, visit))
+        self._started((name, visit))
+        return None
 
     # -- a rerun's reused steps --------------------------------------------------------------
 
@@ -353,6 +430,8 @@ class RunRecorder:
         await self._checkpoint(Checkpoint.of(execution, item=item, saved_at=time.time()), announce)
 
     async def _checkpoint(self, checkpoint: Checkpoint, announce: Callable[[], None]) -> None:
+        if self.sealed:
+            raise asyncio.CancelledError()  # cut short: it runs again where the run goes on
         try:
             await self._write(checkpoint=checkpoint, announce=announce)
         except LeaseLost:
@@ -515,6 +594,18 @@ class DurableRunner:
         their leases."""
         self._recorders: dict[str, RunRecorder] = {}
         self._waiting: dict[str, int] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop its runs run on (DBOS's), once one was delivered."""
+        self.draining = False
+        """The worker stops: nothing more is claimed; what is held is handed back."""
+        self._drained = asyncio.Event()
+        """Set when the drain begins (what waits for a place hands its run back)."""
+        self._hurried = asyncio.Event()
+        """Set when the worker was asked to stop at once (the grace is cut short)."""
+        self._deliveries = 0
+        """Deliveries being run, waiting for a place, or handed back."""
+        self._no_deliveries = asyncio.Event()
+        self._no_deliveries.set()
         """Calls each run waits on (the run is `waiting` while there is one)."""
         settings = settings or RunSettings()
         self.executor = AgentExecutor(
@@ -538,9 +629,15 @@ class DurableRunner:
     async def execute(self, run_id: str, attempt: int) -> None:
         """Run the run's attempt if it is still its current one and nobody else holds it
         (once a place is free here, or handed back: see `queue`)."""
+        self.loop = asyncio.get_running_loop()
+        self._deliveries += 1
+        self._no_deliveries.clear()
         try:
             await self._in_place(run_id, attempt)
         finally:
+            self._deliveries -= 1
+            if not self._deliveries:
+                self._no_deliveries.set()
             self.on_place_free()
 
     async def _in_place(self, run_id: str, attempt: int) -> None:
@@ -555,18 +652,36 @@ class DurableRunner:
         # The request for a place stays in line while the run is handed back: no race with
         # a place freed meanwhile, and the delivery keeps its turn.
         place = asyncio.ensure_future(slots.acquire())
+        drained = asyncio.ensure_future(self._drained.wait())
         try:
             outcome = "stay"
-            while outcome == "stay":
-                done, _ = await asyncio.wait({place}, timeout=self.hand_back_after)
-                if done:
+            while outcome == "stay" and not drained.done():
+                done, _ = await asyncio.wait(
+                    {place, drained},
+                    timeout=self.hand_back_after,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if place in done:
                     break
-                outcome = await self._hand_back(run_id, attempt)
+                outcome = await self._hand_back(run_id, attempt, drain=drained.done())
+            if drained.done() and not place.done():
+                # The worker stops: nothing waits for a place (handed back, or left to the
+                # takeover of a worker gone when the store failed).
+                place.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await place
+                if not place.cancelled():
+                    slots.release()  # the place came as it was handed back
+                return
+            # Handed back to another worker: the delivery keeps its place in DBOS's count
+            # until a place frees here (or the queue would hand it to this worker again).
             await place
         except BaseException:
             if not place.cancel() and not place.cancelled() and place.exception() is None:
                 slots.release()  # the place came as this delivery was cancelled
             raise
+        finally:
+            drained.cancel()
         try:
             if outcome != "handed back":  # a stale delivery finds nothing to run
                 await self._execute(run_id, attempt)
@@ -574,24 +689,27 @@ class DurableRunner:
             slots.release()
 
     async def _hand_back(
-        self, run_id: str, attempt: int
+        self, run_id: str, attempt: int, *, drain: bool = False
     ) -> Literal["handed back", "stay", "stale"]:
-        """Queue the run's next attempt if another worker has a place free, and this attempt
-        is still the run's current one and it is queued (compare-and-set: a cancel, or a
-        takeover of this worker, wins). `stay`: no place elsewhere (or the store failed),
-        look again later; `stale`: the run moved on, the delivery does nothing."""
+        """Queue the run's next attempt if another worker has a place free (or this worker
+        drains), and this attempt is still the run's current one and it is queued
+        (compare-and-set: a cancel, or a takeover of this worker, wins). `stay`: no place
+        elsewhere (or the store failed), look again later; `stale`: the run moved on, the
+        delivery does nothing."""
         assert self.queue is not None
-        assert self._places is not None
+        executor_id = self.executor_id
         try:
-            room = await self.database.apply(
-                workers.room_elsewhere,
-                self.executor_id,
-                queue=self.queue.name,
-                places=self._places,
-                now=time.time(),
-            )
-            if not room:
-                return "stay"
+            if not drain:
+                assert self._places is not None
+                room = await self.database.apply(
+                    workers.room_elsewhere,
+                    executor_id,
+                    queue=self.queue.name,
+                    places=self._places,
+                    now=time.time(),
+                )
+                if not room:
+                    return "stay"
             requeued = await self.database.apply(
                 runs.requeue,
                 run_id,
@@ -600,6 +718,9 @@ class DurableRunner:
                 attempt=attempt,
                 recovery=False,
                 enqueue=self.queue.enqueue,
+                event=lambda queued: RunHandedBack(
+                    executor_id=executor_id, reason="drain" if drain else "busy", attempt=queued
+                ),
             )
         except Exception as exc:  # not handed back: it runs here when a place frees
             log.warning("could not hand a waiting run back", run_id=run_id, error=str(exc))
@@ -607,7 +728,9 @@ class DurableRunner:
         if requeued is None:
             return "stale"
         log.info(
-            "run handed back to the queue: no place here, one elsewhere",
+            "run handed back to the queue: the worker drains"
+            if drain
+            else "run handed back to the queue: no place here, one elsewhere",
             run_id=run_id,
             attempt=requeued.attempt,
             executor_id=self.executor_id,
@@ -632,6 +755,9 @@ class DurableRunner:
                 del self.held[run_id]
 
     async def _claimed(self, run_id: str, attempt: int) -> None:
+        if self.draining and self.queue is not None:
+            await self._hand_back(run_id, attempt, drain=True)  # delivered as it stops
+            return
         asked = time.monotonic()  # the lease runs at least from here
         start = await self._claim(run_id, attempt)
         if start == "ended":
@@ -665,6 +791,10 @@ class DurableRunner:
         )
         recorder.renewed(claimed + self.lease)
         recorder.actor = start.record.queued_by
+        if recorder.resumed and not await self.database.apply(events.started, run_id):
+            # Its log holds only why it was queued again (handed back before it started):
+            # it starts now, and says so.
+            recorder.resumed, recorder.saved = False, {}
         if start.rerun is not None:
             # Its reused steps' checkpoints were copied into it when it was queued.
             recorder.rerun, recorder.saved = start.rerun, None
@@ -724,6 +854,9 @@ class DurableRunner:
             # redelivery of this very attempt says it again).
             context.events.emit(RunResumed(attempt=lease.attempt, actor=start.record.queued_by))
         began = time.monotonic()
+        if self.draining:  # claimed as the worker began to stop: it starts elsewhere
+            await self._give_back(recorder)
+            return
         task = asyncio.create_task(executor.run(graph, context, checkpoints=recorder))
         self.running[run_id] = task
         self._recorders[run_id] = recorder
@@ -734,6 +867,10 @@ class DurableRunner:
         except asyncio.CancelledError:
             if recorder.lost:
                 return  # stood down: the run is someone else's now
+            if recorder.sealed:
+                # The worker drains: the run goes on in another worker from its checkpoints.
+                await self._give_back(recorder)
+                return
             if not cancelled:
                 raise  # the worker is stopping: the run is taken over from its checkpoint
             asked = await self.database.apply(runs.get, run_id, details=False)
@@ -771,6 +908,92 @@ class DurableRunner:
         )
         if closed and not ok:
             raise RunFailedError(run_id, result.error or "the run failed")
+
+    # -- draining ----------------------------------------------------------------------------
+
+    async def drain(self, grace: float) -> None:
+        """Stop (the worker does): claim nothing more, hand back at once the runs that wait
+        for a place, let the steps in flight finish within `grace` seconds (no new step
+        starts), then hand back every run that has not ended, durably: each is queued again
+        in its place, and goes on in another worker from its checkpoints."""
+        self.draining = True
+        self._drained.set()
+        for recorder in list(self._recorders.values()):
+            recorder.hold(executor_id=self.executor_id, grace=grace)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        hurried = asyncio.ensure_future(self._hurried.wait())
+        try:
+            while not hurried.done() and loop.time() < deadline:
+                # A run waiting for a person is not work in flight: no grace waits for one
+                # (the next worker asks again, and finds the decision once it is made).
+                busy = [
+                    r
+                    for run_id, r in self._recorders.items()
+                    if run_id in self.running
+                    and not r.idle.is_set()
+                    and run_id not in self._waiting
+                ]
+                if not busy:
+                    break
+                waits = {asyncio.ensure_future(r.idle.wait()) for r in busy}
+                try:
+                    await asyncio.wait(
+                        {*waits, hurried},
+                        # Looked at again now and then: a run may begin to wait meanwhile.
+                        timeout=min(deadline - loop.time(), 0.5),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    for wait in waits:
+                        wait.cancel()
+            for run_id, recorder in list(self._recorders.items()):
+                task = self.running.get(run_id)
+                if task is not None and not task.done() and not recorder.lost:
+                    recorder.seal()
+                    task.cancel()
+            await self._no_deliveries.wait()  # each run handed back (or ended meanwhile)
+        finally:
+            hurried.cancel()
+
+    def hurry(self) -> None:
+        """Cut the drain's grace short (a second SIGTERM or Ctrl-C); thread-safe."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._hurried.set)
+
+    async def _give_back(self, recorder: RunRecorder) -> None:
+        """Hand a run this worker holds back to the queue (the worker drains): its pending
+        events stored, then its next attempt queued in its place with `RunHandedBack`
+        (compare-and-set on its epoch). Without a queue, its lease is let go (a live worker
+        takes it over). A lease lost meanwhile: the run is someone else's already."""
+        cut = recorder.seal()
+        lease = recorder.lease
+        if not await recorder.flush():
+            return
+        if self.queue is None:
+            await self.database.apply(leases.release, self.incarnation, [lease.run_id])
+            return
+        executor_id = self.executor_id
+        requeued = await self.database.apply(
+            runs.requeue,
+            lease.run_id,
+            statuses=HELD,
+            epoch=lease.epoch,
+            recovery=False,
+            enqueue=self.queue.enqueue,
+            event=lambda queued: RunHandedBack(
+                executor_id=executor_id, reason="drain", attempt=queued, cut_short=cut
+            ),
+        )
+        if requeued is not None:
+            log.info(
+                "run handed back to the queue: the worker drains",
+                run_id=lease.run_id,
+                attempt=requeued.attempt,
+                cut_short=list(cut),
+                executor_id=executor_id,
+            )
 
     def recipe_file(self, start: Start) -> str | None:
         """Where the run's recipe file is taken to be (its tools modules, included recipes and

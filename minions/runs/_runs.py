@@ -6,6 +6,7 @@ attempt. What the holder of a run writes under its lease is `minions.runs._lease
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import ACTIVE, HELD, TERMINAL, runs_table
 
 if TYPE_CHECKING:
+    from minions.events import Event
     from minions.runs._approvals import ApprovalRecord
     from minions.runs._checkpoints import Checkpoint, StepRecord
     from minions.runs._db import Database
@@ -177,6 +179,8 @@ class Expired(NamedTuple):
     epoch: int
     recoveries: int
     """How often it was taken over from dead workers so far."""
+    executor_id: str | None
+    """The worker that held it."""
 
 
 class Attempt(NamedTuple):
@@ -374,9 +378,9 @@ def expired(database: Database, now: float) -> list[Expired]:
     runs = runs_table.c
     with database.read() as db:
         return [
-            Expired(r.run_id, r.epoch, r.recoveries)
+            Expired(r.run_id, r.epoch, r.recoveries, r.executor_id)
             for r in db.execute(
-                sa.select(runs.run_id, runs.epoch, runs.recoveries).where(
+                sa.select(runs.run_id, runs.epoch, runs.recoveries, runs.executor_id).where(
                     runs.status.in_(HELD),
                     sa.or_(runs.lease_until.is_(None), runs.lease_until < now),
                 )
@@ -523,11 +527,14 @@ def requeue(
     enqueue: Enqueue,
     attempt: int | None = None,
     actor: str | None = None,
+    event: Callable[[int], Event] | None = None,
 ) -> RunRecord | None:
     """Queue the run's next attempt (compare-and-set: its status is one of `statuses`, its
     epoch is `epoch` and its current attempt `attempt` when given), and enqueue it in the
-    same transaction; `actor` queued it (None: a worker, taking it over). None when the
-    run was not in that state."""
+    same transaction; `actor` queued it (None: a worker, taking it over). `event` makes the
+    event that says why, given the attempt queued: it is appended to the run's log in the
+    same transaction. The attempt keeps the run's place in the queue (its first enqueue).
+    None when the run was not in that state."""
     runs = runs_table.c
     condition = [runs.run_id == run_id, runs.status.in_(list(statuses))]
     if epoch is not None:
@@ -548,12 +555,23 @@ def requeue(
     }
     if recovery:
         values["recoveries"] = runs.recoveries + 1
+    if event is not None:
+        values["last_seq"] = runs.last_seq + 1
     with database.begin() as db:
         found = db.execute(
             runs_table.update().where(*condition).values(**values).returning(*runs_table.c)
         ).one_or_none()
         if found is None:
             return None
+        if event is not None:
+            said = dataclasses.replace(
+                event(int(found.attempt)),
+                run_id=run_id,
+                seq=int(found.last_seq),
+                timestamp=time.time(),
+            )
+            events.insert(db, run_id, [events.row_of(said)])
+            events.notify(database, db, run_id)
         enqueue(db, run_id, int(found.attempt))
     return record(found)
 

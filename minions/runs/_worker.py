@@ -5,6 +5,8 @@ it goes on when the database is back."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -24,6 +26,7 @@ from dbos import DBOS
 from minions import _logsetup
 from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
+from minions.events import RunRequeued, RunTakenOver
 from minions.models._limits import Limits
 from minions.recipes._folder import RecipeFolder
 from minions.runs import _leases as leases
@@ -85,6 +88,13 @@ exceeded; a run taken over from a dead worker may wait that long for them."""
 MAX_RECOVERIES = 50
 """A run taken over from dead workers this often fails instead (it may be what kills them)."""
 
+GRACE = 30.0
+"""Seconds a stopping worker lets the steps in flight finish before it hands their runs
+back (`Worker(grace=)`, ``minions worker --grace``, ``MINIONS_WORKER_GRACE``)."""
+AFTER_GRACE = 10.0
+"""Seconds a stopping worker gives itself past the grace to hand its runs back (its store
+may be away); what is still held then is let go, and taken over by a live worker."""
+
 RETENTION_EVERY = float(os.environ.get("MINIONS_RETENTION_EVERY", "60"))
 """Seconds between two prunes of a worker with a retention."""
 
@@ -107,6 +117,17 @@ async def minions_run(run_id: str, attempt: int = 1) -> None:
             f"(use `minions runs resume {run_id}`)"
         )
     await _RUNNER.execute(run_id, attempt)
+
+
+def _taken_over(holder: str, by: str) -> Callable[[int], RunTakenOver]:
+    """The event of a takeover (its attempt is known once it is queued)."""
+    return lambda attempt: RunTakenOver(executor_id=holder, by=by, attempt=attempt)
+
+
+def _adopted(version: str, by: str) -> Callable[[int], RunRequeued]:
+    """The event of a run of an older durable format queued again under this one."""
+    reason = f"queued by {version}, an older minions: this one runs it on"
+    return lambda attempt: RunRequeued(attempt=attempt, reason=reason, by=by)
 
 
 class ForkRefusedError(MinionsError):
@@ -181,10 +202,15 @@ class Worker:
             None: at the path it was submitted from.
         project_recipes: the recipes roots of projects that have their own (their runs'
             recipe files are found there instead).
+        grace: seconds a stopping worker (SIGTERM, Ctrl-C, `stop()`) lets the steps in
+            flight finish: it claims nothing more at once, starts no new step, and hands
+            each unfinished run back to the queue (in its place, to go on elsewhere from its
+            checkpoints) once its steps in flight ended or the grace ran out. A second
+            signal (or `stop(now=True)`) cuts the grace short.
 
     Raises:
-        ValueError: `retention` is neither a duration nor a number of runs, or `recipes` is
-            not a folder.
+        ValueError: `retention` is neither a duration nor a number of runs, `recipes` is
+            not a folder, or `grace` is negative.
     """
 
     def __init__(
@@ -202,7 +228,10 @@ class Worker:
         deps: Callable[[], object] | None = None,
         recipes: str | Path | None = None,
         project_recipes: Mapping[str, str | Path] | None = None,
+        grace: float = GRACE,
     ) -> None:
+        if grace < 0:
+            raise ValueError(f"grace must be 0 or more seconds, not {grace}")
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         for folder in (recipes, *(project_recipes or {}).values()):
@@ -255,6 +284,7 @@ class Worker:
         """Runs of a newer minions format found when the worker started, by DBOS version."""
         self.retention = None if retention is None else Retention.parse(retention)
         self.clock = clock
+        self.grace = grace
         self.dispatcher = Dispatcher()
         """Dequeues the store's queue when woken, a place freed, or now and then."""
         self.runner.on_place_free = self.dispatcher.wake
@@ -263,7 +293,11 @@ class Worker:
         self._checked: set[tuple[str, float]] = set()
         self._next_takeover = 0.0
 
-    def stop(self) -> None:
+    def stop(self, *, now: bool = False) -> None:
+        """Stop: claim nothing more, let the steps in flight finish within the grace, hand
+        back what is left. Asked again (a second signal), or `now`: the grace is cut short."""
+        if now or self._stop.is_set():
+            self.runner.hurry()
         self._stop.set()
 
     def readiness(self) -> str | None:
@@ -363,14 +397,18 @@ class Worker:
             raise
         finally:
             self._stop.set()
+            self.dispatcher.close()  # nothing more is claimed, from now on
+            listener.stop()
+            if self.state in ("running", "degraded"):
+                self._drain()
+                # DBOS records each handed-back run's workflow as done, not cut short.
+                self.dispatcher.settle(AFTER_GRACE)
             for thread in background:
                 thread.join()
             if self.state != "failed":
                 self.state = "stopped"
-            listener.stop()
-            self.dispatcher.close()
-            # Its runs stop first, then it lets go of them: a live worker (or this one,
-            # restarted) takes them over at once from their last checkpoint.
+            # What it still runs (a drain cut short by its store) stops, then it lets go of
+            # it: a live worker (or this one, restarted) takes it over from its checkpoint.
             DBOS.destroy(workflow_completion_timeout_sec=0)
             quiet.close()
             with contextlib.suppress(Exception):
@@ -380,6 +418,38 @@ class Worker:
             self.queue.close()
             for restored, handler in previous.items():
                 signal.signal(restored, handler)
+
+    def _drain(self) -> None:
+        """Let the runner drain (see `grace`), renewing its leases meanwhile."""
+        loop = self.runner.loop
+        if loop is None or loop.is_closed():
+            return  # no run was ever delivered
+        drained = asyncio.run_coroutine_threadsafe(self.runner.drain(self.grace), loop)
+        if self.runner.held:
+            log.info(
+                "worker draining: no new run or step starts; runs in flight are handed back",
+                executor_id=self.executor_id,
+                grace=self.grace,
+                runs=len(self.runner.held),
+            )
+        deadline = time.monotonic() + self.grace + AFTER_GRACE
+        while True:
+            try:
+                drained.result(timeout=max(0.0, min(HEARTBEAT, deadline - time.monotonic())))
+                return
+            except concurrent.futures.TimeoutError:
+                if time.monotonic() >= deadline:
+                    drained.cancel()
+                    log.warning(
+                        "the worker could not hand its runs back in time; they are taken "
+                        "over once their leases end",
+                        executor_id=self.executor_id,
+                    )
+                    return
+                self._beat()  # the leases of the runs still in flight
+            except Exception:
+                log.exception("draining the worker failed", executor_id=self.executor_id)
+                return
 
     def _register_queue(self) -> None:
         """Register the store's queue with this worker's limit (its concurrency and the one
@@ -530,9 +600,9 @@ class Worker:
     def _take_over(self) -> None:
         """Queue anew the runs whose holder's lease ran out, and the queued runs a dead
         worker had taken from DBOS's queue but not yet claimed."""
-        database, queue = self.database, self.queue
+        database, queue, me = self.database, self.queue, self.executor_id
         now = time.time()
-        for run_id, epoch, recoveries in runs.expired(database, now):
+        for run_id, epoch, recoveries, holder in runs.expired(database, now):
             if recoveries >= MAX_RECOVERIES:
                 runs.end_unheld(
                     database,
@@ -545,7 +615,13 @@ class Worker:
                 )
                 continue
             requeued = runs.requeue(
-                database, run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue
+                database,
+                run_id,
+                statuses=HELD,
+                epoch=epoch,
+                recovery=True,
+                enqueue=queue.enqueue,
+                event=_taken_over(holder or "", me),
             )
             if requeued is not None:
                 log.info("run taken over", run_id=run_id, attempt=requeued.attempt)
@@ -567,6 +643,7 @@ class Worker:
         )
         found = {attempt_of(w.workflow_id) for w in pending}
         queued = runs.queued_attempts(database, [run_id for run_id, _ in found])
+        holders = {w.workflow_id: w.executor_id or "" for w in pending}
         for run_id, attempt in found:
             current = queued.get(run_id)
             if current is not None and current.attempt == attempt:
@@ -577,6 +654,7 @@ class Worker:
                     epoch=current.epoch,
                     recovery=True,
                     enqueue=queue.enqueue,
+                    event=_taken_over(holders.get(workflow_id(run_id, attempt), ""), me),
                 )
         for worker in workers.listed(database):
             if worker.executor_id in dead:
@@ -602,5 +680,11 @@ class Worker:
             queue.cancel(workflow.workflow_id)
             run_id, _ = attempt_of(workflow.workflow_id)
             runs.requeue(
-                database, run_id, statuses=ACTIVE, epoch=None, recovery=False, enqueue=queue.enqueue
+                database,
+                run_id,
+                statuses=ACTIVE,
+                epoch=None,
+                recovery=False,
+                enqueue=queue.enqueue,
+                event=_adopted(version, self.executor_id),
             )

@@ -163,7 +163,7 @@ def serve(
         server.run()
     finally:
         if running is not None and thread is not None:
-            running.stop()
-            thread.join(timeout=30)
+            running.stop()  # it drains: its steps in flight get its grace to finish
+            thread.join(timeout=running.grace + 15)
         if exported is not None:
             exported.shutdown()

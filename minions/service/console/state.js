@@ -40,6 +40,7 @@ export function newRun(id) {
     ended: false,
     startedAt: null,
     endedAt: null,
+    marks: [], // what happened between workers (drained, handed back, taken over): {kind, at, text}
     ticker: null,
     refreshing: null,
   };

@@ -8,8 +8,16 @@ import { absolute, duration, forPerson, number, tokensOf, waitText } from "./for
 import { EVENT_KINDS } from "./names.js";
 import { TERMINAL, state, takeStates } from "./state.js";
 
-const REFRESH_ON = new Set(["step_reused", "rerun_planned", "step_completed", "step_failed", "step_skipped", "approval_requested", "approval_resolved", "run_completed", "run_failed", "run_started"]);
+const REFRESH_ON = new Set(["step_reused", "rerun_planned", "step_completed", "step_failed", "step_skipped", "approval_requested", "approval_resolved", "run_completed", "run_failed", "run_started", "run_handed_back", "run_taken_over", "run_requeued"]);
 const ENDS = new Set(["run_completed", "run_failed"]);
+// What happened to the run between workers: marks on its timeline.
+const HANDOFFS = {
+  run_draining: (e) => `worker ${e.executor_id} stopping: ${e.in_flight.length ? `${e.in_flight.join(", ")} may finish within ${duration(e.grace)}` : "no step in flight"}`,
+  run_handed_back: (e) => `handed back by worker ${e.executor_id} (${e.reason === "drain" ? "it stopped" : "no place there, one elsewhere"}), queued again in its place as attempt ${e.attempt}${e.cut_short.length ? `; cut short: ${e.cut_short.join(", ")}` : ""}`,
+  run_taken_over: (e) => `taken over by worker ${e.by} from ${e.executor_id || "a worker"} that stopped beating; queued again in its place as attempt ${e.attempt}`,
+  run_requeued: (e) => `queued again as attempt ${e.attempt}: ${e.reason}`,
+  run_resumed: (e) => `resumed${e.actor ? ` by ${e.actor}` : ""} as attempt ${e.attempt}`,
+};
 
 export async function follow(run, page) {
   // An EventSource on a stream ticket: EventSource cannot send the token, so a short-lived
@@ -88,12 +96,14 @@ function onEvent(run, event, page) {
   run.lastSeq = event.seq;
   if (event.kind === "run_started" && !run.startedAt) run.startedAt = event.timestamp;
   if (ENDS.has(event.kind) && !run.endedAt) run.endedAt = event.timestamp;
+  if (HANDOFFS[event.kind]) run.marks.push({ kind: event.kind, at: event.timestamp, text: HANDOFFS[event.kind](event) });
   const item = el("li");
   item.dataset.kind = event.kind;
   const detail = event.kind === "model_call_waiting" ? waitText({ ...event, limit: event.reason })
     : event.kind === "step_reused" ? `from run ${String(event.source_run_id).slice(0, 12)}${event.edited ? " (its output set by hand)" : ""}`
     : event.kind === "rerun_planned" ? `of run ${String(event.parent_run_id).slice(0, 12)} from step ${event.from_step}`
     : event.kind === "step_cached" ? `from the cache (made ${duration(event.age)} ago${tokensOf(event.saved) ? `, saved ${number(tokensOf(event.saved))} tokens` : ""})`
+    : HANDOFFS[event.kind] ? HANDOFFS[event.kind](event)
     : event.error || event.reason || event.name || event.tool || "";
   const since = run.startedAt ? `+${duration(event.timestamp - run.startedAt)}` : "";
   item.append(el("span", { className: "seq", textContent: String(event.seq) }), el("span", { className: "at", textContent: since, title: absolute(event.timestamp) }),

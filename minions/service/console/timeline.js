@@ -1,6 +1,7 @@
 // The run's timeline: each execution the server folded (a step's visit, or a loop item) a bar
 // from its start to its end; its waits (for a person, for a model endpoint's limit) and
-// retries marked.
+// retries marked; above them, when the run moved between workers, a row of marks (a worker
+// draining, a hand-back, a takeover, a requeue).
 
 import { $, el, swap } from "./dom.js";
 import { openDrawer } from "./drawer.js";
@@ -13,7 +14,8 @@ export function renderTimeline(run) {
   const t0 = Math.min(...[run.startedAt, ...starts].filter(Boolean));
   const live = run.data && !TERMINAL.has(run.data.status);
   const ends = rows.map((r) => r.finished_at).filter(Boolean);
-  const t1 = Math.max(live ? Date.now() / 1000 : 0, run.endedAt || 0, ...ends, ...starts, t0 + 0.001);
+  const marks = run.marks || [];
+  const t1 = Math.max(live ? Date.now() / 1000 : 0, run.endedAt || 0, ...ends, ...starts, ...marks.map((m) => m.at), t0 + 0.001);
   const box = $("#timeline");
   if (!Number.isFinite(t0) || !rows.length) {
     swap(box, [el("p", { className: "muted small", textContent: "No step has started yet." })]);
@@ -71,5 +73,15 @@ export function renderTimeline(run) {
     line.append(label, track);
     return line;
   });
+  if (marks.length) {
+    const track = el("div", { className: "tl-track" });
+    for (const m of marks) {
+      const mark = el("span", { className: `tl-handoff k-${m.kind}`, title: `${absolute(m.at)}: ${m.text}` });
+      mark.style.left = at(m.at);
+      track.append(mark);
+    }
+    const row = el("div", { className: "tl-row tl-run" }, el("span", { className: "tl-label muted", textContent: "workers", title: "the run between workers: drained, handed back, taken over, queued again" }), track);
+    lines.unshift(row);
+  }
   swap(box, [axis, ...lines]);
 }

@@ -1,0 +1,280 @@
+"""A stopped worker drains (issue 36): real `minions worker` processes, on SQLite and Postgres.
+
+SIGTERM (or Ctrl-C) stops the worker's claims at once; a 3 s tool step in flight finishes and
+is checkpointed (its side effect done once), no new step starts, and the run is handed back
+to the queue; the next worker goes on from the checkpoint. With ``--grace 0`` the step in
+flight is cut short and handed back at once, and the run keeps its place in the queue ahead
+of runs submitted after it. Side effects are counted in a ledger file; nothing waits on a
+clock for ordering: every wait polls a state, a file or a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from runs_helpers import (
+    TOOLS,
+    WorkerProcess,
+    finished,
+    ledger_entries,
+    ledger_lines,
+    minions,
+    until,
+    watched,
+)
+
+from minions.events import Event, RunDraining, RunHandedBack, RunTakenOver
+from minions.runs import RunStore
+
+SLOW = """\
+id: slow
+tools: [tools]
+inputs: {tag: {type: string}}
+steps:
+  - {id: one, tool: mark, params: {run: "{{ inputs.tag }}", step: one, seconds: 3}}
+  - {id: two, depends_on: [one], tool: mark, params: {run: "{{ inputs.tag }}", step: two}}
+"""
+QUICK = """\
+id: quick
+tools: [tools]
+inputs: {tag: {type: string}}
+steps:
+  - {id: one, tool: mark, params: {run: "{{ inputs.tag }}", step: one}}
+"""
+
+
+def recipes(folder: Path) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tools.py").write_text(TOOLS)
+    (folder / "slow.yaml").write_text(SLOW)
+    (folder / "quick.yaml").write_text(QUICK)
+    return folder / "slow.yaml", folder / "quick.yaml"
+
+
+async def in_flight(store: RunStore, run_id: str, step: str) -> None:
+    """Wait until the run's tool call of `step` has started (its event is stored)."""
+
+    async def started() -> bool:
+        return any(
+            e.kind == "tool_call_started" and e.step_id == step for e in await store.events(run_id)
+        )
+
+    for _ in range(1200):
+        if await started():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the tool call of {step} never started")
+
+
+async def stopped(
+    worker: WorkerProcess,
+    signum: signal.Signals,
+    release: tuple[RunStore, str, Path] | None = None,
+) -> str:
+    """Send `signum` to the worker, wait for it to exit by itself; its output. `release`:
+    once the run's drain is stored, let its tool calls held at the gate end."""
+    worker.process.send_signal(signum)
+    if release is not None:
+        store, run_id, gate = release
+        for _ in range(1200):
+            if "run_draining" in kinds(await store.events(run_id)):
+                break
+            await asyncio.sleep(0.05)
+        gate.unlink()
+    await until(lambda: worker.process.poll() is not None, within=60)
+    assert worker.process.returncode == 0, worker.log.read_text()
+    return worker.log.read_text()
+
+
+def kinds(events: list[Event]) -> list[str]:
+    return [e.kind if e.step_id is None else f"{e.kind} {e.step_id}" for e in events]
+
+
+def quiet(output: str) -> None:
+    """Nothing of asyncio's or Python's complaints at exit."""
+    for noise in ("Task was destroyed", "Traceback", "was never awaited", "Unclosed", "Error"):
+        assert noise not in output, output
+
+
+async def test_a_step_in_flight_finishes_and_is_not_run_again(tmp_path: Path, url: str) -> None:
+    slow, _ = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(slow, {"tag": "a"})
+        # Its tool call, after its 3 s and its effect, is held at a gate until the drain began:
+        # it is surely in flight when SIGTERM comes, whatever the machine's load.
+        gate = tmp_path / "gate"
+        gate.touch()
+        first = WorkerProcess(
+            url, tmp_path, "w1", ledger, MINIONS_WORKER_GRACE="25", GATE=str(gate)
+        )
+        with watched(first):
+            await in_flight(store, run_id, "one")
+            output = await stopped(first, signal.SIGTERM, release=(store, run_id, gate))
+        quiet(output)
+        # Its step in flight finished in the stopping worker, and nothing after it started.
+        assert ledger_lines(ledger) == [("a", "one", f"{run_id}/one#1/one-call")]
+        events = await store.events(run_id)
+        assert kinds(events) == [
+            "run_started",
+            "step_started one",
+            "tool_call_started one",
+            "run_draining",
+            "tool_call_completed one",
+            "step_completed one",
+            "run_handed_back",
+        ]
+        draining = next(e for e in events if isinstance(e, RunDraining))
+        assert (draining.executor_id, draining.grace, draining.in_flight) == ("w1", 25.0, ("one",))
+        back = next(e for e in events if isinstance(e, RunHandedBack))
+        assert (back.reason, back.attempt, back.cut_short) == ("drain", 2, ())
+        record = await store.get(run_id)
+        assert (record.status, record.attempt) == ("queued", 2)
+        assert [s.step_id for s in record.steps] == ["one"]
+
+        with watched(WorkerProcess(url, tmp_path, "w2", ledger)):
+            assert await finished(store, run_id) == "completed"
+        # Step one was not run again: one side effect each.
+        assert sorted(ledger_lines(ledger)) == [
+            ("a", "one", f"{run_id}/one#1/one-call"),
+            ("a", "two", f"{run_id}/two#1/two-call"),
+        ]
+        after = kinds(await store.events(run_id))[len(events) :]
+        assert "step_started one" not in after
+        # The CLI shows the drain in the run's log.
+        shown = await asyncio.to_thread(minions, "runs", "events", run_id, "--database-url", url)
+        assert shown.returncode == 0, shown.stderr
+        assert "run_draining" in shown.stdout
+        assert "run_handed_back" in shown.stdout
+    finally:
+        await store.aclose()
+
+
+async def test_with_no_grace_a_run_is_handed_back_in_its_place(tmp_path: Path, url: str) -> None:
+    slow, quick = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    store = RunStore(url, create=True)
+    try:
+        gate = tmp_path / "gate"
+        gate.touch()  # never opened: the step is in flight when the worker stops
+        first = WorkerProcess(
+            url, tmp_path, "w1", ledger, "--grace", "0", "--concurrency", "1", GATE=str(gate)
+        )
+        with watched(first):
+            run_id, _ = await store.submit(slow, {"tag": "a"})
+            await in_flight(store, run_id, "one")
+            # Submitted after it: the first waits in the worker for its place (unclaimed),
+            # the others in the queue.
+            later = [(await store.submit(quick, {"tag": t}))[0] for t in ("b", "c", "d")]
+            output = await stopped(first, signal.SIGINT)
+        quiet(output)
+        events = await store.events(run_id)
+        assert kinds(events)[-2:] == ["run_draining", "run_handed_back"]
+        back = events[-1]
+        assert isinstance(back, RunHandedBack)
+        assert (back.reason, back.attempt, back.cut_short) == ("drain", 2, ("one",))
+        # Nothing more was claimed or started by the stopping worker.
+        for other in later:
+            record = await store.get(other)
+            assert record.status == "queued", record
+            assert record.started_at is None, record
+            assert "run_started" not in kinds(await store.events(other))
+
+        # The next worker takes it before the runs submitted after it.
+        second = WorkerProcess(url, tmp_path, "w2", ledger, "--concurrency", "1")
+        with watched(second):
+            statuses = [await finished(store, r) for r in (run_id, *later)]
+        assert statuses == ["completed"] * 4
+        for other in later:  # each says it started, handed back before that or not
+            assert kinds(await store.events(other)).count("run_started") == 1
+        order = [
+            run
+            for run, step, _, pid in ledger_entries(ledger)
+            if step == "one" and pid == second.process.pid
+        ]
+        assert sorted(order) == ["a", "b", "c", "d"]
+        # One place is taken at a time; the worker holds one more run waiting for it (the
+        # first two in the queue's order): the run handed back is one of those.
+        assert order.index("a") < 2, order
+        assert [e.step_id for e in await store.events(run_id) if e.kind == "step_completed"] == [
+            "one",
+            "two",
+        ]
+    finally:
+        await store.aclose()
+
+
+async def test_a_run_taken_over_from_a_dead_worker_says_so(tmp_path: Path) -> None:
+    slow, _ = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(slow, {"tag": "a"})
+        gate = tmp_path / "gate"
+        gate.touch()  # never opened: the step is in flight when the worker dies
+        first = WorkerProcess(url, tmp_path, "w1", ledger, GATE=str(gate))
+        with watched(first):
+            await in_flight(store, run_id, "one")
+            first.kill()  # SIGKILL: no drain, its lease runs out
+        with watched(WorkerProcess(url, tmp_path, "w2", ledger)):
+            assert await finished(store, run_id) == "completed"
+        events = await store.events(run_id)
+        taken = [e for e in events if isinstance(e, RunTakenOver)]
+        assert [(e.executor_id, e.by, e.attempt) for e in taken] == [("w1", "w2", 2)]
+        # Said before the step in flight starts again, in the worker that took it over.
+        starts = [e.seq for e in events if e.kind == "step_started" and e.step_id == "one"]
+        assert starts[0] < taken[0].seq < starts[1]
+    finally:
+        await store.aclose()
+
+
+LOOP = """\
+id: looped
+tools: [tools]
+inputs: {tag: {type: string}}
+steps:
+  - id: each
+    loop: [1, 2, 3, 4, 5, 6]
+    parallel: 2
+    tool: mark
+    params: {run: "{{ inputs.tag }}", step: "i{{ loop.item }}", seconds: 3}
+"""
+
+
+async def test_a_loop_step_s_items_in_flight_finish_and_no_new_item_starts(
+    tmp_path: Path,
+) -> None:
+    recipes(tmp_path)
+    (tmp_path / "loop.yaml").write_text(LOOP)
+    ledger = tmp_path / "ledger.txt"
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(tmp_path / "loop.yaml", {"tag": "a"})
+        gate = tmp_path / "gate"
+        gate.touch()  # the items in flight end once the drain began
+        first = WorkerProcess(url, tmp_path, "w1", ledger, GATE=str(gate))
+        with watched(first):
+            await in_flight(store, run_id, "each[1]")
+            quiet(await stopped(first, signal.SIGTERM, release=(store, run_id, gate)))
+        # The two items in flight finished; none started after the drain began.
+        assert sorted(step for _, step, _ in ledger_lines(ledger)) == ["i1", "i2"]
+        events = await store.events(run_id)
+        assert kinds(events)[-1] == "run_handed_back"
+        draining = next(e for e in events if isinstance(e, RunDraining))
+        assert sorted(draining.in_flight) == ["each[0]", "each[1]"]
+        back = events[-1]
+        assert isinstance(back, RunHandedBack)
+        assert back.cut_short == ()  # its items in flight finished
+        started = [e.step_id for e in events if e.kind == "step_started"]
+        assert started == ["each", "each[0]", "each[1]"]
+        with watched(WorkerProcess(url, tmp_path, "w2", ledger)):
+            assert await finished(store, run_id) == "completed"
+        done = [step for _, step, _ in ledger_lines(ledger)]
+        assert sorted(done) == [f"i{n}" for n in range(1, 7)]  # each item once
+    finally:
+        await store.aclose()

@@ -66,7 +66,7 @@ PUBLIC: dict[str, set[str]] = {
         "StepCompleted", "StepFailed", "StepSkipped", "ModelCallStarted", "ModelCallWaiting",
         "ModelCallCompleted", "ModelCallFailed", "TokenDelta", "ToolCallStarted", "ToolCallCompleted",
         "ToolCallFailed", "RetryScheduled", "CompletionDecided", "RoutingDecided",
-        "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "PlanRevised",
+        "OutputModeDemoted", "ApprovalRequested", "ApprovalResolved", "ApprovalEscalated", "PlanRevised",
         "RerunPlanned", "StepReused", "StepCached", "RunResumed",
     },
     "minions.errors": ERRORS,

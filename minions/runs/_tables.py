@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
@@ -26,14 +26,16 @@ schedule of a run, how far pruning went; reruns (a run's parent, the step it rer
 plan); the step cache. 4: a step cache entry's run and recipe (entries are pruned with their
 run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
 run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
-API keys' table (made on first use)."""
+API keys' table (made on first use). 6: approvals' deadlines (when an undecided call times
+out and what happens then, when it is escalated) and runs parked while they wait (no holder)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
 ACTIVE: tuple[Status, ...] = ("queued", "running", "waiting")
 """A run in one of these has not ended: a worker runs it, or will."""
 HELD: tuple[Status, ...] = ("running", "waiting")
-"""A run in one of these is held by a worker's lease."""
+"""A run in one of these is held by a worker's lease (unless it is parked: `waiting` with no
+holder, its execution ended until a decision queues it again)."""
 
 metadata = sa.MetaData()
 
@@ -121,6 +123,12 @@ approvals_table = sa.Table(
     sa.Column("approved", sa.Boolean, nullable=True),
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("decided_by", sa.Text, nullable=True),
+    # Deadlines (schema 6): when the undecided call times out and what happens then
+    # (`reject` the call, or `fail` the run), when it is escalated and when that was done.
+    sa.Column("due_at", sa.Float, nullable=True),
+    sa.Column("on_timeout", sa.Text, nullable=True),
+    sa.Column("escalate_at", sa.Float, nullable=True),
+    sa.Column("escalated_at", sa.Float, nullable=True),
 )
 workers_table = sa.Table(
     "minions_workers",
@@ -335,5 +343,16 @@ def _to_5(db: sa.Connection) -> None:
             _add_columns(db, table, columns)
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+def _to_6(db: sa.Connection) -> None:
+    """Schema 5 -> 6: approvals' deadlines and escalations (runs parked while they wait
+    need no column: a `waiting` run without a holder is parked)."""
+    if "minions_approvals" in set(sa.inspect(db).get_table_names()):
+        _add_columns(
+            db,
+            "minions_approvals",
+            ["due_at FLOAT", "on_timeout TEXT", "escalate_at FLOAT", "escalated_at FLOAT"],
+        )
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
 """Schema version n -> n+1 upgrades, each a function of a connection."""

@@ -27,7 +27,7 @@ from runs_helpers import (
 from minions.errors import RecipeError, RunStateError
 from minions.events import ApprovalEscalated, ApprovalRequested, ApprovalResolved, RunFailed
 from minions.recipes import parse_recipe
-from minions.runs import RunStore
+from minions.runs import RunStore, _approvals
 from minions.runs import _decisions as decisions
 from minions.runs import _leases as leases
 from minions.runs import _runs as runs
@@ -272,7 +272,9 @@ async def test_a_timeout_rejects_the_call_and_the_model_is_told_why(
     await run_here(url, run_id, 2, model=model)
     assert (await store.get(run_id)).status == "completed"
     told = model.requests[-1].messages[-1].content
-    assert "nobody decided within 2h (the recipe's approval timeout)" in told
+    assert told is not None
+    assert told.startswith("Nobody approved this call to 'deploy' in time: nobody decided within")
+    assert "2h (the recipe's approval timeout)" in told
     assert not (tmp_path / "effects.txt").exists()  # the call was never made
     database.close()
     store.close()
@@ -460,3 +462,29 @@ def test_bad_approval_options_are_refused_clearly(approval: str, said: str) -> N
         parse_recipe(text)
     assert said in str(raised.value)
     assert "approval" in str(raised.value)
+
+
+def test_a_store_of_schema_5_migrates_its_approvals(tmp_path: Path) -> None:
+    import sqlite3
+
+    from minions.runs._tables import SCHEMA_VERSION
+
+    path = tmp_path / "m.db"
+    made = Database(f"sqlite:///{path}", create=True)
+    made.close()
+    with sqlite3.connect(path) as db:  # what schema 5 had: approvals without deadlines
+        for column in ("due_at", "on_timeout", "escalate_at", "escalated_at"):
+            db.execute(f"ALTER TABLE minions_approvals DROP COLUMN {column}")
+        db.execute(
+            "INSERT INTO minions_approvals (run_id, call_id, step_id, tool, arguments, "
+            "requested_at) VALUES ('r', 'c', 's', 't', '{}', 1.0)"
+        )
+        db.execute("UPDATE minions_meta SET value = '5' WHERE key = 'schema_version'")
+    store = Database(f"sqlite:///{path}")
+    found = _approvals.get(store, "r", "c")
+    assert found is not None
+    assert (found.due_at, found.on_timeout, found.escalate_at) == (None, None, None)
+    assert decisions.next_due(store) is None
+    store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == str(SCHEMA_VERSION)

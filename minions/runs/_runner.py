@@ -49,6 +49,7 @@ from minions.runs._approvals import ApprovalRecord, Deadlines
 from minions.runs._async import AsyncDatabase
 from minions.runs._cache import StoreStepCache
 from minions.runs._checkpoints import Checkpoint
+from minions.runs._decisions import TIMEOUT_ACTOR
 from minions.runs._events import TERMINAL_KINDS
 from minions.runs._leases import Lease, LeaseLost, Refusal, Start
 from minions.runs._limiter import StoreCapabilities, share_capabilities
@@ -922,5 +923,8 @@ class DurableRunner:
                 raise asyncio.CancelledError()  # its task is cancelled too (see `park`)
             record = decided
         return ApprovalDecision(
-            approved=bool(record.approved), reason=record.reason, decided_by=record.decided_by
+            approved=bool(record.approved),
+            reason=record.reason,
+            decided_by=record.decided_by,
+            timed_out=record.decided_by == TIMEOUT_ACTOR,
         )

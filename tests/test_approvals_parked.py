@@ -488,3 +488,20 @@ def test_a_store_of_schema_5_migrates_its_approvals(tmp_path: Path) -> None:
     store.close()
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == str(SCHEMA_VERSION)
+
+
+def test_runs_show_says_no_worker_holds_a_parked_run() -> None:
+    """A run waiting for a person is held by no worker: no hint that its (last) worker
+    died and a live one takes it over; a running run of a dead worker still gets one."""
+    from minions.cli._show import dead_worker_hint
+    from minions.runs import RunRecord, WorkerRecord
+
+    now = time.time()
+    dead = WorkerRecord(
+        executor_id="w1", started_at=0, heartbeat_at=now - 600, stopped_at=None, version="1",
+        runs=[],
+    )  # fmt: skip
+    waiting = RunRecord(run_id="r", recipe_id="x", status="waiting", created_at=0, executor_id="w1")
+    assert dead_worker_hint(waiting, [dead], now) == ""
+    running = RunRecord(run_id="r", recipe_id="x", status="running", created_at=0, executor_id="w1")
+    assert "seems dead" in dead_worker_hint(running, [dead], now)

@@ -7,6 +7,7 @@ holding the run; of a decision and a timeout at once, exactly one wins."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from runs_helpers import (
     WorkerProcess,
     finished,
     ledger_lines,
+    minions,
     run_here,
     worker,
     write_ledger_recipe,
@@ -289,6 +291,9 @@ async def test_a_timeout_that_fails_the_run_ends_it_saying_which_call(
     await run_here(url, run_id)
     [approval] = (await store.get(run_id)).approvals
     assert approval.due_at is not None
+    shown = minions("runs", "show", run_id, "--database-url", url, COLUMNS="200").stdout
+    assert "ship#1/ship-call: mark(" in shown
+    assert re.search(r"waiting, times out in (1h|59m5\ds) \(fails the run\)", shown), shown
     seen: Enqueued = []
     assert decisions.sweep(database, enqueue=recording(seen), now=approval.due_at + 1) is None
     assert seen == []

@@ -61,3 +61,18 @@ def duration_seconds(value: float | str, *, whole: bool = False, zero: bool = Fa
     if whole and seconds != int(seconds):
         raise ValueError(f"{value!r} is not a whole number of seconds")
     return seconds
+
+
+def spoken(seconds: float) -> str:
+    """A duration as the grammar writes it, largest units first (``2h``, ``1h30m``, ``45s``,
+    ``1.5s``): what a message says of a duration given in it."""
+    if seconds < 60 and seconds != int(seconds):
+        return f"{seconds:g}s"
+    left = round(seconds)
+    parts = []
+    for unit in ("w", "d", "h", "m", "s"):
+        size = int(UNITS[unit])
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts) or "0s"

@@ -116,6 +116,7 @@ class Wait:
         limit: which limit holds it: ``max_concurrent``, ``requests_per_minute``,
             ``tokens_per_minute`` or ``retry_after``.
         delay: seconds it should wait, when that is known.
+        escalated_at: when the call was escalated (its recipe's ``approval.escalate_after``).
     """
 
     kind: WaitKind
@@ -129,6 +130,7 @@ class Wait:
     model: str = ""
     limit: str | None = None
     delay: float | None = None
+    escalated_at: float | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -430,8 +432,23 @@ class RunStates:
         match event:
             case ev.ApprovalRequested():
                 execution.status = "waiting"
-                wait = Wait(kind="approval", started_at=at, call_id=event.call_id, name=event.name)
-                execution.waits.append(wait)
+                # Asked again when its run goes on after a park (or a crash): the same wait.
+                if not any(
+                    w.kind == "approval" and w.call_id == event.call_id and w.ended_at is None
+                    for w in execution.waits
+                ):
+                    execution.waits.append(
+                        Wait(
+                            kind="approval",
+                            started_at=at,
+                            call_id=event.call_id,
+                            name=event.name,
+                        )
+                    )
+            case ev.ApprovalEscalated():
+                for wait in execution.waits:
+                    if wait.kind == "approval" and wait.call_id == event.call_id:
+                        wait.escalated_at = wait.escalated_at or at
             case ev.ApprovalResolved():
                 for wait in execution.waits:
                     if wait.kind == "approval" and wait.call_id == event.call_id:

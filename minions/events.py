@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
 __all__ = [
+    "ApprovalEscalated",
     "ApprovalRequested",
     "ApprovalResolved",
     "CompletionDecided",
@@ -441,6 +442,20 @@ class ApprovalResolved(_EventBase):
     """Who decided (as `RunStarted.actor`; None: not known, as in a log older than actors)."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalEscalated(_EventBase):
+    """A call has waited for a decision longer than its recipe's ``approval.escalate_after``
+    (said once, by a worker, while the run waits without one)."""
+
+    kind: Literal["approval_escalated"] = "approval_escalated"
+    call_id: str = ""
+    name: str = ""
+    waited: float = 0.0
+    """Seconds the call had waited for a decision when it was escalated."""
+    due_at: float | None = None
+    """When it times out undecided (a Unix time; None: never)."""
+
+
 # -- decisions ---------------------------------------------------------------------------------
 
 
@@ -560,6 +575,7 @@ Event = Union[  # noqa: UP007 - a Union reads better than a 17-line `|` chain he
     OutputModeDemoted,
     ApprovalRequested,
     ApprovalResolved,
+    ApprovalEscalated,
     CompletionDecided,
     RoutingDecided,
     PlanRevised,

@@ -558,7 +558,7 @@ class Driver:
         held = {
             r.run_id: r.attempt
             for r in runs
-            if r.status in ("running", "waiting") and r.executor_id == victim.executor_id
+            if r.status == "running" and r.executor_id == victim.executor_id  # waiting: parked
         }
         for _ in range(50):
             self._freeze(victim)

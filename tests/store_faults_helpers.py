@@ -360,8 +360,12 @@ class Driver:
         run_id = self._pick(await self._ids(*TERMINAL))
         if run_id is None:
             return "nothing to rerun"
+        parent = await self.store.get(run_id)
+        finished = {s.step_id for s in parent.steps if s.status in ("completed", "reused")}
         plan = await self.store.rerun(run_id, from_step=self.rng.choice(STEPS))
-        self.reruns[plan.run_id] = plan.reused
+        # A step the plan reuses but the parent did not finish (a rejected gate before the
+        # step rerun from) has nothing to reuse: it runs in the rerun, as in its parent.
+        self.reruns[plan.run_id] = tuple(s for s in plan.reused if s in finished)
         return f"{run_id} -> {plan.run_id} reusing {list(plan.reused)}"
 
     async def prune(self) -> str:

@@ -249,8 +249,13 @@ class ToolCallExecutor:
             if tool.requires_approval or self.approve_every_call:
                 decision = await self._approval(call, arguments)
                 if not decision.approved:
+                    who = (
+                        "Nobody approved this call to {!r} in time"
+                        if decision.timed_out
+                        else "A person rejected this call to {!r}"
+                    )
                     raise ToolError(
-                        f"A person rejected this call to {call.name!r}: "
+                        f"{who.format(call.name)}: "
                         f"{decision.reason or 'no reason given'}. Do not make it again as it was."
                     )
 

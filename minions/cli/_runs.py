@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from minions._duration import spoken
 from minions._fold import RUN_STATUSES
 from minions.cli._common import (
     DatabaseOption,
@@ -506,6 +507,9 @@ def show(
         )
         if a.decided_by is not None:
             state += f" (by {a.decided_by})"
+        elif a.decided_at is None and a.due_at is not None:
+            does = "fails the run" if a.on_timeout == "fail" else "rejects the call"
+            state += f", times out in {spoken(max(0.0, round(a.due_at - now)))} ({does})"
         out.print(
             f"approval {a.call_id}: {a.tool}({json.dumps(a.arguments)}) {state}", markup=False
         )

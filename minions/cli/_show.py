@@ -155,8 +155,9 @@ def steps_table(steps: Sequence[ShownStep], now: float) -> Table:
 
 
 def dead_worker_hint(record: Any, workers: Sequence[Any], now: float) -> str:
-    """A line for a run that says it runs (or waits) while its worker is dead, or ``""``."""
-    if record.status not in ("running", "waiting") or not record.executor_id:
+    """A line for a run that says it runs while its worker is dead, or ``""`` (a run that
+    waits for a person is held by no worker)."""
+    if record.status != "running" or not record.executor_id:  # a waiting run is parked
         return ""
     mine = [w for w in workers if w.executor_id == record.executor_id]
     if not mine or mine[-1].alive:

@@ -467,6 +467,59 @@ class ScheduleSpec(_Strict):
         return self
 
 
+def duration_problem(value: object) -> str | None:
+    """What is wrong with a duration (the one grammar's words), None when nothing."""
+    from minions._duration import duration_seconds
+
+    try:
+        duration_seconds(value)  # type: ignore[arg-type]
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+Duration = Annotated[float | str, _checked(duration_problem)]
+
+
+class ApprovalSpec(_Strict):
+    """How long the calls of a durable run wait for a person's decision, and what then."""
+
+    timeout: Duration | None = Field(
+        None,
+        description="Undecided this long (90s, 30m, 4h, 2d), a call times out (default: it "
+        "waits as long as it takes).",
+    )
+    on_timeout: Literal["reject", "fail"] | None = Field(
+        None,
+        description="What a timeout does: reject (the default: the call is not made and the "
+        "model is told why) or fail (the run fails, saying which call timed out).",
+    )
+    escalate_after: Duration | None = Field(
+        None,
+        description="Undecided this long, a call is escalated: an `approval_escalated` event "
+        "(what notifications deliver); shorter than `timeout`.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ApprovalSpec:
+        from minions._duration import duration_seconds
+
+        if self.on_timeout is not None and self.timeout is None:
+            raise ValueError("`on_timeout` says what a timeout does: give `timeout` too")
+        if self.timeout is None and self.escalate_after is None:
+            raise ValueError("give `timeout`, `escalate_after` or both")
+        if (
+            self.timeout is not None
+            and self.escalate_after is not None
+            and duration_seconds(self.escalate_after) >= duration_seconds(self.timeout)
+        ):
+            raise ValueError(
+                f"`escalate_after` ({self.escalate_after}) must be shorter than `timeout` "
+                f"({self.timeout}): a call that timed out is not escalated"
+            )
+        return self
+
+
 class RecipeSpec(_Strict):
     """A recipe file."""
 
@@ -513,6 +566,11 @@ class RecipeSpec(_Strict):
         None,
         description="When the recipe runs by itself, once `minions schedules add` registered "
         "it (running the file directly ignores it).",
+    )
+    approval: ApprovalSpec | None = Field(
+        None,
+        description="How long its calls wait for a person's approval when it runs on a worker "
+        "(`timeout`, `on_timeout`, `escalate_after`); `minions run` asks on the terminal.",
     )
 
     @field_validator("inputs", mode="before")

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 
@@ -38,7 +38,31 @@ class ApprovalRecord:
     approved: bool | None = None
     reason: str | None = None
     decided_by: str | None = None
-    """Who decided: a key's name, ``token``, ``cli:USER`` (None: undecided, or not known)."""
+    """Who decided: a key's name, ``token``, ``cli:USER``, ``timeout`` (None: undecided, or
+    not known)."""
+    due_at: float | None = None
+    """When the call times out undecided (the recipe's ``approval.timeout``; None: never)."""
+    on_timeout: str | None = None
+    """What its timeout does: ``reject`` the call, or ``fail`` the run."""
+    escalate_at: float | None = None
+    """When an undecided call is escalated (``approval.escalate_after``; None: never)."""
+    escalated_at: float | None = None
+    """When it was escalated (its `approval_escalated` event was written)."""
+
+
+OnTimeout = Literal["reject", "fail"]
+"""What an approval's timeout does: reject the call (the model is told why), or fail the run."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deadlines:
+    """How long a run's calls wait for a decision (a recipe's ``approval:``), in seconds."""
+
+    timeout: float | None = None
+    """Undecided this long, a call times out (None: it waits as long as it takes)."""
+    on_timeout: OnTimeout = "reject"
+    escalate_after: float | None = None
+    """Undecided this long, a call is escalated: an `approval_escalated` event."""
 
 
 def get(database: Database, run_id: str, call_id: str) -> ApprovalRecord | None:
@@ -47,30 +71,36 @@ def get(database: Database, run_id: str, call_id: str) -> ApprovalRecord | None:
 
 
 def decide(
-    database: Database,
+    db: sa.Connection,
     run_id: str,
     call_id: str,
     *,
     approved: bool,
     reason: str | None,
     actor: str | None = None,
+    now: float | None = None,
 ) -> ApprovalRecord | None:
-    """Decide a waiting call as `actor` (compare-and-set: undecided, and the run has not
-    ended). None when it was decided already or the run ended."""
-    with database.begin() as db:
-        updated = db.execute(
-            approvals_table.update()
-            .where(
-                approvals_table.c.run_id == run_id,
-                approvals_table.c.call_id == call_id,
-                approvals_table.c.decided_at.is_(None),
-                sa.exists().where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE)),
-            )
-            .values(decided_at=time.time(), approved=approved, reason=reason, decided_by=actor)
-        ).rowcount
-        if not updated:
-            return None
-        return _get(db, run_id, call_id)
+    """Decide a waiting call as `actor`, in the caller's transaction (compare-and-set:
+    undecided, and the run has not ended). None when it was decided already or the run
+    ended."""
+    updated = db.execute(
+        approvals_table.update()
+        .where(
+            approvals_table.c.run_id == run_id,
+            approvals_table.c.call_id == call_id,
+            approvals_table.c.decided_at.is_(None),
+            sa.exists().where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE)),
+        )
+        .values(
+            decided_at=time.time() if now is None else now,
+            approved=approved,
+            reason=reason,
+            decided_by=actor,
+        )
+    ).rowcount
+    if not updated:
+        return None
+    return _get(db, run_id, call_id)
 
 
 # -- what a person may decide -------------------------------------------------------------------
@@ -149,9 +179,13 @@ def request(
     step_id: str,
     tool: str,
     arguments: Any,
+    deadlines: Deadlines | None = None,
 ) -> ApprovalRecord:
-    """Record the request of a call, once (the caller checked the run's lease), and what is
-    recorded of it (a decision already, for a call asked again)."""
+    """Record the request of a call, once (the caller checked the run's lease), with its
+    `deadlines` counted from now, and what is recorded of it (a decision already, for a call
+    asked again: its deadlines stay those of its first request)."""
+    now = time.time()
+    given = deadlines or Deadlines()
     db.execute(
         database.insert_ignoring_conflicts(
             approvals_table,
@@ -161,7 +195,10 @@ def request(
                 "step_id": step_id,
                 "tool": tool,
                 "arguments": dumps(arguments),
-                "requested_at": time.time(),
+                "requested_at": now,
+                "due_at": None if given.timeout is None else now + given.timeout,
+                "on_timeout": None if given.timeout is None else given.on_timeout,
+                "escalate_at": None if given.escalate_after is None else now + given.escalate_after,
             },
         )
     )
@@ -173,6 +210,11 @@ def request(
 def forget(db: sa.Connection, run_ids: Sequence[str]) -> None:
     """Delete the requests of these runs (pruning)."""
     db.execute(approvals_table.delete().where(approvals_table.c.run_id.in_(list(run_ids))))
+
+
+def get_in(db: sa.Connection, run_id: str, call_id: str) -> ApprovalRecord | None:
+    """The request of call `call_id`, read in the caller's transaction."""
+    return _get(db, run_id, call_id)
 
 
 def _get(db: sa.Connection, run_id: str, call_id: str) -> ApprovalRecord | None:
@@ -195,4 +237,8 @@ def _record(row: Any) -> ApprovalRecord:
         approved=row.approved,
         reason=row.reason,
         decided_by=row.decided_by,
+        due_at=row.due_at,
+        on_timeout=row.on_timeout,
+        escalate_at=row.escalate_at,
+        escalated_at=row.escalated_at,
     )

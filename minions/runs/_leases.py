@@ -29,7 +29,7 @@ from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import ACTIVE, HELD, TERMINAL, runs_table
 
 if TYPE_CHECKING:
-    from minions.runs._approvals import ApprovalRecord
+    from minions.runs._approvals import ApprovalRecord, Deadlines
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._db import Database
     from minions.runs._events import EventRow
@@ -210,17 +210,6 @@ def _append_refused(database: Database, lease: Lease, *, after: int, new: int) -
     )
 
 
-def set_held_status(
-    database: Database, lease: Lease, status: Literal["running", "waiting"]
-) -> None:
-    """`running` <-> `waiting` (a call waits for a person), by the holder.
-
-    Raises:
-        LeaseLost: the run is no longer this holder's.
-    """
-    _held_update(database, lease, status=status)
-
-
 def renew(database: Database, lease: Lease, *, lease_until: float) -> None:
     """Renew one lease, if it still holds (a holder unsure of it, before a side effect).
 
@@ -258,9 +247,11 @@ def request_approval(
     step_id: str,
     tool: str,
     arguments: Any,
+    deadlines: Deadlines | None = None,
 ) -> ApprovalRecord:
     """Record a request once (a step run again asks the same call again), as the holder,
-    and what is recorded of it (its decision, when it was decided before).
+    with its `deadlines`, and what is recorded of it (its decision, when it was decided
+    before).
 
     Raises:
         LeaseLost: the run is no longer this holder's.
@@ -281,7 +272,54 @@ def request_approval(
             step_id=step_id,
             tool=tool,
             arguments=arguments,
+            deadlines=deadlines,
         )
+
+
+def park(database: Database, lease: Lease, *, call_id: str) -> ApprovalRecord | None:
+    """Give the run back while call `call_id` waits for a decision: it stays `waiting`,
+    held by nobody, under a new epoch (the holder is fenced out: its execution ends here)
+    and a new attempt that is not queued (a delivery of this one is stale); a decision
+    queues that attempt (`minions.runs._decisions`). The decision itself when one came
+    first (the run is not parked: the holder goes on with it).
+
+    The run's row is locked before the call is read, as a decision locks it before it
+    decides: of a park and a decision at once, the decision sees the run parked (and
+    queues it), or the park sees the decision.
+
+    Raises:
+        LeaseLost: the run is no longer this holder's.
+    """
+    runs = runs_table.c
+    with database.begin() as db:
+        locked = db.execute(
+            runs_table.update()
+            .where(
+                runs.run_id == lease.run_id,
+                runs.epoch == lease.epoch,
+                runs.status.in_(HELD),
+            )
+            .values(epoch=runs.epoch)
+        ).rowcount
+        if not locked:
+            raise LeaseLost(lease.run_id)
+        found = approvals.get_in(db, lease.run_id, call_id)
+        if found is None:
+            raise StoreError(f"run {lease.run_id} has no request of call {call_id!r}")
+        if found.decided_at is not None:
+            return found
+        db.execute(
+            runs_table.update()
+            .where(runs.run_id == lease.run_id)
+            .values(
+                status="waiting",
+                holder=None,
+                lease_until=None,
+                epoch=runs.epoch + 1,
+                attempt=runs.attempt + 1,
+            )
+        )
+    return None
 
 
 def release(database: Database, holder: str, run_ids: Sequence[str] = ()) -> None:

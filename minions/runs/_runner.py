@@ -43,16 +43,17 @@ from minions.models._recording import Recording, ReplayModel, recording_beside
 from minions.models._structured import CapabilityMemory
 from minions.recipes import AgentRecipe
 from minions.recipes._folder import INLINE_SUFFIX, RecipeFolder
-from minions.runs import _approvals as approvals
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
 from minions.runs import _leases as leases
 from minions.runs import _project_limits as project_limits
 from minions.runs import _runs as runs
 from minions.runs import _workers as workers
+from minions.runs._approvals import ApprovalRecord, Deadlines
 from minions.runs._async import AsyncDatabase
 from minions.runs._cache import StoreStepCache
 from minions.runs._checkpoints import Checkpoint
+from minions.runs._decisions import TIMEOUT_ACTOR
 from minions.runs._events import TERMINAL_KINDS
 from minions.runs._leases import Lease, LeaseLost, Refusal, Start
 from minions.runs._limiter import StoreCapabilities, share_capabilities
@@ -140,6 +141,10 @@ class RunRecorder:
         """The run is being handed back: nothing more is said or checkpointed."""
         self._hold = asyncio.Event()
         """Never set: what a step that may not start waits on (its task is cancelled)."""
+        self.deadlines: Deadlines | None = None
+        """How long its calls wait for a decision (its recipe's ``approval:``)."""
+        self.parked = False
+        """The run was given back to the store while a call waits for a decision."""
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -244,6 +249,31 @@ class RunRecorder:
             self.pending.clear()
             log.warning("run taken over elsewhere; standing down", run_id=self.lease.run_id)
             self.on_lost()
+
+    async def park(self, call_id: str) -> ApprovalRecord | None:
+        """Store what is pending, then give the run back to the store while call `call_id`
+        waits for a decision (`leases.park`): nothing more is written under this lease, and
+        the run's task is cancelled (work in flight beside the call, in another branch, runs
+        again from its step's start when the run goes on). The decision instead, when one
+        came first.
+
+        Raises:
+            LeaseLost: the run is no longer this holder's.
+        """
+        await self._write()
+        async with self._lock:
+            if self.lost:
+                raise LeaseLost(self.lease.run_id)
+            decided = await self.database.apply(leases.park, self.lease, call_id=call_id)
+            if decided is not None:
+                return decided
+            self.parked = self.lost = True
+            self.pending.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        self.on_lost()
+        return None
 
     async def close(self, *, actor: str | None = None, **run: Any) -> bool:
         """Store what is pending with the run's final values, and the run's terminal event
@@ -500,6 +530,24 @@ class SharedModels:
         return found
 
 
+def deadlines_of(recipe: AgentRecipe) -> Deadlines | None:
+    """How long the calls of a run of `recipe` wait for a decision: its ``approval:`` (a
+    recipe loaded from YAML; None: as long as it takes)."""
+    from minions._duration import duration_seconds
+
+    source = getattr(recipe, "source", None)
+    spec = None if source is None else source.spec.approval
+    if spec is None:
+        return None
+    return Deadlines(
+        timeout=None if spec.timeout is None else duration_seconds(spec.timeout),
+        on_timeout=spec.on_timeout or "reject",
+        escalate_after=(
+            None if spec.escalate_after is None else duration_seconds(spec.escalate_after)
+        ),
+    )
+
+
 class RunEndedError(MinionsError):
     """A delivery of a run that ended (DBOS records the workflow as failed, with why)."""
 
@@ -593,7 +641,6 @@ class DurableRunner:
         """The runs this runner claims or runs, with the attempt of each: the worker renews
         their leases."""
         self._recorders: dict[str, RunRecorder] = {}
-        self._waiting: dict[str, int] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         """The event loop its runs run on (DBOS's), once one was delivered."""
         self.draining = False
@@ -606,7 +653,8 @@ class DurableRunner:
         """Deliveries being run, waiting for a place, or handed back."""
         self._no_deliveries = asyncio.Event()
         self._no_deliveries.set()
-        """Calls each run waits on (the run is `waiting` while there is one)."""
+        self.on_parked: Callable[[], None] = lambda: None
+        """Told when a run was parked (the worker looks at the approvals' deadlines)."""
         settings = settings or RunSettings()
         self.executor = AgentExecutor(
             settings=dataclasses.replace(
@@ -811,6 +859,7 @@ class DurableRunner:
         except RecipeError as exc:
             await self._fail(recorder, f"the recipe no longer loads: {exc}")
             raise RunFailedError(run_id, str(exc)) from None
+        recorder.deadlines = deadlines_of(recipe)
         if self.capabilities is not None:
             # What every worker learned so far: the run starts at the modes that worked.
             await self.capabilities.refresh()
@@ -925,14 +974,11 @@ class DurableRunner:
         hurried = asyncio.ensure_future(self._hurried.wait())
         try:
             while not hurried.done() and loop.time() < deadline:
-                # A run waiting for a person is not work in flight: no grace waits for one
-                # (the next worker asks again, and finds the decision once it is made).
+                # A run waiting for a person is parked (given back), not work in flight.
                 busy = [
                     r
                     for run_id, r in self._recorders.items()
-                    if run_id in self.running
-                    and not r.idle.is_set()
-                    and run_id not in self._waiting
+                    if run_id in self.running and not r.idle.is_set()
                 ]
                 if not busy:
                     break
@@ -1078,9 +1124,11 @@ class DurableRunner:
         await recorder.close(status="failed", finished_at=time.time(), error=error)
 
     async def approve(self, request: ApprovalRequest) -> ApprovalDecision:
-        """Wait durably for a person's decision: the request is stored, the run is `waiting`
-        until `minions runs approve` decides it (a step run again after a restart finds the
-        same request, or its decision)."""
+        """Ask durably for a person's decision: the request is stored (once: a step run
+        again finds the same request, or its decision) and, undecided, the run is parked:
+        it stays `waiting` in the store, held by nobody, and its execution ends here,
+        giving its worker place back. The decision (or the recipe's approval timeout)
+        queues it again; it goes on from its checkpoints, and this call finds its decision."""
         # A recipe step's inner run is named after its run ("RUN.step"): its calls wait in
         # the run that holds it.
         recorder = self._recorders[request.run_id.partition(".")[0]]
@@ -1092,7 +1140,6 @@ class DurableRunner:
 
     async def _decision(self, request: ApprovalRequest, recorder: RunRecorder) -> ApprovalDecision:
         lease, database = recorder.lease, self.database
-        run_id = lease.run_id
         record = await database.apply(
             leases.request_approval,
             lease,
@@ -1100,24 +1147,22 @@ class DurableRunner:
             step_id=request.step_id,
             tool=request.tool,
             arguments=request.arguments,
+            deadlines=recorder.deadlines,
         )
         if record.decided_at is None:
-            self._waiting[run_id] = self._waiting.get(run_id, 0) + 1
-            try:
-                await database.apply(leases.set_held_status, lease, "waiting")
-                while True:
-                    await asyncio.sleep(self.cancel_poll)
-                    found = await database.apply(approvals.get, run_id, request.call_id)
-                    assert found is not None
-                    record = found
-                    if record.decided_at is not None:
-                        break
-            finally:
-                self._waiting[run_id] -= 1
-                if not self._waiting[run_id]:
-                    del self._waiting[run_id]
-            if run_id not in self._waiting:
-                await database.apply(leases.set_held_status, lease, "running")
+            decided = await recorder.park(request.call_id)
+            if decided is None:
+                log.info(
+                    "run parked: it waits for a decision without a worker",
+                    run_id=lease.run_id,
+                    call_id=request.call_id,
+                )
+                self.on_parked()
+                raise asyncio.CancelledError()  # its task is cancelled too (see `park`)
+            record = decided
         return ApprovalDecision(
-            approved=bool(record.approved), reason=record.reason, decided_by=record.decided_by
+            approved=bool(record.approved),
+            reason=record.reason,
+            decided_by=record.decided_by,
+            timed_out=record.decided_by == TIMEOUT_ACTOR,
         )

@@ -374,7 +374,7 @@ def head(database: Database, run_id: str) -> Head:
 
 
 def expired(database: Database, now: float) -> list[Expired]:
-    """Runs held by nobody alive."""
+    """Runs held by nobody alive (a parked run is held by nobody, on purpose)."""
     runs = runs_table.c
     with database.read() as db:
         return [
@@ -382,6 +382,7 @@ def expired(database: Database, now: float) -> list[Expired]:
             for r in db.execute(
                 sa.select(runs.run_id, runs.epoch, runs.recoveries, runs.executor_id).where(
                     runs.status.in_(HELD),
+                    runs.holder.is_not(None),  # a parked run waits for a decision, not a worker
                     sa.or_(runs.lease_until.is_(None), runs.lease_until < now),
                 )
             )
@@ -475,13 +476,35 @@ def end_unheld(
     when: Literal["queued", "unheld", "any"],
     now: float,
 ) -> bool:
-    """End a run nobody is running (`when`: it is queued; or its holder's lease ran out;
-    or whatever its holder is doing: the holder is fenced out), with its terminal event
-    `event(seq)` appended after its log's head. True when this call ended it."""
+    """End a run nobody is running (`when`: it is queued; or its holder's lease ran out, or
+    it is parked; or whatever its holder is doing: the holder is fenced out), with its
+    terminal event `event(seq)` appended after its log's head. True when this call ended
+    it."""
+    with database.begin() as db:
+        return end_in(
+            database, db, run_id, status=status, error=error, event=event, when=when, now=now
+        )
+
+
+def end_in(
+    database: Database,
+    db: sa.Connection,
+    run_id: str,
+    *,
+    status: Literal["cancelled", "failed"],
+    error: str,
+    event: Callable[[int], EventRow],
+    when: Literal["queued", "unheld", "parked", "any"],
+    now: float,
+) -> bool:
+    """`end_unheld` in the caller's transaction (`when` ``parked``: the run is `waiting`
+    with no holder)."""
     runs = runs_table.c
     condition: list[Any] = [runs.run_id == run_id, runs.status.in_(ACTIVE)]
     if when == "queued":
         condition.append(runs.status == "queued")
+    elif when == "parked":
+        condition += [runs.status == "waiting", runs.holder.is_(None)]
     elif when == "unheld":
         condition.append(
             sa.or_(
@@ -491,29 +514,28 @@ def end_unheld(
                 runs.lease_until < now,
             )
         )
-    with database.begin() as db:
-        ended = db.execute(
-            runs_table.update()
-            .where(*condition)
-            .values(
-                status=status,
-                error=error,
-                finished_at=now,
-                epoch=runs.epoch + 1,
-                holder=None,
-                lease_until=None,
-                last_seq=runs.last_seq + 1,
-            )
-            .returning(runs.last_seq)
-        ).one_or_none()
-        if ended is None:
-            return False
-        events.insert(db, run_id, [event(int(ended.last_seq))])
-        # The usage of the steps it finished (what a holder that ended it would have said
-        # of them; the calls of a step in flight when it was fenced out are not known).
-        usage = checkpoints.usage(db, run_id)
-        db.execute(runs_table.update().where(runs.run_id == run_id).values(usage=dumps(usage)))
-        events.notify(database, db, run_id)
+    ended = db.execute(
+        runs_table.update()
+        .where(*condition)
+        .values(
+            status=status,
+            error=error,
+            finished_at=now,
+            epoch=runs.epoch + 1,
+            holder=None,
+            lease_until=None,
+            last_seq=runs.last_seq + 1,
+        )
+        .returning(runs.last_seq)
+    ).one_or_none()
+    if ended is None:
+        return False
+    events.insert(db, run_id, [event(int(ended.last_seq))])
+    # The usage of the steps it finished (what a holder that ended it would have said
+    # of them; the calls of a step in flight when it was fenced out are not known).
+    usage = checkpoints.usage(db, run_id)
+    db.execute(runs_table.update().where(runs.run_id == run_id).values(usage=dumps(usage)))
+    events.notify(database, db, run_id)
     return True
 
 
@@ -573,6 +595,24 @@ def requeue(
             events.insert(db, run_id, [events.row_of(said)])
             events.notify(database, db, run_id)
         enqueue(db, run_id, int(found.attempt))
+    return record(found)
+
+
+def unpark(
+    db: sa.Connection, run_id: str, *, enqueue: Enqueue, actor: str | None
+) -> RunRecord | None:
+    """Queue a parked run's next attempt (it was `waiting` with no holder: a decision came),
+    in the caller's transaction, as `actor`. None when it was not parked."""
+    runs = runs_table.c
+    found = db.execute(
+        runs_table.update()
+        .where(runs.run_id == run_id, runs.status == "waiting", runs.holder.is_(None))
+        .values(status="queued", epoch=runs.epoch + 1, queued_by=actor)
+        .returning(*runs_table.c)
+    ).one_or_none()
+    if found is None:
+        return None
+    enqueue(db, run_id, int(found.attempt))
     return record(found)
 
 

@@ -25,6 +25,7 @@ from minions._text import jsonable
 from minions.errors import RunStateError, StoreError
 from minions.events import Event
 from minions.runs import _approvals as approvals
+from minions.runs import _decisions as decisions
 from minions.runs import _evals
 from minions.runs import _events as events
 from minions.runs import _runs as runs
@@ -642,7 +643,9 @@ class RunStore:
     ) -> RunRecord:
         """Decide a call the run waits for (the only one when `call_id` is not given), as
         `actor` (the approval's `decided_by`, and its `ApprovalResolved` event's `actor`). A
-        call is decided once: of concurrent decisions, one wins.
+        call is decided once: of concurrent decisions (and its timeout), one wins. A run
+        parked while it waits (held by no worker) is queued again by the decision, in the
+        same transaction: it goes on at the waiting call.
 
         Raises:
             UnknownRunError: no run has this id.
@@ -652,8 +655,15 @@ class RunStore:
         record = await self.get(run_id)
         if call_id is None:
             call_id = approvals.the_waiting_call(run_id, record.status, record.approvals)
+        queue = await self._dbos()
         decided = await self._database.apply(
-            approvals.decide, run_id, call_id, approved=approved, reason=reason, actor=actor
+            decisions.decide,
+            run_id,
+            call_id,
+            approved=approved,
+            reason=reason,
+            actor=actor,
+            enqueue=queue.enqueue,
         )
         record = await self.get(run_id)
         if decided is None:

@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
@@ -29,14 +29,17 @@ run's attempt, who cancelled it, who decided an approval, who changed a schedule
 API keys' table (made on first use). 6: a schedule's overlap policy and lateness (`overlap`,
 `late`, `late_slots`, `late_at`, `late_reason`). 7: projects (the project of a run, a
 schedule, an eval: what a key of other projects never sees; a run parked by its project's
-limits)."""
+limits). 8: approvals' deadlines (when an undecided call times out and what happens then,
+when it is escalated); a run waiting for a decision holds no worker (a `waiting` run with
+no holder)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
 ACTIVE: tuple[Status, ...] = ("queued", "running", "waiting")
 """A run in one of these has not ended: a worker runs it, or will."""
 HELD: tuple[Status, ...] = ("running", "waiting")
-"""A run in one of these is held by a worker's lease."""
+"""A run in one of these is held by a worker's lease (unless it is parked: `waiting` with no
+holder, its execution ended until a decision queues it again)."""
 
 metadata = sa.MetaData()
 
@@ -128,6 +131,12 @@ approvals_table = sa.Table(
     sa.Column("approved", sa.Boolean, nullable=True),
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("decided_by", sa.Text, nullable=True),
+    # Deadlines (schema 8): when the undecided call times out and what happens then
+    # (`reject` the call, or `fail` the run), when it is escalated and when that was done.
+    sa.Column("due_at", sa.Float, nullable=True),
+    sa.Column("on_timeout", sa.Text, nullable=True),
+    sa.Column("escalate_at", sa.Float, nullable=True),
+    sa.Column("escalated_at", sa.Float, nullable=True),
 )
 workers_table = sa.Table(
     "minions_workers",
@@ -387,5 +396,24 @@ def _to_7(db: sa.Connection) -> None:
         )
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6, 6: _to_7}
+def _to_8(db: sa.Connection) -> None:
+    """Schema 7 -> 8: approvals' deadlines and escalations (runs parked while they wait
+    need no column: a `waiting` run without a holder is parked)."""
+    if "minions_approvals" in set(sa.inspect(db).get_table_names()):
+        _add_columns(
+            db,
+            "minions_approvals",
+            ["due_at FLOAT", "on_timeout TEXT", "escalate_at FLOAT", "escalated_at FLOAT"],
+        )
+
+
+MIGRATIONS: dict[int, Any] = {
+    1: _to_2,
+    2: _to_3,
+    3: _to_4,
+    4: _to_5,
+    5: _to_6,
+    6: _to_7,
+    7: _to_8,
+}
 """Schema version n -> n+1 upgrades, each a function of a connection."""

@@ -29,6 +29,7 @@ from minions.errors import MinionsError, StoreError
 from minions.events import RunRequeued, RunTakenOver
 from minions.models._limits import Limits
 from minions.recipes._folder import RecipeFolder
+from minions.runs import _decisions as decisions
 from minions.runs import _leases as leases
 from minions.runs import _runs as runs
 from minions.runs import _workers as workers
@@ -291,6 +292,12 @@ class Worker:
         self._stop = threading.Event()
         self._schedules_changed = threading.Event()
         self._checked: set[tuple[str, float]] = set()
+        self._parked = threading.Event()
+        """A run was parked here: its approval's deadlines are looked at."""
+        self._deadline: float | None = 0.0
+        """When the next approval deadline is due (None: none), as last read."""
+        self._deadlines_look = 0.0
+        self.runner.on_parked = self._parked.set
         self._next_takeover = 0.0
 
     def stop(self, *, now: bool = False) -> None:
@@ -475,6 +482,7 @@ class Worker:
         due: float | None = 0.0
         look = 0.0
         while not self._stop.wait(SCHEDULE_TICK):
+            self._sweep_approvals()
             changed = self._schedules_changed.is_set()
             if not changed and time.monotonic() < look and (due is None or self.clock() < due):
                 continue
@@ -498,6 +506,28 @@ class Worker:
             except Exception as exc:  # the store is down: parked runs wait for it
                 if not transient(exc):
                     log.exception("queuing parked runs failed", executor_id=self.executor_id)
+
+    def _sweep_approvals(self) -> None:
+        """Escalate and time out the calls of parked runs that are due (every worker does;
+        each is done once). The store is read when one is due, when a run was parked here,
+        and every `SCHEDULES_LOOK` seconds."""
+        parked = self._parked.is_set()
+        deadline = self._deadline
+        if (
+            not parked
+            and time.monotonic() < self._deadlines_look
+            and (deadline is None or self.clock() < deadline)
+        ):
+            return
+        self._parked.clear()
+        try:
+            self._deadline = decisions.sweep(
+                self.database, enqueue=self.queue.enqueue, now=self.clock()
+            )
+            self._deadlines_look = time.monotonic() + SCHEDULES_LOOK
+        except Exception as exc:  # the store is down: the deadlines wait, then are met
+            if not transient(exc):
+                log.exception("approval deadlines failed", executor_id=self.executor_id)
 
     def _prune(self) -> None:
         """Prune finished runs as `retention` says, now and then."""

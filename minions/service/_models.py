@@ -137,8 +137,19 @@ class ApprovalOut(_Record):
     reason: str | None = None
     decided_by: str | None = Field(
         None,
-        description="Who decided: a key's name, `token` (the server's token) or `cli:USER`.",
+        description="Who decided: a key's name, `token` (the server's token), `cli:USER`, or "
+        "`timeout` (nobody decided in time).",
     )
+    due_at: float | None = Field(
+        None, description="When it times out undecided (the recipe's `approval.timeout`)."
+    )
+    on_timeout: str | None = Field(
+        None, description="What its timeout does: `reject` the call or `fail` the run."
+    )
+    escalate_at: float | None = Field(
+        None, description="When it is escalated undecided (`approval.escalate_after`)."
+    )
+    escalated_at: float | None = Field(None, description="When it was escalated.")
 
 
 class Ticket(BaseModel):

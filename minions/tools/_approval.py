@@ -42,6 +42,9 @@ class ApprovalDecision:
     reason: str | None = None
     decided_by: str | None = None
     """Who decided: recorded in the `ApprovalResolved` event as its `actor`."""
+    timed_out: bool = False
+    """Nobody decided in time: the call was rejected by its approval timeout (`reason`
+    says so), not by a person."""
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]

@@ -97,7 +97,10 @@ class Queue:
             run_id,
             attempt,
         )
-        if attempt > 1:
+        if attempt > 1 or db.dialect.name == "sqlite":
+            # On SQLite under Python < 3.12, DBOS stamps a workflow to the second: the runs
+            # of one second would tie, and a run queued again (stamped to the millisecond)
+            # would go behind those queued after it in the same second.
             keep_place(db, run_id, workflow_id(run_id, attempt))
         # The store's workers look at the queue when this transaction commits.
         wake_in(db, self.url, "queue")

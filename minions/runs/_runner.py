@@ -7,6 +7,7 @@ run cancelled from outside, a second worker with its id) stands down without wri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import time
@@ -32,6 +33,7 @@ from minions.events import (
     RunResumed,
     RunStarted,
     StepReused,
+    TokenDelta,
     UsageRecord,
 )
 from minions.models._base import Model
@@ -56,6 +58,7 @@ from minions.runs._log import LiveHub
 from minions.runs._queue import workflow_id
 from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import recipe_of
+from minions.runs._streams import DeltaPublisher
 from minions.runs._tables import TERMINAL
 from minions.tools._approval import ApprovalDecision, ApprovalRequest
 
@@ -66,6 +69,9 @@ __all__: list[str] = []
 
 log = structlog.get_logger(__name__)
 
+DELTAS_FIRST = 1.0
+"""Seconds a commit of a run's events waits at most for its token deltas before them to be
+sent."""
 MARGIN = 2.0
 """Seconds before a lease's end at which its holder no longer counts on it (clocks of other
 hosts, the time a tool call takes to start); a quarter of the lease when that is shorter."""
@@ -77,7 +83,7 @@ class RunRecorder:
     Events come numbered by the run's `EventEmitter` (which goes on after the stored ones);
     they stay pending until a commit stores them, so a failed commit (a database restarting, a
     full disk) is tried again with the same numbers: the log never has a gap. Token deltas go
-    to the live hub only.
+    to the live hub and to the followers of other processes (`deltas`) only.
     """
 
     def __init__(
@@ -87,6 +93,7 @@ class RunRecorder:
         *,
         last: int,
         hub: LiveHub | None = None,
+        deltas: DeltaPublisher | None = None,
         interval: float = 0.05,
         on_lost: Callable[[], None] = lambda: None,
         term: float = 10.0,
@@ -101,6 +108,7 @@ class RunRecorder:
         claim, the worker's heartbeat) plus its term, less a margin. Past it, the holder asks
         the store before a tool call starts."""
         self.hub = hub
+        self.deltas = deltas
         self.interval = interval
         self.on_lost = on_lost
         self.stored = last
@@ -133,7 +141,9 @@ class RunRecorder:
             event = dataclasses.replace(event, actor=self.actor)
         if self.hub is not None:
             self.hub.publish(event)
-        if event.kind == "token_delta":
+        if isinstance(event, TokenDelta):
+            if self.deltas is not None:
+                self.deltas.publish(event)
             return
         self.pending.append(event)
         if event.kind in TERMINAL_KINDS:
@@ -181,6 +191,15 @@ class RunRecorder:
                 written = written[: ends[0]] if ends else written
             if not written and checkpoint is None and run is None:
                 return
+            sent = None
+            if self.deltas is not None and written:
+                sent = self.deltas.flushed(self.lease.run_id)
+            if sent is not None:
+                # The run's deltas before these events go first: a follower of any process
+                # reads them before the events after them (or a store that is away holds
+                # this commit a second at most).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sent, DELTAS_FIRST)
             append = asyncio.ensure_future(
                 self.database.apply(
                     leases.append,
@@ -446,6 +465,7 @@ class DurableRunner:
             runner approves their calls itself, durably, and its runs share their models
             (`SharedModels`).
         hub: where the events of its runs go live (token deltas included).
+        deltas: where their token deltas go for the followers of other processes.
         cancel_poll: seconds between looks at a running run's row (a cancel, a lost lease).
         lease: seconds a lease lasts without a heartbeat (the worker renews it).
         heartbeat: seconds between the worker's heartbeats.
@@ -473,6 +493,7 @@ class DurableRunner:
         incarnation: str,
         settings: RunSettings | None = None,
         hub: LiveHub | None = None,
+        deltas: DeltaPublisher | None = None,
         cancel_poll: float = 0.2,
         lease: float = 10.0,
         heartbeat: float = 2.0,
@@ -496,6 +517,7 @@ class DurableRunner:
         self.executor_id = executor_id
         self.incarnation = incarnation
         self.hub = hub
+        self.deltas = deltas
         self.cancel_poll = cancel_poll
         self.lease = lease
         self.heartbeat = heartbeat
@@ -650,6 +672,7 @@ class DurableRunner:
             lease,
             last=start.last_seq,
             hub=self.hub,
+            deltas=self.deltas,
             on_lost=lost,
             term=self.lease,
         )
@@ -708,6 +731,10 @@ class DurableRunner:
             deps=deps,
         )
         context.events.continue_after(start.last_seq)
+        # Someone may be watching, from any process: every model that can stream does (the
+        # answer recorded is the same; a model that cannot stream gives its answer as one
+        # delta).
+        context.streaming = True
         recorder.emitter = context.events
         if recorder.resumed and lease.attempt > 1 and start.record.queued_by is not None:
             # A person resumed it (a worker's takeover has no actor and says nothing; a

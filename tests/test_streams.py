@@ -72,6 +72,30 @@ def test_a_batch_fits_its_messages_and_comes_back_whole(limit: int) -> None:
     assert got == {("r1", 3): long, ("r2", 3): "other run", ("r1", 5): "later"}
 
 
+def test_a_publisher_on_postgres_sends_every_piece_of_a_repetitive_text(postgres: str) -> None:
+    """Postgres delivers one of two equal payloads of a transaction: a text cut into equal
+    pieces would lose all but one of them."""
+    import psycopg
+
+    from minions.runs._streams import DeltaPublisher
+
+    listener = psycopg.connect(postgres, autocommit=True)
+    listener.execute("LISTEN minions_deltas")
+    publisher = DeltaPublisher(postgres, interval=1.0, batch_chars=100_000)  # one batch
+    publisher.start()
+    for _ in range(5000):
+        publisher.publish(delta("tok "))
+    publisher.stop()
+    received = ""
+    for note in listener.notifies(timeout=1.0):
+        decoded = decode(note.payload)
+        assert decoded is not None
+        received += "".join(d.text for d in decoded[2])
+    listener.close()
+    assert received == "tok " * 5000
+    assert publisher.sent > 1
+
+
 @pytest.mark.parametrize("message", ["", "x", "o r", "o r [1]", "o r [[1,2]]", "o r {}"])
 def test_a_message_of_another_shape_is_ignored(message: str) -> None:
     assert decode(message) is None

@@ -327,6 +327,7 @@ class EventLog:
         """Token deltas from a worker's process (`minions.runs._streams`), to the feed of
         their run if this process follows it."""
         origin, _, rest = message.partition(" ")
+        origin = origin.partition(".")[0]
         feed = self._feeds.get(rest.partition(" ")[0])
         if feed is None or (self.hub is not None and origin == self.hub.origin):
             return  # nobody follows the run here, or the hub told of them already

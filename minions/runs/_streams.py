@@ -14,7 +14,7 @@ publisher holds is bounded.
 A follower's `DeltaReceiver` reads them: on Postgres the `EventLog`'s one LISTEN connection,
 on SQLite a FIFO of its own, open while the process follows a run (or serves).
 
-A message is one line: ``ORIGIN RUN_ID JSON``, the JSON a list of
+A message is one line: ``ORIGIN.NUMBER RUN_ID JSON``, the JSON a list of
 ``[seq, step_id, turn, attempt, timestamp, text]``; at most `PG_MESSAGE` bytes on Postgres
 (a NOTIFY payload is under 8000) and `FIFO_MESSAGE` on SQLite (one atomic write of a pipe).
 `ORIGIN` names the process's `LiveHub`: a service with a worker in its own process gets its
@@ -103,30 +103,34 @@ def _key(delta: TokenDelta) -> _Key:
     return (delta.run_id, delta.seq, delta.step_id, delta.turn, delta.attempt)
 
 
-def encode(origin: str, deltas: Iterable[TokenDelta], limit: int) -> list[bytes]:
-    """The messages that carry `deltas` (merged), each at most `limit` bytes; a text too long
+def encode(origin: str, deltas: Iterable[TokenDelta], limit: int, *, first: int = 0) -> list[bytes]:
+    """The messages that carry `deltas` (merged), each at most `limit` bytes, numbered from
+    `first` (Postgres delivers one of two equal payloads of a transaction); a text too long
     for one message is cut into several deltas."""
     by_run: dict[str, list[list[object]]] = {}
     for delta in merged(deltas):
         by_run.setdefault(delta.run_id, []).append(
             [delta.seq, delta.step_id, delta.turn, delta.attempt, delta.timestamp, delta.text]
         )
-    messages: list[bytes] = []
+    bodies: list[tuple[str, list[bytes]]] = []
     for run_id, entries in by_run.items():
-        head = f"{origin} {run_id} ".encode()
-        room = limit - len(head) - 3  # the list's brackets and the line's end
+        # The head's number is written with at most 20 digits.
+        room = limit - len(f"{origin}.{'0' * 20} {run_id} ".encode()) - 3  # [] and the end
         batch: list[bytes] = []
         size = 0
         for entry in entries:
             for piece in _fitted(entry, room):
                 if batch and size + 1 + len(piece) > room:
-                    messages.append(head + b"[" + b",".join(batch) + b"]\n")
+                    bodies.append((run_id, batch))
                     batch, size = [], 0
                 batch.append(piece)
                 size += len(piece) + (1 if len(batch) > 1 else 0)
         if batch:
-            messages.append(head + b"[" + b",".join(batch) + b"]\n")
-    return messages
+            bodies.append((run_id, batch))
+    return [
+        f"{origin}.{first + n} {run_id} ".encode() + b"[" + b",".join(batch) + b"]\n"
+        for n, (run_id, batch) in enumerate(bodies)
+    ]
 
 
 def _fitted(entry: list[object], room: int) -> Iterator[bytes]:
@@ -146,6 +150,7 @@ def _fitted(entry: list[object], room: int) -> Iterator[bytes]:
 def decode(message: str) -> tuple[str, str, list[TokenDelta]] | None:
     """A message's origin, run and deltas (None: not a message of this format)."""
     origin, _, rest = message.partition(" ")
+    origin = origin.partition(".")[0]
     run_id, _, data = rest.partition(" ")
     try:
         entries = json.loads(data)
@@ -196,6 +201,8 @@ class DeltaPublisher:
         self.batch_chars = batch_chars
         self.sent = 0
         """Messages sent."""
+        self.batches = 0
+        """Batches sent (on Postgres, one statement each)."""
         self.dropped = 0
         """Deltas dropped: held past `MAX_HELD`, or their batch could not be sent."""
         self._held: list[TokenDelta] = []
@@ -263,10 +270,11 @@ class DeltaPublisher:
                 self._taken += 1
                 stopping = self._stopping
             if batch:
-                messages = encode(self.origin, batch, self._limit)
+                messages = encode(self.origin, batch, self._limit, first=self.sent)
                 try:
                     self._send(messages)
                     self.sent += len(messages)
+                    self.batches += 1
                 except Exception as exc:  # best effort: the next batch tries again
                     self.dropped += len(batch)
                     log.debug("token deltas not sent", error=str(exc))

@@ -32,7 +32,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from _common import emit, mark_imported, summary
+from _common import emit, mark_imported, server_xacts, summary
 
 mark_imported()
 
@@ -59,19 +59,6 @@ def publish(url: str, run_id: str, rate: float, seconds: float) -> None:
     publisher.stop()
     said = {"emitted": emitted, "batches": publisher.batches, "dropped": publisher.dropped}
     print(json.dumps({**said, "seconds": time.monotonic() - begun}), flush=True)
-
-
-def server_xacts(url: str) -> int:
-    import psycopg
-
-    with psycopg.connect(url) as connection:
-        connection.execute("SELECT pg_stat_clear_snapshot()")
-        row = connection.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
-            "WHERE datname = current_database()"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 async def follow(url: str, run_id: str, rate: float, seconds: float) -> dict[str, float]:

@@ -146,6 +146,13 @@ def test_token_deltas_of_a_worker_process_reach_other_processes(
             env={**os.environ, **WORKER_ENV},
         )  # fmt: skip
         printed = lines_of(follower)
+        # A person's follower: one line per stored event, none for the text as it streams.
+        person = subprocess.Popen(
+            [sys.executable, "-m", "minions", "runs", "events", run_id, "--follow",
+             "--database-url", url],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, **WORKER_ENV},
+        )  # fmt: skip
         try:
             messages = []
             with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
@@ -161,10 +168,12 @@ def test_token_deltas_of_a_worker_process_reach_other_processes(
                             break
                     go.set()  # the model answers once both watch
             assert follower.wait(60) == 0
+            shown, _ = person.communicate(timeout=60)
         finally:
-            if follower.poll() is None:
-                follower.kill()
-            follower.wait()
+            for process in (follower, person):
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
         followed = []
         while (line := printed.get(timeout=10)) is not None:
             followed.append(json.loads(line))
@@ -186,6 +195,7 @@ def test_token_deltas_of_a_worker_process_reach_other_processes(
     texts = [e["text"] for e in followed if e["kind"] == "token_delta"]
     assert "".join(texts) == ANSWER
     assert [e for e in followed if e["kind"] != "token_delta"][-1]["kind"] == "run_completed"
+    assert [line.split()[3] for line in shown.splitlines()] == [e["kind"] for e in stored]
 
 
 # -- a worker streams every call -----------------------------------------------------------------

@@ -96,6 +96,23 @@ def test_a_publisher_on_postgres_sends_every_piece_of_a_repetitive_text(postgres
     assert publisher.sent > 1
 
 
+def test_a_publisher_on_sqlite_holds_nothing_while_nobody_follows(tmp_path: Path) -> None:
+    from minions.runs._streams import DeltaPublisher, FifoReader, streams_folder
+
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    publisher = DeltaPublisher(url, interval=5.0)  # held until stopped, unless dropped
+    publisher.start()
+    publisher.publish(delta("nobody hears this "))
+    folder = streams_folder(url)
+    assert folder is not None
+    reader = FifoReader(folder)  # a follower comes
+    publisher.publish(delta("but this"))
+    publisher.stop()
+    heard = [decode(m) for m in reader.read()]
+    reader.close()
+    assert ["".join(d.text for d in h[2]) for h in heard if h is not None] == ["but this"]
+
+
 @pytest.mark.parametrize("message", ["", "x", "o r", "o r [1]", "o r [[1,2]]", "o r {}"])
 def test_a_message_of_another_shape_is_ignored(message: str) -> None:
     assert decode(message) is None

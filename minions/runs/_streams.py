@@ -60,7 +60,8 @@ MAX_HELD = 1_000_000
 RECONNECT = 1.0
 """Seconds between a publisher's tries to reach a Postgres that went away."""
 LOOK = 1.0
-"""Seconds a publisher on SQLite trusts its last listing of the followers' FIFOs."""
+"""Seconds a publisher on SQLite trusts its last listing of the followers' FIFOs (sooner
+when their folder changed)."""
 
 _Key = tuple[str, int, str | None, int, int]
 """What deltas that continue one another share: run, seq, step, turn, attempt."""
@@ -218,9 +219,9 @@ class DeltaPublisher:
         """Batches taken to be sent so far."""
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._thread: threading.Thread | None = None
-        self._send: Callable[[list[bytes]], None] = (
-            _Notifier(url) if postgres(url) else _FifoWriter(url)
-        )
+        self._fifos = None if postgres(url) else _FifoWriter(url)
+        """On SQLite: who follows (nobody: deltas are dropped as they come, at no cost)."""
+        self._send: Callable[[list[bytes]], None] = self._fifos or _Notifier(url)
         self._limit = PG_MESSAGE if postgres(url) else FIFO_MESSAGE
 
     def start(self) -> None:
@@ -242,7 +243,7 @@ class DeltaPublisher:
 
     def publish(self, delta: TokenDelta) -> None:
         """Hold `delta` for the next batch (any thread; never blocks on the store)."""
-        if self._thread is None:
+        if self._thread is None or (self._fifos is not None and not self._fifos.followers()):
             return
         with self._ready:
             if self._chars + len(delta.text) > MAX_HELD:
@@ -352,23 +353,32 @@ class _Notifier:
 
 
 class _FifoWriter:
-    """SQLite: each message written to the FIFO of each follower in the streams folder
-    (listed again at most once a `LOOK`); a FIFO nobody reads (its process died) is
-    removed."""
+    """SQLite: each message written to the FIFO of each follower in the streams folder; a
+    FIFO nobody reads (its process died) is removed."""
 
     def __init__(self, url: str) -> None:
         self.folder = streams_folder(url)
         self._fifos: list[Path] = []
-        self._looked = -LOOK
+        self._seen: tuple[int, float] = (-1, -LOOK)
+
+    def followers(self) -> list[Path]:
+        """The followers' FIFOs: listed again when the folder changed (a follower came or
+        went), or a `LOOK` after the last listing; one `stat` otherwise."""
+        folder = self.folder
+        if folder is None:
+            return []
+        try:
+            changed = os.stat(folder).st_mtime_ns
+        except OSError:
+            return []  # nobody ever followed: no folder
+        now = time.monotonic()
+        if changed != self._seen[0] or now - self._seen[1] >= LOOK:
+            self._seen = (changed, now)
+            self._fifos = sorted(folder.glob("*.fifo"))
+        return self._fifos
 
     def __call__(self, messages: list[bytes]) -> None:
-        now = time.monotonic()
-        if now - self._looked >= LOOK:
-            self._looked = now
-            folder = self.folder
-            found = folder is not None and folder.is_dir()
-            self._fifos = sorted(folder.glob("*.fifo")) if found and folder else []
-        for path in self._fifos:
+        for path in self.followers():
             write_fifo(path, messages)
 
 

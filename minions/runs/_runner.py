@@ -7,7 +7,6 @@ run cancelled from outside, a second worker with its id) stands down without wri
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import time
@@ -69,9 +68,6 @@ __all__: list[str] = []
 
 log = structlog.get_logger(__name__)
 
-DELTAS_FIRST = 1.0
-"""Seconds a commit of a run's events waits at most for its token deltas before them to be
-sent."""
 MARGIN = 2.0
 """Seconds before a lease's end at which its holder no longer counts on it (clocks of other
 hosts, the time a tool call takes to start); a quarter of the lease when that is shorter."""
@@ -191,15 +187,11 @@ class RunRecorder:
                 written = written[: ends[0]] if ends else written
             if not written and checkpoint is None and run is None:
                 return
-            sent = None
+            notes: list[str] = []
             if self.deltas is not None and written:
-                sent = self.deltas.flushed(self.lease.run_id)
-            if sent is not None:
-                # The run's deltas before these events go first: a follower of any process
-                # reads them before the events after them (or a store that is away holds
-                # this commit a second at most).
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(sent, DELTAS_FIRST)
+                # The run's deltas before these events go first (on Postgres, notified in
+                # this commit): a follower of any process reads them in their place.
+                notes = await self.deltas.before_commit(self.lease.run_id)
             append = asyncio.ensure_future(
                 self.database.apply(
                     leases.append,
@@ -208,6 +200,7 @@ class RunRecorder:
                     events=[events.row_of(e) for e in written],
                     checkpoint=checkpoint,
                     run=run,
+                    deltas=notes,
                 )
             )
             try:

@@ -46,6 +46,8 @@ __all__: list[str] = []
 log = structlog.get_logger(__name__)
 
 CHANNEL = "minions_deltas"
+NOTIFY = "SELECT count(pg_notify(%s, m)) FROM unnest(%s::text[]) AS m"
+"""Messages notified in one statement."""
 PG_MESSAGE = 7900
 """Bytes of a NOTIFY payload at most (Postgres refuses 8000 and more)."""
 FIFO_MESSAGE = min(select.PIPE_BUF, 4096)
@@ -57,6 +59,8 @@ BATCH_CHARS = 4000
 """Characters of text that send a batch at once, before its interval is over."""
 MAX_HELD = 1_000_000
 """Characters of text a publisher holds at most (a batch it cannot send in time is cut)."""
+DELTAS_FIRST = 1.0
+"""Seconds a commit of a run's events waits at most for a batch of its deltas on its way."""
 RECONNECT = 1.0
 """Seconds between a publisher's tries to reach a Postgres that went away."""
 LOOK = 1.0
@@ -211,13 +215,10 @@ class DeltaPublisher:
         self._since = 0.0
         self._ready = threading.Condition()
         self._stopping = False
-        self._now = False
-        """A follower's order asks for the batch to go now (`flushed`)."""
-        self._runs: dict[str, int] = {}
-        """The runs with deltas held or on their way, and the batch (`_taken`) they go in."""
-        self._taken = 0
-        """Batches taken to be sent so far."""
-        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._sending: set[str] = set()
+        """The runs of the batch on its way now."""
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        """Commits waiting for the batch on its way (`before_commit`)."""
         self._thread: threading.Thread | None = None
         self._fifos = None if postgres(url) else _FifoWriter(url)
         """On SQLite: who follows (nobody: deltas are dropped as they come, at no cost)."""
@@ -252,7 +253,6 @@ class DeltaPublisher:
             if not self._held:
                 self._since = time.monotonic()
             self._held.append(delta)
-            self._runs[delta.run_id] = self._taken + 1
             self._chars += len(delta.text)
             if len(self._held) == 1 or self._chars >= self.batch_chars:
                 self._ready.notify()
@@ -262,16 +262,16 @@ class DeltaPublisher:
             with self._ready:
                 while not self._held and not self._stopping:
                     self._ready.wait()
-                while not self._stopping and not self._now and self._chars < self.batch_chars:
+                while not self._stopping and self._chars < self.batch_chars:
                     left = self._since + self.interval - time.monotonic()
                     if left <= 0:
                         break
                     self._ready.wait(left)
-                batch, self._held, self._chars, self._now = self._held, [], 0, False
-                self._taken += 1
+                batch, self._held, self._chars = self._held, [], 0
+                self._sending = {d.run_id for d in batch}
                 stopping = self._stopping
             if batch:
-                messages = encode(self.origin, batch, self._limit, first=self.sent)
+                messages = encode(self.origin, batch, self._limit)
                 try:
                     self._send(messages)
                     self.sent += len(messages)
@@ -279,37 +279,45 @@ class DeltaPublisher:
                 except Exception as exc:  # best effort: the next batch tries again
                     self.dropped += len(batch)
                     log.debug("token deltas not sent", error=str(exc))
-            self._sent_batch()
+            with self._ready:
+                self._sending = set()
+                waiting, self._waiters = self._waiters, []
+            for loop, future in waiting:
+                with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
+                    loop.call_soon_threadsafe(_resolve, future)
             if stopping:
                 return
 
-    def _sent_batch(self) -> None:
-        """The batch taken last is sent (or dropped): its runs' waiters go on."""
-        with self._ready:
-            done = self._taken
-            for run_id in [r for r, batch in self._runs.items() if batch <= done]:
-                del self._runs[run_id]
-            waiting, self._waiters = self._waiters, []
-            for batch, loop, future in waiting:
-                if batch > done:
-                    self._waiters.append((batch, loop, future))
-                    continue
-                with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
-                    loop.call_soon_threadsafe(_resolve, future)
-
-    def flushed(self, run_id: str) -> asyncio.Future[None] | None:
-        """Send the run's held deltas now; done once they are sent (or dropped). None when
-        none is held or on its way. A run's events after its deltas are stored only once
-        the deltas are sent: a follower gets them in their order."""
-        with self._ready:
-            batch = self._runs.get(run_id)
-            if batch is None or self._thread is None:
-                return None
-            future = asyncio.get_running_loop().create_future()
-            self._waiters.append((batch, asyncio.get_running_loop(), future))
-            self._now = True
-            self._ready.notify()
-            return future
+    async def before_commit(self, run_id: str) -> list[str]:
+        """The run's deltas held now, taken out of the next batch to go before the commit
+        of the run's events after them, so that a follower of any process reads them in
+        their place: on SQLite written to the followers' FIFOs now (nothing returned), on
+        Postgres returned as the payloads the commit notifies (in its own transaction, so
+        nothing is added to the store's load). A batch of the run's on its way is waited
+        for first (a second at most)."""
+        while True:
+            with self._ready:
+                if run_id not in self._sending:
+                    mine = [d for d in self._held if d.run_id == run_id]
+                    if not mine:
+                        return []
+                    self._held = [d for d in self._held if d.run_id != run_id]
+                    self._chars -= sum(len(d.text) for d in mine)
+                    break
+                loop = asyncio.get_running_loop()
+                future = loop.create_future()
+                self._waiters.append((loop, future))
+            try:
+                await asyncio.wait_for(future, DELTAS_FIRST)
+            except TimeoutError:
+                return []  # the store holds that batch up: this commit does not wait for it
+        messages = encode(self.origin, mine, self._limit)
+        self.sent += len(messages)
+        if self._fifos is None:
+            return [m.decode().rstrip("\n") for m in messages]
+        for path in self._fifos.followers():
+            write_fifo(path, messages)
+        return []
 
 
 class _Notifier:
@@ -336,10 +344,7 @@ class _Notifier:
             self._connection = connection
         assert isinstance(connection, psycopg.Connection)
         try:
-            connection.execute(
-                "SELECT pg_notify(%s, m) FROM unnest(%s::text[]) AS m",
-                (CHANNEL, [m.decode().rstrip("\n") for m in messages]),
-            )
+            connection.execute(NOTIFY, (CHANNEL, [m.decode().rstrip("\n") for m in messages]))
         except Exception:
             self.close()
             self._failed_at = time.monotonic()

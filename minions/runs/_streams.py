@@ -165,7 +165,7 @@ def decode(message: str) -> tuple[str, str, list[TokenDelta]] | None:
             TokenDelta(
                 run_id=run_id,
                 seq=int(seq),
-                step_id=step_id,
+                step_id=None if step_id is None else str(step_id),
                 turn=int(turn),
                 attempt=int(attempt),
                 timestamp=float(timestamp),

@@ -40,6 +40,20 @@ def summary(values: list[float], unit: str, *, digits: int = 3) -> dict[str, Any
     }
 
 
+def server_xacts(url: str) -> int:
+    """The transactions a Postgres server counted for the database so far."""
+    import psycopg
+
+    with psycopg.connect(url) as connection:
+        connection.execute("SELECT pg_stat_clear_snapshot()")
+        row = connection.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def emit(
     workload: str,
     variant: str,

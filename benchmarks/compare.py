@@ -152,7 +152,16 @@ def unit_of(metric: str, units: dict[str, str]) -> str:
     return units.get(metric) or EXTRAS.get(metric) or ""
 
 
+LOADS = ("queries", "xacts", "statements", "notifies", "writes")
+"""Words of metrics that count what something costs a second (an idle worker's statements,
+a server's transactions): fewer is better, though they are numbers a second."""
+
+
 def higher_is_better(metric: str) -> bool:
+    """A throughput (runs a second, a speed-up) is better higher; a time, a size or a load
+    a second (`LOADS`) lower."""
+    if any(word in metric.split("_") for word in LOADS):
+        return False
     return metric.endswith("_per_s") or metric in ("speedup", "runs")
 
 

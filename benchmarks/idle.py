@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from _common import emit, mark_imported, summary
+from _common import emit, mark_imported, server_xacts, summary
 
 mark_imported()
 
@@ -65,19 +65,6 @@ def counted(process: subprocess.Popen[bytes], file: Path) -> int:
             return int(file.read_text())
         time.sleep(0.01)
     raise RuntimeError("the worker did not say its count")
-
-
-def server_xacts(url: str) -> int:
-    import psycopg
-
-    with psycopg.connect(url) as connection:
-        connection.execute("SELECT pg_stat_clear_snapshot()")
-        row = connection.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
-            "WHERE datname = current_database()"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @contextmanager

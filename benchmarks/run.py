@@ -31,6 +31,7 @@ WORKLOADS = {
     "RERUN": "rerun.py",
     "EVAL": "evals.py",
     "IDLE": "idle.py",
+    "STREAMS": "streams.py",
 }
 
 

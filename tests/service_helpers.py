@@ -90,6 +90,22 @@ def write_recipes(folder: Path) -> Path:
 ANSWER = "Bees dance to tell the hive where the flowers are."
 
 
+@contextmanager
+def gated_model() -> Iterator[tuple[Any, threading.Event]]:
+    """A model server answering `ANSWER` once the test says go (the event): token deltas are
+    live only, so a test watches first."""
+    from minions.testing import FakeOpenAIServer, FakeRequest
+
+    go = threading.Event()
+
+    def answer(request: FakeRequest) -> str:
+        go.wait(60)
+        return ANSWER
+
+    with FakeOpenAIServer(answer) as server:
+        yield server, go
+
+
 def write_chat_recipe(folder: Path, model_url: str) -> None:
     """``chat``: one agent step, answered by the model server at `model_url`."""
     (folder / "chat.yaml").write_text(
@@ -226,6 +242,23 @@ def read_stream(
         name, _, value = line.partition(":")
         current[name] = value.removeprefix(" ")
     return messages
+
+
+def read_stream_iter(response: httpx2.Response) -> Iterator[dict[str, Any]]:
+    """The SSE messages of a streaming response as they come, each as {"id", "event",
+    "data"} (data parsed)."""
+    import json
+
+    current: dict[str, Any] = {}
+    for line in response.iter_lines():
+        if line == "":
+            if "data" in current:
+                current["data"] = json.loads(current["data"])
+                yield current
+            current = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            current[name] = value.removeprefix(" ")
 
 
 def raw_request(

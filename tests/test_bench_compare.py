@@ -135,6 +135,24 @@ def test_table_shows_medians_ratio_spread_and_flags(compare: ModuleType) -> None
     assert few[0].flag == "slower?"
 
 
+def test_fewer_queries_a_second_is_better_and_fewer_runs_a_second_worse(
+    compare: ModuleType,
+) -> None:
+    def load(metric: str, a: list[float], b: list[float]) -> str:
+        key = ("IDLE", "postgres", metric)
+        row = compare.summarize([{key: v} for v in a], [{key: v} for v in b], {}, 0.1)[0]
+        flag: str = row.flag
+        return flag
+
+    # An idle worker's statements and the server's transactions: costs, though a second.
+    assert load("queries_per_s", [40, 42, 41], [1, 0.9, 1.1]) == "FASTER"
+    assert load("server_xacts_per_s", [2, 2, 2], [40, 41, 42]) == "SLOWER"
+    assert load("store_queries_per_s", [2, 2, 2], [40, 41, 42]) == "SLOWER"
+    # Throughputs: more is better.
+    assert load("runs_per_s", [40, 42, 41], [20, 21, 19]) == "SLOWER"
+    assert load("deltas_per_s", [20, 21, 19], [40, 42, 41]) == "FASTER"
+
+
 def test_missing_rounds_and_non_positive_values(compare: ModuleType) -> None:
     key = ("W4", "ScriptedModel", "structured_overhead_us")
     a = [{key: 8.0}, {key: 9.0}, {}]  # A's third run failed

@@ -24,7 +24,9 @@ from service_helpers import (
     ServerProcess,
     app_in_thread,
     auth,
+    gated_model,
     read_stream,
+    read_stream_iter,
     server,
     submit,
     write_chat_recipe,
@@ -33,7 +35,7 @@ from service_helpers import (
 
 from minions.errors import MinionsError
 from minions.service import ServiceConfig, create_app, load_token
-from minions.testing import FakeOpenAIServer, FakeRequest
+from minions.testing import FakeOpenAIServer
 
 pytestmark = pytest.mark.slow
 
@@ -51,13 +53,7 @@ def url(folder: Path) -> str:
 @pytest.fixture(scope="module")
 def model() -> Iterator[tuple[FakeOpenAIServer, threading.Event]]:
     """A model server whose answer waits for the test's go (token deltas are live only)."""
-    go = threading.Event()
-
-    def answer(request: FakeRequest) -> str:
-        go.wait(60)
-        return ANSWER
-
-    with FakeOpenAIServer(answer) as server:
+    with gated_model() as (server, go):
         yield server, go
 
 
@@ -135,19 +131,6 @@ def until_status(client: httpx2.Client, run_id: str, status: str) -> dict[str, A
     body = client.get(f"/runs/{run_id}").json()
     assert body["status"] == status, body
     return body
-
-
-def read_stream_iter(response: httpx2.Response) -> Iterator[dict[str, Any]]:
-    current: dict[str, Any] = {}
-    for line in response.iter_lines():
-        if line == "":
-            if "data" in current:
-                current["data"] = json.loads(current["data"])
-                yield current
-            current = {}
-        elif not line.startswith(":"):
-            name, _, value = line.partition(":")
-            current[name] = value.removeprefix(" ")
 
 
 def approval_path(run_id: str, call_id: str) -> str:

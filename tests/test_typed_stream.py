@@ -334,6 +334,25 @@ async def test_a_durable_runs_listeners_are_not_warned() -> None:
     assert execution.output == "one"
 
 
+async def test_a_worker_streaming_a_model_that_cannot_is_not_warned() -> None:
+    """A worker streams every call of its own accord: a model that cannot stream gives its
+    answer as one delta, and nobody asked for more."""
+
+    class Stored:
+        async def before_call(self) -> None:
+            return None
+
+    events: list[Event] = []
+    context = AgentContext(model=Whole(), listeners=[events.append])
+    context.checkpoints = Stored()  # type: ignore[assignment]
+    context.streaming = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        execution = await StepExecutor(DefaultStep("s", goal="x"), context).execute()
+    assert execution.output == "one whole answer"
+    assert [e.text for e in events if isinstance(e, TokenDelta)] == ["one whole answer"]
+
+
 def test_the_command_line_does_not_warn_about_its_own_listeners(tmp_path: Path) -> None:
     with FakeOpenAIServer(["Hello."]) as server:
         (tmp_path / "hi.yaml").write_text("id: hi\nsteps:\n  - {id: hi, goal: Say hello.}\n")

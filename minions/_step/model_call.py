@@ -354,9 +354,9 @@ class ModelCallExecutor:
         if prompt.stream:
             on_token(text)
         model = self.model
-        if id(model) in _WARNED or (not prompt.stream and self.context.checkpoints is not None):
-            # A durable run's listeners store its events: its live clients get token deltas
-            # from models that stream by default (`minions serve` makes them so).
+        if id(model) in _WARNED or self.context.checkpoints is not None:
+            # A durable run: its worker streams every model that can, of its own accord (a
+            # model that cannot is no mistake of anyone's).
             return
         _WARNED.add(id(model))
         import warnings

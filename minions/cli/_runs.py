@@ -545,7 +545,9 @@ def events(
     """A run's stored events, in order (JSON lines with --json).
 
     With --follow, new ones as they come until the run ends; the exit code is then 0 when it
-    completed, 1 when it failed or was cancelled.
+    completed, 1 when it failed or was cancelled. With --follow --json, the text its models
+    stream too, from whichever worker runs it (token_delta lines: never stored, no number of
+    their own).
     """
     from minions.events import Event, event_to_json
 
@@ -556,6 +558,8 @@ def events(
         if json_output:
             typer.echo(event_to_json(event))
             return
+        if event.kind == "token_delta":
+            return  # text as it streams, many times a second: for --json readers
         detail = (
             _moved(event)
             or getattr(event, "error", None)

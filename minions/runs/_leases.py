@@ -26,6 +26,8 @@ from minions.runs._events import COLUMNS as EVENT_COLUMNS
 from minions.runs._queue import status_table
 from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import RecipeSnapshot
+from minions.runs._streams import CHANNEL as DELTAS_CHANNEL
+from minions.runs._streams import NOTIFY as DELTAS_NOTIFY
 from minions.runs._tables import ACTIVE, HELD, TERMINAL, runs_table
 
 if TYPE_CHECKING:
@@ -158,10 +160,12 @@ def append(
     events: Sequence[EventRow],
     checkpoint: Checkpoint | None = None,
     run: Mapping[str, Any] | None = None,
+    deltas: Sequence[str] = (),
 ) -> None:
     """Store the holder's events (numbered after `after`, the log's head it knows), a
     finished step's checkpoint and the run's new values, in one commit, if the lease
-    still holds.
+    still holds; on Postgres, notify `deltas` (token deltas before the events,
+    `minions.runs._streams`) on their channel in it.
 
     A commit whose answer was lost (the connection dropped) may be tried again: one that
     was done already is recognized by the head it moved.
@@ -184,7 +188,7 @@ def append(
         cursor = db.connection.driver_connection.cursor()  # type: ignore[union-attr]
         try:
             if database.postgres:
-                done = _append_postgres(cursor, lease, after, values, rows, step_row)
+                done = _append_postgres(cursor, lease, after, values, rows, step_row, deltas)
             else:
                 done = _append_sqlite(cursor, lease, after, values, rows, step_row)
         finally:
@@ -409,10 +413,11 @@ def _append_postgres(
     values: Mapping[str, Any],
     rows: Sequence[tuple[Any, ...]],
     step_row: tuple[Any, ...] | None,
+    deltas: Sequence[str] = (),
 ) -> bool:
     # One statement, one round trip: the fenced update of the run, the inserts as data-modifying
     # CTEs that happen only when it did, and the notice to followers (they LISTEN, and learn of
-    # new events at this commit).
+    # new events at this commit), after the token deltas before those events.
     clause, params = _set_clause(values, "%s")
     parts = [
         f"r AS (UPDATE minions_runs SET {clause} WHERE run_id = %s AND epoch = %s "
@@ -447,9 +452,15 @@ def _append_postgres(
             "WHERE EXISTS (SELECT 1 FROM r))"
         )
         params += step_row
+    told = ""
+    if deltas:
+        parts.append(f"d AS ({DELTAS_NOTIFY})")
+        params += [DELTAS_CHANNEL, list(deltas)]
+        told = "(SELECT * FROM d), "
     params.append(lease.run_id)
     cursor.execute(
-        f"WITH {', '.join(parts)} SELECT (SELECT count(*) FROM r), pg_notify('minions_events', %s)",
+        f"WITH {', '.join(parts)} SELECT (SELECT count(*) FROM r), {told}"
+        "pg_notify('minions_events', %s)",
         params,
     )
     found = cursor.fetchone()

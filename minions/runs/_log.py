@@ -4,7 +4,10 @@ stored, until its end). What is stored, and what ends a log, is `minions.runs._e
 One `EventLog` per store and process serves every follower: one feed per followed run reads
 the store once for all of them, woken by the in-process worker's `LiveHub`, by Postgres
 LISTEN/NOTIFY (one connection per process), or by a short poll. Token deltas are never
-stored: followers in the worker's process get them live, through the hub.
+stored: followers in the worker's process get them live, through the hub, and followers of
+any other process from the worker's `DeltaPublisher` (`minions.runs._streams`): on Postgres
+on the same LISTEN connection, on SQLite through a FIFO of this process's own, open while it
+follows a run.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from minions.events import Event
 from minions.runs import _events as events
 from minions.runs import _runs as runs
+from minions.runs import _streams as streams
 from minions.runs._async import AsyncDatabase
 from minions.runs._events import TERMINAL_KINDS
 from minions.runs._tables import TERMINAL
@@ -27,6 +32,8 @@ __all__ = ["EventLog", "LiveHub"]
 PAGE = 500
 QUEUE_LIMIT = 10_000
 """Events a follower may fall behind by; a slower one is dropped (it resumes where it was)."""
+LISTEN_WAIT = 5.0
+"""Seconds a new follower waits at most for the LISTEN connection (Postgres)."""
 
 
 class LiveHub:
@@ -36,6 +43,9 @@ class LiveHub:
 
     def __init__(self) -> None:
         self._subscribers: dict[str, list[Callable[[Event], None]]] = {}
+        self.origin = uuid.uuid4().hex[:12]
+        """What the token deltas of this process's worker say they come from (sent to other
+        processes too): the followers here get them through the hub, not twice."""
 
     def subscribe(self, run_id: str, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call `callback` with each event of the run; returns the unsubscribe function."""
@@ -161,6 +171,9 @@ class EventLog:
         self.poll = max(poll, 1.0) if self.notified else poll
         self._feeds: dict[str, _Feed] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._fifo: streams.FifoReader | None = None
+        self._listening_now = asyncio.Event()
+        """The LISTEN connection listens (Postgres): token deltas reach this process."""
         self._pinned = False
 
     async def start(self) -> None:
@@ -183,7 +196,7 @@ class EventLog:
 
     async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         """The run's stored events after number `after`, then new ones as they are stored
-        (and its token deltas, from a worker in this process), until the terminal event that
+        (and its token deltas, from the worker of any process), until the terminal event that
         ends it: the last of a run that has ended. A run resumed after failing goes on after
         its `run_failed`, and so does the follower.
 
@@ -258,6 +271,11 @@ class EventLog:
             if feed.task is None:
                 feed.task = asyncio.create_task(feed.run())
             await feed.ready.wait()
+            if self.notified:
+                # The deltas sent before the LISTEN would be lost (stored events are read
+                # again once it listens); a database that does not answer is not waited for.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._listening_now.wait(), LISTEN_WAIT)
             yield subscription
         finally:
             feed.subscribers.discard(subscription)
@@ -281,12 +299,42 @@ class EventLog:
     def _listen(self) -> None:
         if self.notified and self._listener is None:
             self._listener = asyncio.create_task(self._listening())
+        folder = streams.streams_folder(self.database.url)
+        if folder is not None and self._fifo is None:
+            try:
+                self._fifo = streams.FifoReader(folder)
+            except OSError:
+                return  # a read-only folder: the followers here get no deltas from elsewhere
+            asyncio.get_running_loop().add_reader(self._fifo.descriptor, self._read_fifo)
 
     async def _unlisten(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
+            self._listening_now.clear()
+        fifo, self._fifo = self._fifo, None
+        if fifo is not None:
+            asyncio.get_running_loop().remove_reader(fifo.descriptor)
+            fifo.close()
+
+    def _read_fifo(self) -> None:
+        if self._fifo is not None:
+            for message in self._fifo.read():
+                self._deltas(message)
+
+    def _deltas(self, message: str) -> None:
+        """Token deltas from a worker's process (`minions.runs._streams`), to the feed of
+        their run if this process follows it."""
+        origin, _, rest = message.partition(" ")
+        origin = origin.partition(".")[0]
+        feed = self._feeds.get(rest.partition(" ")[0])
+        if feed is None or (self.hub is not None and origin == self.hub.origin):
+            return  # nobody follows the run here, or the hub told of them already
+        decoded = streams.decode(message)
+        if decoded is not None:
+            for delta in decoded[2]:
+                feed.on_live(delta)
 
     async def _listening(self) -> None:
         """One LISTEN connection for the whole process; reconnects after a failure."""
@@ -299,13 +347,19 @@ class EventLog:
                 )
                 async with connection:
                     await connection.execute("LISTEN minions_events")
+                    await connection.execute(f"LISTEN {streams.CHANNEL}")
+                    self._listening_now.set()
                     for feed in list(self._feeds.values()):
                         feed.wake.set()  # what was committed while nobody listened
                     async for note in connection.notifies():
+                        if note.channel == streams.CHANNEL:
+                            self._deltas(note.payload)
+                            continue
                         woken = self._feeds.get(note.payload)
                         if woken is not None:
                             woken.wake.set()
             except asyncio.CancelledError:
                 raise
             except Exception:  # the database went away: feeds poll until it is back
+                self._listening_now.clear()
                 await asyncio.sleep(1.0)

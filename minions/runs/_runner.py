@@ -36,6 +36,7 @@ from minions.events import (
     RunResumed,
     RunStarted,
     StepReused,
+    TokenDelta,
     UsageRecord,
 )
 from minions.models import MODEL_ENV, Model
@@ -62,6 +63,7 @@ from minions.runs._project_limits import Parked
 from minions.runs._queue import workflow_id
 from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import recipe_of
+from minions.runs._streams import DeltaPublisher
 from minions.runs._tables import HELD, TERMINAL
 from minions.tools import ApprovalDecision, ApprovalRequest
 
@@ -84,7 +86,7 @@ class RunRecorder:
     Events come numbered by the run's `EventEmitter` (which goes on after the stored ones);
     they stay pending until a commit stores them, so a failed commit (a database restarting, a
     full disk) is tried again with the same numbers: the log never has a gap. Token deltas go
-    to the live hub only.
+    to the live hub and to the followers of other processes (`deltas`) only.
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class RunRecorder:
         *,
         last: int,
         hub: LiveHub | None = None,
+        deltas: DeltaPublisher | None = None,
         interval: float = 0.05,
         on_lost: Callable[[], None] = lambda: None,
         term: float = 10.0,
@@ -108,6 +111,7 @@ class RunRecorder:
         claim, the worker's heartbeat) plus its term, less a margin. Past it, the holder asks
         the store before a tool call starts."""
         self.hub = hub
+        self.deltas = deltas
         self.interval = interval
         self.on_lost = on_lost
         self.stored = last
@@ -162,7 +166,9 @@ class RunRecorder:
             event = dataclasses.replace(event, actor=self.actor)
         if self.hub is not None:
             self.hub.publish(event)
-        if event.kind == "token_delta":
+        if isinstance(event, TokenDelta):
+            if self.deltas is not None:
+                self.deltas.publish(event)
             return
         self.pending.append(event)
         if event.kind in TERMINAL_KINDS:
@@ -210,6 +216,11 @@ class RunRecorder:
                 written = written[: ends[0]] if ends else written
             if not written and checkpoint is None and run is None:
                 return
+            notes: list[str] = []
+            if self.deltas is not None and written:
+                # The run's deltas before these events go first (on Postgres, notified in
+                # this commit): a follower of any process reads them in their place.
+                notes = await self.deltas.before_commit(self.lease.run_id)
             append = asyncio.ensure_future(
                 self.database.apply(
                     leases.append,
@@ -218,6 +229,7 @@ class RunRecorder:
                     events=[events.row_of(e) for e in written],
                     checkpoint=checkpoint,
                     run=run,
+                    deltas=notes,
                 )
             )
             try:
@@ -575,6 +587,7 @@ class DurableRunner:
             runner approves their calls itself, durably, and its runs share their models
             (`SharedModels`).
         hub: where the events of its runs go live (token deltas included).
+        deltas: where their token deltas go for the followers of other processes.
         cancel_poll: seconds between looks at a running run's row (a cancel, a lost lease).
         lease: seconds a lease lasts without a heartbeat (the worker renews it).
         heartbeat: seconds between the worker's heartbeats.
@@ -606,6 +619,7 @@ class DurableRunner:
         incarnation: str,
         settings: RunSettings | None = None,
         hub: LiveHub | None = None,
+        deltas: DeltaPublisher | None = None,
         cancel_poll: float = 0.2,
         lease: float = 10.0,
         heartbeat: float = 2.0,
@@ -633,6 +647,7 @@ class DurableRunner:
         self.executor_id = executor_id
         self.incarnation = incarnation
         self.hub = hub
+        self.deltas = deltas
         self.cancel_poll = cancel_poll
         self.lease = lease
         self.heartbeat = heartbeat
@@ -834,6 +849,7 @@ class DurableRunner:
             lease,
             last=start.last_seq,
             hub=self.hub,
+            deltas=self.deltas,
             on_lost=lost,
             term=self.lease,
         )
@@ -897,6 +913,10 @@ class DurableRunner:
             deps=deps,
         )
         context.events.continue_after(start.last_seq)
+        # Someone may be watching, from any process: every model that can stream does (the
+        # answer recorded is the same; a model that cannot stream gives its answer as one
+        # delta).
+        context.streaming = True
         recorder.emitter = context.events
         if recorder.resumed and lease.attempt > 1 and start.record.queued_by is not None:
             # A person resumed it (a worker's takeover has no actor and says nothing; a

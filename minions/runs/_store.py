@@ -103,7 +103,8 @@ class RunStore:
         create: make the database when it does not exist (submitting does; reading an
             unknown store is an error instead, and writes nothing).
         hub: the live events of a worker in this process: followers get its runs' token
-            deltas too.
+            deltas from it (those of workers in other processes come from the store's
+            channel: Postgres NOTIFY, or FIFOs beside an SQLite file).
         poll: seconds between reads of a followed run when nothing woke it (SQLite; Postgres
             wakes followers with LISTEN/NOTIFY).
         import_tools: check a submitted recipe with its tools modules imported (False, for a
@@ -462,7 +463,8 @@ class RunStore:
 
     def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         """The stored events after `after`, then new ones as they are stored, until the run
-        has ended (a resumed run is followed to its new end).
+        has ended (a resumed run is followed to its new end); its token deltas live, from
+        whichever worker runs it.
 
         Raises:
             UnknownRunError: no run has this id.

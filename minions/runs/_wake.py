@@ -65,19 +65,26 @@ def poke(url: str, what: Wake) -> None:
     if folder is None or not folder.is_dir():
         return
     for path in folder.glob("*.fifo"):
-        try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # no reader: its worker is gone
-                with contextlib.suppress(OSError):
-                    path.unlink()
-            continue
-        try:
-            os.write(descriptor, _BYTES[what])
-        except OSError:
-            pass  # full: its worker has wakes to read already
-        finally:
-            os.close(descriptor)
+        write_fifo(path, [_BYTES[what]])
+
+
+def write_fifo(path: Path, messages: list[bytes]) -> None:
+    """Write `messages` to a reader's FIFO, each at once or not at all (a reader that is
+    behind: the rest is dropped); a FIFO without a reader (its process died) is removed."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # no reader: its process is gone
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return
+    try:
+        for message in messages:
+            os.write(descriptor, message)
+    except OSError:
+        pass  # full (its reader has enough to read already) or gone
+    finally:
+        os.close(descriptor)
 
 
 class Listener:

@@ -53,6 +53,7 @@ from minions.runs._queue import (
 from minions.runs._runner import DurableRunner, RunEndedError, RunFailedError
 from minions.runs._schedules import TICK as SCHEDULE_TICK
 from minions.runs._schedules import Scheduler, next_due
+from minions.runs._streams import DeltaPublisher
 from minions.runs._tables import ACTIVE, HELD
 from minions.runs._wake import Listener, Wake
 from minions.runs._workers import HEARTBEAT
@@ -255,12 +256,15 @@ class Worker:
         """Holds the model calls of its runs to the limits, over every worker of the store."""
         if self.limiter is not None:
             settings = dataclasses.replace(settings or RunSettings(), limiter=self.limiter)
+        self.deltas = DeltaPublisher(url, origin=None if hub is None else hub.origin)
+        """Sends its runs' token deltas to the followers of every process of the store."""
         self.runner = DurableRunner(
             database,
             executor_id=self.executor_id,
             incarnation=self.incarnation,
             settings=settings,
             hub=hub,
+            deltas=self.deltas,
             lease=DEAD_AFTER,
             heartbeat=HEARTBEAT,
             capabilities=StoreCapabilities(database, expiry=limits.capability_expiry),
@@ -379,6 +383,7 @@ class Worker:
             self.queue.client()  # before any transaction enqueues (see Queue.enqueue)
             self._register_queue()
             listener.start()
+            self.deltas.start()
             self.dispatcher.wake()  # what was queued before it started
             self._adopt_other_versions()
             # The model client (openai and its types: seconds of imports) loads now, beside
@@ -417,6 +422,7 @@ class Worker:
             # What it still runs (a drain cut short by its store) stops, then it lets go of
             # it: a live worker (or this one, restarted) takes it over from its checkpoint.
             DBOS.destroy(workflow_completion_timeout_sec=0)
+            self.deltas.stop()
             quiet.close()
             with contextlib.suppress(Exception):
                 leases.release(self.database, self.incarnation)

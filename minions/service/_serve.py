@@ -14,7 +14,6 @@ import structlog
 
 from minions import _logsetup as logs
 from minions._step.settings import RunSettings
-from minions.models import Model
 from minions.models._limits import Limits
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
@@ -23,13 +22,6 @@ from minions.service._protocol import bounded_protocol, connection_cap
 __all__ = ["serve"]
 
 log = structlog.get_logger(__name__)
-
-
-def _streaming(spec: Model | str | None) -> Model:
-    """Models named by strings stream their answers: the console shows the text live."""
-    from minions.models import infer_model
-
-    return infer_model(spec, stream=True)
 
 
 def serve(
@@ -98,7 +90,6 @@ def serve(
             concurrency=concurrency,
             settings=RunSettings(
                 model=config.model,
-                model_resolver=_streaming,
                 metrics=None if exported is None else exported.metrics,
             ),
             hub=hub,

@@ -1,0 +1,304 @@
+"""Token deltas across processes: a run executing on a `minions worker` process streams its
+text to the SSE clients of a `minions serve --no-worker` process and to `minions runs events
+--follow` in a third process, on SQLite (one host) and on Postgres; never stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from runs_helpers import WORKER_ENV, worker
+from service_helpers import (
+    ANSWER,
+    auth,
+    gated_model,
+    read_stream_iter,
+    server,
+    submit,
+    write_chat_recipe,
+)
+
+from minions.events import TokenDelta
+from minions.runs._streams import FIFO_MESSAGE, PG_MESSAGE, decode, encode, merged
+from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
+
+# -- messages ------------------------------------------------------------------------------------
+
+
+def delta(text: str, *, seq: int = 3, attempt: int = 1, run: str = "r1") -> TokenDelta:
+    return TokenDelta(run_id=run, seq=seq, step_id="answer", attempt=attempt, text=text)
+
+
+def test_deltas_that_continue_one_another_are_sent_as_one() -> None:
+    given = [
+        delta("Be"),
+        delta("es "),
+        delta("re", attempt=2),
+        delta("try", attempt=2),
+        delta("x", seq=9),
+    ]
+    assert [(d.attempt, d.seq, d.text) for d in merged(given)] == [
+        (1, 3, "Bees "),
+        (2, 3, "retry"),
+        (1, 9, "x"),
+    ]
+
+
+@pytest.mark.parametrize("limit", [FIFO_MESSAGE, PG_MESSAGE])
+def test_a_batch_fits_its_messages_and_comes_back_whole(limit: int) -> None:
+    long = 'é"\\ bees\n' * 3000  # escapes and two-byte characters: longer as JSON than as text
+    given = [delta(long), delta("other run", run="r2"), delta("later", seq=5)]
+    messages = encode("origin", given, limit)
+    assert len(messages) > 1
+    assert all(len(m) <= limit and m.endswith(b"\n") and m.count(b"\n") == 1 for m in messages)
+    got: dict[tuple[str, int], str] = {}
+    for message in messages:
+        decoded = decode(message.decode().rstrip("\n"))
+        assert decoded is not None
+        origin, run_id, deltas = decoded
+        assert origin == "origin"
+        assert {d.run_id for d in deltas} == {run_id}
+        for d in deltas:
+            got[(d.run_id, d.seq)] = got.get((d.run_id, d.seq), "") + d.text
+    assert got == {("r1", 3): long, ("r2", 3): "other run", ("r1", 5): "later"}
+
+
+def test_a_publisher_on_postgres_sends_every_piece_of_a_repetitive_text(postgres: str) -> None:
+    """Postgres delivers one of two equal payloads of a transaction: a text cut into equal
+    pieces would lose all but one of them."""
+    import psycopg
+
+    from minions.runs._streams import DeltaPublisher
+
+    listener = psycopg.connect(postgres, autocommit=True)
+    listener.execute("LISTEN minions_deltas")
+    publisher = DeltaPublisher(postgres, interval=1.0, batch_chars=100_000)  # one batch
+    publisher.start()
+    for _ in range(5000):
+        publisher.publish(delta("tok "))
+    publisher.stop()
+    received = ""
+    for note in listener.notifies(timeout=1.0):
+        decoded = decode(note.payload)
+        assert decoded is not None
+        received += "".join(d.text for d in decoded[2])
+    listener.close()
+    assert received == "tok " * 5000
+    assert publisher.sent > 1
+
+
+def test_a_publisher_on_sqlite_holds_nothing_while_nobody_follows(tmp_path: Path) -> None:
+    from minions.runs._streams import DeltaPublisher, FifoReader, streams_folder
+
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    publisher = DeltaPublisher(url, interval=5.0)  # held until stopped, unless dropped
+    publisher.start()
+    publisher.publish(delta("nobody hears this "))
+    folder = streams_folder(url)
+    assert folder is not None
+    reader = FifoReader(folder)  # a follower comes
+    publisher.publish(delta("but this"))
+    publisher.stop()
+    heard = [decode(m) for m in reader.read()]
+    reader.close()
+    assert ["".join(d.text for d in h[2]) for h in heard if h is not None] == ["but this"]
+
+
+@pytest.mark.parametrize("message", ["", "x", "o r", "o r [1]", "o r [[1,2]]", "o r {}"])
+def test_a_message_of_another_shape_is_ignored(message: str) -> None:
+    assert decode(message) is None
+
+
+# -- across processes ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def model() -> Iterator[tuple[FakeOpenAIServer, threading.Event]]:
+    """A model server whose answer waits for the test's go: every follower watches first."""
+    with gated_model() as (server, go):
+        yield server, go
+
+
+def lines_of(process: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """The lines `process` prints, as they come (None: it ended)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+@pytest.mark.slow
+def test_token_deltas_of_a_worker_process_reach_other_processes(
+    url: str, tmp_path: Path, model: tuple[FakeOpenAIServer, threading.Event]
+) -> None:
+    fake, go = model
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    write_chat_recipe(recipes, fake.url)
+    with (
+        server(tmp_path, url, "--no-worker", "--recipes", str(recipes)) as api,
+        worker(url, tmp_path, "w1", tmp_path / "ledger.txt"),
+        httpx2.Client(base_url=api.base, headers=auth(), timeout=60) as client,
+    ):
+        run_id = submit(client, "chat")
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "minions", "runs", "events", run_id, "--follow", "--json",
+             "--database-url", url],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, **WORKER_ENV},
+        )  # fmt: skip
+        printed = lines_of(follower)
+        # A person's follower: one line per stored event, none for the text as it streams.
+        person = subprocess.Popen(
+            [sys.executable, "-m", "minions", "runs", "events", run_id, "--follow",
+             "--database-url", url],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, **WORKER_ENV},
+        )  # fmt: skip
+        try:
+            messages = []
+            with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+                for message in read_stream_iter(response):
+                    messages.append(message)
+                    if message["event"] != "model_call_started":
+                        continue
+                    # The other follower has read the same stored event: it listens now.
+                    while True:
+                        line = printed.get(timeout=60)
+                        assert line is not None, "the follower ended before the answer"
+                        if json.loads(line)["kind"] == "model_call_started":
+                            break
+                    go.set()  # the model answers once both watch
+            assert follower.wait(60) == 0
+            shown, _ = person.communicate(timeout=60)
+        finally:
+            for process in (follower, person):
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
+        followed = []
+        while (line := printed.get(timeout=10)) is not None:
+            followed.append(json.loads(line))
+        stored = client.get(f"/runs/{run_id}/events").json()
+        record = client.get(f"/runs/{run_id}").json()
+    assert record["output"] == ANSWER
+    assert record["executor_id"] == "w1"  # the API process ran nothing itself
+    assert all(e["kind"] != "token_delta" for e in stored)  # never stored
+    # The SSE client: every stored event once, in order, the answer's text between.
+    deltas = [m for m in messages if m["event"] == "token_delta"]
+    assert "".join(d["data"]["text"] for d in deltas) == ANSWER
+    assert all("id" not in d for d in deltas)
+    assert [m["data"] for m in messages if m["event"] != "token_delta"] == stored
+    kinds = [m["event"] for m in messages]
+    first, last = kinds.index("token_delta"), len(kinds) - 1 - kinds[::-1].index("token_delta")
+    assert kinds[first - 1] == "model_call_started"
+    assert kinds[last + 1] == "model_call_completed"
+    # The follower of a third process: the same.
+    texts = [e["text"] for e in followed if e["kind"] == "token_delta"]
+    assert "".join(texts) == ANSWER
+    assert [e for e in followed if e["kind"] != "token_delta"][-1]["kind"] == "run_completed"
+    assert [line.split()[3] for line in shown.splitlines()] == [e["kind"] for e in stored]
+
+
+# -- a worker streams every call -----------------------------------------------------------------
+
+EQUAL = """\
+id: equal
+description: A tool call, a text answer and a structured one.
+model: openai-compatible:fake-model@{url}/v1
+tools: [adding]
+steps:
+  - id: sum
+    goal: Add 2 and 3 with the tool, then say the sum.
+    tools: [add]
+  - id: title
+    depends_on: [sum]
+    goal: Give the sum a title.
+    output: {{title: "", sum: 0}}
+"""
+
+ADDING = '''\
+from minions import tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+'''
+
+
+def answer(request: FakeRequest) -> FakeReply:
+    """The same answer to the same request, streamed or not."""
+    if request.response_format is not None or request.forced_tool is not None:
+        return FakeReply.structured({"title": "Five, the sum of two and three", "sum": 5})
+    if request.last_message["role"] == "tool":
+        return FakeReply.text(f"The sum is {request.last_message['content']}, at last.")
+    return FakeReply.calls(("add", {"a": 2, "b": 3}))
+
+
+async def test_a_worker_streams_every_call_and_records_the_same_answers(tmp_path: Path) -> None:
+    from runs_helpers import run_here
+
+    from minions import AgentExecutor
+    from minions.errors import StreamingWarning
+    from minions.events import Event
+    from minions.recipes import load_recipe
+    from minions.runs import RunStore
+
+    def said(events: list[Event]) -> list[tuple[object, ...]]:
+        """What each model call answered, as its events tell it."""
+        return [
+            (e.step_id, e.finish_reason, e.tool_calls, e.output_mode, e.usage)
+            for e in events
+            if e.kind == "model_call_completed"
+        ]
+
+    with FakeOpenAIServer(answer) as fake:
+        recipe = tmp_path / "equal.yaml"
+        recipe.write_text(EQUAL.format(url=fake.url))
+        (tmp_path / "adding.py").write_text(ADDING)
+        heard: list[Event] = []
+        with pytest.warns(StreamingWarning):  # the foreground run's listener gets no deltas
+            alone = await AgentExecutor().execute(load_recipe(recipe), listeners=[heard.append])
+        plain = len(fake.requests)
+        url = f"sqlite:///{tmp_path / 'minions.db'}"
+        store = RunStore(url, create=True)
+        run_id, _ = await store.submit(recipe)
+        await run_here(url, run_id)
+        record = await store.get(run_id)
+        events = await store.events(run_id)
+    # Nobody asked the worker to stream: it did, every call (a tool call, text, structured).
+    assert [r.stream for r in fake.requests] == [False] * plain + [True] * plain
+    assert plain == 3
+    # And recorded what the same calls answer without streaming.
+    assert record.status == "completed"
+    assert alone.error is None
+    assert record.output == {"title": "Five, the sum of two and three", "sum": 5}
+    assert record.output == alone.output
+    assert [s.output for s in record.steps] == ["The sum is 5, at last.", record.output]
+    assert said(events) == said(heard)
+    assert [e.tool_calls for e in events if e.kind == "model_call_completed"] == [
+        ("add",),
+        (),
+        (),
+    ]
+    # What each call was sent (the answers before it, as recorded) is the same too, but for
+    # the ids the server gave the tool calls.
+    sent = [re.sub(r"call_[0-9]+", "call", json.dumps(r.messages)) for r in fake.requests]
+    assert sent[plain:] == sent[:plain]

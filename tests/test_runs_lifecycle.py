@@ -743,3 +743,38 @@ def test_processes_opening_a_new_postgres_store_at_once_make_its_tables_once(
     for thread in threads:
         thread.join(60)
     assert failures == []
+
+
+@pytest.mark.parametrize("decided", [False, True])
+def test_a_takeover_of_a_run_waiting_for_a_decision_leaves_it_waiting(
+    tmp_path: Path, decided: bool
+) -> None:
+    """A worker restarted under its id takes its waiting runs over (DBOS recovers them): the
+    run still waits for the same person while the new holder replays up to the request, so a
+    worker stopped before it got there left it `running` with nobody running it (the random
+    fault proof, seed 329168). Decided meanwhile, it runs on."""
+    from runs_helpers import insert_run
+
+    from minions.runs import _approvals, _leases, _runs
+    from minions.runs._db import Database
+
+    store = Database(f"sqlite:///{tmp_path / 'minions.db'}", create=True)
+    insert_run(store, "r")
+    first = _leases.claim(
+        store, "r", attempt=1, holder="h1", executor_id="w1", lease_until=10.0, now=0.0
+    )
+    assert isinstance(first, _leases.Start)
+    _leases.request_approval(
+        store, first.lease, call_id="c", step_id="s", tool="deploy", arguments={}
+    )
+    _leases.set_held_status(store, first.lease, "waiting")
+    if decided:
+        assert _approvals.decide(store, "r", "c", approved=True, reason=None) is not None
+    again = _leases.claim(
+        store, "r", attempt=1, holder="h2", executor_id="w1", lease_until=100.0, now=50.0
+    )
+    assert isinstance(again, _leases.Start)
+    assert _runs.head(store, "r")[0] == ("running" if decided else "waiting")
+    _leases.release(store, "h2")  # the new holder stops before it reached the request
+    assert _runs.head(store, "r")[0] == ("running" if decided else "waiting")
+    store.close()

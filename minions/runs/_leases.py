@@ -420,8 +420,13 @@ _CLAIM = sa.text(
     # millisecond of CPU to build and compile each time). Never the same holder again: a
     # second delivery of a run its holder runs already would fence out the execution in
     # flight after its effects.
+    # A run waiting for a person's decision stays `waiting` when taken over (its new holder
+    # replays up to the same request and waits on): a takeover stopped before that point
+    # must not leave it `running` with nobody running it.
     "UPDATE minions_runs SET holder = :holder, epoch = epoch + 1, lease_until = :lease_until, "
-    "status = 'running', executor_id = :executor_id, "
+    "status = CASE WHEN status = 'waiting' AND EXISTS (SELECT 1 FROM minions_approvals a "
+    "WHERE a.run_id = minions_runs.run_id AND a.decided_at IS NULL) "
+    "THEN 'waiting' ELSE 'running' END, executor_id = :executor_id, "
     "started_at = coalesce(started_at, :now), starts = starts + 1, finished_at = NULL, "
     "error = NULL "
     f"WHERE run_id = :run_id AND attempt = :attempt AND status IN ({_ACTIVE_SQL}) "

@@ -877,6 +877,10 @@ class DurableRunner:
                     del self._waiting[run_id]
             if run_id not in self._waiting:
                 await database.apply(leases.set_held_status, lease, "running")
+        elif run_id not in self._waiting:
+            # Decided while nobody held the run: a takeover left it `waiting` (its claim keeps
+            # a run with an undecided request so), and it runs on now.
+            await database.apply(leases.set_held_status, lease, "running")
         return ApprovalDecision(
             approved=bool(record.approved), reason=record.reason, decided_by=record.decided_by
         )

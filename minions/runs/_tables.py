@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
@@ -26,7 +26,9 @@ schedule of a run, how far pruning went; reruns (a run's parent, the step it rer
 plan); the step cache. 4: a step cache entry's run and recipe (entries are pruned with their
 run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
 run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
-API keys' table (made on first use)."""
+API keys' table (made on first use). 6: an endpoint's pause says who set it, when, and what
+the endpoint asked (pauses of before, unbounded, are lifted); what an endpoint taught keeps
+its evidence, and the runs that saw an output mode ignored (a lesson of several runs)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -173,6 +175,11 @@ endpoint_gates_table = sa.Table(
     # first, so takers of one endpoint take turns; and a 429's pause.
     sa.Column("endpoint", sa.Text, primary_key=True),
     sa.Column("paused_until", sa.Float, nullable=False, default=0.0),
+    # Schema 6: the pause's run (the one told 429), when it was set, and the seconds the
+    # endpoint asked for (the pause is at most the limits' `max_pause`).
+    sa.Column("paused_by", sa.Text, nullable=True),
+    sa.Column("paused_at", sa.Float, nullable=True),
+    sa.Column("pause_asked", sa.Float, nullable=True),
 )
 endpoint_calls_table = sa.Table(
     "minions_endpoint_calls",
@@ -206,6 +213,20 @@ capabilities_table = sa.Table(
     sa.Column("rejected", sa.Text, nullable=False),
     sa.Column("worked", sa.Text, nullable=True),
     sa.Column("learned_at", sa.Float, nullable=False),
+    # Schema 6: why each refused feature is refused, since when, on which runs' evidence
+    # (JSON: feature -> {cause, since, runs, detail}).
+    sa.Column("evidence", sa.Text, nullable=True),
+)
+capability_strikes_table = sa.Table(
+    "minions_capability_strikes",
+    metadata,
+    # Schema 6: a run whose answers ignored an output mode (prose, twice in a row): the mode
+    # is demoted for every run once enough distinct runs did (`Limits.demote_after_runs`).
+    sa.Column("base_url", sa.Text, primary_key=True),
+    sa.Column("model", sa.Text, primary_key=True),
+    sa.Column("mode", sa.Text, primary_key=True),
+    sa.Column("run_id", sa.Text, primary_key=True),
+    sa.Column("at", sa.Float, nullable=False),
 )
 step_cache_table = sa.Table(
     "minions_step_cache",
@@ -335,5 +356,21 @@ def _to_5(db: sa.Connection) -> None:
             _add_columns(db, table, columns)
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+def _to_6(db: sa.Connection) -> None:
+    """Schema 5 -> 6: an endpoint pause's run, moment and asked seconds (the pauses of
+    before, unbounded and unattributed, are lifted); a lesson's evidence (the strikes'
+    table is made by ``create_all``)."""
+    made = set(sa.inspect(db).get_table_names())
+    if "minions_endpoint_gates" in made:
+        _add_columns(
+            db,
+            "minions_endpoint_gates",
+            ["paused_by TEXT", "paused_at FLOAT", "pause_asked FLOAT"],
+        )
+        db.execute(sa.text("UPDATE minions_endpoint_gates SET paused_until = 0"))
+    if "minions_capabilities" in made:
+        _add_columns(db, "minions_capabilities", ["evidence TEXT"])
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
 """Schema version n -> n+1 upgrades, each a function of a connection."""

@@ -579,7 +579,7 @@ def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) ->
 
     assert asyncio.run(read()) == (None, "ann")
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == "5"
+        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == "6"
         cache = {row[1] for row in db.execute("PRAGMA table_info(minions_step_cache)")}
     assert {"run_id", "recipe_id"} <= cache
 

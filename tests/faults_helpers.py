@@ -273,27 +273,38 @@ class Driver:
             self.say(f"-> {kind}")
             await getattr(self, kind)()
 
-    async def settle(self, within: float = 180) -> None:
+    async def settle(self, within: float = 180, rounds: int = 5) -> None:
         """Lift every fault, bring both workers back, and wait until every run has ended or
-        waits for a decision; then stop the workers."""
+        waits for a decision; then stop the workers, and read the store again as an operator
+        would: a run a worker was taking over as they stopped (a waiting run whose lease had
+        run out, queued again and claimed) has not settled, and the workers start again for
+        it (at most `rounds` times)."""
         self.say("settle")
         for worker in self.workers:
             if worker.alive and worker.frozen:
                 self._thaw(worker)
         self.full.unlink(missing_ok=True)
-        for executor_id in ("w1", "w2"):
-            if not any(w.alive and w.executor_id == executor_id for w in self.workers):
-                await self.start_worker(executor_id)
         deadline = time.monotonic() + within
-        while True:
-            unsettled = [r for r in await self.runs() if not _settled(r)]
-            if not unsettled:
-                break
-            if time.monotonic() > deadline:
-                described = [(r.run_id, r.status, r.executor_id, r.attempt) for r in unsettled]
-                raise AssertionError(f"runs that never settled: {described}")
-            await asyncio.sleep(0.1)
-        await self.stop_workers()
+        for round_ in range(rounds):
+            for executor_id in ("w1", "w2"):
+                if not any(w.alive and w.executor_id == executor_id for w in self.workers):
+                    await self.start_worker(executor_id)
+            while True:
+                unsettled = [r for r in await self.runs() if not _settled(r)]
+                if not unsettled:
+                    break
+                if time.monotonic() > deadline:
+                    described = [(r.run_id, r.status, r.executor_id, r.attempt) for r in unsettled]
+                    raise AssertionError(f"runs that never settled: {described}")
+                await asyncio.sleep(0.1)
+            await self.stop_workers()
+            caught = [r for r in await self.runs() if not _settled(r)]
+            if not caught:
+                return
+            self.say(
+                f"settle round {round_ + 1}: caught mid-takeover {[(r.run_id, r.status) for r in caught]}"
+            )
+        raise AssertionError(f"runs still mid-takeover after {rounds} rounds of settling")
 
     async def stop_workers(self) -> None:
         for worker in self.workers:

@@ -237,6 +237,69 @@ async def test_a_429_with_retry_after_pauses_the_endpoint_for_every_run() -> Non
     assert [e.reason for e in events if isinstance(e, ModelCallWaiting)] == ["retry_after"]
 
 
+def _http_date(offset: float) -> str:
+    import email.utils
+    import time
+
+    return email.utils.formatdate(time.time() + offset, usegmt=True)
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "30"}, 30.0),
+        ({"retry-after": " 2.5 "}, 2.5),
+        ({"retry-after": "-5"}, 0.0),
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": "Infinity"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after": "1e309"}, None),
+        ({"retry-after": "9" * 5000}, None),
+        ({"retry-after": "86400000000"}, 86400000000.0),
+        ({"retry-after": "soon, please"}, None),
+        ({"retry-after": ""}, None),
+        ({"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}, "far"),
+        ({"retry-after": "Mon, 01 Jan 1900 00:00:00 GMT"}, 0.0),
+        ({"retry-after": "Sun, 99 Foo 2024 99:99:99 GMT"}, None),
+        ({"retry-after-ms": "nan", "retry-after": "3"}, 3.0),
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after-ms": "-inf"}, None),
+    ],
+)
+def test_retry_after_is_read_defensively(headers: dict[str, str], seconds: Any) -> None:
+    """A 429's ``Retry-After`` is a finite, non-negative number of seconds or nothing:
+    infinite, NaN, garbage and dates no calendar has never reach a pause."""
+    from minions.models._openai_wire import retry_after
+
+    found = retry_after(headers)
+    if seconds == "far":
+        assert found is not None
+        assert found > 1e10
+    else:
+        assert found == seconds
+
+
+@pytest.mark.parametrize("offset", [3600.0, -3600.0])
+def test_retry_after_reads_an_http_date(offset: float) -> None:
+    from minions.models._openai_wire import retry_after
+
+    found = retry_after({"retry-after": _http_date(offset)})
+    assert found is not None
+    assert (3500 < found <= 3600) if offset > 0 else found == 0.0
+
+
+async def test_a_429_asking_for_a_day_pauses_the_process_for_max_pause_at_most() -> None:
+    clock = FakeClock()
+    rules = limits("http://127.0.0.1:9/v1", max_concurrent=4).model_copy(update={"max_pause": 60})
+    limiter = LocalLimiter(rules, clock=clock, sleep=clock.sleep)
+    start = clock.now
+    assert limiter.pause(("http://127.0.0.1:9/v1", "m"), 86400.0) == 60.0
+    assert limiter.pause(("http://127.0.0.1:9/v1", "m"), float("inf")) == 0.0
+    permit = await limiter.acquire(("http://127.0.0.1:9/v1", "m"), tokens=1)
+    assert permit is not None
+    assert start + 60 <= clock.now < start + 61
+
+
 # -- minions run --limits ----------------------------------------------------------------------
 
 PARALLEL = """\

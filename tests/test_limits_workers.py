@@ -144,16 +144,23 @@ def discovery(server: FakeOpenAIServer, since: int) -> int:
 
 
 async def test_later_runs_through_any_worker_make_no_discovery_calls(tmp_path: Path) -> None:
+    """A mode an endpoint ignores (prose, not a refusal on the wire) is each run's own lesson
+    until `demote_after_runs` (3) runs saw it ignored; then no run of any worker asks for it
+    again, and the store says on which runs' evidence."""
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     with ignores_tools() as server:
         recipe, _, env = setup(tmp_path, server, CAPABILITY, "endpoints: []\n")
         store = RunStore(url, create=True)
         ledger = tmp_path / "ledger.txt"
         with worker(url, tmp_path, "w1", ledger, **env):
-            first, _ = await store.submit(recipe, {"tag": "first"})
-            assert await finished(store, first) == "completed"
+            taught = []
+            for n in range(3):
+                run, _ = await store.submit(recipe, {"tag": f"teach-{n}"})
+                assert await finished(store, run) == "completed"
+                taught.append(run)
+                # Each of them: the tool rung, ignored twice, then native JSON.
+                assert discovery(server, 0) == 2 * (n + 1)
             learned = len(server.chat_requests)
-            assert discovery(server, 0) == 2  # the tool rung, ignored twice, then native JSON
             second = [(await store.submit(recipe, {"tag": f"w1-{n}"}))[0] for n in range(3)]
             assert [await finished(store, r) for r in second] == ["completed"] * 3
         assert discovery(server, learned) == 0
@@ -163,11 +170,15 @@ async def test_later_runs_through_any_worker_make_no_discovery_calls(tmp_path: P
             (server.url, "fake-model", "json_schema")
         ]
         assert set(known[0].rejected) == {"tool", "tools"}
+        assert {(x.feature, x.cause, x.runs) for x in known[0].lessons} == {
+            ("tool", "ignored", tuple(taught)),
+            ("tools", "ignored", tuple(taught)),
+        }
         before = len(server.chat_requests)
         with worker(url, tmp_path, "w2", ledger, **env):  # another worker, started later
             third = [(await store.submit(recipe, {"tag": f"w2-{n}"}))[0] for n in range(3)]
             assert [await finished(store, r) for r in third] == ["completed"] * 3
         assert discovery(server, before) == 0
-        outputs = [(await store.get(r)).output for r in [first, *second, *third]]
+        outputs = [(await store.get(r)).output for r in [*taught, *second, *third]]
         await store.aclose()
-    assert outputs == [{"total": 5}] * 7
+    assert outputs == [{"total": 5}] * 9

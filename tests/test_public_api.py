@@ -88,7 +88,8 @@ PUBLIC: dict[str, set[str]] = {
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
         "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
-        "StepDetail", "KeyRecord", "ROLES", "Role", "Scope", "ScopedRuns",
+        "StepDetail", "KeyRecord", "ROLES", "Role", "Scope", "ScopedRuns", "EndpointPause",
+        "Lesson",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

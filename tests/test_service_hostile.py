@@ -8,7 +8,9 @@ linked folder, Windows-style, URL-encoded, a module written after the server sta
 one is refused naming the field, no module outside the recipes folder is imported (each
 would write a marker), none is imported by the API process (only by the worker), and no file
 outside the runs' workspace changes. Requests with bytes no client should send are 400s
-naming the field, the same on SQLite and Postgres."""
+naming the field, the same on SQLite and Postgres. A client's runs whose model answers 429
+with a hostile ``Retry-After``, or prose to a prompt made for it, pause the endpoint for the
+others for the limits' `max_pause` at most, and demote no output mode for them."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from service_helpers import (
     raw_request,
     read_stream,
     server,
+    submit,
     write_recipes,
 )
 
@@ -638,3 +641,196 @@ def test_the_longest_interval_and_each_overlap_are_stored(store_api: ServerProce
         listed = {s["name"]: s for s in client.get("/schedules").json()}
         assert listed["decade-buffer_one"]["overlap"] == "buffer_one"
         assert listed["decade-skip"]["late_reason"] is None
+
+
+# -- limits and endpoint lessons: what one client's runs may do to everyone's ------------------
+
+LIMITED = """\
+id: limited
+inputs: {tag: {type: string}}
+steps:
+  - {id: ask, goal: "say {{ inputs.tag }}"}
+"""
+SHAPED = """\
+id: shaped
+inputs: {tag: {type: string}}
+steps:
+  - id: ask
+    goal: "the total for {{ inputs.tag }}"
+    output: {total: 0}
+"""
+HOSTILE_RETRY_AFTER = {
+    "t-inf": "inf",
+    "t-nan": "NaN",
+    "t-negative": "-1",
+    "t-overflow": "1e309",
+    "t-garbage": "tomorrow-ish",
+    "t-long": "9" * 400,
+    "t-bad-date": "Sun, 99 Foo 2024 99:99:99 GMT",
+}
+"""Retry-After values no pause may take: each run's first call is answered 429 with one."""
+PAUSING = {"t-day": "86400", "t-far-date": "Fri, 31 Dec 9999 23:59:59 GMT"}
+"""Retry-After values that ask for a day, or for ever."""
+
+
+def settled(store_url: str, run_id: str, within: float = 90) -> str:
+    """The run's status once it ended (or what it is after `within` seconds)."""
+    import asyncio
+    import time
+
+    from minions.runs import RunStore
+
+    store = RunStore(store_url)
+    try:
+        deadline = time.monotonic() + within
+        while True:
+            status = asyncio.run(store.get(run_id)).status
+            if status in ("completed", "failed", "cancelled") or time.monotonic() > deadline:
+                return status
+            time.sleep(0.1)
+    finally:
+        store.close()
+
+
+def operator(store_url: str, *args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from minions.cli._app import app
+
+    return CliRunner().invoke(app, [*args, "--database-url", store_url])
+
+
+def test_a_clients_429s_cannot_freeze_an_endpoint_for_everyone(tmp_path: Path) -> None:
+    """Runs of one client whose model answers 429 with a hostile ``Retry-After`` (infinite,
+    NaN, negative, garbage, a day, a date in year 9999): nonsense pauses nobody, a day pauses
+    every run for the limits' `max_pause` only, the pause names the run that set it, and
+    `minions endpoints forget` lifts it for the other clients' runs."""
+    import json
+    import threading
+
+    from minions.runs import RunStore
+    from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "limited.yaml").write_text(LIMITED)
+    refused: set[str] = set()
+    lock = threading.Lock()
+
+    def reply(request: FakeRequest) -> FakeReply:
+        said = json.dumps(request.messages)
+        with lock:
+            for tag, header in {**HOSTILE_RETRY_AFTER, **PAUSING}.items():
+                if tag in said and tag not in refused:
+                    refused.add(tag)
+                    return FakeReply.failure(429, "slow down", headers={"Retry-After": header})
+        return FakeReply.text("ok")
+
+    store_url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    with FakeOpenAIServer(reply) as model:
+        limits = tmp_path / "limits.yaml"
+        limits.write_text(
+            f"endpoints: [{{match: '{model.url}', max_concurrent: 8}}]\nmax_pause: 20s\n"
+        )
+        env = {
+            "MINIONS_MODEL": f"openai-compatible:fake-model@{model.url}",
+            "OPENAI_API_KEY": "sk-test",
+        }
+        with (
+            server(tmp_path, store_url, "--recipes", str(recipes), **env) as api,
+            worker(store_url, recipes, "w1", tmp_path / "ledger", "--limits", str(limits), **env),
+            httpx2.Client(base_url=api.base, headers=auth(), timeout=30) as client,
+        ):
+            runs = {tag: submit(client, "limited", tag=tag) for tag in HOSTILE_RETRY_AFTER}
+            assert {tag: settled(store_url, r) for tag, r in runs.items()} == dict.fromkeys(
+                runs, "completed"
+            )
+            assert refused == set(HOSTILE_RETRY_AFTER)
+            store = RunStore(store_url)
+            try:
+                assert asyncio_run(store.pauses()) == []
+                for tag in PAUSING:
+                    by = submit(client, "limited", tag=tag)
+                    pause = until_paused(store, by)
+                    assert pause.paused_at is not None
+                    assert pause.until - pause.paused_at <= 20.0
+                    assert pause.asked is not None
+                    assert pause.asked > 3600
+                    listed = operator(store_url, "endpoints", "list", "--json")
+                    assert by in [p["paused_by"] for p in json.loads(listed.stdout)["pauses"]]
+                    forgot = operator(store_url, "endpoints", "forget", model.url)
+                    assert "lifted 1 pause" in forgot.stderr, forgot.output
+                    assert asyncio_run(store.pauses()) == []
+                    # Another client's run goes at once: nothing holds the endpoint.
+                    other = submit(client, "limited", tag=f"other-{tag}")
+                    assert settled(store_url, other, within=15) == "completed"
+            finally:
+                store.close()
+
+
+def asyncio_run(awaitable: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(awaitable)
+
+
+def until_paused(store: Any, run_id: str, within: float = 60) -> Any:
+    """The pause `run_id` set, once it is in the store."""
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        found = [p for p in asyncio_run(store.pauses()) if p.paused_by == run_id]
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} set no pause")
+
+
+def test_one_clients_prose_does_not_demote_json_schema_for_the_others(tmp_path: Path) -> None:
+    """A client whose prompt makes the model answer prose (twice in a row) demotes
+    ``json_schema`` for its own run: the other clients' runs still ask for it, and the store
+    keeps no lesson of it (one run is no evidence)."""
+    import json
+
+    from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "shaped.yaml").write_text(SHAPED)
+    native: list[tuple[str, bool]] = []
+
+    def reply(request: FakeRequest) -> FakeReply:
+        said = json.dumps(request.messages)
+        tag = "prose-please" if "prose-please" in said else "fair"
+        native.append((tag, request.response_format is not None))
+        if tag == "prose-please" and request.response_format is not None:
+            return FakeReply.text("The total is five, more or less.")
+        return FakeReply.structured({"total": 5})
+
+    store_url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    with FakeOpenAIServer(reply) as model:
+        limits = tmp_path / "limits.yaml"
+        limits.write_text(f"endpoints: [{{match: '{model.url}', max_concurrent: 8}}]\n")
+        env = {
+            "MINIONS_MODEL": f"openai-compatible:fake-model@{model.url}",
+            "OPENAI_API_KEY": "sk-test",
+        }
+        with (
+            server(tmp_path, store_url, "--recipes", str(recipes), **env) as api,
+            worker(store_url, recipes, "w1", tmp_path / "ledger", "--limits", str(limits), **env),
+            httpx2.Client(base_url=api.base, headers=auth(), timeout=30) as client,
+        ):
+            attacker = submit(client, "shaped", tag="prose-please")
+            assert settled(store_url, attacker) == "completed"
+            fair = submit(client, "shaped", tag="fair")
+            assert settled(store_url, fair) == "completed"
+    assert native == [
+        ("prose-please", True),
+        ("prose-please", True),
+        ("prose-please", False),  # demoted, for this run
+        ("fair", True),  # the next client's run asks for json_schema still
+    ]
+    listed = operator(store_url, "endpoints", "list", "--json")
+    lessons = [e["rejected"] for e in json.loads(listed.stdout)["endpoints"]]
+    assert all("json_schema" not in rejected for rejected in lessons)

@@ -22,6 +22,7 @@ from minions.errors import (
 )
 from minions.models._blocking import BLOCK, check_model
 from minions.models._fallback import FallbackModel, is_fallback
+from minions.models._learning import LEARNING_RUN
 
 if TYPE_CHECKING:
     from minions._config import ExecutionConfig
@@ -185,7 +186,7 @@ class ModelCallExecutor:
         except TransientModelError as exc:
             if exc.status_code == 429 and exc.retry_after:
                 # Every run calling the endpoint waits, not only this one.
-                limiter.pause(endpoint, exc.retry_after)
+                limiter.pause(endpoint, exc.retry_after, by=self.context.run_id)
             raise
         finally:
             limiter.release(permit, tokens=used)
@@ -425,6 +426,9 @@ class ModelCallExecutor:
             ModelError: the model failed for good (retries spent, or not retryable).
         """
         before = self._attempts.get(turn, 0)
+        # What the answers teach of the endpoint is this run's own until several runs agree
+        # (a recipe step's inner run, "RUN.step", learns as its run).
+        learning = LEARNING_RUN.set(self.context.run_id.partition(".")[0])
         try:
             # Without limits, the attempt itself: not one frame more on the step loop's path.
             attempt = self._attempt if self._limiter is None else self._limited
@@ -442,6 +446,8 @@ class ModelCallExecutor:
             else:
                 message = f"model call failed {description}"
             raise ModelError(message, status_code=getattr(exc, "status_code", None)) from exc
+        finally:
+            LEARNING_RUN.reset(learning)
 
     async def _fall_back(
         self, prompt: Prompt, turn: int, error: BaseException, attempts: int

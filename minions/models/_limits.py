@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import threading
 import time
 import weakref
@@ -44,6 +45,14 @@ WINDOW: Final = 60.0
 
 DEFAULT_CAPABILITY_EXPIRY: Final = 7 * 86400.0
 """Seconds what an endpoint taught the structured-output ladder is kept in a run store."""
+
+DEFAULT_MAX_PAUSE: Final = 300.0
+"""The longest pause of an endpoint after a 429, in seconds, whatever its ``Retry-After``
+asked (`Limits.max_pause`)."""
+
+DEFAULT_DEMOTE_RUNS: Final = 3
+"""How many distinct runs must each see an output mode ignored before a run store demotes
+it for every run (`Limits.demote_after_runs`)."""
 
 WaitReason = Literal["max_concurrent", "requests_per_minute", "tokens_per_minute", "retry_after"]
 
@@ -128,6 +137,8 @@ class Limits(BaseModel):
             requests_per_minute: 60
             tokens_per_minute: 20000
         capability_expiry: 7d
+        max_pause: 5m
+        demote_after_runs: 3
         projects:
           - name: team-a
             max_runs_in_flight: 4
@@ -141,12 +152,20 @@ class Limits(BaseModel):
         projects: the limited projects (durable runs only: their workers hold them).
         capability_expiry: how long a run store keeps what an endpoint taught the
             structured-output ladder (seconds, or ``30m``, ``12h``, ``7d``, ``2w``).
+        max_pause: the longest pause of an endpoint after a 429, whatever its
+            ``Retry-After`` asked (5 minutes by default; ``0``: a 429 pauses no other
+            call, each call only waits out its own retry).
+        demote_after_runs: how many distinct runs must each see an output mode ignored
+            (answered in prose, twice in a row) before a run store demotes that mode for
+            every run; a mode the server refuses on the wire is demoted at once.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     endpoints: tuple[EndpointLimit, ...] = ()
     capability_expiry: float = DEFAULT_CAPABILITY_EXPIRY
+    max_pause: float = Field(default=DEFAULT_MAX_PAUSE, ge=0)
+    demote_after_runs: int = Field(default=DEFAULT_DEMOTE_RUNS, ge=1, le=1000)
     projects: tuple[ProjectLimit, ...] = ()
 
     @field_validator("projects")
@@ -158,7 +177,7 @@ class Limits(BaseModel):
             raise ValueError(f"project {twice[0]!r} has two entries: give it one")
         return value
 
-    @field_validator("capability_expiry", mode="before")
+    @field_validator("capability_expiry", "max_pause", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> float:
         from minions._duration import duration_seconds
@@ -313,10 +332,20 @@ class EndpointLimiter(ABC):
         for rule, ticket in permit.tickets:
             self._release(rule, ticket, used)
 
-    def pause(self, endpoint: EndpointKey, seconds: float) -> None:
-        """Send no call to `endpoint` for `seconds` (it answered 429 with ``Retry-After``)."""
+    def pause(self, endpoint: EndpointKey, seconds: Any, *, by: str | None = None) -> float:
+        """Send no call to `endpoint` for `seconds` (it answered 429 with ``Retry-After``),
+        at most `Limits.max_pause`; `by`: the run that was told (kept with the pause). A
+        hint that is no number of seconds (NaN, infinite, negative, not a number) pauses
+        nothing. How long the pause is (0: none)."""
+        hint = pause_hint(seconds)
+        if hint is None:
+            return 0.0
+        held = min(hint, self.limits.max_pause)
+        if held <= 0:
+            return 0.0
         for rule in self.rules(endpoint):
-            self._pause(rule, seconds)
+            self._pause(rule, held, by=by, asked=hint)
+        return held
 
     @abstractmethod
     async def _acquire(self, rule: EndpointLimit, tokens: int, on_wait: OnWait | None) -> Any:
@@ -327,8 +356,23 @@ class EndpointLimiter(ABC):
         """Give back the place `ticket` of `rule`, whose call cost `tokens`."""
 
     @abstractmethod
-    def _pause(self, rule: EndpointLimit, seconds: float) -> None:
-        """Hold every call under `rule` for `seconds`."""
+    def _pause(self, rule: EndpointLimit, seconds: float, *, by: str | None, asked: float) -> None:
+        """Hold every call under `rule` for `seconds` (capped already: the endpoint `asked`
+        for that many), as `by` (a run) was told."""
+
+
+def pause_hint(value: Any) -> float | None:
+    """A 429's wait in seconds as a pause may use it: a finite, non-negative number (a
+    negative one is 0), else ``None`` (NaN, infinite, a bool, a string)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    if not math.isfinite(seconds):
+        return None
+    return max(seconds, 0.0)
 
 
 @dataclasses.dataclass
@@ -500,7 +544,7 @@ class LocalLimiter(EndpointLimiter):
             ticket.tokens = tokens  # corrected in the window it still counts in
         self._turns.wake(rule.match)
 
-    def _pause(self, rule: EndpointLimit, seconds: float) -> None:
+    def _pause(self, rule: EndpointLimit, seconds: float, *, by: str | None, asked: float) -> None:
         with self._lock:
             state = self._endpoint(rule.match)
             state.paused_until = max(state.paused_until, self.clock() + seconds)

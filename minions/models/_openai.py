@@ -367,7 +367,7 @@ class OpenAIChatModel(Model):
             try:
                 completion = await self._send(shaped, on_token, rung=mode)
             except _RungRejected as rejected:
-                memory.reject(self._key, mode)
+                memory.reject(self._key, mode, detail=str(rejected.error)[:300])
                 demoted.append(self._demoted(mode, f"the server refused it: {rejected.error}"))
                 if mode == rungs[-1]:
                     rejected.error.demoted = tuple(demoted)
@@ -383,13 +383,13 @@ class OpenAIChatModel(Model):
                     if isinstance(exc, ModelOutputError)
                     else ModelOutputError(str(exc), usage=usage, mode=mode)
                 )
-                if _ignored(exc, completion, mode) and memory.ignored(self._key, mode):
+                # Forced with tools of the step's own offered too, a `tool` answered in
+                # prose: the endpoint ignores tools altogether (llama.cpp without a tool
+                # template).
+                also = ("tools",) if mode == "tool" and "tools" in request else ()
+                if _ignored(exc, completion, mode) and memory.ignored(self._key, mode, also=also):
                     reason = f"{memory.demote_after} answers in a row ignored it"
                     demoted.append(self._demoted(mode, reason))
-                    if mode == "tool" and "tools" in request:
-                        # Forced with tools of the step's own offered too: the endpoint
-                        # ignores tools altogether (llama.cpp without a tool template).
-                        memory.reject(self._key, "tools")
                 error.demoted = tuple(demoted)
                 raise error from None
             response = self._response(completion, message, usage)
@@ -407,7 +407,7 @@ class OpenAIChatModel(Model):
         return ModeDemotion(mode=mode, reason=reason, base_url=base_url)
 
     def _ladder(self, with_tools: bool) -> tuple[OutputMode, ...]:
-        if not with_tools or "tools" in self.capabilities.rejected(self._key):
+        if not with_tools or self.capabilities.refuses(self._key, "tools"):
             # An endpoint that ignores tools cannot call the step's tools either: native JSON,
             # which would forbid tool calls, costs nothing there.
             return self.output_modes
@@ -473,7 +473,7 @@ class OpenAIChatModel(Model):
             if "stream_options" not in kwargs or not _rejects(exc, "stream_options"):
                 raise
             # Usage in streams is an extension some servers refuse: stream without it.
-            self.capabilities.reject(self._key, "stream_options")
+            self.capabilities.reject(self._key, "stream_options", detail=server_message(exc))
             del kwargs["stream_options"]
             stream = await create(**kwargs)
         accumulator = StreamAccumulator()

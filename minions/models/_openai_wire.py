@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import re
 import time
 import uuid
@@ -258,27 +259,37 @@ class StreamAccumulator:
 
 
 def retry_after(headers: Any) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date):
+    never negative (a date in the past is 0), ``None`` when neither says a finite number
+    (``inf``, ``NaN``, garbage, a date no calendar has)."""
     if headers is None:
         return None
-    millis = headers.get("retry-after-ms")
+    millis = _seconds(headers.get("retry-after-ms"))
     if millis is not None:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
+        return millis / 1000
     value = headers.get("retry-after")
     if value is None:
         return None
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
     try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        when = email.utils.parsedate_to_datetime(str(value)[:200])
+        return max(when.timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError, OverflowError, IndexError, OSError):
         return None
-    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _seconds(value: Any) -> float | None:
+    """A header's finite, non-negative number (a negative one is 0), or ``None``."""
+    text = None if value is None else str(value).strip()
+    if not text or len(text) > 100:  # no number of seconds is that long
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return max(number, 0.0) if math.isfinite(number) else None
 
 
 def server_message(error: Any) -> str:

@@ -12,7 +12,10 @@ Three modes (rungs), strongest first:
 A rung the endpoint refuses (HTTP 400 naming the feature) is remembered per (base URL, model)
 in the model's `CapabilityMemory`, and the next rung is tried at once; a rung the endpoint
 accepts but ignores (prose instead of JSON) is re-asked, and demoted only when that happens
-`CapabilityMemory.demote_after` (`IGNORED_BEFORE_DEMOTION`, 2) times in a row.
+`CapabilityMemory.demote_after` (`IGNORED_BEFORE_DEMOTION`, 2) times in a row. Within a run
+(`LEARNING_RUN`), such a demotion is the run's own until `CapabilityMemory.demote_runs`
+distinct runs saw it: one run's prompt that makes a model answer prose does not demote the
+mode for the others.
 
 For pydantic models, instructor shapes the request of the ``json_schema`` and ``tool`` rungs,
 through the public names of `instructor.v2`; a raw JSON Schema, or a model instructor cannot
@@ -25,13 +28,17 @@ re-asked with.
 from __future__ import annotations
 
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, get_args
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from minions._log import warn
 from minions._messages import OutputMode
 from minions._output import extract_json
 from minions.errors import OutputValidationError
+from minions.models._learning import LEARNING_RUN
 
 if TYPE_CHECKING:
     from minions._messages import Message
@@ -58,6 +65,22 @@ IGNORED_BEFORE_DEMOTION: Final = 2
 """How many answers in a row that ignore a mode (``json_schema`` answered with prose) demote
 it, unless a `CapabilityMemory` says otherwise; one such answer is re-asked in the same mode."""
 
+_RUNS_KEPT: Final = 1024
+"""The runs whose own demotions a memory keeps (the oldest are forgotten first)."""
+
+Cause = Literal["refused", "ignored"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """Why an endpoint's feature is refused: the server `refused` it on the wire (HTTP 400
+    naming it), or answers of several `runs` `ignored` it; `since` (Unix seconds)."""
+
+    cause: Cause
+    since: float
+    runs: tuple[str, ...] = ()
+    detail: str = ""
+
 
 class CapabilityMemory:
     """What endpoints were found to refuse, and which structured-output mode last worked.
@@ -78,26 +101,49 @@ class CapabilityMemory:
     worker and later run. Safe to share between threads and event loops: writes take a
     lock, and each entry a read sees is replaced whole.
 
+    Answers that ignore a mode within a run (`LEARNING_RUN` set by the step loop) demote it
+    for that run at once, and for every run once `demote_runs` distinct runs did so (each
+    run a strike); a refusal on the wire is every run's at once. What each refusal rests on
+    is kept (`evidence`).
+
     Args:
         demote_after: how many answers in a row that ignore a mode demote it (at least 1;
             `IGNORED_BEFORE_DEMOTION`, 2, by default).
+        demote_runs: how many distinct runs must each have had a mode demoted that way
+            before it is demoted for every run (at least 1; 1 by default: a model's own
+            memory learns from its own calls).
+        clock: the time in seconds of the evidence (`time.time`).
 
     Raises:
-        ValueError: `demote_after` is below 1.
+        ValueError: `demote_after` or `demote_runs` is below 1.
     """
 
-    def __init__(self, *, demote_after: int = IGNORED_BEFORE_DEMOTION) -> None:
-        if isinstance(demote_after, bool) or not isinstance(demote_after, int) or demote_after < 1:
-            raise ValueError(
-                f"demote_after must be a whole number of at least 1, not {demote_after!r}"
-            )
+    def __init__(
+        self,
+        *,
+        demote_after: int = IGNORED_BEFORE_DEMOTION,
+        demote_runs: int = 1,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        for name, value in (("demote_after", demote_after), ("demote_runs", demote_runs)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
         self.demote_after: Final = demote_after
+        self.demote_runs: Final = demote_runs
+        self.clock = clock
         self._rejected: dict[EndpointKey, frozenset[str]] = {}
+        self._evidence: dict[EndpointKey, dict[str, Evidence]] = {}
         self._worked: dict[EndpointKey, OutputMode] = {}
-        self._ignored: dict[tuple[EndpointKey, OutputMode], int] = {}
+        self._ignored: dict[tuple[EndpointKey, OutputMode, str | None], int] = {}
+        self._strikes: dict[tuple[EndpointKey, OutputMode], dict[str, float]] = {}
+        self._own: OrderedDict[tuple[str, EndpointKey], frozenset[str]] = OrderedDict()
+        """Features demoted for one run only (its answers ignored them)."""
         self._lock = threading.Lock()
         self.on_change: Callable[[EndpointKey], None] | None = None
         """Told the endpoint whose refusals or working mode just changed (`learned`)."""
+        self.on_strike: Callable[[EndpointKey, OutputMode, str], None] | None = None
+        """Told a run whose answers demoted a mode for itself (a store counts the runs of
+        every worker, and calls `demote` when enough agree)."""
 
     def _changed(self, key: EndpointKey) -> None:
         if self.on_change is not None:
@@ -107,54 +153,104 @@ class CapabilityMemory:
         """What is known of `key`: the features it refused, and the mode that last worked."""
         return self._rejected.get(key, frozenset()), self._worked.get(key)
 
-    def load(self, known: Mapping[EndpointKey, tuple[frozenset[str], OutputMode | None]]) -> None:
+    def evidence(self, key: EndpointKey) -> dict[str, Evidence]:
+        """Why each feature `key` refused is refused (features learned without evidence, by
+        a store of before, have none)."""
+        return dict(self._evidence.get(key, {}))
+
+    def load(
+        self,
+        known: Mapping[EndpointKey, tuple[frozenset[str], OutputMode | None]],
+        evidence: Mapping[EndpointKey, Mapping[str, Evidence]] | None = None,
+    ) -> None:
         """Replace what was learned with `known` (a store's: endpoints it does not name are
-        forgotten); the counts of ignored answers stay."""
+        forgotten) and its `evidence`; the counts of ignored answers and each run's own
+        demotions stay."""
         with self._lock:
             self._rejected = {key: rejected for key, (rejected, _) in known.items() if rejected}
             self._worked = {key: worked for key, (_, worked) in known.items() if worked}
+            self._evidence = {
+                key: {f: e for f, e in (evidence or {}).get(key, {}).items() if f in rejected}
+                for key, rejected in self._rejected.items()
+            }
 
     def rejected(self, key: EndpointKey) -> frozenset[str]:
-        """The features `key` refused so far."""
+        """The features `key` refused so far (for every run)."""
         return self._rejected.get(key, frozenset())
 
-    def reject(self, key: EndpointKey, feature: str) -> None:
-        """Remember that `key` does not support `feature`."""
+    def reject(self, key: EndpointKey, feature: str, *, detail: str = "") -> None:
+        """Remember that `key` does not support `feature`: the server refused it (`detail`:
+        what it said)."""
+        self.demote(key, feature, Evidence(cause="refused", since=self.clock(), detail=detail))
+
+    def demote(self, key: EndpointKey, feature: str, evidence: Evidence) -> None:
+        """Refuse `feature` of `key` for every run, on `evidence`."""
         if feature in self.rejected(key):
             return
         with self._lock:
             self._rejected[key] = self.rejected(key) | {feature}
+            self._evidence.setdefault(key, {})[feature] = evidence
         self._changed(key)
 
-    def ignored(self, key: EndpointKey, mode: OutputMode) -> bool:
+    def ignored(self, key: EndpointKey, mode: OutputMode, *, also: Iterable[str] = ()) -> bool:
         """Count an answer of `key` that ignored `mode`; true when that demotes `mode` (the
-        `demote_after`-th in a row), which is then refused."""
+        `demote_after`-th in a row), with the features `also`: for this run only (its
+        `LEARNING_RUN`) until `demote_runs` distinct runs did so, then for every run."""
+        run = LEARNING_RUN.get()
+        features = frozenset({mode, *also})
         with self._lock:
-            count = self._ignored.get((key, mode), 0) + 1
-            self._ignored[(key, mode)] = count
+            count = self._ignored.get((key, mode, run), 0) + 1
+            self._ignored[(key, mode, run)] = count
             if count < self.demote_after:
                 return False
-            self._rejected[key] = self._rejected.get(key, frozenset()) | {mode}
-        self._changed(key)
+            if run is not None:
+                own = (run, key)
+                self._own[own] = self._own.get(own, frozenset()) | features
+                self._own.move_to_end(own)
+                while len(self._own) > _RUNS_KEPT:
+                    self._own.popitem(last=False)
+                strikes = self._strikes.setdefault((key, mode), {})
+                strikes.setdefault(run, self.clock())
+                runs = tuple(strikes)
+            else:
+                runs = ()
+        if run is not None and self.on_strike is not None:
+            self.on_strike(key, mode, run)
+        if run is None or len(runs) >= self.demote_runs:
+            since = self.clock() if run is None else min(self._strikes[(key, mode)].values())
+            evidence = Evidence(cause="ignored", since=since, runs=runs)
+            for feature in sorted(features):
+                self.demote(key, feature, evidence)
         return True
 
     def ladder(self, key: EndpointKey, preferred: Sequence[OutputMode]) -> tuple[OutputMode, ...]:
-        """The rungs of `preferred` that `key` has not refused; never empty (the last rung
-        is always worth a try)."""
-        rejected = self._rejected.get(key)
+        """The rungs of `preferred` that `key` has not refused (for every run, or for the
+        run learning now); never empty (the last rung is always worth a try)."""
+        rejected = self._rejected.get(key, frozenset())
+        run = LEARNING_RUN.get()
+        if run is not None and self._own:
+            rejected = rejected | self._own.get((run, key), frozenset())
         if not rejected:
             return tuple(preferred)
         rungs = tuple(mode for mode in preferred if mode not in rejected)
         return rungs or (preferred[-1],)
 
+    def refuses(self, key: EndpointKey, feature: str) -> bool:
+        """Whether `feature` of `key` is refused for every run or for the run learning now."""
+        if feature in self._rejected.get(key, frozenset()):
+            return True
+        run = LEARNING_RUN.get()
+        return run is not None and feature in self._own.get((run, key), frozenset())
+
     def record(self, key: EndpointKey, mode: OutputMode) -> None:
         """Remember that `mode` produced valid output for `key` (which also ends a run of
         answers that ignored it)."""
-        if self._worked.get(key) != mode or (key, mode) in self._ignored:
+        counted = (key, mode, LEARNING_RUN.get())
+        if self._worked.get(key) != mode or counted in self._ignored:
             changed = self._worked.get(key) != mode
             with self._lock:
                 self._worked[key] = mode
-                self._ignored.pop((key, mode), None)
+                self._ignored.pop(counted, None)
             if changed:
                 self._changed(key)
 
@@ -167,13 +263,21 @@ class CapabilityMemory:
         with self._lock:
             if key is None:
                 self._rejected.clear()
+                self._evidence.clear()
                 self._worked.clear()
                 self._ignored.clear()
+                self._strikes.clear()
+                self._own.clear()
             else:
                 self._rejected.pop(key, None)
+                self._evidence.pop(key, None)
                 self._worked.pop(key, None)
                 for entry in [e for e in self._ignored if e[0] == key]:
                     del self._ignored[entry]
+                for strike in [e for e in self._strikes if e[0] == key]:
+                    del self._strikes[strike]
+                for own in [e for e in self._own if e[1] == key]:
+                    del self._own[own]
 
 
 def check_modes(modes: Iterable[str]) -> tuple[OutputMode, ...]:

@@ -25,7 +25,7 @@ from minions.runs import _extra  # noqa: F401 (first: it names a missing package
 from minions.runs._approvals import ApprovalRecord
 from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
-from minions.runs._endpoints import EndpointRecord
+from minions.runs._endpoints import EndpointPause, EndpointRecord, Lesson
 from minions.runs._evals import EvalRecord
 from minions.runs._fleet import EndpointLoad, FleetState
 from minions.runs._keys import ROLES, KeyRecord, Role
@@ -47,12 +47,14 @@ __all__ = [
     "STATUSES",
     "ApprovalRecord",
     "EndpointLoad",
+    "EndpointPause",
     "EndpointRecord",
     "EvalRecord",
     "EventLog",
     "FleetState",
     "KeyRecord",
     "History",
+    "Lesson",
     "LiveHub",
     "PruneResult",
     "Role",

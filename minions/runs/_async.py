@@ -26,7 +26,7 @@ import sqlalchemy as sa
 import structlog
 
 from minions.errors import StoreError
-from minions.runs._db import Database, describe, detail
+from minions.runs._db import DamagedStoreError, Database, damage, describe, detail
 
 __all__: list[str] = []
 
@@ -103,6 +103,11 @@ class AsyncDatabase:
             try:
                 result = await loop.run_in_executor(self._pool, bound)
             except Exception as exc:
+                damaged = damage(exc)
+                if damaged is not None:
+                    raise DamagedStoreError(
+                        f"the run store {describe(self.url)} is damaged: {damaged}"
+                    ) from None
                 if not transient(exc):
                     raise
                 if not retried and _dropped(exc):

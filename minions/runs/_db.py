@@ -129,10 +129,11 @@ class Database:
                     meta_table.insert().values(key="schema_version", value=str(SCHEMA_VERSION))
                 )
                 return
-            version = int(
+            version = _schema_version(
+                self.url,
                 db.execute(
                     sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
-                ).scalar_one()
+                ).all(),
             )
             if version > SCHEMA_VERSION:
                 raise StoreError(
@@ -223,9 +224,60 @@ def dumps(value: Any) -> str:
     return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":"))
 
 
-def loads(text: str | None, default: Any = None) -> Any:
-    """The value of a JSON column (`default` for NULL)."""
-    return default if text is None else json.loads(text)
+def loads(text: str | None, default: Any = None, *, what: str = "a stored value") -> Any:
+    """The value of a JSON column (`default` for NULL).
+
+    Raises:
+        DamagedStoreError: the column holds text that is not JSON (`what` names it).
+    """
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise DamagedStoreError(f"{what}: not JSON ({exc})") from None
+
+
+class DamagedStoreError(StoreError):
+    """A row of the store holds what minions never writes (changed by hand, or by a disk
+    that failed): the message names it."""
+
+
+def damage(exc: BaseException) -> str | None:
+    """What `exc` says is damaged in the store (``None``: it is no damage): a JSON column
+    that is not JSON, a file SQLite cannot read as its own."""
+    if isinstance(exc, DamagedStoreError):
+        return str(exc)
+    if isinstance(exc, json.JSONDecodeError):
+        return f"a stored value is not JSON ({exc})"
+    if isinstance(exc, sa.exc.DatabaseError):
+        said = detail(exc)
+        if any(
+            sign in said
+            for sign in ("malformed", "not a database", "Could not decode", "file is encrypted")
+        ):
+            return said
+    return None
+
+
+def _schema_version(url: str, rows: Sequence[Any]) -> int:
+    """The store's schema version, from its meta rows.
+
+    Raises:
+        DamagedStoreError: there is none, or it is not a whole number.
+    """
+    if len(rows) != 1:
+        raise DamagedStoreError(
+            f"the run store {describe(url)!r} is damaged: minions_meta has no schema_version"
+        )
+    value = rows[0][0]
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise DamagedStoreError(
+            f"the run store {describe(url)!r} is damaged: its schema_version {str(value)[:40]!r} "
+            "is not a whole number"
+        ) from None
 
 
 def sqlalchemy_url(url: str) -> str:

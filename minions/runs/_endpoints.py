@@ -1,6 +1,7 @@
 """The endpoints' tables: the places of limited model endpoints shared by every worker of a
 store (gates, calls in flight, the line of waiters), and what each endpoint taught the
-structured-output ladder (`EndpointRecord`).
+structured-output ladder (`EndpointRecord`, with its evidence: `Lesson`); a 429's pause of an
+endpoint, bounded and attributed (`EndpointPause`).
 
 Taking a place is one transaction that writes first (it locks the endpoint's gate row: on
 SQLite the write lock, on Postgres the row lock), so takers of one endpoint take turns over
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import sqlalchemy as sa
 
@@ -21,6 +22,7 @@ from minions._messages import OutputMode
 from minions.runs._db import Database
 from minions.runs._tables import (
     capabilities_table,
+    capability_strikes_table,
     endpoint_calls_table,
     endpoint_gates_table,
     endpoint_waiters_table,
@@ -28,10 +30,12 @@ from minions.runs._tables import (
 
 if TYPE_CHECKING:
     from minions.models._limits import EndpointLimit, EndpointWait
+    from minions.models._structured import Evidence
 
-__all__ = ["EndpointRecord"]
+__all__ = ["EndpointPause", "EndpointRecord", "Lesson"]
 
 calls, gates, waiters = endpoint_calls_table, endpoint_gates_table, endpoint_waiters_table
+strikes = capability_strikes_table
 
 
 def _lock_gate(db: sa.Connection, database: Database, match: str) -> None:
@@ -54,10 +58,12 @@ def take(
     now: float,
     lease: float,
     line_ttl: float,
+    max_pause: float = float("inf"),
 ) -> EndpointWait | None:
     """Take a place under `rule` for the call `ticket` (``None``), or say why it waits (it
     stays in line, seen now). A taken place is in flight until `lease` seconds from `now`
-    unless renewed (`renew`)."""
+    unless renewed (`renew`). A pause holds at most `max_pause` seconds from when it was set
+    (a worker whose limits allow less obeys its own bound)."""
     # Loaded by a worker with limits only (a store that lists endpoints needs none of it).
     from minions.models._limits import WINDOW, blocked
 
@@ -108,9 +114,11 @@ def take(
                 sa.func.min(calls.c.started_at),
             ).where(calls.c.endpoint == match, calls.c.started_at > now - WINDOW)
         ).one()
-        paused_until = db.execute(
-            sa.select(gates.c.paused_until).where(gates.c.endpoint == match)
-        ).scalar_one()
+        paused_until, paused_at = db.execute(
+            sa.select(gates.c.paused_until, gates.c.paused_at).where(gates.c.endpoint == match)
+        ).one()
+        if paused_at is not None:
+            paused_until = min(paused_until, paused_at + max_pause)
         # The callers ahead go first: this one may go now only if there is room for them too.
         wait = blocked(
             rule,
@@ -161,14 +169,85 @@ def renew(database: Database, tickets: list[str], until: float) -> None:
         )
 
 
-def pause(database: Database, match: str, until: float) -> None:
-    """Send no call under the entry `match` before `until` (a 429's ``Retry-After``)."""
+def pause(
+    database: Database,
+    match: str,
+    until: float,
+    *,
+    by: str | None = None,
+    asked: float | None = None,
+    now: float | None = None,
+) -> None:
+    """Send no call under the entry `match` before `until` (a 429's ``Retry-After``, capped
+    by the caller): set at `now` by the run `by`, the endpoint having `asked` for that many
+    seconds. A later pause that ends sooner changes nothing."""
     with database.begin() as db:
         _lock_gate(db, database, match)
         db.execute(
             gates.update()
             .where(gates.c.endpoint == match, gates.c.paused_until < until)
-            .values(paused_until=until)
+            .values(paused_until=until, paused_by=by, paused_at=now, pause_asked=asked)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointPause:
+    """A limited endpoint paused after a 429, as the store keeps it (`RunStore.pauses`).
+
+    Attributes:
+        endpoint: the entry of the limits it holds (its ``match``), without credentials.
+        until: no call under it goes before this (Unix seconds).
+        paused_at: when it was set (``None``: a store of before schema 9).
+        paused_by: the run whose call was answered 429 (``None``: not a durable run's).
+        asked: the seconds the endpoint's ``Retry-After`` asked (the pause is at most the
+            limits' `max_pause` of the worker that set it).
+    """
+
+    endpoint: str
+    until: float
+    paused_at: float | None
+    paused_by: str | None
+    asked: float | None
+
+
+def pauses(database: Database, *, now: float) -> list[EndpointPause]:
+    """The endpoints paused at `now`."""
+    from minions._text import redact_url
+
+    with database.read() as db:
+        rows = db.execute(
+            sa.select(gates).where(gates.c.paused_until > now).order_by(gates.c.endpoint)
+        ).all()
+    return [
+        EndpointPause(
+            endpoint=redact_url(row.endpoint),
+            until=float(row.paused_until),
+            paused_at=row.paused_at,
+            paused_by=row.paused_by,
+            asked=row.pause_asked,
+        )
+        for row in rows
+    ]
+
+
+def lift_pauses(database: Database, base_url: str, model: str | None, *, now: float) -> int:
+    """Lift the pauses that hold calls to the endpoint (to every model it serves when
+    `model` is ``None``; to `model`: the base URL's entry and the model's own); how many
+    were in force."""
+    if model is None:
+        which = sa.or_(
+            gates.c.endpoint == base_url,
+            gates.c.endpoint.startswith(f"{base_url}#", autoescape=True),
+        )
+    else:
+        which = gates.c.endpoint.in_([base_url, f"{base_url}#{model}"])
+    with database.begin() as db:
+        return int(
+            db.execute(
+                gates.update()
+                .where(which, gates.c.paused_until > now)
+                .values(paused_until=0.0, paused_by=None, paused_at=None, pause_asked=None)
+            ).rowcount
         )
 
 
@@ -186,6 +265,32 @@ class Capability:
     worked: OutputMode | None
     """The mode that last produced valid output."""
     learned_at: float
+    evidence: dict[str, Evidence]
+    """Why each refused feature is refused (none for a lesson of before schema 9)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lesson:
+    """Why an endpoint's feature is refused for every run, and since when.
+
+    Attributes:
+        feature: a rung of the ladder (``json_schema``, ``tool``), ``tools`` or
+            ``stream_options``.
+        cause: ``refused``: the server refused it on the wire (HTTP 400 naming it);
+            ``ignored``: answers of several runs ignored it (prose, twice in a row each);
+            ``unknown``: learned by a minions that kept no evidence.
+        since: when (Unix seconds; for ``ignored``, the first of the runs).
+        runs: for ``ignored``, the runs whose answers ignored it.
+        detail: for ``refused``, what the server said.
+        expires_at: after this it is learned again.
+    """
+
+    feature: str
+    cause: Literal["refused", "ignored", "unknown"]
+    since: float
+    runs: tuple[str, ...]
+    detail: str
+    expires_at: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,25 +308,81 @@ class EndpointRecord:
     learned_at: float
     expires_at: float
     """After this it is learned again."""
+    lessons: tuple[Lesson, ...] = ()
+    """Why each of `rejected` is refused, and since when."""
 
 
 def learned(database: Database, *, expiry: float, now: float) -> list[EndpointRecord]:
     """What endpoints taught within `expiry` seconds before `now`, as shown."""
-    return [
-        EndpointRecord(
-            base_url=c.base_url,
-            model=c.model,
-            rejected=tuple(sorted(c.rejected)),
-            output_mode=c.worked,
-            learned_at=c.learned_at,
-            expires_at=c.learned_at + expiry,
+    found = []
+    for c in capabilities(database, since=now - expiry):
+        lessons = []
+        for feature in sorted(c.rejected):
+            why = c.evidence.get(feature)
+            since = c.learned_at if why is None else why.since
+            lessons.append(
+                Lesson(
+                    feature=feature,
+                    cause="unknown" if why is None else why.cause,
+                    since=since,
+                    runs=() if why is None else why.runs,
+                    detail="" if why is None else why.detail,
+                    expires_at=since + expiry,
+                )
+            )
+        found.append(
+            EndpointRecord(
+                base_url=c.base_url,
+                model=c.model,
+                rejected=tuple(sorted(c.rejected)),
+                output_mode=c.worked,
+                learned_at=c.learned_at,
+                expires_at=c.learned_at + expiry,
+                lessons=tuple(lessons),
+            )
         )
-        for c in capabilities(database, since=now - expiry)
-    ]
+    return found
+
+
+def _evidence(text: str | None) -> dict[str, Evidence]:
+    """A row's evidence; what cannot be read (a damaged row) is no evidence."""
+    from minions.models._structured import Evidence
+
+    try:
+        data = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    found: dict[str, Evidence] = {}
+    if not isinstance(data, dict):
+        return found
+    for feature, why in data.items():
+        try:
+            cause = why["cause"]
+            if cause not in ("refused", "ignored"):
+                continue
+            found[str(feature)] = Evidence(
+                cause=cause,
+                since=float(why["since"]),
+                runs=tuple(str(run) for run in why.get("runs", ()))[:100],
+                detail=str(why.get("detail", ""))[:500],
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return found
+
+
+def _rejected(text: str) -> frozenset[str]:
+    """A row's refused features; a damaged row refuses nothing."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return frozenset()
+    return frozenset(str(f) for f in data) if isinstance(data, list) else frozenset()
 
 
 def capabilities(database: Database, *, since: float) -> list[Capability]:
-    """What endpoints taught, learned after `since` (older entries have expired)."""
+    """What endpoints taught, learned after `since` (older entries, and older lessons of an
+    entry, have expired)."""
     with database.read() as db:
         rows = db.execute(
             sa.select(capabilities_table)
@@ -229,16 +390,23 @@ def capabilities(database: Database, *, since: float) -> list[Capability]:
             .order_by(capabilities_table.c.base_url, capabilities_table.c.model)
         ).all()
     modes = get_args(OutputMode)
-    return [
-        Capability(
-            base_url=row.base_url,
-            model=row.model,
-            rejected=frozenset(json.loads(row.rejected)),
-            worked=row.worked if row.worked in modes else None,
-            learned_at=row.learned_at,
+    found = []
+    for row in rows:
+        evidence = _evidence(row.evidence)
+        rejected = frozenset(
+            f for f in _rejected(row.rejected) if f not in evidence or evidence[f].since > since
         )
-        for row in rows
-    ]
+        found.append(
+            Capability(
+                base_url=row.base_url,
+                model=row.model,
+                rejected=rejected,
+                worked=row.worked if row.worked in modes else None,
+                learned_at=row.learned_at,
+                evidence={f: e for f, e in evidence.items() if f in rejected},
+            )
+        )
+    return found
 
 
 def save_capability(
@@ -247,9 +415,25 @@ def save_capability(
     rejected: frozenset[str],
     worked: OutputMode | None,
     now: float,
+    evidence: dict[str, Evidence] | None = None,
 ) -> None:
-    """Keep what `key` (base URL, model) taught."""
-    values = {"rejected": json.dumps(sorted(rejected)), "worked": worked, "learned_at": now}
+    """Keep what `key` (base URL, model) taught, and why."""
+    values = {
+        "rejected": json.dumps(sorted(rejected)),
+        "worked": worked,
+        "learned_at": now,
+        "evidence": json.dumps(
+            {
+                feature: {
+                    "cause": why.cause,
+                    "since": why.since,
+                    "runs": list(why.runs),
+                    "detail": why.detail,
+                }
+                for feature, why in sorted((evidence or {}).items())
+            }
+        ),
+    }
     where = (capabilities_table.c.base_url == key[0]) & (capabilities_table.c.model == key[1])
     with database.begin() as db:
         if not db.execute(capabilities_table.update().where(where).values(**values)).rowcount:
@@ -260,11 +444,33 @@ def save_capability(
             )
 
 
+def strike(
+    database: Database, key: tuple[str, str], mode: str, run_id: str, *, now: float, since: float
+) -> dict[str, float]:
+    """The run `run_id` saw `mode` of `key` ignored (its own demotion): kept once per run;
+    the runs that did so after `since`, with when (older strikes are dropped)."""
+    where = (strikes.c.base_url == key[0]) & (strikes.c.model == key[1]) & (strikes.c.mode == mode)
+    with database.begin() as db:
+        db.execute(
+            database.insert_ignoring_conflicts(
+                strikes,
+                {"base_url": key[0], "model": key[1], "mode": mode, "run_id": run_id, "at": now},
+            )
+        )
+        db.execute(strikes.delete().where(where, strikes.c.at <= since))
+        rows = db.execute(sa.select(strikes.c.run_id, strikes.c.at).where(where)).all()
+    return {row.run_id: float(row.at) for row in rows}
+
+
 def forget_capabilities(database: Database, base_url: str, model: str | None) -> int:
     """Forget what the endpoint taught (every model it serves when `model` is ``None``);
     how many endpoints were forgotten."""
     where = capabilities_table.c.base_url == base_url
+    struck = strikes.c.base_url == base_url
     if model is not None:
         where = where & (capabilities_table.c.model == model)
+        struck = struck & (strikes.c.model == model)
     with database.begin() as db:
-        return int(db.execute(capabilities_table.delete().where(where)).rowcount)
+        count = int(db.execute(capabilities_table.delete().where(where)).rowcount)
+        db.execute(strikes.delete().where(struck))
+        return count

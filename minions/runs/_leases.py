@@ -473,6 +473,8 @@ _CLAIM = sa.text(
     # millisecond of CPU to build and compile each time). Never the same holder again: a
     # second delivery of a run its holder runs already would fence out the execution in
     # flight after its effects.
+    # A run waiting for a person's decision is parked (held by nobody, its attempt not
+    # queued) until the decision queues it: no claim finds it `waiting` and undecided.
     "UPDATE minions_runs SET holder = :holder, epoch = epoch + 1, lease_until = :lease_until, "
     "status = 'running', executor_id = :executor_id, "
     "started_at = coalesce(started_at, :now), starts = starts + 1, finished_at = NULL, "

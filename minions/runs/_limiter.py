@@ -5,6 +5,7 @@ structured-output ladder (`StoreCapabilities`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import uuid
@@ -15,6 +16,7 @@ import structlog
 
 from minions.models import Model
 from minions.models._limits import (
+    DEFAULT_DEMOTE_RUNS,
     EndpointLimit,
     EndpointLimiter,
     EndpointWait,
@@ -24,7 +26,7 @@ from minions.models._limits import (
     Sleep,
     wait_for_change,
 )
-from minions.models._structured import CapabilityMemory
+from minions.models._structured import CapabilityMemory, Evidence, OutputMode
 from minions.runs import _endpoints as sql
 from minions.runs._async import AsyncDatabase
 
@@ -110,6 +112,7 @@ class StoreLimiter(EndpointLimiter):
                             now=now,
                             lease=self.lease,
                             line_ttl=max(10 * POLL[1], self.lease),
+                            max_pause=self.limits.max_pause,
                         )
                         if wait is None:
                             with self._held_lock:
@@ -137,9 +140,11 @@ class StoreLimiter(EndpointLimiter):
             # The callers of this process waiting for the place look again once it is free.
             task.add_done_callback(lambda _: self._turns.wake(rule.match))
 
-    def _pause(self, rule: EndpointLimit, seconds: float) -> None:
-        until = self.clock() + seconds
-        self._write(sql.pause, rule.match, until)
+    def _pause(self, rule: EndpointLimit, seconds: float, *, by: str | None, asked: float) -> None:
+        now = self.clock()
+        self._write(
+            functools.partial(sql.pause, by=by, asked=asked, now=now), rule.match, now + seconds
+        )
 
     def _write(self, fn: Callable[..., None], *args: Any) -> asyncio.Task[None] | None:
         """`fn(database, *args)` in the store, without making the caller wait for it: a
@@ -177,9 +182,15 @@ class StoreCapabilities:
     and every later run: a `CapabilityMemory` shared by the models of a worker, loaded from
     the store when a run starts (`refresh`) and written to it as it learns.
 
+    A refusal on the wire is every run's at once; a mode a run's answers ignored is that
+    run's own, and every run's once `demote_runs` distinct runs of any worker saw it ignored
+    within `expiry` (each run's strike is kept in the store).
+
     Args:
         database: the worker's store's database.
         expiry: seconds a lesson is kept; an older one is learned again.
+        demote_runs: the distinct runs whose answers must each ignore a mode before it is
+            demoted for every run (`Limits.demote_after_runs`).
         clock: the time in seconds (`time.time`).
     """
 
@@ -188,15 +199,18 @@ class StoreCapabilities:
         database: AsyncDatabase,
         *,
         expiry: float,
+        demote_runs: int = DEFAULT_DEMOTE_RUNS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.database = database
         self.expiry = expiry
         self.clock = clock
-        self.memory = CapabilityMemory()
+        self.memory = CapabilityMemory(demote_runs=demote_runs, clock=clock)
         self.memory.on_change = self._changed
+        self.memory.on_strike = self._struck
         self._dirty: set[tuple[str, str]] = set()
         self._flusher: asyncio.Task[None] | None = None
+        self._strikes: set[asyncio.Task[None]] = set()
 
     def _changed(self, key: tuple[str, str]) -> None:
         self._dirty.add(key)
@@ -206,28 +220,67 @@ class StoreCapabilities:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # learned outside an event loop: kept at once, blocking
             self._dirty.discard(key)
-            rejected, worked = self.memory.learned(key)
-            sql.save_capability(self.database.database, key, rejected, worked, self.clock())
+            sql.save_capability(self.database.database, key, *self._lesson(key))
             return
         self._flusher = loop.create_task(self._flush())
+
+    def _lesson(self, key: tuple[str, str]) -> tuple[Any, ...]:
+        rejected, worked = self.memory.learned(key)
+        return rejected, worked, self.clock(), self.memory.evidence(key)
 
     async def _flush(self) -> None:
         """Write the endpoints that changed, one at a time, each as it is when written (so
         the last write of an endpoint is its latest lesson)."""
         while self._dirty:
             key = self._dirty.pop()
-            rejected, worked = self.memory.learned(key)
             try:
-                await self.database.apply(sql.save_capability, key, rejected, worked, self.clock())
+                await self.database.apply(sql.save_capability, key, *self._lesson(key))
             except Exception:
                 log.exception("what an endpoint taught could not be kept", base_url=key[0])
 
-    async def refresh(self) -> None:
-        """Load what every worker learned (what this one is writing first)."""
+    def _struck(self, key: tuple[str, str], mode: OutputMode, run: str) -> None:
+        """A run's answers ignored `mode`: keep its strike, and demote the mode for every
+        run when enough runs of every worker struck it."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # outside a worker's loop: this process's own count decides
+        task = loop.create_task(self._strike(key, mode, run))
+        self._strikes.add(task)
+        task.add_done_callback(self._strikes.discard)
+
+    async def _strike(self, key: tuple[str, str], mode: OutputMode, run: str) -> None:
+        now = self.clock()
+        try:
+            runs = await self.database.apply(
+                sql.strike, key, mode, run, now=now, since=now - self.expiry
+            )
+        except Exception:
+            log.exception("a run's strike of an output mode could not be kept", base_url=key[0])
+            return
+        if len(runs) >= self.memory.demote_runs:
+            evidence = Evidence(
+                cause="ignored",
+                since=min(runs.values()),
+                runs=tuple(sorted(runs, key=lambda run: runs[run])),
+            )
+            self.memory.demote(key, mode, evidence)
+
+    async def settle(self) -> None:
+        """Wait for the strikes and lessons being written (for tests and an orderly stop)."""
+        while self._strikes:
+            await asyncio.gather(*list(self._strikes), return_exceptions=True)
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
+
+    async def refresh(self) -> None:
+        """Load what every worker learned (what this one is writing first)."""
+        await self.settle()
         known = await self.database.apply(sql.capabilities, since=self.clock() - self.expiry)
-        self.memory.load({(c.base_url, c.model): (c.rejected, c.worked) for c in known})
+        self.memory.load(
+            {(c.base_url, c.model): (c.rejected, c.worked) for c in known},
+            {(c.base_url, c.model): c.evidence for c in known},
+        )
 
 
 def share_capabilities(model: Any, memory: CapabilityMemory) -> None:

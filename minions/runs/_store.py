@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from minions.recipes._source import Located
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._diff import RunDiff
-    from minions.runs._endpoints import EndpointRecord
+    from minions.runs._endpoints import EndpointPause, EndpointRecord
     from minions.runs._evals import EvalRecord
     from minions.runs._fleet import FleetState
     from minions.runs._keys import KeyRecord
@@ -548,6 +548,24 @@ class RunStore:
 
         kept = DEFAULT_CAPABILITY_EXPIRY if expiry is None else expiry
         return await self._database.apply(_endpoints.learned, expiry=kept, now=time.time())
+
+    async def pauses(self) -> list[EndpointPause]:
+        """The limited endpoints paused now after a 429: until when, set by which run, and
+        what the endpoint asked (`minions endpoints list`)."""
+        from minions.runs import _endpoints
+
+        return await self._database.apply(_endpoints.pauses, now=time.time())
+
+    async def lift_pauses(self, base_url: str, model: str | None = None) -> int:
+        """Lift the pauses that hold calls to an endpoint (every model it serves when `model`
+        is ``None``; for `model`, the base URL's own pause too): its calls go again at once.
+        How many pauses were in force."""
+        from minions.models._limits import base_url as normalized
+        from minions.runs import _endpoints
+
+        return await self._database.apply(
+            _endpoints.lift_pauses, normalized(base_url), model, now=time.time()
+        )
 
     async def forget_endpoint(self, base_url: str, model: str | None = None) -> int:
         """Forget what an endpoint taught (every model it serves when `model` is ``None``):

@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
@@ -31,7 +31,9 @@ API keys' table (made on first use). 6: a schedule's overlap policy and lateness
 schedule, an eval: what a key of other projects never sees; a run parked by its project's
 limits). 8: approvals' deadlines (when an undecided call times out and what happens then,
 when it is escalated); a run waiting for a decision holds no worker (a `waiting` run with
-no holder)."""
+no holder). 9: an endpoint's pause says who set it, when, and what
+the endpoint asked (pauses of before, unbounded, are lifted); what an endpoint taught keeps
+its evidence, and the runs that saw an output mode ignored (a lesson of several runs)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -199,6 +201,11 @@ endpoint_gates_table = sa.Table(
     # first, so takers of one endpoint take turns; and a 429's pause.
     sa.Column("endpoint", sa.Text, primary_key=True),
     sa.Column("paused_until", sa.Float, nullable=False, default=0.0),
+    # Schema 9: the pause's run (the one told 429), when it was set, and the seconds the
+    # endpoint asked for (the pause is at most the limits' `max_pause`).
+    sa.Column("paused_by", sa.Text, nullable=True),
+    sa.Column("paused_at", sa.Float, nullable=True),
+    sa.Column("pause_asked", sa.Float, nullable=True),
 )
 endpoint_calls_table = sa.Table(
     "minions_endpoint_calls",
@@ -232,6 +239,20 @@ capabilities_table = sa.Table(
     sa.Column("rejected", sa.Text, nullable=False),
     sa.Column("worked", sa.Text, nullable=True),
     sa.Column("learned_at", sa.Float, nullable=False),
+    # Schema 9: why each refused feature is refused, since when, on which runs' evidence
+    # (JSON: feature -> {cause, since, runs, detail}).
+    sa.Column("evidence", sa.Text, nullable=True),
+)
+capability_strikes_table = sa.Table(
+    "minions_capability_strikes",
+    metadata,
+    # Schema 9: a run whose answers ignored an output mode (prose, twice in a row): the mode
+    # is demoted for every run once enough distinct runs did (`Limits.demote_after_runs`).
+    sa.Column("base_url", sa.Text, primary_key=True),
+    sa.Column("model", sa.Text, primary_key=True),
+    sa.Column("mode", sa.Text, primary_key=True),
+    sa.Column("run_id", sa.Text, primary_key=True),
+    sa.Column("at", sa.Float, nullable=False),
 )
 step_cache_table = sa.Table(
     "minions_step_cache",
@@ -407,6 +428,22 @@ def _to_8(db: sa.Connection) -> None:
         )
 
 
+def _to_9(db: sa.Connection) -> None:
+    """Schema 8 -> 9: an endpoint pause's run, moment and asked seconds (the pauses of
+    before, unbounded and unattributed, are lifted); a lesson's evidence (the strikes'
+    table is made by ``create_all``)."""
+    made = set(sa.inspect(db).get_table_names())
+    if "minions_endpoint_gates" in made:
+        _add_columns(
+            db,
+            "minions_endpoint_gates",
+            ["paused_by TEXT", "paused_at FLOAT", "pause_asked FLOAT"],
+        )
+        db.execute(sa.text("UPDATE minions_endpoint_gates SET paused_until = 0"))
+    if "minions_capabilities" in made:
+        _add_columns(db, "minions_capabilities", ["evidence TEXT"])
+
+
 MIGRATIONS: dict[int, Any] = {
     1: _to_2,
     2: _to_3,
@@ -415,5 +452,6 @@ MIGRATIONS: dict[int, Any] = {
     5: _to_6,
     6: _to_7,
     7: _to_8,
+    8: _to_9,
 }
 """Schema version n -> n+1 upgrades, each a function of a connection."""

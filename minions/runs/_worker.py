@@ -267,7 +267,11 @@ class Worker:
             deltas=self.deltas,
             lease=DEAD_AFTER,
             heartbeat=HEARTBEAT,
-            capabilities=StoreCapabilities(database, expiry=limits.capability_expiry),
+            capabilities=StoreCapabilities(
+                database,
+                expiry=limits.capability_expiry,
+                demote_runs=limits.demote_after_runs,
+            ),
             concurrency=concurrency,
             queue=self.queue,
             hand_back_after=HAND_BACK_AFTER,

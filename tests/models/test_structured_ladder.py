@@ -529,3 +529,25 @@ async def test_streaming_structured_output_in_each_rung(mode: str) -> None:
     assert execution.output == Sum(total=5)
     assert execution.model_calls[0].output_mode == mode
     assert "".join(deltas) == ("" if mode == "tool" else '{"total":5}')
+
+
+async def test_one_runs_prose_demotes_json_schema_for_that_run_only() -> None:
+    """Models of several runs sharing a memory (a worker's): the run whose prompt made the
+    model answer prose twice goes on without ``json_schema``; the next run asks for it again,
+    until `demote_runs` runs saw it ignored."""
+    prose, valid = "The total is five.", FakeReply.structured(Sum(total=5))
+    config = replace(FAST, max_output_retries=2)
+    shared = CapabilityMemory(demote_runs=2)
+    async with FakeOpenAIServer([prose, prose, valid, valid, prose, prose, valid]) as server:
+        model = server.model(capabilities=shared)
+        for run_id in ("run-1", "run-2", "run-3"):
+            context = AgentContext(model=model, config=config, run_id=run_id)
+            execution = await StepExecutor(sum_step(), context).execute()
+            assert execution.output == Sum(total=5), execution.error
+            if run_id == "run-1":
+                assert model.rejected == frozenset()  # the run's own lesson
+        requests = server.chat_requests
+    native = [r.response_format is not None for r in requests]
+    assert native == [True, True, False, True, True, True, False]
+    assert model.rejected == {"json_schema"}  # two runs agreed
+    assert shared.evidence(model.endpoint)["json_schema"].runs == ("run-1", "run-3")

@@ -53,6 +53,15 @@ def serialize_result(name: str, result: Any) -> str:
         ) from None
 
 
+REJECTED_NOTE = "Do not make it again as it was."
+"""Told the model after a person rejected its call (its result's content); never shown to a
+person (the call's `error`, its events, the step's and the run's errors do not carry it)."""
+
+
+class _Rejected(ToolError):
+    """A person rejected the call (the message is what people see)."""
+
+
 def _retryable(error: BaseException) -> bool:
     # A ToolError is the tool's own answer for the model; missing deps never pass; everything
     # else may be passing.
@@ -250,9 +259,9 @@ class ToolCallExecutor:
             if tool.requires_approval or self.approve_every_call:
                 decision = await self._approval(call, arguments)
                 if not decision.approved:
-                    raise ToolError(
+                    raise _Rejected(
                         f"A person rejected this call to {call.name!r}: "
-                        f"{decision.reason or 'no reason given'}. Do not make it again as it was."
+                        f"{decision.reason or 'no reason given'}."
                     )
 
             async def attempt() -> Any:
@@ -288,6 +297,11 @@ class ToolCallExecutor:
         except (ApprovalRequiredError, MissingDepsError) as exc:
             self._refused(call, exc, attempts, started_ns)
             raise  # not the model's to handle: the run cannot ask anybody / has no deps
+        except _Rejected as exc:
+            self._refused(call, exc, attempts, started_ns)
+            # People see the rejection as it was made; only the model is told what to do.
+            error = str(exc)
+            content = f"{error} {REJECTED_NOTE}"
         except ToolError as exc:
             self._refused(call, exc, attempts, started_ns)
             error = content = str(exc)

@@ -17,7 +17,7 @@ from minions.cli._common import (
     DatabaseOption,
     InputsOption,
     JsonOption,
-    cli_actor,
+    cli_who,
     local_time,
     open_store,
     parse_inputs,
@@ -142,7 +142,7 @@ def add(
                 timezone=timezone,
                 catch_up=policy,
                 replace=replace,
-                actor=cli_actor(),
+                actor=cli_who(),
             )
         )
     finally:
@@ -211,9 +211,9 @@ def _change(name: str, database_url: str | None, json_output: bool, what: str) -
     store = open_store(database_url)
     try:
         if what == "pause":
-            record = asyncio.run(store.pause_schedule(name, actor=cli_actor()))
+            record = asyncio.run(store.pause_schedule(name, actor=cli_who()))
         else:
-            record = asyncio.run(store.resume_schedule(name, actor=cli_actor()))
+            record = asyncio.run(store.resume_schedule(name, actor=cli_who()))
     finally:
         store.close()
     _print_schedule(record, json_output)
@@ -239,7 +239,7 @@ def remove(
     """Remove the schedule; the runs it fired stay."""
     store = open_store(database_url)
     try:
-        asyncio.run(store.remove_schedule(name, actor=cli_actor()))
+        asyncio.run(store.remove_schedule(name, actor=cli_who()))
     finally:
         store.close()
     typer.echo(json.dumps({"removed": name}) if json_output else f"schedule {name} removed")

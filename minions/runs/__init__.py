@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
 from minions.runs._approvals import ApprovalRecord
+from minions.runs._audit import Actor, AuditEntry
 from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointRecord
@@ -44,7 +45,9 @@ if TYPE_CHECKING:
 __all__ = [
     "ROLES",
     "STATUSES",
+    "Actor",
     "ApprovalRecord",
+    "AuditEntry",
     "EndpointLoad",
     "EndpointRecord",
     "EvalRecord",

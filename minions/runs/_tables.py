@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
@@ -26,7 +26,8 @@ schedule of a run, how far pruning went; reruns (a run's parent, the step it rer
 plan); the step cache. 4: a step cache entry's run and recipe (entries are pruned with their
 run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
 run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
-API keys' table (made on first use)."""
+API keys' table (made on first use). 6: the audit log (`minions_audit`: who changed what,
+when, from where)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -239,6 +240,20 @@ evals_table = sa.Table(
     sa.Column("summary", sa.Text, nullable=True),
     sa.Column("report", sa.Text, nullable=True),
 )
+audit_table = sa.Table(
+    "minions_audit",
+    metadata,
+    # Schema 6: the audit log (minions.runs._audit): one row per state change, written in the
+    # change's transaction; kept by its own retention horizon.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.Float, nullable=False, index=True),
+    sa.Column("actor", sa.Text, nullable=True, index=True),
+    sa.Column("address", sa.Text, nullable=True),
+    sa.Column("action", sa.Text, nullable=False, index=True),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("project", sa.Text, nullable=False, default="default", index=True),
+    sa.Column("detail", sa.Text, nullable=True),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 
@@ -335,5 +350,10 @@ def _to_5(db: sa.Connection) -> None:
             _add_columns(db, table, columns)
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+def _to_6(db: sa.Connection) -> None:
+    """Schema 5 -> 6: the audit log's table (empty: what happened before was not audited)."""
+    audit_table.create(db, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
 """Schema version n -> n+1 upgrades, each a function of a connection."""

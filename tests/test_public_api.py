@@ -87,7 +87,7 @@ PUBLIC: dict[str, set[str]] = {
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
         "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
-        "StepDetail", "KeyRecord", "ROLES", "Role", "Actor", "AuditEntry",
+        "StepDetail", "KeyRecord", "ROLES", "Role", "Actor", "AuditEntry", "AUDIT_ACTIONS",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -282,6 +282,8 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/schedules/{name}/pause",
         "/keys",
         "/keys/{name}",
+        "/me",
+        "/audit",
         "/schedules/{name}/resume",
         "/evals",
         "/evals/{eval_id}",

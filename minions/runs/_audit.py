@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from minions.runs._db import Database
 from minions.runs._tables import audit_table
 
-__all__ = ["Actor", "AuditEntry"]
+__all__ = ["AUDIT_ACTIONS", "Actor", "AuditEntry"]
 
 AuditAction = Literal[
     "run.submit",
@@ -40,6 +40,7 @@ AuditAction = Literal[
 ]
 ACTIONS: tuple[AuditAction, ...] = get_args(AuditAction)
 """Every action the audit log records (``family.verb``: a filter may name a family)."""
+AUDIT_ACTIONS = ACTIONS
 FAMILIES = frozenset(action.split(".")[0] for action in ACTIONS)
 SYSTEM = "system"
 """The actor of what a worker does by itself (its retention's prunes)."""

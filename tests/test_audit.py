@@ -337,3 +337,27 @@ def test_an_older_store_gets_the_audit_table(tmp_path: Path) -> None:
         return found
 
     assert asyncio.run(use()) == ["key.add"]
+
+
+async def test_a_schedules_runs_are_submitted_by_the_schedule(tmp_path: Path) -> None:
+    from minions.runs._db import Database
+    from minions.runs._queue import Queue
+    from minions.runs._schedules import Scheduler, Timing
+
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    recipes = write_recipes(tmp_path / "recipes")
+    store = RunStore(url, create=True)
+    await store.add_schedule(
+        recipes / "recipe.yaml", every="5m", name="nightly", inputs={"tag": "n"}, actor="olga"
+    )
+    blocking, queue = Database(url), Queue(url)
+    queue.client()
+    first = Timing(every=300).after((await store.schedule("nightly")).created_at)
+    [run_id] = Scheduler(blocking, queue.enqueue, clock=lambda: first + 1).tick()
+    fired, added = await store.audit()
+    assert (fired.action, fired.actor, fired.target) == ("run.submit", "schedule:nightly", run_id)
+    assert fired.detail == {"recipe": "ledger", "schedule": "nightly", "slot": first}
+    assert (added.action, added.actor, added.detail["every"]) == ("schedule.add", "olga", 300)
+    blocking.close()
+    queue.close()
+    await store.aclose()

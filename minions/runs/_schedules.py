@@ -382,6 +382,17 @@ def _fire(
             )
             if runs.insert_queued(database, db, queued_run):  # else: fired before (added again)
                 enqueue(db, run_id, 1)
+                _audit.write(
+                    db,
+                    _audit.entry(
+                        "run.submit",
+                        run_id,
+                        queued_run["queued_by"],
+                        recipe=snapshot.recipe_id,
+                        schedule=row.name,
+                        slot=slot,
+                    ),
+                )
                 queued.append(run_id)
     for run_id in queued:
         log.info("schedule fired", schedule=row.name, run_id=run_id)

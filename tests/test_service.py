@@ -228,6 +228,7 @@ def test_the_console_is_es_modules_served_with_their_types_and_the_servers_names
     import re
 
     from minions._fold import EXECUTION_STATUSES, RUN_STATUSES, TERMINAL
+    from minions.runs import AUDIT_ACTIONS
 
     page = httpx2.get(service.base + "/").text
     assert '<script type="module" src="/console/console.js"></script>' in page
@@ -253,6 +254,7 @@ def test_the_console_is_es_modules_served_with_their_types_and_the_servers_names
     assert json.loads(lists["TERMINAL_STATUSES"]) == sorted(TERMINAL)
     assert json.loads(lists["EXECUTION_STATUSES"]) == list(EXECUTION_STATUSES)
     assert "approval_requested" in json.loads(lists["EVENT_KINDS"])
+    assert json.loads(lists["AUDIT_ACTIONS"]) == list(AUDIT_ACTIONS)
     css = httpx2.get(service.base + "/console/console.css")
     assert css.headers["content-type"].startswith("text/css")
 

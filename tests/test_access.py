@@ -151,6 +151,8 @@ PERMISSIONS = {
     "GET /keys": "admin",
     "POST /keys": "admin",
     "DELETE /keys/{name}": "admin",
+    "GET /me": "read",
+    "GET /audit": "admin",
     "GET /": "public",
     "GET /console/{name}": "public",
 }

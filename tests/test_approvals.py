@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from minions import AgentExecutor, AgentRecipe, DefaultStep, tool
 from minions.cli._app import Settings, app
 from minions.errors import RecipeError
-from minions.events import ApprovalRequested, ApprovalResolved
+from minions.events import ApprovalRequested, ApprovalResolved, ToolCallFailed
 from minions.recipes import dump_recipe, parse_recipe
 from minions.testing import FunctionModel, ScriptedModel
 from minions.tools import ApprovalDecision, ApprovalRequest
@@ -79,11 +79,21 @@ async def test_a_rejection_reaches_the_model_as_the_calls_result() -> None:
         return ApprovalDecision(approved=False, reason="not on a Friday")
 
     scripted = model()
-    result = await AgentExecutor(model=scripted, approver=approver).execute(agent_recipe())
+    recorder = Recorder()
+    executor = AgentExecutor(model=scripted, approver=approver, listeners=[recorder])
+    result = await executor.execute(agent_recipe())
     assert result.ok
     assert calls == []
     said = scripted.requests[-1].messages[-1].content
-    assert "A person rejected this call to 'deploy': not on a Friday" in said
+    assert said == (
+        "A person rejected this call to 'deploy': not on a Friday. Do not make it again as it was."
+    )
+    # The note is the model's: the call's error and its event say what the person did.
+    [call] = result.step("ship").tool_calls
+    assert call.response is not None
+    assert call.response.error == "A person rejected this call to 'deploy': not on a Friday."
+    failed = [e for e in recorder.events if isinstance(e, ToolCallFailed)]
+    assert [e.error for e in failed] == [call.response.error]
 
 
 async def test_without_an_approver_the_step_fails_naming_the_tool() -> None:
@@ -128,6 +138,7 @@ async def test_a_yaml_tool_step_can_require_approval(tmp_path: Path) -> None:
     result = await AgentExecutor(approver=reject).execute(recipe)
     assert not result.ok
     assert "A person rejected this call to 'shout': too loud" in (result.error or "")
+    assert "Do not make it again" not in (result.error or "")
     assert seen == ["say#1/say-call"]
 
 

@@ -89,7 +89,7 @@ PUBLIC: dict[str, set[str]] = {
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
         "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
         "StepDetail", "KeyRecord", "ROLES", "Role", "Scope", "ScopedRuns", "EndpointPause",
-        "Lesson",
+        "Lesson", "Actor", "AuditEntry", "AUDIT_ACTIONS",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -514,6 +514,7 @@ def test_a_schema_2_store_migrates(tmp_path: Path) -> None:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     assert {"parent_run_id", "from_step", "rerun"} <= columns
     assert "minions_step_cache" in tables
+    assert "minions_audit" in tables
     assert version == str(SCHEMA_VERSION)
 
 

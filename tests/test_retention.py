@@ -215,14 +215,21 @@ async def test_what_a_prune_takes(url: str) -> None:
 
 @pytest.mark.slow
 async def test_a_worker_with_a_retention_keeps_the_newest_runs(tmp_path: Path) -> None:
-    """`minions worker --retention "2 runs"` prunes all but the two newest finished runs."""
+    """`minions worker --retention "2 runs"` prunes all but the two newest finished runs (its
+    audit log says the worker did); `--audit-retention 1h` prunes the audit log's older
+    entries."""
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     recipe = write_ledger_recipe(tmp_path)
     store = RunStore(url, create=True)
+    await store.add_key("old", role="viewer", actor="cli:ops")
+    engine = sa.create_engine(url)
+    with engine.begin() as db:  # an entry of two hours ago
+        db.execute(sa.text("UPDATE minions_audit SET at = at - 7200"))
+    engine.dispose()
     ids = [(await store.submit(recipe, {"tag": f"r{n}"}))[0] for n in range(6)]
     with worker(
         url, tmp_path, "w1", tmp_path / "ledger.txt", "--retention", "2 runs",
-        MINIONS_RETENTION_EVERY="0.2",
+        "--audit-retention", "1h", MINIONS_RETENTION_EVERY="0.2",
     ):  # fmt: skip
         for run_id in ids:
             await finished_or_pruned(store, run_id)
@@ -236,6 +243,13 @@ async def test_a_worker_with_a_retention_keeps_the_newest_runs(tmp_path: Path) -
     tags = [line.split()[0] for line in (tmp_path / "ledger.txt").read_text().splitlines()]
     assert sorted(set(tags)) == [f"r{n}" for n in range(6)]  # every run ran, then went
     assert (await store.history()).pruned_at is not None
+    audit = await store.audit()
+    assert "key.add" not in [e.action for e in audit]  # older than the audit's horizon
+    assert [e.action for e in audit].count("run.submit") == 6
+    pruned = [e for e in audit if e.action == "history.prune"]
+    assert pruned
+    assert {(e.actor, e.address) for e in pruned} == {("system", "w1")}
+    assert sum(e.detail["runs"] for e in pruned) == 4
     await store.aclose()
 
 
@@ -298,6 +312,6 @@ async def test_a_store_of_schema_2_migrates(url: str, tmp_path: Path) -> None:
         version = db.execute(
             sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
         ).scalar_one()
-    assert int(version) == SCHEMA_VERSION == 9
+    assert int(version) == SCHEMA_VERSION == 10
     blocking.close()
     await store.aclose()

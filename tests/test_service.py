@@ -211,6 +211,7 @@ def test_the_console_is_es_modules_served_with_their_types_and_the_servers_names
     import re
 
     from minions._fold import EXECUTION_STATUSES, RUN_STATUSES, TERMINAL
+    from minions.runs import AUDIT_ACTIONS
 
     page = httpx2.get(service.base + "/").text
     assert '<script type="module" src="/console/console.js"></script>' in page
@@ -236,6 +237,7 @@ def test_the_console_is_es_modules_served_with_their_types_and_the_servers_names
     assert json.loads(lists["TERMINAL_STATUSES"]) == sorted(TERMINAL)
     assert json.loads(lists["EXECUTION_STATUSES"]) == list(EXECUTION_STATUSES)
     assert "approval_requested" in json.loads(lists["EVENT_KINDS"])
+    assert json.loads(lists["AUDIT_ACTIONS"]) == list(AUDIT_ACTIONS)
     css = httpx2.get(service.base + "/console/console.css")
     assert css.headers["content-type"].startswith("text/css")
 
@@ -265,6 +267,8 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/schedules/{name}/pause",
         "/keys",
         "/keys/{name}",
+        "/me",
+        "/audit",
         "/schedules/{name}/resume",
         "/evals",
         "/evals/{eval_id}",

@@ -52,6 +52,15 @@ def serialize_result(name: str, result: Any) -> str:
         ) from None
 
 
+REJECTED_NOTE = "Do not make it again as it was."
+"""Told the model after a person rejected its call (its result's content); never shown to a
+person (the call's `error`, its events, the step's and the run's errors do not carry it)."""
+
+
+class _Rejected(ToolError):
+    """A person rejected the call (the message is what people see)."""
+
+
 def _retryable(error: BaseException) -> bool:
     # A ToolError is the tool's own answer for the model; missing deps never pass; everything
     # else may be passing.
@@ -254,9 +263,8 @@ class ToolCallExecutor:
                         if decision.timed_out
                         else "A person rejected this call to {!r}"
                     )
-                    raise ToolError(
-                        f"{who.format(call.name)}: "
-                        f"{decision.reason or 'no reason given'}. Do not make it again as it was."
+                    raise _Rejected(
+                        f"{who.format(call.name)}: {decision.reason or 'no reason given'}."
                     )
 
             async def attempt() -> Any:
@@ -292,6 +300,11 @@ class ToolCallExecutor:
         except (ApprovalRequiredError, MissingDepsError) as exc:
             self._refused(call, exc, attempts, started_ns)
             raise  # not the model's to handle: the run cannot ask anybody / has no deps
+        except _Rejected as exc:
+            self._refused(call, exc, attempts, started_ns)
+            # People see the rejection as it was made; only the model is told what to do.
+            error = str(exc)
+            content = f"{error} {REJECTED_NOTE}"
         except ToolError as exc:
             self._refused(call, exc, attempts, started_ns)
             error = content = str(exc)

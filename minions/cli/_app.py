@@ -1,6 +1,6 @@
 """The `minions` command: `run`, `validate`, `graph`, `schema`, `plan` and `--version` here,
 and every other command and group (`worker`, `submit`, `serve`, `runs`, `schedules`,
-`endpoints`, `keys`) registered here from its module, one way (`_register_runs`).
+`endpoints`, `keys`, `audit`) registered here from its module, one way (`_register_runs`).
 
 Each command is a thin layer over the library; errors the user can fix (bad options, an invalid
 recipe or inputs) print a readable message on stderr and exit with code 2, never a traceback.
@@ -340,6 +340,7 @@ def _register_runs() -> None:
     """The commands over a run store and the groups of commands: every one registered here,
     the same way."""
     from minions.cli import (
+        _audit,
         _cache,
         _endpoints,
         _eval,
@@ -356,6 +357,7 @@ def _register_runs() -> None:
         ("worker", _runs.worker),
         ("submit", _runs.submit),
         ("serve", _serve.serve_command),
+        ("audit", _audit.audit),
     ):
         app.command(name=command)(_user_errors_of(function))
     runs = _group(

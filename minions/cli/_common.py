@@ -26,7 +26,7 @@ from minions.cli._errors import UsageError
 from minions.models import MODEL_ENV
 
 if TYPE_CHECKING:
-    from minions.runs import RunStore
+    from minions.runs import Actor, RunStore
 
 __all__: list[str] = []
 
@@ -75,6 +75,36 @@ RetentionOption = Annotated[
         show_default=False,
     ),
 ]
+AuditRetentionOption = Annotated[
+    str,
+    typer.Option(
+        "--audit-retention",
+        metavar="AGE|never",
+        help="Prune the audit log's entries older than AGE now and then (365d, 90d); "
+        "'never' keeps them all.",
+    ),
+]
+AUDIT_RETENTION = "365d"
+"""The audit log's horizon by default (`minions.runs.Worker`'s)."""
+
+
+def audit_retention_of(text: str) -> str | None:
+    """The ``--audit-retention`` a worker takes (None: ``never``, keep every entry).
+
+    Raises:
+        UsageError: it is neither a duration nor ``never``.
+    """
+    from minions._duration import duration_seconds
+
+    if text.strip().lower() == "never":
+        return None
+    try:
+        duration_seconds(text)
+    except ValueError as exc:
+        raise UsageError(f"--audit-retention: {exc}; or 'never'") from None
+    return text
+
+
 RecipesRootOption = Annotated[
     Path | None,
     typer.Option(
@@ -251,6 +281,16 @@ def cli_actor() -> str:
     return f"cli:{user}" if user else "cli"
 
 
+def cli_who() -> Actor:
+    """Who the run store's audit log records for a command run here: `cli_actor`, from this
+    machine (its host name)."""
+    import socket
+
+    from minions.runs import Actor
+
+    return Actor(name=cli_actor(), address=socket.gethostname() or None)
+
+
 def plain(text: str) -> Text:
     """A table cell shown as it is: an error's ``[...]`` or an address is text, never Rich
     markup (which would drop it, or fail on ``[/x]``)."""
@@ -305,6 +345,13 @@ def record_data(record: Any) -> dict[str, Any]:
     """A record of the store as JSON-ready data (what ``--json`` prints)."""
     data: dict[str, Any] = jsonable(dataclasses.asdict(record))
     data.pop("cancel_requested", None)
+    outcome = getattr(record, "outcome", None)
+    if outcome is not None:  # a run: how it stands for a person, beside its status
+        data = {
+            **{k: v for k, v in data.items() if k != "rejected_by"},
+            "outcome": outcome,
+            "rejected_by": data.get("rejected_by"),
+        }
     return data
 
 

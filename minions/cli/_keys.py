@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from minions.cli._common import DatabaseOption, JsonOption, cli_actor, local_time, open_store
+from minions.cli._common import DatabaseOption, JsonOption, cli_who, local_time, open_store
 from minions.cli._errors import UsageError
 
 __all__: list[str] = []
@@ -54,7 +54,7 @@ def add(
     try:
         try:
             record, key = asyncio.run(
-                store.add_key(name, role=role, projects=projects or (), actor=cli_actor())
+                store.add_key(name, role=role, projects=projects or (), actor=cli_who())
             )
         except ValueError as exc:
             raise UsageError(str(exc)) from None
@@ -119,7 +119,7 @@ def revoke(
     """Revoke a key: its next request fails, and so do the event streams it opened."""
     store = open_store(database_url)
     try:
-        record = asyncio.run(store.revoke_key(name, actor=cli_actor()))
+        record = asyncio.run(store.revoke_key(name, actor=cli_who()))
     finally:
         store.close()
     if json_output:

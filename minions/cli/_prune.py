@@ -14,7 +14,7 @@ from minions._fold import RUN_STATUSES, TERMINAL
 from minions.cli._common import (
     DatabaseOption,
     JsonOption,
-    cli_actor,
+    cli_who,
     local_time,
     one_of,
     open_store,
@@ -66,7 +66,7 @@ def prune(
     store = open_store(database_url)
     try:
         result = asyncio.run(
-            store.prune(older_than, statuses=statuses or (), dry_run=dry_run, actor=cli_actor())
+            store.prune(older_than, statuses=statuses or (), dry_run=dry_run, actor=cli_who())
         )
     except ValueError as exc:
         raise UsageError(f"--status: {exc}") from None

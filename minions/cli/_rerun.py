@@ -21,7 +21,7 @@ from minions.cli._common import (
     InputsOption,
     JsonOption,
     RunArgument,
-    cli_actor,
+    cli_who,
     open_store,
     parse_inputs,
     plain,
@@ -88,7 +88,7 @@ def rerun(
                 outputs=edited,
                 recipe=recipe,
                 cache=cache,
-                actor=cli_actor(),
+                actor=cli_who(),
             )
         )
     finally:

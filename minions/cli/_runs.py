@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,6 +19,8 @@ from rich.table import Table
 from minions._duration import spoken
 from minions._fold import RUN_STATUSES
 from minions.cli._common import (
+    AUDIT_RETENTION,
+    AuditRetentionOption,
     DatabaseOption,
     InputsOption,
     JsonOption,
@@ -29,9 +31,10 @@ from minions.cli._common import (
     RetentionOption,
     RunArgument,
     SinceOption,
+    audit_retention_of,
     check_recipes_root,
     chosen_log_format,
-    cli_actor,
+    cli_who,
     local_time,
     model_note,
     once,
@@ -52,6 +55,9 @@ from minions.cli._common import (
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
 from minions.models import MODEL_ENV
+
+if TYPE_CHECKING:
+    from minions.runs import RunRecord
 
 __all__: list[str] = []
 
@@ -99,6 +105,7 @@ def worker(
         ),
     ] = False,
     retention: RetentionOption = None,
+    audit_retention: AuditRetentionOption = AUDIT_RETENTION,
     limits: LimitsOption = None,
     recipes: RecipesRootOption = None,
     project_recipes: ProjectRecipesOption = None,
@@ -231,6 +238,7 @@ def worker(
             settings=settings,
             on_ready=ready,
             retention=retention,
+            audit_retention=audit_retention_of(audit_retention),
             limits=given_limits,
             recipes=recipes,
             project_recipes=own_recipes,
@@ -323,7 +331,7 @@ def submit(
                 recipe,
                 given,
                 idempotency_key=idempotency_key,
-                actor=cli_actor(),
+                actor=cli_who(),
                 project=project or "default",
             )
         )
@@ -441,7 +449,7 @@ def list_runs(
     for r in records:
         table.add_row(
             r.run_id,
-            r.status,
+            r.outcome,
             r.recipe_id,
             local_time(r.created_at),
             run_time(r),
@@ -449,6 +457,14 @@ def list_runs(
             plain(shortened(r.error or "", cut)),
         )
     out.print(table)
+
+
+def _outcome(record: RunRecord) -> str:
+    """How a run stands, for a person: ``rejected by alice`` for a run that failed after a
+    person rejected one of its calls, else its status."""
+    if record.outcome == "rejected":
+        return f"rejected by {record.rejected_by}" if record.rejected_by else "rejected"
+    return record.status
 
 
 def show(
@@ -476,7 +492,7 @@ def show(
     out = stdout()
     now = time.time()
     out.print(
-        f"run {record.run_id}: {record.status} ({record.recipe_id})"
+        f"run {record.run_id}: {_outcome(record)} ({record.recipe_id})"
         + (f", {run_time(record)}" if record.started_at else "")
         + (f", {token_text(record.usage)} tokens" if token_text(record.usage) else ""),
         markup=False,
@@ -631,7 +647,7 @@ def cancel(
     try:
         if not yes and not confirmed(ctx, store, run):
             raise typer.Exit(1)
-        record = asyncio.run(store.cancel(run, actor=cli_actor()))
+        record = asyncio.run(store.cancel(run, actor=cli_who()))
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {record.status}")
@@ -641,7 +657,7 @@ def resume(run: RunArgument, database_url: DatabaseOption = None) -> None:
     """Queue a failed or cancelled run again: it goes on from its last completed step."""
     store = open_store(database_url)
     try:
-        record = asyncio.run(store.resume(run, actor=cli_actor()))
+        record = asyncio.run(store.resume(run, actor=cli_who()))
     finally:
         store.close()
     typer.echo(f"run {record.run_id}: {record.status}")
@@ -672,7 +688,7 @@ def approve(
     store = open_store(database_url)
     try:
         record = asyncio.run(
-            store.approve(run, call_id, approved=reject is None, reason=reject, actor=cli_actor())
+            store.approve(run, call_id, approved=reject is None, reason=reject, actor=cli_who())
         )
     finally:
         store.close()

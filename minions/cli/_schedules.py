@@ -18,7 +18,7 @@ from minions.cli._common import (
     InputsOption,
     JsonOption,
     ProjectOption,
-    cli_actor,
+    cli_who,
     local_time,
     open_store,
     parse_inputs,
@@ -171,7 +171,7 @@ def add(
                 catch_up=policy,
                 overlap=overlapping,
                 replace=replace,
-                actor=cli_actor(),
+                actor=cli_who(),
                 project=project or "default",
             )
         )
@@ -244,9 +244,9 @@ def _change(name: str, database_url: str | None, json_output: bool, what: str) -
     store = open_store(database_url)
     try:
         if what == "pause":
-            record = asyncio.run(store.pause_schedule(name, actor=cli_actor()))
+            record = asyncio.run(store.pause_schedule(name, actor=cli_who()))
         else:
-            record = asyncio.run(store.resume_schedule(name, actor=cli_actor()))
+            record = asyncio.run(store.resume_schedule(name, actor=cli_who()))
     finally:
         store.close()
     _print_schedule(record, json_output)
@@ -272,7 +272,7 @@ def remove(
     """Remove the schedule; the runs it fired stay."""
     store = open_store(database_url)
     try:
-        asyncio.run(store.remove_schedule(name, actor=cli_actor()))
+        asyncio.run(store.remove_schedule(name, actor=cli_who()))
     finally:
         store.close()
     typer.echo(json.dumps({"removed": name}) if json_output else f"schedule {name} removed")

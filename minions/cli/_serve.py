@@ -12,10 +12,13 @@ import typer
 from rich.console import Console
 
 from minions.cli._common import (
+    AUDIT_RETENTION,
+    AuditRetentionOption,
     DatabaseOption,
     LogFormatOption,
     ProjectRecipesOption,
     RetentionOption,
+    audit_retention_of,
     check_recipes_root,
     chosen_log_format,
     model_note,
@@ -112,6 +115,7 @@ def serve_command(
     ] = None,
     database_url: DatabaseOption = None,
     retention: RetentionOption = None,
+    audit_retention: AuditRetentionOption = AUDIT_RETENTION,
     limits: LimitsOption = None,
     metrics: Annotated[
         bool,
@@ -236,6 +240,7 @@ def serve_command(
         port=port,
         worker=not no_worker,
         retention=retention,
+        audit_retention=audit_retention_of(audit_retention),
         on_ready=ready,
         limits=given_limits,
         log_format=chosen_format,

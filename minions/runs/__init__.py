@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
 from minions.runs._approvals import ApprovalRecord
+from minions.runs._audit import AUDIT_ACTIONS, Actor, AuditEntry
 from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointPause, EndpointRecord, Lesson
@@ -43,9 +44,12 @@ if TYPE_CHECKING:
     from minions.runs._worker import Worker, WorkerConflictError
 
 __all__ = [
+    "AUDIT_ACTIONS",
     "ROLES",
     "STATUSES",
+    "Actor",
     "ApprovalRecord",
+    "AuditEntry",
     "EndpointLoad",
     "EndpointPause",
     "EndpointRecord",

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 
 from minions.errors import RunStateError
+from minions.runs import _audit
 from minions.runs._db import dumps
 from minions.runs._tables import ACTIVE, approvals_table, runs_table
 
@@ -79,10 +80,11 @@ def decide(
     reason: str | None,
     actor: str | None = None,
     now: float | None = None,
+    audit: Mapping[str, Any] | None = None,
 ) -> ApprovalRecord | None:
     """Decide a waiting call as `actor`, in the caller's transaction (compare-and-set:
-    undecided, and the run has not ended). None when it was decided already or the run
-    ended."""
+    undecided, and the run has not ended), with its `audit` entry. None when it was decided
+    already or the run ended."""
     updated = db.execute(
         approvals_table.update()
         .where(
@@ -100,6 +102,7 @@ def decide(
     ).rowcount
     if not updated:
         return None
+    _audit.write(db, audit)
     return _get(db, run_id, call_id)
 
 
@@ -156,6 +159,34 @@ def undecided(
 
 
 # -- in a caller's transaction -------------------------------------------------------------------
+
+
+def waiting(database: Database, projects: Collection[str] | None = None) -> int:
+    """How many calls wait for a person's decision (undecided, of a run that has not
+    ended; of a run of `projects` when given)."""
+    table = approvals_table.c
+    query = (
+        sa.select(sa.func.count())
+        .select_from(approvals_table.join(runs_table, runs_table.c.run_id == table.run_id))
+        .where(table.decided_at.is_(None), runs_table.c.status.in_(ACTIVE))
+    )
+    if projects is not None:
+        query = query.where(runs_table.c.project.in_(sorted(projects)))
+    with database.read() as db:
+        return int(db.execute(query).scalar_one())
+
+
+def rejection() -> sa.ScalarSelect[Any]:
+    """A column of a query on the runs table: who rejected a call of the run (the latest
+    rejection; ``''`` when who is not known), NULL when no call of it was rejected."""
+    table = approvals_table.c
+    return (
+        sa.select(sa.func.coalesce(table.decided_by, ""))
+        .where(table.run_id == runs_table.c.run_id, table.approved.is_(False))
+        .order_by(table.decided_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
 
 
 def of_run(db: sa.Connection, run_id: str) -> tuple[ApprovalRecord, ...]:

@@ -15,6 +15,7 @@ sweeps the due ones (`sweep`), each done once whoever races it.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
@@ -53,15 +54,16 @@ def decide(
     reason: str | None,
     actor: str | None,
     enqueue: Enqueue,
+    audit: Mapping[str, Any] | None = None,
 ) -> ApprovalRecord | None:
     """Decide a waiting call as `actor` (compare-and-set: undecided, and the run has not
-    ended) and, when the run is parked, queue it again in the same transaction. None when
-    the call was decided already or the run ended."""
+    ended), with its `audit` entry, and, when the run is parked, queue it again in the same
+    transaction. None when the call was decided already or the run ended."""
     with database.begin() as db:
         if not _lock(db, run_id):
             return None
         decided = approvals.decide(
-            db, run_id, call_id, approved=approved, reason=reason, actor=actor
+            db, run_id, call_id, approved=approved, reason=reason, actor=actor, audit=audit
         )
         if decided is not None:
             runs.unpark(db, run_id, enqueue=enqueue, actor=actor)

@@ -28,6 +28,7 @@ from typing import Any, Literal, get_args
 import sqlalchemy as sa
 
 from minions.errors import KeyExistsError, UnknownKeyError
+from minions.runs import _audit
 from minions.runs._db import Database
 from minions.runs._projects import DEFAULT_PROJECT, check_project
 
@@ -179,8 +180,10 @@ def add(
     role: str,
     projects: Sequence[str] = (),
     actor: str | None = None,
+    audit: Mapping[str, Any] | None = None,
 ) -> NewKey:
-    """Add a key: a new random key, of which only the hash is stored.
+    """Add a key: a new random key, of which only the hash is stored (with its `audit`
+    entry, in one transaction).
 
     Raises:
         ValueError: the name, role or a project is not valid.
@@ -199,6 +202,7 @@ def add(
     try:
         with database.begin() as db:
             db.execute(keys_table.insert().values(**row, hash=key_hash(key)))
+            _audit.write(db, audit)
     except sa.exc.IntegrityError:
         raise KeyExistsError(name) from None
     return NewKey(record=_record(row), key=key)
@@ -215,8 +219,15 @@ def listed(database: Database, *, revoked: bool = False) -> list[KeyRecord]:
         return [_record(row._mapping) for row in db.execute(query)]
 
 
-def revoke(database: Database, name: str, *, actor: str | None = None) -> KeyRecord:
-    """Revoke the key of that name: it fails from its next request on.
+def revoke(
+    database: Database,
+    name: str,
+    *,
+    actor: str | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> KeyRecord:
+    """Revoke the key of that name: it fails from its next request on (with its `audit`
+    entry, in one transaction).
 
     Raises:
         UnknownKeyError: no key that is not revoked has this name.
@@ -231,6 +242,8 @@ def revoke(database: Database, name: str, *, actor: str | None = None) -> KeyRec
             .values(revoked_at=time.time(), revoked_by=actor)
             .returning(*keys_table.c)
         ).one_or_none()
+        if row is not None:
+            _audit.write(db, audit)
     if row is None:
         raise UnknownKeyError(name)
     return _record(row._mapping)

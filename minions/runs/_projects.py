@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from minions.runs._runs import RerunPlan, RunRecord
     from minions.runs._schedules import ScheduleRecord
     from minions.runs._steps import StepDetail
-    from minions.runs._store import RunFilters, RunStore
+    from minions.runs._store import RunFilters, RunStore, Who
     from minions.runs._workers import WorkerRecord
 
 __all__ = ["Scope", "ScopedRuns"]
@@ -149,7 +149,7 @@ class ScopedRuns:
         *,
         project: str | None = None,
         idempotency_key: str | None = None,
-        actor: str | None = None,
+        actor: Who = None,
     ) -> tuple[str, bool]:
         """`RunStore.submit`, in `project` (see `Scope.project_for`)."""
         return await self._store.submit(
@@ -169,7 +169,7 @@ class ScopedRuns:
         project: str | None = None,
         idempotency_key: str | None = None,
         check: Callable[[RecipeSpec], object] | None = None,
-        actor: str | None = None,
+        actor: Who = None,
     ) -> tuple[str, bool]:
         """`RunStore.submit_yaml`, in `project` (see `Scope.project_for`)."""
         return await self._store.submit_yaml(
@@ -235,11 +235,11 @@ class ScopedRuns:
         await self._run(run_b)
         return await self._store.diff(run_a, run_b, max_values=max_values)
 
-    async def cancel(self, run_id: str, *, wait: float = 0.0, actor: str | None = None) -> Any:
+    async def cancel(self, run_id: str, *, wait: float = 0.0, actor: Who = None) -> Any:
         await self._run(run_id)
         return await self._store.cancel(run_id, wait=wait, actor=actor)
 
-    async def resume(self, run_id: str, *, actor: str | None = None) -> RunRecord:
+    async def resume(self, run_id: str, *, actor: Who = None) -> RunRecord:
         await self._run(run_id)
         return await self._store.resume(run_id, actor=actor)
 
@@ -250,7 +250,7 @@ class ScopedRuns:
         *,
         approved: bool,
         reason: str | None = None,
-        actor: str | None = None,
+        actor: Who = None,
     ) -> RunRecord:
         await self._run(run_id)
         return await self._store.approve(
@@ -272,21 +272,25 @@ class ScopedRuns:
             recipe, project=self.scope.project_for(project), **given
         )
 
+    async def waiting_approvals(self) -> int:
+        """How many calls of its projects' runs wait for a person's decision."""
+        return await self._store.waiting_approvals(self.scope.projects)
+
     async def schedules(self) -> list[ScheduleRecord]:
         return [s for s in await self._store.schedules() if self.scope.sees(s.project)]
 
     async def schedule(self, name: str) -> ScheduleRecord:
         return await self._schedule(name)
 
-    async def pause_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
+    async def pause_schedule(self, name: str, *, actor: Who = None) -> ScheduleRecord:
         await self._schedule(name)
         return await self._store.pause_schedule(name, actor=actor)
 
-    async def resume_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
+    async def resume_schedule(self, name: str, *, actor: Who = None) -> ScheduleRecord:
         await self._schedule(name)
         return await self._store.resume_schedule(name, actor=actor)
 
-    async def remove_schedule(self, name: str, *, actor: str | None = None) -> None:
+    async def remove_schedule(self, name: str, *, actor: Who = None) -> None:
         await self._schedule(name)
         await self._store.remove_schedule(name, actor=actor)
 

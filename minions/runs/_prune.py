@@ -9,9 +9,10 @@ not finished any more, and stays.
 
 from __future__ import annotations
 
+import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 
 from minions._duration import TooLongError, duration_seconds
 from minions.runs import _approvals as approvals
+from minions.runs import _audit
 from minions.runs import _cache as cache
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _evals as evals
@@ -92,6 +94,10 @@ class Retention:
     older_than: float | None = None
     keep: int | None = None
 
+    def describe(self) -> str:
+        """What it keeps, as `parse` reads it."""
+        return f"{self.keep} runs" if self.keep is not None else f"{self.older_than:g}s"
+
     @classmethod
     def parse(cls, text: str) -> Retention:
         """``30d`` (a duration: younger runs are kept) or ``1000 runs`` (a count).
@@ -112,6 +118,20 @@ class Retention:
             ) from None
 
 
+def audit_horizon(text: str) -> float:
+    """The seconds of an audit retention (``365d``).
+
+    Raises:
+        ValueError: it is not a duration (the message names it).
+    """
+    try:
+        return duration_seconds(text)
+    except TooLongError:
+        raise
+    except ValueError:
+        raise ValueError(f"audit retention {text!r}: give a duration (365d, 90d)") from None
+
+
 def prune(
     database: Database,
     *,
@@ -122,10 +142,14 @@ def prune(
     batch: int = BATCH,
     pause: float = PAUSE,
     actor: str | None = None,
+    audit: Mapping[str, Any] | None = None,
+    audit_empty: bool = True,
 ) -> PruneResult:
     """Delete the runs in one of `statuses` (finished ones only) that finished before
     `before`, oldest first, but the newest `keep` of them; `actor` ran the prune (recorded
-    with how far pruning went).
+    with how far pruning went). `audit`: the prune's audit entry, written with what it
+    deleted in the transaction that records how far pruning went (a prune that deleted
+    nothing writes it when `audit_empty`: a person asked; a worker's retention does not).
 
     Raises:
         ValueError: a status that is not a finished one.
@@ -147,6 +171,8 @@ def prune(
         else 0
     )
     if dry_run or not total:
+        if not dry_run and audit is not None and (gone_evals or audit_empty):
+            _audit.add(database, _told(audit, 0, gone_evals))
         return PruneResult(
             runs=total, before=before, statuses=chosen, dry_run=dry_run, bytes_before=size_before,
             bytes_after=size_before, evals=gone_evals,
@@ -167,6 +193,8 @@ def prune(
             ).rowcount
             if not updated:
                 db.execute(meta_table.insert().values(key=key, value=value or ""))
+        if audit is not None and (deleted or gone_evals or audit_empty):
+            _audit.write(db, _told(audit, deleted, gone_evals))
     if path is not None:
         _shrink(database)
     elif database.postgres:
@@ -175,6 +203,12 @@ def prune(
         runs=deleted, before=before, statuses=chosen, bytes_before=size_before,
         bytes_after=_size(path), evals=gone_evals,
     )  # fmt: skip
+
+
+def _told(audit: Mapping[str, Any], deleted: int, gone_evals: int) -> dict[str, Any]:
+    """The prune's audit entry, saying what it deleted."""
+    detail = {**json.loads(audit.get("detail") or "{}"), "runs": deleted, "evals": gone_evals}
+    return {**audit, "detail": json.dumps(detail)}
 
 
 def _delete(database: Database, run_ids: list[str], statuses: tuple[str, ...]) -> int:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from minions.errors import IdempotencyConflictError, RunStateError, UnknownRunError
 from minions.runs import _approvals as approvals
+from minions.runs import _audit
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
 from minions.runs._db import dumps, loads
@@ -80,10 +81,21 @@ class RunRecord:
     parked: str | None = None
     """Why it waits queued with no worker's attempt (its project is at a limit:
     ``max_runs_in_flight``, ``tokens_per_day``); a worker queues it when there is room."""
+    rejected_by: str | None = None
+    """For a failed run in which a person rejected a call: who (the latest rejection;
+    ``''`` when who is not known). None otherwise."""
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def outcome(self) -> str:
+        """How the run stands for a person: its `status`, except ``rejected`` for a run that
+        failed after a person rejected one of its calls (its status stays ``failed``)."""
+        return (
+            "rejected" if self.status == "failed" and self.rejected_by is not None else self.status
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,12 +255,14 @@ def insert(
     *,
     enqueue: Enqueue,
     seeds: Callable[[sa.Connection], Sequence[Checkpoint]] | None = None,
+    audit: Callable[[str], Mapping[str, Any]] | None = None,
 ) -> tuple[str, bool]:
     """Store a queued run (`queued_row`) and queue it, in one transaction: both happen or
     neither. `seeds`: reads, in that transaction, the checkpoints it starts with (a
     rerun's: the steps it reuses of its parent, which it holds until the commit); what it
-    raises stores nothing. The run's id and True; with an idempotency key used before, the
-    earlier run's id and False.
+    raises stores nothing. `audit(run_id)`: the audit entry of a run stored, written in the
+    transaction. The run's id and True; with an idempotency key used before, the earlier
+    run's id and False.
 
     Raises:
         IdempotencyConflictError: the key was used for another request.
@@ -260,6 +274,7 @@ def insert(
             if seeds is not None:
                 checkpoints.insert(db, run_id, seeds(db))
             enqueue(db, run_id, 1)
+            _audit.write(db, audit and audit(run_id))
             return run_id, True
         found = db.execute(
             sa.select(runs_table.c.run_id, runs_table.c.request_hash, runs_table.c.project).where(
@@ -319,7 +334,7 @@ def listed(
     before: tuple[float, str] | None = None,
 ) -> list[RunRecord]:
     """Newest first; `before` (created_at, run_id) continues after a page's last run."""
-    query = _filtered(sa.select(runs_table), which).order_by(
+    query = _filtered(_with_rejection(), which).order_by(
         runs_table.c.created_at.desc(), runs_table.c.run_id.desc()
     )
     if before is not None:
@@ -444,9 +459,15 @@ def queued_attempts(database: Database, run_ids: Sequence[str]) -> dict[str, Att
 # -- the clients' state changes ------------------------------------------------------------------
 
 
-def request_cancel(database: Database, run_id: str, *, actor: str | None = None) -> RunRecord:
+def request_cancel(
+    database: Database,
+    run_id: str,
+    *,
+    actor: str | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> RunRecord:
     """Ask the run's holder to cancel it (compare-and-set: the run has not ended), for
-    `actor`.
+    `actor`, with its `audit` entry.
 
     Raises:
         UnknownRunError: no run has this id.
@@ -458,6 +479,8 @@ def request_cancel(database: Database, run_id: str, *, actor: str | None = None)
             .where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE))
             .values(cancel_requested=True, cancelled_by=actor)
         ).rowcount
+        if updated:
+            _audit.write(db, audit)
         found = row(db, run_id)
     if not updated:
         raise RunStateError(
@@ -550,6 +573,7 @@ def requeue(
     attempt: int | None = None,
     actor: str | None = None,
     event: Callable[[int], Event] | None = None,
+    audit: Mapping[str, Any] | None = None,
 ) -> RunRecord | None:
     """Queue the run's next attempt (compare-and-set: its status is one of `statuses`, its
     epoch is `epoch` and its current attempt `attempt` when given), and enqueue it in the
@@ -595,6 +619,7 @@ def requeue(
             events.insert(db, run_id, [events.row_of(said)])
             events.notify(database, db, run_id)
         enqueue(db, run_id, int(found.attempt))
+        _audit.write(db, audit)
     return record(found)
 
 
@@ -625,7 +650,7 @@ def row(db: sa.Connection, run_id: str) -> Any:
     Raises:
         UnknownRunError: no run has this id.
     """
-    found = db.execute(sa.select(runs_table).where(runs_table.c.run_id == run_id)).one_or_none()
+    found = db.execute(_with_rejection().where(runs_table.c.run_id == run_id)).one_or_none()
     if found is None:
         raise UnknownRunError(run_id)
     return found
@@ -688,7 +713,13 @@ def record(
         cancelled_by=found.cancelled_by,
         project=found.project,
         parked=found.parked,
+        rejected_by=getattr(found, "rejected_by", None) if found.status == "failed" else None,
     )
+
+
+def _with_rejection() -> sa.Select[Any]:
+    """The runs table's columns and `rejected_by` (see `RunRecord.rejected_by`)."""
+    return sa.select(runs_table, approvals.rejection().label("rejected_by"))
 
 
 def forget(db: sa.Connection, run_ids: Sequence[str], statuses: Sequence[str]) -> list[Any]:

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 import structlog
 
 from minions.errors import ScheduleExistsError, UnknownScheduleError
+from minions.runs import _audit
 from minions.runs import _runs as runs
 from minions.runs._db import Database
 from minions.runs._runs import Enqueue
@@ -335,9 +336,16 @@ def slot_key(name: str, slot: float) -> str:
 # -- the schedules' SQL (blocking) ---------------------------------------------------------------
 
 
-def save(database: Database, values: Mapping[str, Any], *, replace: bool) -> ScheduleRecord:
+def save(
+    database: Database,
+    values: Mapping[str, Any],
+    *,
+    replace: bool,
+    audit: Callable[[str], Mapping[str, Any] | None] | None = None,
+) -> ScheduleRecord:
     """Store a new schedule (or, with `replace`, a new recipe and timing for one of that
-    name and project: its slots go on from now, and its runs stay linked to it).
+    name and project: its slots go on from now, and its runs stay linked to it); `audit(how)`
+    is its audit entry (``add`` or ``replace``), written in the same transaction.
 
     Raises:
         ScheduleExistsError: it exists and `replace` is False, or it is another project's.
@@ -356,12 +364,14 @@ def save(database: Database, values: Mapping[str, Any], *, replace: bool) -> Sch
                 )
             ).rowcount
             if updated:
+                _audit.write(db, audit and audit("replace"))
                 return record(_row(db, row["name"]))
         inserted = db.execute(
             database.insert_ignoring_conflicts(table, row).returning(table.c.name)
         ).first()
         if inserted is None:
             raise ScheduleExistsError(row["name"])
+        _audit.write(db, audit and audit("add"))
         return record(_row(db, row["name"]))
 
 
@@ -379,7 +389,13 @@ def listed(database: Database) -> list[ScheduleRecord]:
 
 
 def set_paused(
-    database: Database, name: str, *, paused: bool, now: float, actor: str | None = None
+    database: Database,
+    name: str,
+    *,
+    paused: bool,
+    now: float,
+    actor: str | None = None,
+    audit: Mapping[str, Any] | None = None,
 ) -> ScheduleRecord:
     """Pause, or resume, as `actor`: a resumed schedule goes on from its next slot after
     `now` (the slots of the pause are not fired).
@@ -404,11 +420,12 @@ def set_paused(
         updated = db.execute(table.update().where(table.c.name == name).values(**values)).rowcount
         if not updated:
             raise UnknownScheduleError(name)
+        _audit.write(db, audit)
         return record(_row(db, name))
 
 
-def delete(database: Database, name: str) -> None:
-    """Remove the schedule (its runs stay).
+def delete(database: Database, name: str, *, audit: Mapping[str, Any] | None = None) -> None:
+    """Remove the schedule (its runs stay), with its `audit` entry.
 
     Raises:
         UnknownScheduleError: no schedule has this name.
@@ -417,6 +434,8 @@ def delete(database: Database, name: str) -> None:
         deleted = db.execute(
             schedules_table.delete().where(schedules_table.c.name == name)
         ).rowcount
+        if deleted:
+            _audit.write(db, audit)
     if not deleted:
         raise UnknownScheduleError(name)
 
@@ -537,6 +556,17 @@ def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: flo
             )
             if runs.insert_queued(database, db, queued_run):  # else: fired before (added again)
                 enqueue(db, run_id, 1)
+                _audit.write(
+                    db,
+                    _audit.entry(
+                        "run.submit",
+                        run_id,
+                        queued_run["queued_by"],
+                        recipe=snapshot.recipe_id,
+                        schedule=row.name,
+                        slot=slot,
+                    ),
+                )
                 queued.append(run_id)
     for run_id in queued:
         log.info("schedule fired", schedule=row.name, run_id=run_id)

@@ -15,7 +15,7 @@ import dataclasses
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
@@ -25,12 +25,13 @@ from minions._text import jsonable
 from minions.errors import RunStateError, StoreError
 from minions.events import Event
 from minions.runs import _approvals as approvals
+from minions.runs import _audit, _evals
 from minions.runs import _decisions as decisions
-from minions.runs import _evals
 from minions.runs import _events as events
 from minions.runs import _runs as runs
 from minions.runs import _workers as workers
 from minions.runs._async import AsyncDatabase
+from minions.runs._audit import Actor, AuditEntry
 from minions.runs._db import DEFAULT_URL, Database
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._projects import Scope, ScopedRuns, check_project
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
 __all__ = ["RunFilters", "RunStore", "database_url"]
 
 log = structlog.get_logger(__name__)
+
+Who = str | Actor | None
+"""Who makes a change: a name (`Actor.name`), or an `Actor` saying from where too."""
 
 
 def database_url(given: str | None = None) -> str:
@@ -163,7 +167,7 @@ class RunStore:
         inputs: Mapping[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
-        actor: str | None = None,
+        actor: Who = None,
         project: str = "default",
     ) -> tuple[str, bool]:
         """Queue a run of the recipe file; its YAML is snapshotted into the run. Returns the
@@ -195,7 +199,7 @@ class RunStore:
         base: str | Path,
         idempotency_key: str | None = None,
         check: Callable[[RecipeSpec], object] | None = None,
-        actor: str | None = None,
+        actor: Who = None,
         project: str = "default",
     ) -> tuple[str, bool]:
         """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
@@ -232,7 +236,7 @@ class RunStore:
         idempotency_key: str | None,
         parsed: tuple[RecipeSpec, Located] | None = None,
         *,
-        actor: str | None = None,
+        actor: Who = None,
         project: str = "default",
     ) -> tuple[str, bool]:
         """Check the recipe snapshot `text` (as the file `path`; `parsed` already) and the
@@ -270,19 +274,35 @@ class RunStore:
         idempotency_key: str | None = None,
         rerun: RerunPlan | None = None,
         seeds: Callable[[Any], Sequence[Checkpoint]] | None = None,
-        actor: str | None = None,
+        actor: Who = None,
         project: str = "default",
     ) -> tuple[str, bool]:
         queue = await self._dbos()
+        who = dataclasses.replace(Actor.of(actor), project=project)
         row = runs.queued_row(
             snapshot,
             run_id=uuid.uuid4().hex,
             idempotency_key=idempotency_key,
             rerun=rerun,
-            queued_by=actor,
+            queued_by=who.name,
             project=project,
         )
-        return await self._database.apply(runs.insert, row, enqueue=queue.enqueue, seeds=seeds)
+
+        def audit(run_id: str) -> dict[str, Any]:
+            if rerun is None:
+                return _audit.entry("run.submit", run_id, who, recipe=snapshot.recipe_id)
+            return _audit.entry(
+                "run.rerun",
+                run_id,
+                who,
+                recipe=snapshot.recipe_id,
+                parent=rerun.parent_run_id,
+                from_step=rerun.from_step,
+            )
+
+        return await self._database.apply(
+            runs.insert, row, enqueue=queue.enqueue, seeds=seeds, audit=audit
+        )
 
     async def rerun(
         self,
@@ -296,7 +316,7 @@ class RunStore:
         base: str | Path | None = None,
         idempotency_key: str | None = None,
         cache: bool = False,
-        actor: str | None = None,
+        actor: Who = None,
     ) -> RerunPlan:
         """Queue a rerun of an ended run from step `from_step`: a new run that reuses the
         recorded result of every step not downstream of `from_step` (no model or tool call;
@@ -580,9 +600,7 @@ class RunStore:
 
     # -- state changes -------------------------------------------------------------------------
 
-    async def cancel(
-        self, run_id: str, *, wait: float = 10.0, actor: str | None = None
-    ) -> RunRecord:
+    async def cancel(self, run_id: str, *, wait: float = 10.0, actor: Who = None) -> RunRecord:
         """Cancel the run: a queued one (or one whose worker died) at once; a running one at
         its next step boundary, its model calls cancelled. A worker that does not answer within
         `wait` seconds is fenced out and the run is ended here. Returns the run as it is then.
@@ -592,7 +610,14 @@ class RunStore:
             UnknownRunError: no run has this id.
             RunStateError: the run has ended already.
         """
-        record = await self._database.apply(runs.request_cancel, run_id, actor=actor)
+        who = Actor.of(actor)
+        actor = who.name
+        record = await self._database.apply(
+            runs.request_cancel,
+            run_id,
+            actor=actor,
+            audit=_audit.entry("run.cancel", run_id, who),
+        )
         if await self._end_cancelled(run_id, "unheld", actor):
             await self._forget(run_id, record.attempt)
             return await self.get(run_id)
@@ -625,7 +650,7 @@ class RunStore:
             return
         await self._database.call(queue.cancel, workflow_id(run_id, attempt))
 
-    async def resume(self, run_id: str, *, actor: str | None = None) -> RunRecord:
+    async def resume(self, run_id: str, *, actor: Who = None) -> RunRecord:
         """Queue a failed or cancelled run again: it goes on from its last completed step
         (and loop item). `actor`: who resumes it (its next `RunStarted` event says so).
 
@@ -642,7 +667,8 @@ class RunStore:
             epoch=None,
             recovery=False,
             enqueue=queue.enqueue,
-            actor=actor,
+            actor=Actor.of(actor).name,
+            audit=_audit.entry("run.resume", run_id, actor),
         )
         if resumed is None:
             status = (await self._database.apply(runs.get, run_id, details=False)).status
@@ -659,7 +685,7 @@ class RunStore:
         *,
         approved: bool = True,
         reason: str | None = None,
-        actor: str | None = None,
+        actor: Who = None,
     ) -> RunRecord:
         """Decide a call the run waits for (the only one when `call_id` is not given), as
         `actor` (the approval's `decided_by`, and its `ApprovalResolved` event's `actor`). A
@@ -675,6 +701,15 @@ class RunStore:
         record = await self.get(run_id)
         if call_id is None:
             call_id = approvals.the_waiting_call(run_id, record.status, record.approvals)
+        asked = {a.call_id: a for a in record.approvals}.get(call_id)
+        audit = _audit.entry(
+            "approval.approve" if approved else "approval.reject",
+            run_id,
+            actor,
+            call=call_id,
+            tool=asked.tool if asked is not None else None,
+            reason=reason,
+        )
         queue = await self._dbos()
         decided = await self._database.apply(
             decisions.decide,
@@ -682,8 +717,9 @@ class RunStore:
             call_id,
             approved=approved,
             reason=reason,
-            actor=actor,
+            actor=Actor.of(actor).name,
             enqueue=queue.enqueue,
+            audit=audit,
         )
         record = await self.get(run_id)
         if decided is None:
@@ -706,7 +742,7 @@ class RunStore:
         catch_up: CatchUp | None = None,
         overlap: Overlap | None = None,
         replace: bool = False,
-        actor: str | None = None,
+        actor: Who = None,
         project: str = "default",
     ) -> ScheduleRecord:
         """Run the recipe file at each slot of `cron` or `every` (its YAML is snapshotted
@@ -760,11 +796,23 @@ class RunStore:
             catch_up=schedule.catch_up,
             overlap=schedule.overlap,
             now=time.time(),
-            actor=actor,
+            actor=Actor.of(actor).name,
             project=check_project(project),
         )
+
+        def audit(how: str) -> dict[str, Any]:
+            action: _audit.AuditAction = "schedule.replace" if how == "replace" else "schedule.add"
+            return _audit.entry(
+                action,
+                row["name"],
+                actor,
+                recipe=snapshot.recipe_id,
+                cron=row["cron"],
+                every=row["every"],
+            )
+
         await self._dbos()  # DBOS's tables exist before a worker's tick fires into them
-        saved = await self._database.apply(_schedules.save, row, replace=replace)
+        saved = await self._database.apply(_schedules.save, row, replace=replace, audit=audit)
         await self._database.apply(wake, "schedules")  # its first slot may be soon
         return saved
 
@@ -784,7 +832,7 @@ class RunStore:
 
         return await self._database.apply(_schedules.get, name)
 
-    async def pause_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
+    async def pause_schedule(self, name: str, *, actor: Who = None) -> ScheduleRecord:
         """Stop firing the schedule until it is resumed (`actor`: who pauses it, its
         `changed_by`).
 
@@ -793,7 +841,7 @@ class RunStore:
         """
         return await self._set_paused(name, paused=True, actor=actor)
 
-    async def resume_schedule(self, name: str, *, actor: str | None = None) -> ScheduleRecord:
+    async def resume_schedule(self, name: str, *, actor: Who = None) -> ScheduleRecord:
         """Fire the schedule again from its next slot (the slots of the pause do not fire);
         `actor`: who resumes it.
 
@@ -802,17 +850,22 @@ class RunStore:
         """
         return await self._set_paused(name, paused=False, actor=actor)
 
-    async def _set_paused(self, name: str, *, paused: bool, actor: str | None) -> ScheduleRecord:
+    async def _set_paused(self, name: str, *, paused: bool, actor: Who) -> ScheduleRecord:
         from minions.runs import _schedules
 
         changed = await self._database.apply(
-            _schedules.set_paused, name, paused=paused, now=time.time(), actor=actor
+            _schedules.set_paused,
+            name,
+            paused=paused,
+            now=time.time(),
+            actor=Actor.of(actor).name,
+            audit=_audit.entry("schedule.pause" if paused else "schedule.resume", name, actor),
         )
         if not paused:
             await self._database.apply(wake, "schedules")
         return changed
 
-    async def remove_schedule(self, name: str, *, actor: str | None = None) -> None:
+    async def remove_schedule(self, name: str, *, actor: Who = None) -> None:
         """Remove the schedule; the runs it fired stay. `actor`: who removes it (said in the
         log: the row is gone).
 
@@ -821,8 +874,10 @@ class RunStore:
         """
         from minions.runs import _schedules
 
-        await self._database.apply(_schedules.delete, name)
-        log.info("schedule removed", schedule=name, actor=actor)
+        await self._database.apply(
+            _schedules.delete, name, audit=_audit.entry("schedule.remove", name, actor)
+        )
+        log.info("schedule removed", schedule=name, actor=Actor.of(actor).name)
 
     # -- keys ----------------------------------------------------------------------------------
 
@@ -832,7 +887,7 @@ class RunStore:
         *,
         role: str,
         projects: Sequence[str] = (),
-        actor: str | None = None,
+        actor: Who = None,
     ) -> tuple[KeyRecord, str]:
         """Add an API key named `name` with `role` (and `projects`): returns its record and
         the key itself, which is never stored (only its SHA-256 is) and cannot be shown again.
@@ -845,7 +900,12 @@ class RunStore:
         from minions.runs import _keys
 
         made = await self._database.apply(
-            _keys.add, name, role=role, projects=projects, actor=actor
+            _keys.add,
+            name,
+            role=role,
+            projects=projects,
+            actor=Actor.of(actor).name,
+            audit=_audit.entry("key.add", name, actor, role=role, projects=list(projects) or None),
         )
         return made.record, made.key
 
@@ -855,7 +915,7 @@ class RunStore:
 
         return await self._database.apply(_keys.listed, revoked=revoked)
 
-    async def revoke_key(self, name: str, *, actor: str | None = None) -> KeyRecord:
+    async def revoke_key(self, name: str, *, actor: Who = None) -> KeyRecord:
         """Revoke the key of that name: its next request fails, and so do the event streams
         it opened.
 
@@ -864,7 +924,12 @@ class RunStore:
         """
         from minions.runs import _keys
 
-        return await self._database.apply(_keys.revoke, name, actor=actor)
+        return await self._database.apply(
+            _keys.revoke,
+            name,
+            actor=Actor.of(actor).name,
+            audit=_audit.entry("key.revoke", name, actor),
+        )
 
     async def key_of(self, key: str) -> KeyRecord | None:
         """The key that works and is `key` (found by its hash), or None."""
@@ -884,6 +949,57 @@ class RunStore:
         from minions.runs import _keys
 
         return await self._database.apply(_keys.by_id, key_id)
+
+    # -- the audit log -------------------------------------------------------------------------
+
+    async def audit(
+        self,
+        *,
+        since: float | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        project: str | None = None,
+        before: int | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """The audit log's entries, newest first: those at or after `since` (Unix seconds),
+        of `actor`, of `action` (``run.cancel``, or a family: ``run``), in `project`; `before`
+        (an entry's id) continues after a page's last entry.
+
+        Raises:
+            ValueError: `action` is not an action or a family of them, or `limit` is not
+                between 1 and 1000.
+        """
+        if action is not None:
+            _audit.check_action(action)
+        if not 1 <= limit <= 1000:
+            raise ValueError(f"limit {limit}: give 1 to 1000")
+        return await self._database.apply(
+            _audit.listed,
+            since=since,
+            actor=actor,
+            action=action,
+            project=project,
+            before=before,
+            limit=limit,
+        )
+
+    async def prune_audit(self, older_than: str | float) -> int:
+        """Delete the audit log's entries older than `older_than` (``365d``, or seconds);
+        how many.
+
+        Raises:
+            ValueError: `older_than` is not a duration.
+        """
+        from minions._duration import duration_seconds
+
+        before = time.time() - duration_seconds(older_than, zero=not isinstance(older_than, str))
+        return await self._database.apply(_audit.prune, before=before)
+
+    async def waiting_approvals(self, projects: Collection[str] | None = None) -> int:
+        """How many calls wait for a person's decision (of runs that have not ended; of
+        runs of `projects` when given)."""
+        return await self._database.apply(approvals.waiting, projects)
 
     # -- evals ---------------------------------------------------------------------------------
 
@@ -966,7 +1082,7 @@ class RunStore:
         statuses: Sequence[str] = (),
         keep: int | None = None,
         dry_run: bool = False,
-        actor: str | None = None,
+        actor: Who = None,
     ) -> PruneResult:
         """Delete the finished runs (in one of `statuses`: default, every finished one) that
         finished over `older_than` ago (``30d``, or seconds: 0 for every one), but the newest
@@ -989,5 +1105,13 @@ class RunStore:
             statuses=tuple(statuses) or tuple(sorted(TERMINAL)),
             keep=keep,
             dry_run=dry_run,
-            actor=actor,
+            actor=Actor.of(actor).name,
+            audit=_audit.entry(
+                "history.prune",
+                "runs",
+                actor,
+                older_than=older_than,
+                statuses=list(statuses) or None,
+                keep=keep,
+            ),
         )

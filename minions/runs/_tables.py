@@ -18,22 +18,23 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
-every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
-schedule of a run, how far pruning went; reruns (a run's parent, the step it reran from, its
-plan); the step cache. 4: a step cache entry's run and recipe (entries are pruned with their
-run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
-run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
-API keys' table (made on first use). 6: a schedule's overlap policy and lateness (`overlap`,
-`late`, `late_slots`, `late_at`, `late_reason`). 7: projects (the project of a run, a
-schedule, an eval: what a key of other projects never sees; a run parked by its project's
-limits). 8: approvals' deadlines (when an undecided call times out and what happens then,
-when it is escalated); a run waiting for a decision holds no worker (a `waiting` run with
-no holder). 9: an endpoint's pause says who set it, when, and what
-the endpoint asked (pauses of before, unbounded, are lifted); what an endpoint taught keeps
-its evidence, and the runs that saw an output mode ignored (a lesson of several runs)."""
+every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the schedule
+of a run, how far pruning went; reruns (a run's parent, the step it reran from, its plan); the
+step cache. 4: a step cache entry's run and recipe (entries are pruned with their run; keys
+name their world, so the entries of schema 3 are dropped). 5: actors (who queued a run's
+attempt, who cancelled it, who decided an approval, who changed a schedule last); the API keys'
+table (made on first use). 6: a schedule's overlap policy and lateness (`overlap`, `late`,
+`late_slots`, `late_at`, `late_reason`). 7: projects (the project of a run, a schedule, an
+eval: what a key of other projects never sees; a run parked by its project's limits). 8:
+approvals' deadlines (when an undecided call times out and what happens then, when it is
+escalated); a run waiting for a decision holds no worker (a `waiting` run with no holder). 9:
+an endpoint's pause says who set it, when, and what the endpoint asked (pauses of before,
+unbounded, are lifted); what an endpoint taught keeps its evidence, and the runs that saw an
+output mode ignored (a lesson of several runs). 10: the audit log (`minions_audit`: who changed
+what, when, from where)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -288,6 +289,20 @@ evals_table = sa.Table(
     # Its project (schema 7): its case runs' too.
     sa.Column("project", sa.Text, nullable=False, server_default="default"),
 )
+audit_table = sa.Table(
+    "minions_audit",
+    metadata,
+    # Schema 10: the audit log (minions.runs._audit): one row per state change, written in the
+    # change's transaction; kept by its own retention horizon.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.Float, nullable=False, index=True),
+    sa.Column("actor", sa.Text, nullable=True, index=True),
+    sa.Column("address", sa.Text, nullable=True),
+    sa.Column("action", sa.Text, nullable=False, index=True),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("project", sa.Text, nullable=False, default="default", index=True),
+    sa.Column("detail", sa.Text, nullable=True),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 
@@ -444,6 +459,11 @@ def _to_9(db: sa.Connection) -> None:
         _add_columns(db, "minions_capabilities", ["evidence TEXT"])
 
 
+def _to_10(db: sa.Connection) -> None:
+    """Schema 9 -> 10: the audit log's table (empty: what happened before was not audited)."""
+    audit_table.create(db, checkfirst=True)
+
+
 MIGRATIONS: dict[int, Any] = {
     1: _to_2,
     2: _to_3,
@@ -453,5 +473,6 @@ MIGRATIONS: dict[int, Any] = {
     6: _to_7,
     7: _to_8,
     8: _to_9,
+    9: _to_10,
 }
 """Schema version n -> n+1 upgrades, each a function of a connection."""

@@ -34,12 +34,15 @@ from minions.runs import _leases as leases
 from minions.runs import _runs as runs
 from minions.runs import _workers as workers
 from minions.runs._async import AsyncDatabase, transient
+from minions.runs._audit import SYSTEM, Actor
+from minions.runs._audit import entry as audit_entry
+from minions.runs._audit import prune as prune_audit
 from minions.runs._db import DEAD_AFTER, Database, describe, detail
 from minions.runs._dispatch import DBOS_LOOPS, Dispatcher, installed
 from minions.runs._events import run_failed_row
 from minions.runs._limiter import StoreCapabilities, StoreLimiter
 from minions.runs._log import LiveHub
-from minions.runs._prune import Retention, prune
+from minions.runs._prune import Retention, audit_horizon, prune
 from minions.runs._queue import (
     APP_VERSION,
     LEGACY_VERSION,
@@ -97,6 +100,8 @@ AFTER_GRACE = 10.0
 """Seconds a stopping worker gives itself past the grace to hand its runs back (its store
 may be away); what is still held then is let go, and taken over by a live worker."""
 
+AUDIT_RETENTION = "365d"
+"""How long a worker keeps the audit log's entries by default."""
 RETENTION_EVERY = float(os.environ.get("MINIONS_RETENTION_EVERY", "60"))
 """Seconds between two prunes of a worker with a retention."""
 
@@ -190,6 +195,8 @@ class Worker:
         on_ready: called once the worker takes runs.
         retention: prune finished runs periodically, keeping those younger than a duration
             (``30d``) or the newest number of them (``1000 runs``); None keeps them all.
+        audit_retention: prune the audit log's entries older than this duration
+            periodically (default `AUDIT_RETENTION`, a year); None keeps them all.
         clock: the time now, for the schedules it fires (tests give their own).
         limits: limits per model endpoint and per project (`minions.models.Limits`), held
             over every worker of the store that is given them; its `capability_expiry` says
@@ -225,6 +232,7 @@ class Worker:
         hub: LiveHub | None = None,
         on_ready: Callable[[Worker], None] | None = None,
         retention: str | None = None,
+        audit_retention: str | None = AUDIT_RETENTION,
         clock: Callable[[], float] = time.time,
         limits: Limits | None = None,
         deps: Callable[[], object] | None = None,
@@ -292,6 +300,8 @@ class Worker:
         self.stranded: dict[str, list[str]] = {}
         """Runs of a newer minions format found when the worker started, by DBOS version."""
         self.retention = None if retention is None else Retention.parse(retention)
+        self.audit_retention = None if audit_retention is None else audit_horizon(audit_retention)
+        """Seconds the audit log's entries are kept (None: for ever)."""
         self.clock = clock
         self.grace = grace
         self.dispatcher = Dispatcher()
@@ -397,7 +407,7 @@ class Worker:
             background.append(
                 threading.Thread(target=self._fire_schedules, name="minions-schedules")
             )
-            if self.retention is not None:
+            if self.retention is not None or self.audit_retention is not None:
                 background.append(threading.Thread(target=self._prune, name="minions-retention"))
             if self.project_limits:
                 background.append(threading.Thread(target=self._unpark, name="minions-projects"))
@@ -540,18 +550,31 @@ class Worker:
                 log.exception("approval deadlines failed", executor_id=self.executor_id)
 
     def _prune(self) -> None:
-        """Prune finished runs as `retention` says, now and then."""
-        retention = self.retention
-        assert retention is not None
+        """Prune finished runs as `retention` says, and the audit log's entries as
+        `audit_retention` does, now and then."""
+        retention, horizon = self.retention, self.audit_retention
         while True:
             try:
-                done = prune(
-                    self.database,
-                    before=self.clock() - (retention.older_than or 0.0),
-                    keep=retention.keep,
-                )
-                if done.runs:
-                    log.info("runs pruned", runs=done.runs, executor_id=self.executor_id)
+                if retention is not None:
+                    done = prune(
+                        self.database,
+                        before=self.clock() - (retention.older_than or 0.0),
+                        keep=retention.keep,
+                        actor=SYSTEM,
+                        audit=audit_entry(
+                            "history.prune",
+                            "runs",
+                            Actor(name=SYSTEM, address=self.executor_id),
+                            retention=retention.describe(),
+                        ),
+                        audit_empty=False,
+                    )
+                    if done.runs:
+                        log.info("runs pruned", runs=done.runs, executor_id=self.executor_id)
+                if horizon is not None:
+                    gone = prune_audit(self.database, before=self.clock() - horizon)
+                    if gone:
+                        log.info("audit pruned", entries=gone, executor_id=self.executor_id)
             except Exception as exc:
                 if not transient(exc):
                     log.exception("pruning runs failed", executor_id=self.executor_id)

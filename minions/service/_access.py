@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Request
 from fastapi.routing import APIRoute
 
-from minions.runs import ROLES, Role, Scope
+from minions.runs import ROLES, Actor, Role, Scope
 from minions.service._errors import Refused
 
 __all__: list[str] = []
@@ -42,12 +42,20 @@ class Caller:
         role: what it may do.
         projects: the key's projects (an admin sees every one, whatever it names).
         key_id: the key's id (stream tickets name it), or ``token``.
+        address: where the request came from (the TCP peer's address).
     """
 
     name: str
     role: Role
     projects: tuple[str, ...] = ()
     key_id: str = TOKEN_ACTOR
+    address: str | None = None
+
+    @property
+    def actor(self) -> Actor:
+        """Who the run store records as making the changes of this request, and from
+        where."""
+        return Actor(name=self.name, address=self.address)
 
     @property
     def scope(self) -> Scope:

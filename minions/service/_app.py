@@ -18,6 +18,7 @@ from minions.service._errors import install
 from minions.service._guard import PUBLIC_PATHS, Guard, proxy_networks
 from minions.service._recipes import Catalogs, RecipeCatalog
 from minions.service._routes import (
+    audit,
     console,
     evals,
     events,
@@ -97,7 +98,14 @@ def create_app(
     app.state.streams = OpenStreams()
     install(app)
     routers = (runs.router, rerun.router, events.router, steps.router, info.router)
-    for router in (*routers, schedules.router, evals.router, keys.router, console.router):
+    for router in (
+        *routers,
+        schedules.router,
+        evals.router,
+        keys.router,
+        audit.router,
+        console.router,
+    ):
         app.include_router(router)
     public = PUBLIC_PATHS
     if config.metrics:

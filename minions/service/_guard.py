@@ -5,6 +5,7 @@ catches a route that fails, so that a failure is logged once, briefly, and answe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import ipaddress
 import re
@@ -191,7 +192,8 @@ class Guard:
                     message = "this endpoint needs an Authorization: Bearer <key> header"
                     return error(401, message)
                 caller = ticketed
-            scope[CALLER] = caller
+            client = scope.get("client")
+            scope[CALLER] = dataclasses.replace(caller, address=client[0] if client else None)
         problem = path_problem(scope.get("raw_path") or path.encode())
         if problem is None:
             problem = query_problem(scope["query_string"])

@@ -15,6 +15,7 @@ from minions._fold import Execution, ExecutionStatus, RunStates, RunStatus, Wait
 __all__: list[str] = []
 
 Status = RunStatus
+Outcome = Literal[RunStatus, "rejected"]
 
 
 def _as_dict(value: Any) -> Any:
@@ -168,6 +169,13 @@ class RunSummary(_Record):
     run_id: str
     recipe: str = Field(validation_alias=AliasChoices("recipe", "recipe_id"))
     status: Status
+    outcome: Outcome = Field(
+        description="How the run stands for a person: its status, but `rejected` for a run "
+        "that failed after a person rejected one of its calls (its status stays `failed`)."
+    )
+    rejected_by: str | None = Field(
+        None, description="For a rejected outcome: who rejected (the latest rejection)."
+    )
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None

@@ -32,6 +32,7 @@ def serve(
     worker: bool = True,
     concurrency: int = 4,
     retention: str | None = None,
+    audit_retention: str | None = "365d",
     on_ready: Callable[[str], None] | None = None,
     limits: Limits | None = None,
     log_format: logs.LogFormat = "console",
@@ -52,6 +53,7 @@ def serve(
         concurrency: runs at a time in that worker.
         retention: that worker prunes finished runs periodically, keeping those younger than
             a duration (``30d``) or the newest number of them (``1000 runs``).
+        audit_retention: and the audit log's entries older than this (None: never).
         on_ready: told the worker's id (or ``""`` without one) once the server listens.
         limits: limits per model endpoint for the in-process worker's runs (held over every
             worker of the store given them).
@@ -95,6 +97,7 @@ def serve(
             hub=hub,
             on_ready=lambda _: started.set(),
             retention=retention,
+            audit_retention=audit_retention,
             limits=limits,
             recipes=config.recipes,
             project_recipes=config.project_recipes,

@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from minions._fold import EXECUTION_STATUSES, RUN_STATUSES, TERMINAL
 from minions.events import Event
+from minions.runs import AUDIT_ACTIONS
 from minions.service._access import Public
 from minions.service._errors import Refused
 
@@ -48,9 +49,10 @@ def names() -> bytes:
         "TERMINAL_STATUSES": sorted(TERMINAL),
         "EXECUTION_STATUSES": list(EXECUTION_STATUSES),
         "EVENT_KINDS": kinds,
+        "AUDIT_ACTIONS": list(AUDIT_ACTIONS),
     }
     lines = [f"export const {name} = {json.dumps(value)};" for name, value in lists.items()]
-    head = "// Written by the server from its own lists (minions._fold, minions.events).\n"
+    head = "// Written by the server from its own lists (minions._fold, .events, .runs).\n"
     return (head + "\n".join(lines) + "\n").encode()
 
 

@@ -64,7 +64,7 @@ async def add_key(caller: Admin, body: KeyRequest, runs: WholeStore) -> NewKeyOu
     `key_exists`)."""
     try:
         record, key = await runs.add_key(
-            body.name, role=body.role, projects=body.projects, actor=caller.name
+            body.name, role=body.role, projects=body.projects, actor=caller.actor
         )
     except ValueError as exc:
         raise Refused(400, str(exc)) from None
@@ -78,5 +78,5 @@ async def revoke_key(
     runs: WholeStore,
 ) -> Response:
     """Revoke a key: its next request is a 401, and its open event streams end."""
-    await runs.revoke_key(name, actor=caller.name)
+    await runs.revoke_key(name, actor=caller.actor)
     return Response(status_code=204)

@@ -156,7 +156,7 @@ async def rerun(
         outputs=body.outputs,
         idempotency_key=key,
         cache=body.cache,
-        actor=caller.name,
+        actor=caller.actor,
         **source,
     )
     status = "queued" if plan.created else (await runs.get(plan.run_id)).status

@@ -65,7 +65,7 @@ async def submit(
             base=catalog.folder or Path.cwd(),
             idempotency_key=body.idempotency_key,
             check=functools.partial(check_inline, catalog=catalog, model=config.model),
-            actor=caller.name,
+            actor=caller.actor,
             project=project,
         )
     else:
@@ -80,7 +80,7 @@ async def submit(
             entry.path,
             body.inputs,
             idempotency_key=body.idempotency_key,
-            actor=caller.name,
+            actor=caller.actor,
             project=project,
         )
     if created:  # just stored as queued: no need to read it back
@@ -155,7 +155,7 @@ async def run_out(run_id: str, runs: ScopedRuns) -> RunOut:
 @router.post("/runs/{run_id}/cancel", response_model=RunOut)
 async def cancel(caller: Operator, run_id: RunId, runs: Runs) -> RunOut:
     """Cancel a run: a queued one at once, a running one at its next step boundary."""
-    await runs.cancel(run_id, wait=5.0, actor=caller.name)
+    await runs.cancel(run_id, wait=5.0, actor=caller.actor)
     return await run_out(run_id, runs)
 
 
@@ -163,7 +163,7 @@ async def cancel(caller: Operator, run_id: RunId, runs: Runs) -> RunOut:
 async def resume(caller: Operator, run_id: RunId, runs: Runs) -> RunOut:
     """Queue a failed or cancelled run again, from its last completed step (one of
     concurrent resumes wins; the others are 409 `wrong_state`)."""
-    await runs.resume(run_id, actor=caller.name)
+    await runs.resume(run_id, actor=caller.actor)
     return await run_out(run_id, runs)
 
 
@@ -178,7 +178,7 @@ async def approve(
     """Approve or reject a call the run waits for (decided once: of concurrent decisions
     one wins, the others are 409 `wrong_state`)."""
     await runs.approve(
-        run_id, call_id, approved=body.approve, reason=body.reason, actor=caller.name
+        run_id, call_id, approved=body.approve, reason=body.reason, actor=caller.actor
     )
     return await run_out(run_id, runs)
 

@@ -128,7 +128,7 @@ async def add(
         catch_up=body.catch_up,
         overlap=body.overlap,
         replace=body.replace,
-        actor=caller.name,
+        actor=caller.actor,
         project=project,
     )
     return ScheduleOut.model_validate(record)
@@ -155,17 +155,17 @@ async def get_schedule(
 @router.delete("/schedules/{name}", status_code=204)
 async def remove(caller: Operator, name: Name, runs: Runs) -> Response:
     """Remove a schedule (the runs it fired stay)."""
-    await runs.remove_schedule(name, actor=caller.name)
+    await runs.remove_schedule(name, actor=caller.actor)
     return Response(status_code=204)
 
 
 @router.post("/schedules/{name}/pause", response_model=ScheduleOut)
 async def pause(caller: Operator, name: Name, runs: Runs) -> ScheduleOut:
     """Stop firing the schedule until it is resumed."""
-    return ScheduleOut.model_validate(await runs.pause_schedule(name, actor=caller.name))
+    return ScheduleOut.model_validate(await runs.pause_schedule(name, actor=caller.actor))
 
 
 @router.post("/schedules/{name}/resume", response_model=ScheduleOut)
 async def resume(caller: Operator, name: Name, runs: Runs) -> ScheduleOut:
     """Fire the schedule again from its next slot (the slots of the pause do not fire)."""
-    return ScheduleOut.model_validate(await runs.resume_schedule(name, actor=caller.name))
+    return ScheduleOut.model_validate(await runs.resume_schedule(name, actor=caller.actor))

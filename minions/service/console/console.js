@@ -5,15 +5,18 @@
 // cancel (asked first), resume, approve, reject; rerun a finished run from a step (its inputs, and a reused
 // step's output, edited first), a rerun's lineage and its differences from its parent; the
 // schedules, paused and resumed; the evals' kept reports (a regressed case's run diffed
-// against the baseline's). ES modules, no build step, no dependencies. What a run's steps
+// against the baseline's); who the token is and the calls that wait for it; the audit log.
+// A run a person rejected shows as `rejected`, with who rejected it. ES modules, no build step, no dependencies. What a run's steps
 // are is the server's fold of its events (the `states` of its stream), drawn as it is.
 //
 // This module: the token (asked for, kept in this tab only), and which view the address shows.
 
 import { api } from "./api.js";
+import { refreshAudit, showAudit } from "./audit.js";
 import { $ } from "./dom.js";
 import { closeDrawer } from "./drawer.js";
 import { loadRecipes, refreshList } from "./list.js";
+import { refreshMe } from "./me.js";
 import { showRun, stopRun } from "./run.js";
 import { refreshEvals, showEvals } from "./evals.js";
 import { refreshSchedules, showSchedules } from "./schedules.js";
@@ -25,6 +28,9 @@ function askToken(why) {
   clearInterval(state.listTimer);
   $("#app").hidden = true;
   $("#forget").hidden = true;
+  $("#me").hidden = true;
+  $("#waiting").hidden = true;
+  $("#nav-audit").hidden = true;
   $("#login").hidden = false;
   $("#login-error").textContent = why || "";
   $("#token").focus();
@@ -44,9 +50,11 @@ async function start() {
   $("#login").hidden = true;
   $("#app").hidden = false;
   $("#forget").hidden = false;
-  await loadRecipes();
+  await Promise.all([loadRecipes(), refreshMe()]);
   clearInterval(state.listTimer);
   state.listTimer = setInterval(() => {
+    refreshMe();
+    if (!$("#audit-view").hidden && state.audit.cursors.length === 1) refreshAudit();
     if (!$("#list-view").hidden && state.list.cursors.length === 1) refreshList();
     if (!$("#schedules-view").hidden) refreshSchedules();
     if (!$("#evals-view").hidden) refreshEvals();
@@ -58,11 +66,18 @@ function route() {
   const match = location.hash.match(/^#\/runs\/([^/]+)(?:\/diff\/([^/]+))?$/);
   const schedules = location.hash.match(/^#\/schedules(?:\/([^/]+))?$/);
   const evals = location.hash.match(/^#\/evals(?:\/([^/]+))?$/);
+  const audit = location.hash === "#/audit";
   closeDrawer(false);
   for (const dialog of ["#rerun-dialog", "#cancel-dialog"]) if ($(dialog).open) $(dialog).close();
   $("#schedules-view").hidden = !schedules;
   $("#evals-view").hidden = !evals;
-  if (evals) {
+  $("#audit-view").hidden = !audit;
+  if (audit) {
+    stopRun();
+    $("#run-view").hidden = true;
+    $("#list-view").hidden = true;
+    showAudit();
+  } else if (evals) {
     stopRun();
     $("#run-view").hidden = true;
     $("#list-view").hidden = true;

@@ -16,6 +16,8 @@ export function swap(box, nodes) {
   if (next.innerHTML !== box.innerHTML) box.replaceChildren(...next.childNodes);
 }
 
-export function statusBadge(status) {
-  return el("span", { className: `status s-${status}`, textContent: status });
+export function statusBadge(status, rejectedBy) {
+  // A run's outcome: its status, or `rejected` (a failed run a person rejected a call of).
+  const title = status === "rejected" ? `failed: ${rejectedBy ? `${rejectedBy} rejected` : "a person rejected"} one of its calls` : "";
+  return el("span", { className: `status s-${status}`, textContent: status, title });
 }

@@ -145,7 +145,7 @@ function stepDetail(d) {
   if (d.approvals.length) {
     parts.push(el("h3", { textContent: "approvals" }));
     for (const a of d.approvals) {
-      const verdict = a.decided_at === null ? "waiting" : a.approved ? "approved" : "rejected";
+      const verdict = (a.decided_at === null ? "waiting" : a.approved ? "approved" : "rejected") + (a.decided_by ? ` by ${a.decided_by}` : "");
       parts.push(el("div", { className: "call approval-record" },
         el("div", { className: "title" }, el("strong", { className: "mono", textContent: a.tool }), el("span", { className: "muted", textContent: `${verdict}${a.decided_at ? ` after ${duration(a.decided_at - a.requested_at)}` : ""}${a.reason ? `: ${a.reason}` : ""}` })),
         el("pre", { textContent: clipped(a.arguments) })));

@@ -70,10 +70,11 @@ export async function refreshList() {
     const row = el("tr");
     row.dataset.run = r.run_id;
     row.dataset.status = r.status;
+    row.dataset.outcome = r.outcome;
     const link = el("a", { href: `#/runs/${r.run_id}`, className: "mono", textContent: r.run_id.slice(0, 12), title: r.run_id });
     row.append(
       el("td", {}, link),
-      el("td", {}, statusBadge(r.status)),
+      el("td", {}, statusBadge(r.outcome, r.rejected_by)),
       el("td", { className: "wide", textContent: r.recipe }),
       timeCell(r.created_at),
       el("td", { className: "num", textContent: took(r) }),

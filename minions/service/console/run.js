@@ -66,7 +66,7 @@ async function refreshRun(run) {
   // read later.
   run.startedAt = data.started_at || run.startedAt || data.created_at;
   run.endedAt = data.finished_at || run.endedAt;
-  $("#run-status").replaceWith(Object.assign(statusBadge(data.status), { id: "run-status" }));
+  $("#run-status").replaceWith(Object.assign(statusBadge(data.outcome, data.rejected_by), { id: "run-status" }));
   $("#run-recipe").textContent = data.project && data.project !== "default" ? `${data.recipe} · project ${data.project}` : data.recipe;
   const end = data.finished_at || (TERMINAL.has(data.status) ? null : Date.now() / 1000);
   $("#run-times").textContent = [`created ${relative(data.created_at)} (${absolute(data.created_at)})`, data.started_at && end ? `${data.finished_at ? "took" : "running for"} ${duration(end - data.started_at)}` : ""].filter(Boolean).join(" · ");
@@ -76,6 +76,7 @@ async function refreshRun(run) {
   $("#resume").disabled = !(data.status === "failed" || data.status === "cancelled");
   $("#run-output").textContent = data.output === null || data.output === undefined ? "—" : clipped(data.output, 20000);
   renderApprovals(run, data.approvals.filter((a) => a.decided_at === null));
+  renderDecisions(data.approvals.filter((a) => a.decided_at !== null));
   renderLineage(data);
   render(run);
 }
@@ -91,8 +92,12 @@ function render(run) {
 }
 
 function renderApprovals(run, waiting) {
+  // A call still waiting keeps its box, so a reason being typed is not wiped by a redraw.
+  const shown = new Map([...$("#approvals").children].map((box) => [box.dataset.call, box]));
   const boxes = waiting.map((a) => {
+    if (shown.has(a.call_id) && shown.get(a.call_id).dataset.run === run.id) return shown.get(a.call_id);
     const box = el("div", { className: "approval" });
+    box.dataset.run = run.id;
     box.dataset.call = a.call_id;
     const what = el("span", { textContent: `step ${a.step_id} wants to call ${a.tool}(${JSON.stringify(a.arguments)})` });
     const approve = el("button", { type: "button", className: "approve", textContent: "approve" });
@@ -110,6 +115,23 @@ function renderApprovals(run, waiting) {
     return box;
   });
   $("#approvals").replaceChildren(...boxes);
+}
+
+function renderDecisions(decided) {
+  // Each decision made on the run's calls: what, by whom, when, and the person's reason.
+  $("#decisions").replaceChildren(...decided.map((a) => {
+    const item = el("li", { className: a.approved ? "approved" : "rejected" });
+    item.dataset.call = a.call_id;
+    item.append(
+      el("strong", { textContent: a.decided_by || "someone" }),
+      ` ${a.approved ? "approved" : "rejected"} `,
+      el("code", { textContent: a.tool }),
+      ` in step ${a.step_id}`,
+      el("span", { className: "muted", textContent: ` · ${relative(a.decided_at)}` }),
+    );
+    if (a.reason) item.append(el("span", { className: "reason", textContent: ` — ${a.reason}` }));
+    return item;
+  }));
 }
 
 // Cancel asks first, naming the run; "keep it" has the focus, so Enter or Escape keeps it.

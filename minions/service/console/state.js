@@ -17,6 +17,7 @@ export const state = {
   opener: null, // what had the focus when the drawer opened
   frame: null, // a render asked for the next frame
   refused: () => {}, // what to do when the token is refused (the login asks again)
+  me: null, // GET /me: who the token is, what it may do, what waits for it
 };
 
 export function setToken(token) {

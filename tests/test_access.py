@@ -137,6 +137,10 @@ PERMISSIONS = {
     "GET /runs/{run_id}/steps/{step_id}": "read",
     "GET /recipes": "read",
     "GET /workers": "read",
+    "GET /endpoints/status": "read",
+    "GET /queue": "read",
+    "GET /notifications": "read",
+    "GET /usage": "read",
     "GET /health": "public",
     "GET /health/live": "public",
     "GET /health/ready": "public",
@@ -550,6 +554,7 @@ def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) ->
     from runs_helpers import insert_run
 
     from minions.runs._db import Database
+    from minions.runs._tables import SCHEMA_VERSION
 
     path = tmp_path / "old.db"
     made = Database(f"sqlite:///{path}", create=True)
@@ -579,7 +584,7 @@ def test_an_older_store_gets_its_actors_columns(tmp_path: Path, version: int) ->
 
     assert asyncio.run(read()) == (None, "ann")
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == "5"
+        assert db.execute("SELECT value FROM minions_meta").fetchone()[0] == str(SCHEMA_VERSION)
         cache = {row[1] for row in db.execute("PRAGMA table_info(minions_step_cache)")}
     assert {"run_id", "recipe_id"} <= cache
 

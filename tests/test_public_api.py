@@ -87,7 +87,8 @@ PUBLIC: dict[str, set[str]] = {
         "WorkerRecord", "database_url", "EventLog", "LiveHub", "STATUSES", "Worker",
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
         "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
-        "StepDetail", "KeyRecord", "ROLES", "Role",
+        "StepDetail", "KeyRecord", "ROLES", "Role", "EndpointStatus", "QueueState", "QueuedRun",
+        "UsageReport", "UsageRow", "Delivery", "Notifier", "NotifyTarget",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -47,6 +47,7 @@ from minions.cli._common import (
 )
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
+from minions.cli._notify import LateAfterOption, NotifyOption, StuckAfterOption, notifier
 from minions.models._infer import MODEL_ENV
 
 __all__: list[str] = []
@@ -122,6 +123,9 @@ def worker(
         ),
     ] = "127.0.0.1",
     log_format: LogFormatOption = None,
+    notify: NotifyOption = None,
+    notify_stuck_after: StuckAfterOption = "15m",
+    notify_late_after: LateAfterOption = "1m",
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
@@ -203,8 +207,18 @@ def worker(
     )
     set_up_logging(chosen_format, database_url=url, minions_info=True)
     try:
+        notifying = notifier(
+            url, notify, stuck_after=notify_stuck_after, late_after=notify_late_after
+        )
+    except UsageError:
+        for server in servers:
+            server.close()
+        raise
+    try:
         running.run()
     finally:
+        if notifying is not None:
+            notifying.close()
         for server in servers:
             server.close()
         if exported is not None:

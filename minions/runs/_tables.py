@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
 (`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
 every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the
@@ -26,7 +26,8 @@ schedule of a run, how far pruning went; reruns (a run's parent, the step it rer
 plan); the step cache. 4: a step cache entry's run and recipe (entries are pruned with their
 run; keys name their world, so the entries of schema 3 are dropped). 5: actors (who queued a
 run's attempt, who cancelled it, who decided an approval, who changed a schedule last); the
-API keys' table (made on first use)."""
+API keys' table (made on first use). 6: each worker's own places (its ``--concurrency``);
+the notifications' outbox (made on first use)."""
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -134,6 +135,9 @@ workers_table = sa.Table(
     sa.Column("incarnation", sa.Text, nullable=True),
     sa.Column("host", sa.Text, nullable=True),
     sa.Column("pid", sa.Integer, nullable=True),
+    # Schema 6: the runs it runs at a time (its own `--concurrency`; NULL: a worker of an
+    # older minions).
+    sa.Column("places", sa.Integer, nullable=True),
 )
 schedules_table = sa.Table(
     "minions_schedules",
@@ -239,6 +243,25 @@ evals_table = sa.Table(
     sa.Column("summary", sa.Text, nullable=True),
     sa.Column("report", sa.Text, nullable=True),
 )
+notifications_table = sa.Table(
+    "minions_notifications",
+    metadata,
+    # Schema 6: the outbox of notifications (minions.runs._notify). One row per thing told
+    # to one target: its key (the target, the kind, what it is about) makes a thing found by
+    # several processes, or found again, told once. `next_at` is when it is sent next (a
+    # sender claims it by moving it on); `delivered_at` set: done; `failed_at` set: given up.
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("target", sa.Text, nullable=False, index=True),
+    sa.Column("event", sa.Text, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("next_at", sa.Float, nullable=False, index=True),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("delivered_at", sa.Float, nullable=True),
+    sa.Column("failed_at", sa.Float, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("last_attempt_at", sa.Float, nullable=True),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 
@@ -335,5 +358,12 @@ def _to_5(db: sa.Connection) -> None:
             _add_columns(db, table, columns)
 
 
-MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+def _to_6(db: sa.Connection) -> None:
+    """Schema 5 -> 6: each worker's own places (the notifications' outbox is made by
+    ``create_all``)."""
+    if "minions_workers" in set(sa.inspect(db).get_table_names()):
+        _add_columns(db, "minions_workers", ["places INTEGER"])
+
+
+MIGRATIONS: dict[int, Any] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
 """Schema version n -> n+1 upgrades, each a function of a connection."""

@@ -454,6 +454,7 @@ class Worker:
             version=APP_VERSION,
             host=socket.gethostname(),
             pid=os.getpid(),
+            places=self.concurrency,
         )
 
     def _beat(self) -> None:
@@ -530,6 +531,7 @@ class Worker:
             and (w.stopped_at is not None or now - w.heartbeat_at > DEAD_AFTER)
             and (w.executor_id, w.heartbeat_at) not in self._checked
         ]
+        self._expire([executor for executor, _ in self._checked], now)
         if not dead:
             return
         pending = DBOS.list_workflows(
@@ -555,6 +557,12 @@ class Worker:
         for worker in workers.listed(database):
             if worker.executor_id in dead:
                 self._checked.add((worker.executor_id, worker.heartbeat_at))
+
+    def _expire(self, checked: list[str], now: float) -> None:
+        """Delete the records of workers dead or stopped for longer than `workers.EXPIRY`
+        whose queued runs were looked at (`checked`)."""
+        if workers.expire(self.database, checked, before=now - workers.EXPIRY):
+            self._checked = {c for c in self._checked if c[1] >= now - workers.EXPIRY}
 
     def _adopt_other_versions(self) -> None:
         """Queue anew, under this format, the queued and unfinished runs that minions before

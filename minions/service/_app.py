@@ -21,6 +21,7 @@ from minions.service._routes import (
     console,
     evals,
     events,
+    fleet,
     info,
     keys,
     rerun,
@@ -94,7 +95,14 @@ def create_app(
     app.state.streams = OpenStreams()
     install(app)
     routers = (runs.router, rerun.router, events.router, steps.router, info.router)
-    for router in (*routers, schedules.router, evals.router, keys.router, console.router):
+    for router in (
+        *routers,
+        fleet.router,
+        schedules.router,
+        evals.router,
+        keys.router,
+        console.router,
+    ):
         app.include_router(router)
     public = PUBLIC_PATHS
     if config.metrics:

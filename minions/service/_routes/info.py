@@ -1,4 +1,4 @@
-"""``/recipes``, ``/workers``, and the probes: ``/health``, ``/health/live``, ``/health/ready``."""
+"""``/recipes``, and the probes: ``/health``, ``/health/live``, ``/health/ready``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from minions._version import __version__
 from minions.service._access import Public, Reader
 from minions.service._deps import Catalog, InProcessWorker, Runs, Streams
 from minions.service._errors import ERRORS
-from minions.service._models import Health, Probe, RecipeOut, WorkerOut
+from minions.service._models import Health, Probe, RecipeOut
 from minions.service._models import Streams as StreamsOut
 from minions.service._ready import problem
 
@@ -34,12 +34,6 @@ async def recipes(caller: Reader, catalog: Catalog) -> list[RecipeOut]:
         )
         for e in entries.values()
     ]
-
-
-@router.get("/workers", response_model=list[WorkerOut])
-async def workers(caller: Reader, runs: Runs) -> list[WorkerOut]:
-    """The workers of the store: ids, heartbeats, runs in hand, alive or not."""
-    return [WorkerOut.model_validate(w) for w in await runs.workers()]
 
 
 @router.get(

@@ -5,7 +5,8 @@
 // cancel (asked first), resume, approve, reject; rerun a finished run from a step (its inputs, and a reused
 // step's output, edited first), a rerun's lineage and its differences from its parent; the
 // schedules, paused and resumed; the evals' kept reports (a regressed case's run diffed
-// against the baseline's). ES modules, no build step, no dependencies. What a run's steps
+// against the baseline's); the fleet (workers, endpoints, queue) and the usage totals. ES
+// modules, no build step, no dependencies. What a run's steps
 // are is the server's fold of its events (the `states` of its stream), drawn as it is.
 //
 // This module: the token (asked for, kept in this tab only), and which view the address shows.
@@ -16,6 +17,7 @@ import { closeDrawer } from "./drawer.js";
 import { loadRecipes, refreshList } from "./list.js";
 import { showRun, stopRun } from "./run.js";
 import { refreshEvals, showEvals } from "./evals.js";
+import { refreshFleet, showFleet } from "./fleet.js";
 import { refreshSchedules, showSchedules } from "./schedules.js";
 import { setToken, state } from "./state.js";
 
@@ -50,6 +52,7 @@ async function start() {
     if (!$("#list-view").hidden && state.list.cursors.length === 1) refreshList();
     if (!$("#schedules-view").hidden) refreshSchedules();
     if (!$("#evals-view").hidden) refreshEvals();
+    if (!$("#fleet-view").hidden) refreshFleet();
   }, 2000);
   route();
 }
@@ -58,11 +61,18 @@ function route() {
   const match = location.hash.match(/^#\/runs\/([^/]+)(?:\/diff\/([^/]+))?$/);
   const schedules = location.hash.match(/^#\/schedules(?:\/([^/]+))?$/);
   const evals = location.hash.match(/^#\/evals(?:\/([^/]+))?$/);
+  const fleet = location.hash.match(/^#\/(workers|endpoints|queue|usage)$/);
   closeDrawer(false);
   for (const dialog of ["#rerun-dialog", "#cancel-dialog"]) if ($(dialog).open) $(dialog).close();
   $("#schedules-view").hidden = !schedules;
   $("#evals-view").hidden = !evals;
-  if (evals) {
+  $("#fleet-view").hidden = !fleet;
+  if (fleet) {
+    stopRun();
+    $("#run-view").hidden = true;
+    $("#list-view").hidden = true;
+    showFleet(fleet[1]);
+  } else if (evals) {
     stopRun();
     $("#run-view").hidden = true;
     $("#list-view").hidden = true;

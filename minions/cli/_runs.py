@@ -189,6 +189,7 @@ def worker(
         tracer=None if tracer_provider is None else RunTracer(tracer_provider),
         metrics=None if exported is None else exported.metrics,
     )
+    notifying = notifier(url, notify, stuck_after=notify_stuck_after, late_after=notify_late_after)
     try:
         running = Worker(
             url,
@@ -201,19 +202,13 @@ def worker(
             recipes=recipes,
         )
     except ValueError as exc:
+        if notifying is not None:
+            notifying.close()
         raise UsageError(f"--retention: {exc}") from None
     servers = _serve_probes(
         running, exported, (metrics_host, metrics_port), (health_host, health_port)
     )
     set_up_logging(chosen_format, database_url=url, minions_info=True)
-    try:
-        notifying = notifier(
-            url, notify, stuck_after=notify_stuck_after, late_after=notify_late_after
-        )
-    except UsageError:
-        for server in servers:
-            server.close()
-        raise
     try:
         running.run()
     finally:

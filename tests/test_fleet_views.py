@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from runs_helpers import insert_run, write_ledger_recipe
+from runs_helpers import insert_run, model_calls, write_ledger_recipe
 from service_helpers import TOKEN, auth, write_recipes
 from typer.testing import CliRunner
 
 from minions.cli import app
-from minions.events import ModelCallCompleted, ModelCallStarted, UsageRecord, event_to_json
 from minions.runs import RunStore, _workers
 from minions.runs._db import Database
 from minions.runs._tables import meta_table
@@ -164,40 +163,6 @@ async def test_the_queue_counts_the_backlog_and_lists_the_oldest(url: str) -> No
         database.close()
 
 
-def calls(database: Database, run_id: str, made: list[tuple[str, str, int, int, float]]) -> None:
-    """Model calls of a run as its worker stores them: (model, endpoint, prompt tokens,
-    answer tokens (-1: the server said none), when)."""
-    rows = []
-    seq = 0
-    for turn, (model, endpoint, prompt, answer, at) in enumerate(made, start=1):
-        started = ModelCallStarted(
-            run_id=run_id, step_id="s", seq=seq + 1, timestamp=at, turn=turn, model=model,
-            endpoint=endpoint,
-        )  # fmt: skip
-        usage = (
-            UsageRecord(calls=1, unknown_calls=1)
-            if answer < 0
-            else UsageRecord(prompt_tokens=prompt, completion_tokens=answer, calls=1)
-        )
-        ended = ModelCallCompleted(
-            run_id=run_id, step_id="s", seq=seq + 2, timestamp=at, turn=turn, usage=usage
-        )
-        seq += 2
-        for event in (started, ended):
-            rows.append(
-                {"run_id": run_id, "seq": event.seq, "kind": event.kind, "step_id": "s",
-                 "data": event_to_json(event)}
-            )  # fmt: skip
-    with database.begin() as db:
-        db.execute(sa.text(
-            "INSERT INTO minions_events (run_id, seq, kind, step_id, data) "
-            "VALUES (:run_id, :seq, :kind, :step_id, :data)"), rows)  # fmt: skip
-        db.execute(
-            sa.text("UPDATE minions_runs SET last_seq = :seq WHERE run_id = :run"),
-            {"seq": seq, "run": run_id},
-        )
-
-
 def usage_store(url: str) -> Database:
     """Runs of two recipes with priced, unpriced and unreported calls, one still running,
     one from a schedule, one of three days ago."""
@@ -223,18 +188,18 @@ def usage_store(url: str) -> Database:
                     "end": None if run_id == "going" else NOW - 10,
                 },
             )
-    calls(database, "done", [("gpt-4o", PRICED, 1000, 100, NOW - 60)])
-    calls(
+    model_calls(database, "done", [("openai:gpt-4o", PRICED, 1000, 100, NOW - 60)])
+    model_calls(
         database,
         "going",
         [("gpt-4o", PRICED, 2000, 200, NOW - 30), ("qwen", LOCAL, 50, 5, NOW - 20)],
     )
-    calls(
+    model_calls(
         database,
         "nightly",
         [("gpt-4o-mini", "", 1000, 1000, NOW - 40), ("qwen", LOCAL, 10, -1, NOW - 40)],
     )
-    calls(database, "old", [("gpt-4o", PRICED, 9000, 9000, NOW - 3 * DAY)])
+    model_calls(database, "old", [("gpt-4o", PRICED, 9000, 9000, NOW - 3 * DAY)])
     return database
 
 
@@ -244,10 +209,11 @@ async def test_usage_totals_by_recipe_schedule_and_model_price_unknown_as_unknow
     try:
         report = await store.usage(since=NOW - DAY, group_by=["model"])
         rows = {r.model: r for r in report.rows}
-        assert list(rows) == ["gpt-4o", "gpt-4o-mini", "qwen"]
-        # gpt-4o at $2.50 / $10 per million tokens: 3000 prompt and 300 answer tokens.
-        assert rows["gpt-4o"].cost == pytest.approx(3000 * 2.5e-6 + 300 * 10e-6)
-        assert (rows["gpt-4o"].calls, rows["gpt-4o"].unpriced_calls) == (2, 0)
+        assert list(rows) == ["gpt-4o", "gpt-4o-mini", "openai:gpt-4o", "qwen"]
+        # gpt-4o at $2.50 / $10 per million tokens (named as minions names it, too).
+        assert rows["gpt-4o"].cost == pytest.approx(2000 * 2.5e-6 + 200 * 10e-6)
+        assert rows["openai:gpt-4o"].cost == pytest.approx(1000 * 2.5e-6 + 100 * 10e-6)
+        assert (rows["gpt-4o"].calls, rows["gpt-4o"].unpriced_calls) == (1, 0)
         assert rows["gpt-4o-mini"].cost == pytest.approx(1000 * 0.15e-6 + 1000 * 0.6e-6)
         # A server of one's own: unknown, never $0; an unreported call counted as such.
         assert (rows["qwen"].cost, rows["qwen"].unpriced_calls, rows["qwen"].unknown_calls) == (
@@ -257,9 +223,7 @@ async def test_usage_totals_by_recipe_schedule_and_model_price_unknown_as_unknow
         )
         assert (report.total.calls, report.total.unpriced_calls) == (5, 2)
         assert report.total.prompt_tokens == 1000 + 2050 + 1000  # 3 days ago is out; unreported: 0
-        assert report.total.cost == pytest.approx(
-            rows["gpt-4o"].cost + rows["gpt-4o-mini"].cost  # type: ignore[operator]
-        )
+        assert report.total.cost == pytest.approx(sum(r.cost or 0 for r in rows.values()))
         assert report.prices.startswith("genai-prices ")
 
         by_two = await store.usage(since=NOW - DAY, group_by=["recipe", "schedule"])
@@ -323,7 +287,7 @@ def test_the_fleet_commands_print_json_and_tables(tmp_path: Path) -> None:
         f"sqlite:///{tmp_path / 'usage.db'}", "usage", "--json", "--by", "model", "--since", "1d"
     )
     assert {r["model"]: r["unpriced_calls"] for r in usage["rows"]} == {
-        "gpt-4o": 0, "gpt-4o-mini": 0, "qwen": 2,
+        "gpt-4o": 0, "gpt-4o-mini": 0, "openai:gpt-4o": 0, "qwen": 2,
     }  # fmt: skip
     assert (
         usage["total"]["total_tokens"]
@@ -343,7 +307,7 @@ def test_the_fleet_routes_answer_readers_and_refuse_bad_parameters(tmp_path: Pat
     url = f"sqlite:///{tmp_path / 'minions.db'}"
     fleet_of(url).close()
     database = Database(url)
-    calls(database, "r1", [("gpt-4o", PRICED, 1000, 100, NOW - 60)])
+    model_calls(database, "r1", [("gpt-4o", PRICED, 1000, 100, NOW - 60)])
     database.close()
     config = ServiceConfig(token=TOKEN, database_url=url, recipes=write_recipes(tmp_path / "r"))
     with TestClient(create_app(config)) as client:

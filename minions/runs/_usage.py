@@ -135,6 +135,11 @@ def _unit_prices(model: str, endpoint: str) -> tuple[Decimal, Decimal] | None:
     same name."""
     from genai_prices import Usage, calc_price
 
+    from minions.models._infer import PROVIDERS
+
+    provider, colon, name = model.partition(":")
+    if colon and provider in PROVIDERS:
+        model = name  # minions' model string (`openai:gpt-4o`): the table names the model
     million = 1_000_000
     try:
         found = calc_price(

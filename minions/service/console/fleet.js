@@ -46,7 +46,6 @@ function runLinks(runs) {
 
 async function workers() {
   const [found, deliveries] = await Promise.all([api("/workers"), api("/notifications")]);
-  const shown = found.filter((w) => w.stopped_at === null || !w.alive);
   const alive = found.filter((w) => w.alive).length;
   const dead = found.filter((w) => !w.alive && w.stopped_at === null).length;
   $("#workers-summary").textContent = `${alive} alive, ${dead} dead`;
@@ -67,7 +66,6 @@ async function workers() {
   });
   if (!rows.length) rows.push(empty(7, "No worker has run on this store. Start one with `minions worker`."));
   swap($("#workers tbody"), rows);
-  void shown;
   const targets = deliveries.map((d) => {
     const row = el("tr");
     row.dataset.target = d.target;
@@ -94,7 +92,7 @@ async function endpoints() {
     const modes = e.learned.map((l) => `${l.model}: ${l.output_mode || "?"}${l.rejected.length ? ` (refused ${l.rejected.join(", ")})` : ""}`).join("; ");
     const load = e.load;
     if (!load) {
-      row.append(cell(e.endpoint, "mono"), cell("no limits", "muted"), cell(""), cell(""), cell(""), cell(""), cell(""), cell(modes, "small"));
+      row.append(cell(e.endpoint, "mono"), cell("no limits", "muted"), cell(""), cell(""), cell(""), cell(""), cell(""), cell(modes, "small learned"));
       return row;
     }
     const full = load.waiting > 0;
@@ -108,7 +106,7 @@ async function endpoints() {
       cell(number(load.requests), "num"),
       cell(number(load.tokens), "num"),
       cell(paused, "num"),
-      cell(modes, "small"),
+      cell(modes || "—", `small learned${modes ? "" : " muted"}`),
     );
     return row;
   });
@@ -131,7 +129,8 @@ async function queue() {
   swap($("#queue-runs tbody"), runs);
 }
 
-const money = (cost) => (cost === null ? "unknown" : `$${cost < 0.01 && cost > 0 ? cost.toFixed(6) : cost.toFixed(2)}`);
+// Dollars: cents from a dollar up, two significant digits below (never a cost shown as $0.00).
+const money = (cost) => (cost === null ? "unknown" : cost >= 0.995 || cost === 0 ? `$${cost.toFixed(2)}` : `$${Number(cost.toPrecision(2))}`);
 
 async function usage() {
   const since = $("#usage-since").value;

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx2
@@ -40,9 +40,9 @@ def browser() -> Iterator[Browser]:
         browser.close()
 
 
-def until(check: object, within: float = 60) -> None:
+def until(check: Callable[[], bool], within: float = 60) -> None:
     deadline = time.monotonic() + within
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.monotonic() > deadline:
             raise AssertionError("the condition never held")
         time.sleep(0.05)
@@ -123,7 +123,7 @@ def test_an_operator_sees_a_dead_worker_a_saturated_endpoint_the_backlog_and_the
             def saturated() -> bool:
                 (status,) = client.get("/endpoints/status").json()
                 queue = client.get("/queue").json()
-                return status["load"]["waiting"] == 1 and queue["queued"] == 2
+                return bool(status["load"]["waiting"] == 1 and queue["queued"] == 2)
 
             until(saturated)
             # Notifications to a receiver that is down: the Workers page says so.

@@ -206,3 +206,34 @@ def test_the_commands_refuse_a_bad_notify_or_no_secret(
         assert late.exit_code == 2
         assert "--notify-stuck-after" in late.output
         monkeypatch.delenv("MINIONS_NOTIFY_SECRET")
+
+
+def test_serve_with_notify_tells_a_receiver_of_a_failed_and_a_waiting_run(tmp_path: Path) -> None:
+    """`minions serve --notify`: the notifier runs beside the server and its worker."""
+    import httpx2
+    from service_helpers import auth, server, submit, write_recipes
+
+    recipes = write_recipes(tmp_path / "recipes")
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    port = free_port()
+    args = ("--recipes", str(recipes), "--notify", f"failed,waiting=http://127.0.0.1:{port}/in")
+    env = {"MINIONS_NOTIFY_SECRET": SECRET, "FLAKY_OK": str(tmp_path / "never")}
+    with (
+        Receiver(port).up() as receiver,
+        server(tmp_path, url, *args, **env) as service,
+        httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as client,
+    ):
+        failed = submit(client, "flaky")
+        waiting = submit(client, "release")
+        deadline = time.monotonic() + 60
+        while len(receiver.got) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        got = {verified(h, b)["event"]: verified(h, b) for h, b in receiver.got}
+        (status,) = client.get("/notifications").json()
+    assert len(receiver.got) == 2
+    assert (got["run_failed"]["run_id"], got["run_waiting"]["run_id"]) == (failed, waiting)
+    assert (status["target"], status["delivered"], status["last_error"]) == (
+        f"http://127.0.0.1:{port}/in",
+        2,
+        None,
+    )

@@ -130,7 +130,9 @@ async def test_each_is_delivered_once_signed_and_retried_after_the_receiver_was_
         # Nobody listens yet: nothing delivered, the error kept, retried after a backoff.
         assert notifier.deliver() == 0
         (down,) = deliveries(notifier.database)
-        assert (down.pending, down.delivered, down.target) == (4, 0, target.url)
+        assert (down.pending, down.delivered) == (4, 0)
+        # Its origin and id, never its path (often a webhook's secret).
+        assert down.target == f"http://127.0.0.1:{port}/… ({target.id[:8]})"
         assert down.last_error is not None
         assert "Connect" in down.last_error
         assert notifier.deliver() == 0  # not due again yet
@@ -232,8 +234,5 @@ def test_serve_with_notify_tells_a_receiver_of_a_failed_and_a_waiting_run(tmp_pa
         (status,) = client.get("/notifications").json()
     assert len(receiver.got) == 2
     assert (got["run_failed"]["run_id"], got["run_waiting"]["run_id"]) == (failed, waiting)
-    assert (status["target"], status["delivered"], status["last_error"]) == (
-        f"http://127.0.0.1:{port}/in",
-        2,
-        None,
-    )
+    assert (status["delivered"], status["last_error"]) == (2, None)
+    assert status["target"].startswith(f"http://127.0.0.1:{port}/… (")

@@ -11,9 +11,9 @@ with a backoff doubling up to `MAX_BACKOFF`, until `MAX_ATTEMPTS`. A process tha
 between the claim and the answer leaves the row to be sent again after the claim's lease: a
 receiver may get a notification twice then, and tells them apart by ``X-Minions-Delivery``.
 
-The URLs are the operator's configuration: the outbox keeps, of a target, a hash (the row's
-sender must be given the same URL) and its URL without credentials (what the fleet view
-shows), never what a request said.
+The URLs are the operator's configuration, never what a request said: the outbox keeps, of a
+target, a hash (the row's sender must be given the same URL) and its origin (what the fleet
+view shows), never its path or query, which for many webhooks is their secret.
 """
 
 from __future__ import annotations
@@ -83,6 +83,16 @@ class NotifyTarget:
         """The target's id in the outbox: a hash of its URL."""
         return hashlib.sha256(self.url.encode()).hexdigest()[:32]
 
+    @property
+    def shown(self) -> str:
+        """How the fleet view and the log name it: its origin and its id, never its path or
+        query (a webhook's path is often its secret): ``https://hooks.example/… (1a2b3c4d)``."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.url)
+        host = (parts.hostname or "?") + (f":{parts.port}" if parts.port else "")
+        return f"{parts.scheme}://{host}/… ({self.id[:8]})"
+
     @classmethod
     def parse(cls, text: str) -> NotifyTarget:
         """``URL`` (every kind) or ``KINDS=URL`` (``failed,late=https://...``).
@@ -112,7 +122,7 @@ class Delivery:
     """How notifications to one target fared (the fleet view's).
 
     Attributes:
-        target: its URL, without credentials.
+        target: its origin and id (`NotifyTarget.shown`).
         delivered: notifications it answered with a 2xx.
         pending: notifications not delivered yet (being retried).
         failed: notifications given up after `MAX_ATTEMPTS`.
@@ -218,6 +228,7 @@ class Notifier:
         self.clock = clock
         self._transport = transport
         self._client: httpx2.Client | None = None
+        self._next_prune = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -227,13 +238,18 @@ class Notifier:
         """Put what is to be told now in the outbox: how many new notifications."""
         now = self.clock()
         found = [*self._failed(now), *self._waiting(), *self._stuck(now), *self._late(now)]
+        if now >= self._next_prune:
+            self._next_prune = now + 3600.0
+            with self.database.begin() as db:
+                db.execute(
+                    outbox.delete().where(
+                        sa.or_(outbox.c.delivered_at < now - KEPT, outbox.c.failed_at < now - KEPT)
+                    )
+                )
+        if not found:
+            return 0  # an idle store: nothing written
         added = 0
         with self.database.begin() as db:
-            db.execute(
-                outbox.delete().where(
-                    sa.or_(outbox.c.delivered_at < now - KEPT, outbox.c.failed_at < now - KEPT)
-                )
-            )
             for target in self.targets.values():
                 for thing in found:
                     if thing.kind not in target.kinds:
@@ -244,7 +260,7 @@ class Notifier:
                             outbox,
                             {
                                 "key": f"{target.id}:{thing.kind}:{thing.subject}",
-                                "target": redact_url(target.url),
+                                "target": target.shown,
                                 "event": EVENTS[thing.kind],
                                 "body": json.dumps(body),
                                 "created_at": now,
@@ -417,9 +433,9 @@ class Notifier:
                 },
             )
             if not answer.is_success:
-                error = f"HTTP {answer.status_code} from {redact_url(target.url)}"
+                error = f"HTTP {answer.status_code}"
         except Exception as exc:
-            error = redact_url(f"{type(exc).__name__}: {exc}")
+            error = redact_url(f"{type(exc).__name__}: {exc}".replace(target.url, target.shown))
         now = self.clock()
         values: dict[str, Any]
         if error is None:
@@ -429,7 +445,7 @@ class Notifier:
             values = {"next_at": now + wait, "last_error": error[:500]}
             if attempt >= MAX_ATTEMPTS:
                 values["failed_at"] = now
-            log.warning("notification not delivered", target=redact_url(target.url), error=error)
+            log.warning("notification not delivered", target=target.shown, error=error)
         with self.database.begin() as db:
             db.execute(outbox.update().where(outbox.c.key == key).values(**values))
         return int(error is None)

@@ -532,7 +532,7 @@ class Probe(BaseModel):
 class DeliveryOut(_Record):
     """How notifications to one target fared."""
 
-    target: str = Field(description="Its URL, without credentials.")
+    target: str = Field(description="Its origin and id (never its path: often a secret).")
     delivered: int
     pending: int = Field(description="Not delivered yet: being retried.")
     failed: int = Field(description="Given up after the last retry.")

@@ -114,9 +114,8 @@ async def a_store_with_one_of_each(url: str, tmp_path: Path, now: float) -> None
 
 
 async def test_each_is_delivered_once_signed_and_retried_after_the_receiver_was_down(
-    tmp_path: Path,
+    tmp_path: Path, url: str
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'minions.db'}"
     clock = [time.time()]
     await a_store_with_one_of_each(url, tmp_path, clock[0])
     port = free_port()
@@ -161,7 +160,9 @@ async def test_each_is_delivered_once_signed_and_retried_after_the_receiver_was_
     assert by_event["run_stuck"]["stuck_for"] >= 1200
     assert by_event["schedule_late"]["schedule"] == "ledger"
     assert by_event["schedule_late"]["late_by"] >= 600
-    (done,) = deliveries(Database(url))
+    store = Database(url)
+    (done,) = deliveries(store)
+    store.close()
     assert (done.delivered, done.pending, done.failed, done.last_error) == (4, 1, 0, None)
 
 

@@ -255,20 +255,22 @@ class Notifier:
                     if thing.kind not in target.kinds:
                         continue
                     body = {"event": EVENTS[thing.kind], **thing.body, "notified_at": now}
-                    added += db.execute(
-                        self.database.insert_ignoring_conflicts(
-                            outbox,
-                            {
-                                "key": f"{target.id}:{thing.kind}:{thing.subject}",
-                                "target": target.shown,
-                                "event": EVENTS[thing.kind],
-                                "body": json.dumps(body),
-                                "created_at": now,
-                                "next_at": now,
-                                "attempts": 0,
-                            },
-                        )
-                    ).rowcount
+                    added += len(
+                        db.execute(
+                            self.database.insert_ignoring_conflicts(
+                                outbox,
+                                {
+                                    "key": f"{target.id}:{thing.kind}:{thing.subject}",
+                                    "target": target.shown,
+                                    "event": EVENTS[thing.kind],
+                                    "body": json.dumps(body),
+                                    "created_at": now,
+                                    "next_at": now,
+                                    "attempts": 0,
+                                },
+                            ).returning(outbox.c.key)
+                        ).all()
+                    )
         return added
 
     def _failed(self, now: float) -> Iterable[_Found]:

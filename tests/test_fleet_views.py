@@ -332,3 +332,24 @@ def test_the_fleet_routes_answer_readers_and_refuse_bad_parameters(tmp_path: Pat
             assert answer.status_code == 422, (bad, answer.text)
             assert answer.json()["error"]["message"]
         assert client.get("/usage").status_code == 401
+
+
+async def test_a_live_worker_deletes_the_records_of_workers_dead_for_a_day(tmp_path: Path) -> None:
+    """Looking for dead workers' runs, a worker deletes the record of one dead for longer
+    than the expiry (after it looked at its runs); a worker dead for less stays listed."""
+    from runs_helpers import until, worker
+
+    url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
+    database = Database(url, create=True)
+    for name in ("ancient", "recent"):
+        _workers.register(database, name, incarnation=name, version="6", host="h", pid=1)
+    beat(database, "ancient", at=time.time() - 2 * DAY)
+    beat(database, "recent", at=time.time() - 60)
+
+    def names() -> set[str]:
+        return {w.executor_id for w in _workers.listed(database)}
+
+    with worker(url, tmp_path, "live", tmp_path / "ledger.txt"):
+        await until(lambda: "ancient" not in names())
+        assert names() == {"live", "recent"}
+    database.close()

@@ -353,3 +353,54 @@ async def test_a_live_worker_deletes_the_records_of_workers_dead_for_a_day(tmp_p
         await until(lambda: "ancient" not in names())
         assert names() == {"live", "recent"}
     database.close()
+
+
+async def test_endpoints_show_their_load_pause_and_what_their_models_taught(url: str) -> None:
+    database = Database(url, create=True)
+    now = time.time()
+    with database.begin() as db:
+        db.execute(
+            sa.text("INSERT INTO minions_endpoint_gates (endpoint, paused_until) VALUES (:e, :p)"),
+            {"e": "http://user:pw@gpu:8080/v1", "p": now + 60},
+        )
+        db.execute(
+            sa.text(
+                "INSERT INTO minions_endpoint_calls (call_id, endpoint, holder, started_at, "
+                "tokens, lease_until) VALUES (:c, 'http://user:pw@gpu:8080/v1', 'h', :at, 100, :u)"
+            ),
+            [{"c": c, "at": now - 5, "u": now + 30} for c in ("a", "b")],
+        )
+        db.execute(
+            sa.text(
+                "INSERT INTO minions_endpoint_waiters (endpoint, ticket, since, seen_at, tokens) "
+                "VALUES ('http://user:pw@gpu:8080/v1', 't', :at, :at, 10)"
+            ),
+            {"at": now},
+        )
+        db.execute(
+            sa.text(
+                "INSERT INTO minions_capabilities (base_url, model, rejected, worked, learned_at) "
+                "VALUES (:u, :m, :r, :w, :at)"
+            ),
+            [
+                {"u": "http://user:pw@gpu:8080/v1", "m": "qwen", "r": '["json_schema"]',
+                 "w": "tool", "at": now},
+                {"u": "http://other:11434/v1", "m": "llama", "r": "[]", "w": "json_schema",
+                 "at": now},
+            ],
+        )  # fmt: skip
+    database.close()
+    store = RunStore(url)
+    try:
+        limited, unlimited = await store.endpoint_status()
+    finally:
+        await store.aclose()
+    assert limited.endpoint == "http://***@gpu:8080/v1"  # no credentials
+    assert limited.load is not None
+    assert (limited.load.in_flight, limited.load.waiting, limited.load.requests) == (2, 1, 2)
+    assert (limited.load.tokens, limited.load.paused_until > now) == (200, True)
+    assert [(e.model, e.output_mode, e.rejected) for e in limited.learned] == [
+        ("qwen", "tool", ("json_schema",))
+    ]
+    assert (unlimited.endpoint, unlimited.load) == ("http://other:11434/v1", None)
+    assert [e.output_mode for e in unlimited.learned] == ["json_schema"]

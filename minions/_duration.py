@@ -76,3 +76,31 @@ def spoken(seconds: float) -> str:
             parts.append(f"{left // size}{unit}")
             left %= size
     return "".join(parts) or "0s"
+
+
+def since(value: str, *, now: float) -> float:
+    """The moment `value` names (Unix seconds): a duration back from `now` (``24h``,
+    ``7d``), or an ISO 8601 date or time (``2026-11-01``, ``2026-11-01T09:00:00+01:00``; UTC
+    when it names no offset).
+
+    Raises:
+        ValueError: `value` is neither (the message names it and both forms).
+    """
+    import datetime
+
+    try:
+        return now - duration_seconds(value)
+    except TooLongError:
+        raise
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is neither a duration back from now (24h, 7d, 2w) nor an ISO 8601 "
+            "date or time (2026-11-01, 2026-11-01T09:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()

@@ -367,3 +367,41 @@ def shouting_recipes(folder: Path) -> tuple[Path, Path]:
         path.write_text(SHOUTING.format(id=name))
         paths.append(path)
     return paths[0], paths[1]
+
+
+def model_calls(database: Any, run_id: str, made: list[tuple[str, str, int, int, float]]) -> None:
+    """Model calls of a run as its worker stores them: (model, endpoint, prompt tokens,
+    answer tokens (-1: the server said none), when)."""
+    import sqlalchemy as sa
+
+    from minions.events import ModelCallCompleted, ModelCallStarted, UsageRecord, event_to_json
+
+    rows = []
+    seq = 0
+    for turn, (model, endpoint, prompt, answer, at) in enumerate(made, start=1):
+        started = ModelCallStarted(
+            run_id=run_id, step_id="s", seq=seq + 1, timestamp=at, turn=turn, model=model,
+            endpoint=endpoint,
+        )  # fmt: skip
+        usage = (
+            UsageRecord(calls=1, unknown_calls=1)
+            if answer < 0
+            else UsageRecord(prompt_tokens=prompt, completion_tokens=answer, calls=1)
+        )
+        ended = ModelCallCompleted(
+            run_id=run_id, step_id="s", seq=seq + 2, timestamp=at, turn=turn, usage=usage
+        )
+        seq += 2
+        for event in (started, ended):
+            rows.append(
+                {"run_id": run_id, "seq": event.seq, "kind": event.kind, "step_id": "s",
+                 "data": event_to_json(event)}
+            )  # fmt: skip
+    with database.begin() as db:
+        db.execute(sa.text(
+            "INSERT INTO minions_events (run_id, seq, kind, step_id, data) "
+            "VALUES (:run_id, :seq, :kind, :step_id, :data)"), rows)  # fmt: skip
+        db.execute(
+            sa.text("UPDATE minions_runs SET last_seq = :seq WHERE run_id = :run"),
+            {"seq": seq, "run": run_id},
+        )

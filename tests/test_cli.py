@@ -661,7 +661,7 @@ def test_every_group_lists_its_commands_in_order_each_turning_mistakes_into_exit
             "diff",
         ],
         "schedules": ["add", "list", "show", "pause", "resume", "remove"],
-        "endpoints": ["list", "forget"],
+        "endpoints": ["status", "list", "forget"],
         "cache": ["list", "clear"],
         "keys": ["add", "list", "revoke"],
         "eval": ["run", "compare", "add-case"],

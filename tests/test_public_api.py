@@ -89,7 +89,8 @@ PUBLIC: dict[str, set[str]] = {
         "WorkerConflictError", "ScheduleRecord", "PruneResult", "History",
         "RerunPlan", "RunDiff", "StepDiff", "Retention", "FleetState", "EndpointLoad",
         "StepDetail", "KeyRecord", "ROLES", "Role", "Scope", "ScopedRuns", "EndpointPause",
-        "Lesson", "Actor", "AuditEntry", "AUDIT_ACTIONS",
+        "Lesson", "Actor", "AuditEntry", "AUDIT_ACTIONS", "EndpointStatus", "QueueState",
+        "QueuedRun", "UsageReport", "UsageRow", "Delivery", "Notifier", "NotifyTarget",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

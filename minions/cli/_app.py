@@ -344,6 +344,7 @@ def _register_runs() -> None:
         _cache,
         _endpoints,
         _eval,
+        _fleet,
         _keys,
         _prune,
         _rerun,
@@ -358,6 +359,9 @@ def _register_runs() -> None:
         ("submit", _runs.submit),
         ("serve", _serve.serve_command),
         ("audit", _audit.audit),
+        ("workers", _fleet.workers),
+        ("queue", _fleet.queue),
+        ("usage", _fleet.usage),
     ):
         app.command(name=command)(_user_errors_of(function))
     runs = _group(
@@ -392,8 +396,13 @@ def _register_runs() -> None:
     )
     endpoints = _group(
         "endpoints",
-        "What model endpoints taught the structured-output ladder of the store's workers.",
-        [("list", _endpoints.list_endpoints), ("forget", _endpoints.forget)],
+        "Model endpoints: their load under the limits now, and what they taught the "
+        "structured-output ladder of the store's workers.",
+        [
+            ("status", _fleet.endpoints_status),
+            ("list", _endpoints.list_endpoints),
+            ("forget", _endpoints.forget),
+        ],
     )
     keys = _group(
         "keys",

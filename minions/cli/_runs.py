@@ -54,6 +54,7 @@ from minions.cli._common import (
 )
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
+from minions.cli._notify import LateAfterOption, NotifyOption, StuckAfterOption, notifier
 from minions.models import MODEL_ENV
 
 if TYPE_CHECKING:
@@ -164,6 +165,9 @@ def worker(
             "(env: MINIONS_WORKER_GRACE)",
         ),
     ] = 30.0,
+    notify: NotifyOption = None,
+    notify_stuck_after: StuckAfterOption = "15m",
+    notify_late_after: LateAfterOption = "1m",
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
@@ -230,6 +234,7 @@ def worker(
         tracer=None if tracer_provider is None else RunTracer(tracer_provider),
         metrics=None if exported is None else exported.metrics,
     )
+    notifying = notifier(url, notify, stuck_after=notify_stuck_after, late_after=notify_late_after)
     try:
         running = Worker(
             url,
@@ -245,6 +250,8 @@ def worker(
             grace=grace,
         )
     except ValueError as exc:
+        if notifying is not None:
+            notifying.close()
         raise UsageError(f"--retention: {exc}") from None
     servers = _serve_probes(
         running, exported, (metrics_host, metrics_port), (health_host, health_port)
@@ -253,6 +260,8 @@ def worker(
     try:
         running.run()
     finally:
+        if notifying is not None:
+            notifying.close()
         for server in servers:
             server.close()
         if exported is not None:

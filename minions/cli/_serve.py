@@ -28,6 +28,7 @@ from minions.cli._common import (
 )
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
+from minions.cli._notify import LateAfterOption, NotifyOption, StuckAfterOption, notifier
 from minions.models import MODEL_ENV
 
 __all__: list[str] = []
@@ -134,6 +135,9 @@ def serve_command(
         ),
     ] = False,
     log_format: LogFormatOption = None,
+    notify: NotifyOption = None,
+    notify_stuck_after: StuckAfterOption = "15m",
+    notify_late_after: LateAfterOption = "1m",
 ) -> None:
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
 
@@ -234,14 +238,19 @@ def serve_command(
         metrics=metrics,
         metrics_public=metrics_public,
     )
-    serve(
-        config,
-        host=host,
-        port=port,
-        worker=not no_worker,
-        retention=retention,
-        audit_retention=audit_retention_of(audit_retention),
-        on_ready=ready,
-        limits=given_limits,
-        log_format=chosen_format,
-    )
+    notifying = notifier(url, notify, stuck_after=notify_stuck_after, late_after=notify_late_after)
+    try:
+        serve(
+            config,
+            host=host,
+            port=port,
+            worker=not no_worker,
+            retention=retention,
+            audit_retention=audit_retention_of(audit_retention),
+            on_ready=ready,
+            limits=given_limits,
+            log_format=chosen_format,
+        )
+    finally:
+        if notifying is not None:
+            notifying.close()

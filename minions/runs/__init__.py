@@ -28,9 +28,10 @@ from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointPause, EndpointRecord, Lesson
 from minions.runs._evals import EvalRecord
-from minions.runs._fleet import EndpointLoad, FleetState
+from minions.runs._fleet import EndpointLoad, EndpointStatus, FleetState, QueuedRun, QueueState
 from minions.runs._keys import ROLES, KeyRecord, Role
 from minions.runs._log import EventLog, LiveHub
+from minions.runs._notify import Delivery, Notifier, NotifyTarget
 from minions.runs._projects import Scope, ScopedRuns
 from minions.runs._prune import History, PruneResult, Retention
 from minions.runs._runs import RerunPlan, RunRecord
@@ -38,6 +39,7 @@ from minions.runs._schedules import ScheduleRecord
 from minions.runs._steps import StepDetail
 from minions.runs._store import RunFilters, RunStore, database_url
 from minions.runs._tables import STATUSES
+from minions.runs._usage import UsageReport, UsageRow
 from minions.runs._workers import WorkerRecord
 
 if TYPE_CHECKING:
@@ -50,9 +52,11 @@ __all__ = [
     "Actor",
     "ApprovalRecord",
     "AuditEntry",
+    "Delivery",
     "EndpointLoad",
     "EndpointPause",
     "EndpointRecord",
+    "EndpointStatus",
     "EvalRecord",
     "EventLog",
     "FleetState",
@@ -60,7 +64,11 @@ __all__ = [
     "History",
     "Lesson",
     "LiveHub",
+    "Notifier",
+    "NotifyTarget",
     "PruneResult",
+    "QueueState",
+    "QueuedRun",
     "Role",
     "RerunPlan",
     "Retention",
@@ -74,6 +82,8 @@ __all__ = [
     "StepDetail",
     "StepDiff",
     "StepRecord",
+    "UsageReport",
+    "UsageRow",
     "Worker",
     "WorkerConflictError",
     "WorkerRecord",

@@ -1,20 +1,27 @@
 """The fleet as the store sees it, in a few cheap reads (one round trip each): the queue, the
 workers, the schedules' lateness, the load of limited endpoints, and whether the store's
 schema is the one this minions knows. What ``GET /metrics`` computes its gauges from at each
-scrape, and what a fleet view can show (`RunStore.fleet`)."""
+scrape (`RunStore.fleet`), and what the fleet views show: the workers with the runs each
+holds (`RunStore.workers`), the endpoints' load beside what they taught
+(`RunStore.endpoint_status`), the backlog (`RunStore.queue`)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from minions._text import redact_url
 from minions.models._limits import WINDOW
+from minions.runs import _endpoints, _workers
 from minions.runs._db import DEAD_AFTER, Database
-from minions.runs._tables import SCHEMA_VERSION, meta_table
+from minions.runs._endpoints import EndpointRecord
+from minions.runs._tables import SCHEMA_VERSION, meta_table, runs_table, workers_table
+from minions.runs._workers import WorkerRecord
 
-__all__ = ["EndpointLoad", "FleetState"]
+__all__ = ["EndpointLoad", "EndpointStatus", "FleetState", "QueueState", "QueuedRun"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +152,187 @@ def fleet_state(store: Database, *, now: float) -> FleetState:
         schedules=tuple((r.name, float(r.next_at)) for r in found),
         lateness=tuple((r.name, bool(r.late), int(r.late_slots)) for r in found),
         endpoints=endpoints,
+    )
+
+
+def worker_records(store: Database, *, now: float) -> list[WorkerRecord]:
+    """The workers of the store that beat within `_workers.EXPIRY`, in the order they
+    started, each with the runs it holds now (running under its lease, as the runs' rows
+    say: a run another worker took over is that worker's, not the dead one's)."""
+    with store.read() as db:
+        rows = db.execute(
+            sa.select(workers_table)
+            .where(workers_table.c.heartbeat_at >= now - _workers.EXPIRY)
+            .order_by(workers_table.c.started_at)
+        ).all()
+        held: dict[str, list[str]] = {}
+        for run in db.execute(
+            sa.select(runs_table.c.run_id, runs_table.c.holder)
+            .where(runs_table.c.status == "running", runs_table.c.holder.is_not(None))
+            .order_by(runs_table.c.started_at)
+        ):
+            held.setdefault(run.holder, []).append(run.run_id)
+    return [
+        dataclasses.replace(_workers.as_record(row, now), runs=held.get(row.incarnation or "", []))
+        for row in rows
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointStatus:
+    """A model endpoint as the fleet sees it: its load under the limits (when an entry of
+    the limits holds it) and what it taught the structured-output ladder.
+
+    Attributes:
+        endpoint: the limits' ``match`` (a base URL, or ``URL#model``), or the base URL an
+            endpoint without limits taught from; without credentials.
+        load: its load now (None: no entry of the limits holds it).
+        learned: what it taught, per model (the output mode that worked, what it refused).
+    """
+
+    endpoint: str
+    load: EndpointLoad | None
+    learned: tuple[EndpointRecord, ...] = ()
+
+
+def endpoint_status(store: Database, *, now: float, expiry: float) -> list[EndpointStatus]:
+    """Each limited endpoint with its load and what its models taught, then the endpoints
+    that taught something and no entry of the limits holds."""
+    loads = fleet_state(store, now=now).endpoints
+    learned = [
+        dataclasses.replace(e, base_url=redact_url(e.base_url))
+        for e in _endpoints.learned(store, expiry=expiry, now=now)
+    ]
+    found: list[EndpointStatus] = []
+    matched: set[int] = set()
+    for load in loads:
+        url, _, model = load.endpoint.partition("#")
+        mine = [
+            i
+            for i, e in enumerate(learned)
+            if e.base_url.rstrip("/") == url.rstrip("/") and (not model or e.model == model)
+        ]
+        matched.update(mine)
+        found.append(
+            EndpointStatus(
+                endpoint=load.endpoint, load=load, learned=tuple(learned[i] for i in mine)
+            )
+        )
+    rest: dict[str, list[EndpointRecord]] = {}
+    for i, e in enumerate(learned):
+        if i not in matched:
+            rest.setdefault(e.base_url, []).append(e)
+    found.extend(
+        EndpointStatus(endpoint=url, load=None, learned=tuple(records))
+        for url, records in rest.items()
+    )
+    return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueuedRun:
+    """A run waiting for a worker."""
+
+    run_id: str
+    recipe_id: str
+    created_at: float
+    schedule: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueState:
+    """The backlog at one moment.
+
+    Attributes:
+        at: when it was read (Unix seconds).
+        queued: runs waiting for a worker.
+        oldest_queued_at: when the oldest of them was submitted (None: none queued).
+        running: runs a worker runs now.
+        waiting: runs waiting for a person's approval (they hold no worker place).
+        by_recipe: the queued runs per recipe: (recipe, how many, the oldest's submission),
+            the most waiting first.
+        oldest: the first queued runs, oldest first (at most `limit` of them).
+    """
+
+    at: float
+    queued: int
+    oldest_queued_at: float | None
+    running: int
+    waiting: int
+    by_recipe: tuple[tuple[str, int, float], ...]
+    oldest: tuple[QueuedRun, ...]
+
+    @property
+    def oldest_queued_age(self) -> float:
+        """Seconds the oldest queued run has waited (0: none queued)."""
+        return 0.0 if self.oldest_queued_at is None else max(0.0, self.at - self.oldest_queued_at)
+
+
+_BY_RECIPE = sa.text(
+    "SELECT recipe_id, count(*) AS n, min(created_at) AS oldest FROM minions_runs "
+    "WHERE status = 'queued' GROUP BY recipe_id ORDER BY count(*) DESC, recipe_id"
+)
+
+
+def queue_state(
+    store: Database, *, now: float, limit: int = 20, projects: Collection[str] | None = None
+) -> QueueState:
+    """The backlog: counts, per recipe, and the `limit` oldest queued runs (of the runs of
+    `projects`; None: every run)."""
+    runs = runs_table.c
+    mine = sa.true() if projects is None else runs.project.in_(sorted(projects))
+    n, oldest_at = sa.func.count().label("n"), sa.func.min(runs.created_at).label("oldest")
+    with store.read() as db:
+        if projects is None:
+            counted = db.execute(_RUNS)
+            recipes = db.execute(_BY_RECIPE)
+        else:
+            counted = db.execute(
+                sa.select(
+                    runs.status,
+                    n,
+                    oldest_at,
+                )
+                .where(runs.status.in_(("queued", "running", "waiting")), mine)
+                .group_by(runs.status)
+            )
+            recipes = db.execute(
+                sa.select(
+                    runs.recipe_id,
+                    n,
+                    oldest_at,
+                )
+                .where(runs.status == "queued", mine)
+                .group_by(runs.recipe_id)
+                .order_by(sa.func.count().desc(), runs.recipe_id)
+            )
+        counts = {r.status: (int(r.n), r.oldest) for r in counted}
+        by_recipe = tuple((r.recipe_id, int(r.n), float(r.oldest)) for r in recipes)
+        oldest = tuple(
+            QueuedRun(
+                run_id=r.run_id, recipe_id=r.recipe_id, created_at=r.created_at, schedule=r.schedule
+            )
+            for r in db.execute(
+                sa.select(
+                    runs_table.c.run_id,
+                    runs_table.c.recipe_id,
+                    runs_table.c.created_at,
+                    runs_table.c.schedule,
+                )
+                .where(runs_table.c.status == "queued", mine)
+                .order_by(runs_table.c.created_at, runs_table.c.run_id)
+                .limit(limit)
+            )
+        )
+    queued, first = counts.get("queued", (0, None))
+    return QueueState(
+        at=now,
+        queued=queued,
+        oldest_queued_at=first,
+        running=counts.get("running", (0, None))[0],
+        waiting=counts.get("waiting", (0, None))[0],
+        by_recipe=by_recipe,
+        oldest=oldest,
     )
 
 

@@ -12,7 +12,7 @@ changes after it is stored, so reading it first and acting after is no race.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,12 +26,15 @@ if TYPE_CHECKING:
     from minions.recipes._schema import RecipeSpec
     from minions.runs._diff import RunDiff
     from minions.runs._evals import EvalRecord
+    from minions.runs._fleet import EndpointStatus, QueueState
     from minions.runs._keys import KeyRecord
+    from minions.runs._notify import Delivery
     from minions.runs._prune import History
     from minions.runs._runs import RerunPlan, RunRecord
     from minions.runs._schedules import ScheduleRecord
     from minions.runs._steps import StepDetail
     from minions.runs._store import RunFilters, RunStore, Who
+    from minions.runs._usage import UsageReport
     from minions.runs._workers import WorkerRecord
 
 __all__ = ["Scope", "ScopedRuns"]
@@ -271,6 +274,28 @@ class ScopedRuns:
         return await self._store.add_schedule(
             recipe, project=self.scope.project_for(project), **given
         )
+
+    async def endpoint_status(self) -> list[EndpointStatus]:
+        """The model endpoints' load and lessons: shared by every project (no run of any
+        is named)."""
+        return await self._store.endpoint_status()
+
+    async def queue(self, *, limit: int = 20) -> QueueState:
+        """The backlog of its projects' runs."""
+        return await self._store.queue(limit=limit, projects=self.scope.projects)
+
+    async def usage(
+        self, *, since: float, until: float | None = None, group_by: Sequence[str] = ("day",)
+    ) -> UsageReport:
+        """The tokens and cost of its projects' runs."""
+        return await self._store.usage(
+            since=since, until=until, group_by=group_by, projects=self.scope.projects
+        )
+
+    async def notifications(self) -> list[Delivery]:
+        """How notifications fared: the server's configuration, seen by keys of every
+        project only (an admin's); none for a key of some projects."""
+        return await self._store.notifications() if self.scope.every else []
 
     async def waiting_approvals(self) -> int:
         """How many calls of its projects' runs wait for a person's decision."""

@@ -29,7 +29,6 @@ from minions.runs import _audit, _evals
 from minions.runs import _decisions as decisions
 from minions.runs import _events as events
 from minions.runs import _runs as runs
-from minions.runs import _workers as workers
 from minions.runs._async import AsyncDatabase
 from minions.runs._audit import Actor, AuditEntry
 from minions.runs._db import DEFAULT_URL, Database
@@ -51,11 +50,13 @@ if TYPE_CHECKING:
     from minions.runs._diff import RunDiff
     from minions.runs._endpoints import EndpointPause, EndpointRecord
     from minions.runs._evals import EvalRecord
-    from minions.runs._fleet import FleetState
+    from minions.runs._fleet import EndpointStatus, FleetState, QueueState
     from minions.runs._keys import KeyRecord
+    from minions.runs._notify import Delivery
     from minions.runs._prune import History, PruneResult
     from minions.runs._runs import RerunPlan
     from minions.runs._schedules import ScheduleRecord
+    from minions.runs._usage import UsageReport
     from minions.runs._workers import WorkerRecord
 
 __all__ = ["RunFilters", "RunStore", "database_url"]
@@ -414,10 +415,26 @@ class RunStore:
     async def get(self, run_id: str) -> RunRecord:
         """The run with its finished steps and approvals.
 
+        A run that has not ended has the usage of the model calls it made so far.
+
         Raises:
             UnknownRunError: no run has this id.
         """
-        return await self._database.apply(runs.get, run_id)
+        return (await self._so_far([await self._database.apply(runs.get, run_id)]))[0]
+
+    async def _so_far(self, records: list[RunRecord]) -> list[RunRecord]:
+        """The records, those of runs that have not ended with their usage so far (a run's
+        usage is written when it ends)."""
+        from minions.runs import _usage
+
+        active = [r.run_id for r in records if r.status not in TERMINAL]
+        if not active:
+            return records
+        found = await self._database.apply(_usage.so_far, active)
+        return [
+            dataclasses.replace(r, usage=found[r.run_id]) if r.run_id in found else r
+            for r in records
+        ]
 
     async def list_runs(
         self,
@@ -436,8 +453,12 @@ class RunStore:
                 `created_before` (created before), `id_prefix` (whose id starts with it),
                 `schedule` (fired by this schedule), `project` (of this project),
                 `projects` (of one of these projects).
+
+        A run that has not ended has the usage of the model calls it made so far.
         """
-        return await self._database.apply(runs.listed, _filter(which), limit=limit, before=before)
+        return await self._so_far(
+            await self._database.apply(runs.listed, _filter(which), limit=limit, before=before)
+        )
 
     async def count_runs(self, **which: Unpack[RunFilters]) -> int:
         """How many runs `list_runs` with the same filters gives, every page together."""
@@ -536,7 +557,74 @@ class RunStore:
         return await self._database.apply(_cache.clear, recipe=recipe)
 
     async def workers(self) -> list[WorkerRecord]:
-        return await self._database.apply(workers.listed)
+        """The store's workers, alive, stopped and dead, each with the runs it holds now (a
+        run another worker took over is listed under that one); the records of workers
+        stopped or dead for longer than ``MINIONS_WORKER_EXPIRY`` (a day) are gone."""
+        from minions.runs._fleet import worker_records
+
+        return await self._database.apply(worker_records, now=time.time())
+
+    async def endpoint_status(self, *, expiry: float | None = None) -> list[EndpointStatus]:
+        """Each limited endpoint's load now over every worker (calls in flight, workers
+        waiting for a place, requests and tokens of the last minute, a 429's pause) beside
+        what its models taught the structured-output ladder (learned within `expiry`
+        seconds, the default of `Limits.capability_expiry`)."""
+        from minions.models._limits import DEFAULT_CAPABILITY_EXPIRY
+        from minions.runs._fleet import endpoint_status
+
+        kept = DEFAULT_CAPABILITY_EXPIRY if expiry is None else expiry
+        return await self._database.apply(endpoint_status, now=time.time(), expiry=kept)
+
+    async def notifications(self) -> list[Delivery]:
+        """How notifications fared, per target (``--notify``): delivered, pending, given up,
+        the last error."""
+        from minions.runs._notify import deliveries
+
+        return await self._database.apply(deliveries)
+
+    async def queue(
+        self, *, limit: int = 20, projects: Collection[str] | None = None
+    ) -> QueueState:
+        """The backlog now: runs queued (per recipe, and the `limit` oldest), running and
+        waiting for a person (of the runs of `projects`: None, every run)."""
+        from minions.runs._fleet import queue_state
+
+        return await self._database.apply(
+            queue_state, now=time.time(), limit=limit, projects=projects
+        )
+
+    async def usage(
+        self,
+        *,
+        since: float,
+        until: float | None = None,
+        group_by: Sequence[str] = ("day",),
+        projects: Collection[str] | None = None,
+    ) -> UsageReport:
+        """Tokens and cost of the model calls that ended between `since` and `until`
+        (Unix seconds; `until`: now), grouped by each of `group_by` (``day``, ``recipe``,
+        ``schedule``, ``model``); runs still going count as far as they went.
+
+        Raises:
+            ValueError: a group that is not one of those, or one given twice.
+        """
+        from minions.runs import _usage
+
+        unknown = [g for g in group_by if g not in _usage.GROUPS]
+        if unknown or len(set(group_by)) != len(group_by):
+            raise ValueError(
+                f"group_by takes each of {', '.join(_usage.GROUPS)} at most once, not "
+                f"{', '.join(group_by)!r}"
+            )
+        groups = [g for g in _usage.GROUPS if g in group_by]
+        groups.sort(key=list(group_by).index)
+        return await self._database.apply(
+            _usage.report,
+            since=since,
+            until=time.time() if until is None else until,
+            group_by=groups,
+            projects=projects,
+        )
 
     async def fleet(self) -> FleetState:
         """The queue, the workers alive and dead, the schedules' next slots and the load of

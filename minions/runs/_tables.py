@@ -18,23 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 10
-"""1: the first durable runs. 2: leases with an epoch (fencing), attempts, the log's head
-(`last_seq`), request hashes of idempotency keys, loop item checkpoints, worker incarnations;
-every id column is TEXT (Postgres refused ids over 200 characters). 3: schedules, the schedule
-of a run, how far pruning went; reruns (a run's parent, the step it reran from, its plan); the
-step cache. 4: a step cache entry's run and recipe (entries are pruned with their run; keys
-name their world, so the entries of schema 3 are dropped). 5: actors (who queued a run's
-attempt, who cancelled it, who decided an approval, who changed a schedule last); the API keys'
-table (made on first use). 6: a schedule's overlap policy and lateness (`overlap`, `late`,
-`late_slots`, `late_at`, `late_reason`). 7: projects (the project of a run, a schedule, an
-eval: what a key of other projects never sees; a run parked by its project's limits). 8:
-approvals' deadlines (when an undecided call times out and what happens then, when it is
-escalated); a run waiting for a decision holds no worker (a `waiting` run with no holder). 9:
-an endpoint's pause says who set it, when, and what the endpoint asked (pauses of before,
-unbounded, are lifted); what an endpoint taught keeps its evidence, and the runs that saw an
-output mode ignored (a lesson of several runs). 10: the audit log (`minions_audit`: who changed
-what, when, from where)."""
+SCHEMA_VERSION = 11
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -153,6 +137,9 @@ workers_table = sa.Table(
     sa.Column("incarnation", sa.Text, nullable=True),
     sa.Column("host", sa.Text, nullable=True),
     sa.Column("pid", sa.Integer, nullable=True),
+    # Schema 11: the runs it runs at a time (its own `--concurrency`; NULL: a worker of an
+    # older minions).
+    sa.Column("places", sa.Integer, nullable=True),
 )
 schedules_table = sa.Table(
     "minions_schedules",
@@ -302,6 +289,25 @@ audit_table = sa.Table(
     sa.Column("target", sa.Text, nullable=False),
     sa.Column("project", sa.Text, nullable=False, default="default", index=True),
     sa.Column("detail", sa.Text, nullable=True),
+)
+notifications_table = sa.Table(
+    "minions_notifications",
+    metadata,
+    # Schema 11: the outbox of notifications (minions.runs._notify). One row per thing told
+    # to one target: its key (the target, the kind, what it is about) makes a thing found by
+    # several processes, or found again, told once. `next_at` is when it is sent next (a
+    # sender claims it by moving it on); `delivered_at` set: done; `failed_at` set: given up.
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("target", sa.Text, nullable=False, index=True),
+    sa.Column("event", sa.Text, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("next_at", sa.Float, nullable=False, index=True),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("delivered_at", sa.Float, nullable=True),
+    sa.Column("failed_at", sa.Float, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("last_attempt_at", sa.Float, nullable=True),
 )
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
@@ -464,6 +470,13 @@ def _to_10(db: sa.Connection) -> None:
     audit_table.create(db, checkfirst=True)
 
 
+def _to_11(db: sa.Connection) -> None:
+    """Schema 10 -> 11: each worker's own places (the notifications' outbox is made by
+    ``create_all``)."""
+    if "minions_workers" in set(sa.inspect(db).get_table_names()):
+        _add_columns(db, "minions_workers", ["places INTEGER"])
+
+
 MIGRATIONS: dict[int, Any] = {
     1: _to_2,
     2: _to_3,
@@ -474,5 +487,6 @@ MIGRATIONS: dict[int, Any] = {
     7: _to_8,
     8: _to_9,
     9: _to_10,
+    10: _to_11,
 }
 """Schema version n -> n+1 upgrades, each a function of a connection."""

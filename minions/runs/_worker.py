@@ -613,6 +613,7 @@ class Worker:
             version=APP_VERSION,
             host=socket.gethostname(),
             pid=os.getpid(),
+            places=self.concurrency,
         )
 
     def _beat(self) -> None:
@@ -695,6 +696,7 @@ class Worker:
             and (w.stopped_at is not None or now - w.heartbeat_at > DEAD_AFTER)
             and (w.executor_id, w.heartbeat_at) not in self._checked
         ]
+        self._expire(now)
         if not dead:
             return
         pending = DBOS.list_workflows(
@@ -722,6 +724,16 @@ class Worker:
         for worker in workers.listed(database):
             if worker.executor_id in dead:
                 self._checked.add((worker.executor_id, worker.heartbeat_at))
+
+    def _expire(self, now: float) -> None:
+        """Delete the records of workers dead or stopped for longer than `workers.EXPIRY`
+        whose queued runs were looked at (no write while there is none: this runs at every
+        heartbeat of a busy worker)."""
+        before = now - workers.EXPIRY
+        old = [executor for executor, beat in self._checked if beat < before]
+        if old:
+            workers.expire(self.database, old, before=before)
+            self._checked = {c for c in self._checked if c[1] >= before}
 
     def _adopt_other_versions(self) -> None:
         """Queue anew, under this format, the queued and unfinished runs that minions before

@@ -29,6 +29,9 @@ __all__ = ["WorkerRecord"]
 
 HEARTBEAT = float(os.environ.get("MINIONS_WORKER_HEARTBEAT", "2"))
 """Seconds between a worker's heartbeats (each renews the leases of the runs it holds)."""
+EXPIRY = float(os.environ.get("MINIONS_WORKER_EXPIRY", str(24 * 3600)))
+"""Seconds a worker that stopped, or stopped beating, stays in the store's records (and the
+fleet views) after its last heartbeat: then a live worker deletes its record."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +46,13 @@ class WorkerRecord:
     runs: list[str]
     alive: bool = False
     """It beat within the dead-worker timeout and did not stop."""
+    places: int | None = None
+    """Runs it runs at a time (its own ``--concurrency``; None: a worker of an older
+    minions)."""
+    host: str | None = None
+    """The machine it runs on."""
+    pid: int | None = None
+    """Its process id there."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,10 +68,18 @@ class Registration:
 
 
 def register(
-    database: Database, executor_id: str, *, incarnation: str, version: str, host: str, pid: int
+    database: Database,
+    executor_id: str,
+    *,
+    incarnation: str,
+    version: str,
+    host: str,
+    pid: int,
+    places: int | None = None,
 ) -> None:
-    """This incarnation is the worker `executor_id` from now on (a crashed earlier one is
-    replaced; see `Worker` for how a live one is told apart)."""
+    """This incarnation is the worker `executor_id` from now on, running `places` runs at a
+    time (a crashed earlier one is replaced; see `Worker` for how a live one is told
+    apart)."""
     now = time.time()
     values = {
         "started_at": now,
@@ -72,6 +90,7 @@ def register(
         "incarnation": incarnation,
         "host": host,
         "pid": pid,
+        "places": places,
     }
     with database.begin() as db:
         updated = db.execute(
@@ -148,17 +167,34 @@ def listed(database: Database) -> list[WorkerRecord]:
     now = time.time()
     with database.read() as db:
         return [
-            _record(r, now)
+            as_record(r, now)
             for r in db.execute(sa.select(workers_table).order_by(workers_table.c.started_at))
         ]
+
+
+def expire(database: Database, executor_ids: Sequence[str], *, before: float) -> int:
+    """Delete the records of these workers (found stopped or dead) whose last heartbeat is
+    older than `before`; how many. A worker that beats again in between keeps its record."""
+    if not executor_ids:
+        return 0
+    with database.begin() as db:
+        return int(
+            db.execute(
+                workers_table.delete().where(
+                    workers_table.c.executor_id.in_(list(executor_ids)),
+                    workers_table.c.heartbeat_at < before,
+                )
+            ).rowcount
+        )
 
 
 def room_elsewhere(
     database: Database, executor_id: str, *, queue: str, places: int, now: float
 ) -> bool:
-    """Whether another live worker of the store has a place free: fewer than `places` of
-    the queue's workflows handed to it and not finished (DBOS's count, which includes a
-    run waiting in it for a place)."""
+    """Whether another live worker of the store has a place free: fewer of the queue's
+    workflows handed to it and not finished (DBOS's count, which includes a run waiting in
+    it for a place) than its own places (`places`, the asker's, for a worker of an older
+    minions that did not say its own)."""
     dbos = status_table(database.postgres)
     with database.read() as db:
         found = db.execute(
@@ -166,14 +202,15 @@ def room_elsewhere(
                 "SELECT 1 FROM minions_workers w WHERE w.executor_id <> :me "
                 "AND w.stopped_at IS NULL AND w.heartbeat_at >= :alive "
                 f"AND (SELECT count(*) FROM {dbos} s WHERE s.executor_id = w.executor_id "
-                "AND s.queue_name = :queue AND s.status = 'PENDING') < :places LIMIT 1"
+                "AND s.queue_name = :queue AND s.status = 'PENDING') < coalesce(w.places, :places) "
+                "LIMIT 1"
             ),
             {"me": executor_id, "alive": now - DEAD_AFTER, "queue": queue, "places": places},
         ).first()
     return found is not None
 
 
-def _record(row: Any, now: float) -> WorkerRecord:
+def as_record(row: Any, now: float) -> WorkerRecord:
     return WorkerRecord(
         executor_id=row.executor_id,
         started_at=row.started_at,
@@ -182,4 +219,7 @@ def _record(row: Any, now: float) -> WorkerRecord:
         version=row.version,
         runs=json.loads(row.runs),
         alive=row.stopped_at is None and now - row.heartbeat_at <= DEAD_AFTER,
+        places=row.places,
+        host=row.host,
+        pid=row.pid,
     )

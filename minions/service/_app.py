@@ -22,6 +22,7 @@ from minions.service._routes import (
     console,
     evals,
     events,
+    fleet,
     info,
     keys,
     rerun,
@@ -100,6 +101,7 @@ def create_app(
     routers = (runs.router, rerun.router, events.router, steps.router, info.router)
     for router in (
         *routers,
+        fleet.router,
         schedules.router,
         evals.router,
         keys.router,

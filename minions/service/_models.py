@@ -438,13 +438,101 @@ class RecipeOut(BaseModel):
 
 
 class WorkerOut(_Record):
+    """A worker as its heartbeats tell of it, with the runs it holds now."""
+
     executor_id: str
     started_at: float
-    heartbeat_at: float
-    stopped_at: float | None = None
-    alive: bool
-    version: str
-    runs: list[str]
+    heartbeat_at: float = Field(description="Its last heartbeat (Unix seconds).")
+    stopped_at: float | None = Field(None, description="When it stopped (None: it did not).")
+    alive: bool = Field(description="It beat within the dead-worker timeout and did not stop.")
+    version: str = Field(description="Its application version (minions' durable format).")
+    runs: list[str] = Field(description="The runs it runs now, under its lease.")
+    places: int | None = Field(
+        None, description="Runs it runs at a time: its own --concurrency (None: not said)."
+    )
+    host: str | None = None
+    pid: int | None = None
+
+
+class EndpointLoadOut(_Record):
+    in_flight: int = Field(description="Calls holding a place now, over every worker.")
+    waiting: int = Field(description="Workers whose callers wait in the store's line.")
+    requests: int = Field(description="Calls started within the last minute.")
+    tokens: int = Field(description="Their tokens (estimated at the start, then reported).")
+    paused_until: float = Field(
+        description="No call goes before this (a 429's Retry-After; Unix seconds, 0: none)."
+    )
+
+
+class LearnedOut(_Record):
+    model: str
+    output_mode: str | None = Field(description="The structured-output mode that worked.")
+    rejected: list[str] = Field(description="What it refused.")
+    learned_at: float
+    expires_at: float
+
+
+class EndpointStatusOut(_Record):
+    """A model endpoint: its load under the limits and what it taught."""
+
+    endpoint: str = Field(description="The limits' match (base URL or URL#model).")
+    load: EndpointLoadOut | None = Field(description="None: no entry of the limits holds it.")
+    learned: list[LearnedOut]
+
+
+class QueuedRunOut(_Record):
+    run_id: str
+    recipe_id: str
+    created_at: float
+    schedule: str | None = None
+
+
+class RecipeBacklog(BaseModel):
+    recipe: str
+    queued: int
+    oldest_queued_at: float
+
+
+class QueueOut(BaseModel):
+    """The backlog now."""
+
+    at: float
+    queued: int
+    oldest_queued_at: float | None
+    oldest_queued_seconds: float = Field(description="How long the oldest queued run waited.")
+    running: int
+    waiting: int = Field(description="Runs waiting for a person (they hold no worker place).")
+    by_recipe: list[RecipeBacklog]
+    oldest: list[QueuedRunOut] = Field(description="The oldest queued runs, oldest first.")
+
+
+class UsageRowOut(_Record):
+    day: str | None = None
+    recipe: str | None = None
+    schedule: str | None = None
+    model: str | None = None
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    calls: int = Field(description="Model call attempts (retries included).")
+    unknown_calls: int = Field(description="Attempts whose server reported no usage.")
+    cost: float | None = Field(
+        description="US dollars of the attempts the price table prices (None: none is)."
+    )
+    unpriced_calls: int = Field(
+        description="Attempts not in `cost`: unknown model, endpoint or tokens."
+    )
+
+
+class UsageOut(_Record):
+    """Tokens and cost of the model calls of a span of time."""
+
+    since: float
+    until: float
+    group_by: list[str]
+    rows: list[UsageRowOut]
+    total: UsageRowOut
+    prices: str = Field(description="The price table: its package and version.")
 
 
 class Streams(BaseModel):
@@ -474,3 +562,15 @@ class Probe(BaseModel):
 
     status: Literal["ok", "unavailable"]
     reason: str | None = Field(None, description="Why it is not ready.")
+
+
+class DeliveryOut(_Record):
+    """How notifications to one target fared."""
+
+    target: str = Field(description="Its origin and id (never its path: often a secret).")
+    delivered: int
+    pending: int = Field(description="Not delivered yet: being retried.")
+    failed: int = Field(description="Given up after the last retry.")
+    last_delivered_at: float | None
+    last_error: str | None = Field(description="The last send's error (None: it worked).")
+    last_attempt_at: float | None

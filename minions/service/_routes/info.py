@@ -1,4 +1,4 @@
-"""``/recipes``, ``/workers``, and the probes: ``/health``, ``/health/live``, ``/health/ready``."""
+"""``/recipes``, and the probes: ``/health``, ``/health/live``, ``/health/ready``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from minions.errors import MinionsError, UnknownProjectError
 from minions.service._access import Public, Reader
 from minions.service._deps import Catalog, InProcessWorker, Runs, Streams, WholeStore
 from minions.service._errors import ERRORS, Refused
-from minions.service._models import Health, Probe, RecipeOut, WorkerOut
+from minions.service._models import Health, Probe, RecipeOut
 from minions.service._models import Streams as StreamsOut
 from minions.service._ready import problem
 
@@ -58,13 +58,6 @@ async def recipes(
         )
         for e in entries.values()
     ]
-
-
-@router.get("/workers", response_model=list[WorkerOut])
-async def workers(caller: Reader, runs: Runs) -> list[WorkerOut]:
-    """The workers of the store: ids, heartbeats, runs in hand (those of the caller's
-    projects), alive or not."""
-    return [WorkerOut.model_validate(w) for w in await runs.workers()]
 
 
 @router.get(

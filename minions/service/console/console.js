@@ -6,7 +6,9 @@
 // step's output, edited first), a rerun's lineage and its differences from its parent; the
 // schedules, paused and resumed; the evals' kept reports (a regressed case's run diffed
 // against the baseline's); who the token is and the calls that wait for it; the audit log.
-// A run a person rejected shows as `rejected`, with who rejected it. ES modules, no build step, no dependencies. What a run's steps
+// A run a person rejected shows as `rejected`, with who rejected it. The fleet (workers,
+// endpoints, queue) and the usage totals. ES modules, no build step, no dependencies. What a
+// run's steps
 // are is the server's fold of its events (the `states` of its stream), drawn as it is.
 //
 // This module: the token (asked for, kept in this tab only), and which view the address shows.
@@ -19,6 +21,7 @@ import { loadRecipes, refreshList } from "./list.js";
 import { refreshMe } from "./me.js";
 import { showRun, stopRun } from "./run.js";
 import { refreshEvals, showEvals } from "./evals.js";
+import { refreshFleet, showFleet } from "./fleet.js";
 import { refreshSchedules, showSchedules } from "./schedules.js";
 import { setToken, state } from "./state.js";
 
@@ -58,6 +61,7 @@ async function start() {
     if (!$("#list-view").hidden && state.list.cursors.length === 1) refreshList();
     if (!$("#schedules-view").hidden) refreshSchedules();
     if (!$("#evals-view").hidden) refreshEvals();
+    if (!$("#fleet-view").hidden) refreshFleet();
   }, 2000);
   route();
 }
@@ -67,16 +71,23 @@ function route() {
   const schedules = location.hash.match(/^#\/schedules(?:\/([^/]+))?$/);
   const evals = location.hash.match(/^#\/evals(?:\/([^/]+))?$/);
   const audit = location.hash === "#/audit";
+  const fleet = location.hash.match(/^#\/(workers|endpoints|queue|usage)$/);
   closeDrawer(false);
   for (const dialog of ["#rerun-dialog", "#cancel-dialog"]) if ($(dialog).open) $(dialog).close();
   $("#schedules-view").hidden = !schedules;
   $("#evals-view").hidden = !evals;
   $("#audit-view").hidden = !audit;
+  $("#fleet-view").hidden = !fleet;
   if (audit) {
     stopRun();
     $("#run-view").hidden = true;
     $("#list-view").hidden = true;
     showAudit();
+  } else if (fleet) {
+    stopRun();
+    $("#run-view").hidden = true;
+    $("#list-view").hidden = true;
+    showFleet(fleet[1]);
   } else if (evals) {
     stopRun();
     $("#run-view").hidden = true;

@@ -13,6 +13,7 @@ export const state = {
   list: { cursors: [null], total: 0, next: null, recipes: [], refreshing: 0, typing: null }, // cursors: one per page seen
   run: null, // the run on screen (see newRun)
   schedule: null, // the schedule whose runs are shown
+  fleet: null, // the fleet's view shown: workers, endpoints, queue or usage
   evalId: null, // the eval whose report is shown
   opener: null, // what had the focus when the drawer opened
   frame: null, // a render asked for the next frame

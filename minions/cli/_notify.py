@@ -1,0 +1,81 @@
+"""``--notify`` of `minions serve` and `minions worker`: the options, and the notifier they
+run beside their work (`minions.runs.Notifier`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from minions.cli._errors import UsageError
+
+if TYPE_CHECKING:
+    from minions.runs import Notifier
+
+__all__: list[str] = []
+
+NotifyOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--notify",
+        metavar="[KINDS=]URL",
+        help="POST a signed JSON notification to URL when a run failed, waits for approval, "
+        "is stuck, or a schedule is late; KINDS limits it (failed,waiting,stuck,late=URL). "
+        "Repeatable. Signed with HMAC-SHA256 of $MINIONS_NOTIFY_SECRET (required).",
+        show_default=False,
+    ),
+]
+StuckAfterOption = Annotated[
+    str,
+    typer.Option(
+        "--notify-stuck-after",
+        metavar="DURATION",
+        help="A running run with no progress (no event) for this long is stuck.",
+    ),
+]
+LateAfterOption = Annotated[
+    str,
+    typer.Option(
+        "--notify-late-after",
+        metavar="DURATION",
+        help="A schedule whose slot has not fired this long after its time is late.",
+    ),
+]
+
+
+def notifier(
+    url: str, notify: list[str] | None, *, stuck_after: str, late_after: str
+) -> Notifier | None:
+    """The notifier `notify` asks for over the store at `url`, started (None: none asked).
+
+    Raises:
+        UsageError: a bad target or duration, or no secret.
+    """
+    if not notify:
+        return None
+    from minions._duration import duration_seconds
+    from minions.runs import Notifier, NotifyTarget
+
+    try:
+        targets = [NotifyTarget.parse(given) for given in notify]
+    except ValueError as exc:
+        raise UsageError(f"--notify {exc}") from None
+    durations = {}
+    for option, given in (
+        ("--notify-stuck-after", stuck_after),
+        ("--notify-late-after", late_after),
+    ):
+        try:
+            durations[option] = duration_seconds(given)
+        except ValueError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+    try:
+        made = Notifier(
+            url,
+            targets,
+            stuck_after=durations["--notify-stuck-after"],
+            late_after=durations["--notify-late-after"],
+        )
+    except ValueError as exc:
+        raise UsageError(f"--notify: {exc}") from None
+    return made.start()

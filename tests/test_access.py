@@ -471,7 +471,8 @@ def test_who_did_what_is_in_the_run_and_its_events_and_keys_never_in_the_log(
         assert decided.status_code == 200, decided.text
         run = _until(olga, run_id, "completed")
         assert [a["decided_by"] for a in run["approvals"]] == ["alice"]
-        assert run["queued_by"] == "olga"
+        # The run waited parked: alice's decision queued its last attempt.
+        assert run["queued_by"] == "alice"
         events = _events(olga, run_id)
         assert [e["actor"] for e in events if e["kind"] == "run_started"] == ["olga"]
         assert [e["actor"] for e in events if e["kind"] == "approval_resolved"] == ["alice"]
@@ -489,11 +490,14 @@ def test_who_did_what_is_in_the_run_and_its_events_and_keys_never_in_the_log(
         _until(olga, second, "failed")  # a rejected tool step fails
         events = _events(olga, second)
         assert [e["actor"] for e in events if e["kind"] == "run_started"] == ["olga"]
+        # Resumed by olga (attempt 2 waited parked, then was cancelled), and again by alice's
+        # decision (attempt 3 waited parked).
         assert [(e["attempt"], e["actor"]) for e in events if e["kind"] == "run_resumed"] == [
-            (2, "olga")
+            (3, "olga"),
+            (4, "alice"),
         ]
         failed = [(e["error"], e["actor"]) for e in events if e["kind"] == "run_failed"]
-        assert failed[0] == ("the run was cancelled", "token")
+        assert failed[0] == ("cancelled", "token")  # parked: ended at once, unheld
         assert failed[1][1] is None  # failed by itself
         assert [e["actor"] for e in events if e["kind"] == "approval_resolved"] == ["alice"]
         # A schedule's change says who made it.

@@ -86,15 +86,23 @@ def write_proof(folder: Path, text: str = PROOF, name: str = "proof.yaml") -> Pa
 
 
 async def execute(store: RunStore, url: str, run_id: str, model: Model) -> RunRecord:
-    """Run a queued run in this process, approving every call it waits for."""
-    task = asyncio.create_task(run_here(url, run_id, model=model))
-    while not task.done():
-        for approval in (await store.get(run_id)).approvals:
+    """Run a queued run in this process, approving every call it waits for (a run parked
+    at a call runs again, from its checkpoints, once the call is approved)."""
+    while True:
+        record = await store.get(run_id)
+        task = asyncio.create_task(run_here(url, run_id, record.attempt, model=model))
+        while not task.done():
+            for approval in (await store.get(run_id)).approvals:
+                if approval.decided_at is None:
+                    await store.approve(run_id, approval.call_id)
+            await asyncio.wait({task}, timeout=0.05)
+        await task
+        record = await store.get(run_id)
+        if record.terminal:
+            return record
+        for approval in record.approvals:
             if approval.decided_at is None:
                 await store.approve(run_id, approval.call_id)
-        await asyncio.wait({task}, timeout=0.05)
-    await task
-    return await store.get(run_id)
 
 
 async def executed(url: str, recipe: Path | None = None, *, run_id: str = "") -> str:

@@ -118,7 +118,9 @@ async def _prove(
         assert [e.seq for e in stored] == list(range(1, len(stored) + 1)), run_id
         terminal = [e.seq for e in stored if e.kind in ("run_completed", "run_failed")]
         assert terminal == [len(stored)], [(e.seq, e.kind, e.step_id) for e in stored]
-        assert got == stored  # the reader saw exactly the log: nothing lost, nothing twice
+        # The reader saw exactly the log, nothing lost, nothing twice (beside the text the
+        # model streamed, which is live only and never stored).
+        assert [e for e in got if e.kind != "token_delta"] == stored
         assert stored[-1].kind == "run_completed"
         record = await store.get(run_id)
         assert [s.step_id for s in record.steps] == STEPS  # each step checkpointed once

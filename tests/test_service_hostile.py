@@ -737,7 +737,8 @@ def test_a_clients_429s_cannot_freeze_an_endpoint_for_everyone(tmp_path: Path) -
             "OPENAI_API_KEY": "sk-test",
         }
         with (
-            server(tmp_path, store_url, "--recipes", str(recipes), **env) as api,
+            # Only the limited worker runs them (the API's own worker has no limits).
+            server(tmp_path, store_url, "--recipes", str(recipes), "--no-worker", **env) as api,
             worker(store_url, recipes, "w1", tmp_path / "ledger", "--limits", str(limits), **env),
             httpx2.Client(base_url=api.base, headers=auth(), timeout=30) as client,
         ):

@@ -298,6 +298,9 @@ class EventLog:
 
     def _listen(self) -> None:
         if self.notified and self._listener is None:
+            # Made with its listener, on the loop that follows now (a store may be followed
+            # from one event loop, then from another).
+            self._listening_now = asyncio.Event()
             self._listener = asyncio.create_task(self._listening())
         folder = streams.streams_folder(self.database.url)
         if folder is not None and self._fifo is None:

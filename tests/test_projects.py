@@ -257,6 +257,14 @@ def test_listings_and_streams_never_show_another_projects_rows(tenants: Tenants)
     assert {r["project"] for r in runs["runs"]} == {A}
     assert [s["name"] for s in alice.get("/schedules").json()] == [tenants.a["schedule"]]
     assert [e["eval_id"] for e in alice.get("/evals").json()["evals"]] == [tenants.a["eval"]]
+    # The views that count rather than list count A's only: one waiting run, one call that
+    # waits for alice, no notification target (the server's configuration).
+    assert alice.get("/queue").json()["waiting"] == 1
+    assert alice.get("/me").json()["waiting"] == 1
+    assert alice.get("/notifications").json() == []
+    boss = httpx2.Client(base_url=tenants.base, headers=auth(tenants.keys["boss"]), timeout=30)
+    assert boss.get("/queue").json()["waiting"] == 2
+    assert boss.get("/me").json()["waiting"] == 2
     # The admin and a key of both see both.
     for key in ("boss", "multi"):
         both = httpx2.Client(base_url=tenants.base, headers=auth(tenants.keys[key]), timeout=30)

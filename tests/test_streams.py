@@ -4,6 +4,7 @@ text to the SSE clients of a `minions serve --no-worker` process and to `minions
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -27,7 +28,7 @@ from service_helpers import (
     write_chat_recipe,
 )
 
-from minions.events import TokenDelta
+from minions.events import Event, TokenDelta
 from minions.runs._streams import FIFO_MESSAGE, PG_MESSAGE, decode, encode, merged
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
@@ -257,7 +258,6 @@ async def test_a_worker_streams_every_call_and_records_the_same_answers(tmp_path
 
     from minions import AgentExecutor
     from minions.errors import StreamingWarning
-    from minions.events import Event
     from minions.recipes import load_recipe
     from minions.runs import RunStore
 
@@ -302,3 +302,74 @@ async def test_a_worker_streams_every_call_and_records_the_same_answers(tmp_path
     # the ids the server gave the tool calls.
     sent = [re.sub(r"call_[0-9]+", "call", json.dumps(r.messages)) for r in fake.requests]
     assert sent[plain:] == sent[:plain]
+
+
+WAITING = """\
+id: waiting
+tools: [waiting_tools]
+steps:
+  - {id: first, tool: current_datetime}
+  - {id: hold, depends_on: [first], tool: hold, params: {path: "{{ inputs.gate }}"}}
+inputs: {gate: {type: string}}
+"""
+
+HOLDING = '''\
+import time
+from pathlib import Path
+
+from minions import tool
+
+
+@tool
+def hold(path: str) -> str:
+    """Return once `path` exists."""
+    while not Path(path).exists():
+        time.sleep(0.01)
+    return "released"
+'''
+
+
+async def test_a_late_delta_never_takes_a_follower_back(tmp_path: Path) -> None:
+    """Text a worker streamed before a later stored event, reaching a follower after that
+    event (deltas travel apart from the commits), is dropped: the number of the last event a
+    follower received is always a place to resume from (it used to go back, and the events
+    after it came twice)."""
+    from runs_helpers import run_here, until
+
+    from minions.runs import LiveHub, RunStore
+
+    (tmp_path / "waiting.yaml").write_text(WAITING)
+    (tmp_path / "waiting_tools.py").write_text(HOLDING)
+    gate = tmp_path / "gate"
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    hub = LiveHub()
+    store = RunStore(url, create=True, hub=hub)
+    try:
+        run_id, _ = await store.submit(tmp_path / "waiting.yaml", {"gate": str(gate)})
+        received: list[Event] = []
+
+        async def follow() -> None:
+            async for event in store.follow(run_id):
+                received.append(event)
+
+        following = asyncio.create_task(follow())
+        await until(lambda: store.log.feeds() == 1)
+        running = asyncio.create_task(run_here(url, run_id))
+        await until(
+            lambda: any(e.kind == "tool_call_started" and e.step_id == "hold" for e in received)
+        )
+        position = received[-1].seq
+        assert position > 2
+        hub.publish(TokenDelta(run_id=run_id, seq=1, step_id="first", text="late"))
+        hub.publish(TokenDelta(run_id=run_id, seq=position, step_id="hold", text="now"))
+        await until(lambda: received[-1].kind == "token_delta")
+        gate.touch()
+        await asyncio.wait_for(running, timeout=60)
+        await asyncio.wait_for(following, timeout=60)
+    finally:
+        await store.aclose()
+    assert [e.text for e in received if isinstance(e, TokenDelta)] == ["now"]
+    seqs = [e.seq for e in received]
+    assert seqs == sorted(seqs)
+    stored = [e for e in received if e.kind != "token_delta"]
+    assert [e.seq for e in stored] == list(range(1, len(stored) + 1))

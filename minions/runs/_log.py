@@ -113,8 +113,13 @@ class _Feed:
         if event.kind == "token_delta":
             # A delta follows the stored event it carries the number of (its model call's
             # start): held until that event is published, so followers read them in order.
-            if event.seq <= self.last:
+            # One that comes after a later event (a worker's stream lagging behind its
+            # commits) is dropped: its call's answer is stored already, and a follower that
+            # resumes from the number of what it read last must never go back.
+            if event.seq == self.last:
                 self.publish(event)
+            elif event.seq < self.last:
+                return
             elif len(self.deltas) < QUEUE_LIMIT:
                 self.deltas.append(event)
             return
@@ -200,6 +205,10 @@ class EventLog:
         ends it: the last of a run that has ended. A run resumed after failing goes on after
         its `run_failed`, and so does the follower.
 
+        A token delta carries the number of the stored event before it, and none comes
+        after a later stored event (text that lags behind its call's end is dropped): the
+        number of the last event received, delta or not, is always a place to resume from.
+
         Raises:
             UnknownRunError: no run has this id.
         """
@@ -227,7 +236,8 @@ class EventLog:
                     return  # fell behind, or the log stops: a follower resumes from `after`
                 event = received
                 if event.kind == "token_delta":
-                    yield event
+                    if event.seq >= after:  # not the text of a call it has seen end
+                        yield event
                     continue
                 if event.seq <= after:
                     if await self.ends(event):

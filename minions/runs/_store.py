@@ -505,7 +505,8 @@ class RunStore:
     def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         """The stored events after `after`, then new ones as they are stored, until the run
         has ended (a resumed run is followed to its new end); its token deltas live, from
-        whichever worker runs it.
+        whichever worker runs it. The `seq` of the last event received, a token delta's too,
+        is where to resume: `follow(run_id, after=last.seq)`.
 
         Raises:
             UnknownRunError: no run has this id.

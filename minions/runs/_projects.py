@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from minions.events import Event
-    from minions.recipes._schema import RecipeSpec
+    from minions.recipes._schema import CatchUp, Overlap, RecipeSpec
     from minions.runs._diff import RunDiff
     from minions.runs._evals import EvalRecord
     from minions.runs._fleet import EndpointStatus, QueueState
@@ -268,11 +268,33 @@ class ScopedRuns:
     # -- schedules -------------------------------------------------------------------------------
 
     async def add_schedule(
-        self, recipe: str | Path, *, project: str | None = None, **given: Any
+        self,
+        recipe: str | Path,
+        *,
+        cron: str | None = None,
+        every: str | int | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        timezone: str | None = None,
+        catch_up: CatchUp | None = None,
+        overlap: Overlap | None = None,
+        replace: bool = False,
+        actor: Who = None,
+        project: str | None = None,
     ) -> ScheduleRecord:
         """`RunStore.add_schedule`, in `project` (see `Scope.project_for`)."""
         return await self._store.add_schedule(
-            recipe, project=self.scope.project_for(project), **given
+            recipe,
+            cron=cron,
+            every=every,
+            inputs=inputs,
+            name=name,
+            timezone=timezone,
+            catch_up=catch_up,
+            overlap=overlap,
+            replace=replace,
+            actor=actor,
+            project=self.scope.project_for(project),
         )
 
     async def endpoint_status(self) -> list[EndpointStatus]:

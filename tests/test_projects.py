@@ -33,6 +33,7 @@ from minions.service._access import Reader
 from minions.service._deps import Runs, WholeStore
 
 A, B = "team-a", "team-b"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 @dataclass(frozen=True)
@@ -684,6 +685,101 @@ def test_the_console_of_a_key_of_one_project_never_shows_anothers(tenants: Tenan
                     expect(page.locator("#run-status")).to_have_text("")
                     expect(page.locator("#run-times")).to_have_text("")
                 clean(page, address, asked)
+        finally:
+            page.close()
+            browser.close()
+
+
+@pytest.mark.slow
+def test_the_console_project_picker_narrows_every_listing(tenants: Tenants, tmp_path: Path) -> None:
+    """In Chromium: an admin picks project A in the header and sees A's runs only (each
+    naming its project), A's schedules and A's waiting call in its count; then B; the pick
+    outlives a reload, and a run submitted from the console goes into it. A key of A alone
+    sees no picker but its project's name, and nothing of B's, even with B remembered in the
+    browser. A screenshot (the runs of A picked) goes to the test's folder (to docs/ with
+    ``MINIONS_SCREENSHOTS=docs``)."""
+    import os
+
+    from browser_helpers import launch
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = DOCS if os.environ.get("MINIONS_SCREENSHOTS") == "docs" else tmp_path
+    a, b = tenants.a, tenants.b
+
+    def log_in(page: Any, key: str) -> None:
+        page.fill("#token", tenants.keys[key])
+        page.click("#login button")
+        expect(page.locator("#app")).to_be_visible()
+
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        try:
+            page.goto(f"{tenants.base}/")
+            log_in(page, "boss")
+            picker = page.locator("#project")
+            expect(picker).to_be_visible()
+            expect(picker).to_have_value("")  # all projects, at first
+            expect(page.locator("#project-name")).to_be_hidden()
+            options = picker.locator("option")
+            known = httpx2.get(f"{tenants.base}/projects", headers=auth(tenants.keys["boss"]))
+            assert {A, B} <= set(known.json())
+            expect(options).to_have_text(["all projects", *known.json()])
+            expect(page.locator(f'#runs tr[data-run="{b["failed"]}"]')).to_have_count(1)
+            expect(page.locator(f'#runs tr[data-run="{a["failed"]}"]')).to_have_count(1)
+            expect(page.locator("#waiting")).to_have_text("2 wait for you")
+            for project, own, other in ((A, a, b), (B, b, a)):
+                picker.select_option(project)
+                expect(page.locator(f'#runs tr[data-run="{other["failed"]}"]')).to_have_count(0)
+                row = page.locator(f'#runs tr[data-run="{own["failed"]}"]')
+                expect(row.locator("td.proj")).to_have_text(project)
+                expect(row.locator("td.proj")).to_be_visible()
+                expect(page.locator(f'#runs tr[data-run="{own["waiting"]}"]')).to_have_count(1)
+                others = page.locator(f'#runs tbody tr[data-run]:not([data-project="{project}"])')
+                expect(others).to_have_count(0)
+                expect(page.locator("#waiting")).to_have_text("1 waits for you")
+                if project == A:
+                    page.screenshot(path=str(shots / "console-projects.png"))
+                page.click("#nav-schedules")
+                expect(page.locator(f'#schedules tr[data-schedule="{own["schedule"]}"]')).to_have_count(1)  # fmt: skip
+                expect(page.locator(f'#schedules tr[data-schedule="{other["schedule"]}"]')).to_have_count(0)  # fmt: skip
+                expect(page.locator(f'#schedules tbody tr[data-schedule]:not([data-project="{project}"])')).to_have_count(0)  # fmt: skip
+                page.click("#nav-runs")
+            # The pick is remembered; a run submitted from the console goes into it.
+            page.reload()
+            expect(picker).to_have_value(B)
+            expect(page.locator(f'#runs tr[data-run="{b["failed"]}"]')).to_have_count(1)
+            expect(page.locator(f'#runs tr[data-run="{a["failed"]}"]')).to_have_count(0)
+            page.click("details.new-run summary")
+            expect(page.locator("#submit-project")).to_have_value(B)
+            page.select_option("#recipe", "flaky")
+            page.click("#submit")
+            expect(page.locator("#run-recipe")).to_have_text(f"flaky · project {B}")
+            # Back to all projects.
+            page.click("a.back")
+            picker.select_option("")
+            expect(page.locator(f'#runs tr[data-run="{a["failed"]}"]')).to_have_count(1)
+            expect(page.locator("#waiting")).to_have_text("2 wait for you")
+        finally:
+            page.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(request.url))
+        try:
+            page.goto(f"{tenants.base}/")
+            page.evaluate(f"localStorage.setItem('minions-project', '{B}')")
+            log_in(page, "alice")
+            expect(page.locator(f'#runs tr[data-run="{a["failed"]}"]')).to_have_count(1)
+            expect(page.locator("#picker")).to_be_hidden()
+            expect(page.locator("#project-name")).to_have_text(A)
+            expect(page.locator("#runs thead th.proj")).to_be_hidden()
+            expect(page.locator("#submit-project-label")).to_be_hidden()
+            expect(page.locator("#waiting")).to_have_text("1 waits for you")
+            expect(page.locator("#connection")).to_have_text("")
+            html = page.content()
+            for marker in [*b.values(), B]:
+                assert marker not in html, marker
+            assert not [url for url in asked if B in url]
         finally:
             page.close()
             browser.close()

@@ -156,6 +156,7 @@ PERMISSIONS = {
     "POST /keys": "admin",
     "DELETE /keys/{name}": "admin",
     "GET /me": "read",
+    "GET /projects": "read",
     "GET /audit": "admin",
     "GET /": "public",
     "GET /console/{name}": "public",

@@ -33,6 +33,7 @@ from minions.service._access import Reader
 from minions.service._deps import Runs, WholeStore
 
 A, B = "team-a", "team-b"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ def test_listings_and_streams_never_show_another_projects_rows(tenants: Tenants)
             response = alice.get(path, params=query)
             if "project" in query and response.status_code == 404:  # a project not its own
                 assert response.json()["error"]["type"] == "unknown_project"
-                assert path in ("/runs", "/recipes"), path
+                assert path in narrowing(), path
                 continue  # (the answer names the project asked for, and nothing else)
             assert response.status_code == 200, (path, response.text)
             for marker in markers:
@@ -278,6 +279,104 @@ def test_listings_and_streams_never_show_another_projects_rows(tenants: Tenants)
     assert tenants.b["failed"] not in own.text
     other = stranger.get(f"/runs/{tenants.b['failed']}/events/stream", params={"ticket": ticket})
     assert other.status_code == 401
+
+
+def narrowing() -> set[str]:
+    """The paths of the app's GET routes that take ``?project=`` (from the app itself)."""
+    from fastapi.dependencies.models import Dependant
+
+    from minions.service._access import api_routes
+
+    def queries(dependant: Dependant) -> set[str]:
+        found = {q.name for q in dependant.query_params}
+        for sub in dependant.dependencies:
+            found |= queries(sub)
+        return found
+
+    app = create_app(ServiceConfig(token=TOKEN))
+    return {
+        path
+        for method, path, route in api_routes(app)
+        if method == "GET" and "project" in queries(route.dependant)
+    }
+
+
+LISTINGS = ("/runs", "/schedules", "/evals", "/queue", "/usage", "/me", "/workers")
+"""What the console's project picker narrows."""
+
+
+def listed(client: httpx2.Client, path: str, **query: str) -> Any:
+    """What a listing shows, without the times that change between two reads."""
+    response = client.get(path, params=query)
+    assert response.status_code == 200, (path, query, response.text)
+    body = response.json()
+    if path == "/runs":
+        return sorted(r["run_id"] for r in body["runs"]), body["total"]
+    if path == "/schedules":
+        return sorted(s["name"] for s in body)
+    if path == "/evals":
+        return sorted(e["eval_id"] for e in body["evals"])
+    if path == "/queue":
+        return body["queued"], body["running"], body["waiting"], [r["run_id"] for r in body["oldest"]]  # fmt: skip
+    if path == "/usage":
+        return body["total"]["calls"], body["total"]["prompt_tokens"]
+    if path == "/me":
+        return body["waiting"]
+    return sorted(run for worker in body for run in worker["runs"])
+
+
+def test_a_listing_narrowed_to_a_project_shows_that_projects_rows_only(
+    tenants: Tenants,
+) -> None:
+    """``?project=P`` on every listing the console's picker narrows: an admin and a key of
+    both projects see P's rows only, as a key of P alone sees them; a key naming a project
+    not its own gets the 404 of `GET /runs?project=`, a name that cannot be a project a
+    422; an admin naming a project nobody has sees nothing."""
+    assert set(LISTINGS) <= narrowing()
+
+    def client(name: str) -> httpx2.Client:
+        return httpx2.Client(base_url=tenants.base, headers=auth(tenants.keys[name]), timeout=30)
+
+    alice, bob = client("alice"), client("bob")
+    for key in ("boss", "multi"):
+        for project, own, ids in ((A, alice, tenants.a), (B, bob, tenants.b)):
+            for path in LISTINGS:
+                assert listed(client(key), path, project=project) == listed(own, path), (key, path)
+            runs, _ = listed(client(key), "/runs", project=project)
+            assert {ids["failed"], ids["waiting"]} <= set(runs)
+            assert listed(client(key), "/schedules", project=project) == [ids["schedule"]]
+            assert listed(client(key), "/evals", project=project) == [ids["eval"]]
+            assert listed(client(key), "/me", project=project) == 1  # its waiting call
+            assert listed(client(key), "/queue", project=project)[2] == 1
+        # Unnarrowed, both projects' rows.
+        assert listed(client(key), "/me") == 2
+        assert listed(client(key), "/schedules") == sorted([tenants.a["schedule"], tenants.b["schedule"]])  # fmt: skip
+    for path in LISTINGS:
+        assert listed(alice, path, project=A) == listed(alice, path), path
+        refused = alice.get(path, params={"project": B})
+        assert refused.status_code == 404, (path, refused.text)
+        assert refused.json()["error"]["type"] == "unknown_project"
+        for marker in tenants.b.values():
+            assert marker not in refused.text, (path, marker)
+        for wrong in ("a/b", "", "-x", "x" * 65):
+            bad = client("boss").get(path, params={"project": wrong})
+            assert bad.status_code == 422, (path, wrong, bad.text)
+        assert listed(client("boss"), path, project="nobodys") in ([], ([], 0), 0, (0, 0, 0, []), (0, 0))  # fmt: skip
+
+
+def test_the_projects_a_key_may_pick(tenants: Tenants) -> None:
+    def picks(name: str) -> list[str]:
+        response = httpx2.get(
+            f"{tenants.base}/projects", headers=auth(tenants.keys[name]), timeout=30
+        )
+        assert response.status_code == 200, response.text
+        found: list[str] = response.json()
+        return found
+
+    assert picks("alice") == [A]
+    assert picks("bob") == [B]
+    assert picks("multi") == [A, B]
+    assert picks("boss") == ["default", A, B]  # the store's: its runs', schedules', keys'
 
 
 def test_a_ticket_carries_its_keys_scope(tenants: Tenants) -> None:
@@ -434,6 +533,39 @@ async def test_the_scoped_store_keeps_projects_apart(url: str, tmp_path: Path) -
     await store.aclose()
 
 
+async def test_a_scope_narrowed_to_one_project_and_the_projects_a_store_knows(
+    url: str, tmp_path: Path
+) -> None:
+    recipes = write_recipes(tmp_path / "recipes")
+    store = RunStore(url, create=True)
+    assert await store.projects() == []
+    mine, _ = await store.submit(recipes / "flaky.yaml", project=A)
+    theirs, _ = await store.submit(recipes / "flaky.yaml", project=B)
+    await store.submit(recipes / "flaky.yaml", project=B)
+    await store.add_schedule(
+        recipes / "approval.yaml", every="1h", name="ops-hourly", project="ops"
+    )
+    await store.add_key("kim", role="viewer", projects=["zeta"])
+    assert await store.projects() == ["ops", A, B, "zeta"]
+    every = store.scoped(Scope())
+    assert [r.run_id for r in await every.within(A).list_runs()] == [mine]
+    assert await every.within(B).count_runs() == 2
+    assert every.within(None) is every
+    assert await every.within("nobodys").list_runs() == []
+    assert await every.projects() == ["ops", A, B, "zeta"]
+    both = store.scoped(Scope.of([A, B]))
+    assert await both.within(B).count_runs() == 2
+    assert await both.within(B).get(theirs) is not None
+    with pytest.raises(UnknownRunError):  # narrowed, A's run is as unknown as B's to A
+        await both.within(B).get(mine)
+    assert await both.projects() == [A, B]
+    with pytest.raises(UnknownProjectError):
+        both.within("ops")
+    with pytest.raises(ValueError, match="project"):
+        both.within("a/b")
+    await store.aclose()
+
+
 def test_a_store_of_schema_5_gets_projects(tmp_path: Path) -> None:
     """Runs, schedules and evals stored before projects belong to ``default``."""
     import sqlite3
@@ -553,6 +685,101 @@ def test_the_console_of_a_key_of_one_project_never_shows_anothers(tenants: Tenan
                     expect(page.locator("#run-status")).to_have_text("")
                     expect(page.locator("#run-times")).to_have_text("")
                 clean(page, address, asked)
+        finally:
+            page.close()
+            browser.close()
+
+
+@pytest.mark.slow
+def test_the_console_project_picker_narrows_every_listing(tenants: Tenants, tmp_path: Path) -> None:
+    """In Chromium: an admin picks project A in the header and sees A's runs only (each
+    naming its project), A's schedules and A's waiting call in its count; then B; the pick
+    outlives a reload, and a run submitted from the console goes into it. A key of A alone
+    sees no picker but its project's name, and nothing of B's, even with B remembered in the
+    browser. A screenshot (the runs of A picked) goes to the test's folder (to docs/ with
+    ``MINIONS_SCREENSHOTS=docs``)."""
+    import os
+
+    from browser_helpers import launch
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = DOCS if os.environ.get("MINIONS_SCREENSHOTS") == "docs" else tmp_path
+    a, b = tenants.a, tenants.b
+
+    def log_in(page: Any, key: str) -> None:
+        page.fill("#token", tenants.keys[key])
+        page.click("#login button")
+        expect(page.locator("#app")).to_be_visible()
+
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        try:
+            page.goto(f"{tenants.base}/")
+            log_in(page, "boss")
+            picker = page.locator("#project")
+            expect(picker).to_be_visible()
+            expect(picker).to_have_value("")  # all projects, at first
+            expect(page.locator("#project-name")).to_be_hidden()
+            options = picker.locator("option")
+            known = httpx2.get(f"{tenants.base}/projects", headers=auth(tenants.keys["boss"]))
+            assert {A, B} <= set(known.json())
+            expect(options).to_have_text(["all projects", *known.json()])
+            expect(page.locator(f'#runs tr[data-run="{b["failed"]}"]')).to_have_count(1)
+            expect(page.locator(f'#runs tr[data-run="{a["failed"]}"]')).to_have_count(1)
+            expect(page.locator("#waiting")).to_have_text("2 wait for you")
+            for project, own, other in ((A, a, b), (B, b, a)):
+                picker.select_option(project)
+                expect(page.locator(f'#runs tr[data-run="{other["failed"]}"]')).to_have_count(0)
+                row = page.locator(f'#runs tr[data-run="{own["failed"]}"]')
+                expect(row.locator("td.proj")).to_have_text(project)
+                expect(row.locator("td.proj")).to_be_visible()
+                expect(page.locator(f'#runs tr[data-run="{own["waiting"]}"]')).to_have_count(1)
+                others = page.locator(f'#runs tbody tr[data-run]:not([data-project="{project}"])')
+                expect(others).to_have_count(0)
+                expect(page.locator("#waiting")).to_have_text("1 waits for you")
+                if project == A:
+                    page.screenshot(path=str(shots / "console-projects.png"))
+                page.click("#nav-schedules")
+                expect(page.locator(f'#schedules tr[data-schedule="{own["schedule"]}"]')).to_have_count(1)  # fmt: skip
+                expect(page.locator(f'#schedules tr[data-schedule="{other["schedule"]}"]')).to_have_count(0)  # fmt: skip
+                expect(page.locator(f'#schedules tbody tr[data-schedule]:not([data-project="{project}"])')).to_have_count(0)  # fmt: skip
+                page.click("#nav-runs")
+            # The pick is remembered; a run submitted from the console goes into it.
+            page.reload()
+            expect(picker).to_have_value(B)
+            expect(page.locator(f'#runs tr[data-run="{b["failed"]}"]')).to_have_count(1)
+            expect(page.locator(f'#runs tr[data-run="{a["failed"]}"]')).to_have_count(0)
+            page.click("details.new-run summary")
+            expect(page.locator("#submit-project")).to_have_value(B)
+            page.select_option("#recipe", "flaky")
+            page.click("#submit")
+            expect(page.locator("#run-recipe")).to_have_text(f"flaky · project {B}")
+            # Back to all projects.
+            page.click("a.back")
+            picker.select_option("")
+            expect(page.locator(f'#runs tr[data-run="{a["failed"]}"]')).to_have_count(1)
+            expect(page.locator("#waiting")).to_have_text("2 wait for you")
+        finally:
+            page.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(request.url))
+        try:
+            page.goto(f"{tenants.base}/")
+            page.evaluate(f"localStorage.setItem('minions-project', '{B}')")
+            log_in(page, "alice")
+            expect(page.locator(f'#runs tr[data-run="{a["failed"]}"]')).to_have_count(1)
+            expect(page.locator("#picker")).to_be_hidden()
+            expect(page.locator("#project-name")).to_have_text(A)
+            expect(page.locator("#runs thead th.proj")).to_be_hidden()
+            expect(page.locator("#submit-project-label")).to_be_hidden()
+            expect(page.locator("#waiting")).to_have_text("1 waits for you")
+            expect(page.locator("#connection")).to_have_text("")
+            html = page.content()
+            for marker in [*b.values(), B]:
+                assert marker not in html, marker
+            assert not [url for url in asked if B in url]
         finally:
             page.close()
             browser.close()

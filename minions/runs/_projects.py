@@ -108,6 +108,21 @@ class Scope:
             "the one to use (`project`)"
         )
 
+    def within(self, project: str | None) -> Scope:
+        """This scope narrowed to `project` (None: as it is): what a listing asked for one
+        project sees.
+
+        Raises:
+            ValueError: `project` is not a project's name.
+            UnknownProjectError: it is not one of the scope's projects (one it does not see
+                is as unknown as one that does not exist).
+        """
+        if project is None:
+            return self
+        if not self.sees(check_project(project)):
+            raise UnknownProjectError(project)
+        return Scope.of([project])
+
 
 EVERY_PROJECT = Scope()
 
@@ -124,6 +139,24 @@ class ScopedRuns:
     def __init__(self, store: RunStore, scope: Scope) -> None:
         self._store = store
         self.scope = scope
+
+    def within(self, project: str | None) -> ScopedRuns:
+        """The store as seen by this scope narrowed to `project` (see `Scope.within`): what
+        a listing of one project reads.
+
+        Raises:
+            ValueError: `project` is not a project's name.
+            UnknownProjectError: it is not one the scope sees.
+        """
+        narrowed = self.scope.within(project)
+        return self if narrowed is self.scope else ScopedRuns(self._store, narrowed)
+
+    async def projects(self) -> list[str]:
+        """The projects it may pick, sorted: its own; for a scope of every project, every
+        one the store knows (`RunStore.projects`)."""
+        if self.scope.projects is not None:
+            return sorted(self.scope.projects)
+        return await self._store.projects()
 
     # -- what is checked before anything else --------------------------------------------------
 

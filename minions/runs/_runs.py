@@ -371,6 +371,26 @@ def project_of(database: Database, run_id: str) -> str:
     return str(found)
 
 
+def projects(database: Database) -> set[str]:
+    """The projects of the store's runs, schedules and evals. The runs' are read through
+    their index one project at a time, each the least above the one before (a recursive
+    query: a read per project, never one per run)."""
+    from minions.runs._tables import evals_table, schedules_table
+
+    project = runs_table.c.project
+    found = sa.select(sa.func.min(project).label("project")).cte("found", recursive=True)
+    found = found.union_all(
+        sa.select(
+            sa.select(sa.func.min(project)).where(project > found.c.project).scalar_subquery()
+        ).where(found.c.project.is_not(None))
+    )
+    with database.read() as db:
+        names = {p for p in db.execute(sa.select(found.c.project)).scalars() if p is not None}
+        for table in (schedules_table, evals_table):
+            names.update(db.execute(sa.select(table.c.project).distinct()).scalars())
+    return names
+
+
 def head(database: Database, run_id: str) -> Head:
     """The run's status and the number of its last stored event (one indexed read).
 

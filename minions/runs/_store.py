@@ -404,6 +404,14 @@ class RunStore:
 
     # -- reading -------------------------------------------------------------------------------
 
+    async def projects(self) -> list[str]:
+        """The projects the store knows, sorted: those of its runs, schedules and evals, and
+        those its working keys name."""
+        found = await self._database.apply(runs.projects)
+        for key in await self.keys():
+            found.update(key.projects)
+        return sorted(found)
+
     async def recipe_yaml(self, run_id: str) -> str:
         """The recipe YAML snapshotted into the run at submission.
 

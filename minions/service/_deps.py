@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from minions.runs import RunStore, ScopedRuns
 from minions.service._access import CALLER, Caller
 from minions.service._config import ServiceConfig
 from minions.service._errors import Refused
+from minions.service._models import PROJECT_PATTERN
 from minions.service._recipes import Catalogs
 from minions.service._stream import OpenStreams
 
@@ -35,6 +36,22 @@ def _scoped(request: Request) -> ScopedRuns:
         raise Refused(401, "this endpoint needs an Authorization: Bearer <key> header")
     runs: RunStore = request.app.state.runs
     return runs.scoped(caller.scope)
+
+
+def _in_project(
+    runs: Annotated[ScopedRuns, Depends(_scoped)],
+    project: Annotated[
+        str | None,
+        Query(
+            description="Only what belongs to this project, one of the key's (any, for an "
+            "admin): a project not the key's is a 404 `unknown_project`.",
+            max_length=64,
+            pattern=PROJECT_PATTERN,
+        ),
+    ] = None,
+) -> ScopedRuns:
+    """The store as the caller sees it, narrowed to the `project` the request names."""
+    return runs.within(project)
 
 
 def _config(request: Request) -> ServiceConfig:
@@ -60,6 +77,9 @@ def _streams(request: Request) -> OpenStreams:
 Runs = Annotated[ScopedRuns, Depends(_scoped)]
 """The store as the caller sees it (every route that reads or changes runs, schedules,
 evals)."""
+InProject = Annotated[ScopedRuns, Depends(_in_project)]
+"""The store as the caller sees it, narrowed by the request's ``?project=`` (every listing
+that a person narrows to one project: the console's project picker)."""
 WholeStore = Annotated[RunStore, Depends(_whole)]
 """The whole store: for admins' routes and the probes only."""
 Config = Annotated[ServiceConfig, Depends(_config)]

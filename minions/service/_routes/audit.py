@@ -1,5 +1,5 @@
-"""``/me`` (who a key is, and what waits for it) and ``/audit`` (the audit log, for admins):
-the service's answers to people."""
+"""``/me`` (who a key is, and what waits for it), ``/projects`` (the projects it may pick)
+and ``/audit`` (the audit log, for admins): the service's answers to people."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from minions.runs import Role
 from minions.service._access import NEEDS, Admin, Permission, Reader
-from minions.service._deps import Runs, WholeStore
+from minions.service._deps import Catalog, InProject, Runs, WholeStore
 from minions.service._errors import ERRORS, Refused
 
 __all__: list[str] = []
@@ -27,7 +27,8 @@ class MeOut(BaseModel):
     projects: list[str] = Field(description="Its projects (empty: the server's token, all).")
     may: list[Permission] = Field(description="What it may do: read, approve, operate, admin.")
     waiting: int = Field(
-        description="Calls that wait for a decision this key may make (0 for a viewer)."
+        description="Calls that wait for a decision this key may make (of the one `project` "
+        "named, when one is; 0 for a viewer)."
     )
 
 
@@ -54,9 +55,9 @@ class AuditPage(BaseModel):
 
 
 @router.get("/me", response_model=MeOut)
-async def me(caller: Reader, runs: Runs) -> MeOut:
+async def me(caller: Reader, runs: InProject) -> MeOut:
     """Who the request's key is (never the key), what it may do, and how many calls wait for
-    a decision it may make."""
+    a decision it may make (in the one `project` named, when one is)."""
     may: list[Permission] = [p for p in NEEDS if p != "public" and caller.may(p)]
     waiting = await runs.waiting_approvals() if caller.may("approve") else 0
     return MeOut(
@@ -66,6 +67,17 @@ async def me(caller: Reader, runs: Runs) -> MeOut:
         may=may,
         waiting=waiting,
     )
+
+
+@router.get("/projects", response_model=list[str])
+async def projects(caller: Reader, runs: Runs, catalogs: Catalog) -> list[str]:
+    """The projects the key may pick (to narrow a listing with ``?project=``, or to submit
+    into), sorted: its own; for an admin, every one the store knows (of its runs, schedules,
+    evals and keys) and those with a recipes folder of their own."""
+    found = await runs.projects()
+    if runs.scope.every:
+        found = sorted({*found, *catalogs.own})
+    return found
 
 
 @router.get("/audit", response_model=AuditPage)

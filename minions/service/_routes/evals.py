@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from minions.evals import EvalReport
 from minions.runs import ScopedRuns
 from minions.service._access import Reader
-from minions.service._deps import Runs
+from minions.service._deps import InProject, Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._routes.runs import cursor_of, position
 
@@ -65,11 +65,12 @@ class EvalDetail(EvalOut):
 @router.get("/evals", response_model=EvalPage)
 async def list_evals(
     caller: Reader,
-    runs: Runs,
+    runs: InProject,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of a page.")] = None,
 ) -> EvalPage:
-    """The evals run on the store's workers, newest first, a page at a time."""
+    """The evals run on the store's workers (of the caller's projects, or of the one
+    `project` named), newest first, a page at a time."""
     records = await runs.evals(limit=limit, before=position(cursor) if cursor else None)
     evals = [EvalOut.model_validate(r) for r in records]
     last = evals[-1] if len(evals) == limit else None

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from minions._duration import since as since_of
 from minions.service._access import Reader
-from minions.service._deps import Runs
+from minions.service._deps import InProject, Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import (
     DeliveryOut,
@@ -28,10 +28,10 @@ router = APIRouter(responses=ERRORS)
 
 
 @router.get("/workers", response_model=list[WorkerOut])
-async def workers(caller: Reader, runs: Runs) -> list[WorkerOut]:
+async def workers(caller: Reader, runs: InProject) -> list[WorkerOut]:
     """The workers of the store: alive, stopped or dead (kept a day after their last
-    heartbeat), their places (own concurrency), the runs each holds now, version and last
-    heartbeat."""
+    heartbeat), their places (own concurrency), the runs each holds now (of the caller's
+    projects, or of the one `project` named), version and last heartbeat."""
     return [WorkerOut.model_validate(w) for w in await runs.workers()]
 
 
@@ -46,11 +46,11 @@ async def endpoints(caller: Reader, runs: Runs) -> list[EndpointStatusOut]:
 @router.get("/queue", response_model=QueueOut)
 async def queue(
     caller: Reader,
-    runs: Runs,
+    runs: InProject,
     limit: Annotated[int, Query(ge=1, le=500, description="The oldest queued runs listed.")] = 20,
 ) -> QueueOut:
-    """The backlog: runs queued (per recipe, the oldest first), running, and waiting for a
-    person."""
+    """The backlog of the caller's projects (or of the one `project` named): runs queued
+    (per recipe, the oldest first), running, and waiting for a person."""
     state = await runs.queue(limit=limit)
     return QueueOut(
         at=state.at,
@@ -70,7 +70,7 @@ async def queue(
 @router.get("/usage", response_model=UsageOut)
 async def usage(
     caller: Reader,
-    runs: Runs,
+    runs: InProject,
     since: Annotated[
         str,
         Query(
@@ -88,8 +88,9 @@ async def usage(
         ),
     ] = "day",
 ) -> UsageOut:
-    """Tokens and cost of the model calls that ended since `since`, grouped; cost from the
-    price table, unknown prices counted apart (``unpriced_calls``), never as 0."""
+    """Tokens and cost of the model calls of the caller's projects' runs (or of the one
+    `project` named) that ended since `since`, grouped; cost from the price table, unknown
+    prices counted apart (``unpriced_calls``), never as 0."""
     now = time.time()
     try:
         start = since_of(since, now=now)

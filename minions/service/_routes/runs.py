@@ -16,7 +16,7 @@ from minions.errors import RecipeError
 from minions.runs import RunFilters, ScopedRuns
 from minions.service._access import Approver, Operator, Reader
 from minions.service._bytes import json_problem
-from minions.service._deps import Catalog, Config, Runs
+from minions.service._deps import Catalog, Config, InProject, Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import (
     Decision,
@@ -92,7 +92,7 @@ async def submit(
 @router.get("/runs", response_model=RunPage)
 async def list_runs(
     caller: Reader,
-    runs: Runs,
+    runs: InProject,
     status: Annotated[Status | None, Query(description="Only runs in this status.")] = None,
     recipe: Annotated[
         str | None, Query(description="Only runs of this recipe id.", max_length=200)
@@ -109,15 +109,11 @@ async def list_runs(
         str | None,
         Query(description="Only runs whose id starts with this.", max_length=200),
     ] = None,
-    project: Annotated[
-        str | None,
-        Query(description="Only runs of this project (of the key's).", max_length=64),
-    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of a page.")] = None,
 ) -> RunPage:
-    """The runs of the caller's projects, newest first, a page at a time (the filters given,
-    together)."""
+    """The runs of the caller's projects (or of the one `project` named), newest first, a
+    page at a time (the filters given, together)."""
     before = position(cursor) if cursor else None
     which = RunFilters(
         status=status,
@@ -125,7 +121,6 @@ async def list_runs(
         created_after=created_after,
         created_before=created_before,
         id_prefix=id_prefix,
-        project=project,
     )
     records = await runs.list_runs(**which, limit=limit, before=before)
     summaries = [RunSummary.model_validate(r) for r in records]

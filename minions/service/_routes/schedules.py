@@ -11,7 +11,7 @@ from fastapi import Path as PathParam
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from minions.service._access import Operator, Reader
-from minions.service._deps import Catalog, Runs
+from minions.service._deps import Catalog, InProject, Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import PROJECT_PATTERN, RunSummary
 
@@ -135,8 +135,8 @@ async def add(
 
 
 @router.get("/schedules", response_model=list[ScheduleOut])
-async def list_schedules(caller: Reader, runs: Runs) -> list[ScheduleOut]:
-    """The schedules of the caller's projects, by name."""
+async def list_schedules(caller: Reader, runs: InProject) -> list[ScheduleOut]:
+    """The schedules of the caller's projects (or of the one `project` named), by name."""
     return [ScheduleOut.model_validate(r) for r in await runs.schedules()]
 
 

@@ -19,3 +19,9 @@ export async function api(path, options = {}) {
   }
   return body;
 }
+
+export function inProject(path) {
+  // A listing narrowed to the project picked (the server checks that it is the token's).
+  if (!state.project) return path;
+  return `${path}${path.includes("?") ? "&" : "?"}project=${encodeURIComponent(state.project)}`;
+}

@@ -21,6 +21,7 @@ function filters() {
   if ($("#a-action").value) params.set("action", $("#a-action").value);
   const since = $("#a-since").value;
   if (since) params.set("since", String(Math.floor(Date.now() / 1000 - Number(since))));
+  if (state.project) params.set("project", state.project);
   return params;
 }
 
@@ -43,10 +44,12 @@ export async function refreshAudit() {
   const cursor = audit.cursors[audit.cursors.length - 1];
   if (cursor) params.set("cursor", String(cursor));
   let page;
+  const project = state.project;
   try { page = await api(`/audit?${params}`); } catch (error) {
     $("#audit-error").textContent = error.message;
     return;
   }
+  if (project !== state.project) return; // another project was picked meanwhile
   $("#audit-error").textContent = "";
   audit.next = page.next_cursor;
   const rows = page.entries.map((e) => {
@@ -56,7 +59,7 @@ export async function refreshAudit() {
       timeCell(e.at),
       el("td", { textContent: e.actor || "unknown" }),
       el("td", {}, el("span", { className: `action a-${e.action.split(".")[0]}`, textContent: e.action })),
-      el("td", {}, target(e)),
+      el("td", {}, target(e), el("div", { className: "proj proj-tag", textContent: e.project })),
       el("td", { className: "wide muted", textContent: e.address || "" }),
       el("td", { className: "wide clip", textContent: detail(e), title: detail(e) }),
     );

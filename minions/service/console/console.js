@@ -5,7 +5,8 @@
 // cancel (asked first), resume, approve, reject; rerun a finished run from a step (its inputs, and a reused
 // step's output, edited first), a rerun's lineage and its differences from its parent; the
 // schedules, paused and resumed; the evals' kept reports (a regressed case's run diffed
-// against the baseline's); who the token is and the calls that wait for it; the audit log.
+// against the baseline's); who the token is and the calls that wait for it; the audit log;
+// a project picker for a token of several projects, which narrows every listing.
 // A run a person rejected shows as `rejected`, with who rejected it. The fleet (workers,
 // endpoints, queue) and the usage totals. ES modules, no build step, no dependencies. What a
 // run's steps
@@ -19,6 +20,7 @@ import { $ } from "./dom.js";
 import { closeDrawer } from "./drawer.js";
 import { loadRecipes, refreshList } from "./list.js";
 import { refreshMe } from "./me.js";
+import { forgetProjects, loadProjects, onProjectChange } from "./projects.js";
 import { showRun, stopRun } from "./run.js";
 import { refreshEvals, showEvals } from "./evals.js";
 import { refreshFleet, showFleet } from "./fleet.js";
@@ -34,6 +36,7 @@ function askToken(why) {
   $("#me").hidden = true;
   $("#waiting").hidden = true;
   $("#nav-audit").hidden = true;
+  forgetProjects();
   $("#login").hidden = false;
   $("#login-error").textContent = why || "";
   $("#token").focus();
@@ -53,6 +56,7 @@ async function start() {
   $("#login").hidden = true;
   $("#app").hidden = false;
   $("#forget").hidden = false;
+  await loadProjects();
   await Promise.all([loadRecipes(), refreshMe()]);
   clearInterval(state.listTimer);
   state.listTimer = setInterval(() => {
@@ -109,5 +113,13 @@ function route() {
   }
 }
 window.addEventListener("hashchange", () => { if (state.token) route(); });
+onProjectChange(() => {
+  // Another project picked: every listing from its first page, the run on screen kept.
+  state.list.cursors = [null];
+  state.audit.cursors = [null];
+  refreshMe();
+  loadRecipes().catch(() => {});
+  if ($("#run-view").hidden) route();
+});
 
 if (state.token) start(); else askToken("");

@@ -2,7 +2,7 @@
 // each case's pass rate, flaky and regressed marks; each case run opens its run page; a
 // regressed case opens the diff of its failed run against the baseline's run of the case.
 
-import { api } from "./api.js";
+import { api, inProject } from "./api.js";
 import { $, el, swap } from "./dom.js";
 import { duration, forPerson, number } from "./format.js";
 import { timeCell } from "./list.js";
@@ -24,7 +24,9 @@ export function showEvals(evalId) {
 export async function refreshEvals() {
   if (state.evalId) return refreshEval(state.evalId);
   let page;
-  try { page = await api("/evals?limit=100"); } catch (error) { $("#evals-error").textContent = error.message; return; }
+  const project = state.project;
+  try { page = await api(inProject("/evals?limit=100")); } catch (error) { $("#evals-error").textContent = error.message; return; }
+  if (project !== state.project) return; // another project was picked meanwhile
   $("#evals-error").textContent = "";
   const rows = page.evals.map((e) => {
     const s = e.summary || {};
@@ -38,7 +40,7 @@ export async function refreshEvals() {
     const verdict = e.status !== "finished" ? el("span", { className: "status s-running", textContent: "running" })
       : el("span", { className: `status ${s.ok ? "s-completed" : "s-failed"}`, textContent: s.ok ? "passed" : "failed" });
     row.append(
-      el("td", {}, el("a", { href: `#/evals/${encodeURIComponent(e.eval_id)}`, className: "mono", textContent: e.eval_id })),
+      el("td", {}, el("a", { href: `#/evals/${encodeURIComponent(e.eval_id)}`, className: "mono", textContent: e.eval_id }), el("div", { className: "proj proj-tag", textContent: e.project })),
       el("td", { textContent: e.dataset }),
       el("td", { className: "wide", textContent: e.target }),
       el("td", {}, verdict),

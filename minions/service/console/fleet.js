@@ -2,9 +2,10 @@
 // last heartbeat), the model endpoints (in flight, waiting, the last minute's requests and
 // tokens, a 429's pause, the output mode each model taught), the queue (backlog, oldest
 // queued) and the usage totals (tokens and cost by day, recipe, schedule or model; an unknown
-// price is said unknown, never $0). The notifications' deliveries are under the workers.
+// price is said unknown, never $0). The notifications' deliveries are under the workers. The
+// workers' runs, the queue and the usage are the project picked's.
 
-import { api } from "./api.js";
+import { api, inProject } from "./api.js";
 import { $, el, swap } from "./dom.js";
 import { duration, number } from "./format.js";
 import { timeCell } from "./list.js";
@@ -45,7 +46,9 @@ function runLinks(runs) {
 }
 
 async function workers() {
-  const [found, deliveries] = await Promise.all([api("/workers"), api("/notifications")]);
+  const project = state.project;
+  const [found, deliveries] = await Promise.all([api(inProject("/workers")), api("/notifications")]);
+  if (project !== state.project) return; // another project was picked meanwhile
   const alive = found.filter((w) => w.alive).length;
   const dead = found.filter((w) => !w.alive && w.stopped_at === null).length;
   $("#workers-summary").textContent = `${alive} alive, ${dead} dead`;
@@ -115,7 +118,9 @@ async function endpoints() {
 }
 
 async function queue() {
-  const q = await api("/queue?limit=20");
+  const project = state.project;
+  const q = await api(inProject("/queue?limit=20"));
+  if (project !== state.project) return;
   $("#queue-summary").replaceChildren(
     el("span", { className: "big", id: "queue-queued", textContent: number(q.queued) }), " queued",
     q.queued ? el("span", {}, ", the oldest for ", el("strong", { id: "queue-oldest", textContent: duration(q.oldest_queued_seconds) })) : "",
@@ -135,7 +140,9 @@ const money = (cost) => (cost === null ? "unknown" : cost >= 0.995 || cost === 0
 async function usage() {
   const since = $("#usage-since").value;
   const by = $("#usage-by").value;
-  const report = await api(`/usage?since=${encodeURIComponent(since)}&group_by=${encodeURIComponent(by)}`);
+  const project = state.project;
+  const report = await api(inProject(`/usage?since=${encodeURIComponent(since)}&group_by=${encodeURIComponent(by)}`));
+  if (project !== state.project) return;
   const groups = report.group_by;
   $("#usage-head").replaceChildren(...[...groups, "prompt tokens", "answer tokens", "calls", "cost", "unpriced calls"].map((h, i) => el("th", { className: i >= groups.length ? "num" : "", textContent: h })));
   const line = (r, keys, className = "") => {

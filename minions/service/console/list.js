@@ -1,6 +1,7 @@
-// The runs list: filtered, a page at a time, newest first; and a new run's form.
+// The runs list: filtered (and narrowed to the project picked), a page at a time, newest
+// first, each run's project beside its recipe for a token of several; and a new run's form.
 
-import { api } from "./api.js";
+import { api, inProject } from "./api.js";
 import { $, el, statusBadge, swap } from "./dom.js";
 import { absolute, duration, forPerson, number, relative, tokensOf } from "./format.js";
 import { RUN_STATUSES } from "./names.js";
@@ -20,12 +21,38 @@ export function took(run) {
   return run.started_at && ended ? duration(ended - run.started_at) : "";
 }
 
-export async function loadRecipes() {
-  const recipes = await api("/recipes");
-  state.list.recipes = recipes.map((r) => r.id);
-  $("#recipe").replaceChildren(...recipes.map((r) => el("option", { value: r.id, textContent: r.description ? `${r.id} — ${r.description}` : r.id })));
-  $("#f-recipe").replaceChildren(el("option", { value: "", textContent: "any" }), ...recipes.map((r) => el("option", { value: r.id, textContent: r.id })));
+async function recipesOf(project) {
+  // The recipes `project` is offered (its own folder's, or the server's); null: the token's
+  // only project's, or the server's for a token of several.
+  return api(project ? `/recipes?project=${encodeURIComponent(project)}` : "/recipes");
 }
+
+function offer(recipes) {
+  const chosen = $("#recipe").value;
+  $("#recipe").replaceChildren(...recipes.map((r) => el("option", { value: r.id, textContent: r.description ? `${r.id} — ${r.description}` : r.id })));
+  if (recipes.some((r) => r.id === chosen)) $("#recipe").value = chosen;
+}
+
+export async function loadRecipes() {
+  // The recipes of the project picked: the filter's, and the new run form's (which submits
+  // into the project picked, or asks which one under "all projects").
+  const recipes = await recipesOf(state.project);
+  state.list.recipes = recipes.map((r) => r.id);
+  const filtered = $("#f-recipe").value;
+  $("#f-recipe").replaceChildren(el("option", { value: "", textContent: "any" }), ...recipes.map((r) => el("option", { value: r.id, textContent: r.id })));
+  if (state.list.recipes.includes(filtered)) $("#f-recipe").value = filtered;
+  const several = state.projects.length > 1;
+  $("#submit-project-label").hidden = !several;
+  $("#submit-project").replaceChildren(el("option", { value: "", textContent: "choose…" }), ...state.projects.map((p) => el("option", { value: p, textContent: p })));
+  $("#submit-project").value = state.project || "";
+  $("#submit-project").required = several;
+  offer(recipes);
+}
+
+$("#submit-project").addEventListener("change", async () => {
+  $("#submit-error").textContent = "";
+  try { offer(await recipesOf($("#submit-project").value)); } catch (error) { $("#submit-error").textContent = error.message; }
+});
 
 function filters() {
   const params = new URLSearchParams();
@@ -53,7 +80,7 @@ export async function refreshList() {
   if (cursor) params.set("cursor", cursor);
   const mine = ++list.refreshing;
   let page;
-  try { page = await api(`/runs?${params}`); } catch (error) {
+  try { page = await api(inProject(`/runs?${params}`)); } catch (error) {
     $("#connection").textContent = error.status ? error.message : "disconnected";
     return;
   }
@@ -71,11 +98,13 @@ export async function refreshList() {
     row.dataset.run = r.run_id;
     row.dataset.status = r.status;
     row.dataset.outcome = r.outcome;
+    row.dataset.project = r.project;
     const link = el("a", { href: `#/runs/${r.run_id}`, className: "mono", textContent: r.run_id.slice(0, 12), title: r.run_id });
     row.append(
       el("td", {}, link),
       el("td", {}, statusBadge(r.outcome, r.rejected_by)),
       el("td", { className: "wide", textContent: r.recipe }),
+      el("td", { className: "proj", textContent: r.project }),
       timeCell(r.created_at),
       el("td", { className: "num", textContent: took(r) }),
       el("td", { className: "num wide", textContent: number(tokensOf(r.usage)) }),
@@ -84,7 +113,7 @@ export async function refreshList() {
     row.addEventListener("click", (event) => { if (event.target.tagName !== "A") location.hash = `#/runs/${r.run_id}`; });
     return row;
   });
-  if (!rows.length) rows.push(el("tr", { className: "empty" }, el("td", { colSpan: 7, textContent: "No runs match." })));
+  if (!rows.length) rows.push(el("tr", { className: "empty" }, el("td", { colSpan: 8, textContent: "No runs match." })));
   swap($("#runs tbody"), rows);
   const first = (list.cursors.length - 1) * PAGE;
   $("#page-info").textContent = page.runs.length ? `${first + 1}–${first + page.runs.length} of ${number(page.total)}` : `0 of ${number(page.total)}`;
@@ -117,7 +146,10 @@ $("#submit-form").addEventListener("submit", async (event) => {
   let inputs;
   try { inputs = JSON.parse($("#inputs").value || "{}"); } catch { $("#submit-error").textContent = "inputs: not JSON"; return; }
   try {
-    const made = await api("/runs", { method: "POST", body: JSON.stringify({ recipe: $("#recipe").value, inputs }) });
+    const body = { recipe: $("#recipe").value, inputs };
+    // Into the project chosen (the token's one project, when it has one).
+    if (state.projects.length) body.project = state.projects.length > 1 ? $("#submit-project").value : state.projects[0];
+    const made = await api("/runs", { method: "POST", body: JSON.stringify(body) });
     location.hash = `#/runs/${made.run_id}`;
   } catch (error) { $("#submit-error").textContent = error.message; }
 });

@@ -1,13 +1,16 @@
 // Who the token is (GET /me: a key's name and role, never the key) and the calls that wait
-// for a decision it may make, in the header; the audit page's link for admins.
+// for a decision it may make (in the project picked), in the header; the audit page's link
+// for admins.
 
-import { api } from "./api.js";
+import { api, inProject } from "./api.js";
 import { $ } from "./dom.js";
 import { state } from "./state.js";
 
 export async function refreshMe() {
   let me;
-  try { me = await api("/me"); } catch { return; }
+  const project = state.project;
+  try { me = await api(inProject("/me")); } catch { return; }
+  if (project !== state.project) return; // another project was picked meanwhile
   state.me = me;
   const shown = $("#me");
   shown.hidden = false;
@@ -18,7 +21,7 @@ export async function refreshMe() {
   waiting.hidden = !me.may.includes("approve");
   waiting.textContent = me.waiting === 1 ? "1 waits for you" : `${me.waiting} wait for you`;
   waiting.classList.toggle("some", me.waiting > 0);
-  waiting.title = "calls that wait for a decision you may make: show the waiting runs";
+  waiting.title = `calls ${project ? `of project ${project} ` : ""}that wait for a decision you may make: show the waiting runs`;
 }
 
 $("#waiting").addEventListener("click", (event) => {

@@ -67,7 +67,9 @@ async function refreshRun(run) {
   run.startedAt = data.started_at || run.startedAt || data.created_at;
   run.endedAt = data.finished_at || run.endedAt;
   $("#run-status").replaceWith(Object.assign(statusBadge(data.outcome, data.rejected_by), { id: "run-status" }));
-  $("#run-recipe").textContent = data.project && data.project !== "default" ? `${data.recipe} · project ${data.project}` : data.recipe;
+  // Its project, for a token of several (or when it is not `default`).
+  $("#run-recipe").textContent = data.project && (state.projects.length > 1 || data.project !== "default") ? `${data.recipe} · project ${data.project}` : data.recipe;
+  $("#run-recipe").dataset.project = data.project || "";
   const end = data.finished_at || (TERMINAL.has(data.status) ? null : Date.now() / 1000);
   $("#run-times").textContent = [`created ${relative(data.created_at)} (${absolute(data.created_at)})`, data.started_at && end ? `${data.finished_at ? "took" : "running for"} ${duration(end - data.started_at)}` : ""].filter(Boolean).join(" · ");
   const u = data.usage || {};

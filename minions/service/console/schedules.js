@@ -1,6 +1,6 @@
 // The schedules: when each fires, paused and resumed; a schedule's runs.
 
-import { api } from "./api.js";
+import { api, inProject } from "./api.js";
 import { $, el, statusBadge, swap } from "./dom.js";
 import { absolute, interval, number } from "./format.js";
 import { timeCell, took } from "./list.js";
@@ -23,12 +23,15 @@ export function showSchedules(name) {
 
 export async function refreshSchedules() {
   let schedules;
-  try { schedules = await api("/schedules"); } catch (error) { $("#schedules-error").textContent = error.message; return; }
+  const project = state.project;
+  try { schedules = await api(inProject("/schedules")); } catch (error) { $("#schedules-error").textContent = error.message; return; }
+  if (project !== state.project) return; // another project was picked meanwhile
   $("#schedules-error").textContent = "";
   const rows = schedules.map((s) => {
     const row = el("tr", { className: s.name === state.schedule ? "chosen" : "" });
     row.dataset.schedule = s.name;
     row.dataset.paused = String(s.paused);
+    row.dataset.project = s.project;
     const when = s.cron ? `cron ${s.cron}${s.timezone && s.timezone !== "UTC" ? ` (${s.timezone})` : " (UTC)"}` : `every ${interval(s.every)}`;
     row.dataset.late = String(s.late);
     const status = el("td", {}, el("span", { className: `status ${s.paused ? "s-paused" : "s-active"}`, textContent: s.paused ? "paused" : "active" }));
@@ -42,7 +45,7 @@ export async function refreshSchedules() {
       await refreshSchedules();
     });
     row.append(
-      el("td", {}, el("a", { href: `#/schedules/${encodeURIComponent(s.name)}`, textContent: s.name, title: "its runs" })),
+      el("td", {}, el("a", { href: `#/schedules/${encodeURIComponent(s.name)}`, textContent: s.name, title: "its runs" }), el("div", { className: "proj proj-tag", textContent: s.project })),
       el("td", { className: "wide", textContent: s.recipe }),
       el("td", { className: "mono small" }, when, el("div", { className: "muted overlap", textContent: `overlap ${s.overlap}` })),
       status,

@@ -1,4 +1,4 @@
-// The console's one state: the token, the runs list, the run on screen and what the server
+// The console's one state: the token, the project picked, the runs list, the run on screen and what the server
 // folded of its steps (the states of its event stream), the schedule shown, the drawer.
 
 import { TERMINAL_STATUSES } from "./names.js";
@@ -19,6 +19,8 @@ export const state = {
   frame: null, // a render asked for the next frame
   refused: () => {}, // what to do when the token is refused (the login asks again)
   me: null, // GET /me: who the token is, what it may do, what waits for it
+  projects: [], // GET /projects: the projects the token may pick
+  project: null, // the one picked: every listing is narrowed to it (null: all the token's)
 };
 
 export function setToken(token) {

@@ -1,5 +1,6 @@
 """Notifications: a signed JSON POST to the operator's URLs when a run failed, waits for a
-person's approval, is stuck (no progress for a while), or a schedule is late.
+person's approval, is stuck (no progress for a while), or a schedule flagged a slot late or
+skipped it.
 
 A `Notifier` runs in a thread of its own beside a server or a worker (``--notify URL``), so
 nothing a run does ever waits for it. Each look it finds what is to be told in the store and
@@ -193,7 +194,6 @@ class Notifier:
         secret: signs each body (None: ``MINIONS_NOTIFY_SECRET``).
         stuck_after: seconds without progress (no event) after which a running run is
             stuck.
-        late_after: seconds past its slot after which a schedule's unfired slot is late.
         every: seconds between two looks of `run`.
         backoff: seconds before a failed notification's second send (doubled each time).
         timeout: seconds a receiver has to answer.
@@ -208,7 +208,6 @@ class Notifier:
         *,
         secret: str | None = None,
         stuck_after: float = 900.0,
-        late_after: float = 60.0,
         every: float = 5.0,
         backoff: float = 5.0,
         timeout: float = 10.0,
@@ -223,7 +222,7 @@ class Notifier:
         self.database = Database(database, create=True) if isinstance(database, str) else database
         self.targets = {t.id: t for t in targets}
         self.secret = secret.encode()
-        self.stuck_after, self.late_after = stuck_after, late_after
+        self.stuck_after = stuck_after
         self.every, self.backoff, self.timeout = every, backoff, timeout
         self.clock = clock
         self._transport = transport
@@ -237,7 +236,13 @@ class Notifier:
     def find(self) -> int:
         """Put what is to be told now in the outbox: how many new notifications."""
         now = self.clock()
-        found = [*self._failed(now), *self._waiting(), *self._stuck(now), *self._late(now)]
+        wanted = frozenset[Kind]().union(*(t.kinds for t in self.targets.values()))
+        found = [
+            *(self._failed(now) if "failed" in wanted else ()),
+            *(self._waiting() if "waiting" in wanted else ()),
+            *(self._stuck(now) if "stuck" in wanted else ()),
+            *(self._late(now) if "late" in wanted else ()),
+        ]
         if now >= self._next_prune:
             self._next_prune = now + 3600.0
             with self.database.begin() as db:
@@ -351,21 +356,26 @@ class Notifier:
         with self.database.read() as db:
             rows = db.execute(
                 sa.text(
-                    "SELECT name, recipe_id, next_at FROM minions_schedules "
-                    "WHERE NOT paused AND next_at < :before"
+                    "SELECT schedule, slot, why, reason, slots, first_slot, run_id, recipe_id, at "
+                    "FROM minions_schedule_late WHERE at >= :since"
                 ),
-                {"before": now - self.late_after},
+                {"since": now - LOOKBACK},
             ).all()
         for r in rows:
             yield _Found(
                 "late",
-                f"{r.name}:{r.next_at!r}",
+                f"{r.schedule}:{r.slot!r}",
                 {
-                    "schedule": r.name,
+                    "schedule": r.schedule,
                     "recipe": r.recipe_id,
-                    "slot": r.next_at,
-                    "late_by": now - r.next_at,
-                    "at": now,
+                    "slot": r.slot,
+                    "why": r.why,
+                    "reason": r.reason,
+                    "slots": r.slots,
+                    "first_slot": r.first_slot,
+                    "run_id": r.run_id,
+                    "late_by": r.at - r.slot,
+                    "at": r.at,
                 },
             )
 

@@ -309,6 +309,24 @@ notifications_table = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("last_attempt_at", sa.Float, nullable=True),
 )
+schedule_late_table = sa.Table(
+    "minions_schedule_late",
+    metadata,
+    # Each time a tick flagged a schedule late (minions.runs._schedules), written in
+    # the tick's transaction: a slot fired over the grace after its time (`why` ``late``, its
+    # run), or slots skipped (`why` ``skipped``: `slots` of them, `first_slot` to `slot`);
+    # `reason` is the schedule's `late_reason`. What notifications tell (``schedule_late``),
+    # kept a week (`minions.runs._schedules.LATE_KEPT`).
+    sa.Column("schedule", sa.Text, primary_key=True),
+    sa.Column("slot", sa.Float, primary_key=True),
+    sa.Column("why", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("slots", sa.Integer, nullable=False),
+    sa.Column("first_slot", sa.Float, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=True),
+    sa.Column("recipe_id", sa.Text, nullable=False),
+    sa.Column("at", sa.Float, nullable=False, index=True),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 

@@ -4,6 +4,7 @@ down (retried from the store's outbox with backoff); the fleet view says how del
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import hmac
@@ -18,16 +19,21 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from runs_helpers import insert_run, write_ledger_recipe
+from runs_helpers import insert_run, until, write_ledger_recipe
 from service_helpers import free_port
 from typer.testing import CliRunner
 
 from minions.cli import app
 from minions.events import (
+    ApprovalRequested,
     Event,
+    ModelCallWaiting,
     RunStarted,
+    RunTakenOver,
     StepStarted,
+    ToolCallStarted,
 )
+from minions.models import EndpointLimit, Limits, LocalLimiter
 from minions.recipes._schema import CatchUp, Overlap
 from minions.runs import Notifier, NotifyTarget, RunStore
 from minions.runs._db import Database
@@ -35,9 +41,12 @@ from minions.runs._events import insert as insert_events
 from minions.runs._events import row_of
 from minions.runs._notify import SIGNATURE, deliveries
 from minions.runs._schedules import Scheduler, Timing
+from minions.runs._tables import meta_table
+from minions.testing import FakeOpenAIServer, FakeReply
 
 SECRET = "s3cret-shared-with-the-receiver"
 LATE = NotifyTarget.parse("late=http://127.0.0.1:9/late")
+STUCK = NotifyTarget.parse("stuck=http://127.0.0.1:9/stuck")
 
 
 class Receiver:
@@ -97,15 +106,16 @@ def store_events(database: Database, run_id: str, *events: Event) -> None:
         insert_events(db, run_id, rows)
 
 
-def hold(database: Database, run_id: str, *, started_at: float) -> None:
-    """The run held by a worker since `started_at`."""
+def hold(database: Database, run_id: str, *, claimed_at: float, started_at: float) -> None:
+    """The run held by a worker, claimed at `claimed_at`."""
     with database.begin() as db:
         db.execute(
             sa.text(
                 "UPDATE minions_runs SET status = 'running', holder = 'w1', epoch = epoch + 1, "
-                "lease_until = :until, started_at = :started WHERE run_id = :r"
+                "lease_until = :until, started_at = :started, claimed_at = :claimed "
+                "WHERE run_id = :r"
             ),
-            {"r": run_id, "until": started_at + 10, "started": started_at},
+            {"r": run_id, "until": claimed_at + 10, "started": started_at, "claimed": claimed_at},
         )
 
 
@@ -137,7 +147,7 @@ async def a_store_with_one_of_each(url: str, tmp_path: Path) -> float:
             {"now": now - 30},
         )
     for run_id in ("stuck", "fine"):
-        hold(database, run_id, started_at=now - 1200)
+        hold(database, run_id, claimed_at=now - 1200, started_at=now - 1200)
         store_events(database, run_id, RunStarted(timestamp=now - 1200))
     store_events(database, "fine", StepStarted(step_id="s", timestamp=now - 10))
     database.close()
@@ -306,6 +316,164 @@ async def test_a_late_or_skipped_slot_is_told_once_as_the_schedule_flags_it(
             b["slots"] for b in late if b["schedule"] == schedule.name
         )
     await store.aclose()
+
+
+# -- stuck: held, no progress, no known wait ---------------------------------------------------
+
+
+async def execute(url: str, run_id: str, executor_id: str, **settings: Any) -> None:
+    """The run executed in this process, held by `executor_id` (`settings`: its
+    `RunSettings`)."""
+    from minions import RunSettings
+    from minions.runs._async import AsyncDatabase
+    from minions.runs._runner import DurableRunner
+
+    store = AsyncDatabase(Database(url), patient=True)
+    try:
+        runner = DurableRunner(
+            store, executor_id=executor_id, incarnation="i", settings=RunSettings(**settings)
+        )
+        await runner.execute(run_id, 1)
+    finally:
+        store.close()
+
+
+def kinds(database: Database, run_id: str) -> list[str]:
+    with database.read() as db:
+        rows = db.execute(
+            sa.text("SELECT kind FROM minions_events WHERE run_id = :r ORDER BY seq"), {"r": run_id}
+        ).all()
+    return [r.kind for r in rows]
+
+
+async def test_a_run_in_its_endpoints_line_is_not_stuck_and_one_with_no_progress_is(
+    tmp_path: Path, url: str
+) -> None:
+    """Two runs held by workers, neither with an event for an hour by the notifier's clock:
+    one waits in its endpoint's line (the limits hold its model call: `model_call_waiting`),
+    the other for an answer that never comes. Only the second is stuck."""
+    recipe = tmp_path / "ask.yaml"
+    recipe.write_text("id: ask\nsteps:\n  - {id: ask, goal: say hi}\n")
+    store = RunStore(url, create=True)
+    in_line, _ = await store.submit(recipe, {})
+    hung, _ = await store.submit(recipe, {})
+    database = Database(url)
+    async with FakeOpenAIServer(lambda _: FakeReply.hang(600)) as server:
+        limiter = LocalLimiter(
+            Limits(endpoints=(EndpointLimit(match=server.url, max_concurrent=1),))
+        )
+        held = await limiter.acquire((server.url, "fake-model"), tokens=1)  # saturated
+        assert held is not None
+        model = server.model(timeout=600)
+        running = [
+            asyncio.create_task(execute(url, in_line, "w1", model=model, limiter=limiter)),
+            asyncio.create_task(execute(url, hung, "w2", model=model)),
+        ]
+        try:
+            await until(
+                lambda: (
+                    kinds(database, in_line)[-1:] == ["model_call_waiting"]
+                    and kinds(database, hung)[-1:] == ["model_call_started"]
+                )
+            )
+            later = time.time() + 3600
+            notifier = Notifier(database, [STUCK], secret=SECRET, clock=lambda: later)
+            assert (notifier.find(), notifier.find()) == (1, 0)
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            limiter.release(held)
+    [stuck] = told(database, "run_stuck")
+    database.close()
+    store.close()
+    assert (stuck["run_id"], stuck["steps"]) == (hung, ["ask"])
+    assert stuck["stuck_for"] >= 3600
+
+
+async def test_a_run_claimed_again_or_waiting_for_a_person_is_not_stuck_but_a_hung_branch_is(
+    url: str,
+) -> None:
+    """A run taken over half an hour ago and claimed 5 s ago starts its hold fresh; a run
+    parked for a decision (held by nobody) and one parked behind its project's limit are
+    not held; of a run with two branches, one in its endpoint's line, the other silent in a
+    tool call for 20 minutes, the silent branch is stuck."""
+    now = time.time()
+    database = Database(url, create=True)
+    for run_id in ("retaken", "branches", "parked", "behind"):
+        insert_run(database, run_id)
+    hold(database, "retaken", claimed_at=now - 5, started_at=now - 7200)
+    store_events(
+        database,
+        "retaken",
+        RunStarted(timestamp=now - 7200),
+        StepStarted(step_id="a", timestamp=now - 7200),
+        RunTakenOver(executor_id="w0", by="w2", timestamp=now - 1800),
+    )
+    hold(database, "branches", claimed_at=now - 1300, started_at=now - 1300)
+    store_events(
+        database,
+        "branches",
+        RunStarted(timestamp=now - 1300),
+        StepStarted(step_id="a", timestamp=now - 1300),
+        StepStarted(step_id="b", timestamp=now - 1300),
+        ModelCallWaiting(step_id="a", endpoint="http://llm:8080/v1", timestamp=now - 1250),
+        ToolCallStarted(step_id="b", call_id="c1", name="fetch", timestamp=now - 1200),
+    )
+    store_events(
+        database,
+        "parked",
+        RunStarted(timestamp=now - 7200),
+        StepStarted(step_id="s", timestamp=now - 7200),
+        ApprovalRequested(step_id="s", call_id="s#1/c", name="ship", timestamp=now - 7100),
+    )
+    with database.begin() as db:
+        db.execute(
+            sa.text(
+                "UPDATE minions_runs SET status = 'waiting', started_at = :at WHERE run_id = 'parked'"
+            ),
+            {"at": now - 7200},
+        )
+        db.execute(
+            sa.text(
+                "UPDATE minions_runs SET parked = 'max_runs_in_flight', created_at = :at "
+                "WHERE run_id = 'behind'"
+            ),
+            {"at": now - 7200},
+        )
+    clock = [now]
+    notifier = Notifier(database, [STUCK], secret=SECRET, stuck_after=900, clock=lambda: clock[0])
+    assert notifier.find() == 1
+    # Fifteen minutes after its claim and still silent, the run taken over is stuck too.
+    clock[0] = now + 900
+    assert notifier.find() == 1
+    notifier.close()
+    stuck = {b["run_id"]: b for b in told(database, "run_stuck")}
+    database.close()
+    assert sorted(stuck) == ["branches", "retaken"]
+    assert (stuck["branches"]["steps"], stuck["branches"]["last_progress_at"]) == (
+        ["b"],
+        now - 1200,
+    )
+    assert (stuck["retaken"]["steps"], stuck["retaken"]["last_progress_at"]) == ([], now - 5)
+
+
+def test_a_store_of_schema_11_migrates_to_claims_and_late_slots(tmp_path: Path) -> None:
+    """A store made before claims were kept and late slots recorded gets both, empty."""
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    made = Database(url, create=True)
+    insert_run(made, "before")
+    with made.begin() as db:
+        db.execute(meta_table.update().values(value="11"))
+        db.execute(sa.text("ALTER TABLE minions_runs DROP COLUMN claimed_at"))
+        db.execute(sa.text("DROP TABLE minions_schedule_late"))
+    made.close()
+    again = Database(url)
+    with again.read() as db:
+        assert db.execute(sa.text("SELECT claimed_at FROM minions_runs")).scalars().all() == [None]
+        assert db.execute(sa.text("SELECT count(*) FROM minions_schedule_late")).scalar() == 0
+        assert db.execute(sa.select(meta_table.c.value)).scalar() == "12"
+    again.close()
 
 
 @pytest.mark.parametrize(

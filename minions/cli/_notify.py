@@ -31,7 +31,8 @@ StuckAfterOption = Annotated[
     typer.Option(
         "--notify-stuck-after",
         metavar="DURATION",
-        help="A running run with no progress (no event) for this long is stuck.",
+        help="A run a worker holds with no progress (no event) for this long is stuck, "
+        "unless each of its steps in flight waits for its endpoint's limits or a decision.",
     ),
 ]
 

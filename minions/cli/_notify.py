@@ -20,8 +20,9 @@ NotifyOption = Annotated[
         "--notify",
         metavar="[KINDS=]URL",
         help="POST a signed JSON notification to URL when a run failed, waits for approval, "
-        "is stuck, or a schedule is late; KINDS limits it (failed,waiting,stuck,late=URL). "
-        "Repeatable. Signed with HMAC-SHA256 of $MINIONS_NOTIFY_SECRET (required).",
+        "is stuck, or a schedule fired a slot late or skipped one; KINDS limits it "
+        "(failed,waiting,stuck,late=URL). Repeatable. Signed with HMAC-SHA256 of "
+        "$MINIONS_NOTIFY_SECRET (required).",
         show_default=False,
     ),
 ]
@@ -30,22 +31,13 @@ StuckAfterOption = Annotated[
     typer.Option(
         "--notify-stuck-after",
         metavar="DURATION",
-        help="A running run with no progress (no event) for this long is stuck.",
-    ),
-]
-LateAfterOption = Annotated[
-    str,
-    typer.Option(
-        "--notify-late-after",
-        metavar="DURATION",
-        help="A schedule whose slot has not fired this long after its time is late.",
+        help="A run a worker holds with no progress (no event) for this long is stuck, "
+        "unless each of its steps in flight waits for its endpoint's limits or a decision.",
     ),
 ]
 
 
-def notifier(
-    url: str, notify: list[str] | None, *, stuck_after: str, late_after: str
-) -> Notifier | None:
+def notifier(url: str, notify: list[str] | None, *, stuck_after: str) -> Notifier | None:
     """The notifier `notify` asks for over the store at `url`, started (None: none asked).
 
     Raises:
@@ -60,22 +52,12 @@ def notifier(
         targets = [NotifyTarget.parse(given) for given in notify]
     except ValueError as exc:
         raise UsageError(f"--notify {exc}") from None
-    durations = {}
-    for option, given in (
-        ("--notify-stuck-after", stuck_after),
-        ("--notify-late-after", late_after),
-    ):
-        try:
-            durations[option] = duration_seconds(given)
-        except ValueError as exc:
-            raise UsageError(f"{option}: {exc}") from None
     try:
-        made = Notifier(
-            url,
-            targets,
-            stuck_after=durations["--notify-stuck-after"],
-            late_after=durations["--notify-late-after"],
-        )
+        stuck = duration_seconds(stuck_after)
+    except ValueError as exc:
+        raise UsageError(f"--notify-stuck-after: {exc}") from None
+    try:
+        made = Notifier(url, targets, stuck_after=stuck)
     except ValueError as exc:
         raise UsageError(f"--notify: {exc}") from None
     return made.start()

@@ -54,7 +54,7 @@ from minions.cli._common import (
 )
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
-from minions.cli._notify import LateAfterOption, NotifyOption, StuckAfterOption, notifier
+from minions.cli._notify import NotifyOption, StuckAfterOption, notifier
 from minions.models import MODEL_ENV
 
 if TYPE_CHECKING:
@@ -167,7 +167,6 @@ def worker(
     ] = 30.0,
     notify: NotifyOption = None,
     notify_stuck_after: StuckAfterOption = "15m",
-    notify_late_after: LateAfterOption = "1m",
 ) -> None:
     """Run queued runs until stopped (Ctrl-C or SIGTERM), and fire the store's schedules.
 
@@ -234,7 +233,7 @@ def worker(
         tracer=None if tracer_provider is None else RunTracer(tracer_provider),
         metrics=None if exported is None else exported.metrics,
     )
-    notifying = notifier(url, notify, stuck_after=notify_stuck_after, late_after=notify_late_after)
+    notifying = notifier(url, notify, stuck_after=notify_stuck_after)
     try:
         running = Worker(
             url,

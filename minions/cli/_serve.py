@@ -28,7 +28,7 @@ from minions.cli._common import (
 )
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
-from minions.cli._notify import LateAfterOption, NotifyOption, StuckAfterOption, notifier
+from minions.cli._notify import NotifyOption, StuckAfterOption, notifier
 from minions.models import MODEL_ENV
 
 __all__: list[str] = []
@@ -137,7 +137,6 @@ def serve_command(
     log_format: LogFormatOption = None,
     notify: NotifyOption = None,
     notify_stuck_after: StuckAfterOption = "15m",
-    notify_late_after: LateAfterOption = "1m",
 ) -> None:
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
 
@@ -238,7 +237,7 @@ def serve_command(
         metrics=metrics,
         metrics_public=metrics_public,
     )
-    notifying = notifier(url, notify, stuck_after=notify_stuck_after, late_after=notify_late_after)
+    notifying = notifier(url, notify, stuck_after=notify_stuck_after)
     try:
         serve(
             config,

@@ -187,6 +187,14 @@ class Database:
             yield db
 
     @contextmanager
+    def stream(self) -> Iterator[sa.Connection]:
+        """A read whose rows come in a stream of `yield_per` rows (memory bounded): on
+        Postgres a server-side cursor, which lives in a transaction (a read one: it locks
+        nothing writers wait for)."""
+        with self.engine.begin() if self.postgres else self.read() as db:
+            yield db.execution_options(stream_results=True, yield_per=500)
+
+    @contextmanager
     def turn(self) -> Iterator[None]:
         """This process's turn at the SQLite file's write lock (what `begin` takes), for work
         outside a transaction that must not meet a writer of this process (a vacuum)."""

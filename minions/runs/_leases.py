@@ -477,8 +477,8 @@ _CLAIM = sa.text(
     # queued) until the decision queues it: no claim finds it `waiting` and undecided.
     "UPDATE minions_runs SET holder = :holder, epoch = epoch + 1, lease_until = :lease_until, "
     "status = 'running', executor_id = :executor_id, "
-    "started_at = coalesce(started_at, :now), starts = starts + 1, finished_at = NULL, "
-    "error = NULL "
+    "started_at = coalesce(started_at, :now), claimed_at = :now, starts = starts + 1, "
+    "finished_at = NULL, error = NULL "
     f"WHERE run_id = :run_id AND attempt = :attempt AND status IN ({_ACTIVE_SQL}) "
     "AND (holder IS NULL OR lease_until IS NULL OR lease_until < :now) "
     f"RETURNING {', '.join(c.name for c in runs_table.c)}"

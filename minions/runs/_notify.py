@@ -1,5 +1,6 @@
 """Notifications: a signed JSON POST to the operator's URLs when a run failed, waits for a
-person's approval, is stuck (no progress for a while), or a schedule is late.
+person's approval, is stuck (held by a worker, no progress for a while, and not in a known
+wait), or a schedule flagged a slot late or skipped it.
 
 A `Notifier` runs in a thread of its own beside a server or a worker (``--notify URL``), so
 nothing a run does ever waits for it. Each look it finds what is to be told in the store and
@@ -26,13 +27,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
 import sqlalchemy as sa
 import structlog
 
+from minions._fold import RunStates
 from minions._text import redact_url
+from minions.events import event_from_json
 from minions.runs._db import Database, detail
+from minions.runs._tables import events_table
 from minions.runs._tables import notifications_table as outbox
 
 if TYPE_CHECKING:
@@ -177,6 +181,74 @@ def deliveries(database: Database) -> list[Delivery]:
     ]
 
 
+class Held(NamedTuple):
+    """A run held by a worker that made no progress for a while (`stuck_candidates`)."""
+
+    run_id: str
+    recipe_id: str
+    epoch: int
+    last_seq: int
+    progress_at: float
+    """Its last progress: its last stored event, or its holder's claim when that is later."""
+
+
+_HELD_LONG = sa.text(
+    # The runs held now (`running`: by the status index, as many as the workers' places),
+    # each with its last stored event (by the events' key).
+    "SELECT r.run_id, r.recipe_id, r.epoch, r.last_seq, "
+    "coalesce(r.claimed_at, r.started_at) AS held_since, e.data "
+    "FROM minions_runs r LEFT JOIN minions_events e ON e.run_id = r.run_id AND e.seq = r.last_seq "
+    "WHERE r.status = 'running' AND r.holder IS NOT NULL "
+    "AND coalesce(r.claimed_at, r.started_at, 0) < :before"
+)
+
+
+def stuck_candidates(database: Database, now: float, after: float) -> list[Held]:
+    """The runs held by a worker (``running``) whose last progress, their last stored event
+    or their holder's claim (a run resumed after a long wait starts its hold fresh), is
+    `after` seconds or more before `now`."""
+    with database.read() as db:
+        rows = db.execute(_HELD_LONG, {"before": now - after}).all()
+    found = []
+    for r in rows:
+        progress = r.held_since or 0.0
+        if r.data:
+            progress = max(progress, float(json.loads(r.data).get("timestamp", 0.0)))
+        if now - progress >= after:
+            found.append(Held(r.run_id, r.recipe_id, int(r.epoch), int(r.last_seq), progress))
+    return found
+
+
+def busy_steps(database: Database, run_id: str) -> list[str] | None:
+    """What of the run works, as its stored events say (the one fold of `minions._fold`):
+    the executions in flight (steps, loop items) that wait for nothing, by id (empty:
+    nothing is in flight); None when it is in a known wait: something is in flight, and
+    each execution in flight waits for its endpoint's limits (``model_call_waiting``) or a
+    person's decision."""
+    states = RunStates()
+    query = (
+        sa.select(events_table.c.data)
+        .where(events_table.c.run_id == run_id)
+        .order_by(events_table.c.seq)
+    )
+    with database.stream() as db:
+        for row in db.execute(query):
+            try:
+                states.fold(event_from_json(row.data))
+            except ValueError:
+                continue  # an event this minions cannot read: what the others say stands
+    active = ("running", "waiting")
+    in_flight = [e for e in states.executions if e.status in active]
+    leaves = [
+        e
+        for e in in_flight
+        if e.item is not None or not any(i.status in active for i in states.items_of(e))
+    ]
+    if leaves and all(e.waits_for is not None for e in leaves):
+        return None
+    return [e.step_id for e in leaves if e.waits_for is None]
+
+
 @dataclass(frozen=True)
 class _Found:
     kind: Kind
@@ -191,9 +263,8 @@ class Notifier:
         database: the run store (or its URL).
         targets: where notifications go.
         secret: signs each body (None: ``MINIONS_NOTIFY_SECRET``).
-        stuck_after: seconds without progress (no event) after which a running run is
-            stuck.
-        late_after: seconds past its slot after which a schedule's unfired slot is late.
+        stuck_after: seconds without progress after which a run held by a worker is stuck,
+            unless it is in a known wait (see `busy_steps`).
         every: seconds between two looks of `run`.
         backoff: seconds before a failed notification's second send (doubled each time).
         timeout: seconds a receiver has to answer.
@@ -208,7 +279,6 @@ class Notifier:
         *,
         secret: str | None = None,
         stuck_after: float = 900.0,
-        late_after: float = 60.0,
         every: float = 5.0,
         backoff: float = 5.0,
         timeout: float = 10.0,
@@ -223,12 +293,13 @@ class Notifier:
         self.database = Database(database, create=True) if isinstance(database, str) else database
         self.targets = {t.id: t for t in targets}
         self.secret = secret.encode()
-        self.stuck_after, self.late_after = stuck_after, late_after
+        self.stuck_after = stuck_after
         self.every, self.backoff, self.timeout = every, backoff, timeout
         self.clock = clock
         self._transport = transport
         self._client: httpx2.Client | None = None
         self._next_prune = 0.0
+        self._waits: dict[tuple[str, int], list[str] | None] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -237,7 +308,13 @@ class Notifier:
     def find(self) -> int:
         """Put what is to be told now in the outbox: how many new notifications."""
         now = self.clock()
-        found = [*self._failed(now), *self._waiting(), *self._stuck(now), *self._late(now)]
+        wanted = frozenset[Kind]().union(*(t.kinds for t in self.targets.values()))
+        found = [
+            *(self._failed(now) if "failed" in wanted else ()),
+            *(self._waiting() if "waiting" in wanted else ()),
+            *(self._stuck(now) if "stuck" in wanted else ()),
+            *(self._late(now) if "late" in wanted else ()),
+        ]
         if now >= self._next_prune:
             self._next_prune = now + 3600.0
             with self.database.begin() as db:
@@ -319,53 +396,53 @@ class Notifier:
             )
 
     def _stuck(self, now: float) -> Iterable[_Found]:
-        with self.database.read() as db:
-            rows = db.execute(
-                sa.text(
-                    "SELECT r.run_id, r.recipe_id, r.started_at, r.last_seq, r.holder, e.data "
-                    "FROM minions_runs r LEFT JOIN minions_events e "
-                    "ON e.run_id = r.run_id AND e.seq = r.last_seq "
-                    "WHERE r.status = 'running' AND r.started_at < :before"
-                ),
-                {"before": now - self.stuck_after},
-            ).all()
-        for r in rows:
-            last = r.started_at or 0.0
-            if r.data:
-                last = max(last, float(json.loads(r.data).get("timestamp", 0.0)))
-            if now - last < self.stuck_after:
-                continue
+        """The runs held by a worker with no progress for `stuck_after` (`stuck_candidates`)
+        that are not in a known wait (`busy_steps`)."""
+        seen: dict[tuple[str, int], list[str] | None] = {}
+        for r in stuck_candidates(self.database, now, self.stuck_after):
+            key = (r.run_id, r.last_seq)
+            cached = key in self._waits
+            busy = seen[key] = self._waits[key] if cached else busy_steps(self.database, r.run_id)
+            if busy is None:
+                continue  # every step in flight waits for an endpoint or a person
             yield _Found(
                 "stuck",
-                f"{r.run_id}:{r.last_seq}",
+                f"{r.run_id}:{r.epoch}:{r.last_seq}",
                 {
                     "run_id": r.run_id,
                     "recipe": r.recipe_id,
-                    "last_progress_at": last,
-                    "stuck_for": now - last,
+                    "steps": busy,
+                    "last_progress_at": r.progress_at,
+                    "stuck_for": now - r.progress_at,
                     "at": now,
                 },
             )
+        self._waits = seen  # a verdict per run and last event: the log up to it never changes
 
     def _late(self, now: float) -> Iterable[_Found]:
         with self.database.read() as db:
             rows = db.execute(
                 sa.text(
-                    "SELECT name, recipe_id, next_at FROM minions_schedules "
-                    "WHERE NOT paused AND next_at < :before"
+                    "SELECT schedule, slot, why, reason, slots, first_slot, run_id, recipe_id, at "
+                    "FROM minions_schedule_late WHERE at >= :since"
                 ),
-                {"before": now - self.late_after},
+                {"since": now - LOOKBACK},
             ).all()
         for r in rows:
             yield _Found(
                 "late",
-                f"{r.name}:{r.next_at!r}",
+                f"{r.schedule}:{r.slot!r}",
                 {
-                    "schedule": r.name,
+                    "schedule": r.schedule,
                     "recipe": r.recipe_id,
-                    "slot": r.next_at,
-                    "late_by": now - r.next_at,
-                    "at": now,
+                    "slot": r.slot,
+                    "why": r.why,
+                    "reason": r.reason,
+                    "slots": r.slots,
+                    "first_slot": r.first_slot,
+                    "run_id": r.run_id,
+                    "late_by": r.at - r.slot,
+                    "at": r.at,
                 },
             )
 

@@ -13,7 +13,9 @@ the queue at once), so a schedule catching up never buries other runs.
 A slot due while runs of its schedule are active follows the schedule's overlap policy
 (``skip``, ``buffer_one``, ``allow``), read in the transaction that fires it. A tick that
 fires a slot late (over `GRACE` after it) or passes over slots without firing them flags the
-schedule ``late``, with why; the next tick that fires on time clears the flag.
+schedule ``late``, with why; the next tick that fires on time clears the flag. The same
+transaction records what it flagged (``minions_schedule_late``: each slot fired late, with its
+run; the slots skipped, as one row), which notifications tell (``schedule_late``), each once.
 
 Daylight saving time follows Debian's cron (as cronsim does): an expression with a wildcard
 minute or hour field (``* * * * *``, ``*/15 9-17 * * *``) keeps to elapsed time (at a
@@ -45,7 +47,7 @@ from minions.runs import _runs as runs
 from minions.runs._db import Database
 from minions.runs._runs import Enqueue
 from minions.runs._snapshot import RecipeSnapshot
-from minions.runs._tables import ACTIVE, runs_table, schedules_table
+from minions.runs._tables import ACTIVE, runs_table, schedule_late_table, schedules_table
 
 if TYPE_CHECKING:
     from minions.recipes._schema import CatchUp, Overlap, ScheduleSpec
@@ -68,6 +70,8 @@ fire, the older ones are skipped."""
 MAX_COUNTED = 10_000
 """Skipped slots of a cron expression are counted up to this many per gap (an interval's
 exactly)."""
+LATE_KEPT = 7 * 86400.0
+"""Seconds a record of a late or skipped slot is kept (`minions_schedule_late`)."""
 LateReason = Literal["late", "overlap", "catch-up", "backlog"]
 """Why a schedule is late: a slot fired over `GRACE` after its time (``late``), or slots were
 skipped because runs of it were active (``overlap``), by the catch-up policy (``catch-up``)
@@ -254,6 +258,9 @@ class Plan:
     cursor: float
     skipped: int = 0
     reason: LateReason | None = None
+    last_skipped: float | None = None
+    """The latest slot it skips (None: it skips none); the first is the first after the
+    cursor it starts from."""
 
 
 def room(overlap: Overlap, catch_up: CatchUp, *, active: int = 0, queued: int = 0) -> int:
@@ -301,6 +308,7 @@ def plan(
                 oldest = timing.latest(oldest - 1)
             start = oldest - 1  # slots are whole seconds
             skipped = timing.count(cursor, start)
+        last_skipped = timing.latest(start) if skipped else None
         fire: list[float] = []
         slot = timing.after(start)
         while slot <= now and len(fire) < may:
@@ -311,20 +319,26 @@ def plan(
             cursor=fire[-1] if fire else start,
             skipped=skipped,
             reason="backlog" if skipped else None,
+            last_skipped=last_skipped,
         )
     latest = timing.latest(now)
     if latest <= cursor:
         return Plan(fire=(), cursor=cursor)
     missed = timing.count(cursor, latest) - 1
     if catch_up == "none" and now - latest > grace:
-        return Plan(fire=(), cursor=latest, skipped=missed + 1, reason="catch-up")
+        return Plan(
+            fire=(), cursor=latest, skipped=missed + 1, reason="catch-up", last_skipped=latest
+        )
     if may < 1:
-        return Plan(fire=(), cursor=latest, skipped=missed + 1, reason="overlap")
+        return Plan(
+            fire=(), cursor=latest, skipped=missed + 1, reason="overlap", last_skipped=latest
+        )
     return Plan(
         fire=(latest,),
         cursor=latest,
         skipped=missed,
         reason="catch-up" if missed else None,
+        last_skipped=timing.latest(latest - 1) if missed else None,
     )
 
 
@@ -568,6 +582,8 @@ def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: flo
                     ),
                 )
                 queued.append(run_id)
+        if step.skipped or late_fired:
+            _record_late(database, db, row, step, fired, set(queued), now=now, grace=grace)
     for run_id in queued:
         log.info("schedule fired", schedule=row.name, run_id=run_id)
     if values["late"]:
@@ -579,6 +595,54 @@ def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: flo
             fired_late=late_fired,
         )
     return queued
+
+
+def _record_late(
+    database: Database,
+    db: sa.Connection,
+    row: Any,
+    step: Plan,
+    fired: Sequence[tuple[str, float]],
+    queued: set[str],
+    *,
+    now: float,
+    grace: float,
+) -> None:
+    """Record, in the tick's transaction, what it flagged the schedule `row` late for: the
+    slots `step` skips (one row: the first after the cursor to its `last_skipped`) and each
+    slot it fires late (with its run, when this tick queued it); and forget the records
+    older than `LATE_KEPT`."""
+    table = schedule_late_table
+    common = {"schedule": row.name, "recipe_id": row.recipe_id, "at": now}
+    records: list[dict[str, Any]] = []
+    if step.skipped and step.last_skipped is not None and step.reason is not None:
+        records.append(
+            {
+                **common,
+                "slot": step.last_skipped,
+                "why": "skipped",
+                "reason": step.reason,
+                "slots": step.skipped,
+                "first_slot": min(timing_of(row).after(row.cursor), step.last_skipped),
+                "run_id": None,
+            }
+        )
+    for run_id, slot in fired:
+        if now - slot > grace:
+            records.append(
+                {
+                    **common,
+                    "slot": slot,
+                    "why": "late",
+                    "reason": "late",
+                    "slots": 1,
+                    "first_slot": slot,
+                    "run_id": run_id if run_id in queued else None,
+                }
+            )
+    for record in records:
+        db.execute(database.insert_ignoring_conflicts(table, record))
+    db.execute(table.delete().where(table.c.at < now - LATE_KEPT))
 
 
 def timing_of(row: Any) -> Timing:

@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -82,6 +82,9 @@ runs_table = sa.Table(
     # waits with no attempt queued (its project is at its limits), until a worker queues it.
     sa.Column("project", sa.Text, nullable=False, server_default="default", index=True),
     sa.Column("parked", sa.Text, nullable=True),
+    # Schema 12: when its current holder claimed it (its progress is counted from then, when
+    # no event came since: a run resumed after a long wait is not stuck as it starts).
+    sa.Column("claimed_at", sa.Float, nullable=True),
 )
 steps_table = sa.Table(
     "minions_steps",
@@ -309,6 +312,24 @@ notifications_table = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("last_attempt_at", sa.Float, nullable=True),
 )
+schedule_late_table = sa.Table(
+    "minions_schedule_late",
+    metadata,
+    # Schema 12: each time a tick flagged a schedule late (minions.runs._schedules), written in
+    # the tick's transaction: a slot fired over the grace after its time (`why` ``late``, its
+    # run), or slots skipped (`why` ``skipped``: `slots` of them, `first_slot` to `slot`);
+    # `reason` is the schedule's `late_reason`. What notifications tell (``schedule_late``),
+    # kept a week (`minions.runs._schedules.LATE_KEPT`).
+    sa.Column("schedule", sa.Text, primary_key=True),
+    sa.Column("slot", sa.Float, primary_key=True),
+    sa.Column("why", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("slots", sa.Integer, nullable=False),
+    sa.Column("first_slot", sa.Float, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=True),
+    sa.Column("recipe_id", sa.Text, nullable=False),
+    sa.Column("at", sa.Float, nullable=False, index=True),
+)
 OURS = frozenset(t.name for t in metadata.sorted_tables)
 
 
@@ -477,6 +498,13 @@ def _to_11(db: sa.Connection) -> None:
         _add_columns(db, "minions_workers", ["places INTEGER"])
 
 
+def _to_12(db: sa.Connection) -> None:
+    """Schema 11 -> 12: when a run's holder claimed it (the table of schedules' late slots is
+    made by ``create_all``)."""
+    if "minions_runs" in set(sa.inspect(db).get_table_names()):
+        _add_columns(db, "minions_runs", ["claimed_at FLOAT"])
+
+
 MIGRATIONS: dict[int, Any] = {
     1: _to_2,
     2: _to_3,
@@ -488,5 +516,6 @@ MIGRATIONS: dict[int, Any] = {
     8: _to_9,
     9: _to_10,
     10: _to_11,
+    11: _to_12,
 }
 """Schema version n -> n+1 upgrades, each a function of a connection."""

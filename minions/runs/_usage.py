@@ -231,13 +231,8 @@ def report(
     number of groups)."""
     groups: dict[tuple[str | None, ...], _Sum] = {}
     total = _Sum()
-    # A stream of rows: on Postgres a server-side cursor, which lives in a transaction (a
-    # read one: it locks nothing writers wait for).
-    reading = database.engine.begin() if database.postgres else database.read()
-    with reading as db:
-        rows = db.execution_options(stream_results=True, yield_per=500).execute(
-            _events(since, until, None, projects)
-        )
+    with database.stream() as db:
+        rows = db.execute(_events(since, until, None, projects))
         for row, start, end in _calls(rows):
             at = float(end.get("timestamp", 0.0))
             if not since <= at <= until:

@@ -459,7 +459,8 @@ async def test_a_run_claimed_again_or_waiting_for_a_person_is_not_stuck_but_a_hu
 
 
 def test_a_store_of_schema_11_migrates_to_claims_and_late_slots(tmp_path: Path) -> None:
-    """A store made before claims were kept and late slots recorded gets both, empty."""
+    """A store made before claims were kept and late slots recorded gets both, empty, and the
+    index of runs by status and end."""
     url = f"sqlite:///{tmp_path / 'minions.db'}"
     made = Database(url, create=True)
     insert_run(made, "before")
@@ -467,10 +468,19 @@ def test_a_store_of_schema_11_migrates_to_claims_and_late_slots(tmp_path: Path) 
         db.execute(meta_table.update().values(value="11"))
         db.execute(sa.text("ALTER TABLE minions_runs DROP COLUMN claimed_at"))
         db.execute(sa.text("DROP TABLE minions_schedule_late"))
+        db.execute(sa.text("DROP INDEX ix_minions_runs_status_finished"))
     made.close()
     again = Database(url)
     with again.read() as db:
         assert db.execute(sa.text("SELECT claimed_at FROM minions_runs")).scalars().all() == [None]
+        # The failed runs since a time are read through their index, not every failed run.
+        plan = db.execute(
+            sa.text(
+                "EXPLAIN QUERY PLAN SELECT run_id FROM minions_runs "
+                "WHERE status = 'failed' AND finished_at >= 0"
+            )
+        ).all()
+        assert "ix_minions_runs_status_finished" in " ".join(str(row) for row in plan)
         assert db.execute(sa.text("SELECT count(*) FROM minions_schedule_late")).scalar() == 0
         assert db.execute(sa.select(meta_table.c.value)).scalar() == "12"
     again.close()

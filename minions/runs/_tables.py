@@ -85,6 +85,9 @@ runs_table = sa.Table(
     # Schema 12: when its current holder claimed it (its progress is counted from then, when
     # no event came since: a run resumed after a long wait is not stuck as it starts).
     sa.Column("claimed_at", sa.Float, nullable=True),
+    # Schema 12: the runs that ended with a status since a time (the notifier's failed runs,
+    # each look) read without going through every run that ever ended so.
+    sa.Index("ix_minions_runs_status_finished", "status", "finished_at"),
 )
 steps_table = sa.Table(
     "minions_steps",
@@ -499,10 +502,16 @@ def _to_11(db: sa.Connection) -> None:
 
 
 def _to_12(db: sa.Connection) -> None:
-    """Schema 11 -> 12: when a run's holder claimed it (the table of schedules' late slots is
-    made by ``create_all``)."""
+    """Schema 11 -> 12: when a run's holder claimed it, an index of the runs by status and end
+    (the table of schedules' late slots is made by ``create_all``)."""
     if "minions_runs" in set(sa.inspect(db).get_table_names()):
         _add_columns(db, "minions_runs", ["claimed_at FLOAT"])
+        db.execute(
+            sa.text(
+                "CREATE INDEX IF NOT EXISTS ix_minions_runs_status_finished "
+                "ON minions_runs (status, finished_at)"
+            )
+        )
 
 
 MIGRATIONS: dict[int, Any] = {

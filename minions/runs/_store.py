@@ -604,7 +604,8 @@ class RunStore:
     ) -> UsageReport:
         """Tokens and cost of the model calls that ended between `since` and `until`
         (Unix seconds; `until`: now), grouped by each of `group_by` (``day``, ``recipe``,
-        ``schedule``, ``model``); runs still going count as far as they went.
+        ``schedule``, ``model``, ``project``), of the runs of `projects` (None: every run);
+        runs still going count as far as they went.
 
         Raises:
             ValueError: a group that is not one of those, or one given twice.

@@ -13,6 +13,7 @@ from minions.service._access import Reader
 from minions.service._deps import Runs
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import (
+    PROJECT_PATTERN,
     DeliveryOut,
     EndpointStatusOut,
     QueuedRunOut,
@@ -83,13 +84,22 @@ async def usage(
         str,
         Query(
             max_length=64,
-            description="Comma-separated, in order: day (UTC), recipe, schedule, model; "
-            "empty: the total only.",
+            description="Comma-separated, in order: day (UTC), recipe, schedule, model, "
+            "project; empty: the total only.",
         ),
     ] = "day",
+    project: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            pattern=PROJECT_PATTERN,
+            description="Only the runs of this project (of the key's).",
+        ),
+    ] = None,
 ) -> UsageOut:
     """Tokens and cost of the model calls that ended since `since`, grouped; cost from the
-    price table, unknown prices counted apart (``unpriced_calls``), never as 0."""
+    price table, unknown prices counted apart (``unpriced_calls``), never as 0. Of the
+    runs of the key's projects only (an admin's: every project)."""
     now = time.time()
     try:
         start = since_of(since, now=now)
@@ -97,9 +107,9 @@ async def usage(
         raise Refused(422, f"since: {exc}", "invalid_request") from None
     groups = [g.strip() for g in group_by.split(",") if g.strip()]
     try:
-        report = await runs.usage(since=start, until=now, group_by=groups)
+        report = await runs.usage(since=start, until=now, group_by=groups, project=project)
     except ValueError as exc:
-        raise Refused(422, str(exc), "invalid_request") from None
+        raise Refused(400, f"`group_by`: {exc}", "invalid_request") from None
     return UsageOut.model_validate(report)
 
 

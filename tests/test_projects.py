@@ -246,7 +246,7 @@ def test_listings_and_streams_never_show_another_projects_rows(tenants: Tenants)
             response = alice.get(path, params=query)
             if "project" in query and response.status_code == 404:  # a project not its own
                 assert response.json()["error"]["type"] == "unknown_project"
-                assert path in ("/runs", "/recipes"), path
+                assert path in ("/runs", "/recipes", "/usage"), path
                 continue  # (the answer names the project asked for, and nothing else)
             assert response.status_code == 200, (path, response.text)
             for marker in markers:

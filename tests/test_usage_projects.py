@@ -1,8 +1,9 @@
 """Usage by project, and kept apart by project: ``group_by=project`` in `RunStore.usage`,
 ``GET /usage`` and ``minions usage``; a key of project A never sees B's tokens, cost,
 recipes, schedules or models in any grouping (day, recipe, schedule, model, project, and
-the total), through the API and the CLI, against a store with model calls in both; an admin
-and a key of both see both; a bad group is a 400 (exit 2) naming the allowed ones."""
+the total), through the API, the CLI and the console (Chromium), against a store with model
+calls in both; an admin and a key of both see both; a bad group is a 400 (exit 2) naming
+the allowed ones."""
 
 from __future__ import annotations
 
@@ -205,3 +206,50 @@ def test_minions_usage_groups_by_project_and_shows_one_projects_alone(store_url:
         assert "Traceback" not in refused.output
     named = runner.invoke(cli, ["usage", "--by", "tenant", "--database-url", store_url])
     assert "day, recipe, schedule, model, project" in named.output
+
+
+def test_the_consoles_usage_page_of_a_key_of_one_project_shows_its_projects_only(
+    store_url: str, tmp_path: Path
+) -> None:
+    """In Chromium, logged in with a key of A: the usage page, in each of its groupings,
+    shows A's tokens and nothing of B's (the page's HTML is searched)."""
+    from browser_helpers import launch
+    from playwright.sync_api import expect, sync_playwright
+    from service_helpers import app_in_thread
+
+    async def key() -> str:
+        store = RunStore(store_url)
+        try:
+            return (await store.add_key("ann", role="viewer", projects=[A]))[1]
+        finally:
+            await store.aclose()
+
+    key_of = asyncio.run(key())
+    config = ServiceConfig(
+        token=TOKEN, database_url=store_url, recipes=write_recipes(tmp_path / "r")
+    )
+    prompt = f"{_tokens(A)[0]:,}"
+    with app_in_thread(create_app(config)) as base, sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            page.goto(f"{base}/")
+            page.fill("#token", key_of)
+            page.click("#login button")
+            expect(page.locator("#app")).to_be_visible()
+            page.click("#nav-usage")
+            options = page.locator("#usage-by option")
+            groupings = [options.nth(i).get_attribute("value") for i in range(options.count())]
+            assert "project" in groupings
+            for grouping in groupings:
+                assert grouping is not None
+                page.select_option("#usage-by", grouping)
+                expect(page.locator("#usage-head th").first).to_have_text(grouping.split(",")[0])
+                expect(page.locator("#usage tr.total")).to_contain_text(prompt)
+                html = page.content()
+                for marker in MARKERS:
+                    assert marker not in html, (grouping, marker)
+            expect(page.locator("#usage tbody tr:not(.total)").first).to_contain_text(A)
+        finally:
+            page.close()
+            browser.close()

@@ -295,10 +295,21 @@ async def test_a_timeout_that_fails_the_run_ends_it_saying_which_call(
     assert "ship#1/ship-call: mark(" in shown
     assert re.search(r"waiting, times out in (1h|59m5\ds) \(fails the run\)", shown), shown
     seen: Enqueued = []
-    assert decisions.sweep(database, enqueue=recording(seen), now=approval.due_at + 1) is None
+    swept = decisions.sweep(database, enqueue=recording(seen), now=approval.due_at + 1, by="w9")
+    assert swept is None
     assert seen == []
     record = await store.get(run_id)
     assert record.status == "failed"
+    # The audit log says who decided: the timeout, swept by worker w9.
+    [timed_out] = await store.audit(action="approval")
+    assert (timed_out.action, timed_out.actor, timed_out.address, timed_out.target) == (
+        "approval.reject",
+        "timeout",
+        "w9",
+        run_id,
+    )
+    assert timed_out.detail["on_timeout"] == "fail"
+    assert timed_out.detail["call"] == approval.call_id
     assert record.error == "call 'ship#1/ship-call' (mark) waited 1h for a decision: timed out"
     last = (await store.events(run_id))[-1]
     assert isinstance(last, RunFailed)
@@ -386,6 +397,9 @@ async def test_a_decision_racing_the_timeout_and_two_sweeps_exactly_one_wins(
         assert won.count(True) == 1, outcomes
         [decided] = (await store.get(run_id)).approvals
         assert decided.decided_by == ("alice" if won[0] else "timeout")
+        # Only the timeout that won wrote an entry (alice's decision here was given none).
+        timed_out = [e for e in await store.audit(action="approval") if e.target == run_id]
+        assert [e.actor for e in timed_out] == ([] if won[0] else ["timeout"])
         record = await store.get(run_id)
         assert (record.status, record.attempt) == ("queued", 2)
     assert sorted(seen) == sorted((run_id, 2) for run_id in ids)  # each queued once

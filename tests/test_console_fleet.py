@@ -206,3 +206,9 @@ def see_the_usage(page: Page, shots: Path) -> None:
     expect(page.locator("#usage tr.total .unpriced")).to_have_text("6")
     expect(page.locator("#usage-prices")).to_contain_text("genai-prices")
     page.screenshot(path=str(shots / "fleet-usage.png"), full_page=True)
+    # By project: every run here is of project default.
+    page.select_option("#usage-by", "project")
+    expect(page.locator("#usage-head th").first).to_have_text("project")
+    by_project = page.locator("#usage tbody tr:not(.total)")
+    expect(by_project).to_have_count(1)
+    expect(by_project.locator("td").first).to_have_text("default")

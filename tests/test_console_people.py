@@ -151,6 +151,13 @@ def test_people_see_who_they_are_what_waits_for_them_and_the_audit(
             ada.select_option("#a-action", "key")
             expect(rows).to_have_count(4)
             expect(rows.first).to_contain_text("cli:ops")
+            # Every change here is of project default: another project has none.
+            ada.click("#audit-filters button[type=reset]")
+            ada.fill("#a-project", "web")
+            expect(ada.locator("#audit tbody tr.empty")).to_have_text("No changes match.")
+            ada.fill("#a-project", "default")
+            expect(rows).to_have_count(7)
+            expect(rows.first.locator("td").nth(4)).to_have_text("default")
             # A run's id leads to the run.
             ada.select_option("#a-action", "approval.reject")
             ada.click(f'#audit a[href="#/runs/{run_id}"]')

@@ -236,7 +236,7 @@ async def test_usage_totals_by_recipe_schedule_and_model_price_unknown_as_unknow
         assert len(by_day.rows) >= 2
         with pytest.raises(ValueError, match="at most once"):
             await store.usage(since=0, group_by=["model", "model"])
-        with pytest.raises(ValueError, match="day, recipe, schedule, model"):
+        with pytest.raises(ValueError, match="day, recipe, schedule, model, project"):
             await store.usage(since=0, group_by=["tenant"])
 
         # A running run shows its usage so far; a finished one what its end wrote.
@@ -327,9 +327,14 @@ def test_the_fleet_routes_answer_readers_and_refuse_bad_parameters(tmp_path: Pat
         assert usage["total"]["cost"] == pytest.approx(1000 * 2.5e-6 + 100 * 10e-6)
         since = client.get("/usage?since=2026-01-01&group_by=", headers=headers).json()
         assert (since["rows"], since["total"]["calls"]) == ([], 1)
-        for bad in ("since=yesterday", "group_by=tenant", "group_by=day,day", "since=" + "9" * 80):
+        for bad, status in (
+            ("since=yesterday", 422),
+            ("group_by=tenant", 400),
+            ("group_by=day,day", 400),
+            ("since=" + "9" * 80, 422),
+        ):
             answer = client.get(f"/usage?{bad}", headers=headers)
-            assert answer.status_code == 422, (bad, answer.text)
+            assert answer.status_code == status, (bad, answer.text)
             assert answer.json()["error"]["message"]
         assert client.get("/usage").status_code == 401
 

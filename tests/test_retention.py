@@ -250,6 +250,8 @@ async def test_a_worker_with_a_retention_keeps_the_newest_runs(tmp_path: Path) -
     assert pruned
     assert {(e.actor, e.address) for e in pruned} == {("system", "w1")}
     assert sum(e.detail["runs"] for e in pruned) == 4
+    [cut] = [e for e in audit if e.action == "audit.prune"]  # once: later ones cut nothing
+    assert (cut.actor, cut.address, cut.detail["entries"]) == ("system", "w1", 1)
     await store.aclose()
 
 

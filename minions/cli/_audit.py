@@ -15,11 +15,16 @@ from minions.cli._common import (
     SinceOption,
     local_time,
     open_store,
+    project_name,
     since_time,
 )
 from minions.cli._errors import UsageError
 
 __all__: list[str] = []
+
+FAMILIES = "run, approval, schedule, eval, history, audit, endpoint, cache, key"
+"""The families of `minions.runs.AUDIT_ACTIONS`, written out: the run store is not imported
+for ``--help`` (a test keeps the two the same)."""
 
 
 def audit(
@@ -33,8 +38,18 @@ def audit(
         typer.Option(
             "--action",
             metavar="ACTION",
-            help="Only this action (run.cancel) or family of actions (run, approval, "
-            "schedule, key, history).",
+            help=f"Only this action (run.cancel) or family of actions ({FAMILIES}).",
+        ),
+    ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project",
+            metavar="PROJECT",
+            help="Only changes in this project (changes of the whole store, such as keys, "
+            "prunes, endpoints and the cache, are in project default).",
+            callback=project_name,
+            show_default=False,
         ),
     ] = None,
     limit: Annotated[
@@ -44,11 +59,13 @@ def audit(
     database_url: DatabaseOption = None,
 ) -> None:
     """Who changed what, when and from where: submits, decisions, cancels, resumes, reruns,
-    schedules, prunes and keys, newest first."""
+    schedules, evals, prunes, endpoints, the step cache and keys, newest first."""
     after = since_time(since)
     store = open_store(database_url)
     try:
-        entries = asyncio.run(store.audit(since=after, actor=actor, action=action, limit=limit))
+        entries = asyncio.run(
+            store.audit(since=after, actor=actor, action=action, project=project, limit=limit)
+        )
     except ValueError as exc:
         raise UsageError(f"--action: {exc}") from None
     finally:
@@ -71,11 +88,12 @@ def audit(
         return
     if not entries:
         typer.echo(
-            "no changes recorded" + (" with these filters" if since or actor or action else "")
+            "no changes recorded"
+            + (" with these filters" if since or actor or action or project else "")
         )
         return
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("when", "actor", "from", "action", "target", "detail"):
+    for column in ("when", "actor", "from", "action", "target", "project", "detail"):
         table.add_column(column, overflow="fold")
     for e in entries:
         table.add_row(
@@ -84,6 +102,7 @@ def audit(
             e.address or "",
             e.action,
             e.target,
+            e.project,
             _detail(e.detail),
         )
     from minions.cli._common import stdout

@@ -12,7 +12,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from minions.cli._common import DatabaseOption, JsonOption, local_time, open_store, plain, stdout
+from minions.cli._common import (
+    DatabaseOption,
+    JsonOption,
+    cli_who,
+    local_time,
+    open_store,
+    plain,
+    stdout,
+)
 
 __all__: list[str] = []
 
@@ -80,10 +88,10 @@ def list_entries(
 
 def clear(recipe: RecipeOption = None, database_url: DatabaseOption = None) -> None:
     """Delete the step cache's entries (those made by runs of `--recipe`): the next run of
-    each cached step calls its model again."""
+    each cached step calls its model again. The audit log records who cleared it."""
     store = open_store(database_url)
     try:
-        count = asyncio.run(store.clear_cache(recipe=recipe))
+        count = asyncio.run(store.clear_cache(recipe=recipe, actor=cli_who()))
     finally:
         store.close()
     Console(stderr=True, highlight=False).print(

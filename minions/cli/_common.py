@@ -43,7 +43,7 @@ DatabaseOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _project(value: str | None) -> str | None:
+def project_name(value: str | None) -> str | None:
     """`value`, when it names a project (a bad one is a usage error: exit 2)."""
     if value is None:
         return None
@@ -61,7 +61,7 @@ ProjectOption = Annotated[
         "--project",
         metavar="PROJECT",
         help="The project (default: default): keys of other projects never see it.",
-        callback=_project,
+        callback=project_name,
         show_default=False,
     ),
 ]

@@ -13,7 +13,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from minions.cli._common import DatabaseOption, JsonOption, local_time, open_store, stdout
+from minions.cli._common import (
+    DatabaseOption,
+    JsonOption,
+    cli_who,
+    local_time,
+    open_store,
+    stdout,
+)
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption, load_limits
 
@@ -119,7 +126,7 @@ def forget(
 ) -> None:
     """Forget what an endpoint taught, and lift its pause after a 429: the next run through
     it finds its structured-output mode again (after the server or its model changed), and
-    its calls go at once."""
+    its calls go at once. The audit log records who did."""
     url, hash_, model = endpoint.partition("#")
     named = model if hash_ and model else None
     if not url.strip().startswith(("http://", "https://")):
@@ -129,8 +136,9 @@ def forget(
         )
     store = open_store(database_url)
     try:
-        count = asyncio.run(store.forget_endpoint(url, named))
-        lifted = asyncio.run(store.lift_pauses(url, named))
+        who = cli_who()
+        count = asyncio.run(store.forget_endpoint(url, named, actor=who))
+        lifted = asyncio.run(store.lift_pauses(url, named, actor=who))
     finally:
         store.close()
     said = f"forgot {count} endpoint{'s' if count != 1 else ''} at {url.strip().rstrip('/')}"

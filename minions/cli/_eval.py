@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
-from minions.cli._common import DatabaseOption, ProjectOption, open_store, stdout
+from minions.cli._common import DatabaseOption, ProjectOption, cli_who, open_store, stdout
 from minions.cli._errors import UsageError
 from minions.cli._report import plural
 from minions.cli._running import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
@@ -597,6 +597,7 @@ def eval_command(
                         gates=gates,
                         opened=told,
                         project=project or "default",
+                        actor=cli_who(),
                         **common,
                     )
                 finally:

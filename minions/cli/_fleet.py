@@ -19,6 +19,7 @@ from minions.cli._common import (
     local_time,
     open_store,
     plain,
+    project_name,
     since_time,
     stdout,
 )
@@ -223,26 +224,38 @@ def usage(
         str,
         typer.Option(
             "--by",
+            "--group-by",
             metavar="GROUPS",
-            help="Comma-separated, in order: day (UTC), recipe, schedule, model; `total` "
-            "for the total only.",
+            help="Comma-separated, in order: day (UTC), recipe, schedule, model, project; "
+            "`total` for the total only.",
         ),
     ] = "day",
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project",
+            metavar="PROJECT",
+            help="Only the runs of this project (default: every project).",
+            callback=project_name,
+            show_default=False,
+        ),
+    ] = None,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """Tokens and cost of the model calls since a moment, by day, recipe, schedule or
-    model (runs still going count as far as they went). Cost comes from the genai-prices
-    table; a model or endpoint it does not know (a server of your own) is counted as
-    unpriced, never as $0."""
+    """Tokens and cost of the model calls since a moment, by day, recipe, schedule, model
+    or project (runs still going count as far as they went). Cost comes from the
+    genai-prices table; a model or endpoint it does not know (a server of your own) is
+    counted as unpriced, never as $0."""
     start = since_time(since)
     assert start is not None
     groups = [] if group_by.strip() == "total" else [g.strip() for g in group_by.split(",")]
     groups = [g for g in groups if g]
+    projects = None if project is None else [project]
 
     async def read(store: Any) -> Any:
         try:
-            return await store.usage(since=start, group_by=groups)
+            return await store.usage(since=start, group_by=groups, projects=projects)
         except ValueError as exc:
             raise UsageError(f"--by {group_by!r}: {exc}") from None
 

@@ -32,7 +32,7 @@ from minions.evals._runner import CaseJob, CaseRunner
 
 if TYPE_CHECKING:
     from minions.events import Event
-    from minions.runs import EvalRecord, RunRecord, RunStore
+    from minions.runs import Actor, EvalRecord, RunRecord, RunStore
 
 __all__ = ["DurableRunner", "evaluate_durable"]
 
@@ -42,14 +42,23 @@ class DurableRunner(CaseRunner):
     `CaseJob.key` (a case run submitted again gives back its run), followed to its end, and
     read back from the store. Only recipe files run on workers (`Target.path`).
 
+    Args:
+        store: the run store whose workers run the case runs.
+        project: the case runs' project.
+        actor: who submits them (the audit log's ``run.submit`` entries, their
+            `queued_by`).
+
     Attributes:
         submitted: case runs this runner submitted anew.
         found: case runs the store had already (an eval resumed): not run again.
     """
 
-    def __init__(self, store: RunStore, *, project: str = "default") -> None:
+    def __init__(
+        self, store: RunStore, *, project: str = "default", actor: str | Actor | None = None
+    ) -> None:
         self.store = store
         self.project = project
+        self.actor = actor
         self.submitted = 0
         self.found = 0
 
@@ -63,7 +72,7 @@ class DurableRunner(CaseRunner):
             return dataclasses.replace(base, problem=_NO_FILE.format(job.target.id))
         try:
             run_id, new = await self.store.submit(
-                path, job.inputs, idempotency_key=job.key, project=self.project
+                path, job.inputs, idempotency_key=job.key, project=self.project, actor=self.actor
             )
         except MinionsError as exc:
             return dataclasses.replace(base, problem=f"the run could not be submitted: {exc}")
@@ -303,6 +312,7 @@ async def evaluate_durable(
     gates: Gates | None = None,
     opened: Callable[[EvalRecord, bool, DurableRunner], None] | None = None,
     project: str = "default",
+    actor: str | Actor | None = None,
     **options: Any,
 ) -> EvalReport:
     """Run the eval on the workers of `store` and keep its report there.
@@ -322,6 +332,8 @@ async def evaluate_durable(
         gates: the gates to check (`apply_gates`; the errors gate by default).
         opened: told the eval (and whether it resumes) before any case run is submitted.
         project: the eval's project, and its case runs'.
+        actor: who runs it: the audit log records it as starting the eval
+            (``eval.start``), submitting its case runs and finishing it (``eval.finish``).
         **options: more arguments of `evaluate` (`judge_model`, `concurrency`, `k`,
             `prices`, `resolve`, `progress`...); not `model`, `record`, `replay` or
             `max_tokens`: the workers run the recipes with their own models, limits and
@@ -345,8 +357,9 @@ async def evaluate_durable(
         target=dataset.target,
         total=len(jobs),
         project=project,
+        actor=actor,
     )
-    runner = DurableRunner(store, project=project)
+    runner = DurableRunner(store, project=project, actor=actor)
     if opened is not None:
         opened(record, resumed, runner)
     report = await evaluate(
@@ -355,5 +368,7 @@ async def evaluate_durable(
     if baseline is not None:
         report = compare_reports(baseline, report, name=baseline_name)
     report = apply_gates(report, gates or Gates())
-    await store.keep_eval(record, report.model_dump(mode="json"), summary=summary_of(report))
+    await store.keep_eval(
+        record, report.model_dump(mode="json"), summary=summary_of(report), actor=actor
+    )
     return report

@@ -102,7 +102,11 @@ def decide(
     ).rowcount
     if not updated:
         return None
-    _audit.write(db, audit)
+    if audit is not None:
+        project = db.execute(
+            sa.select(runs_table.c.project).where(runs_table.c.run_id == run_id)
+        ).scalar_one()
+        _audit.write(db, audit, project=project)
     return _get(db, run_id, call_id)
 
 

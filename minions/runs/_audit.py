@@ -34,7 +34,13 @@ AuditAction = Literal[
     "schedule.pause",
     "schedule.resume",
     "schedule.remove",
+    "eval.start",
+    "eval.finish",
     "history.prune",
+    "audit.prune",
+    "endpoint.forget",
+    "endpoint.lift",
+    "cache.clear",
     "key.add",
     "key.revoke",
 ]
@@ -113,6 +119,7 @@ def entry(
     action: AuditAction,
     target: str,
     actor: str | Actor | None,
+    /,
     **detail: Any,
 ) -> dict[str, Any]:
     """The row of an entry for `write` (the details given as None are left out)."""
@@ -128,10 +135,20 @@ def entry(
     }
 
 
-def write(db: sa.Connection, row: Mapping[str, Any] | None) -> None:
-    """Add the entry `row` (`entry`) in the caller's transaction (None: nothing)."""
+def told(row: Mapping[str, Any], **more: Any) -> dict[str, Any]:
+    """The entry `row` (`entry`) with `more` in its detail: what the change turned out to
+    do (how many it deleted), known only in its transaction."""
+    detail = {**json.loads(row.get("detail") or "{}"), **more}
+    return {**row, "detail": json.dumps(detail, default=str)}
+
+
+def write(db: sa.Connection, row: Mapping[str, Any] | None, *, project: str | None = None) -> None:
+    """Add the entry `row` (`entry`) in the caller's transaction (None: nothing); `project`:
+    the project of what changed, as the room read it in that transaction (over the
+    actor's, which only says where a new thing goes)."""
     if row is not None:
-        db.execute(audit_table.insert().values(**row, at=time.time()))
+        values = dict(row) if project is None else {**row, "project": project}
+        db.execute(audit_table.insert().values(**values, at=time.time()))
 
 
 def add(database: Database, row: Mapping[str, Any]) -> None:
@@ -172,18 +189,22 @@ def listed(
         return [_record(row) for row in db.execute(query)]
 
 
-def prune(database: Database, *, before: float) -> int:
+def prune(database: Database, *, before: float, audit: Mapping[str, Any] | None = None) -> int:
     """Delete the entries older than `before` (Unix seconds), a batch per transaction; how
-    many."""
+    many. `audit`: the prune's own entry (``audit.prune``), written with how many it
+    deleted in the transaction of its last batch, when it deleted some (the entry is newer
+    than `before`: no prune deletes its own record)."""
     table = audit_table.c
     deleted = 0
     while True:
         with database.begin() as db:
             ids = sa.select(table.id).where(table.at < before).limit(BATCH).scalar_subquery()
             gone = db.execute(audit_table.delete().where(table.id.in_(ids))).rowcount
-        deleted += gone
-        if gone < BATCH:
-            return deleted
+            deleted += gone
+            if gone < BATCH:
+                if audit is not None and deleted:
+                    write(db, told(audit, entries=deleted))
+                return deleted
 
 
 def _record(row: Any) -> AuditEntry:

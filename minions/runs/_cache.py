@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from minions._step.cache import CachedStep
+from minions.runs import _audit
 from minions.runs._db import dumps
 from minions.runs._tables import step_cache_table
 
@@ -87,13 +88,18 @@ def count(database: Database, *, recipe: str | None = None) -> int:
         return int(db.execute(query).scalar_one())
 
 
-def clear(database: Database, *, recipe: str | None = None) -> int:
-    """Delete every entry (of `recipe`'s runs); how many."""
+def clear(
+    database: Database, *, recipe: str | None = None, audit: Mapping[str, Any] | None = None
+) -> int:
+    """Delete every entry (of `recipe`'s runs); how many. `audit`: its entry, written with
+    that count in the same transaction."""
     query = step_cache_table.delete()
     if recipe is not None:
         query = query.where(step_cache_table.c.recipe_id == recipe)
     with database.begin() as db:
-        return int(db.execute(query).rowcount)
+        cleared = int(db.execute(query).rowcount)
+        _audit.write(db, audit and _audit.told(audit, cleared=cleared))
+        return cleared
 
 
 def forget(db: sa.Connection, run_ids: Sequence[str]) -> None:

@@ -24,6 +24,7 @@ import structlog
 from minions._duration import spoken
 from minions.events import ApprovalEscalated
 from minions.runs import _approvals as approvals
+from minions.runs import _audit
 from minions.runs import _events as events
 from minions.runs import _runs as runs
 from minions.runs._tables import ACTIVE, approvals_table, runs_table
@@ -77,13 +78,16 @@ class Due(NamedTuple):
     call_id: str
 
 
-def sweep(database: Database, *, enqueue: Enqueue, now: float | None = None) -> float | None:
+def sweep(
+    database: Database, *, enqueue: Enqueue, now: float | None = None, by: str | None = None
+) -> float | None:
     """Escalate and time out the calls of parked runs that are due (each once, whoever races
-    this), and say when the next one is due (None: nothing waits with a deadline)."""
+    this), and say when the next one is due (None: nothing waits with a deadline). `by`: the
+    worker sweeping (where the audit log says a timeout came from)."""
     now = time.time() if now is None else now
     for run_id, call_id in due(database, now):
         escalate(database, run_id, call_id, now=now)
-        expire(database, run_id, call_id, enqueue=enqueue, now=now)
+        expire(database, run_id, call_id, enqueue=enqueue, now=now, by=by)
     return next_due(database)
 
 
@@ -158,10 +162,19 @@ def escalate(database: Database, run_id: str, call_id: str, *, now: float) -> bo
     return True
 
 
-def expire(database: Database, run_id: str, call_id: str, *, enqueue: Enqueue, now: float) -> bool:
+def expire(
+    database: Database,
+    run_id: str,
+    call_id: str,
+    *,
+    enqueue: Enqueue,
+    now: float,
+    by: str | None = None,
+) -> bool:
     """Time out call `call_id` of the parked run, undecided past its deadline: reject it
-    (the model is told why) and queue the run again, or fail the run, as its request says.
-    True when this call did (a person's decision, or another worker, may have come first)."""
+    (the model is told why) and queue the run again, or fail the run, as its request says;
+    the audit log records an ``approval.reject`` by ``timeout`` (from worker `by`). True
+    when this call did (a person's decision, or another worker, may have come first)."""
     with database.begin() as db:
         if not _lock(db, run_id, parked=True):
             return False
@@ -172,8 +185,24 @@ def expire(database: Database, run_id: str, call_id: str, *, enqueue: Enqueue, n
         reason = (
             f"nobody decided within {waited} (the recipe's approval timeout); the call was not made"
         )
+        audit = _audit.entry(
+            "approval.reject",
+            run_id,
+            _audit.Actor(name=TIMEOUT_ACTOR, address=by),
+            call=call_id,
+            tool=found.tool,
+            reason=reason,
+            on_timeout=found.on_timeout,
+        )
         decided = approvals.decide(
-            db, run_id, call_id, approved=False, reason=reason, actor=TIMEOUT_ACTOR, now=now
+            db,
+            run_id,
+            call_id,
+            approved=False,
+            reason=reason,
+            actor=TIMEOUT_ACTOR,
+            now=now,
+            audit=audit,
         )
         if decided is None:
             return False

@@ -13,12 +13,14 @@ hold for the caller and every caller ahead of it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import sqlalchemy as sa
 
 from minions._messages import OutputMode
+from minions.runs import _audit
 from minions.runs._db import Database
 from minions.runs._tables import (
     capabilities_table,
@@ -230,10 +232,17 @@ def pauses(database: Database, *, now: float) -> list[EndpointPause]:
     ]
 
 
-def lift_pauses(database: Database, base_url: str, model: str | None, *, now: float) -> int:
+def lift_pauses(
+    database: Database,
+    base_url: str,
+    model: str | None,
+    *,
+    now: float,
+    audit: Mapping[str, Any] | None = None,
+) -> int:
     """Lift the pauses that hold calls to the endpoint (to every model it serves when
     `model` is ``None``; to `model`: the base URL's entry and the model's own); how many
-    were in force."""
+    were in force. `audit`: its entry, written with that count in the same transaction."""
     if model is None:
         which = sa.or_(
             gates.c.endpoint == base_url,
@@ -242,13 +251,15 @@ def lift_pauses(database: Database, base_url: str, model: str | None, *, now: fl
     else:
         which = gates.c.endpoint.in_([base_url, f"{base_url}#{model}"])
     with database.begin() as db:
-        return int(
+        lifted = int(
             db.execute(
                 gates.update()
                 .where(which, gates.c.paused_until > now)
                 .values(paused_until=0.0, paused_by=None, paused_at=None, pause_asked=None)
             ).rowcount
         )
+        _audit.write(db, audit and _audit.told(audit, lifted=lifted))
+        return lifted
 
 
 # -- what endpoints taught -------------------------------------------------------------------
@@ -462,9 +473,16 @@ def strike(
     return {row.run_id: float(row.at) for row in rows}
 
 
-def forget_capabilities(database: Database, base_url: str, model: str | None) -> int:
+def forget_capabilities(
+    database: Database,
+    base_url: str,
+    model: str | None,
+    *,
+    audit: Mapping[str, Any] | None = None,
+) -> int:
     """Forget what the endpoint taught (every model it serves when `model` is ``None``);
-    how many endpoints were forgotten."""
+    how many endpoints were forgotten. `audit`: its entry, written with that count in the
+    same transaction."""
     where = capabilities_table.c.base_url == base_url
     struck = strikes.c.base_url == base_url
     if model is not None:
@@ -473,4 +491,5 @@ def forget_capabilities(database: Database, base_url: str, model: str | None) ->
     with database.begin() as db:
         count = int(db.execute(capabilities_table.delete().where(where)).rowcount)
         db.execute(strikes.delete().where(struck))
+        _audit.write(db, audit and _audit.told(audit, forgotten=count))
         return count

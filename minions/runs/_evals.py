@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 
+from minions.runs import _audit
 from minions.runs._tables import evals_table
 
 if TYPE_CHECKING:
@@ -74,9 +75,12 @@ def open_eval(
     total: int,
     now: float,
     project: str = "default",
+    audit: Mapping[str, Any] | None = None,
 ) -> tuple[EvalRecord, bool]:
     """The unfinished eval of `fingerprint` and True, else a new one (`eval_id`) and False.
-    Of callers opening one fingerprint at once, one makes it and the others find it."""
+    Of callers opening one fingerprint at once, one makes it and the others find it.
+    `audit`: the entry of a new one (``eval.start``), written in the transaction that
+    makes it (an eval resumed changes nothing)."""
     values = {
         "eval_id": eval_id,
         "fingerprint": fingerprint,
@@ -91,6 +95,8 @@ def open_eval(
     with database.begin() as db:
         db.execute(database.insert_ignoring_conflicts(table, values))
         row = db.execute(sa.select(*_LISTED).where(table.c.open_key == fingerprint)).one()
+        if row.eval_id == eval_id:
+            _audit.write(db, audit, project=row.project)
     return _record(row), row.eval_id != eval_id
 
 
@@ -104,9 +110,12 @@ def finish_eval(
     target: str,
     total: int,
     now: float,
+    project: str = "default",
+    audit: Mapping[str, Any] | None = None,
 ) -> None:
     """Keep the eval's report: it is finished (an eval started again with its fingerprint is a
-    new one). An eval pruned meanwhile is kept again.
+    new one). An eval pruned meanwhile is kept again (in `project`). `audit`: its entry
+    (``eval.finish``), written in the same transaction.
 
     Raises:
         ValueError: the report's JSON is over `MAX_REPORT_BYTES`.
@@ -132,9 +141,10 @@ def finish_eval(
             db.execute(
                 table.insert().values(
                     eval_id=eval_id, fingerprint="", dataset=dataset, target=target,
-                    total=total, created_at=now, **values,
+                    total=total, created_at=now, project=project, **values,
                 )
             )  # fmt: skip
+        _audit.write(db, audit, project=project)
 
 
 def listed(

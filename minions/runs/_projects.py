@@ -340,11 +340,26 @@ class ScopedRuns:
         return await self._store.queue(limit=limit, projects=self.scope.projects)
 
     async def usage(
-        self, *, since: float, until: float | None = None, group_by: Sequence[str] = ("day",)
+        self,
+        *,
+        since: float,
+        until: float | None = None,
+        group_by: Sequence[str] = ("day",),
+        project: str | None = None,
     ) -> UsageReport:
-        """The tokens and cost of its projects' runs."""
+        """The tokens and cost of its projects' runs (of `project` alone, when given).
+
+        Raises:
+            UnknownProjectError: `project` is not one of its projects.
+            ValueError: a group that is not one of `RunStore.usage`'s.
+        """
+        projects = self.scope.projects
+        if project is not None:
+            if not self.scope.sees(project):
+                raise UnknownProjectError(project)
+            projects = frozenset((project,))
         return await self._store.usage(
-            since=since, until=until, group_by=group_by, projects=self.scope.projects
+            since=since, until=until, group_by=group_by, projects=projects
         )
 
     async def notifications(self) -> list[Delivery]:

@@ -9,7 +9,6 @@ not finished any more, and stays.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -172,7 +171,7 @@ def prune(
     )
     if dry_run or not total:
         if not dry_run and audit is not None and (gone_evals or audit_empty):
-            _audit.add(database, _told(audit, 0, gone_evals))
+            _audit.add(database, _audit.told(audit, runs=0, evals=gone_evals))
         return PruneResult(
             runs=total, before=before, statuses=chosen, dry_run=dry_run, bytes_before=size_before,
             bytes_after=size_before, evals=gone_evals,
@@ -194,7 +193,7 @@ def prune(
             if not updated:
                 db.execute(meta_table.insert().values(key=key, value=value or ""))
         if audit is not None and (deleted or gone_evals or audit_empty):
-            _audit.write(db, _told(audit, deleted, gone_evals))
+            _audit.write(db, _audit.told(audit, runs=deleted, evals=gone_evals))
     if path is not None:
         _shrink(database)
     elif database.postgres:
@@ -203,12 +202,6 @@ def prune(
         runs=deleted, before=before, statuses=chosen, bytes_before=size_before,
         bytes_after=_size(path), evals=gone_evals,
     )  # fmt: skip
-
-
-def _told(audit: Mapping[str, Any], deleted: int, gone_evals: int) -> dict[str, Any]:
-    """The prune's audit entry, saying what it deleted."""
-    detail = {**json.loads(audit.get("detail") or "{}"), "runs": deleted, "evals": gone_evals}
-    return {**audit, "detail": json.dumps(detail)}
 
 
 def _delete(database: Database, run_ids: list[str], statuses: tuple[str, ...]) -> int:

@@ -499,9 +499,9 @@ def request_cancel(
             .where(runs_table.c.run_id == run_id, runs_table.c.status.in_(ACTIVE))
             .values(cancel_requested=True, cancelled_by=actor)
         ).rowcount
-        if updated:
-            _audit.write(db, audit)
         found = row(db, run_id)
+        if updated:
+            _audit.write(db, audit, project=found.project)
     if not updated:
         raise RunStateError(
             f"run {run_id} is {found.status}: there is nothing to cancel", status=found.status
@@ -639,7 +639,7 @@ def requeue(
             events.insert(db, run_id, [events.row_of(said)])
             events.notify(database, db, run_id)
         enqueue(db, run_id, int(found.attempt))
-        _audit.write(db, audit)
+        _audit.write(db, audit, project=found.project)
     return record(found)
 
 

@@ -378,14 +378,14 @@ def save(
                 )
             ).rowcount
             if updated:
-                _audit.write(db, audit and audit("replace"))
+                _audit.write(db, audit and audit("replace"), project=row["project"])
                 return record(_row(db, row["name"]))
         inserted = db.execute(
             database.insert_ignoring_conflicts(table, row).returning(table.c.name)
         ).first()
         if inserted is None:
             raise ScheduleExistsError(row["name"])
-        _audit.write(db, audit and audit("add"))
+        _audit.write(db, audit and audit("add"), project=row["project"])
         return record(_row(db, row["name"]))
 
 
@@ -434,8 +434,9 @@ def set_paused(
         updated = db.execute(table.update().where(table.c.name == name).values(**values)).rowcount
         if not updated:
             raise UnknownScheduleError(name)
-        _audit.write(db, audit)
-        return record(_row(db, name))
+        changed = _row(db, name)
+        _audit.write(db, audit, project=changed.project)
+        return record(changed)
 
 
 def delete(database: Database, name: str, *, audit: Mapping[str, Any] | None = None) -> None:
@@ -446,11 +447,13 @@ def delete(database: Database, name: str, *, audit: Mapping[str, Any] | None = N
     """
     with database.begin() as db:
         deleted = db.execute(
-            schedules_table.delete().where(schedules_table.c.name == name)
-        ).rowcount
-        if deleted:
-            _audit.write(db, audit)
-    if not deleted:
+            schedules_table.delete()
+            .where(schedules_table.c.name == name)
+            .returning(schedules_table.c.project)
+        ).first()
+        if deleted is not None:
+            _audit.write(db, audit, project=deleted.project)
+    if deleted is None:
         raise UnknownScheduleError(name)
 
 
@@ -580,6 +583,7 @@ def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: flo
                         schedule=row.name,
                         slot=slot,
                     ),
+                    project=row.project,
                 )
                 queued.append(run_id)
         if step.skipped or late_fired:

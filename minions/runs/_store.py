@@ -67,6 +67,11 @@ Who = str | Actor | None
 """Who makes a change: a name (`Actor.name`), or an `Actor` saying from where too."""
 
 
+def _endpoint(base_url: str, model: str | None) -> str:
+    """An endpoint as the audit log names it: its base URL, ``#MODEL`` for one model."""
+    return base_url if model is None else f"{base_url}#{model}"
+
+
 def database_url(given: str | None = None) -> str:
     """`given`, else ``MINIONS_DATABASE_URL``, else ``sqlite:///./.minions/minions.db``."""
     return given or os.environ.get("MINIONS_DATABASE_URL") or DEFAULT_URL
@@ -559,11 +564,16 @@ class RunStore:
 
         return await self._database.apply(_cache.count, recipe=recipe)
 
-    async def clear_cache(self, *, recipe: str | None = None) -> int:
-        """Delete the step cache's entries (those made by runs of `recipe`); how many."""
+    async def clear_cache(self, *, recipe: str | None = None, actor: Who = None) -> int:
+        """Delete the step cache's entries (those made by runs of `recipe`); how many.
+        `actor`: who clears it (the audit log's ``cache.clear``)."""
         from minions.runs import _cache
 
-        return await self._database.apply(_cache.clear, recipe=recipe)
+        return await self._database.apply(
+            _cache.clear,
+            recipe=recipe,
+            audit=_audit.entry("cache.clear", "cache", actor, recipe=recipe),
+        )
 
     async def workers(self) -> list[WorkerRecord]:
         """The store's workers, alive, stopped and dead, each with the runs it holds now (a
@@ -612,7 +622,8 @@ class RunStore:
     ) -> UsageReport:
         """Tokens and cost of the model calls that ended between `since` and `until`
         (Unix seconds; `until`: now), grouped by each of `group_by` (``day``, ``recipe``,
-        ``schedule``, ``model``); runs still going count as far as they went.
+        ``schedule``, ``model``, ``project``), of the runs of `projects` (None: every run);
+        runs still going count as far as they went.
 
         Raises:
             ValueError: a group that is not one of those, or one given twice.
@@ -673,26 +684,39 @@ class RunStore:
 
         return await self._database.apply(_endpoints.pauses, now=time.time())
 
-    async def lift_pauses(self, base_url: str, model: str | None = None) -> int:
+    async def lift_pauses(
+        self, base_url: str, model: str | None = None, *, actor: Who = None
+    ) -> int:
         """Lift the pauses that hold calls to an endpoint (every model it serves when `model`
         is ``None``; for `model`, the base URL's own pause too): its calls go again at once.
-        How many pauses were in force."""
+        How many pauses were in force. `actor`: who lifts them (``endpoint.lift``)."""
         from minions.models._limits import base_url as normalized
         from minions.runs import _endpoints
 
+        url = normalized(base_url)
         return await self._database.apply(
-            _endpoints.lift_pauses, normalized(base_url), model, now=time.time()
+            _endpoints.lift_pauses,
+            url,
+            model,
+            now=time.time(),
+            audit=_audit.entry("endpoint.lift", _endpoint(url, model), actor),
         )
 
-    async def forget_endpoint(self, base_url: str, model: str | None = None) -> int:
+    async def forget_endpoint(
+        self, base_url: str, model: str | None = None, *, actor: Who = None
+    ) -> int:
         """Forget what an endpoint taught (every model it serves when `model` is ``None``):
         the next run through it discovers its structured-output mode again. How many
-        endpoints were forgotten."""
+        endpoints were forgotten. `actor`: who makes it forget (``endpoint.forget``)."""
         from minions.models._limits import base_url as normalized
         from minions.runs import _endpoints
 
+        url = normalized(base_url)
         return await self._database.apply(
-            _endpoints.forget_capabilities, normalized(base_url), model
+            _endpoints.forget_capabilities,
+            url,
+            model,
+            audit=_audit.entry("endpoint.forget", _endpoint(url, model), actor),
         )
 
     # -- state changes -------------------------------------------------------------------------
@@ -1081,9 +1105,10 @@ class RunStore:
             limit=limit,
         )
 
-    async def prune_audit(self, older_than: str | float) -> int:
+    async def prune_audit(self, older_than: str | float, *, actor: Who = None) -> int:
         """Delete the audit log's entries older than `older_than` (``365d``, or seconds);
-        how many.
+        how many. `actor`: who prunes it (an ``audit.prune`` entry says so, when some
+        went).
 
         Raises:
             ValueError: `older_than` is not a duration.
@@ -1091,7 +1116,11 @@ class RunStore:
         from minions._duration import duration_seconds
 
         before = time.time() - duration_seconds(older_than, zero=not isinstance(older_than, str))
-        return await self._database.apply(_audit.prune, before=before)
+        return await self._database.apply(
+            _audit.prune,
+            before=before,
+            audit=_audit.entry("audit.prune", "audit", actor, older_than=older_than),
+        )
 
     async def waiting_approvals(self, projects: Collection[str] | None = None) -> int:
         """How many calls wait for a person's decision (of runs that have not ended; of
@@ -1108,20 +1137,26 @@ class RunStore:
         target: str,
         total: int,
         project: str = "default",
+        actor: Who = None,
     ) -> tuple[EvalRecord, bool]:
         """The eval run on this store's workers whose `fingerprint` (its dataset and recipes)
         this is: the unfinished one, and True (it resumes), else a new one (of `project`), and
         False. Its case runs are submitted under idempotency keys holding its id, so an eval
-        resumed submits none twice."""
+        resumed submits none twice. `actor`: who starts it (``eval.start``, for a new
+        one)."""
+        eval_id = uuid.uuid4().hex[:12]
         return await self._database.apply(
             _evals.open_eval,
-            eval_id=uuid.uuid4().hex[:12],
+            eval_id=eval_id,
             fingerprint=fingerprint,
             dataset=dataset,
             target=target,
             total=total,
             now=time.time(),
             project=check_project(project),
+            audit=_audit.entry(
+                "eval.start", eval_id, actor, dataset=dataset, target=target, total=total
+            ),
         )
 
     async def keep_eval(
@@ -1130,13 +1165,16 @@ class RunStore:
         report: Mapping[str, Any],
         *,
         summary: Mapping[str, Any],
+        actor: Who = None,
     ) -> None:
         """Keep the report of the eval (plain JSON data, up to 16 MiB) and a `summary` of it
-        for listings: the eval is finished. Pruned with the runs.
+        for listings: the eval is finished. Pruned with the runs. `actor`: who ran it
+        (``eval.finish``, with the summary's pass rate and verdict).
 
         Raises:
             ValueError: the report is too large to keep.
         """
+        told = {k: summary.get(k) for k in ("pass_rate", "runs", "ok")}
         await self._database.apply(
             _evals.finish_eval,
             record.eval_id,
@@ -1146,6 +1184,10 @@ class RunStore:
             target=record.target,
             total=record.total,
             now=time.time(),
+            project=record.project,
+            audit=_audit.entry(
+                "eval.finish", record.eval_id, actor, dataset=record.dataset, **told
+            ),
         )
 
     async def evals(

@@ -1,5 +1,5 @@
-"""Totals: the tokens and cost of a store's model calls by day, recipe, schedule and model
-(`RunStore.usage`, ``GET /usage``, ``minions usage``), and the usage so far of a run that
+"""Totals: the tokens and cost of a store's model calls by day, recipe, schedule, model and
+project (`RunStore.usage`, ``GET /usage``, ``minions usage``), and the usage so far of a run that
 has not ended.
 
 What a call cost is read from its events (a ``model_call_started`` names the model and its
@@ -27,7 +27,7 @@ from minions.runs._tables import events_table, runs_table
 
 __all__ = ["UsageReport", "UsageRow"]
 
-Group = Literal["day", "recipe", "schedule", "model"]
+Group = Literal["day", "recipe", "schedule", "model", "project"]
 GROUPS: tuple[Group, ...] = get_args(Group)
 """What totals may be grouped by."""
 KINDS = ("model_call_started", "model_call_completed", "model_call_failed")
@@ -43,6 +43,7 @@ class UsageRow:
         schedule: the schedule that fired their runs (``None``: runs submitted by hand),
             when grouped by schedule.
         model: the model asked, when grouped by model.
+        project: their runs' project, when grouped by project.
         prompt_tokens: tokens of the prompts the servers reported.
         completion_tokens: tokens of the answers.
         calls: model call attempts (retries included).
@@ -56,6 +57,7 @@ class UsageRow:
     recipe: str | None = None
     schedule: str | None = None
     model: str | None = None
+    project: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
@@ -202,7 +204,9 @@ def _events(
 ) -> Any:
     e, r = events_table, runs_table
     query = (
-        sa.select(e.c.run_id, e.c.kind, e.c.step_id, e.c.data, r.c.recipe_id, r.c.schedule)
+        sa.select(
+            e.c.run_id, e.c.kind, e.c.step_id, e.c.data, r.c.recipe_id, r.c.schedule, r.c.project
+        )
         .join(r, r.c.run_id == e.c.run_id)
         .where(e.c.kind.in_(KINDS))
         .order_by(e.c.run_id, e.c.seq)
@@ -243,6 +247,7 @@ def report(
                 "recipe": row.recipe_id,
                 "schedule": row.schedule,
                 "model": str(start.get("model", "")) or None,
+                "project": row.project,
             }
             if group_by:
                 key = tuple(values[g] for g in group_by)

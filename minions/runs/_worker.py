@@ -542,7 +542,7 @@ class Worker:
         self._parked.clear()
         try:
             self._deadline = decisions.sweep(
-                self.database, enqueue=self.queue.enqueue, now=self.clock()
+                self.database, enqueue=self.queue.enqueue, now=self.clock(), by=self.executor_id
             )
             self._deadlines_look = time.monotonic() + SCHEDULES_LOOK
         except Exception as exc:  # the store is down: the deadlines wait, then are met
@@ -572,7 +572,16 @@ class Worker:
                     if done.runs:
                         log.info("runs pruned", runs=done.runs, executor_id=self.executor_id)
                 if horizon is not None:
-                    gone = prune_audit(self.database, before=self.clock() - horizon)
+                    gone = prune_audit(
+                        self.database,
+                        before=self.clock() - horizon,
+                        audit=audit_entry(
+                            "audit.prune",
+                            "audit",
+                            Actor(name=SYSTEM, address=self.executor_id),
+                            retention=f"{horizon:g}s",
+                        ),
+                    )
                     if gone:
                         log.info("audit pruned", entries=gone, executor_id=self.executor_id)
             except Exception as exc:

@@ -511,6 +511,7 @@ class UsageRowOut(_Record):
     recipe: str | None = None
     schedule: str | None = None
     model: str | None = None
+    project: str | None = None
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int

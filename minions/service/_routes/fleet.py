@@ -83,14 +83,14 @@ async def usage(
         str,
         Query(
             max_length=64,
-            description="Comma-separated, in order: day (UTC), recipe, schedule, model; "
-            "empty: the total only.",
+            description="Comma-separated, in order: day (UTC), recipe, schedule, model, "
+            "project; empty: the total only.",
         ),
     ] = "day",
 ) -> UsageOut:
-    """Tokens and cost of the model calls of the caller's projects' runs (or of the one
-    `project` named) that ended since `since`, grouped; cost from the price table, unknown
-    prices counted apart (``unpriced_calls``), never as 0."""
+    """Tokens and cost of the model calls of the caller's projects' runs (an admin's: every
+    project; or of the one `project` named) that ended since `since`, grouped; cost from the
+    price table, unknown prices counted apart (``unpriced_calls``), never as 0."""
     now = time.time()
     try:
         start = since_of(since, now=now)
@@ -100,7 +100,7 @@ async def usage(
     try:
         report = await runs.usage(since=start, until=now, group_by=groups)
     except ValueError as exc:
-        raise Refused(422, str(exc), "invalid_request") from None
+        raise Refused(400, f"`group_by`: {exc}", "invalid_request") from None
     return UsageOut.model_validate(report)
 
 

@@ -1,4 +1,5 @@
-// The audit log (admins): who changed what, when and from where, filtered, a page at a time.
+// The audit log (admins): who changed what, when, from where and in which project, filtered, a
+// page at a time.
 
 import { api } from "./api.js";
 import { $, el, swap } from "./dom.js";
@@ -18,6 +19,8 @@ function filters() {
   const params = new URLSearchParams();
   const actor = $("#a-actor").value.trim();
   if (actor) params.set("actor", actor);
+  const project = $("#a-project").value.trim();
+  if (project) params.set("project", project);
   if ($("#a-action").value) params.set("action", $("#a-action").value);
   const since = $("#a-since").value;
   if (since) params.set("since", String(Math.floor(Date.now() / 1000 - Number(since))));
@@ -59,13 +62,14 @@ export async function refreshAudit() {
       timeCell(e.at),
       el("td", { textContent: e.actor || "unknown" }),
       el("td", {}, el("span", { className: `action a-${e.action.split(".")[0]}`, textContent: e.action })),
-      el("td", {}, target(e), el("div", { className: "proj proj-tag", textContent: e.project })),
+      el("td", {}, target(e)),
+      el("td", { textContent: e.project }),
       el("td", { className: "wide muted", textContent: e.address || "" }),
       el("td", { className: "wide clip", textContent: detail(e), title: detail(e) }),
     );
     return row;
   });
-  if (!rows.length) rows.push(el("tr", { className: "empty" }, el("td", { colSpan: 6, textContent: "No changes match." })));
+  if (!rows.length) rows.push(el("tr", { className: "empty" }, el("td", { colSpan: 7, textContent: "No changes match." })));
   swap($("#audit tbody"), rows);
   $("#audit-newer").disabled = audit.cursors.length === 1;
   $("#audit-older").disabled = !page.next_cursor;
@@ -75,7 +79,7 @@ function filtersChanged() { state.audit.cursors = [null]; refreshAudit(); }
 
 $("#a-action").append(...[...new Set(AUDIT_ACTIONS.map((a) => a.split(".")[0]))].map((f) => el("option", { value: f, textContent: `${f}.*` })),
   ...AUDIT_ACTIONS.map((a) => el("option", { textContent: a })));
-$("#a-actor").addEventListener("input", () => { clearTimeout(state.audit.typing); state.audit.typing = setTimeout(filtersChanged, 250); });
+for (const id of ["#a-actor", "#a-project"]) $(id).addEventListener("input", () => { clearTimeout(state.audit.typing); state.audit.typing = setTimeout(filtersChanged, 250); });
 for (const id of ["#a-action", "#a-since"]) $(id).addEventListener("change", filtersChanged);
 $("#audit-filters").addEventListener("submit", (event) => { event.preventDefault(); filtersChanged(); });
 $("#audit-filters").addEventListener("reset", () => setTimeout(filtersChanged, 0));

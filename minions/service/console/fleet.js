@@ -1,9 +1,10 @@
 // The fleet: the workers (alive or dead, places used of their own, the runs each holds, version,
 // last heartbeat), the model endpoints (in flight, waiting, the last minute's requests and
 // tokens, a 429's pause, the output mode each model taught), the queue (backlog, oldest
-// queued) and the usage totals (tokens and cost by day, recipe, schedule or model; an unknown
-// price is said unknown, never $0). The notifications' deliveries are under the workers. The
-// workers' runs, the queue and the usage are the project picked's.
+// queued) and the usage totals (tokens and cost by day, recipe, schedule, model or project,
+// of the key's projects only: the server narrows them; an unknown price is said unknown,
+// never $0). The notifications' deliveries are under the workers. The workers' runs, the
+// queue and the usage are the project picked's.
 
 import { api, inProject } from "./api.js";
 import { $, el, swap } from "./dom.js";

@@ -6,10 +6,12 @@ cancels its step and leaves nothing running."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +366,22 @@ def test_the_command_line_does_not_warn_about_its_own_listeners(tmp_path: Path) 
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "StreamingWarning" not in done.stderr
+
+
+async def test_the_once_per_model_warning_forgets_a_dropped_model() -> None:
+    """Once per model, not once per memory address: the models warned of are held weakly, so
+    a model that later takes the address of one warned and dropped is warned all the same
+    (the suite once lost that warning to a model of an earlier test, keyed by `id`)."""
+    from minions._step import model_call
+
+    async with FakeOpenAIServer(["one"]) as server:
+        model = server.model()
+        with pytest.warns(StreamingWarning):
+            await DefaultStep("s", goal="x").run(model=model, listeners=[lambda e: None])
+        assert model in model_call._WARNED
+        warned = len(model_call._WARNED)
+        dropped = weakref.ref(model)
+        del model
+        gc.collect()
+    assert dropped() is None
+    assert len(model_call._WARNED) == warned - 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from minions._messages import ModelCall, ModelCallResponse, Prompt, Usage
 from minions._retry import RetryPolicy
@@ -61,8 +62,20 @@ def _policy(attempts: int, initial_delay: float, max_delay: float) -> RetryPolic
     )
 
 
-_WARNED: set[int] = set()
-"""The models (by id) a `StreamingWarning` was given for: once each."""
+_WARNED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The models a `StreamingWarning` was given for: once each (held weakly: a model made
+after another was dropped may have its id, and is warned of all the same)."""
+
+
+def _first_warning(model: object) -> bool:
+    """Whether `model` was given no `StreamingWarning` yet (and is now counted as given)."""
+    try:
+        if model in _WARNED:
+            return False
+        _WARNED.add(model)
+    except TypeError:  # a user's model that cannot be hashed or weakly referenced
+        return True
+    return True
 
 
 def _usage_of_failure(error: BaseException) -> Usage:
@@ -355,11 +368,10 @@ class ModelCallExecutor:
         if prompt.stream:
             on_token(text)
         model = self.model
-        if id(model) in _WARNED or self.context.checkpoints is not None:
+        if self.context.checkpoints is not None or not _first_warning(model):
             # A durable run: its worker streams every model that can, of its own accord (a
             # model that cannot is no mistake of anyone's).
             return
-        _WARNED.add(id(model))
         import warnings
 
         from minions.errors import StreamingWarning

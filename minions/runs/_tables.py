@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -124,6 +124,9 @@ approvals_table = sa.Table(
     sa.Column("on_timeout", sa.Text, nullable=True),
     sa.Column("escalate_at", sa.Float, nullable=True),
     sa.Column("escalated_at", sa.Float, nullable=True),
+    # Schema 12: the state of the step that waits at this call, kept when its run parked, so
+    # that it goes on at the call (JSON, minions.runs._approvals.keep; NULL: none kept).
+    sa.Column("resume", sa.Text, nullable=True),
 )
 workers_table = sa.Table(
     "minions_workers",
@@ -477,6 +480,12 @@ def _to_11(db: sa.Connection) -> None:
         _add_columns(db, "minions_workers", ["places INTEGER"])
 
 
+def _to_12(db: sa.Connection) -> None:
+    """Schema 11 -> 12: the state a parked run's waiting step keeps at its call."""
+    if "minions_approvals" in set(sa.inspect(db).get_table_names()):
+        _add_columns(db, "minions_approvals", ["resume TEXT"])
+
+
 MIGRATIONS: dict[int, Any] = {
     1: _to_2,
     2: _to_3,
@@ -488,5 +497,6 @@ MIGRATIONS: dict[int, Any] = {
     8: _to_9,
     9: _to_10,
     10: _to_11,
+    11: _to_12,
 }
 """Schema version n -> n+1 upgrades, each a function of a connection."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from runs_helpers import WorkerProcess, finished, run_here, watched
+from runs_helpers import WorkerProcess, finished, run_here, until, watched
 
 from minions import Message, ModelCallResponse, Prompt, ToolCall, Usage
 from minions.events import (
@@ -63,9 +63,12 @@ async def probe(ctx: ToolContext[None], target: str) -> str:
 
 
 @tool(requires_approval=True)
-def deploy(target: str) -> str:
-    """Deploy to a target."""
+async def deploy(target: str) -> str:
+    """Deploy to a target (held after its effect while the file GATE names exists)."""
     _effect(f"deploy {target}")
+    gate = os.environ.get("GATE")
+    while gate and os.path.exists(gate):
+        await asyncio.sleep(0.02)
     return f"deployed {target}"
 '''
 
@@ -128,9 +131,11 @@ def usage_of(logged: list[Event]) -> tuple[int, int, int]:
     )
 
 
-@pytest.fixture(autouse=True)
-def _store(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def url(url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The store (SQLite, Postgres), where the probe tool of this module looks too."""
     monkeypatch.setenv("RESUME_STORE", url)
+    return url
 
 
 async def waiting(folder: Path, url: str, model: FunctionModel) -> tuple[RunStore, str]:
@@ -403,6 +408,15 @@ def counting_server() -> FakeOpenAIServer:
     return FakeOpenAIServer(reply)
 
 
+def worker_env(server: FakeOpenAIServer, url: str) -> dict[str, str]:
+    """What the worker processes of these tests run with: the server's model, the store."""
+    return {
+        "MINIONS_MODEL": f"openai-compatible:fake-model@{server.url}",
+        "OPENAI_API_KEY": "sk-test",
+        "RESUME_STORE": url,
+    }
+
+
 @pytest.mark.slow
 async def test_a_run_waiting_with_its_worker_killed_goes_on_at_the_call(
     tmp_path: Path, url: str
@@ -411,11 +425,7 @@ async def test_a_run_waiting_with_its_worker_killed_goes_on_at_the_call(
     ledger = tmp_path / "ledger.txt"
     store = RunStore(url, create=True)
     with counting_server() as server:
-        env = {
-            "MINIONS_MODEL": f"openai-compatible:fake-model@{server.url}",
-            "OPENAI_API_KEY": "sk-test",
-            "RESUME_STORE": url,
-        }
+        env = worker_env(server, url)
         run_id, _ = await store.submit(recipe)
         first = WorkerProcess(url, tmp_path, "w1", ledger, **env)
         try:
@@ -442,6 +452,44 @@ async def test_a_run_waiting_with_its_worker_killed_goes_on_at_the_call(
     store.close()
 
 
+@pytest.mark.slow
+async def test_a_step_that_went_on_at_its_call_goes_on_there_again_after_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its worker killed after the approved call's effect, before the step ended: the run is
+    taken over and the step goes on at the same call again (the call made again, as work
+    inside an unfinished step is: at least once), not from its start."""
+    url = f"sqlite:///{tmp_path / 'takeover.db'}"
+    monkeypatch.setenv("RESUME_STORE", url)
+    recipe = release(tmp_path)
+    ledger, gate = tmp_path / "ledger.txt", tmp_path / "gate"
+    store = RunStore(url, create=True)
+    with counting_server() as server:
+        env = {**worker_env(server, url), "GATE": str(gate)}
+        run_id, _ = await store.submit(recipe)
+        gate.touch()
+        first = WorkerProcess(url, tmp_path, "w1", ledger, **env)
+        try:
+            await parked(store, url, run_id)
+            await store.approve(run_id, actor="alice")
+            # Killed after the deploy's effect, as it is held before its result.
+            await until(lambda: "deploy prod-1" in effects(tmp_path))
+        finally:
+            first.kill()
+        gate.unlink()
+        with watched(WorkerProcess(url, tmp_path, "w2", ledger, **env)):
+            assert await finished(store, run_id) == "completed"
+        asked = [r for r in server.requests if r.path.endswith("/chat/completions")]
+    assert len(asked) == 2
+    assert effects(tmp_path) == ["probe prod-1"] + ["deploy prod-1"] * 2
+    [approval] = (await store.get(run_id)).approvals
+    resumed = [e.resumed_at for e in await store.events(run_id) if isinstance(e, StepStarted)]
+    # (A killed worker's last events may not have been stored: at least the takeovers'.)
+    assert resumed[0] is None
+    assert resumed[1:] in ([approval.call_id], [approval.call_id] * 2)
+    store.close()
+
+
 async def parked(store: RunStore, url: str, run_id: str, within: float = 60) -> None:
     """Wait until the run waits for a decision, given back to the store (held by nobody)."""
     import asyncio
@@ -460,3 +508,94 @@ async def parked(store: RunStore, url: str, run_id: str, within: float = 60) -> 
     finally:
         database.close()
     raise AssertionError(f"run {run_id} was never parked: {record}")
+
+
+LOOP = """\
+id: releases
+tools: [resume_tools]
+inputs: {targets: {type: array}}
+steps:
+  - id: each
+    loop: "{{ inputs.targets }}"
+    parallel: 1
+    goal: "Deploy to {{ loop.item }}."
+    tools: [deploy]
+"""
+
+
+async def test_a_loop_item_goes_on_at_its_call(tmp_path: Path, url: str) -> None:
+    """An item of a run's loop step waits: the items done are not run again (their
+    checkpoints), the waiting one goes on at its call, and the next item does not start
+    while the run parks."""
+    (tmp_path / "resume_tools.py").write_text(TOOLS)
+    recipe = tmp_path / "releases.yaml"
+    recipe.write_text(LOOP)
+
+    def answer(prompt: Prompt) -> ModelCallResponse | str:
+        last = prompt.messages[-1]
+        if last.role == "tool":
+            return f"Done: {last.content}."
+        target = last.content.removeprefix("Deploy to ").rstrip(".")
+        call = ToolCall(id=f"d-{len(model.requests)}", name="deploy", arguments={"target": target})
+        return ModelCallResponse(message=Message.assistant("", [call]), usage=Usage.of_call(5, 5))
+
+    model = FunctionModel(answer)
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"targets": ["a", "b"]})
+    for attempt in (1, 2, 3):
+        await run_here(url, run_id, attempt, model=model)
+        if attempt < 3:
+            assert (await store.get(run_id)).status == "waiting"
+            await store.approve(run_id, actor="alice")
+    record = await store.get(run_id)
+    assert record.status == "completed", record.error
+    assert effects(tmp_path) == ["deploy a", "deploy b"]
+    # Two turns per item, each asked once (and the second item not started while the first
+    # waited: the run parked before it could).
+    assert [(r.scope, r.messages[-1].role) for r in model.requests] == [
+        ("each#1[0]", "user"),
+        ("each#1[0]", "tool"),
+        ("each#1[1]", "user"),
+        ("each#1[1]", "tool"),
+    ]
+    started = [
+        (e.step_id, e.resumed_at) for e in await store.events(run_id) if e.kind == "step_started"
+    ]
+    assert ("each[0]", "each#1[0]/d-1") in started
+    assert ("each[1]", "each#1[1]/d-3") in started
+    store.close()
+
+
+async def test_a_turn_that_was_asked_again_goes_on_with_its_note(tmp_path: Path, url: str) -> None:
+    """The answer that asked for the call came after a re-ask (the model's first answer was
+    unusable): the step goes on in that turn as it was, the note kept once, its re-asks
+    counted."""
+
+    def answer(prompt: Prompt) -> Any:
+        last = prompt.messages[-1]
+        if last.role == "tool":
+            return "Done."
+        if len(model.requests) == 1:
+            return [("deploy", '{"target": ')]  # not JSON: the step asks again, with a note
+        return [("deploy", {"target": "prod"})]
+
+    model = FunctionModel(answer)
+    store = RunStore(url, create=True)
+    (tmp_path / "resume_tools.py").write_text(TOOLS)
+    recipe = tmp_path / "release.yaml"
+    recipe.write_text(RECIPE.replace("tools: [probe, deploy]", "tools: [deploy]"))
+    run_id, _ = await store.submit(recipe)
+    await run_here(url, run_id, model=model)
+    await store.approve(run_id, actor="alice")
+    await run_here(url, run_id, 2, model=model)
+    record = await store.get(run_id)
+    assert record.status == "completed", record.error
+    assert len(model.requests) == 3
+    last = model.requests[2].messages
+    assert [m.role for m in last] == ["user", "user", "assistant", "tool"]
+    assert "were not valid JSON" in last[1].content
+    assert effects(tmp_path) == ["deploy prod"]
+    logged = await store.events(run_id)
+    turns = [(e.turn, e.attempt) for e in logged if e.kind == "model_call_started"]
+    assert turns == [(1, 1), (1, 2), (2, 1)]
+    store.close()

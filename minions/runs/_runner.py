@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import structlog
 
@@ -528,6 +528,12 @@ class RunRecorder:
         except LeaseLost:
             # The run's task is being cancelled (see _lose): this step goes no further.
             raise asyncio.CancelledError() from None
+
+
+async def _cancelled() -> NoReturn:
+    """Wait until the task is cancelled (nothing else ends it)."""
+    await asyncio.get_running_loop().create_future()
+    raise AssertionError("unreachable: nothing sets the future")
 
 
 def replay_beside(
@@ -1237,7 +1243,10 @@ class DurableRunner:
                     call_id=request.call_id,
                 )
                 self.on_parked()
-                raise asyncio.CancelledError()  # its task is cancelled too (see `park`)
+                # The run's task is being cancelled (see `park`): this call waits for that,
+                # so that nothing starts in its place meanwhile (a loop's next item would,
+                # and ask its model for nothing).
+                await _cancelled()
             record = decided
         return ApprovalDecision(
             approved=bool(record.approved),

@@ -219,6 +219,12 @@ class StepStarted(_EventBase):
 
     kind: Literal["step_started"] = "step_started"
     visit: int = 1
+    resumed_at: str | None = None
+    """A durable run's step that waited for a decision at this call (its id) when its run
+    parked: it goes on there, with no model call made again for its turns before it."""
+    restarted: str | None = None
+    """A durable run's step that waited for a decision when its run parked, and starts again
+    from its start (its model calls are made again): why its state was not kept."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

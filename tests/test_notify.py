@@ -41,7 +41,7 @@ from minions.runs._events import insert as insert_events
 from minions.runs._events import row_of
 from minions.runs._notify import SIGNATURE, deliveries
 from minions.runs._schedules import Scheduler, Timing
-from minions.runs._tables import meta_table
+from minions.runs._tables import SCHEMA_VERSION, meta_table
 from minions.testing import FakeOpenAIServer, FakeReply
 
 SECRET = "s3cret-shared-with-the-receiver"
@@ -482,7 +482,7 @@ def test_a_store_of_schema_11_migrates_to_claims_and_late_slots(tmp_path: Path) 
         ).all()
         assert "ix_minions_runs_status_finished" in " ".join(str(row) for row in plan)
         assert db.execute(sa.text("SELECT count(*) FROM minions_schedule_late")).scalar() == 0
-        assert db.execute(sa.select(meta_table.c.value)).scalar() == "12"
+        assert db.execute(sa.select(meta_table.c.value)).scalar() == str(SCHEMA_VERSION)
     again.close()
 
 

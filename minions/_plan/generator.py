@@ -533,6 +533,8 @@ class _Kept:
 
     resumed = False
     """A replanned run is a run of its own: it says `RunStarted`."""
+    parks = False
+    """It runs in the foreground: a call waiting for a decision waits in place."""
 
     def __init__(self, kept: Mapping[str, StepExecution]) -> None:
         self.kept = kept
@@ -549,6 +551,9 @@ class _Kept:
         announce()
 
     async def restore_item(self, name: str, visit: int) -> StepExecution | None:
+        return None
+
+    def resume_at(self, scope: str) -> Mapping[str, Any] | str | None:
         return None
 
     async def before_call(self) -> None:

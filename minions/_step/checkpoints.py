@@ -1,4 +1,5 @@
-"""The seam durable runs use inside a step: the finished items of a loop, each a checkpoint.
+"""The seam durable runs use inside a step: the finished items of a loop, each a checkpoint,
+and the state of a step that waited at a call when its run parked.
 
 A loop item that completed is handed to `save_item`; when the run goes on after a crash or a
 resume, `restore_item` gives it back and the item is not run again (its usage counts, nothing
@@ -8,8 +9,8 @@ of a loop inside another loop or inside a sub-recipe, which run again with their
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from minions._step.execution import StepExecution
 
@@ -17,6 +18,17 @@ __all__: list[str] = []
 
 
 class ItemCheckpoints(Protocol):
+    parks: bool
+    """The run parks while a call waits for a decision (a durable run's worker): its steps
+    that may wait keep their state at the call (`minions._step.resume`)."""
+
+    def resume_at(self, scope: str) -> Mapping[str, Any] | str | None:
+        """What the step execution `scope` kept when its run parked at one of its calls (the
+        data of a `StepState`), to go on there; why it starts again from its start instead
+        (its state was not kept); or None (nothing waited in it). Asked once, as the step's
+        executor is made, and only when `parks`."""
+        ...
+
     async def before_call(self) -> None:
         """Awaited before each tool call starts. A durable run confirms that its worker still
         holds the run (one frozen past its lease, or cut off from its store, must not start a

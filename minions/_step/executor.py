@@ -22,6 +22,12 @@ from minions._step.completion import (
 from minions._step.context import AgentContext
 from minions._step.execution import DecisionRecord, StepExecution, StepStatus
 from minions._step.model_call import ModelCallExecutor, usage_record
+from minions._step.resume import (
+    ParkingToolCalls,
+    ResumedCalls,
+    StepState,
+    waiting_calls,
+)
 from minions._step.step import Step, StepInput
 from minions._step.tool_call import ToolCallExecutor
 from minions._step.waits import Waits
@@ -33,6 +39,7 @@ from minions.models import Model
 from minions.tools import Tool, ToolRegistry
 
 if TYPE_CHECKING:
+    from minions._step.checkpoints import ItemCheckpoints
     from minions._step.stream import StepStream
     from minions.events import Event, StepCompleted
 
@@ -71,6 +78,12 @@ class StepExecutor(Generic[OutputT]):
         checked: the step's definition was already checked against these tools (a
             `StepGraph` checks every step before a run); otherwise it is checked here.
     """
+
+    _resumed: StepState | None = None
+    """What it kept when its run parked at a call (a durable run), to go on there."""
+    _started_as: tuple[str | None, str | None] | None = None
+    """What its `StepStarted` says beside its name (`resumed_at`, `restarted`): where it
+    goes on, or why it starts again."""
 
     streaming = False
     """The caller streams this step (`stream()`, or its run's): its model calls ask the model
@@ -124,7 +137,16 @@ class StepExecutor(Generic[OutputT]):
             registry = ToolRegistry(both)
         else:
             registry = context.tools.subset(step.tool_names())
-        self.tools = ToolCallExecutor(
+        checkpoints = context.checkpoints
+        every_call = bool(getattr(step, "requires_approval", False))
+        # A durable run parks while a call waits for a decision: a step that may wait keeps
+        # its state at the call (`ParkingToolCalls`); every other step has nothing more.
+        parking = (
+            checkpoints is not None
+            and checkpoints.parks
+            and (every_call or any(tool.requires_approval for tool in registry))
+        )
+        self.tools = (ParkingToolCalls if parking else ToolCallExecutor)(
             registry,
             config=self.config,
             emitter=context.events,
@@ -133,11 +155,14 @@ class StepExecutor(Generic[OutputT]):
             approver=context.settings.approver,
             visit=visit,
             item=item,
-            approve_every_call=bool(getattr(step, "requires_approval", False)),
+            approve_every_call=every_call,
             tracer=context.settings.tracer,
-            before_call=None if context.checkpoints is None else context.checkpoints.before_call,
+            before_call=None if checkpoints is None else checkpoints.before_call,
             waits=self.waits,
         )
+        if parking:
+            assert checkpoints is not None
+            self._may_park(checkpoints)
         if context.deps is not None:
             self.tools.deps = context.deps
         if context.streaming:
@@ -149,6 +174,78 @@ class StepExecutor(Generic[OutputT]):
         the commit that stores the step's checkpoint, so a log never tells of a completion
         whose result was lost (the step would run again and complete twice)."""
         self._completion: StepCompleted | None = None
+
+    def _may_park(self, checkpoints: ItemCheckpoints) -> None:
+        """A step of a run that parks while a call waits for a decision: its state at such a
+        call can be kept (`_state_at`), and it goes on from the state kept for it, if any."""
+        tools = self.tools
+        assert isinstance(tools, ParkingToolCalls)
+        tools.capture = self._state_at
+        kept = checkpoints.resume_at(self.scope)
+        if kept is None:
+            return
+        if isinstance(kept, str):
+            self._started_as = (None, kept)
+            return
+        try:
+            state = StepState.from_data(kept, step_id=self.name, output=self.step.output)
+        except Exception as exc:  # a damaged state: the step starts again, as before
+            cause = f"what it kept at its call cannot be read ({type(exc).__name__}: {exc})"
+            self._started_as = (None, cause)
+            return
+        self._resumed = state
+        self._started_as = (state.call_id, None)
+        tools.kept = {
+            id(call): (call, done)
+            for call, done in zip(state.answer.tool_calls, state.done, strict=True)
+            if done is not None
+        }
+
+    def _state_at(
+        self, call: ToolCall, made: Mapping[int, tuple[ToolCall, ToolCall]]
+    ) -> StepState | str | None:
+        """The step's state at `call`, which waits for a decision (`made`: the calls made,
+        by the id of the call asked): None when `call` is not one of the answer its model
+        loop is at (a call of the step's own: the step runs again and finds its decision);
+        why it cannot go on there when it cannot."""
+        messages = self.context.memory.messages(self.conversation_id)
+        calls = waiting_calls(messages)
+        if not any(asked is call for asked in calls):
+            return None
+        if self.step.memory == "agent":
+            return "it works on the run's shared conversation (memory: agent)"
+        execution = self.execution
+        turn = execution.turns
+        reasks = sum(1 for d in execution.decisions if d.kind == "reask" and d.turn == turn)
+        before = messages[:-1]
+        return StepState(
+            scope=self.scope,
+            call_id=f"{self.scope}/{call.id}",
+            messages=before,
+            base=len(before) - (1 if reasks else 0),
+            turn=turn,
+            reasks=reasks,
+            done=tuple(made[id(c)][1] if id(c) in made else None for c in calls),
+            model_calls=tuple(execution.model_calls),
+            tool_calls=tuple(execution.tool_calls),
+            decisions=tuple(execution.decisions),
+            usage=execution.usage,
+        )
+
+    def _go_on(self, state: StepState) -> tuple[int, str | None]:
+        """Put the step back where it waited (its execution so far, its conversation at the
+        start of the turn); the turn's re-asks and re-ask note."""
+        execution = self.execution
+        execution.turns = state.turn - 1
+        execution.model_calls = list(state.model_calls)
+        execution.tool_calls = list(state.tool_calls)
+        execution.decisions = list(state.decisions)
+        execution.usage = state.usage
+        self.context.record_usage(state.usage)
+        self.context.memory.restore(
+            MemorySnapshot(self.conversation_id, list(state.messages), state.base)
+        )
+        return state.reasks, state.messages[state.base].content if state.reasks else None
 
     @property
     def model(self) -> Model:
@@ -207,7 +304,14 @@ class StepExecutor(Generic[OutputT]):
         if self.context.events.active:
             from minions.events import StepStarted  # events load on first use
 
-            self.context.events.emit(StepStarted(step_id=self.name, visit=execution.visit))
+            told = self._started_as
+            self.context.events.emit(
+                StepStarted(step_id=self.name, visit=execution.visit)
+                if told is None
+                else StepStarted(
+                    step_id=self.name, visit=execution.visit, resumed_at=told[0], restarted=told[1]
+                )
+            )
         timeout = self.step.timeout
         try:
             if timeout is None:
@@ -409,6 +513,13 @@ class StepExecutor(Generic[OutputT]):
         a step that says ``cache``, the output of an earlier execution with the same rendered
         prompt, model, tools and output schema, in the same world (its recipe, where its
         tools come from and what they reach), when the step cache has one."""
+        resumed = self._resumed
+        if resumed is not None:
+            # It goes on at the call it waited at, in the conversation it kept (the step
+            # cache is neither asked nor filled).
+            self._resumed = None
+            await self._model_loop(resumed)
+            return
         self._start_conversation()
         policy, cache = self.step.cache, self.context.step_cache
         key = None
@@ -479,17 +590,24 @@ class StepExecutor(Generic[OutputT]):
         self.complete(output, next_step=entry.next_step)
         return True
 
-    async def _model_loop(self) -> None:
+    async def _model_loop(self, resumed: StepState | None = None) -> None:
         step, config, execution = self.step, self.config, self.execution
         memory = self.context.memory
         conversation = self.conversation_id
         chain = step.completion_chain(
             self.context.completion_chain or StepCompletionChain.default()
         )
-        calls = ModelCallExecutor(
+        calls: ModelCallExecutor | ResumedCalls
+        calls = model_calls = ModelCallExecutor(
             self.model, context=self.context, execution=execution, config=config, waits=self.waits
         )
         tools = self._tool_specs()
+        reasks = 0
+        note: str | None = None
+        if resumed is not None:
+            # Back in the turn it waited in: answered by the answer kept.
+            calls = ResumedCalls(model_calls, resumed)
+            reasks, note = self._go_on(resumed)
         while True:
             # The chain's `CallLimitLink` decides at the limit; a chain without it (or whose
             # links only said "go on") is stopped by the same link here.
@@ -500,8 +618,6 @@ class StepExecutor(Generic[OutputT]):
                 return
             turn = execution.turns + 1
             base = memory.snapshot(conversation)
-            reasks = 0
-            note: str | None = None
             while True:
                 if note is not None:
                     # Transactional re-ask: back to before the failed answer, plus one note.
@@ -555,6 +671,7 @@ class StepExecutor(Generic[OutputT]):
                     return
                 memory.append(conversation, Message.user(decision.note or decision.reason))
                 break
+            reasks, note = 0, None
 
     async def _validate(
         self, link: str, decision: CompletionDecision[Any], turn: int

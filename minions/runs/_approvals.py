@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
+import structlog
 
 from minions.errors import RunStateError
-from minions.runs import _audit
+from minions.runs import _audit, _events
 from minions.runs._db import dumps
 from minions.runs._tables import ACTIVE, approvals_table, runs_table
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from minions.runs._db import Database
 
 __all__ = ["ApprovalRecord"]
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +67,31 @@ class Deadlines:
     on_timeout: OnTimeout = "reject"
     escalate_after: float | None = None
     """Undecided this long, a call is escalated: an `approval_escalated` event."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resume:
+    """What the step that waits at a call of a parked run kept, to go on at the call when
+    the run goes on (the call's `resume` column)."""
+
+    scope: str
+    """The step execution that waits (``step#visit``...)."""
+    seq: int
+    """The number of the run's last event when it parked: a log that ended after it (the
+    run ended, then was resumed by hand) makes it stale."""
+    state: Mapping[str, Any] | None = None
+    """The step's state (the data of a `minions._step.resume.StepState`)."""
+    restarted: str | None = None
+    """Why no state was kept (the step starts again from its start), instead."""
+
+    def text(self) -> str:
+        """As the column keeps it."""
+        kept: dict[str, Any] = {"scope": self.scope, "seq": self.seq}
+        if self.state is not None:
+            kept["state"] = self.state
+        if self.restarted is not None:
+            kept["restarted"] = self.restarted
+        return dumps(kept)
 
 
 def get(database: Database, run_id: str, call_id: str) -> ApprovalRecord | None:
@@ -198,7 +226,7 @@ def of_run(db: sa.Connection, run_id: str) -> tuple[ApprovalRecord, ...]:
     return tuple(
         _record(a)
         for a in db.execute(
-            sa.select(approvals_table)
+            sa.select(*_RECORD)
             .where(approvals_table.c.run_id == run_id)
             .order_by(approvals_table.c.requested_at)
         )
@@ -242,6 +270,54 @@ def request(
     return found
 
 
+def keep(db: sa.Connection, run_id: str, call_id: str, resume: str | None) -> None:
+    """Keep `resume` (`Resume.text`) as what the step waiting at call `call_id` goes on
+    from, and nothing of the run's other calls (a state kept at a call before is spent), in
+    the caller's transaction (the run's park)."""
+    table = approvals_table.c
+    db.execute(
+        approvals_table.update()
+        .where(
+            table.run_id == run_id,
+            sa.or_(table.call_id == call_id, table.resume.is_not(None)),
+        )
+        .values(resume=sa.case((table.call_id == call_id, resume), else_=None))
+    )
+
+
+def kept(database: Database, run_id: str) -> list[Resume]:
+    """What the steps of the run that waited at its calls kept when it parked (none when
+    its log ended since: the run was resumed by hand after it ended). One that cannot be
+    read is left out (its step starts again from its start), said in the log."""
+    table = approvals_table.c
+    found: list[Resume] = []
+    with database.read() as db:
+        for call_id, text in db.execute(
+            sa.select(table.call_id, table.resume).where(
+                table.run_id == run_id, table.resume.is_not(None)
+            )
+        ):
+            try:
+                data = json.loads(text)
+                resume = Resume(
+                    scope=str(data["scope"]),
+                    seq=int(data["seq"]),
+                    state=data.get("state"),
+                    restarted=data.get("restarted"),
+                )
+            except (ValueError, TypeError, KeyError) as exc:
+                log.warning(
+                    "the state kept at a call cannot be read: its step starts again",
+                    run_id=run_id,
+                    call_id=call_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                continue
+            if not _events.ended_after(db, run_id, resume.seq):
+                found.append(resume)
+    return found
+
+
 def forget(db: sa.Connection, run_ids: Sequence[str]) -> None:
     """Delete the requests of these runs (pruning)."""
     db.execute(approvals_table.delete().where(approvals_table.c.run_id.in_(list(run_ids))))
@@ -252,9 +328,13 @@ def get_in(db: sa.Connection, run_id: str, call_id: str) -> ApprovalRecord | Non
     return _get(db, run_id, call_id)
 
 
+_RECORD = [column for column in approvals_table.c if column.name != "resume"]
+"""What a record of a call reads (not the state kept at it, which may be big)."""
+
+
 def _get(db: sa.Connection, run_id: str, call_id: str) -> ApprovalRecord | None:
     row = db.execute(
-        sa.select(approvals_table).where(
+        sa.select(*_RECORD).where(
             approvals_table.c.run_id == run_id, approvals_table.c.call_id == call_id
         )
     ).one_or_none()

@@ -105,6 +105,19 @@ def started(database: Database, run_id: str) -> bool:
         )
 
 
+def ended_after(db: sa.Connection, run_id: str, seq: int) -> bool:
+    """Whether the run's log says it ended after event `seq` (in the caller's transaction)."""
+    table = events_table.c
+    return (
+        db.execute(
+            sa.select(table.seq)
+            .where(table.run_id == run_id, table.seq > seq, table.kind.in_(sorted(TERMINAL_KINDS)))
+            .limit(1)
+        ).first()
+        is not None
+    )
+
+
 def reuses_said(database: Database, run_id: str) -> set[tuple[str, int]]:
     """The steps and loop items (name, visit) a rerun said it reused (its stored
     ``step_reused`` events)."""

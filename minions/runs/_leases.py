@@ -280,12 +280,16 @@ def request_approval(
         )
 
 
-def park(database: Database, lease: Lease, *, call_id: str) -> ApprovalRecord | None:
+def park(
+    database: Database, lease: Lease, *, call_id: str, resume: str | None = None
+) -> ApprovalRecord | None:
     """Give the run back while call `call_id` waits for a decision: it stays `waiting`,
     held by nobody, under a new epoch (the holder is fenced out: its execution ends here)
     and a new attempt that is not queued (a delivery of this one is stale); a decision
-    queues that attempt (`minions.runs._decisions`). The decision itself when one came
-    first (the run is not parked: the holder goes on with it).
+    queues that attempt (`minions.runs._decisions`). `resume` (`Resume.text`: what the
+    waiting step keeps to go on at the call; None: nothing) is kept at the call in the same
+    transaction: a run is never parked without it, nor is it kept for a run not parked. The
+    decision itself when one came first (the run is not parked: the holder goes on with it).
 
     The run's row is locked before the call is read, as a decision locks it before it
     decides: of a park and a decision at once, the decision sees the run parked (and
@@ -312,18 +316,25 @@ def park(database: Database, lease: Lease, *, call_id: str) -> ApprovalRecord | 
             raise StoreError(f"run {lease.run_id} has no request of call {call_id!r}")
         if found.decided_at is not None:
             return found
-        db.execute(
-            runs_table.update()
-            .where(runs.run_id == lease.run_id)
-            .values(
-                status="waiting",
-                holder=None,
-                lease_until=None,
-                epoch=runs.epoch + 1,
-                attempt=runs.attempt + 1,
-            )
-        )
+        approvals.keep(db, lease.run_id, call_id, resume)
+        _parked(db, lease.run_id)
     return None
+
+
+def _parked(db: sa.Connection, run_id: str) -> None:
+    """The run's row as parked: `waiting`, held by nobody, its next attempt not queued."""
+    runs = runs_table.c
+    db.execute(
+        runs_table.update()
+        .where(runs.run_id == run_id)
+        .values(
+            status="waiting",
+            holder=None,
+            lease_until=None,
+            epoch=runs.epoch + 1,
+            attempt=runs.attempt + 1,
+        )
+    )
 
 
 def release(database: Database, holder: str, run_ids: Sequence[str] = ()) -> None:

@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import structlog
 
@@ -22,6 +22,7 @@ from minions._fold import ItemId
 from minions._routing.selection import Routing
 from minions._step.cache import Refreshing
 from minions._step.execution import StepExecution, StepStatus
+from minions._step.resume import WAITING, StepState
 from minions._step.settings import RunSettings
 from minions._text import jsonable
 from minions.errors import MinionsError, RecipeError
@@ -44,13 +45,14 @@ from minions.models._recording import Recording, ReplayModel, recording_beside
 from minions.models._structured import CapabilityMemory
 from minions.recipes import AgentRecipe
 from minions.recipes._folder import INLINE_SUFFIX, RecipeFolder
+from minions.runs import _approvals as approvals
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
 from minions.runs import _leases as leases
 from minions.runs import _project_limits as project_limits
 from minions.runs import _runs as runs
 from minions.runs import _workers as workers
-from minions.runs._approvals import ApprovalRecord, Deadlines
+from minions.runs._approvals import ApprovalRecord, Deadlines, Resume
 from minions.runs._async import AsyncDatabase
 from minions.runs._cache import StoreStepCache
 from minions.runs._checkpoints import Checkpoint
@@ -75,19 +77,28 @@ __all__: list[str] = []
 
 log = structlog.get_logger(__name__)
 
+STATE_LIMIT = 1 << 20
+"""Bytes (of its JSON) of the state a step that waits at a call keeps when its run parks, at
+most: beyond it the state is not kept, and the step starts again from its start when the run
+goes on (its `step_started` event says why)."""
+
 MARGIN = 2.0
 """Seconds before a lease's end at which its holder no longer counts on it (clocks of other
 hosts, the time a tool call takes to start); a quarter of the lease when that is shorter."""
 
 
 class RunRecorder:
-    """A run's event listener and checkpoints, written under its holder's lease.
+    """A run's event listener and checkpoints, written under its holder's lease. Its run
+    parks while a call waits for a decision (`parks`), and its steps that waited at a call
+    then go on there (`resume_at`).
 
     Events come numbered by the run's `EventEmitter` (which goes on after the stored ones);
     they stay pending until a commit stores them, so a failed commit (a database restarting, a
     full disk) is tried again with the same numbers: the log never has a gap. Token deltas go
     to the live hub and to the followers of other processes (`deltas`) only.
     """
+
+    parks = True
 
     def __init__(
         self,
@@ -149,6 +160,9 @@ class RunRecorder:
         """How long its calls wait for a decision (its recipe's ``approval:``)."""
         self.parked = False
         """The run was given back to the store while a call waits for a decision."""
+        self.resumes: dict[str, Mapping[str, Any] | str] = {}
+        """What the steps that waited at a call when the run parked kept, by step execution
+        (`resume_at`): the data of their state, or why they start again."""
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
@@ -262,12 +276,15 @@ class RunRecorder:
             log.warning("run taken over elsewhere; standing down", run_id=self.lease.run_id)
             self.on_lost()
 
-    async def park(self, call_id: str) -> ApprovalRecord | None:
+    async def park(
+        self, call_id: str, state: StepState | str | None = None
+    ) -> ApprovalRecord | None:
         """Store what is pending, then give the run back to the store while call `call_id`
-        waits for a decision (`leases.park`): nothing more is written under this lease, and
-        the run's task is cancelled (work in flight beside the call, in another branch, runs
-        again from its step's start when the run goes on). The decision instead, when one
-        came first.
+        waits for a decision (`leases.park`), with what its step keeps to go on at the call
+        (`state`; a reason why it cannot instead; None: nothing to keep): nothing more is
+        written under this lease, and the run's task is cancelled (work in flight beside
+        the call, in another branch, runs again from its step's start when the run goes
+        on). The decision instead, when one came first.
 
         Raises:
             LeaseLost: the run is no longer this holder's.
@@ -276,7 +293,10 @@ class RunRecorder:
         async with self._lock:
             if self.lost:
                 raise LeaseLost(self.lease.run_id)
-            decided = await self.database.apply(leases.park, self.lease, call_id=call_id)
+            resume = None if state is None else self._kept(call_id, state)
+            decided = await self.database.apply(
+                leases.park, self.lease, call_id=call_id, resume=resume
+            )
             if decided is not None:
                 return decided
             self.parked = self.lost = True
@@ -286,6 +306,35 @@ class RunRecorder:
                 self._timer = None
         self.on_lost()
         return None
+
+    def _kept(self, call_id: str, state: StepState | str) -> str:
+        """What the run keeps at call `call_id` as it parks (`Resume.text`): the step's
+        `state` as data, or why it starts again (`state` is a reason, or is over
+        `STATE_LIMIT`)."""
+        run_id = self.lease.run_id
+        if isinstance(state, str):
+            scope = call_id.rpartition("/")[0]
+            log.info("a parked run's step starts again", run_id=run_id, call_id=call_id, why=state)
+            return Resume(scope=scope, seq=self.stored, restarted=state).text()
+        text = Resume(scope=state.scope, seq=self.stored, state=state.to_data()).text()
+        size = len(text.encode())
+        if size <= STATE_LIMIT:
+            return text
+        why = (
+            f"its state at call {call_id!r} is {size:,} bytes, over the {STATE_LIMIT:,} a "
+            "parked run keeps"
+        )
+        log.warning(
+            "a parked run's step will start again: its state is too big to keep",
+            run_id=run_id,
+            call_id=call_id,
+            bytes=size,
+            limit=STATE_LIMIT,
+        )
+        return Resume(scope=state.scope, seq=self.stored, restarted=why).text()
+
+    def resume_at(self, scope: str) -> Mapping[str, Any] | str | None:
+        return self.resumes.pop(scope, None) if self.resumes else None
 
     async def close(self, *, actor: str | None = None, **run: Any) -> bool:
         """Store what is pending with the run's final values, and the run's terminal event
@@ -479,6 +528,12 @@ class RunRecorder:
         except LeaseLost:
             # The run's task is being cancelled (see _lose): this step goes no further.
             raise asyncio.CancelledError() from None
+
+
+async def _cancelled() -> NoReturn:
+    """Wait until the task is cancelled (nothing else ends it)."""
+    await asyncio.get_running_loop().create_future()
+    raise AssertionError("unreachable: nothing sets the future")
 
 
 def replay_beside(
@@ -859,6 +914,12 @@ class DurableRunner:
             # Its log holds only why it was queued again (handed back before it started):
             # it starts now, and says so.
             recorder.resumed, recorder.saved = False, {}
+        if recorder.resumed:
+            # A step that waited at a call when the run parked goes on there.
+            for kept in await self.database.apply(approvals.kept, run_id):
+                recorder.resumes[kept.scope] = (
+                    kept.state if kept.state is not None else kept.restarted or ""
+                )
         if start.rerun is not None:
             # Its reused steps' checkpoints were copied into it when it was queued.
             recorder.rerun, recorder.saved = start.rerun, None
@@ -1170,7 +1231,11 @@ class DurableRunner:
             deadlines=recorder.deadlines,
         )
         if record.decided_at is None:
-            decided = await recorder.park(request.call_id)
+            # What its step keeps to go on at the call, once the other calls of its turn
+            # that run are done (a step of its own that may wait set it: `ParkingToolCalls`).
+            capture = WAITING.get()
+            state = None if capture is None else await capture()
+            decided = await recorder.park(request.call_id, state)
             if decided is None:
                 log.info(
                     "run parked: it waits for a decision without a worker",
@@ -1178,7 +1243,10 @@ class DurableRunner:
                     call_id=request.call_id,
                 )
                 self.on_parked()
-                raise asyncio.CancelledError()  # its task is cancelled too (see `park`)
+                # The run's task is being cancelled (see `park`): this call waits for that,
+                # so that nothing starts in its place meanwhile (a loop's next item would,
+                # and ask its model for nothing).
+                await _cancelled()
             record = decided
         return ApprovalDecision(
             approved=bool(record.approved),

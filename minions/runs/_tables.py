@@ -18,7 +18,7 @@ from minions._fold import TERMINAL as TERMINAL
 
 __all__: list[str] = []
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
@@ -130,6 +130,9 @@ approvals_table = sa.Table(
     sa.Column("on_timeout", sa.Text, nullable=True),
     sa.Column("escalate_at", sa.Float, nullable=True),
     sa.Column("escalated_at", sa.Float, nullable=True),
+    # Schema 13: the state of the step that waits at this call, kept when its run parked, so
+    # that it goes on at the call (JSON, minions.runs._approvals.keep; NULL: none kept).
+    sa.Column("resume", sa.Text, nullable=True),
 )
 workers_table = sa.Table(
     "minions_workers",
@@ -514,6 +517,12 @@ def _to_12(db: sa.Connection) -> None:
         )
 
 
+def _to_13(db: sa.Connection) -> None:
+    """Schema 12 -> 13: the state a parked run's waiting step keeps at its call."""
+    if "minions_approvals" in set(sa.inspect(db).get_table_names()):
+        _add_columns(db, "minions_approvals", ["resume TEXT"])
+
+
 MIGRATIONS: dict[int, Any] = {
     1: _to_2,
     2: _to_3,
@@ -526,5 +535,6 @@ MIGRATIONS: dict[int, Any] = {
     9: _to_10,
     10: _to_11,
     11: _to_12,
+    12: _to_13,
 }
 """Schema version n -> n+1 upgrades, each a function of a connection."""

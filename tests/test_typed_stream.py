@@ -323,6 +323,8 @@ async def test_a_durable_runs_listeners_are_not_warned() -> None:
     class Stored:
         """What a durable run's context carries (its loop items' checkpoints)."""
 
+        parks = False
+
         async def before_call(self) -> None:
             return None
 
@@ -341,6 +343,8 @@ async def test_a_worker_streaming_a_model_that_cannot_is_not_warned() -> None:
     answer as one delta, and nobody asked for more."""
 
     class Stored:
+        parks = False
+
         async def before_call(self) -> None:
             return None
 

@@ -326,8 +326,9 @@ class Driver:
         queue = await self.store._dbos()
         now = time.time() + 3600 if now is None else now
         taken = []
-        for run_id, epoch, recoveries, _ in runs.expired(database, now):
-            if recoveries >= MAX_RECOVERIES:
+        for expired in runs.expired(database, now):
+            run_id = expired.run_id
+            if expired.recoveries >= MAX_RECOVERIES:
                 runs.end_unheld(
                     database,
                     run_id,
@@ -339,7 +340,12 @@ class Driver:
                 )
                 continue
             if runs.requeue(
-                database, run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue
+                database,
+                run_id,
+                statuses=HELD,
+                epoch=expired.epoch,
+                recovery=True,
+                enqueue=queue.enqueue,
             ):
                 taken.append(run_id)
         return f"took over {taken}"

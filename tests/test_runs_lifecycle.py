@@ -521,10 +521,10 @@ async def test_a_runs_end_is_stored_only_with_its_status(tmp_path: Path) -> None
     recorder.on_event(RunCompleted(run_id="r", seq=2, timestamp=now))
     await recorder._flush()
     assert [e.kind for e in _events.after(store, "r")] == ["step_started"]
-    assert _runs.head(store, "r") == ("running", 1)
+    assert _runs.head(store, "r") == _runs.Head(status="running", last_seq=1)
     assert await recorder.close(status="completed", finished_at=now)
     assert [e.kind for e in _events.after(store, "r")] == ["step_started", "run_completed"]
-    assert _runs.head(store, "r") == ("completed", 2)
+    assert _runs.head(store, "r") == _runs.Head(status="completed", last_seq=2)
     store.close()
 
 

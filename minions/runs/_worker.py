@@ -666,13 +666,14 @@ class Worker:
         worker had taken from DBOS's queue but not yet claimed."""
         database, queue, me = self.database, self.queue, self.executor_id
         now = time.time()
-        for run_id, epoch, recoveries, holder in runs.expired(database, now):
-            if recoveries >= MAX_RECOVERIES:
+        for expired in runs.expired(database, now):
+            run_id = expired.run_id
+            if expired.recoveries >= MAX_RECOVERIES:
                 runs.end_unheld(
                     database,
                     run_id,
                     status="failed",
-                    error=f"taken over from dead workers {recoveries} times: given up",
+                    error=f"taken over from dead workers {expired.recoveries} times: given up",
                     event=run_failed_row(run_id, "taken over from dead workers too often"),
                     when="unheld",
                     now=now,
@@ -682,10 +683,10 @@ class Worker:
                 database,
                 run_id,
                 statuses=HELD,
-                epoch=epoch,
+                epoch=expired.epoch,
                 recovery=True,
                 enqueue=queue.enqueue,
-                event=_taken_over(holder or "", me),
+                event=_taken_over(expired.executor_id or "", me),
             )
             if requeued is not None:
                 log.info("run taken over", run_id=run_id, attempt=requeued.attempt)

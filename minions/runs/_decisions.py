@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
@@ -70,7 +71,8 @@ def decide(
         return decided
 
 
-class Due(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Due:
     """A call of a parked run whose timeout or escalation is due."""
 
     run_id: str
@@ -81,9 +83,9 @@ def sweep(database: Database, *, enqueue: Enqueue, now: float | None = None) -> 
     """Escalate and time out the calls of parked runs that are due (each once, whoever races
     this), and say when the next one is due (None: nothing waits with a deadline)."""
     now = time.time() if now is None else now
-    for run_id, call_id in due(database, now):
-        escalate(database, run_id, call_id, now=now)
-        expire(database, run_id, call_id, enqueue=enqueue, now=now)
+    for call in due(database, now):
+        escalate(database, call.run_id, call.call_id, now=now)
+        expire(database, call.run_id, call.call_id, enqueue=enqueue, now=now)
     return next_due(database)
 
 
@@ -92,7 +94,7 @@ def due(database: Database, now: float) -> list[Due]:
     a, r = approvals_table.c, runs_table.c
     with database.read() as db:
         return [
-            Due(row.run_id, row.call_id)
+            Due(run_id=row.run_id, call_id=row.call_id)
             for row in db.execute(
                 sa.select(a.run_id, a.call_id)
                 .join(runs_table, r.run_id == a.run_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 
@@ -72,7 +72,8 @@ Refusal = Literal["held", "stale", "ended"]
 current one (a stale delivery); the run has ended."""
 
 
-class Watch(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Watch:
     """What the holder of a run watches while it runs."""
 
     epoch: int
@@ -149,7 +150,11 @@ def watch(database: Database, run_id: str, workflow_id: str) -> Watch:
         ).one_or_none()
     if row is None:
         raise UnknownRunError(run_id)
-    return Watch(int(row.epoch), bool(row.cancel_requested), row.status)
+    return Watch(
+        epoch=int(row.epoch),
+        cancel_requested=bool(row.cancel_requested),
+        workflow_status=row.status,
+    )
 
 
 def append(

@@ -23,6 +23,7 @@ from minions.runs import _runs as runs
 from minions.runs._checkpoints import COLUMNS as CHECKPOINT_COLUMNS
 from minions.runs._db import dumps
 from minions.runs._events import COLUMNS as EVENT_COLUMNS
+from minions.runs._events import driver_rows as events_driver_rows
 from minions.runs._queue import status_table
 from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import RecipeSnapshot
@@ -183,7 +184,7 @@ def append(
     if values.get("status") in TERMINAL:
         values.update(holder=None, lease_until=None)
     values["last_seq"] = new
-    rows = [(lease.run_id, *event) for event in events]
+    rows = events_driver_rows(lease.run_id, events)
     step_row = None if checkpoint is None else checkpoint.row(lease.run_id)
     # On Postgres the commit is one statement (a transaction of its own) unless thousands
     # of events go in chunks.

@@ -346,7 +346,7 @@ class EventLog:
             return  # nobody follows the run here, or the hub told of them already
         decoded = streams.decode(message)
         if decoded is not None:
-            for delta in decoded[2]:
+            for delta in decoded.deltas:
                 feed.on_live(delta)
 
     async def _listening(self) -> None:

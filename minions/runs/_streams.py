@@ -152,7 +152,17 @@ def _fitted(entry: list[object], room: int) -> Iterator[bytes]:
     yield from _fitted([*entry[:-1], text[middle:]], room)
 
 
-def decode(message: str) -> tuple[str, str, list[TokenDelta]] | None:
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DeltaMessage:
+    """A message as received."""
+
+    origin: str
+    """The `LiveHub` of the process that sent it."""
+    run_id: str
+    deltas: list[TokenDelta]
+
+
+def decode(message: str) -> DeltaMessage | None:
     """A message's origin, run and deltas (None: not a message of this format)."""
     origin, _, rest = message.partition(" ")
     origin = origin.partition(".")[0]
@@ -175,7 +185,7 @@ def decode(message: str) -> tuple[str, str, list[TokenDelta]] | None:
         ]
     except (ValueError, TypeError):
         return None
-    return origin, run_id, deltas
+    return DeltaMessage(origin=origin, run_id=run_id, deltas=deltas)
 
 
 # -- the publisher (a worker) --------------------------------------------------------------------

@@ -708,19 +708,19 @@ class Worker:
             load_output=False,
         )
         found = {attempt_of(w.workflow_id) for w in pending}
-        queued = runs.queued_attempts(database, [run_id for run_id, _ in found])
+        queued = runs.queued_attempts(database, [f.run_id for f in found])
         holders = {w.workflow_id: w.executor_id or "" for w in pending}
-        for run_id, attempt in found:
-            current = queued.get(run_id)
-            if current is not None and current.attempt == attempt:
+        for f in found:
+            current = queued.get(f.run_id)
+            if current is not None and current.attempt == f.attempt:
                 runs.requeue(
                     database,
-                    run_id,
+                    f.run_id,
                     statuses=("queued",),
                     epoch=current.epoch,
                     recovery=True,
                     enqueue=queue.enqueue,
-                    event=_taken_over(holders.get(workflow_id(run_id, attempt), ""), me),
+                    event=_taken_over(holders.get(workflow_id(f.run_id, f.attempt), ""), me),
                 )
         for worker in workers.listed(database):
             if worker.executor_id in dead:
@@ -754,10 +754,9 @@ class Worker:
             if workflow.status == "PENDING" and workflow.executor_id in alive:
                 continue  # an old worker runs it still
             queue.cancel(workflow.workflow_id)
-            run_id, _ = attempt_of(workflow.workflow_id)
             runs.requeue(
                 database,
-                run_id,
+                attempt_of(workflow.workflow_id).run_id,
                 statuses=ACTIVE,
                 epoch=None,
                 recovery=False,

@@ -28,7 +28,14 @@ from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointPause, EndpointRecord, Lesson
 from minions.runs._evals import EvalRecord
-from minions.runs._fleet import EndpointLoad, EndpointStatus, FleetState, QueuedRun, QueueState
+from minions.runs._fleet import (
+    EndpointLoad,
+    EndpointStatus,
+    FleetState,
+    QueuedRecipe,
+    QueuedRun,
+    QueueState,
+)
 from minions.runs._keys import ROLES, KeyRecord, Role
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._notify import Delivery, Notifier, NotifyTarget
@@ -68,6 +75,7 @@ __all__ = [
     "NotifyTarget",
     "PruneResult",
     "QueueState",
+    "QueuedRecipe",
     "QueuedRun",
     "Role",
     "RerunPlan",

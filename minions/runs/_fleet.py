@@ -21,7 +21,14 @@ from minions.runs._endpoints import EndpointRecord
 from minions.runs._tables import SCHEMA_VERSION, meta_table, runs_table, workers_table
 from minions.runs._workers import WorkerRecord
 
-__all__ = ["EndpointLoad", "EndpointStatus", "FleetState", "QueueState", "QueuedRun"]
+__all__ = [
+    "EndpointLoad",
+    "EndpointStatus",
+    "FleetState",
+    "QueueState",
+    "QueuedRecipe",
+    "QueuedRun",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,6 +247,17 @@ class QueuedRun:
 
 
 @dataclass(frozen=True, kw_only=True)
+class QueuedRecipe:
+    """The queued runs of one recipe."""
+
+    recipe_id: str
+    queued: int
+    """How many."""
+    oldest_queued_at: float
+    """When the oldest of them was submitted (Unix seconds)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueueState:
     """The backlog at one moment.
 
@@ -249,8 +267,7 @@ class QueueState:
         oldest_queued_at: when the oldest of them was submitted (None: none queued).
         running: runs a worker runs now.
         waiting: runs waiting for a person's approval (they hold no worker place).
-        by_recipe: the queued runs per recipe: (recipe, how many, the oldest's submission),
-            the most waiting first.
+        by_recipe: the queued runs per recipe, the most waiting first.
         oldest: the first queued runs, oldest first (at most `limit` of them).
     """
 
@@ -259,7 +276,7 @@ class QueueState:
     oldest_queued_at: float | None
     running: int
     waiting: int
-    by_recipe: tuple[tuple[str, int, float], ...]
+    by_recipe: tuple[QueuedRecipe, ...]
     oldest: tuple[QueuedRun, ...]
 
     @property
@@ -307,7 +324,10 @@ def queue_state(
                 .order_by(sa.func.count().desc(), runs.recipe_id)
             )
         counts = {r.status: (int(r.n), r.oldest) for r in counted}
-        by_recipe = tuple((r.recipe_id, int(r.n), float(r.oldest)) for r in recipes)
+        by_recipe = tuple(
+            QueuedRecipe(recipe_id=r.recipe_id, queued=int(r.n), oldest_queued_at=float(r.oldest))
+            for r in recipes
+        )
         oldest = tuple(
             QueuedRun(
                 run_id=r.run_id, recipe_id=r.recipe_id, created_at=r.created_at, schedule=r.schedule

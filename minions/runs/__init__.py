@@ -35,6 +35,7 @@ from minions.runs._fleet import (
     QueuedRecipe,
     QueuedRun,
     QueueState,
+    ScheduleState,
 )
 from minions.runs._keys import ROLES, KeyRecord, Role
 from minions.runs._log import EventLog, LiveHub
@@ -85,6 +86,7 @@ __all__ = [
     "RunRecord",
     "RunStore",
     "ScheduleRecord",
+    "ScheduleState",
     "Scope",
     "ScopedRuns",
     "StepDetail",

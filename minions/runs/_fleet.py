@@ -28,6 +28,7 @@ __all__ = [
     "QueueState",
     "QueuedRecipe",
     "QueuedRun",
+    "ScheduleState",
 ]
 
 
@@ -56,6 +57,19 @@ class EndpointLoad:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScheduleState:
+    """A schedule that is not paused, as the fleet sees it."""
+
+    name: str
+    next_at: float
+    """Its next slot (Unix seconds): a slot in the past not fired yet is late."""
+    late: bool
+    """Its latest slots fired over a minute late, or some were skipped."""
+    late_slots: int
+    """How many of its slots were late or skipped in all."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class FleetState:
     """The store's runs, workers, schedules and endpoints at one moment.
 
@@ -68,10 +82,7 @@ class FleetState:
         workers_alive: workers that beat within the dead-worker timeout.
         workers_dead: workers that stopped beating without stopping (killed, frozen, cut
             off): their records remain until a fleet view's expiry.
-        schedules: each schedule that is not paused, with its next slot (Unix seconds): a
-            slot in the past not fired yet is late.
-        lateness: each of them with its late flag (its latest slots fired over a minute late,
-            or some were skipped) and how many of its slots were late or skipped in all.
+        schedules: each schedule that is not paused: its next slot and its lateness.
         endpoints: the limited endpoints' load.
     """
 
@@ -82,8 +93,7 @@ class FleetState:
     waiting: int = 0
     workers_alive: int = 0
     workers_dead: int = 0
-    schedules: tuple[tuple[str, float], ...] = ()
-    lateness: tuple[tuple[str, bool, int], ...] = ()
+    schedules: tuple[ScheduleState, ...] = ()
     endpoints: tuple[EndpointLoad, ...] = ()
 
     @property
@@ -95,7 +105,7 @@ class FleetState:
 
     def schedule_lag(self) -> dict[str, float]:
         """Seconds each schedule's next slot is overdue (0: not due yet)."""
-        return {name: max(0.0, self.at - next_at) for name, next_at in self.schedules}
+        return {s.name: max(0.0, self.at - s.next_at) for s in self.schedules}
 
 
 _RUNS = sa.text(
@@ -156,8 +166,15 @@ def fleet_state(store: Database, *, now: float) -> FleetState:
         waiting=counts.get("waiting", (0, None))[0],
         workers_alive=int(alive),
         workers_dead=int(dead),
-        schedules=tuple((r.name, float(r.next_at)) for r in found),
-        lateness=tuple((r.name, bool(r.late), int(r.late_slots)) for r in found),
+        schedules=tuple(
+            ScheduleState(
+                name=r.name,
+                next_at=float(r.next_at),
+                late=bool(r.late),
+                late_slots=int(r.late_slots),
+            )
+            for r in found
+        ),
         endpoints=endpoints,
     )
 

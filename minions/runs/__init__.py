@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
 from minions.runs._approvals import ApprovalRecord
 from minions.runs._audit import AUDIT_ACTIONS, Actor, AuditEntry
+from minions.runs._cache import CacheEntry
 from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointPause, EndpointRecord, Lesson
@@ -60,6 +61,7 @@ __all__ = [
     "Actor",
     "ApprovalRecord",
     "AuditEntry",
+    "CacheEntry",
     "Delivery",
     "EndpointLoad",
     "EndpointPause",

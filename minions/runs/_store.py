@@ -42,10 +42,11 @@ from minions.runs._tables import STATUSES, TERMINAL
 from minions.runs._wake import wake
 
 if TYPE_CHECKING:
-    from minions._step.cache import CachedStep, StepCache
+    from minions._step.cache import StepCache
     from minions.recipes import AgentRecipe
     from minions.recipes._schema import CatchUp, Overlap, RecipeSpec
     from minions.recipes._source import Located
+    from minions.runs._cache import CacheEntry
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._diff import RunDiff
     from minions.runs._endpoints import EndpointPause, EndpointRecord
@@ -538,7 +539,7 @@ class RunStore:
 
     async def cache_entries(
         self, *, recipe: str | None = None, limit: int = 100
-    ) -> list[tuple[str, CachedStep]]:
+    ) -> list[CacheEntry]:
         """The step cache's entries (made by runs of `recipe`), newest first, each with its
         key: the step, the run that made it (pruned with it), its recipe, when."""
         from minions.runs import _cache

@@ -612,14 +612,14 @@ def test_a_workers_run_of_a_project_with_its_own_root_is_found_there(tmp_path: P
     from minions.recipes._folder import RecipeFolder
     from minions.runs import RunRecord
     from minions.runs._leases import Lease, Start
-    from minions.runs._runner import DurableRunner
+    from minions.runs._runner import RunExecutor
     from minions.runs._snapshot import RecipeSnapshot
 
     shared = write_recipes(tmp_path / "recipes")
     own = tmp_path / "team-a-recipes"
     own.mkdir()
     (own / "flaky.yaml").write_text((shared / "flaky.yaml").read_text())
-    runner = DurableRunner(
+    runner = RunExecutor(
         None,  # type: ignore[arg-type]  # finding a recipe file reads no store
         executor_id="w",
         incarnation="i",

@@ -53,7 +53,7 @@ from minions.runs._queue import (
     client_url,
     workflow_id,
 )
-from minions.runs._runner import DurableRunner, RunEndedError, RunFailedError
+from minions.runs._runner import RunEndedError, RunExecutor, RunFailedError
 from minions.runs._schedules import TICK as SCHEDULE_TICK
 from minions.runs._schedules import Scheduler, next_due
 from minions.runs._streams import DeltaPublisher
@@ -107,7 +107,7 @@ RETENTION_EVERY = float(os.environ.get("MINIONS_RETENTION_EVERY", "60"))
 
 WorkerState = Literal["starting", "running", "degraded", "stopped", "failed"]
 
-_RUNNER: DurableRunner | None = None
+_RUNNER: RunExecutor | None = None
 
 
 @DBOS.workflow(name=WORKFLOW)
@@ -266,7 +266,7 @@ class Worker:
             settings = dataclasses.replace(settings or RunSettings(), limiter=self.limiter)
         self.deltas = DeltaPublisher(url, origin=None if hub is None else hub.origin)
         """Sends its runs' token deltas to the followers of every process of the store."""
-        self.runner = DurableRunner(
+        self.runner = RunExecutor(
             database,
             executor_id=self.executor_id,
             incarnation=self.incarnation,

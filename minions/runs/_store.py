@@ -1,12 +1,11 @@
-"""`RunStore`: the runs of one database, as async operations. The CLI and the REST service use
-it and nothing else of `minions.runs`' machinery: every state change a client makes goes
-through here, each a compare-and-set on the run (one of concurrent callers wins; the others
-get `RunStateError` with the state they found).
+"""`RunStore`: the runs of one database, as async operations. Every state change a client
+makes goes through here (the CLI's, evals', and the REST service's as a caller's projects see
+the store, `minions.runs._projects.ScopedRuns`), each a compare-and-set on the run (one of
+concurrent callers wins; the others get `RunStateError` with the state they found).
 
-`RunStore` is a face: each method reaches the rooms that own the tables (`_runs`, `_events`,
-`_checkpoints`, `_approvals`, `_workers`, `_schedules`, `_endpoints`, `_evals`, `_prune`) one way,
-``await self._database.apply(room.function, ...)``, and says what went wrong in the caller's
-terms."""
+`RunStore` is a face: each method reaches the rooms that own the tables, and the reads over
+them (`_fleet`, `_usage`, `_steps`), one way, ``await self._database.apply(room.function,
+...)``, and says what went wrong in the caller's terms."""
 
 from __future__ import annotations
 

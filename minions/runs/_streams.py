@@ -11,8 +11,9 @@ database file (none there: nothing is sent). Deltas are best effort, like a live
 batch that cannot be sent (the database away, a follower's FIFO full) is dropped, and what the
 publisher holds is bounded.
 
-A follower's `DeltaReceiver` reads them: on Postgres the `EventLog`'s one LISTEN connection,
-on SQLite a FIFO of its own, open while the process follows a run (or serves).
+A follower's process receives them in its `EventLog`: on Postgres on its one LISTEN
+connection, on SQLite through a FIFO of its own (`FifoReader`), open while the process
+follows a run (or serves); `decode` reads a message (`DeltaMessage`).
 
 A message is one line: ``ORIGIN.NUMBER RUN_ID JSON``, the JSON a list of
 ``[seq, step_id, turn, attempt, timestamp, text]``; at most `PG_MESSAGE` bytes on Postgres

@@ -38,7 +38,7 @@ from minions.runs._fleet import (
     QueueState,
     ScheduleState,
 )
-from minions.runs._keys import ROLES, KeyRecord, Role
+from minions.runs._keys import ROLES, KeyRecord, NewKey, Role
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._notify import Delivery, Notifier, NotifyTarget
 from minions.runs._projects import Scope, ScopedRuns
@@ -71,6 +71,7 @@ __all__ = [
     "EventLog",
     "FleetState",
     "KeyRecord",
+    "NewKey",
     "History",
     "Lesson",
     "LiveHub",

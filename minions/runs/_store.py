@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from minions.runs._endpoints import EndpointPause, EndpointRecord
     from minions.runs._evals import EvalRecord
     from minions.runs._fleet import EndpointStatus, FleetState, QueueState
-    from minions.runs._keys import KeyRecord
+    from minions.runs._keys import KeyRecord, NewKey
     from minions.runs._notify import Delivery
     from minions.runs._prune import History, PruneResult
     from minions.runs._runs import RerunPlan
@@ -977,7 +977,7 @@ class RunStore:
         role: str,
         projects: Sequence[str] = (),
         actor: Who = None,
-    ) -> tuple[KeyRecord, str]:
+    ) -> NewKey:
         """Add an API key named `name` with `role` (and `projects`): returns its record and
         the key itself, which is never stored (only its SHA-256 is) and cannot be shown again.
         `actor`: who adds it (recorded).
@@ -988,7 +988,7 @@ class RunStore:
         """
         from minions.runs import _keys
 
-        made = await self._database.apply(
+        return await self._database.apply(
             _keys.add,
             name,
             role=role,
@@ -996,7 +996,6 @@ class RunStore:
             actor=Actor.of(actor).name,
             audit=_audit.entry("key.add", name, actor, role=role, projects=list(projects) or None),
         )
-        return made.record, made.key
 
     async def keys(self, *, revoked: bool = False) -> list[KeyRecord]:
         """The API keys that work (the revoked ones too, when `revoked`), by name."""

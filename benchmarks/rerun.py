@@ -1,7 +1,7 @@
 """RERUN — a rerun of the last step of W1's 50-step chain against running the chain whole.
 
 The chain is W1's shape (50 agent steps in a line, the zero-latency model answering "ok"),
-run as a durable run on a store (an in-process `DurableRunner`, as a worker runs a run its
+run as a durable run on a store (an in-process `RunExecutor`, as a worker runs a run its
 queue delivered: claim, checkpoints, events). Each repetition runs the chain whole (a fresh
 run), then reruns its last step (`RunStore.rerun(run, from_step="step_49")`: the plan and the
 49 reused checkpoints copied into the new run, then the rerun executed). 2 warm-ups, 10 timed.
@@ -44,7 +44,7 @@ from minions.models import Model  # noqa: E402
 from minions.runs import RunStore  # noqa: E402
 from minions.runs._async import AsyncDatabase  # noqa: E402
 from minions.runs._db import Database  # noqa: E402
-from minions.runs._runner import DurableRunner  # noqa: E402
+from minions.runs._runner import RunExecutor  # noqa: E402
 from minions.testing import FunctionModel  # noqa: E402
 
 mark_imported()
@@ -64,7 +64,7 @@ async def measure(url: str, folder: Path, variant: str) -> None:
 
     store = RunStore(url, create=True)
     adapter = AsyncDatabase(Database(url), patient=True)
-    runner = DurableRunner(
+    runner = RunExecutor(
         adapter,
         executor_id="bench",
         incarnation="bench",

@@ -316,11 +316,11 @@ async def run_here(url: str, run_id: str, attempt: int = 1, **settings: Any) -> 
     from minions import RunSettings
     from minions.runs._async import AsyncDatabase
     from minions.runs._db import Database
-    from minions.runs._runner import DurableRunner
+    from minions.runs._runner import RunExecutor
 
     store = AsyncDatabase(Database(url), patient=True)
     try:
-        runner = DurableRunner(
+        runner = RunExecutor(
             store, executor_id="here", incarnation="here", settings=RunSettings(**settings)
         )
         await runner.execute(run_id, attempt)

@@ -2,7 +2,7 @@
 (tests/test_runs_store_faults.py).
 
 Everything runs in this process, one operation at a time: `RunStore` (submit, cancel, resume,
-rerun, prune, approve) and the worker's `DurableRunner` (a claim and its run to its end, or
+rerun, prune, approve) and the worker's `RunExecutor` (a claim and its run to its end, or
 until it waits for a person), both over a `FaultyDatabase`. Before a write transaction, in it
 (rolled back) or after its commit, the database may "kill the process": that write and every
 later one of the same process raise `Crashed`, and its tools do nothing more, as when the
@@ -38,7 +38,7 @@ from minions.runs._async import AsyncDatabase
 from minions.runs._db import Database
 from minions.runs._events import run_failed_row
 from minions.runs._queue import status_table
-from minions.runs._runner import DurableRunner
+from minions.runs._runner import RunExecutor
 from minions.runs._tables import HELD, TERMINAL, runs_table
 from minions.tools import tool_context
 
@@ -294,7 +294,7 @@ class Driver:
         self.incarnations += 1
         database = AsyncDatabase(FaultyDatabase(self.world.database, process), patient=True)
         database._pool = self.threads
-        runner = DurableRunner(
+        runner = RunExecutor(
             database,
             executor_id="w",
             incarnation=f"w{self.incarnations}",
@@ -326,8 +326,9 @@ class Driver:
         queue = await self.store._dbos()
         now = time.time() + 3600 if now is None else now
         taken = []
-        for run_id, epoch, recoveries, _ in runs.expired(database, now):
-            if recoveries >= MAX_RECOVERIES:
+        for expired in runs.expired(database, now):
+            run_id = expired.run_id
+            if expired.recoveries >= MAX_RECOVERIES:
                 runs.end_unheld(
                     database,
                     run_id,
@@ -339,7 +340,12 @@ class Driver:
                 )
                 continue
             if runs.requeue(
-                database, run_id, statuses=HELD, epoch=epoch, recovery=True, enqueue=queue.enqueue
+                database,
+                run_id,
+                statuses=HELD,
+                epoch=expired.epoch,
+                recovery=True,
+                enqueue=queue.enqueue,
             ):
                 taken.append(run_id)
         return f"took over {taken}"

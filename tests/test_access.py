@@ -34,7 +34,8 @@ from minions.service import ServiceConfig, create_app
 
 async def test_keys_are_stored_as_hashes_and_names_come_back_after_a_revoke(url: str) -> None:
     store = RunStore(url, create=True)
-    record, key = await store.add_key("alice", role="approver", projects=["a", "b"], actor="x")
+    made = await store.add_key("alice", role="approver", projects=["a", "b"], actor="x")
+    record, key = made.record, made.key
     assert key.startswith("mk_")
     assert len(key) == 46
     assert (record.name, record.role, record.projects, record.created_by) == (
@@ -71,9 +72,9 @@ async def test_keys_are_stored_as_hashes_and_names_come_back_after_a_revoke(url:
     assert await store.key_by_id(record.id) is None
     with pytest.raises(UnknownKeyError):
         await store.revoke_key("alice")
-    again, second = await store.add_key("alice", role="viewer")
-    assert again.id != record.id
-    assert second != key
+    again = await store.add_key("alice", role="viewer")
+    assert again.record.id != record.id
+    assert again.key != key
     assert [k.name for k in await store.keys()] == ["alice"]
     assert [k.role for k in await store.keys(revoked=True)] == ["approver", "viewer"]
     await store.aclose()
@@ -182,7 +183,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
         store = RunStore(url, create=True)
         made: dict[str, str] = {}
         for role in ROLES:
-            made[role] = (await store.add_key(f"k-{role}", role=role))[1]
+            made[role] = (await store.add_key(f"k-{role}", role=role)).key
         await store.aclose()
         return made
 
@@ -237,7 +238,7 @@ def test_metrics_need_a_reader_unless_public(tmp_path: Path, public: bool) -> No
 
     async def viewer() -> str:
         store = RunStore(url, create=True)
-        key = (await store.add_key("vic", role="viewer"))[1]
+        key = (await store.add_key("vic", role="viewer")).key
         await store.aclose()
         return key
 
@@ -448,7 +449,7 @@ def test_who_did_what_is_in_the_run_and_its_events_and_keys_never_in_the_log(
     async def keys() -> dict[str, str]:
         store = RunStore(url, create=True)
         made = {
-            name: (await store.add_key(name, role=role))[1]
+            name: (await store.add_key(name, role=role)).key
             for name, role in (("olga", "operator"), ("alice", "approver"), ("vic", "viewer"))
         }
         await store.aclose()

@@ -56,7 +56,7 @@ def test_people_see_who_they_are_what_waits_for_them_and_the_audit(
     async def keys() -> dict[str, str]:
         store = RunStore(url, create=True)
         made = {
-            name: (await store.add_key(name, role=role, actor="cli:ops"))[1]
+            name: (await store.add_key(name, role=role, actor="cli:ops")).key
             for name, role in (
                 ("ada", "admin"),
                 ("olga", "operator"),

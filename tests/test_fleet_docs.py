@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from minions._messages import Usage
 from minions._tracing.prometheus import PrometheusMetrics
-from minions.runs import EndpointLoad, FleetState
+from minions.runs import EndpointLoad, FleetState, ScheduleState
 from minions.service._routes.metrics import fleet_families
 from minions.testing import ScriptedModel
 
@@ -37,8 +37,7 @@ def exposed() -> set[str]:
     meter.failed(0.1, TimeoutError(), Usage(calls=1, prompt_tokens=3, completion_tokens=2))
     state = FleetState(
         at=100.0,
-        schedules=(("nightly", 50.0),),
-        lateness=(("nightly", True, 2),),
+        schedules=(ScheduleState(name="nightly", next_at=50.0, late=True, late_slots=2),),
         endpoints=(
             EndpointLoad(
                 endpoint="http://e/v1", in_flight=1, waiting=0, requests=1, tokens=1,

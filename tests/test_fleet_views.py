@@ -157,7 +157,7 @@ async def test_the_queue_counts_the_backlog_and_lists_the_oldest(url: str) -> No
         assert (state.queued, state.running, state.waiting) == (2, 3, 0)
         assert state.oldest_queued_age >= 300
         assert [r.run_id for r in state.oldest] == ["q1"]
-        assert [(r, n) for r, n, _ in state.by_recipe] == [("x", 2)]
+        assert [(r.recipe_id, r.queued) for r in state.by_recipe] == [("x", 2)]
     finally:
         await store.aclose()
         database.close()

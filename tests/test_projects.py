@@ -98,10 +98,10 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
     async def make() -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         store = RunStore(url, create=True)
         keys = {
-            "alice": (await store.add_key("alice", role="operator", projects=[A]))[1],
-            "bob": (await store.add_key("bob", role="operator", projects=[B]))[1],
-            "multi": (await store.add_key("multi", role="operator", projects=[A, B]))[1],
-            "boss": (await store.add_key("boss", role="admin"))[1],
+            "alice": (await store.add_key("alice", role="operator", projects=[A])).key,
+            "bob": (await store.add_key("bob", role="operator", projects=[B])).key,
+            "multi": (await store.add_key("multi", role="operator", projects=[A, B])).key,
+            "boss": (await store.add_key("boss", role="admin")).key,
         }
         a = await _tenant(store, recipes, A)
         b = await _tenant(store, recipes, B)
@@ -802,9 +802,9 @@ def test_a_project_with_its_own_recipes_folder_is_offered_its_recipes_only(
     async def keys() -> dict[str, str]:
         store = RunStore(url, create=True)
         made = {
-            "alice": (await store.add_key("alice", role="operator", projects=[A]))[1],
-            "bob": (await store.add_key("bob", role="operator", projects=[B]))[1],
-            "multi": (await store.add_key("multi", role="operator", projects=[A, B]))[1],
+            "alice": (await store.add_key("alice", role="operator", projects=[A])).key,
+            "bob": (await store.add_key("bob", role="operator", projects=[B])).key,
+            "multi": (await store.add_key("multi", role="operator", projects=[A, B])).key,
         }
         await store.aclose()
         return made
@@ -839,14 +839,14 @@ def test_a_workers_run_of_a_project_with_its_own_root_is_found_there(tmp_path: P
     from minions.recipes._folder import RecipeFolder
     from minions.runs import RunRecord
     from minions.runs._leases import Lease, Start
-    from minions.runs._runner import DurableRunner
+    from minions.runs._runner import RunExecutor
     from minions.runs._snapshot import RecipeSnapshot
 
     shared = write_recipes(tmp_path / "recipes")
     own = tmp_path / "team-a-recipes"
     own.mkdir()
     (own / "flaky.yaml").write_text((shared / "flaky.yaml").read_text())
-    runner = DurableRunner(
+    runner = RunExecutor(
         None,  # type: ignore[arg-type]  # finding a recipe file reads no store
         executor_id="w",
         incarnation="i",

@@ -456,7 +456,7 @@ def test_thousands_of_events_in_one_write_are_stored_in_order(url: str) -> None:
     _leases.append(database, start.lease, after=2500, events=[last])
     assert [e.seq for e in _events.after(database, "r")] == list(range(1, 2502))
     assert list(_checkpoints.saved(database, "r")) == [("a", 1)]
-    assert _runs.head(database, "r") == ("running", 2501)
+    assert _runs.head(database, "r") == _runs.Head(status="running", last_seq=2501)
     database.close()
 
 

@@ -400,7 +400,7 @@ async def test_a_workers_runs_share_what_its_models_learned(tmp_path: Path) -> N
     again that the server refuses `json_schema` (one request fewer)."""
     from minions.runs._async import AsyncDatabase
     from minions.runs._db import Database
-    from minions.runs._runner import DurableRunner
+    from minions.runs._runner import RunExecutor
     from minions.testing import FakeOpenAIServer, FakeReply
 
     async with FakeOpenAIServer(
@@ -416,7 +416,7 @@ async def test_a_workers_runs_share_what_its_models_learned(tmp_path: Path) -> N
         url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
         store = RunStore(url, create=True)
         async_store = AsyncDatabase(Database(url), patient=True)
-        runner = DurableRunner(async_store, executor_id="w", incarnation="w")
+        runner = RunExecutor(async_store, executor_id="w", incarnation="w")
         requests = []
         for tag in ("first", "second"):
             run_id, _ = await store.submit(recipe, idempotency_key=tag)
@@ -521,10 +521,10 @@ async def test_a_runs_end_is_stored_only_with_its_status(tmp_path: Path) -> None
     recorder.on_event(RunCompleted(run_id="r", seq=2, timestamp=now))
     await recorder._flush()
     assert [e.kind for e in _events.after(store, "r")] == ["step_started"]
-    assert _runs.head(store, "r") == ("running", 1)
+    assert _runs.head(store, "r") == _runs.Head(status="running", last_seq=1)
     assert await recorder.close(status="completed", finished_at=now)
     assert [e.kind for e in _events.after(store, "r")] == ["step_started", "run_completed"]
-    assert _runs.head(store, "r") == ("completed", 2)
+    assert _runs.head(store, "r") == _runs.Head(status="completed", last_seq=2)
     store.close()
 
 
@@ -537,7 +537,7 @@ async def test_a_worker_runs_at_most_its_own_concurrency_whatever_the_queue_hand
     from minions import Prompt, RunSettings
     from minions.runs._async import AsyncDatabase
     from minions.runs._db import Database
-    from minions.runs._runner import DurableRunner
+    from minions.runs._runner import RunExecutor
     from minions.testing import FunctionModel
 
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
@@ -557,7 +557,7 @@ async def test_a_worker_runs_at_most_its_own_concurrency_whatever_the_queue_hand
 
     async_store = AsyncDatabase(Database(url), patient=True)
     settings = RunSettings(model=FunctionModel(answer, name="held"))
-    runner = DurableRunner(
+    runner = RunExecutor(
         async_store, executor_id="w", incarnation="w", settings=settings, concurrency=2
     )
     runs = asyncio.gather(*(runner.execute(run_id, 1) for run_id in ids))
@@ -705,7 +705,7 @@ async def test_a_run_delivered_twice_to_one_worker_runs_once(
     which had done its step's effect: seen once in the proof test)."""
     from minions.runs._async import AsyncDatabase
     from minions.runs._db import Database
-    from minions.runs._runner import DurableRunner
+    from minions.runs._runner import RunExecutor
 
     ledger = tmp_path / "ledger.txt"
     monkeypatch.setenv("LEDGER", str(ledger))
@@ -713,7 +713,7 @@ async def test_a_run_delivered_twice_to_one_worker_runs_once(
     store = RunStore(url, create=True)
     run_id, _ = await store.submit(write_ledger_recipe(tmp_path), {"tag": "t"})
     async_store = AsyncDatabase(Database(url), patient=True)
-    runner = DurableRunner(async_store, executor_id="w", incarnation="w")
+    runner = RunExecutor(async_store, executor_id="w", incarnation="w")
     await asyncio.gather(runner.execute(run_id, 1), runner.execute(run_id, 1))
     async_store.close()
     assert (await store.get(run_id)).status == "completed"

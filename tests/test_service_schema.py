@@ -52,8 +52,8 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     async def keys() -> dict[str, str]:
         store = RunStore(url, create=True)
-        _, key = await store.add_key("viv", role="viewer")
-        _, two = await store.add_key("two", role="operator", projects=["team-a", "team-b"])
+        key = (await store.add_key("viv", role="viewer")).key
+        two = (await store.add_key("two", role="operator", projects=["team-a", "team-b"])).key
         await store.aclose()
         return {"key": key, "two": two}
 

@@ -371,7 +371,8 @@ async def test_entries_belong_to_their_run_pruned_with_it_listed_and_cleared(
     next run calls its model again); `cache_entries` lists them by recipe, `clear_cache`
     empties one recipe's part or all."""
     store, model, path, first = await durable_run(tmp_path, url)
-    [(_, entry)] = await store.cache_entries()
+    [listed] = await store.cache_entries()
+    entry = listed.step
     assert (entry.step_id, entry.run_id, entry.recipe_id) == ("research", first, "durable-cache")
     assert await store.cache_entries(recipe="other") == []
     assert await store.count_cache_entries(recipe="durable-cache") == 1
@@ -398,7 +399,8 @@ async def test_a_rerun_runs_its_steps_again_unless_it_asks_for_the_cache(
     await run_here(url, plan.run_id, model=model)
     assert len(model.requests) == 4  # research and write, both again
     assert not [e for e in await store.events(plan.run_id) if isinstance(e, StepCached)]
-    [(_, entry)] = await store.cache_entries()
+    [listed] = await store.cache_entries()
+    entry = listed.step
     assert entry.run_id == plan.run_id  # refreshed by the rerun
     asked = await store.rerun(parent, from_step="research", cache=True)
     assert asked.cache is True

@@ -65,10 +65,9 @@ def test_a_batch_fits_its_messages_and_comes_back_whole(limit: int) -> None:
     for message in messages:
         decoded = decode(message.decode().rstrip("\n"))
         assert decoded is not None
-        origin, run_id, deltas = decoded
-        assert origin == "origin"
-        assert {d.run_id for d in deltas} == {run_id}
-        for d in deltas:
+        assert decoded.origin == "origin"
+        assert {d.run_id for d in decoded.deltas} == {decoded.run_id}
+        for d in decoded.deltas:
             got[(d.run_id, d.seq)] = got.get((d.run_id, d.seq), "") + d.text
     assert got == {("r1", 3): long, ("r2", 3): "other run", ("r1", 5): "later"}
 
@@ -91,7 +90,7 @@ def test_a_publisher_on_postgres_sends_every_piece_of_a_repetitive_text(postgres
     for note in listener.notifies(timeout=1.0):
         decoded = decode(note.payload)
         assert decoded is not None
-        received += "".join(d.text for d in decoded[2])
+        received += "".join(d.text for d in decoded.deltas)
     listener.close()
     assert received == "tok " * 5000
     assert publisher.sent > 1
@@ -111,7 +110,7 @@ def test_a_publisher_on_sqlite_holds_nothing_while_nobody_follows(tmp_path: Path
     publisher.stop()
     heard = [decode(m) for m in reader.read()]
     reader.close()
-    assert ["".join(d.text for d in h[2]) for h in heard if h is not None] == ["but this"]
+    assert ["".join(d.text for d in h.deltas) for h in heard if h is not None] == ["but this"]
 
 
 @pytest.mark.parametrize("message", ["", "x", "o r", "o r [1]", "o r [[1,2]]", "o r {}"])

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from minions.runs import RunStore
 from minions.runs._async import AsyncDatabase
 from minions.runs._db import Database
-from minions.runs._runner import DurableRunner
+from minions.runs._runner import RunExecutor
 
 TOOLS = '''\
 from dataclasses import dataclass
@@ -41,7 +41,7 @@ async def run_with(tmp_path: Path, deps: Callable[[], object] | None) -> tuple[R
     run_id, _ = await store.submit(tmp_path / "recipe.yaml")
     async_store = AsyncDatabase(Database(url), patient=True)
     try:
-        runner = DurableRunner(async_store, executor_id="w", incarnation="w", deps=deps)
+        runner = RunExecutor(async_store, executor_id="w", incarnation="w", deps=deps)
         try:
             await runner.execute(run_id, 1)
         except Exception:

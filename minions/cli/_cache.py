@@ -54,14 +54,14 @@ def list_entries(
     if json_output:
         rows = [
             {
-                "key": key,
-                "step_id": e.step_id,
-                "recipe_id": e.recipe_id or None,
-                "run_id": e.run_id or None,
-                "created_at": e.created_at,
-                "usage": dict(e.usage),
+                "key": entry.key,
+                "step_id": entry.step.step_id,
+                "recipe_id": entry.step.recipe_id or None,
+                "run_id": entry.step.run_id or None,
+                "created_at": entry.step.created_at,
+                "usage": dict(entry.step.usage),
             }
-            for key, e in found
+            for entry in found
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -72,9 +72,10 @@ def list_entries(
     table = Table(show_edge=False, pad_edge=False)
     for name in ("key", "step", "recipe", "run", "made", "tokens saved per hit"):
         table.add_column(name)
-    for key, e in found:
+    for entry in found:
+        e = entry.step
         table.add_row(
-            key[:12],
+            entry.key[:12],
             plain(e.step_id),
             plain(e.recipe_id),
             e.run_id,

@@ -185,7 +185,8 @@ def queue(
         data = jsonable(state)
         data["oldest_queued_seconds"] = state.oldest_queued_age
         data["by_recipe"] = [
-            {"recipe": r, "queued": n, "oldest_queued_at": at} for r, n, at in state.by_recipe
+            {"recipe": r.recipe_id, "queued": r.queued, "oldest_queued_at": r.oldest_queued_at}
+            for r in state.by_recipe
         ]
         _print_json(data)
         return
@@ -199,8 +200,10 @@ def queue(
     if not state.queued:
         return
     table = _table("recipe", "queued", "oldest")
-    for recipe, n, at in state.by_recipe:
-        table.add_row(plain(recipe), str(n), f"{elapsed(state.at - at)} ago")
+    for r in state.by_recipe:
+        table.add_row(
+            plain(r.recipe_id), str(r.queued), f"{elapsed(state.at - r.oldest_queued_at)} ago"
+        )
     console.print(table)
     runs = _table("run", "recipe", "schedule", "queued at")
     for r in state.oldest:

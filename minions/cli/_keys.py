@@ -53,13 +53,14 @@ def add(
     store = open_store(database_url, create=True)
     try:
         try:
-            record, key = asyncio.run(
+            made = asyncio.run(
                 store.add_key(name, role=role, projects=projects or (), actor=cli_who())
             )
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     finally:
         store.close()
+    record, key = made.record, made.key
     if json_output:
         data = {"name": record.name, "key": key, "role": record.role}
         typer.echo(json.dumps({**data, "projects": list(record.projects)}))

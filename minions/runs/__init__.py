@@ -24,12 +24,21 @@ from typing import TYPE_CHECKING, Any
 from minions.runs import _extra  # noqa: F401 (first: it names a missing package)
 from minions.runs._approvals import ApprovalRecord
 from minions.runs._audit import AUDIT_ACTIONS, Actor, AuditEntry
+from minions.runs._cache import CacheEntry
 from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointPause, EndpointRecord, Lesson
 from minions.runs._evals import EvalRecord
-from minions.runs._fleet import EndpointLoad, EndpointStatus, FleetState, QueuedRun, QueueState
-from minions.runs._keys import ROLES, KeyRecord, Role
+from minions.runs._fleet import (
+    EndpointLoad,
+    EndpointStatus,
+    FleetState,
+    QueuedRecipe,
+    QueuedRun,
+    QueueState,
+    ScheduleState,
+)
+from minions.runs._keys import ROLES, KeyRecord, NewKey, Role
 from minions.runs._log import EventLog, LiveHub
 from minions.runs._notify import Delivery, Notifier, NotifyTarget
 from minions.runs._projects import Scope, ScopedRuns
@@ -52,6 +61,7 @@ __all__ = [
     "Actor",
     "ApprovalRecord",
     "AuditEntry",
+    "CacheEntry",
     "Delivery",
     "EndpointLoad",
     "EndpointPause",
@@ -61,6 +71,7 @@ __all__ = [
     "EventLog",
     "FleetState",
     "KeyRecord",
+    "NewKey",
     "History",
     "Lesson",
     "LiveHub",
@@ -68,6 +79,7 @@ __all__ = [
     "NotifyTarget",
     "PruneResult",
     "QueueState",
+    "QueuedRecipe",
     "QueuedRun",
     "Role",
     "RerunPlan",
@@ -77,6 +89,7 @@ __all__ = [
     "RunRecord",
     "RunStore",
     "ScheduleRecord",
+    "ScheduleState",
     "Scope",
     "ScopedRuns",
     "StepDetail",

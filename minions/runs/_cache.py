@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -22,7 +23,17 @@ if TYPE_CHECKING:
     from minions.runs._async import AsyncDatabase
     from minions.runs._db import Database
 
-__all__: list[str] = []
+__all__ = ["CacheEntry"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheEntry:
+    """An entry of the store's step cache: its key and what it keeps."""
+
+    key: str
+    step: CachedStep
+    """The cached step: its output, the step, the run that made it (pruned with it), its
+    recipe, when, and what each hit saves."""
 
 
 def entry_of(database: Database, key: str) -> CachedStep | None:
@@ -68,15 +79,13 @@ def keep(database: Database, key: str, entry: CachedStep, *, now: float) -> None
         db.execute(database.upsert(step_cache_table, values, key=["key"]))
 
 
-def listed(
-    database: Database, *, recipe: str | None = None, limit: int = 100
-) -> list[tuple[str, CachedStep]]:
-    """Entries (of `recipe`'s runs), newest first, with their keys."""
+def listed(database: Database, *, recipe: str | None = None, limit: int = 100) -> list[CacheEntry]:
+    """Entries (of `recipe`'s runs), newest first."""
     query = sa.select(step_cache_table).order_by(step_cache_table.c.created_at.desc())
     if recipe is not None:
         query = query.where(step_cache_table.c.recipe_id == recipe)
     with database.read() as db:
-        return [(row.key, _entry(row)) for row in db.execute(query.limit(limit))]
+        return [CacheEntry(key=row.key, step=_entry(row)) for row in db.execute(query.limit(limit))]
 
 
 def count(database: Database, *, recipe: str | None = None) -> int:

@@ -8,10 +8,10 @@ transaction that writes first never meets a stale snapshot) as on Postgres (the 
 READ COMMITTED re-checks the condition).
 
 SQLite runs in WAL mode with synchronous FULL (every commit fsynced); Postgres through psycopg.
-Each table has one room that owns its SQL and the type of what it stores (`_runs`, `_leases`,
-`_events`, `_checkpoints`, `_approvals`, `_workers`, `_cache`, `_schedules`, `_endpoints`,
-`_queue` for DBOS's tables); a room's functions take the `Database` first, and
-`minions.runs._async` is the only caller that goes to a thread with them.
+Each table has one room, a module of `minions.runs`, that owns its SQL and the type of what
+it stores (`_queue` reads DBOS's tables; docs/architecture.md lists them all); a room's
+functions take the `Database` first, and `minions.runs._async` is the only caller that goes
+to a thread with them.
 """
 
 from __future__ import annotations

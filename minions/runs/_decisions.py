@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
@@ -71,7 +72,8 @@ def decide(
         return decided
 
 
-class Due(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Due:
     """A call of a parked run whose timeout or escalation is due."""
 
     run_id: str
@@ -85,9 +87,9 @@ def sweep(
     this), and say when the next one is due (None: nothing waits with a deadline). `by`: the
     worker sweeping (where the audit log says a timeout came from)."""
     now = time.time() if now is None else now
-    for run_id, call_id in due(database, now):
-        escalate(database, run_id, call_id, now=now)
-        expire(database, run_id, call_id, enqueue=enqueue, now=now, by=by)
+    for call in due(database, now):
+        escalate(database, call.run_id, call.call_id, now=now)
+        expire(database, call.run_id, call.call_id, enqueue=enqueue, now=now, by=by)
     return next_due(database)
 
 
@@ -96,7 +98,7 @@ def due(database: Database, now: float) -> list[Due]:
     a, r = approvals_table.c, runs_table.c
     with database.read() as db:
         return [
-            Due(row.run_id, row.call_id)
+            Due(run_id=row.run_id, call_id=row.call_id)
             for row in db.execute(
                 sa.select(a.run_id, a.call_id)
                 .join(runs_table, r.run_id == a.run_id)

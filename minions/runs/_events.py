@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -26,17 +26,29 @@ __all__: list[str] = []
 
 TERMINAL_KINDS = frozenset({"run_completed", "run_failed"})
 """The kinds of event that end a run's log (until the run is resumed)."""
-COLUMNS = "(run_id, seq, kind, step_id, data)"
-"""The columns of a stored event, as the holder's commit writes them (its own SQL)."""
 
 
 class EventRow(NamedTuple):
-    """An event as stored: its number, kind, step id and JSON."""
+    """An event as stored: its number, kind, step id and JSON.
+
+    A tuple on purpose: the holder's commit, which the step loop waits on, hands the rows
+    straight to the database driver (`driver_rows`, in `COLUMNS` order after the run's id),
+    with no conversion per event. Outside this module it is read by name only.
+    """
 
     seq: int
     kind: str
     step_id: str | None
     data: str
+
+
+COLUMNS = f"(run_id, {', '.join(EventRow._fields)})"
+"""The columns of a stored event, as the holder's commit writes them (its own SQL)."""
+
+
+def driver_rows(run_id: str, rows: Sequence[EventRow]) -> list[tuple[Any, ...]]:
+    """The run's `rows` as the driver takes them, in `COLUMNS` order (the holder's commit)."""
+    return [(run_id, *row) for row in rows]
 
 
 def row_of(event: Event) -> EventRow:

@@ -21,7 +21,15 @@ from minions.runs._endpoints import EndpointRecord
 from minions.runs._tables import SCHEMA_VERSION, meta_table, runs_table, workers_table
 from minions.runs._workers import WorkerRecord
 
-__all__ = ["EndpointLoad", "EndpointStatus", "FleetState", "QueueState", "QueuedRun"]
+__all__ = [
+    "EndpointLoad",
+    "EndpointStatus",
+    "FleetState",
+    "QueueState",
+    "QueuedRecipe",
+    "QueuedRun",
+    "ScheduleState",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +57,19 @@ class EndpointLoad:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScheduleState:
+    """A schedule that is not paused, as the fleet sees it."""
+
+    name: str
+    next_at: float
+    """Its next slot (Unix seconds): a slot in the past not fired yet is late."""
+    late: bool
+    """Its latest slots fired over a minute late, or some were skipped."""
+    late_slots: int
+    """How many of its slots were late or skipped in all."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class FleetState:
     """The store's runs, workers, schedules and endpoints at one moment.
 
@@ -61,10 +82,7 @@ class FleetState:
         workers_alive: workers that beat within the dead-worker timeout.
         workers_dead: workers that stopped beating without stopping (killed, frozen, cut
             off): their records remain until a fleet view's expiry.
-        schedules: each schedule that is not paused, with its next slot (Unix seconds): a
-            slot in the past not fired yet is late.
-        lateness: each of them with its late flag (its latest slots fired over a minute late,
-            or some were skipped) and how many of its slots were late or skipped in all.
+        schedules: each schedule that is not paused: its next slot and its lateness.
         endpoints: the limited endpoints' load.
     """
 
@@ -75,8 +93,7 @@ class FleetState:
     waiting: int = 0
     workers_alive: int = 0
     workers_dead: int = 0
-    schedules: tuple[tuple[str, float], ...] = ()
-    lateness: tuple[tuple[str, bool, int], ...] = ()
+    schedules: tuple[ScheduleState, ...] = ()
     endpoints: tuple[EndpointLoad, ...] = ()
 
     @property
@@ -88,7 +105,7 @@ class FleetState:
 
     def schedule_lag(self) -> dict[str, float]:
         """Seconds each schedule's next slot is overdue (0: not due yet)."""
-        return {name: max(0.0, self.at - next_at) for name, next_at in self.schedules}
+        return {s.name: max(0.0, self.at - s.next_at) for s in self.schedules}
 
 
 _RUNS = sa.text(
@@ -149,8 +166,15 @@ def fleet_state(store: Database, *, now: float) -> FleetState:
         waiting=counts.get("waiting", (0, None))[0],
         workers_alive=int(alive),
         workers_dead=int(dead),
-        schedules=tuple((r.name, float(r.next_at)) for r in found),
-        lateness=tuple((r.name, bool(r.late), int(r.late_slots)) for r in found),
+        schedules=tuple(
+            ScheduleState(
+                name=r.name,
+                next_at=float(r.next_at),
+                late=bool(r.late),
+                late_slots=int(r.late_slots),
+            )
+            for r in found
+        ),
         endpoints=endpoints,
     )
 
@@ -240,6 +264,17 @@ class QueuedRun:
 
 
 @dataclass(frozen=True, kw_only=True)
+class QueuedRecipe:
+    """The queued runs of one recipe."""
+
+    recipe_id: str
+    queued: int
+    """How many."""
+    oldest_queued_at: float
+    """When the oldest of them was submitted (Unix seconds)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueueState:
     """The backlog at one moment.
 
@@ -249,8 +284,7 @@ class QueueState:
         oldest_queued_at: when the oldest of them was submitted (None: none queued).
         running: runs a worker runs now.
         waiting: runs waiting for a person's approval (they hold no worker place).
-        by_recipe: the queued runs per recipe: (recipe, how many, the oldest's submission),
-            the most waiting first.
+        by_recipe: the queued runs per recipe, the most waiting first.
         oldest: the first queued runs, oldest first (at most `limit` of them).
     """
 
@@ -259,7 +293,7 @@ class QueueState:
     oldest_queued_at: float | None
     running: int
     waiting: int
-    by_recipe: tuple[tuple[str, int, float], ...]
+    by_recipe: tuple[QueuedRecipe, ...]
     oldest: tuple[QueuedRun, ...]
 
     @property
@@ -307,7 +341,10 @@ def queue_state(
                 .order_by(sa.func.count().desc(), runs.recipe_id)
             )
         counts = {r.status: (int(r.n), r.oldest) for r in counted}
-        by_recipe = tuple((r.recipe_id, int(r.n), float(r.oldest)) for r in recipes)
+        by_recipe = tuple(
+            QueuedRecipe(recipe_id=r.recipe_id, queued=int(r.n), oldest_queued_at=float(r.oldest))
+            for r in recipes
+        )
         oldest = tuple(
             QueuedRun(
                 run_id=r.run_id, recipe_id=r.recipe_id, created_at=r.created_at, schedule=r.schedule

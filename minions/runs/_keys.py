@@ -32,7 +32,7 @@ from minions.runs import _audit
 from minions.runs._db import Database
 from minions.runs._projects import DEFAULT_PROJECT, check_project
 
-__all__ = ["ROLES", "KeyRecord", "Role"]
+__all__ = ["ROLES", "KeyRecord", "NewKey", "Role"]
 
 Role = Literal["viewer", "approver", "operator", "admin"]
 ROLES: tuple[Role, ...] = get_args(Role)

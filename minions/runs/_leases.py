@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 
@@ -23,6 +23,7 @@ from minions.runs import _runs as runs
 from minions.runs._checkpoints import COLUMNS as CHECKPOINT_COLUMNS
 from minions.runs._db import dumps
 from minions.runs._events import COLUMNS as EVENT_COLUMNS
+from minions.runs._events import driver_rows as events_driver_rows
 from minions.runs._queue import status_table
 from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import RecipeSnapshot
@@ -72,7 +73,8 @@ Refusal = Literal["held", "stale", "ended"]
 current one (a stale delivery); the run has ended."""
 
 
-class Watch(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Watch:
     """What the holder of a run watches while it runs."""
 
     epoch: int
@@ -149,7 +151,11 @@ def watch(database: Database, run_id: str, workflow_id: str) -> Watch:
         ).one_or_none()
     if row is None:
         raise UnknownRunError(run_id)
-    return Watch(int(row.epoch), bool(row.cancel_requested), row.status)
+    return Watch(
+        epoch=int(row.epoch),
+        cancel_requested=bool(row.cancel_requested),
+        workflow_status=row.status,
+    )
 
 
 def append(
@@ -178,7 +184,7 @@ def append(
     if values.get("status") in TERMINAL:
         values.update(holder=None, lease_until=None)
     values["last_seq"] = new
-    rows = [(lease.run_id, *event) for event in events]
+    rows = events_driver_rows(lease.run_id, events)
     step_row = None if checkpoint is None else checkpoint.row(lease.run_id)
     # On Postgres the commit is one statement (a transaction of its own) unless thousands
     # of events go in chunks.

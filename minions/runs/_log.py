@@ -132,7 +132,7 @@ class _Feed:
     async def run(self) -> None:
         database = self.log.database
         try:
-            _, self.last = await database.apply(runs.head, self.run_id)
+            self.last = (await database.apply(runs.head, self.run_id)).last_seq
             self.ready.set()
             while self.subscribers:
                 # Cleared before the read: a wake-up during the read is not lost.
@@ -212,8 +212,8 @@ class EventLog:
         Raises:
             UnknownRunError: no run has this id.
         """
-        status, last = await self.database.apply(runs.head, run_id)
-        if status in TERMINAL and last <= after:
+        head = await self.database.apply(runs.head, run_id)
+        if head.status in TERMINAL and head.last_seq <= after:
             return  # the follower has seen the end already
         async with self._subscribe(run_id) as subscription:
             # What is stored already (the feed publishes what comes after its start, so
@@ -227,8 +227,8 @@ class EventLog:
                         return
                 if len(batch) < PAGE:
                     break
-            status, last = await self.database.apply(runs.head, run_id)
-            if status in TERMINAL and last <= after:
+            head = await self.database.apply(runs.head, run_id)
+            if head.status in TERMINAL and head.last_seq <= after:
                 return
             while True:
                 received = await subscription.queue.get()
@@ -259,8 +259,8 @@ class EventLog:
         has ended (a run resumed after failing goes on after its `run_failed`)."""
         if event.kind not in TERMINAL_KINDS:
             return False
-        status, last = await self.database.apply(runs.head, event.run_id)
-        return status in TERMINAL and last == event.seq
+        head = await self.database.apply(runs.head, event.run_id)
+        return head.status in TERMINAL and head.last_seq == event.seq
 
     @contextlib.asynccontextmanager
     async def _subscribe(self, run_id: str) -> AsyncIterator[_Subscription]:
@@ -346,7 +346,7 @@ class EventLog:
             return  # nobody follows the run here, or the hub told of them already
         decoded = streams.decode(message)
         if decoded is not None:
-            for delta in decoded[2]:
+            for delta in decoded.deltas:
                 feed.on_live(delta)
 
     async def _listening(self) -> None:

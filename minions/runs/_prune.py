@@ -246,7 +246,7 @@ def _vacuum(database: Database) -> None:
     minute, and the database grew by the size of each pruned batch."""
     with database.engine.connect() as raw:
         with database.read() as db:
-            tables = [t for t, _ in queue.workflow_tables(database, db)]
+            tables = [kept.table for kept in queue.workflow_tables(database, db)]
         names = [t.name for t in (runs_table, steps_table, events_table, approvals_table)]
         names += [f"dbos.{t.name}" for t in tables]
         autocommit = raw.execution_options(isolation_level="AUTOCOMMIT")

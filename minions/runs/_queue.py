@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -46,10 +47,18 @@ def workflow_id(run_id: str, attempt: int) -> str:
     return run_id if attempt == 1 else f"{run_id}-{attempt}"
 
 
-def attempt_of(workflow: str) -> tuple[str, int]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAttempt:
+    """The run and attempt a workflow is."""
+
+    run_id: str
+    attempt: int
+
+
+def attempt_of(workflow: str) -> RunAttempt:
     """The run id and attempt of a workflow id made by `workflow_id`."""
     run_id, _, attempt = workflow.partition("-")
-    return run_id, int(attempt) if attempt.isdigit() else 1
+    return RunAttempt(run_id=run_id, attempt=int(attempt) if attempt.isdigit() else 1)
 
 
 def client_url(url: str) -> str:
@@ -143,19 +152,28 @@ def status_table(postgres: bool) -> str:
     return "dbos.workflow_status" if postgres else "workflow_status"
 
 
-_WORKFLOW_TABLES: dict[str, list[tuple[sa.Table, str]]] = {}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowTable:
+    """A table of DBOS that holds rows of workflows."""
+
+    table: sa.Table
+    column: str
+    """The column naming a row's workflow."""
 
 
-def workflow_tables(database: Database, db: sa.Connection) -> list[tuple[sa.Table, str]]:
-    """DBOS's tables that hold rows of a workflow, and the column naming it; the workflows'
-    own table last (the others refer to it)."""
+_WORKFLOW_TABLES: dict[str, list[WorkflowTable]] = {}
+
+
+def workflow_tables(database: Database, db: sa.Connection) -> list[WorkflowTable]:
+    """DBOS's tables that hold rows of a workflow; the workflows' own table last (the
+    others refer to it)."""
     known = _WORKFLOW_TABLES.get(database.url)
     if known is not None:
         return known
     schema = "dbos" if database.postgres else None
     inspector = sa.inspect(db)
-    found: list[tuple[sa.Table, str]] = []
-    last: list[tuple[sa.Table, str]] = []
+    found: list[WorkflowTable] = []
+    last: list[WorkflowTable] = []
     for name in inspector.get_table_names(schema=schema):
         if name in OURS:
             continue
@@ -163,7 +181,8 @@ def workflow_tables(database: Database, db: sa.Connection) -> list[tuple[sa.Tabl
         for column in ("workflow_uuid", "destination_uuid"):
             if column in columns:
                 table = sa.Table(name, sa.MetaData(), sa.Column(column, sa.Text), schema=schema)
-                (last if name == "workflow_status" else found).append((table, column))
+                kept = WorkflowTable(table=table, column=column)
+                (last if name == "workflow_status" else found).append(kept)
                 break
     _WORKFLOW_TABLES[database.url] = found + last
     return found + last
@@ -171,5 +190,5 @@ def workflow_tables(database: Database, db: sa.Connection) -> list[tuple[sa.Tabl
 
 def forget(database: Database, db: sa.Connection, workflows: Sequence[str]) -> None:
     """Delete what DBOS keeps of these workflows (pruning, in the caller's transaction)."""
-    for table, column in workflow_tables(database, db):
-        db.execute(table.delete().where(table.c[column].in_(list(workflows))))
+    for kept in workflow_tables(database, db):
+        db.execute(kept.table.delete().where(kept.table.c[kept.column].in_(list(workflows))))

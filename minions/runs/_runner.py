@@ -631,8 +631,10 @@ class RunFailedError(MinionsError):
         super().__init__(f"run {run_id} failed: {cause}")
 
 
-class DurableRunner:
-    """Runs the runs a worker's queue hands it.
+class RunExecutor:
+    """A worker's executor of runs: each delivery its queue hands it (one attempt of a run,
+    a DBOS workflow, `execute`) claimed, its recipe run under the lease, ended or handed
+    back.
 
     Args:
         database: the worker's (patient) store's database.

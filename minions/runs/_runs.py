@@ -10,7 +10,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 
@@ -177,14 +177,16 @@ ANY_RUN = RunFilter()
 """No filter: every run."""
 
 
-class Head(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Head:
     """A run's status and the number of its last stored event: what a follower looks at."""
 
     status: str
     last_seq: int
 
 
-class Expired(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expired:
     """A run held by nobody alive (its holder's lease ran out)."""
 
     run_id: str
@@ -195,7 +197,8 @@ class Expired(NamedTuple):
     """The worker that held it."""
 
 
-class Attempt(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
     """A queued run's current attempt and epoch."""
 
     attempt: int
@@ -405,7 +408,7 @@ def head(database: Database, run_id: str) -> Head:
         ).one_or_none()
     if found is None:
         raise UnknownRunError(run_id)
-    return Head(str(found.status), int(found.last_seq))
+    return Head(status=str(found.status), last_seq=int(found.last_seq))
 
 
 def expired(database: Database, now: float) -> list[Expired]:
@@ -413,7 +416,12 @@ def expired(database: Database, now: float) -> list[Expired]:
     runs = runs_table.c
     with database.read() as db:
         return [
-            Expired(r.run_id, r.epoch, r.recoveries, r.executor_id)
+            Expired(
+                run_id=r.run_id,
+                epoch=r.epoch,
+                recoveries=r.recoveries,
+                executor_id=r.executor_id,
+            )
             for r in db.execute(
                 sa.select(runs.run_id, runs.epoch, runs.recoveries, runs.executor_id).where(
                     runs.status.in_(HELD),
@@ -467,7 +475,7 @@ def queued_attempts(database: Database, run_ids: Sequence[str]) -> dict[str, Att
     runs = runs_table.c
     with database.read() as db:
         return {
-            r.run_id: Attempt(r.attempt, r.epoch)
+            r.run_id: Attempt(attempt=r.attempt, epoch=r.epoch)
             for r in db.execute(
                 sa.select(runs.run_id, runs.attempt, runs.epoch).where(
                     runs.run_id.in_(list(run_ids)), runs.status == "queued"

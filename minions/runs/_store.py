@@ -1,12 +1,11 @@
-"""`RunStore`: the runs of one database, as async operations. The CLI and the REST service use
-it and nothing else of `minions.runs`' machinery: every state change a client makes goes
-through here, each a compare-and-set on the run (one of concurrent callers wins; the others
-get `RunStateError` with the state they found).
+"""`RunStore`: the runs of one database, as async operations. Every state change a client
+makes goes through here (the CLI's, evals', and the REST service's as a caller's projects see
+the store, `minions.runs._projects.ScopedRuns`), each a compare-and-set on the run (one of
+concurrent callers wins; the others get `RunStateError` with the state they found).
 
-`RunStore` is a face: each method reaches the rooms that own the tables (`_runs`, `_events`,
-`_checkpoints`, `_approvals`, `_workers`, `_schedules`, `_endpoints`, `_evals`, `_prune`) one way,
-``await self._database.apply(room.function, ...)``, and says what went wrong in the caller's
-terms."""
+`RunStore` is a face: each method reaches the rooms that own the tables, and the reads over
+them (`_fleet`, `_usage`, `_steps`), one way, ``await self._database.apply(room.function,
+...)``, and says what went wrong in the caller's terms."""
 
 from __future__ import annotations
 
@@ -42,16 +41,17 @@ from minions.runs._tables import STATUSES, TERMINAL
 from minions.runs._wake import wake
 
 if TYPE_CHECKING:
-    from minions._step.cache import CachedStep, StepCache
+    from minions._step.cache import StepCache
     from minions.recipes import AgentRecipe
     from minions.recipes._schema import CatchUp, Overlap, RecipeSpec
     from minions.recipes._source import Located
+    from minions.runs._cache import CacheEntry
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._diff import RunDiff
     from minions.runs._endpoints import EndpointPause, EndpointRecord
     from minions.runs._evals import EvalRecord
     from minions.runs._fleet import EndpointStatus, FleetState, QueueState
-    from minions.runs._keys import KeyRecord
+    from minions.runs._keys import KeyRecord, NewKey
     from minions.runs._notify import Delivery
     from minions.runs._prune import History, PruneResult
     from minions.runs._runs import RerunPlan
@@ -551,7 +551,7 @@ class RunStore:
 
     async def cache_entries(
         self, *, recipe: str | None = None, limit: int = 100
-    ) -> list[tuple[str, CachedStep]]:
+    ) -> list[CacheEntry]:
         """The step cache's entries (made by runs of `recipe`), newest first, each with its
         key: the step, the run that made it (pruned with it), its recipe, when."""
         from minions.runs import _cache
@@ -1009,7 +1009,7 @@ class RunStore:
         role: str,
         projects: Sequence[str] = (),
         actor: Who = None,
-    ) -> tuple[KeyRecord, str]:
+    ) -> NewKey:
         """Add an API key named `name` with `role` (and `projects`): returns its record and
         the key itself, which is never stored (only its SHA-256 is) and cannot be shown again.
         `actor`: who adds it (recorded).
@@ -1020,7 +1020,7 @@ class RunStore:
         """
         from minions.runs import _keys
 
-        made = await self._database.apply(
+        return await self._database.apply(
             _keys.add,
             name,
             role=role,
@@ -1028,7 +1028,6 @@ class RunStore:
             actor=Actor.of(actor).name,
             audit=_audit.entry("key.add", name, actor, role=role, projects=list(projects) or None),
         )
-        return made.record, made.key
 
     async def keys(self, *, revoked: bool = False) -> list[KeyRecord]:
         """The API keys that work (the revoked ones too, when `revoked`), by name."""

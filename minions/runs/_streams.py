@@ -11,8 +11,9 @@ database file (none there: nothing is sent). Deltas are best effort, like a live
 batch that cannot be sent (the database away, a follower's FIFO full) is dropped, and what the
 publisher holds is bounded.
 
-A follower's `DeltaReceiver` reads them: on Postgres the `EventLog`'s one LISTEN connection,
-on SQLite a FIFO of its own, open while the process follows a run (or serves).
+A follower's process receives them in its `EventLog`: on Postgres on its one LISTEN
+connection, on SQLite through a FIFO of its own (`FifoReader`), open while the process
+follows a run (or serves); `decode` reads a message (`DeltaMessage`).
 
 A message is one line: ``ORIGIN.NUMBER RUN_ID JSON``, the JSON a list of
 ``[seq, step_id, turn, attempt, timestamp, text]``; at most `PG_MESSAGE` bytes on Postgres
@@ -152,7 +153,17 @@ def _fitted(entry: list[object], room: int) -> Iterator[bytes]:
     yield from _fitted([*entry[:-1], text[middle:]], room)
 
 
-def decode(message: str) -> tuple[str, str, list[TokenDelta]] | None:
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DeltaMessage:
+    """A message as received."""
+
+    origin: str
+    """The `LiveHub` of the process that sent it."""
+    run_id: str
+    deltas: list[TokenDelta]
+
+
+def decode(message: str) -> DeltaMessage | None:
     """A message's origin, run and deltas (None: not a message of this format)."""
     origin, _, rest = message.partition(" ")
     origin = origin.partition(".")[0]
@@ -175,7 +186,7 @@ def decode(message: str) -> tuple[str, str, list[TokenDelta]] | None:
         ]
     except (ValueError, TypeError):
         return None
-    return origin, run_id, deltas
+    return DeltaMessage(origin=origin, run_id=run_id, deltas=deltas)
 
 
 # -- the publisher (a worker) --------------------------------------------------------------------

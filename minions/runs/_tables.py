@@ -1,6 +1,8 @@
-"""minions' own tables beside DBOS's, their schema version and migrations, and the statuses of a
-run. JSON, never pickle: what a table stores, and its SQL, is its room's (`_runs`, `_leases`,
-`_events`, `_checkpoints`, `_approvals`, `_workers`, `_cache`, `_schedules`, `_endpoints`).
+"""minions' own tables beside DBOS's (but the API keys', which `_keys` makes), their schema
+version and migrations, and the statuses of a run. JSON, never pickle: what a table stores,
+and its SQL, is its room's (`_runs` and `_leases` the runs', `_events`, `_checkpoints` the
+steps', `_approvals`, `_workers`, `_cache` the step cache's, `_schedules`, `_endpoints` the
+endpoints' five, `_evals`, `_audit`, `_notify` the notifications').
 
 The durable format has its own version (`SCHEMA_VERSION`, kept in ``minions_meta``), apart from
 the package's: upgrading minions changes nothing stored unless the format changes, and then the

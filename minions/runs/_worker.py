@@ -53,7 +53,7 @@ from minions.runs._queue import (
     client_url,
     workflow_id,
 )
-from minions.runs._runner import DurableRunner, RunEndedError, RunFailedError
+from minions.runs._runner import RunEndedError, RunExecutor, RunFailedError
 from minions.runs._schedules import TICK as SCHEDULE_TICK
 from minions.runs._schedules import Scheduler, next_due
 from minions.runs._streams import DeltaPublisher
@@ -107,7 +107,7 @@ RETENTION_EVERY = float(os.environ.get("MINIONS_RETENTION_EVERY", "60"))
 
 WorkerState = Literal["starting", "running", "degraded", "stopped", "failed"]
 
-_RUNNER: DurableRunner | None = None
+_RUNNER: RunExecutor | None = None
 
 
 @DBOS.workflow(name=WORKFLOW)
@@ -266,7 +266,7 @@ class Worker:
             settings = dataclasses.replace(settings or RunSettings(), limiter=self.limiter)
         self.deltas = DeltaPublisher(url, origin=None if hub is None else hub.origin)
         """Sends its runs' token deltas to the followers of every process of the store."""
-        self.runner = DurableRunner(
+        self.runner = RunExecutor(
             database,
             executor_id=self.executor_id,
             incarnation=self.incarnation,
@@ -675,13 +675,14 @@ class Worker:
         worker had taken from DBOS's queue but not yet claimed."""
         database, queue, me = self.database, self.queue, self.executor_id
         now = time.time()
-        for run_id, epoch, recoveries, holder in runs.expired(database, now):
-            if recoveries >= MAX_RECOVERIES:
+        for expired in runs.expired(database, now):
+            run_id = expired.run_id
+            if expired.recoveries >= MAX_RECOVERIES:
                 runs.end_unheld(
                     database,
                     run_id,
                     status="failed",
-                    error=f"taken over from dead workers {recoveries} times: given up",
+                    error=f"taken over from dead workers {expired.recoveries} times: given up",
                     event=run_failed_row(run_id, "taken over from dead workers too often"),
                     when="unheld",
                     now=now,
@@ -691,10 +692,10 @@ class Worker:
                 database,
                 run_id,
                 statuses=HELD,
-                epoch=epoch,
+                epoch=expired.epoch,
                 recovery=True,
                 enqueue=queue.enqueue,
-                event=_taken_over(holder or "", me),
+                event=_taken_over(expired.executor_id or "", me),
             )
             if requeued is not None:
                 log.info("run taken over", run_id=run_id, attempt=requeued.attempt)
@@ -716,19 +717,19 @@ class Worker:
             load_output=False,
         )
         found = {attempt_of(w.workflow_id) for w in pending}
-        queued = runs.queued_attempts(database, [run_id for run_id, _ in found])
+        queued = runs.queued_attempts(database, [f.run_id for f in found])
         holders = {w.workflow_id: w.executor_id or "" for w in pending}
-        for run_id, attempt in found:
-            current = queued.get(run_id)
-            if current is not None and current.attempt == attempt:
+        for f in found:
+            current = queued.get(f.run_id)
+            if current is not None and current.attempt == f.attempt:
                 runs.requeue(
                     database,
-                    run_id,
+                    f.run_id,
                     statuses=("queued",),
                     epoch=current.epoch,
                     recovery=True,
                     enqueue=queue.enqueue,
-                    event=_taken_over(holders.get(workflow_id(run_id, attempt), ""), me),
+                    event=_taken_over(holders.get(workflow_id(f.run_id, f.attempt), ""), me),
                 )
         for worker in workers.listed(database):
             if worker.executor_id in dead:
@@ -762,10 +763,9 @@ class Worker:
             if workflow.status == "PENDING" and workflow.executor_id in alive:
                 continue  # an old worker runs it still
             queue.cancel(workflow.workflow_id)
-            run_id, _ = attempt_of(workflow.workflow_id)
             runs.requeue(
                 database,
-                run_id,
+                attempt_of(workflow.workflow_id).run_id,
                 statuses=ACTIVE,
                 epoch=None,
                 recovery=False,

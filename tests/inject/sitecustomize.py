@@ -43,7 +43,7 @@ if os.environ.get("HOLD_BEFORE_CLAIM"):
 
     from minions.runs import _runner
 
-    _claim = _runner.DurableRunner._claim
+    _claim = _runner.RunExecutor._claim
     _hold = pathlib.Path(os.environ["HOLD_BEFORE_CLAIM"])
 
     def _wait() -> None:
@@ -55,7 +55,7 @@ if os.environ.get("HOLD_BEFORE_CLAIM"):
         await asyncio.to_thread(_wait)
         return await _claim(self, run_id, attempt)
 
-    _runner.DurableRunner._claim = _held_claim  # type: ignore[method-assign]
+    _runner.RunExecutor._claim = _held_claim  # type: ignore[method-assign]
 
 if os.environ.get("HOLD_BEFORE_TOOL"):
     import asyncio
@@ -156,7 +156,7 @@ if os.environ.get("CLAIMS"):
 
     from minions.runs import _leases, _runner
 
-    _unrecorded_claim = _runner.DurableRunner._claim
+    _unrecorded_claim = _runner.RunExecutor._claim
 
     def _say_claim(line: str) -> None:
         with open(os.environ["CLAIMS"], "a") as claims:
@@ -171,7 +171,7 @@ if os.environ.get("CLAIMS"):
             _say_claim(f"claim {time.time()!r} {os.getpid()} {run_id} {start.lease.epoch}")
         return start
 
-    _runner.DurableRunner._claim = _recorded_claim  # type: ignore[method-assign]
+    _runner.RunExecutor._claim = _recorded_claim  # type: ignore[method-assign]
 
 if os.environ.get("DISK_FULL"):
     import contextlib

@@ -60,8 +60,8 @@ async def queue(
         running=state.running,
         waiting=state.waiting,
         by_recipe=[
-            RecipeBacklog(recipe=recipe, queued=n, oldest_queued_at=oldest)
-            for recipe, n, oldest in state.by_recipe
+            RecipeBacklog(recipe=r.recipe_id, queued=r.queued, oldest_queued_at=r.oldest_queued_at)
+            for r in state.by_recipe
         ],
         oldest=[QueuedRunOut.model_validate(r) for r in state.oldest],
     )

@@ -63,12 +63,15 @@ async def add_key(caller: Admin, body: KeyRequest, runs: WholeStore) -> NewKeyOu
     """Add a key; the answer holds it, once (a name a working key has is a 409
     `key_exists`)."""
     try:
-        record, key = await runs.add_key(
+        made = await runs.add_key(
             body.name, role=body.role, projects=body.projects, actor=caller.actor
         )
     except ValueError as exc:
         raise Refused(400, str(exc)) from None
-    return NewKeyOut(name=record.name, key=key, role=record.role, projects=list(record.projects))
+    record = made.record
+    return NewKeyOut(
+        name=record.name, key=made.key, role=record.role, projects=list(record.projects)
+    )
 
 
 @router.delete("/keys/{name}", status_code=204)

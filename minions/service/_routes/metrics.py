@@ -104,9 +104,9 @@ def fleet_families(state: FleetState | None) -> list[Metric]:
         "added; paused ones are left out.",
         labels=["schedule"],
     )
-    for name, flagged, slots in state.lateness[:MAX_SCHEDULES]:
-        late.add_metric([name], 1 if flagged else 0)
-        late_slots.add_metric([name], slots)
+    for schedule in state.schedules[:MAX_SCHEDULES]:
+        late.add_metric([schedule.name], 1 if schedule.late else 0)
+        late_slots.add_metric([schedule.name], schedule.late_slots)
     found += [late, late_slots]
     per_endpoint = (
         (

@@ -87,7 +87,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             ("bob", "operator", [B]),
             ("boss", "admin", []),
         ):
-            keys[name] = (await store.add_key(name, role=role, projects=projects))[1]
+            keys[name] = (await store.add_key(name, role=role, projects=projects)).key
         ids = await _parked_and_failed(store, recipes, A)
         await store.aclose()
         return keys, ids

@@ -326,11 +326,11 @@ async def execute(url: str, run_id: str, executor_id: str, **settings: Any) -> N
     `RunSettings`)."""
     from minions import RunSettings
     from minions.runs._async import AsyncDatabase
-    from minions.runs._runner import DurableRunner
+    from minions.runs._runner import RunExecutor
 
     store = AsyncDatabase(Database(url), patient=True)
     try:
-        runner = DurableRunner(
+        runner = RunExecutor(
             store, executor_id=executor_id, incarnation="i", settings=RunSettings(**settings)
         )
         await runner.execute(run_id, 1)

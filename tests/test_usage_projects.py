@@ -120,7 +120,7 @@ def test_a_key_of_one_project_never_sees_anothers_usage_in_any_grouping(
                 ("multi", "viewer", [A, B]),
                 ("boss", "admin", []),
             ):
-                made[name] = (await store.add_key(name, role=role, projects=projects))[1]
+                made[name] = (await store.add_key(name, role=role, projects=projects)).key
             return made
         finally:
             await store.aclose()
@@ -220,7 +220,7 @@ def test_the_consoles_usage_page_of_a_key_of_one_project_shows_its_projects_only
     async def key() -> str:
         store = RunStore(store_url)
         try:
-            return (await store.add_key("ann", role="viewer", projects=[A]))[1]
+            return (await store.add_key("ann", role="viewer", projects=[A])).key
         finally:
             await store.aclose()
 

@@ -40,6 +40,10 @@ DEAD_AFTER = float(os.environ.get("MINIONS_WORKER_DEAD_AFTER", "10"))
 Postgres session idle this long inside a transaction is ended (its locks go with it)."""
 
 
+SQLITE_BUSY_WAIT = 30.0
+"""Seconds an SQLite connection waits for another's write lock before it fails."""
+
+
 class Database:
     """The tables of one database. `create`: make the database and its tables when missing
     (submitting and working do; reading never writes).
@@ -66,7 +70,8 @@ class Database:
                     )
                 path.parent.mkdir(parents=True, exist_ok=True)
             self.engine = sa.create_engine(
-                sqlalchemy_url(url), connect_args={"timeout": 30, "check_same_thread": False}
+                sqlalchemy_url(url),
+                connect_args={"timeout": SQLITE_BUSY_WAIT, "check_same_thread": False},
             )
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
@@ -112,11 +117,20 @@ class Database:
     # -- schema ------------------------------------------------------------------------------
 
     def _migrate(self, create: bool) -> None:
+        if not self.postgres and self._current():
+            return  # the common case, read without taking SQLite's write lock
         with self.engine.begin() as db:
             if self.postgres:
                 # Processes opening a new store at once (two workers started together) make
                 # its tables one after the other: Postgres refused the second's types.
                 db.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('minions_schema'))"))
+            else:
+                # The same on SQLite: the driver commits each CREATE TABLE on its own unless a
+                # transaction is open, so a process opening the store meanwhile saw tables
+                # without their schema version ("damaged"), or made them twice. Its write lock,
+                # taken first, makes the tables and their version one transaction, and the
+                # others wait for it.
+                db.exec_driver_sql("BEGIN IMMEDIATE")
             names = set(sa.inspect(db).get_table_names())
             if "minions_meta" not in names:
                 if not create:
@@ -153,6 +167,17 @@ class Database:
                         MIGRATIONS[step](db)
             if OURS - names:  # tables added by this version: created empty
                 metadata.create_all(db)
+
+    def _current(self) -> bool:
+        """Whether the (SQLite) store has every table of this version, at this version."""
+        with self.engine.connect() as db:
+            names = set(sa.inspect(db).get_table_names())
+            if "minions_meta" not in names or OURS - names:
+                return False
+            versions = db.execute(
+                sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
+            ).scalars()
+            return list(versions) == [str(SCHEMA_VERSION)]  # else: the locked path says why
 
     # -- transactions ------------------------------------------------------------------------
 
@@ -336,12 +361,30 @@ def _ping_if_idle(connection: Any, record: Any, _proxy: Any) -> None:
         raise sa.exc.DisconnectionError() from None  # the pool connects anew and retries
 
 
+def _wal(cursor: Any) -> None:
+    """WAL mode (kept in the file: set once, by its first connection). SQLite answers "database
+    is locked" at once, without waiting, to a connection that asks for it while another
+    makes the file: it asks again, for as long as a busy connection would wait."""
+    import sqlite3
+
+    deadline = time.monotonic() + SQLITE_BUSY_WAIT
+    while True:
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor = connection.cursor()
     # Only a new file takes it (before its first table): pruning then gives pages back to the
     # file system a few at a time, instead of a VACUUM that stops every writer.
     cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
-    cursor.execute("PRAGMA journal_mode=WAL")
+    _wal(cursor)
     cursor.execute("PRAGMA synchronous=FULL")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_WAIT * 1000)}")
     cursor.close()

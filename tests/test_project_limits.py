@@ -66,7 +66,7 @@ async def test_a_project_at_its_runs_in_flight_parks_its_next_run(url: str, tmp_
     # Another project is not held by it; a claim again of the run it holds is not "parked".
     assert isinstance(_claim(database, other, ProjectLimit(name="team-b")), Start)
     store = RunStore(url)
-    assert [(await store.get(r)).parked for r in (first, second, third)] == [
+    assert [(await store.get(r)).held_back for r in (first, second, third)] == [
         None,
         "max_runs_in_flight",
         "max_runs_in_flight",
@@ -87,8 +87,8 @@ async def test_a_project_at_its_runs_in_flight_parks_its_next_run(url: str, tmp_
     assert queued == [(second, 2)]
     assert _claim(database, second, limit) == "stale"  # its first attempt is over
     assert isinstance(_claim(database, second, limit, attempt=2), Start)
-    assert (await store.get(second)).parked is None
-    assert (await store.get(third)).parked == "max_runs_in_flight"
+    assert (await store.get(second)).held_back is None
+    assert (await store.get(third)).held_back == "max_runs_in_flight"
     # A worker killed while it held a run frees its place when the lease runs out.
     assert unpark(database, [limit], enqueue=enqueue, now=NOW + 60) == [third]
     await store.aclose()
@@ -111,7 +111,7 @@ async def test_a_project_over_its_tokens_of_the_day_starts_no_run(url: str, tmp_
         )
     assert _claim(database, waiting, limit) == "parked"
     store = RunStore(url)
-    assert (await store.get(waiting)).parked == "tokens_per_day"
+    assert (await store.get(waiting)).held_back == "tokens_per_day"
     queued: list[str] = []
     assert unpark(database, [limit], enqueue=lambda db, r, a: queued.append(r), now=NOW) == []
     # A day after the run ended its tokens no longer count.

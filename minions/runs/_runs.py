@@ -78,7 +78,7 @@ class RunRecord:
     """Who asked for its cancel."""
     project: str = "default"
     """Its project: a key sees the runs of its projects only."""
-    parked: str | None = None
+    held_back: str | None = None
     """Why it waits queued with no worker's attempt (its project is at a limit:
     ``max_runs_in_flight``, ``tokens_per_day``); a worker queues it when there is room."""
     rejected_by: str | None = None
@@ -740,7 +740,7 @@ def record(
         queued_by=found.queued_by,
         cancelled_by=found.cancelled_by,
         project=found.project,
-        parked=found.parked,
+        held_back=found.parked,
         rejected_by=getattr(found, "rejected_by", None) if found.status == "failed" else None,
     )
 

@@ -185,7 +185,7 @@ class RunSummary(_Record):
     schedule: str | None = Field(None, description="The schedule that fired the run.")
     slot: float | None = Field(None, description="The schedule's slot it was fired for.")
     project: str = Field("default", description="The run's project.")
-    parked: str | None = Field(
+    held_back: str | None = Field(
         None,
         description="Why a queued run waits: its project is at a limit (`max_runs_in_flight`, "
         "`tokens_per_day`); a worker queues it when there is room.",

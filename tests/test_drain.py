@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
+import time
 from pathlib import Path
+from typing import Any, cast
 
 from runs_helpers import (
     TOOLS,
@@ -278,3 +281,51 @@ async def test_a_loop_step_s_items_in_flight_finish_and_no_new_item_starts(
         assert sorted(done) == [f"i{n}" for n in range(1, 7)]  # each item once
     finally:
         await store.aclose()
+
+
+def test_a_stopping_worker_s_dispatcher_lets_its_dequeue_under_way_end_and_starts_none() -> None:
+    """A worker's stop closes its dispatcher before the drain: a dequeue under way then ends
+    first (what it claimed reaches the draining worker), and none starts after. A dequeue
+    that went on past the close claimed, once the drain had handed a run back, that run
+    again, in the stopping worker (seen on SQLite, whose claims wait for its write lock)."""
+    from minions.runs._dispatch import Dispatcher
+
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    class Held(Dispatcher):
+        def _dequeue(self, dbos: Any, queue: Any, *, writer: bool = False) -> int:
+            order.append("dequeue")
+            entered.set()
+            release.wait(30)
+            order.append("dequeued")
+            return 0
+
+    dispatcher = Held(look_every=60)
+    dispatcher.queue = cast(Any, object())
+    stop = threading.Event()
+    dispatching = threading.Thread(target=dispatcher.run, args=(stop, cast(Any, object())))
+    dispatching.start()
+    try:
+        dispatcher.wake()
+        assert entered.wait(30)
+
+        def close() -> None:
+            dispatcher.close()
+            order.append("closed")
+
+        closing = threading.Thread(target=close)
+        closing.start()
+        for _ in range(600):  # its close has begun
+            if dispatcher._closed:
+                break
+            time.sleep(0.05)
+        release.set()
+        closing.join(30)
+        dispatcher.wake()  # after the close: no dequeue
+        dispatching.join(30)
+        assert not dispatching.is_alive()
+        assert order == ["dequeue", "dequeued", "closed"]
+    finally:
+        release.set()
+        stop.set()

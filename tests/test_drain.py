@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import httpx2
 from runs_helpers import (
     TOOLS,
     WorkerProcess,
@@ -27,6 +28,7 @@ from runs_helpers import (
     until,
     watched,
 )
+from service_helpers import auth, read_stream_iter, server
 
 from minions.events import Event, RunDraining, RunHandedBack, RunTakenOver
 from minions.runs import RunStore
@@ -279,6 +281,42 @@ async def test_a_loop_step_s_items_in_flight_finish_and_no_new_item_starts(
             assert await finished(store, run_id) == "completed"
         done = [step for _, step, _ in ledger_lines(ledger)]
         assert sorted(done) == [f"i{n}" for n in range(1, 7)]  # each item once
+    finally:
+        await store.aclose()
+
+
+async def test_serve_ends_its_event_streams_whole_when_it_stops(tmp_path: Path) -> None:
+    """A client streaming a run (the console) when `minions serve` gets SIGTERM: its stream
+    ends whole at once, with nothing in the server's log (it used to hold the stop for the
+    graceful timeout, then be cut with a traceback), and the worker drains as ever."""
+    slow, _ = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(slow, {"tag": "a"})
+        gate = tmp_path / "gate"
+        gate.touch()
+        with server(tmp_path, url, LEDGER=str(ledger), GATE=str(gate)) as api:
+            seen: list[str] = []
+
+            def watch() -> None:
+                with (
+                    httpx2.Client(base_url=api.base, headers=auth(), timeout=60) as client,
+                    client.stream("GET", f"/runs/{run_id}/events/stream") as response,
+                ):
+                    seen.extend(message["event"] for message in read_stream_iter(response))
+
+            watching = asyncio.create_task(asyncio.to_thread(watch))
+            await until(lambda: "tool_call_started" in seen)
+            api.process.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(watching, 60)  # ended by the server, whole
+            gate.unlink()  # the drain lets the step finish, then hands the run back
+            await until(lambda: api.process.poll() is not None, within=60)
+        assert api.process.returncode == 0
+        quiet(api.log.read_text())
+        assert "run_completed" not in seen
+        assert kinds(await store.events(run_id))[-1] == "run_handed_back"
     finally:
         await store.aclose()
 

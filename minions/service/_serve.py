@@ -130,6 +130,10 @@ def serve(
                 on_ready(executor_id)
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # The event streams end first, cleanly: otherwise each open one (a console
+            # watching a run) held the stop for the graceful timeout, then was cancelled with
+            # a traceback in the log.
+            app.state.streams.stop()
             await super().shutdown(sockets)
             # Stopped by SIGTERM or SIGINT: the process ends by returning, once the worker
             # in it has stopped and let go of its runs, with exit code 0 (what systemd,

@@ -406,3 +406,38 @@ def test_a_stopping_worker_s_dispatcher_lets_its_dequeue_under_way_end_and_start
     finally:
         release.set()
         stop.set()
+
+
+async def test_a_second_signal_cuts_serve_s_drain_short(tmp_path: Path) -> None:
+    """A second SIGTERM to `minions serve` while its worker drains, the server closed
+    already, cuts the grace short as it does to `minions worker` (it used to kill the process
+    there, mid-drain): the step in flight is cut, its run handed back, the exit clean."""
+    slow, _ = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(slow, {"tag": "a"})
+        gate = tmp_path / "gate"
+        gate.touch()  # never opened: the step would hold the drain for its whole grace
+        with server(tmp_path, url, "--grace", "600", LEDGER=str(ledger), GATE=str(gate)) as api:
+            await in_flight(store, run_id, "one")
+            api.process.send_signal(signal.SIGTERM)
+
+            def closed() -> bool:
+                try:
+                    httpx2.get(f"{api.base}/health/live", timeout=1)
+                except httpx2.TransportError:
+                    return True
+                return False
+
+            await until(closed)  # the server stopped; the worker drains
+            api.process.send_signal(signal.SIGTERM)
+            await until(lambda: api.process.poll() is not None, within=60)
+        assert api.process.returncode == 0, api.log.read_text()
+        quiet(api.log.read_text())
+        back = (await store.events(run_id))[-1]
+        assert isinstance(back, RunHandedBack)
+        assert back.cut_short == ("one",)
+    finally:
+        await store.aclose()

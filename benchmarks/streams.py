@@ -14,6 +14,12 @@ file) and Postgres (NOTIFY).
   follower (characters / 4: batches arrive merged), and `received_ratio`, what reached the
   follower of what was emitted (deltas are dropped, not queued without bound, when the
   transport cannot keep up).
+- `alone` (the `paced` stream, 5 s, with nobody following): `unfollowed_queries_per_s`, the
+  statements the publisher sends then (0: deltas of a run nobody follows are not sent), and
+  on Postgres `unfollowed_server_xacts_per_s`.
+
+On Postgres the publisher's process listens for the followers' notes as a worker does (the
+same `Listener`), so it learns who follows the way a worker learns it.
 
     python benchmarks/streams.py [--only sqlite|postgres]
 """
@@ -45,8 +51,13 @@ def publish(url: str, run_id: str, rate: float, seconds: float) -> None:
     """The publisher's process: deltas at `rate` a second (0: as fast as it can)."""
     from minions.events import TokenDelta
     from minions.runs._streams import DeltaPublisher
+    from minions.runs._wake import Listener
 
     publisher = DeltaPublisher(url)
+    listener = Listener(
+        url, lambda _: None, heard=publisher.listening, greeting=publisher.greeting
+    )  # as a worker's: who follows
+    listener.start()
     publisher.start()
     emitted = 0
     begun = time.monotonic()
@@ -57,6 +68,7 @@ def publish(url: str, run_id: str, rate: float, seconds: float) -> None:
         publisher.publish(TokenDelta(run_id=run_id, seq=0, timestamp=time.time(), text=TEXT))
         emitted += 1
     publisher.stop()
+    listener.stop()
     said = {"emitted": emitted, "batches": publisher.batches, "dropped": publisher.dropped}
     print(json.dumps({**said, "seconds": time.monotonic() - begun}), flush=True)
 
@@ -78,19 +90,10 @@ async def follow(url: str, run_id: str, rate: float, seconds: float) -> dict[str
 
     reading = asyncio.create_task(read())
     await asyncio.sleep(1.0)  # the follower listens
-    postgres = url.startswith("postgresql")
-    before = server_xacts(url) if postgres else 0
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "publish", url, run_id, str(rate), str(seconds),
-        stdout=subprocess.PIPE,
-    )  # fmt: skip
-    out, _ = await process.communicate()
-    await asyncio.sleep(2.0)  # the last batch on its way (and read)
-    xacts = (server_xacts(url) - before) if postgres else 0
+    said, xacts = await publishing(url, run_id, rate, seconds, after=2.0)
     reading.cancel()
     await asyncio.gather(reading, return_exceptions=True)
     store.close()
-    said = json.loads(out.decode().strip().splitlines()[-1])
     latencies.sort()
     return {
         "emitted": said["emitted"],
@@ -104,6 +107,30 @@ async def follow(url: str, run_id: str, rate: float, seconds: float) -> dict[str
         if latencies
         else float("nan"),
     }
+
+
+async def publishing(
+    url: str, run_id: str, rate: float, seconds: float, *, after: float = 0.0
+) -> tuple[dict[str, float], float]:
+    """The publisher's process, to its end (and `after` seconds more: its last batch on its
+    way, and read): what it said, and the transactions the server counted meanwhile."""
+    postgres = url.startswith("postgresql")
+    before = server_xacts(url) if postgres else 0
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "publish", url, run_id, str(rate), str(seconds),
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await process.communicate()
+    await asyncio.sleep(after)
+    xacts = (server_xacts(url) - before) if postgres else 0
+    said: dict[str, float] = json.loads(out.decode().strip().splitlines()[-1])
+    return said, xacts
+
+
+async def alone(url: str, run_id: str, rate: float, seconds: float) -> dict[str, float]:
+    """The publisher with nobody following: what it sends then."""
+    said, xacts = await publishing(url, run_id, rate, seconds)
+    return {"batches": said["batches"], "seconds": said["seconds"], "xacts": xacts}
 
 
 def measure(variant: str, url: str) -> None:
@@ -121,6 +148,7 @@ def measure(variant: str, url: str) -> None:
         run_id = asyncio.run(queued())
         paced = asyncio.run(follow(url, run_id, 1000, 10))
         flood = asyncio.run(follow(url, run_id, 0, 5))
+        unfollowed = asyncio.run(alone(url, run_id, 1000, 5))
     window = paced["seconds"]
     metrics = {
         "latency_ms_p50": summary([paced["p50"]], "ms"),
@@ -130,9 +158,16 @@ def measure(variant: str, url: str) -> None:
         ),
         "deltas_per_s": summary([flood["received"] / flood["seconds"]], "1/s", digits=0),
         "received_ratio": summary([flood["received"] / flood["emitted"]], "x"),
+        "unfollowed_queries_per_s": summary(
+            [unfollowed["batches"] / unfollowed["seconds"] if variant == "postgres" else 0.0],
+            "1/s",
+        ),
     }
     if variant == "postgres":
         metrics["server_xacts_per_s"] = summary([paced["xacts"] / window], "1/s")
+        metrics["unfollowed_server_xacts_per_s"] = summary(
+            [unfollowed["xacts"] / unfollowed["seconds"]], "1/s"
+        )
     emit(
         "STREAMS",
         variant,

@@ -106,6 +106,18 @@ def gated_model() -> Iterator[tuple[Any, threading.Event]]:
         yield server, go
 
 
+def watch_answer(client: httpx2.Client, run_id: str, go: threading.Event) -> list[dict[str, Any]]:
+    """The SSE messages of the run's event stream to its end; the gated model (`go`) answers
+    once this client watches (its call's start read)."""
+    messages = []
+    with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
+        for message in read_stream_iter(response):
+            messages.append(message)
+            if message["event"] == "model_call_started":
+                go.set()
+    return messages
+
+
 def write_chat_recipe(folder: Path, model_url: str) -> None:
     """``chat``: one agent step, answered by the model server at `model_url`."""
     (folder / "chat.yaml").write_text(

@@ -1,4 +1,5 @@
-"""A stopped worker drains (issue 36): real `minions worker` processes, on SQLite and Postgres.
+"""A stopped worker drains (issue 36): real `minions worker` processes, and `minions serve`
+with its worker in the process, on SQLite and Postgres.
 
 SIGTERM (or Ctrl-C) stops the worker's claims at once; a 3 s tool step in flight finishes and
 is checkpointed (its side effect done once), no new step starts, and the run is handed back
@@ -12,8 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Literal, cast
 
+import httpx2
+import pytest
 from runs_helpers import (
     TOOLS,
     WorkerProcess,
@@ -24,6 +32,7 @@ from runs_helpers import (
     until,
     watched,
 )
+from service_helpers import ServerProcess, auth, read_stream_iter, server
 
 from minions.events import Event, RunDraining, RunHandedBack, RunTakenOver
 from minions.runs import RunStore
@@ -68,8 +77,25 @@ async def in_flight(store: RunStore, run_id: str, step: str) -> None:
     raise AssertionError(f"the tool call of {step} never started")
 
 
+Stopping = Literal["worker", "serve"]
+"""What stops: `minions worker`, or `minions serve` with its worker in the process."""
+
+
+@contextmanager
+def stopping(
+    how: Stopping, url: str, folder: Path, ledger: Path, *args: str, **env: str
+) -> Iterator[WorkerProcess | ServerProcess]:
+    """The process that takes the run, then is stopped: worker ``w1``, or a server."""
+    if how == "worker":
+        with watched(WorkerProcess(url, folder, "w1", ledger, *args, **env)) as process:
+            yield process
+    else:
+        with server(folder, url, *args, LEDGER=str(ledger), **env) as serving:
+            yield serving
+
+
 async def stopped(
-    worker: WorkerProcess,
+    worker: WorkerProcess | ServerProcess,
     signum: signal.Signals,
     release: tuple[RunStore, str, Path] | None = None,
 ) -> str:
@@ -98,7 +124,10 @@ def quiet(output: str) -> None:
         assert noise not in output, output
 
 
-async def test_a_step_in_flight_finishes_and_is_not_run_again(tmp_path: Path, url: str) -> None:
+@pytest.mark.parametrize("how", ["worker", "serve"])
+async def test_a_step_in_flight_finishes_and_is_not_run_again(
+    tmp_path: Path, url: str, how: Stopping
+) -> None:
     slow, _ = recipes(tmp_path)
     ledger = tmp_path / "ledger.txt"
     store = RunStore(url, create=True)
@@ -108,10 +137,9 @@ async def test_a_step_in_flight_finishes_and_is_not_run_again(tmp_path: Path, ur
         # it is surely in flight when SIGTERM comes, whatever the machine's load.
         gate = tmp_path / "gate"
         gate.touch()
-        first = WorkerProcess(
-            url, tmp_path, "w1", ledger, MINIONS_WORKER_GRACE="25", GATE=str(gate)
-        )
-        with watched(first):
+        with stopping(
+            how, url, tmp_path, ledger, MINIONS_WORKER_GRACE="25", GATE=str(gate)
+        ) as first:
             await in_flight(store, run_id, "one")
             output = await stopped(first, signal.SIGTERM, release=(store, run_id, gate))
         quiet(output)
@@ -128,9 +156,12 @@ async def test_a_step_in_flight_finishes_and_is_not_run_again(tmp_path: Path, ur
             "run_handed_back",
         ]
         draining = next(e for e in events if isinstance(e, RunDraining))
-        assert (draining.executor_id, draining.grace, draining.in_flight) == ("w1", 25.0, ("one",))
+        assert (draining.grace, draining.in_flight) == (25.0, ("one",))
+        if how == "worker":
+            assert draining.executor_id == "w1"
         back = next(e for e in events if isinstance(e, RunHandedBack))
         assert (back.reason, back.attempt, back.cut_short) == ("drain", 2, ())
+        assert back.executor_id == draining.executor_id
         record = await store.get(run_id)
         assert (record.status, record.attempt) == ("queued", 2)
         assert [s.step_id for s in record.steps] == ["one"]
@@ -153,17 +184,19 @@ async def test_a_step_in_flight_finishes_and_is_not_run_again(tmp_path: Path, ur
         await store.aclose()
 
 
-async def test_with_no_grace_a_run_is_handed_back_in_its_place(tmp_path: Path, url: str) -> None:
+@pytest.mark.parametrize("how", ["worker", "serve"])
+async def test_with_no_grace_a_run_is_handed_back_in_its_place(
+    tmp_path: Path, url: str, how: Stopping
+) -> None:
     slow, quick = recipes(tmp_path)
     ledger = tmp_path / "ledger.txt"
     store = RunStore(url, create=True)
     try:
         gate = tmp_path / "gate"
         gate.touch()  # never opened: the step is in flight when the worker stops
-        first = WorkerProcess(
-            url, tmp_path, "w1", ledger, "--grace", "0", "--concurrency", "1", GATE=str(gate)
-        )
-        with watched(first):
+        with stopping(
+            how, url, tmp_path, ledger, "--grace", "0", "--concurrency", "1", GATE=str(gate)
+        ) as first:
             run_id, _ = await store.submit(slow, {"tag": "a"})
             await in_flight(store, run_id, "one")
             # Submitted after it: the first waits in the worker for its place (unclaimed),
@@ -276,5 +309,135 @@ async def test_a_loop_step_s_items_in_flight_finish_and_no_new_item_starts(
             assert await finished(store, run_id) == "completed"
         done = [step for _, step, _ in ledger_lines(ledger)]
         assert sorted(done) == [f"i{n}" for n in range(1, 7)]  # each item once
+    finally:
+        await store.aclose()
+
+
+# -- `minions serve` with its worker drains the same way -----------------------------------------
+
+
+def test_serve_refuses_grace_and_concurrency_without_its_worker(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    for option, value in (("--grace", "5"), ("--concurrency", "2")):
+        done = minions("serve", "--no-worker", option, value, "--database-url", url)
+        assert done.returncode == 2, done.stderr
+        assert f"{option}: --no-worker runs no worker in this process" in done.stderr
+
+
+async def test_serve_ends_its_event_streams_whole_when_it_stops(tmp_path: Path) -> None:
+    """A client streaming a run (the console) when `minions serve` gets SIGTERM: its stream
+    ends whole at once, with nothing in the server's log (it used to hold the stop for the
+    graceful timeout, then be cut with a traceback), and the worker drains as ever."""
+    slow, _ = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(slow, {"tag": "a"})
+        gate = tmp_path / "gate"
+        gate.touch()
+        with server(tmp_path, url, LEDGER=str(ledger), GATE=str(gate)) as api:
+            seen: list[str] = []
+
+            def watch() -> None:
+                with (
+                    httpx2.Client(base_url=api.base, headers=auth(), timeout=60) as client,
+                    client.stream("GET", f"/runs/{run_id}/events/stream") as response,
+                ):
+                    seen.extend(message["event"] for message in read_stream_iter(response))
+
+            watching = asyncio.create_task(asyncio.to_thread(watch))
+            await until(lambda: "tool_call_started" in seen)
+            api.process.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(watching, 60)  # ended by the server, whole
+            gate.unlink()  # the drain lets the step finish, then hands the run back
+            await until(lambda: api.process.poll() is not None, within=60)
+        assert api.process.returncode == 0
+        quiet(api.log.read_text())
+        assert "run_completed" not in seen
+        assert kinds(await store.events(run_id))[-1] == "run_handed_back"
+    finally:
+        await store.aclose()
+
+
+def test_a_stopping_worker_s_dispatcher_lets_its_dequeue_under_way_end_and_starts_none() -> None:
+    """A worker's stop closes its dispatcher before the drain: a dequeue under way then ends
+    first (what it claimed reaches the draining worker), and none starts after. A dequeue
+    that went on past the close claimed, once the drain had handed a run back, that run
+    again, in the stopping worker (seen on SQLite, whose claims wait for its write lock)."""
+    from minions.runs._dispatch import Dispatcher
+
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    class Held(Dispatcher):
+        def _dequeue(self, dbos: Any, queue: Any, *, writer: bool = False) -> int:
+            order.append("dequeue")
+            entered.set()
+            release.wait(30)
+            order.append("dequeued")
+            return 0
+
+    dispatcher = Held(look_every=60)
+    dispatcher.queue = cast(Any, object())
+    stop = threading.Event()
+    dispatching = threading.Thread(target=dispatcher.run, args=(stop, cast(Any, object())))
+    dispatching.start()
+    try:
+        dispatcher.wake()
+        assert entered.wait(30)
+
+        def close() -> None:
+            dispatcher.close()
+            order.append("closed")
+
+        closing = threading.Thread(target=close)
+        closing.start()
+        for _ in range(600):  # its close has begun
+            if dispatcher._closed:
+                break
+            time.sleep(0.05)
+        release.set()
+        closing.join(30)
+        dispatcher.wake()  # after the close: no dequeue
+        dispatching.join(30)
+        assert not dispatching.is_alive()
+        assert order == ["dequeue", "dequeued", "closed"]
+    finally:
+        release.set()
+        stop.set()
+
+
+async def test_a_second_signal_cuts_serve_s_drain_short(tmp_path: Path) -> None:
+    """A second SIGTERM to `minions serve` while its worker drains, the server closed
+    already, cuts the grace short as it does to `minions worker` (it used to kill the process
+    there, mid-drain): the step in flight is cut, its run handed back, the exit clean."""
+    slow, _ = recipes(tmp_path)
+    ledger = tmp_path / "ledger.txt"
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(slow, {"tag": "a"})
+        gate = tmp_path / "gate"
+        gate.touch()  # never opened: the step would hold the drain for its whole grace
+        with server(tmp_path, url, "--grace", "600", LEDGER=str(ledger), GATE=str(gate)) as api:
+            await in_flight(store, run_id, "one")
+            api.process.send_signal(signal.SIGTERM)
+
+            def closed() -> bool:
+                try:
+                    httpx2.get(f"{api.base}/health/live", timeout=1)
+                except httpx2.TransportError:
+                    return True
+                return False
+
+            await until(closed)  # the server stopped; the worker drains
+            api.process.send_signal(signal.SIGTERM)
+            await until(lambda: api.process.poll() is not None, within=60)
+        assert api.process.returncode == 0, api.log.read_text()
+        quiet(api.log.read_text())
+        back = (await store.events(run_id))[-1]
+        assert isinstance(back, RunHandedBack)
+        assert back.cut_short == ("one",)
     finally:
         await store.aclose()

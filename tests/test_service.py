@@ -29,6 +29,7 @@ from service_helpers import (
     read_stream_iter,
     server,
     submit,
+    watch_answer,
     write_chat_recipe,
     write_recipes,
 )
@@ -613,12 +614,7 @@ def test_token_deltas_stream_live_without_ids(
 ) -> None:
     _, go = model
     run_id = submit(client, "chat")
-    messages = []
-    with client.stream("GET", f"/runs/{run_id}/events/stream") as response:
-        for message in read_stream_iter(response):
-            messages.append(message)
-            if message["event"] == "model_call_started":
-                go.set()  # the model answers once this client watches
+    messages = watch_answer(client, run_id, go)
     deltas = [m for m in messages if m["event"] == "token_delta"]
     assert len(deltas) > 1
     assert "".join(d["data"]["text"] for d in deltas) == ANSWER

@@ -12,8 +12,12 @@ import re
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -25,6 +29,7 @@ from service_helpers import (
     read_stream_iter,
     server,
     submit,
+    watch_answer,
     write_chat_recipe,
 )
 
@@ -83,6 +88,7 @@ def test_a_publisher_on_postgres_sends_every_piece_of_a_repetitive_text(postgres
     listener.execute("LISTEN minions_deltas")
     publisher = DeltaPublisher(postgres, interval=1.0, batch_chars=100_000)  # one batch
     publisher.start()
+    publisher.heard("follower +r1")
     for _ in range(5000):
         publisher.publish(delta("tok "))
     publisher.stop()
@@ -94,6 +100,109 @@ def test_a_publisher_on_postgres_sends_every_piece_of_a_repetitive_text(postgres
     listener.close()
     assert received == "tok " * 5000
     assert publisher.sent > 1
+
+
+def notified(listener: Any) -> dict[str, str]:
+    """The text of the deltas notified on the `listener` connection (a second of quiet ends
+    it), by run; a worker's ask (``?``) is not a delta."""
+    received: dict[str, str] = {}
+    for note in listener.notifies(timeout=1.0):
+        if note.payload == "?":
+            continue
+        decoded = decode(note.payload)
+        assert decoded is not None, note.payload
+        received[decoded.run_id] = received.get(decoded.run_id, "") + "".join(
+            d.text for d in decoded.deltas
+        )
+    return received
+
+
+def test_a_publisher_on_postgres_sends_only_what_somebody_follows(postgres: str) -> None:
+    """Nothing of a run nobody follows goes on the wire; what was streamed in the last
+    seconds before its first follower came goes then; a run left, a follow that ran out, and
+    the followers of the publisher's own process (they have the hub) stop it."""
+    import psycopg
+    from postgres import fresh_database
+
+    from minions.runs._streams import FOLLOW_TTL, KEPT, DeltaPublisher
+
+    url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
+    listener = psycopg.connect(url, autocommit=True)
+    listener.execute("LISTEN minions_deltas")
+    now = [100.0]
+    publisher = DeltaPublisher(url, origin="self", clock=lambda: now[0])
+    publisher.start()
+    publisher.publish(delta("long ago ", run="r1"))  # nobody follows: kept a while, then not
+    now[0] += KEPT + 1
+    publisher.publish(delta("just before ", run="r1"))  # kept for a follower on its way
+    publisher.heard("api1 +r1")
+    publisher.publish(delta("followed ", run="r1"))
+    publisher.heard("api2 +r1 +r2")  # a second follower: nothing again
+    publisher.heard("api1 -r1")
+    publisher.publish(delta("still ", run="r1"))  # api2 follows still
+    publisher.heard("api2 -r1")
+    publisher.publish(delta("left", run="r1"))
+    publisher.heard("self +r3")  # the publisher's own process
+    publisher.publish(delta("hub", run="r3"))
+    publisher.publish(delta("two", run="r2"))
+    now[0] += FOLLOW_TTL + 1  # api2 said nothing since: it is gone
+    publisher.publish(delta("ran out", run="r2"))
+    publisher.stop()
+    received = notified(listener)
+    listener.close()
+    assert received == {"r1": "just before followed still ", "r2": "two"}
+    assert publisher.batches >= 1
+
+
+async def test_a_follower_on_postgres_tells_the_workers_what_it_follows(
+    postgres: str, tmp_path: Path
+) -> None:
+    """A process following a run says so on `minions_follows` before it reads the run's
+    events, again when a worker asks, and says it left when its last follower leaves."""
+    import psycopg
+    from postgres import fresh_database
+
+    from minions.runs import RunStore
+
+    url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
+    listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    await listener.execute("LISTEN minions_follows")
+    notes = listener.notifies()
+
+    async def note() -> list[str]:
+        received = await asyncio.wait_for(anext(notes), 30)
+        return received.payload.split()
+
+    recipe = tmp_path / "s.yaml"
+    recipe.write_text("id: s\nsteps:\n  - {id: one, goal: Say hi.}\n")
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(recipe)  # no worker: it stays queued
+        other, _ = await store.submit(recipe)
+
+        async def follow(run: str) -> None:
+            async for _ in store.follow(run):
+                pass
+
+        first = asyncio.create_task(follow(run_id))
+        origin, *said = await note()
+        assert said == [f"+{run_id}"]
+        second = asyncio.create_task(follow(run_id))  # the same run: nothing more to say
+        third = asyncio.create_task(follow(other))
+        assert await note() == [origin, f"+{other}"]
+        with psycopg.connect(url, autocommit=True) as worker:  # (re)connected: it asks
+            worker.execute("NOTIFY minions_deltas, '?'")
+        assert sorted(await note()) == sorted([origin, f"+{run_id}", f"+{other}"])
+        for task in (first, third):
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert await note() == [origin, f"-{other}"]  # `second` follows `run_id` still
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
+        assert await note() == [origin, f"-{run_id}"]
+    finally:
+        await store.aclose()
+        await listener.close()
 
 
 def test_a_publisher_on_sqlite_holds_nothing_while_nobody_follows(tmp_path: Path) -> None:
@@ -372,3 +481,171 @@ async def test_a_late_delta_never_takes_a_follower_back(tmp_path: Path) -> None:
     assert seqs == sorted(seqs)
     stored = [e for e in received if e.kind != "token_delta"]
     assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
+
+
+# -- on Postgres, nothing for nobody -------------------------------------------------------------
+
+FIRST = "Nobody hears this first answer of the run."
+BEFORE = "Part one streams while nobody follows, "
+AFTER = "and part two once a follower has come."
+
+TWO_STEPS = """\
+id: two
+model: openai-compatible:fake-model@{url}/v1
+steps:
+  - {{id: first, goal: Begin.}}
+  - {{id: second, depends_on: [first], goal: Go on.}}
+"""
+
+
+@contextmanager
+def pausing_model() -> Iterator[tuple[str, threading.Event, threading.Event]]:
+    """An OpenAI-compatible server that streams each answer word by word: `FIRST` to the
+    first step, and to the second `BEFORE`, then (once it said so: `paused`) nothing until
+    the test says `go`, then `AFTER`. Yields its URL and the two events."""
+    paused, go = threading.Event(), threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Silent."""
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            second = "Go on." in json.dumps(body["messages"])
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.send({"role": "assistant", "content": ""})
+            for word in re.findall(r"\S+\s*", BEFORE if second else FIRST):
+                self.send({"content": word})
+            if second:
+                paused.set()
+                go.wait(60)
+                for word in re.findall(r"\S+\s*", AFTER):
+                    self.send({"content": word})
+            self.send({}, "stop")
+            usage = {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
+            self.write(f"data: {json.dumps({**self.head(), 'choices': [], 'usage': usage})}")
+            self.write("data: [DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def head(self) -> dict[str, Any]:
+            return {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+
+        def send(self, delta: dict[str, Any], finish: str | None = None) -> None:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            self.write(f"data: {json.dumps({**self.head(), 'choices': [choice]})}")
+
+        def write(self, line: str) -> None:
+            data = f"{line}\n\n".encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", paused, go
+    finally:
+        go.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+async def test_on_postgres_only_the_deltas_somebody_follows_are_sent(
+    postgres: str, tmp_path: Path
+) -> None:
+    """A worker process streams every model call; on Postgres it notifies none of the text
+    of a run nobody follows, and a follower that comes in the middle of an answer gets the
+    rest of it; the answers recorded are the whole answers."""
+    import psycopg
+    from postgres import fresh_database
+    from runs_helpers import until
+
+    from minions.runs import RunStore
+
+    url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
+    listener = psycopg.connect(url, autocommit=True)
+    listener.execute("LISTEN minions_deltas")  # what goes on the wire, from the start
+    store = RunStore(url, create=True)
+    try:
+        with pausing_model() as (model_url, paused, go):
+            recipe = tmp_path / "two.yaml"
+            recipe.write_text(TWO_STEPS.format(url=model_url))
+            run_id, _ = await store.submit(recipe)
+            with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
+                # The first answer streamed whole with nobody following; the second is half
+                # way through.
+                assert await asyncio.to_thread(paused.wait, 60)
+                received: list[Event] = []
+
+                async def follow() -> None:
+                    async for event in store.follow(run_id):
+                        received.append(event)
+
+                following = asyncio.create_task(follow())
+                # It read the stored events: the workers were told it follows.
+                await until(
+                    lambda: any(
+                        e.kind == "model_call_started" and e.step_id == "second" for e in received
+                    )
+                )
+                go.set()
+                await asyncio.wait_for(following, 60)
+        record = await store.get(run_id)
+    finally:
+        await store.aclose()
+    wire = notified(listener)
+    listener.close()
+    assert record.status == "completed"
+    assert [s.output for s in record.steps] == [FIRST, BEFORE + AFTER]
+    # Nothing of the first answer went on the wire: nobody followed.
+    assert set(wire) <= {run_id}
+    sent = wire.get(run_id, "")
+    assert FIRST.split()[0] not in sent
+    # The follower got the rest of the second answer from the time it came (perhaps some
+    # of what the worker kept from just before).
+    got = "".join(e.text for e in received if isinstance(e, TokenDelta))
+    assert all(e.step_id == "second" for e in received if isinstance(e, TokenDelta))
+    assert got.endswith(AFTER)
+    assert (BEFORE + AFTER).endswith(got)
+    assert sent == got
+
+
+@pytest.mark.slow
+def test_a_service_with_its_own_worker_streams_through_its_hub_only(
+    postgres: str, tmp_path: Path, model: tuple[FakeOpenAIServer, threading.Event]
+) -> None:
+    """`minions serve` with its worker (Postgres): its SSE clients get every token delta
+    through the process's hub, and nothing goes on the wire, where no other process
+    follows."""
+    import psycopg
+    from postgres import fresh_database
+
+    fake, go = model
+    url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    write_chat_recipe(recipes, fake.url)
+    listener = psycopg.connect(url, autocommit=True)
+    listener.execute("LISTEN minions_deltas")
+    with (
+        server(tmp_path, url, "--recipes", str(recipes)) as api,
+        httpx2.Client(base_url=api.base, headers=auth(), timeout=60) as client,
+    ):
+        run_id = submit(client, "chat")
+        messages = watch_answer(client, run_id, go)
+        record = client.get(f"/runs/{run_id}").json()
+    wire = notified(listener)
+    listener.close()
+    assert record["output"] == ANSWER
+    deltas = [m["data"]["text"] for m in messages if m["event"] == "token_delta"]
+    assert "".join(deltas) == ANSWER
+    assert wire == {}

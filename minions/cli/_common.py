@@ -86,6 +86,24 @@ AuditRetentionOption = Annotated[
 ]
 AUDIT_RETENTION = "365d"
 """The audit log's horizon by default (`minions.runs.Worker`'s)."""
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", min=1, metavar="N", help="Runs at a time in the worker.")
+]
+GraceOption = Annotated[
+    float,
+    typer.Option(
+        "--grace",
+        min=0,
+        metavar="SECONDS",
+        envvar="MINIONS_WORKER_GRACE",
+        help="When stopped (SIGTERM, Ctrl-C), let the worker's steps in flight finish for this "
+        "long, then hand their runs back to the queue (they go on in another worker from "
+        "their checkpoints, in their place). A second signal stops at once. "
+        "(env: MINIONS_WORKER_GRACE)",
+    ),
+]
+GRACE = 30.0
+"""Seconds a stopping worker's steps in flight get by default (`minions.runs.Worker`'s)."""
 
 
 def audit_retention_of(text: str) -> str | None:

@@ -20,8 +20,11 @@ from minions._duration import spoken
 from minions._fold import RUN_STATUSES
 from minions.cli._common import (
     AUDIT_RETENTION,
+    GRACE,
     AuditRetentionOption,
+    ConcurrencyOption,
     DatabaseOption,
+    GraceOption,
     InputsOption,
     JsonOption,
     LogFormatOption,
@@ -83,9 +86,7 @@ def _moved(event: Any) -> str:
 
 
 def worker(
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, help="Runs at a time in this worker.")
-    ] = 4,
+    concurrency: ConcurrencyOption = 4,
     executor_id: Annotated[
         str | None,
         typer.Option(
@@ -152,19 +153,7 @@ def worker(
         ),
     ] = "127.0.0.1",
     log_format: LogFormatOption = None,
-    grace: Annotated[
-        float,
-        typer.Option(
-            "--grace",
-            min=0,
-            metavar="SECONDS",
-            envvar="MINIONS_WORKER_GRACE",
-            help="When stopped (SIGTERM, Ctrl-C), let the steps in flight finish for this "
-            "long, then hand their runs back to the queue (they go on in another worker from "
-            "their checkpoints, in their place). A second signal stops at once. "
-            "(env: MINIONS_WORKER_GRACE)",
-        ),
-    ] = 30.0,
+    grace: GraceOption = GRACE,
     notify: NotifyOption = None,
     notify_stuck_after: StuckAfterOption = "15m",
 ) -> None:

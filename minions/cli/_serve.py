@@ -13,8 +13,11 @@ from rich.console import Console
 
 from minions.cli._common import (
     AUDIT_RETENTION,
+    GRACE,
     AuditRetentionOption,
+    ConcurrencyOption,
     DatabaseOption,
+    GraceOption,
     LogFormatOption,
     ProjectRecipesOption,
     RetentionOption,
@@ -35,6 +38,7 @@ __all__: list[str] = []
 
 
 def serve_command(
+    ctx: typer.Context,
     host: Annotated[
         str,
         typer.Option(
@@ -137,8 +141,14 @@ def serve_command(
     log_format: LogFormatOption = None,
     notify: NotifyOption = None,
     notify_stuck_after: StuckAfterOption = "15m",
+    concurrency: ConcurrencyOption = 4,
+    grace: GraceOption = GRACE,
 ) -> None:
     """Serve the REST API, the live event streams and the console at http://HOST:PORT/.
+
+    With its worker (the default), stopping drains it as it does `minions worker`: nothing
+    more is claimed, steps in flight finish within --grace, and unfinished runs are handed
+    back to the queue.
 
     Every endpoint but the probes (/health, /health/live, /health/ready) needs
     "Authorization: Bearer KEY": a named key (`minions keys add NAME --role ROLE`), or the
@@ -157,6 +167,16 @@ def serve_command(
     from minions.runs import database_url as resolve
     from minions.service import ServiceConfig, load_token, serve
 
+    if no_worker:
+        # Given on the command line they are a mistake; from the environment (one shared by
+        # the API and the workers: compose.yaml's) they are the workers'.
+        for name, flag in (("grace", "--grace"), ("concurrency", "--concurrency")):
+            source = ctx.get_parameter_source(name)
+            if source is not None and source.name == "COMMANDLINE":
+                raise UsageError(
+                    f"{flag}: --no-worker runs no worker in this process; give it to "
+                    "`minions worker`"
+                )
     if retention is not None:
         if no_worker:
             raise UsageError("--retention: the worker prunes; give it to `minions worker`")
@@ -213,7 +233,12 @@ def serve_command(
     shown = f"[{host}]" if ":" in host else host
 
     def ready(executor_id: str) -> None:
-        worker = f"; worker {executor_id} in this process" if executor_id else "; no worker"
+        worker = (
+            f"; worker {executor_id} in this process ({concurrency} at a time; when stopped, "
+            f"steps in flight get {grace:g}s to finish)"
+            if executor_id
+            else "; no worker"
+        )
         say(
             err,
             chosen_format,
@@ -249,6 +274,8 @@ def serve_command(
             on_ready=ready,
             limits=given_limits,
             log_format=chosen_format,
+            concurrency=concurrency,
+            grace=grace,
         )
     finally:
         if notifying is not None:

@@ -35,6 +35,8 @@ GAP = 0.05
 wakes of a burst of submissions (each wakes every worker) are served by one dequeue, not one
 each, which took SQLite's write lock from the submitters again and again (and with 20 ms,
 W6b with the worker in the submitting process ran at 0.55-0.98x of polling)."""
+CLOSE_WAIT = 10.0
+"""Seconds a stopping worker waits at most for a dequeue under way (its store may be away)."""
 DBOS_LOOPS = 30.0
 """Seconds between the looks of DBOS's own loops (its internal queue, its background jobs,
 its schedules): minions uses none of what they serve."""
@@ -58,6 +60,8 @@ class Dispatcher:
         self._woken = threading.Event()
         self._writer = False
         self._closed = False
+        self._looking = threading.Lock()
+        """Held by a dequeue under way (`close` waits for it)."""
         self._dbos: DBOS | None = None
 
     def wake(self, *, writer: bool = False) -> None:
@@ -68,9 +72,14 @@ class Dispatcher:
         self._woken.set()
 
     def close(self) -> None:
-        """Stop dequeuing (the worker stops)."""
+        """Stop dequeuing (the worker stops): a dequeue under way ends first (what it claimed
+        reaches the worker, which hands it back as it drains), and none starts after. Without
+        the wait, a dequeue that began before the stop claimed, once its drain had handed a
+        run back, that very run again, in the stopping worker."""
         self._closed = True
         self._woken.set()
+        if self._looking.acquire(timeout=CLOSE_WAIT):
+            self._looking.release()
 
     def settle(self, within: float) -> bool:
         """Wait (up to `within` seconds) until no workflow of the queue runs in this DBOS:
@@ -93,13 +102,14 @@ class Dispatcher:
             # Cleared before the look: a wake that comes during it brings another look.
             self._woken.clear()
             writer, self._writer = self._writer, False
-            if stop.is_set() or self._closed or self.queue is None:
-                continue
-            try:
-                self._dequeue(dbos, self.queue, writer=writer)
-            except Exception as exc:  # the store is away: the next wake or look tries again
-                if not stop.is_set():
-                    log.warning("could not look at the queue", error=str(exc).splitlines()[0])
+            with self._looking:
+                if stop.is_set() or self._closed or self.queue is None:
+                    continue
+                try:
+                    self._dequeue(dbos, self.queue, writer=writer)
+                except Exception as exc:  # the store is away: the next wake or look tries again
+                    if not stop.is_set():
+                        log.warning("could not look at the queue", error=str(exc).splitlines()[0])
             stop.wait(GAP)
 
     def _dequeue(self, dbos: DBOS, queue: DBOSQueue, *, writer: bool = False) -> int:

@@ -180,6 +180,19 @@ class EventLog:
         self._listening_now = asyncio.Event()
         """The LISTEN connection listens (Postgres): token deltas reach this process."""
         self._pinned = False
+        self.origin = hub.origin if hub is not None else uuid.uuid4().hex[:12]
+        """The name in this process's follow notes (its hub's: the worker in this process
+        sends nothing for the followers here, who get its deltas through the hub)."""
+        self._announcer: asyncio.Task[None] | None = None
+        self._announced: set[str] = set()
+        """The runs the workers were last told this process follows (Postgres)."""
+        self._announce = asyncio.Event()
+        """Wakes the announcer: a run followed or left, or a worker asked."""
+        self._told = asyncio.Condition()
+        """Notified after each of the announcer's rounds."""
+        self._asked = True
+        """Tell the workers of every run followed (not only of the new ones) next round."""
+        self._closing = False
 
     async def start(self) -> None:
         """Keep the LISTEN connection open until `stop` (a service); followers start it
@@ -283,9 +296,11 @@ class EventLog:
             await feed.ready.wait()
             if self.notified:
                 # The deltas sent before the LISTEN would be lost (stored events are read
-                # again once it listens); a database that does not answer is not waited for.
+                # again once it listens), and the workers send none before they know the
+                # run is followed; a database that does not answer is not waited for.
+                self._announce.set()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._listening_now.wait(), LISTEN_WAIT)
+                    await asyncio.wait_for(self._announced_for(run_id), LISTEN_WAIT)
             yield subscription
         finally:
             feed.subscribers.discard(subscription)
@@ -295,9 +310,18 @@ class EventLog:
             if not self._feeds and not self._pinned:
                 await self._unlisten()
 
+    async def _announced_for(self, run_id: str) -> None:
+        await self._listening_now.wait()
+        async with self._told:
+            await self._told.wait_for(
+                lambda: run_id in self._announced or run_id not in self._feeds
+            )
+
     def _ended(self, feed: _Feed) -> None:
         if self._feeds.get(feed.run_id) is feed:
             del self._feeds[feed.run_id]
+            if self.notified:
+                self._announce.set()  # the workers are told it is followed no more
         if feed.unsubscribe_hub is not None:
             feed.unsubscribe_hub()
             feed.unsubscribe_hub = None
@@ -311,7 +335,11 @@ class EventLog:
             # Made with its listener, on the loop that follows now (a store may be followed
             # from one event loop, then from another).
             self._listening_now = asyncio.Event()
+            self._announce = asyncio.Event()
+            self._told = asyncio.Condition()
+            self._asked, self._closing = True, False
             self._listener = asyncio.create_task(self._listening())
+            self._announcer = asyncio.create_task(self._announcing())
         folder = streams.streams_folder(self.database.url)
         if folder is not None and self._fifo is None:
             try:
@@ -321,6 +349,16 @@ class EventLog:
             asyncio.get_running_loop().add_reader(self._fifo.descriptor, self._read_fifo)
 
     async def _unlisten(self) -> None:
+        announcer, self._announcer = self._announcer, None
+        if announcer is not None:
+            # Its last round tells the workers this process follows nothing now.
+            self._closing = True
+            self._announce.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(announcer), LISTEN_WAIT)
+            announcer.cancel()
+            await asyncio.gather(announcer, return_exceptions=True)
+            self._announced = set()
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
@@ -339,6 +377,10 @@ class EventLog:
     def _deltas(self, message: str) -> None:
         """Token deltas from a worker's process (`minions.runs._streams`), to the feed of
         their run if this process follows it."""
+        if message == streams.ASK:
+            self._asked = True  # a worker (re)connected: it is told what this process follows
+            self._announce.set()
+            return
         origin, _, rest = message.partition(" ")
         origin = origin.partition(".")[0]
         feed = self._feeds.get(rest.partition(" ")[0])
@@ -362,6 +404,9 @@ class EventLog:
                     await connection.execute("LISTEN minions_events")
                     await connection.execute(f"LISTEN {streams.CHANNEL}")
                     self._listening_now.set()
+                    # Workers that asked while nobody listened are told what is followed.
+                    self._asked = True
+                    self._announce.set()
                     for feed in list(self._feeds.values()):
                         feed.wake.set()  # what was committed while nobody listened
                     async for note in connection.notifies():
@@ -376,3 +421,41 @@ class EventLog:
             except Exception:  # the database went away: feeds poll until it is back
                 self._listening_now.clear()
                 await asyncio.sleep(1.0)
+
+    async def _announcing(self) -> None:
+        """Tells the store's workers which runs this process follows (Postgres): the new ones
+        at once, all of them every `streams.REFRESH` seconds or when a worker asks, those
+        left once left, and everything left when the log stops listening. Woken by
+        `_announce` (the LISTEN connection sets it when it listens)."""
+        refresh_at = 0.0
+        while True:
+            wait = max(0.0, refresh_at - time.monotonic()) if self._announced else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._announce.wait(), wait)
+            self._announce.clear()
+            if not self._closing and not self._listening_now.is_set():
+                continue  # deltas sent now would not reach this process: told once it listens
+            wanted = set() if self._closing else set(self._feeds)
+            now = time.monotonic()
+            every = self._asked or now >= refresh_at
+            notes = streams.follow_notes(
+                self.origin, wanted if every else wanted - self._announced, self._announced - wanted
+            )
+            self._asked = False
+            if notes:
+                try:
+                    await self.database.apply(streams.announce, notes)
+                except Exception:  # the database is away: told again once it is back
+                    if self._closing:
+                        return
+                    self._asked = True
+                    await asyncio.sleep(1.0)
+                    self._announce.set()
+                    continue
+            if every:
+                refresh_at = now + streams.REFRESH
+            self._announced = wanted
+            async with self._told:
+                self._told.notify_all()
+            if self._closing:
+                return

@@ -2,18 +2,28 @@
 of its store (the API processes of `minions serve --no-worker`, `minions runs events
 --follow`), still never stored.
 
-A worker's `DeltaPublisher` batches the deltas of all its runs (a short interval's worth, or
-a few thousand characters, whichever comes first), merges those that continue one another,
-and sends them as messages: on Postgres, NOTIFYs on ``minions_deltas`` (one statement per
-batch; a notification nobody listens to is dropped by the server), on SQLite, whose processes
-share one host, writes to the FIFO of each following process in the folder beside the
-database file (none there: nothing is sent). Deltas are best effort, like a live view: a
-batch that cannot be sent (the database away, a follower's FIFO full) is dropped, and what the
-publisher holds is bounded.
+A worker's `DeltaPublisher` batches the deltas of the runs somebody follows (a short
+interval's worth, or a few thousand characters, whichever comes first), merges those that
+continue one another, and sends them as messages: on Postgres, NOTIFYs on ``minions_deltas``
+(one statement per batch), on SQLite, whose processes share one host, writes to the FIFO of
+each following process in the folder beside the database file. Deltas of a run nobody
+follows cost nothing on the wire: they are not sent at all. Deltas are best effort, like a
+live view: a batch that cannot be sent (the database away, a follower's FIFO full) is
+dropped, and what the publisher holds is bounded.
 
-A follower's process receives them in its `EventLog`: on Postgres on its one LISTEN
-connection, on SQLite through a FIFO of its own (`FifoReader`), open while the process
-follows a run (or serves); `decode` reads a message (`DeltaMessage`).
+Who follows: on SQLite, a follower's FIFO in the folder (one `stat` per delta tells whether
+anyone follows). On Postgres, each process's `EventLog` tells the workers which runs it
+follows, in notes on ``minions_follows`` (``ORIGIN +RUN -RUN ...``): when it starts to follow
+a run, again every `REFRESH` seconds, and when it stops; a worker keeps what it hears for
+`FOLLOW_TTL` seconds (a follower killed without a word costs a few more seconds of deltas), and
+asks again (``?`` on ``minions_deltas``) each time its LISTEN connection (re)connects. The
+notes reach a worker in milliseconds; meanwhile it keeps the last `KEPT` seconds of the deltas
+of each run nobody follows, and sends them when the first follower comes: a follower gets
+every delta from the moment it began following (and perhaps a little before).
+
+A follower's `EventLog` reads them: on Postgres on its one LISTEN connection, on SQLite
+through a FIFO of its own, open while the process follows a run (or serves);
+`decode` reads a message (`DeltaMessage`).
 
 A message is one line: ``ORIGIN.NUMBER RUN_ID JSON``, the JSON a list of
 ``[seq, step_id, turn, attempt, timestamp, text]``; at most `PG_MESSAGE` bytes on Postgres
@@ -33,13 +43,15 @@ import select
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+import sqlalchemy as sa
 import structlog
 
 from minions.events import TokenDelta
-from minions.runs._db import sqlalchemy_url, sqlite_path
+from minions.runs._db import Database, sqlalchemy_url, sqlite_path
 from minions.runs._wake import write_fifo
 
 __all__: list[str] = []
@@ -67,6 +79,21 @@ RECONNECT = 1.0
 LOOK = 1.0
 """Seconds a publisher on SQLite trusts its last listing of the followers' FIFOs (sooner
 when their folder changed)."""
+
+FOLLOWS = "minions_follows"
+"""Postgres: the channel of the notes in which followers tell workers which runs they follow."""
+ASK = "?"
+"""Sent on `CHANNEL` by a worker whose LISTEN connection (re)connects: the followers of every
+process tell again which runs they follow."""
+REFRESH = 10.0
+"""Seconds between a process's notes of all the runs it follows (Postgres)."""
+FOLLOW_TTL = 3 * REFRESH
+"""Seconds a worker counts a process as following a run after its last note of it."""
+KEPT = 2.0
+"""Seconds of the deltas of a run nobody follows a publisher keeps (Postgres), and sends when
+a first follower comes: what was streamed while that follower's note was on its way."""
+KEPT_CHARS = 64_000
+"""Characters of a run's deltas kept at most."""
 
 _Key = tuple[str, int, str | None, int, int]
 """What deltas that continue one another share: run, seq, step, turn, attempt."""
@@ -163,6 +190,34 @@ class DeltaMessage:
     deltas: list[TokenDelta]
 
 
+def follow_notes(origin: str, follow: Iterable[str], leave: Iterable[str] = ()) -> list[str]:
+    """The notes (``ORIGIN +RUN -RUN ...``, each at most `PG_MESSAGE` bytes) that say a
+    process follows the runs of `follow` and no longer follows those of `leave`."""
+    words = [f"+{run}" for run in sorted(follow)] + [f"-{run}" for run in sorted(leave)]
+    notes: list[str] = []
+    note, size = origin, len(origin.encode())
+    for word in words:
+        length = 1 + len(word.encode())
+        if note != origin and size + length > PG_MESSAGE:
+            notes.append(note)
+            note, size = origin, len(origin.encode())
+        note, size = f"{note} {word}", size + length
+    if note != origin:
+        notes.append(note)
+    return notes
+
+
+def announce(database: Database, notes: Sequence[str]) -> None:
+    """Notify the follow `notes` on `FOLLOWS`, in one statement (Postgres)."""
+    with database.statement() as db:
+        db.execute(
+            sa.text(
+                "SELECT count(pg_notify(:channel, m)) FROM unnest(CAST(:notes AS text[])) AS m"
+            ),
+            {"channel": FOLLOWS, "notes": list(notes)},
+        )
+
+
 def decode(message: str) -> DeltaMessage | None:
     """A message's origin, run and deltas (None: not a message of this format)."""
     origin, _, rest = message.partition(" ")
@@ -194,13 +249,19 @@ def decode(message: str) -> DeltaMessage | None:
 
 class DeltaPublisher:
     """Sends the token deltas of a worker's runs to the followers of every process of its
-    store, batched, from a thread of its own that sleeps while no delta comes.
+    store, batched, from a thread of its own that sleeps while no delta comes; the deltas of
+    a run nobody follows are not sent.
+
+    On Postgres it learns who follows from the notes its worker's LISTEN connection hears
+    (`listening`, `greeting`: see `minions.runs._wake.Listener`); the notes of its own
+    process's followers are not for it (they get its deltas through the `LiveHub`).
 
     Args:
         url: the store.
         origin: the name its messages carry (the `LiveHub` of its process, if any).
         interval: seconds a delta waits at most for others to go with it.
         batch_chars: characters that send a batch at once.
+        clock: the monotonic clock of the follows' expiry and of what is kept.
     """
 
     def __init__(
@@ -210,11 +271,13 @@ class DeltaPublisher:
         origin: str | None = None,
         interval: float = INTERVAL,
         batch_chars: int = BATCH_CHARS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url
         self.origin = origin or uuid.uuid4().hex[:12]
         self.interval = interval
         self.batch_chars = batch_chars
+        self.clock = clock
         self.sent = 0
         """Messages sent."""
         self.batches = 0
@@ -231,10 +294,20 @@ class DeltaPublisher:
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         """Commits waiting for the batch on its way (`before_commit`)."""
         self._thread: threading.Thread | None = None
-        self._fifos = None if postgres(url) else _FifoWriter(url)
+        pg = postgres(url)
+        self._fifos = None if pg else _FifoWriter(url)
         """On SQLite: who follows (nobody: deltas are dropped as they come, at no cost)."""
         self._send: Callable[[list[bytes]], None] = self._fifos or _Notifier(url)
-        self._limit = PG_MESSAGE if postgres(url) else FIFO_MESSAGE
+        self._limit = PG_MESSAGE if pg else FIFO_MESSAGE
+        self._follows: dict[str, dict[str, float]] = {}
+        """On Postgres: the processes that follow each run, and until when (their notes)."""
+        self._kept: dict[str, _Kept] = {}
+        """On Postgres: the last deltas of each run nobody follows."""
+        self._swept = 0.0
+        self.listening: Mapping[str, Callable[[str], None]] = {FOLLOWS: self.heard} if pg else {}
+        """The channels its worker's LISTEN connection hears for it, and what it does then."""
+        self.greeting: tuple[tuple[str, str], ...] = ((CHANNEL, ASK),) if pg else ()
+        """What that connection notifies each time it (re)connects: followers tell again."""
 
     def start(self) -> None:
         if streams_folder(self.url) is None and not postgres(self.url):
@@ -254,19 +327,86 @@ class DeltaPublisher:
             closing()
 
     def publish(self, delta: TokenDelta) -> None:
-        """Hold `delta` for the next batch (any thread; never blocks on the store)."""
-        if self._thread is None or (self._fifos is not None and not self._fifos.followers()):
+        """Hold `delta` for the next batch if somebody follows its run (any thread; never
+        blocks on the store)."""
+        if self._thread is None:
+            return
+        if self._fifos is not None:
+            if not self._fifos.followers():
+                return
+            with self._ready:
+                self._hold(delta)
             return
         with self._ready:
-            if self._chars + len(delta.text) > MAX_HELD:
-                self.dropped += 1
+            now = self.clock()
+            if self._followed(delta.run_id, now):
+                self._hold(delta)
                 return
-            if not self._held:
-                self._since = time.monotonic()
-            self._held.append(delta)
-            self._chars += len(delta.text)
-            if len(self._held) == 1 or self._chars >= self.batch_chars:
-                self._ready.notify()
+            kept = self._kept.get(delta.run_id)
+            if kept is None:
+                self._sweep(now)
+                kept = self._kept[delta.run_id] = _Kept()
+            kept.add(now, delta)
+
+    def heard(self, note: str) -> None:
+        """A follow note (``ORIGIN +RUN -RUN ...``) from a process's followers (Postgres):
+        the kept deltas of a run that has its first follower go on their way at once."""
+        origin, *words = note.split()
+        if origin == self.origin:
+            return  # this process's followers: the hub tells them
+        with self._ready:
+            now = self.clock()
+            for word in words:
+                run_id = word[1:]
+                if word.startswith("+"):
+                    first = not self._followed(run_id, now)
+                    self._follows.setdefault(run_id, {})[origin] = now + FOLLOW_TTL
+                    kept = self._kept.pop(run_id, None)
+                    if first and kept is not None:
+                        for delta in kept.since(now - KEPT):
+                            self._hold(delta)
+                elif word.startswith("-"):
+                    origins = self._follows.get(run_id)
+                    if origins is not None:
+                        origins.pop(origin, None)
+                        if not origins:
+                            del self._follows[run_id]
+            self._sweep(now)
+
+    def _followed(self, run_id: str, now: float) -> bool:
+        origins = self._follows.get(run_id)
+        if not origins:
+            return False
+        if any(until > now for until in origins.values()):
+            return True
+        del self._follows[run_id]  # its followers went quiet: gone
+        return False
+
+    def _sweep(self, now: float) -> None:
+        """Forget the follows that ran out and the kept deltas that are too old (at most once
+        a second)."""
+        if now - self._swept < 1.0:
+            return
+        self._swept = now
+        for run_id in [r for r, k in self._kept.items() if k.newest < now - KEPT]:
+            del self._kept[run_id]
+        for run_id, origins in list(self._follows.items()):
+            for origin in [o for o, until in origins.items() if until <= now]:
+                del origins[origin]
+            if not origins:
+                del self._follows[run_id]
+
+    def _hold(self, delta: TokenDelta) -> None:
+        """Hold `delta` for the next batch (`_ready` held)."""
+        if self._chars + len(delta.text) > MAX_HELD:
+            self.dropped += 1
+            return
+        if not self._held:
+            self._since = time.monotonic()
+        self._held.append(delta)
+        self._chars += len(delta.text)
+        if len(self._held) == 1 or self._chars >= self.batch_chars:
+            self._ready.notify()
 
     def _loop(self) -> None:
         while True:
@@ -308,6 +448,9 @@ class DeltaPublisher:
         for first (a second at most)."""
         while True:
             with self._ready:
+                # What is kept for a follower yet to come is older than these events: a
+                # follower that reads them would drop it.
+                self._kept.pop(run_id, None)
                 if run_id not in self._sending:
                     mine = [d for d in self._held if d.run_id == run_id]
                     if not mine:
@@ -329,6 +472,26 @@ class DeltaPublisher:
         for path in self._fifos.followers():
             write_fifo(path, messages)
         return []
+
+
+class _Kept:
+    """The last deltas of a run nobody follows: `KEPT` seconds of them, `KEPT_CHARS` at
+    most."""
+
+    def __init__(self) -> None:
+        self.deltas: deque[tuple[float, TokenDelta]] = deque()
+        self.chars = 0
+        self.newest = 0.0
+
+    def add(self, now: float, delta: TokenDelta) -> None:
+        self.deltas.append((now, delta))
+        self.chars += len(delta.text)
+        self.newest = now
+        while self.deltas and (self.deltas[0][0] < now - KEPT or self.chars > KEPT_CHARS):
+            self.chars -= len(self.deltas.popleft()[1].text)
+
+    def since(self, moment: float) -> list[TokenDelta]:
+        return [delta for at, delta in self.deltas if at >= moment]
 
 
 class _Notifier:

@@ -17,15 +17,18 @@ import os
 import select
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 import sqlalchemy as sa
+import structlog
 
 from minions.runs._db import Database, sqlalchemy_url, sqlite_path
 
 __all__: list[str] = []
+
+log = structlog.get_logger(__name__)
 
 CHANNEL = "minions_wake"
 Wake = Literal["queue", "schedules"]
@@ -94,11 +97,24 @@ class Listener:
         url: the store.
         on_wake: called with what woke the worker; with both kinds when it (re)connects
             (what was committed while nobody listened).
+        heard: on Postgres, more channels the same connection listens to, and what is
+            called (in its thread) with each of their payloads.
+        greeting: on Postgres, ``(channel, payload)`` notified each time it (re)connects,
+            once it listens.
     """
 
-    def __init__(self, url: str, on_wake: Callable[[Wake], None]) -> None:
+    def __init__(
+        self,
+        url: str,
+        on_wake: Callable[[Wake], None],
+        *,
+        heard: Mapping[str, Callable[[str], None]] | None = None,
+        greeting: Sequence[tuple[str, str]] = (),
+    ) -> None:
         self.url = url
         self.on_wake = on_wake
+        self.heard = dict(heard or {})
+        self.greeting = tuple(greeting)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._fifo: Path | None = None
@@ -173,12 +189,26 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(url, autocommit=True, connect_timeout=10) as connection:
-                    connection.execute(f"LISTEN {CHANNEL}")
+                    for channel in (CHANNEL, *self.heard):
+                        connection.execute(f"LISTEN {channel}")
+                    for channel, payload in self.greeting:
+                        connection.execute("SELECT pg_notify(%s, %s)", (channel, payload))
                     for what in _BYTES:
                         self.on_wake(what)  # what was committed while nobody listened
                     while not self._stop.is_set():
                         for note in connection.notifies(timeout=1.0):
-                            if note.payload in _BYTES:
+                            if note.channel != CHANNEL:
+                                self._heard(note.channel, note.payload)
+                            elif note.payload in _BYTES:
                                 self.on_wake(note.payload)
             except Exception:  # the database went away: the worker looks by itself meanwhile
                 self._stop.wait(1.0)
+
+    def _heard(self, channel: str, payload: str) -> None:
+        callback = self.heard.get(channel)
+        if callback is None:
+            return
+        try:
+            callback(payload)
+        except Exception:  # a note it cannot use: never the end of the worker's wake-ups
+            log.exception("a notification could not be handled", channel=channel)

@@ -390,7 +390,11 @@ class Worker:
             }
         )
         background: list[threading.Thread] = []
-        listener = Listener(self.url, self._woken)
+        # It hears, too, which runs the followers of every process follow: the deltas of
+        # the others are not sent.
+        listener = Listener(
+            self.url, self._woken, heard=self.deltas.listening, greeting=self.deltas.greeting
+        )
         try:
             quiet.enter_context(installed(self.dispatcher))
             DBOS.launch()

@@ -4,11 +4,14 @@ streams."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import FrameType
 
 import structlog
 
@@ -36,9 +39,12 @@ def serve(
     on_ready: Callable[[str], None] | None = None,
     limits: Limits | None = None,
     log_format: logs.LogFormat = "console",
+    grace: float = 30.0,
 ) -> None:
-    """Serve until SIGINT or SIGTERM; the in-process worker stops with the server (its
-    unfinished runs go on in the next worker).
+    """Serve until SIGINT or SIGTERM; the in-process worker drains as `minions worker` does:
+    at the signal it claims nothing more and starts no new step, its steps in flight get
+    `grace` seconds to finish, then its unfinished runs are handed back to the queue (to go
+    on in the next worker, in their place); a second signal cuts the grace short.
 
     The process is the server's: its logging is set up here (every record, minions' and the
     libraries', on stderr in one format, tracebacks without local variables, the token and
@@ -58,6 +64,8 @@ def serve(
         limits: limits per model endpoint for the in-process worker's runs (held over every
             worker of the store given them).
         log_format: ``console`` (lines for people) or ``json`` (one object per line).
+        grace: seconds the in-process worker's steps in flight get to finish when it stops
+            (as `minions worker --grace`).
 
     Raises:
         MissingExtraError: `config` asks for metrics and the metrics extra is missing.
@@ -101,6 +109,7 @@ def serve(
             limits=limits,
             recipes=config.recipes,
             project_recipes=config.project_recipes,
+            grace=grace,
         )
 
         def work() -> None:
@@ -118,7 +127,22 @@ def serve(
     app = create_app(config, hub=hub, worker=running, metrics=exported)
     executor_id = running.executor_id if running is not None else ""
 
+    signals = 0
+    """Stop signals received: the first drains the worker, the next cut its grace short."""
+
+    def stop_worker(*_: object) -> None:
+        nonlocal signals
+        signals += 1
+        if running is not None:
+            running.stop(now=signals > 1)
+
     class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # The worker drains from the signal on (it claims nothing more while the server
+            # closes its connections), not once the server has stopped.
+            stop_worker()
+            super().handle_exit(sig, frame)
+
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             # What was built to start (FastAPI, DBOS, SQLAlchemy, pydantic: a big heap) lives
@@ -130,6 +154,10 @@ def serve(
                 on_ready(executor_id)
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # The event streams end first, cleanly: otherwise each open one (a console
+            # watching a run) held the stop for the graceful timeout, then was cancelled with
+            # a traceback in the log.
+            app.state.streams.stop()
             await super().shutdown(sockets)
             # Stopped by SIGTERM or SIGINT: the process ends by returning, once the worker
             # in it has stopped and let go of its runs, with exit code 0 (what systemd,
@@ -157,7 +185,24 @@ def serve(
         server.run()
     finally:
         if running is not None and thread is not None:
-            running.stop()  # it drains: its steps in flight get its grace to finish
-            thread.join(timeout=running.grace + 15)
+            if signals == 0:
+                stop_worker()  # it drains: its steps in flight get its grace to finish
+            with _signals_while_draining(stop_worker):
+                thread.join(timeout=running.grace + 15)
         if exported is not None:
             exported.shutdown()
+
+
+@contextlib.contextmanager
+def _signals_while_draining(handler: Callable[..., None]) -> Iterator[None]:
+    """SIGINT and SIGTERM call `handler` (they cut the worker's grace short) while the
+    worker drains after the server stopped, rather than killing the process mid-drain."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, restored in previous.items():
+            signal.signal(sig, restored)

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 
 import anyio
@@ -74,10 +74,35 @@ def states_frame(states: StepStates) -> bytes:
 
 
 class OpenStreams:
-    """The event streams open in this process, counted (`/health` tells them)."""
+    """The event streams open in this process, counted (`/health` tells them), and ended
+    together when the server stops (`stop`)."""
 
     def __init__(self) -> None:
         self.open = 0
+        self.stopping = False
+        self._ends: set[asyncio.Event] = set()
+
+    def stop(self) -> None:
+        """End every stream now, cleanly (their clients resume from their last event, in
+        another API process or this one restarted), and any opened from now on (call it in
+        the streams' event loop)."""
+        self.stopping = True
+        for end in self._ends:
+            end.set()
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[asyncio.Event]:
+        """A stream open: counted, and its end, set when the server stops."""
+        end = asyncio.Event()
+        if self.stopping:
+            end.set()
+        self._ends.add(end)
+        self.open += 1
+        try:
+            yield end
+        finally:
+            self.open -= 1
+            self._ends.discard(end)
 
 
 class EventStream(Response):
@@ -146,8 +171,7 @@ class EventStream(Response):
                 with contextlib.suppress(asyncio.QueueFull):
                     queue.put_nowait(None)
 
-        self.count.open += 1
-        try:
+        with self.count.opened() as end:
             async with anyio.create_task_group() as group:
 
                 async def watch() -> None:
@@ -155,17 +179,24 @@ class EventStream(Response):
                         pass
                     group.cancel_scope.cancel()  # the client went: stop following
 
+                async def stopping() -> None:
+                    await end.wait()
+                    with contextlib.suppress(asyncio.QueueFull):  # full: the writer is busy
+                        queue.put_nowait(None)  # the writer looks up now
+
                 group.start_soon(watch)
                 group.start_soon(pump)
+                group.start_soon(stopping)
                 try:
-                    await self._write(send, queue)
+                    await self._write(send, queue, end)
                 finally:
                     group.cancel_scope.cancel()
-        finally:
-            self.count.open -= 1
 
     async def _write(
-        self, send: Callable[[Message], Awaitable[None]], queue: asyncio.Queue[Event | None]
+        self,
+        send: Callable[[Message], Awaitable[None]],
+        queue: asyncio.Queue[Event | None],
+        end: asyncio.Event,
     ) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         retry = RETRY
@@ -185,6 +216,9 @@ class EventStream(Response):
             event: Event | None = None
             with anyio.move_on_after(self.heartbeat) as waited:
                 event = await queue.get()
+            if end.is_set():
+                ended = True  # the server stops: the stream ends whole, nothing more written
+                break
             if waited.cancelled_caught:
                 if await self._revoked(now=True):
                     break

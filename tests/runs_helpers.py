@@ -137,6 +137,45 @@ def overlapping_server() -> FakeOpenAIServer:
     return FakeOpenAIServer(reply)
 
 
+def wait_stopped(pid: int, within: float = 60) -> None:
+    """Wait until every thread of process `pid`, sent SIGSTOP, has stopped (or the process is
+    gone). The signal stops a thread only when it next leaves the kernel: one in a system call
+    (taking a file lock, an fsync) goes on until that call returns, so a process just sent
+    SIGSTOP may still take a lock."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except FileNotFoundError:
+            return
+        states = []
+        for task in tasks:
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended
+        if all(state in "tTZX" for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} did not stop: its threads are {states}")
+        time.sleep(0.001)
+
+
+def holds_write_lock(url: str, pid: int) -> bool:
+    """Whether process `pid` holds the write lock of the SQLite store `url` (Linux: its WAL
+    write lock, byte 120 of the ``-shm`` file, in /proc/locks)."""
+    try:
+        shm = os.stat(f"{url.removeprefix('sqlite:///')}-shm")
+    except FileNotFoundError:  # Postgres, or nobody has the SQLite file open
+        return False
+    device = f"{os.major(shm.st_dev):02x}:{os.minor(shm.st_dev):02x}:{shm.st_ino}"
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if fields[3:7] == ["WRITE", str(pid), device, "120"]:
+            return True
+    return False
+
+
 WORKER_ENV = {
     "MINIONS_WORKER_HEARTBEAT": "0.3",
     "MINIONS_WORKER_DEAD_AFTER": "2",

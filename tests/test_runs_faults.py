@@ -15,9 +15,11 @@ Each defect the driver found is reproduced on its own below.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,7 +37,16 @@ from faults_helpers import (
     problems,
 )
 from postgres import cluster, fresh_database
-from runs_helpers import WorkerProcess, finished, marking_model, until, worker
+from runs_helpers import (
+    WorkerProcess,
+    finished,
+    holds_write_lock,
+    marking_model,
+    until,
+    wait_stopped,
+    watched,
+    worker,
+)
 
 from minions.runs import RunStore
 
@@ -70,7 +81,9 @@ async def prove(folder: Path, url_of: Callable[[int], str]) -> None:
             assert not found, (
                 f"MINIONS_FAULT_SEED={seed}:\n" + "\n".join(found) + "\n" + driver.report()
             )
-            print(f"MINIONS_FAULT_SEED={seed}: well", *[n for n in driver.journal if "toler" in n])
+            notable = ("toler", "holding the write lock")
+            said = [n for n in driver.journal if any(word in n for word in notable)]
+            print(f"MINIONS_FAULT_SEED={seed}: well", *said)
 
 
 async def test_sqlite_runs_survive_random_faults(tmp_path: Path) -> None:
@@ -221,3 +234,56 @@ async def test_a_worker_handed_the_next_attempt_of_a_run_it_lost_runs_it(tmp_pat
         queue.close()
         store.close()
     held.store.close()
+
+
+async def test_a_store_opens_and_reads_while_another_process_holds_its_write_lock(
+    tmp_path: Path,
+) -> None:
+    """A process frozen while it holds the SQLite file's write lock keeps writers waiting,
+    not readers: a new process opens the store and reads it at once (every new connection
+    set ``auto_vacuum``, a write: it waited 30 s for the lock and failed "database is locked";
+    seed 329126)."""
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    held = await held_run(tmp_path, url)
+    holder = sqlite3.connect(tmp_path / "minions.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, held as by a frozen writer
+    holder.execute("UPDATE minions_meta SET value = value")
+    try:
+        reader = RunStore(url)  # a new process's store: new connections
+        assert [r.run_id for r in await reader.list_runs()] == [held.run_id]
+        assert (await reader.get(held.run_id)).status == "queued"
+        reader.close()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    held.store.close()
+
+
+async def test_a_worker_that_takes_a_silent_workers_id_says_so(tmp_path: Path) -> None:
+    """A worker silent past the dead-worker timeout (frozen here; starved by a loaded machine
+    in seeds 329109 and 329112) loses its id to a second worker started with it, which says
+    whose id it took and how long that one was silent; the first stands down."""
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    RunStore(url, create=True).close()
+    ledger = tmp_path / "ledger.txt"
+    with worker(url, tmp_path, "w1", ledger) as first:
+        pid = first.process.pid
+        while True:  # frozen outside a write: the second one registers
+            os.kill(pid, signal.SIGSTOP)
+            wait_stopped(pid)
+            if not holds_write_lock(url, pid):
+                break
+            os.kill(pid, signal.SIGCONT)
+        try:
+            second = StartingWorker(url, tmp_path, "w1", ledger)
+            started = await asyncio.to_thread(second.started)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with watched(second):
+            said = second.log.read_text()
+            assert started, said
+            assert "executor id taken from a worker that stopped beating" in said, said
+            assert f"pid={pid}" in said, said
+            assert "process_gone=False" in said, said
+            assert await asyncio.to_thread(first.process.wait, 60) == 1
+            assert "stood down" in first.log.read_text()

@@ -380,10 +380,16 @@ def _wal(cursor: Any) -> None:
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+    """A new connection's settings; none writes to a store that exists (a reader opens it
+    while another process holds its write lock)."""
     cursor = connection.cursor()
     # Only a new file takes it (before its first table): pruning then gives pages back to the
-    # file system a few at a time, instead of a VACUUM that stops every writer.
-    cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    # file system a few at a time, instead of a VACUUM that stops every writer. Set on a file
+    # that has pages, it opens a write transaction: every connection then waited for the
+    # file's write lock, and a process frozen while it held it kept every reader out too.
+    cursor.execute("PRAGMA page_count")
+    if cursor.fetchone()[0] == 0:
+        cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     _wal(cursor)
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_WAIT * 1000)}")

@@ -601,9 +601,8 @@ class Worker:
         row = workers.registration(database, self.executor_id)
         if row is not None and row.stopped_at is None and row.incarnation:
             seen = row.heartbeat_at
-            dead = time.time() - seen > DEAD_AFTER or (
-                row.host == socket.gethostname() and row.pid and not _pid_alive(row.pid)
-            )
+            gone = row.host == socket.gethostname() and row.pid and not _pid_alive(row.pid)
+            dead = time.time() - seen > DEAD_AFTER or gone
             deadline = time.monotonic() + DEAD_AFTER + HEARTBEAT
             while not dead and time.monotonic() < deadline and not self._stop.is_set():
                 time.sleep(min(HEARTBEAT / 2, 0.5))
@@ -617,6 +616,19 @@ class Worker:
                         f"{time.time() - now_row.heartbeat_at:.1f}s ago): stop it, or give "
                         "this one another --executor-id"
                     )
+            else:
+                # Its holder never stopped: it crashed, or it is silent (frozen, cut off, a
+                # loaded machine) and stands down at its next heartbeat. Said, for whoever
+                # wonders why an id in use was taken.
+                log.warning(
+                    "executor id taken from a worker that stopped beating",
+                    executor_id=self.executor_id,
+                    pid=row.pid,
+                    host=row.host,
+                    process_gone=bool(gone),
+                    silent=round(time.time() - seen, 1),
+                    dead_after=DEAD_AFTER,
+                )
         if row is not None and row.incarnation:
             leases.release(database, row.incarnation)  # a crashed one: its runs go on here
         workers.register(

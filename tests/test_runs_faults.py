@@ -9,7 +9,8 @@ event, every approval was decided once, and a run's usage is the sum of its step
 
 Each defect the driver found is reproduced on its own below.
 
-``MINIONS_FAULT_EXAMPLES=N`` runs N sequences on each store (default 2),
+``MINIONS_FAULT_EXAMPLES=N`` runs N sequences on each store (default 1, a new random seed
+each time; 120 on SQLite and 125 on Postgres passed on 2026-11-28),
 ``MINIONS_FAULT_OPERATIONS=N`` operations in each (default: each kind once), and
 ``MINIONS_FAULT_SEED=S`` starts from seed S (default: a random one, printed)."""
 
@@ -52,7 +53,7 @@ from minions.runs import RunStore
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES = int(os.environ.get("MINIONS_FAULT_EXAMPLES", "2"))
+EXAMPLES = int(os.environ.get("MINIONS_FAULT_EXAMPLES", "1"))
 STEPS = int(os.environ.get("MINIONS_FAULT_OPERATIONS", str(len(OPERATIONS))))
 SEED = int(os.environ.get("MINIONS_FAULT_SEED") or random.randrange(1_000_000))
 

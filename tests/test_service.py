@@ -270,6 +270,7 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/keys/{name}",
         "/me",
         "/audit",
+        "/projects",
         "/queue",
         "/endpoints/status",
         "/notifications",

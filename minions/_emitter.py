@@ -7,6 +7,7 @@ when it emits one, and this module keeps the emitter free of them.
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, replace
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
 __all__ = ["EventEmitter"]
 
 _QUIET = frozenset({"token_delta", "model_call_started", "tool_call_started"})
+
+_ENCLOSING: contextvars.ContextVar[EventEmitter | None] = contextvars.ContextVar(
+    "minions_enclosing_emitter", default=None
+)
+"""The emitter of the run whose task runs now (see `EventEmitter.context_for_inner_runs`)."""
 
 
 class EventEmitter:
@@ -38,6 +44,9 @@ class EventEmitter:
         self.last = 0
         """The number of the last event emitted (a token delta takes none of its own)."""
         self._silent = False
+        self._enclosing = _ENCLOSING.get()
+        """The emitter of the run this one runs inside (a recipe step's inner run): silenced
+        with it."""
 
     def continue_after(self, seq: int) -> None:
         """Number the next event `seq + 1`: a durable run that goes on after its stored
@@ -60,21 +69,36 @@ class EventEmitter:
         return unsubscribe
 
     def silence(self) -> None:
-        """Deliver and log nothing more: a durable run handed to another worker, whose
-        cancelled steps would say things that are not so (that they failed, that the run
-        failed)."""
+        """Deliver and log nothing more, nor do the runs inside this one (see
+        `context_for_inner_runs`): a durable run handed to another worker, or parked while a
+        call waits for a person, whose cancelled steps would say things that are not so (that
+        they failed, that the run failed)."""
         self._silent = True
+
+    @property
+    def silenced(self) -> bool:
+        """Whether it delivers and logs nothing more (it, or the run it runs inside, was
+        silenced)."""
+        return self._silent or (self._enclosing is not None and self._enclosing.silenced)
+
+    def context_for_inner_runs(self) -> contextvars.Context:
+        """A copy of the current context in which emitters made later are silenced with
+        this one: run the run's task in it, and the runs its recipe steps run inside it (each
+        with an emitter of its own) fall silent when it does."""
+        context = contextvars.copy_context()
+        context.run(_ENCLOSING.set, self)
+        return context
 
     @property
     def active(self) -> bool:
         """Whether anybody receives events (so building them is worth it)."""
-        return not self._silent and (bool(self._listeners) or configured_logger() is not None)
+        return not self.silenced and (bool(self._listeners) or configured_logger() is not None)
 
     def emit(self, event: Event) -> Event | None:
         """Stamp `event` with the run id, the next sequence number and the time, and deliver
         it. Returns the delivered event, or ``None`` when nobody listens."""
         logger = configured_logger()
-        if self._silent or (not self._listeners and logger is None):
+        if self.silenced or (not self._listeners and logger is None):
             return None
         if event.kind != "token_delta":
             # A token delta is never stored (it is live text): it carries the number of the

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from runs_helpers import (
     WorkerProcess,
     finished,
@@ -126,6 +127,11 @@ async def test_runs_waiting_for_approval_hold_no_worker_place(tmp_path: Path, ur
         assert [(await store.get(run_id)).status for run_id in ids] == ["waiting"] * 10
     finally:
         first.kill()
+    # Its log says each run parked, and no step failed (those cut short by a park did not).
+    said = first.log.read_text()
+    assert said.count("run parked") == 10
+    assert "step_failed" not in said
+    assert "run_failed" not in said
     for run_id in ids[:5]:  # nobody runs them: each is queued by its decision
         record = await store.approve(run_id, actor="alice")
         assert record.status == "queued"
@@ -177,6 +183,43 @@ async def test_a_parked_run_is_waiting_held_by_nobody_and_no_takeover_queues_it(
     cancelled = await store.cancel(run_id, wait=0, actor="carol")
     assert cancelled.status == "cancelled"
     database.close()
+    store.close()
+
+
+SUB = """\
+id: outer
+inputs: {tag: {type: string}}
+steps:
+  - id: sub
+    recipe: gated.yaml
+    inputs: {tag: "{{ inputs.tag }}"}
+"""
+
+
+@pytest.mark.parametrize("where", ["step", "sub-recipe"])
+async def test_a_parked_run_is_not_logged_as_failed_by_its_worker(
+    tmp_path: Path, url: str, where: str
+) -> None:
+    """The steps cut short when a run parks did not fail: the worker's log (structlog, as
+    `minions worker` configures it) says of the run what its event log says, then that it
+    parked and where it waits; nothing of steps or runs failing or cancelled, not even of
+    a recipe step's inner run."""
+    recipe = gated(tmp_path)
+    if where == "sub-recipe":
+        recipe = tmp_path / "outer.yaml"
+        recipe.write_text(SUB)
+    store = RunStore(url, create=True)
+    run_id, _ = await store.submit(recipe, {"tag": "a"})
+    with structlog.testing.capture_logs() as logs:
+        await run_here(url, run_id)  # returns: the run is parked
+    assert (await store.get(run_id)).status == "waiting"
+    said = [(e["seq"], e["event"]) for e in logs if e.get("run_id") == run_id and "seq" in e]
+    assert said == [(e.seq, e.kind) for e in await store.events(run_id)]
+    assert not [e for e in logs if e["event"] in ("step_failed", "run_failed", "tool_call_failed")]
+    [parked_line] = [e for e in logs if e["event"].startswith("run parked")]
+    assert parked_line["run_id"] == run_id
+    assert (parked_line["step_id"], parked_line["tool"]) == ("ship", "mark")
+    assert parked_line["log_level"] == "info"
     store.close()
 
 

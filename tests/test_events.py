@@ -184,6 +184,20 @@ def test_emit_is_skipped_when_nobody_listens() -> None:
     assert [e.seq for e in received] == [1]
 
 
+def test_an_emitter_silenced_silences_the_runs_inside_it() -> None:
+    """A durable run's emitter silenced (its run parked, or handed back) silences the
+    emitters of the runs its recipe steps run inside it: made in its task's context."""
+    outer = ev.EventEmitter("r", [lambda _: None])
+    inside = outer.context_for_inner_runs().run(ev.EventEmitter, "r.sub", [lambda _: None])
+    beside = ev.EventEmitter("other", [lambda _: None])
+    assert (inside.active, inside.silenced) == (True, False)
+    outer.silence()
+    assert [e.silenced for e in (outer, inside, beside)] == [True, True, False]
+    assert [e.active for e in (inside, beside)] == [False, True]
+    assert inside.emit(ev.StepStarted(step_id="s")) is None
+    assert beside.emit(ev.StepStarted(step_id="s")) is not None
+
+
 class _StumblingModel(Model):
     """Streams part of an answer, then fails transiently; the second attempt answers."""
 

@@ -301,6 +301,10 @@ class RunRecorder:
                 return decided
             self.parked = self.lost = True
             self.pending.clear()
+            if self.emitter is not None:
+                # Its steps are cut short to give the place back: they did not fail, and
+                # the run's log says nothing of them; neither does the worker's.
+                self.emitter.silence()
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
@@ -989,7 +993,11 @@ class RunExecutor:
         if self.draining:  # claimed as the worker began to stop: it starts elsewhere
             await self._give_back(recorder)
             return
-        task = asyncio.create_task(executor.run(graph, context, checkpoints=recorder))
+        task = asyncio.create_task(
+            executor.run(graph, context, checkpoints=recorder),
+            # Its recipe steps' inner runs fall silent with it (a park, a hand-back).
+            context=context.events.context_for_inner_runs(),
+        )
         self.running[run_id] = task
         self._recorders[run_id] = recorder
         cancelled: list[bool] = []
@@ -1242,6 +1250,8 @@ class RunExecutor:
                 log.info(
                     "run parked: it waits for a decision without a worker",
                     run_id=lease.run_id,
+                    step_id=request.step_id,
+                    tool=request.tool,
                     call_id=request.call_id,
                 )
                 self.on_parked()

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import assert_type
 
 import pytest
 from evals_helpers import CAPITALS, country, write
@@ -26,7 +27,7 @@ from minions.cli import app
 from minions.errors import ConfigError
 from minions.evals import Case, CaseJob, Dataset, EvalReport, evaluate_durable, load_dataset
 from minions.evals._durable import case_run_of
-from minions.runs import RunRecord, RunStore, StepRecord
+from minions.runs import OpenedEval, RunRecord, RunStore, StepRecord
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
 
 DATASET = """\
@@ -156,9 +157,12 @@ async def test_an_eval_opened_again_resumes_until_it_finished_then_is_new(url: s
         first, resumed = await store.open_eval("abc", dataset="d", target="t", total=3)
         assert not resumed
         assert first.status == "running"
-        again, resumed = await store.open_eval("abc", dataset="d", target="t", total=3)
-        assert resumed
+        opened = await store.open_eval("abc", dataset="d", target="t", total=3)
+        assert_type(opened, OpenedEval)
+        assert opened.resumed
+        again = opened.record
         assert again.eval_id == first.eval_id
+        assert opened == (again, True)  # a pair still, as it was
         other, resumed = await store.open_eval("xyz", dataset="d", target="t", total=1)
         assert not resumed
         assert other.eval_id != first.eval_id

@@ -91,7 +91,7 @@ PUBLIC: dict[str, set[str]] = {
         "StepDetail", "KeyRecord", "ROLES", "Role", "Scope", "ScopedRuns", "EndpointPause",
         "Lesson", "Actor", "AuditEntry", "AUDIT_ACTIONS", "EndpointStatus", "QueueState",
         "QueuedRun", "UsageReport", "UsageRow", "Delivery", "Notifier", "NotifyTarget",
-        "QueuedRecipe", "ScheduleState", "CacheEntry", "NewKey",
+        "QueuedRecipe", "ScheduleState", "CacheEntry", "NewKey", "Submitted", "OpenedEval",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

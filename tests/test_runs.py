@@ -197,11 +197,14 @@ def test_the_cli_end_to_end(tmp_path: Path, url: str) -> None:
     recipe = write_ledger_recipe(tmp_path)
     submitted = minions("submit", str(recipe), "-i", "tag=cli", "--json", "--database-url", url)
     assert submitted.returncode == 0, submitted.stderr
-    run_id = json.loads(submitted.stdout)["run_id"]
-    again = minions(
-        "submit", str(recipe), "-i", "tag=cli", "--idempotency-key", "x", "--database-url", url
-    )
-    assert again.returncode == 0
+    said = json.loads(submitted.stdout)
+    run_id = said["run_id"]
+    assert said == {"run_id": run_id, "created": True}
+    keyed = ("submit", str(recipe), "-i", "tag=cli", "--idempotency-key", "x", "--json")
+    first, again = (minions(*keyed, "--database-url", url) for _ in range(2))
+    assert (first.returncode, again.returncode) == (0, 0)
+    made, found = json.loads(first.stdout), json.loads(again.stdout)
+    assert (made["created"], found) == (True, {"run_id": made["run_id"], "created": False})
     with worker(url, tmp_path, "w1", tmp_path / "ledger.txt"):
         followed = minions("runs", "events", run_id, "--follow", "--json", "--database-url", url)
     lines = [json.loads(line) for line in followed.stdout.splitlines()]

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import assert_type
 
 import httpx2
 import pytest
@@ -34,7 +35,7 @@ from service_helpers import auth, server, write_recipes
 
 from minions.errors import IdempotencyConflictError, RunStateError
 from minions.events import Event, RunHandedBack
-from minions.runs import RunStore
+from minions.runs import RunStore, Submitted
 
 pytestmark = pytest.mark.slow
 
@@ -254,8 +255,12 @@ async def test_an_idempotency_key_names_one_request(tmp_path: Path, url: str) ->
     recipe = write_ledger_recipe(tmp_path)
     other = write_ledger_recipe(tmp_path / "other", seconds=0.1)
     store = RunStore(url, create=True)
-    first, _ = await store.submit(recipe, {"tag": "x"}, idempotency_key="k")
-    assert await store.submit(recipe, {"tag": "x"}, idempotency_key="k") == (first, False)
+    first, created = await store.submit(recipe, {"tag": "x"}, idempotency_key="k")
+    assert created
+    again = await store.submit(recipe, {"tag": "x"}, idempotency_key="k")
+    assert_type(again, Submitted)
+    assert (again.run_id, again.created) == (first, False)
+    assert again == (first, False)  # a pair still, as it was
     with pytest.raises(IdempotencyConflictError, match="idempotency key 'k' was used for run"):
         await store.submit(recipe, {"tag": "y"}, idempotency_key="k")
     with pytest.raises(IdempotencyConflictError):

@@ -317,13 +317,14 @@ def submit(
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
-    """Queue a run of a recipe for the workers, in a project; print its id."""
+    """Queue a run of a recipe for the workers, in a project; print its id (--json: and
+    whether this submit queued it, false when --idempotency-key named it before)."""
     given = parse_inputs(inputs or ())
     if not recipe.is_file():
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     store = open_store(database_url, create=True)
     try:
-        run_id, _created = asyncio.run(
+        submitted = asyncio.run(
             store.submit(
                 recipe,
                 given,
@@ -334,7 +335,8 @@ def submit(
         )
     finally:
         store.close()
-    typer.echo(json.dumps({"run_id": run_id}) if json_output else run_id)
+    said = {"run_id": submitted.run_id, "created": submitted.created}
+    typer.echo(json.dumps(said) if json_output else submitted.run_id)
     if not _has_a_model(recipe):
         Console(stderr=True, highlight=False, soft_wrap=True).print(
             f"note: no model is set here ({MODEL_ENV}), the recipe names none and no "

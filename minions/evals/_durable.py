@@ -71,15 +71,16 @@ class DurableRunner(CaseRunner):
         if path is None:
             return dataclasses.replace(base, problem=_NO_FILE.format(job.target.id))
         try:
-            run_id, new = await self.store.submit(
+            submitted = await self.store.submit(
                 path, job.inputs, idempotency_key=job.key, project=self.project, actor=self.actor
             )
         except MinionsError as exc:
             return dataclasses.replace(base, problem=f"the run could not be submitted: {exc}")
-        if new:
+        if submitted.created:
             self.submitted += 1
         else:
             self.found += 1
+        run_id = submitted.run_id
         # The run's stored events, then new ones until it ends (token deltas are not stored).
         events = [e async for e in self.store.follow(run_id) if e.kind != "token_delta"]
         return case_run_of(job, await self.store.get(run_id), events)

@@ -12,8 +12,8 @@ runs. The store is SQLite by default (``sqlite:///./.minions/minions.db``, or
 docs/runs.md and docs/schedules.md.
 
     store = RunStore()                               # MINIONS_DATABASE_URL or the default
-    run_id, _ = await store.submit("recipe.yaml", {"n": 3})
-    async for event in store.follow(run_id):          # stored events, then live ones
+    submitted = await store.submit("recipe.yaml", {"n": 3})   # Submitted(run_id, created)
+    async for event in store.follow(submitted.run_id):  # stored events, then live ones
         print(event.seq, event.kind)
 """
 
@@ -28,7 +28,7 @@ from minions.runs._cache import CacheEntry
 from minions.runs._checkpoints import StepRecord
 from minions.runs._diff import RunDiff, StepDiff
 from minions.runs._endpoints import EndpointPause, EndpointRecord, Lesson
-from minions.runs._evals import EvalRecord
+from minions.runs._evals import EvalRecord, OpenedEval
 from minions.runs._fleet import (
     EndpointLoad,
     EndpointStatus,
@@ -43,7 +43,7 @@ from minions.runs._log import EventLog, LiveHub
 from minions.runs._notify import Delivery, Notifier, NotifyTarget
 from minions.runs._projects import Scope, ScopedRuns
 from minions.runs._prune import History, PruneResult, Retention
-from minions.runs._runs import RerunPlan, RunRecord
+from minions.runs._runs import RerunPlan, RunRecord, Submitted
 from minions.runs._schedules import ScheduleRecord
 from minions.runs._steps import StepDetail
 from minions.runs._store import RunFilters, RunStore, database_url
@@ -77,6 +77,7 @@ __all__ = [
     "LiveHub",
     "Notifier",
     "NotifyTarget",
+    "OpenedEval",
     "PruneResult",
     "QueueState",
     "QueuedRecipe",
@@ -95,6 +96,7 @@ __all__ = [
     "StepDetail",
     "StepDiff",
     "StepRecord",
+    "Submitted",
     "UsageReport",
     "UsageRow",
     "Worker",

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 
@@ -23,7 +23,7 @@ from minions.runs._tables import evals_table
 if TYPE_CHECKING:
     from minions.runs._db import Database
 
-__all__ = ["EvalRecord"]
+__all__ = ["EvalRecord", "OpenedEval"]
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 """The largest report kept (its JSON): a report is bounded by its case runs, so this is an
@@ -65,6 +65,21 @@ class EvalRecord:
     """Its project, and its case runs'."""
 
 
+class OpenedEval(NamedTuple):
+    """What `RunStore.open_eval` returns: the eval, and whether it resumes. Read it by
+    name, or unpack it as a pair (``record, resumed = await store.open_eval(...)``).
+
+    Attributes:
+        record: the eval: the unfinished one of its fingerprint, else a new one.
+        resumed: True when it is the unfinished one (an eval started again with the same
+            dataset and recipes, whose case runs already submitted are found, not
+            submitted twice); False when this call made it.
+    """
+
+    record: EvalRecord
+    resumed: bool
+
+
 def open_eval(
     database: Database,
     *,
@@ -76,8 +91,8 @@ def open_eval(
     now: float,
     project: str = "default",
     audit: Mapping[str, Any] | None = None,
-) -> tuple[EvalRecord, bool]:
-    """The unfinished eval of `fingerprint` and True, else a new one (`eval_id`) and False.
+) -> OpenedEval:
+    """The unfinished eval of `fingerprint`, resumed, else a new one (`eval_id`).
     Of callers opening one fingerprint at once, one makes it and the others find it.
     `audit`: the entry of a new one (``eval.start``), written in the transaction that
     makes it (an eval resumed changes nothing)."""
@@ -97,7 +112,7 @@ def open_eval(
         row = db.execute(sa.select(*_LISTED).where(table.c.open_key == fingerprint)).one()
         if row.eval_id == eval_id:
             _audit.write(db, audit, project=row.project)
-    return _record(row), row.eval_id != eval_id
+    return OpenedEval(_record(row), resumed=row.eval_id != eval_id)
 
 
 def finish_eval(

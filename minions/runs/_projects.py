@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from minions.runs._keys import KeyRecord
     from minions.runs._notify import Delivery
     from minions.runs._prune import History
-    from minions.runs._runs import RerunPlan, RunRecord
+    from minions.runs._runs import RerunPlan, RunRecord, Submitted
     from minions.runs._schedules import ScheduleRecord
     from minions.runs._steps import StepDetail
     from minions.runs._store import RunFilters, RunStore, Who
@@ -186,7 +186,7 @@ class ScopedRuns:
         project: str | None = None,
         idempotency_key: str | None = None,
         actor: Who = None,
-    ) -> tuple[str, bool]:
+    ) -> Submitted:
         """`RunStore.submit`, in `project` (see `Scope.project_for`)."""
         return await self._store.submit(
             recipe,
@@ -206,7 +206,7 @@ class ScopedRuns:
         idempotency_key: str | None = None,
         check: Callable[[RecipeSpec], object] | None = None,
         actor: Who = None,
-    ) -> tuple[str, bool]:
+    ) -> Submitted:
         """`RunStore.submit_yaml`, in `project` (see `Scope.project_for`)."""
         return await self._store.submit_yaml(
             text,

@@ -10,7 +10,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 
@@ -30,10 +30,29 @@ if TYPE_CHECKING:
     from minions.runs._db import Database
     from minions.runs._events import EventRow
 
-__all__ = ["RerunPlan", "RunRecord"]
+__all__ = ["RerunPlan", "RunRecord", "Submitted"]
 
 Enqueue = Callable[[sa.Connection, str, int], None]
 """Queues attempt `n` of run `run_id` in the caller's transaction (DBOS's enqueue)."""
+
+
+class Submitted(NamedTuple):
+    """What a submit (`RunStore.submit`, `RunStore.submit_yaml`) returns: the run, and
+    whether this submit queued it. Read it by name, or unpack it as a pair::
+
+        submitted = await store.submit("recipe.yaml", idempotency_key="k1")
+        print(submitted.run_id, submitted.created)
+        run_id, created = await store.submit("recipe.yaml", idempotency_key="k1")
+
+    Attributes:
+        run_id: the run's id.
+        created: True when this submit stored and queued the run; False when its
+            `idempotency_key` named the same request before, and this is that request's
+            run (nothing was queued).
+    """
+
+    run_id: str
+    created: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,13 +278,13 @@ def insert(
     enqueue: Enqueue,
     seeds: Callable[[sa.Connection], Sequence[Checkpoint]] | None = None,
     audit: Callable[[str], Mapping[str, Any]] | None = None,
-) -> tuple[str, bool]:
+) -> Submitted:
     """Store a queued run (`queued_row`) and queue it, in one transaction: both happen or
     neither. `seeds`: reads, in that transaction, the checkpoints it starts with (a
     rerun's: the steps it reuses of its parent, which it holds until the commit); what it
     raises stores nothing. `audit(run_id)`: the audit entry of a run stored, written in the
-    transaction. The run's id and True; with an idempotency key used before, the earlier
-    run's id and False.
+    transaction. The run, created; with an idempotency key used before, the earlier run,
+    not created.
 
     Raises:
         IdempotencyConflictError: the key was used for another request.
@@ -278,7 +297,7 @@ def insert(
                 checkpoints.insert(db, run_id, seeds(db))
             enqueue(db, run_id, 1)
             _audit.write(db, audit and audit(run_id))
-            return run_id, True
+            return Submitted(run_id, created=True)
         found = db.execute(
             sa.select(runs_table.c.run_id, runs_table.c.request_hash, runs_table.c.project).where(
                 runs_table.c.idempotency_key == key
@@ -289,7 +308,7 @@ def insert(
         raise IdempotencyConflictError(key, None)
     if found.request_hash is not None and found.request_hash != row["request_hash"]:
         raise IdempotencyConflictError(key, found.run_id)
-    return str(found.run_id), False
+    return Submitted(str(found.run_id), created=False)
 
 
 # -- reading -------------------------------------------------------------------------------------

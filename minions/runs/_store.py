@@ -49,12 +49,12 @@ if TYPE_CHECKING:
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._diff import RunDiff
     from minions.runs._endpoints import EndpointPause, EndpointRecord
-    from minions.runs._evals import EvalRecord
+    from minions.runs._evals import EvalRecord, OpenedEval
     from minions.runs._fleet import EndpointStatus, FleetState, QueueState
     from minions.runs._keys import KeyRecord, NewKey
     from minions.runs._notify import Delivery
     from minions.runs._prune import History, PruneResult
-    from minions.runs._runs import RerunPlan
+    from minions.runs._runs import RerunPlan, Submitted
     from minions.runs._schedules import ScheduleRecord
     from minions.runs._usage import UsageReport
     from minions.runs._workers import WorkerRecord
@@ -175,10 +175,11 @@ class RunStore:
         idempotency_key: str | None = None,
         actor: Who = None,
         project: str = "default",
-    ) -> tuple[str, bool]:
+    ) -> Submitted:
         """Queue a run of the recipe file; its YAML is snapshotted into the run. Returns the
-        run id and whether it is new (False: `idempotency_key` named the same request before;
-        its run is returned). `actor`: who submits it (its `RunStarted` event says so): a
+        run's id and whether this submit queued it (`Submitted`, which unpacks as
+        ``run_id, created``; not created: `idempotency_key` named the same request before,
+        and its run is returned). `actor`: who submits it (its `RunStarted` event says so): a
         key's name, ``token``, ``cli:USER``. `project`: the run's project (keys of other
         projects never see it).
 
@@ -207,7 +208,7 @@ class RunStore:
         check: Callable[[RecipeSpec], object] | None = None,
         actor: Who = None,
         project: str = "default",
-    ) -> tuple[str, bool]:
+    ) -> Submitted:
         """Queue a run of recipe YAML given as text (the REST service's inline recipes): its
         tools modules and sub-recipes are found in folder `base`. Returns what `submit` does.
         The text is parsed once; `check` sees the parsed recipe before anything is built or
@@ -244,7 +245,7 @@ class RunStore:
         *,
         actor: Who = None,
         project: str = "default",
-    ) -> tuple[str, bool]:
+    ) -> Submitted:
         """Check the recipe snapshot `text` (as the file `path`; `parsed` already) and the
         inputs, store the run and queue it."""
         snapshot = await self._snapshot(text, path, inputs, parsed)
@@ -282,7 +283,7 @@ class RunStore:
         seeds: Callable[[Any], Sequence[Checkpoint]] | None = None,
         actor: Who = None,
         project: str = "default",
-    ) -> tuple[str, bool]:
+    ) -> Submitted:
         queue = await self._dbos()
         who = dataclasses.replace(Actor.of(actor), project=project)
         row = runs.queued_row(
@@ -1137,12 +1138,12 @@ class RunStore:
         total: int,
         project: str = "default",
         actor: Who = None,
-    ) -> tuple[EvalRecord, bool]:
+    ) -> OpenedEval:
         """The eval run on this store's workers whose `fingerprint` (its dataset and recipes)
-        this is: the unfinished one, and True (it resumes), else a new one (of `project`), and
-        False. Its case runs are submitted under idempotency keys holding its id, so an eval
-        resumed submits none twice. `actor`: who starts it (``eval.start``, for a new
-        one)."""
+        this is: the unfinished one, resumed, else a new one (of `project`) (`OpenedEval`,
+        which unpacks as ``record, resumed``). Its case runs are submitted under idempotency
+        keys holding its id, so an eval resumed submits none twice. `actor`: who starts it
+        (``eval.start``, for a new one)."""
         eval_id = uuid.uuid4().hex[:12]
         return await self._database.apply(
             _evals.open_eval,

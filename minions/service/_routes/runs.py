@@ -59,7 +59,7 @@ async def submit(
                 "--allow-inline-recipes); submit a recipe id from GET /recipes",
             )
         # Parsed once, in the store, and checked before anything is built or stored.
-        run_id, created = await runs.submit_yaml(
+        submitted = await runs.submit_yaml(
             body.recipe_yaml,
             body.inputs,
             base=catalog.folder or Path.cwd(),
@@ -76,17 +76,17 @@ async def submit(
             raise Refused(
                 400, f"`recipe`: no recipe {body.recipe!r} here; known: {known}", "unknown_recipe"
             )
-        run_id, created = await runs.submit(
+        submitted = await runs.submit(
             entry.path,
             body.inputs,
             idempotency_key=body.idempotency_key,
             actor=caller.actor,
             project=project,
         )
-    if created:  # just stored as queued: no need to read it back
-        return Submitted(run_id=run_id, status="queued", created=True)
-    record = await runs.get(run_id)
-    return Submitted(run_id=run_id, status=record.status, created=False)
+    if submitted.created:  # just stored as queued: no need to read it back
+        return Submitted(run_id=submitted.run_id, status="queued", created=True)
+    record = await runs.get(submitted.run_id)
+    return Submitted(run_id=submitted.run_id, status=record.status, created=False)
 
 
 @router.get("/runs", response_model=RunPage)

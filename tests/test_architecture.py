@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -73,3 +74,70 @@ def test_the_architecture_page_lists_every_module_of_the_runs_package() -> None:
     listed = re.findall(r"^- `(_\w+\.py|__init__\.py)`: \S", page, flags=re.MULTILINE)
     modules = sorted(p.name for p in (ROOT / "minions" / "runs").glob("*.py"))
     assert sorted(listed) == modules
+
+
+def _imported(node: ast.Import | ast.ImportFrom, home: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(module, name) of each name `node` imports, in a module of the package `home`
+    (relative imports made absolute; ``import a.b`` is ``("a.b", "")``)."""
+    if isinstance(node, ast.Import):
+        return [(alias.name, "") for alias in node.names]
+    base = list(home[: len(home) - node.level + 1]) if node.level else []
+    target = ".".join([*base, *([node.module] if node.module else [])])
+    return [(target, alias.name) for alias in node.names]
+
+
+def _private_imports() -> set[tuple[str, str, str]]:
+    """(importer, module, name) of every import in `minions/` of another package's private
+    module (``minions.X._y``) or private name. The importer is the package (``minions.runs``),
+    a module of `minions` itself (``minions._fold``), or `minions` for its `__init__`."""
+    found = set()
+    for path in sorted((ROOT / "minions").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        module = parts[:-1] if parts[-1] == "__init__" else parts
+        importer = module[:2]
+        home = module if parts[-1] == "__init__" else module[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for target, name in _imported(node, home):
+                dotted = tuple(target.split("."))
+                if dotted[0] != "minions" or len(dotted) < 2 or dotted[:2] == importer:
+                    continue
+                private_name = name.startswith("_") and not name.startswith("__")
+                if any(p.startswith("_") for p in dotted[2:]) or private_name:
+                    found.add((".".join(importer), target, name))
+    return found
+
+
+def _documented_private_imports() -> set[tuple[str, str, str]]:
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page.split("## What a package takes from a neighbour's private module, and why")
+    assert len(section) == 2, "the section is missing, or there twice"
+    rows = re.findall(r"^\| `([\w.]+)` \| `([\w.]+)` \| ([^|]+) \| [^|]+ \|$", section[1], re.M)
+    assert rows, "the section has no table"
+    documented = set()
+    for importer, module, names in rows:
+        for name in re.findall(r"`(\w+)`", names):
+            documented.add((importer, module, name))
+    return documented
+
+
+def test_packages_take_from_neighbours_private_modules_only_what_the_page_says() -> None:
+    """Every import of another package's private module (or private name) is a row of
+    "What a package takes from a neighbour's private module, and why" in
+    docs/architecture.md, with its names; and every row is still true."""
+    found = _private_imports()
+    documented = _documented_private_imports()
+    assert sorted(found - documented) == [], "undocumented: say why in docs/architecture.md"
+    assert sorted(documented - found) == [], "documented, but no longer imported"
+
+
+def test_a_package_shows_its_neighbours_one_private_module() -> None:
+    """What neighbours take from a package's private modules, they take from one of them
+    (its internal face), never from here and there."""
+    faces: dict[str, set[str]] = {}
+    for _, module, _ in _private_imports():
+        faces.setdefault(".".join(module.split(".")[:2]), set()).add(module)
+    assert {package: len(modules) for package, modules in faces.items()} == dict.fromkeys(
+        faces, 1
+    ), faces

@@ -73,7 +73,7 @@ PUBLIC: dict[str, set[str]] = {
     "minions.errors": ERRORS,
     "minions.models": {
         "CapabilityMemory", "EndpointLimit", "EndpointLimiter", "ProjectLimit", "EndpointPermit", "EndpointWait",
-        "FallbackModel", "Limits", "LocalLimiter",
+        "Evidence", "FallbackModel", "Limits", "LocalLimiter",
         "MODEL_ENV", "ModeDemotion", "Model", "OpenAIChatModel", "OutputMode", "Recording",
         "RecordingModel", "ReplayMissError", "ReplayModel", "TokenCallback", "infer_model",
     },
@@ -98,7 +98,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "minions.recipes": {
         "AgentRecipe", "InputSpec", "RecipeFile", "RecipeStep", "dump_recipe", "load_recipe",
-        "load_recipe_file", "parse_recipe", "recipe_problems",
+        "load_recipe_file", "parse_recipe", "recipe_problems", "RecipeSpec", "parse_spec", "Located",
     },
     "minions.testing": {
         "FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript", "FunctionModel", "ModelBlock",
@@ -264,3 +264,25 @@ def test_the_base_install_does_not_require_the_durable_extra() -> None:
     names = {d.split(">")[0].split("[")[0] for d in project["dependencies"]}
     assert names.isdisjoint({"dbos", "sqlalchemy", "psycopg"})
     assert project["optional-dependencies"]["service"][0] == "minions[durable]"
+
+
+def test_a_recipe_is_checked_as_data_then_built_without_a_second_parse(tmp_path: Path) -> None:
+    """`parse_spec` (public) checks YAML against the format without importing its tools; its
+    `RecipeSpec` and `Located` build the recipe through `load_recipe_file(parsed=...)`."""
+    from minions.errors import RecipeError
+    from minions.recipes import Located, RecipeSpec, load_recipe_file, parse_spec
+
+    unbuilt = "id: hello\ntools: [no_such_module:tool]\nsteps:\n  - id: greet\n    goal: Hi.\n"
+    spec, located = parse_spec(unbuilt)  # its tools module is not imported
+    assert isinstance(spec, RecipeSpec)
+    assert isinstance(located, Located)
+    assert (spec.id, spec.tools, spec.steps[0].id) == ("hello", ["no_such_module:tool"], "greet")
+    assert located.line(["steps", 0, "goal"]) == 5
+    with pytest.raises(RecipeError, match=r"r\.yaml:4: step 'greet', field 'gaol': unknown"):
+        parse_spec("id: hello\nsteps:\n  - id: greet\n    gaol: Hi.\n", file="r.yaml")
+
+    text = "id: hello\nsteps:\n  - id: greet\n    goal: Hi.\n"
+    built = load_recipe_file(tmp_path / "hello.yaml", text=text, parsed=parse_spec(text))
+    assert [step.id for step in built.recipe.steps] == ["greet"]
+    assert built.spec.id == "hello"
+    assert built.located.line(["steps", 0, "goal"]) == 4

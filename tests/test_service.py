@@ -893,8 +893,8 @@ def test_inline_recipes_name_only_built_in_tools_and_the_servers_own(
 def test_an_inline_recipe_is_parsed_once_and_its_graph_names_each_steps_kind(
     service: ServerProcess, folder: Path, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from minions._yaml import load_yaml
     from minions.recipes import _loader
-    from minions.recipes._source import load_yaml
 
     parsed: list[str] = []
 

@@ -15,11 +15,11 @@ import pytest
 from typer.testing import CliRunner
 
 from minions import AgentRecipe, DefaultStep, LoopStep, MessageBundle, ToolStep, Transition
+from minions._yaml import BIG_TEXT, collector_paused
 from minions.cli import app
 from minions.errors import RecipeError
 from minions.recipes import RecipeStep, load_recipe, parse_recipe, recipe_problems
 from minions.recipes._loader import MAX_RECIPE_BYTES
-from minions.recipes._source import BIG_TEXT, collector_paused
 
 TOOLS = '''
 from minions import tool

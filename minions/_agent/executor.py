@@ -32,15 +32,21 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from minions.models._limits import EndpointLimiter, Limits
+    from minions.models import EndpointLimiter, Limits
 
 __all__ = ["AgentExecutor"]
 
 
 def _limiter(limits: Limits | EndpointLimiter) -> EndpointLimiter | None:
-    from minions.models._limits import limiter_of
+    """What ``AgentExecutor(limits=...)`` makes of its argument: a `LocalLimiter` of `Limits`
+    (none for limits without entries), an `EndpointLimiter` as it is."""
+    from minions.models import EndpointLimiter, Limits, LocalLimiter
 
-    return limiter_of(limits)
+    if isinstance(limits, EndpointLimiter):
+        return limits
+    if isinstance(limits, Limits):
+        return LocalLimiter(limits) if limits.endpoints else None
+    raise TypeError(f"limits must be Limits or an EndpointLimiter, not {type(limits).__name__}")
 
 
 _GRAPH_CACHE = 32
@@ -132,7 +138,7 @@ class AgentExecutor:
     ) -> None:
         servers = mcp_servers
         if mcp_servers:
-            from minions.tools._mcp import server_configs
+            from minions.tools._internal import server_configs
 
             servers = server_configs(mcp_servers)
         tracer = None

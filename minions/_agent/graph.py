@@ -20,7 +20,7 @@ from minions._routing.transition import Transition
 from minions._step.step import Step
 from minions.errors import RecipeError
 from minions.recipes import AgentRecipe
-from minions.recipes._validation import Analysis
+from minions.recipes._internal import Analysis
 
 if TYPE_CHECKING:
     from minions.tools import ToolRegistry

@@ -21,7 +21,7 @@ from minions._step.step import Step
 from minions.errors import MCPServerError, MinionsError
 from minions.events import RunCompleted, RunFailed, RunStarted
 from minions.tools import ToolRegistry
-from minions.tools._mcp import MCPConnections
+from minions.tools._internal import MCPConnections
 
 __all__ = []
 

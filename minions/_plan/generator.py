@@ -32,7 +32,7 @@ from minions.errors import OutputValidationError, PlanError, Problem
 from minions.events import EventEmitter, EventListener, PlanRevised, UsageRecord
 from minions.models import Model
 from minions.recipes import AgentRecipe
-from minions.tools._builtin import builtin_tools
+from minions.tools import builtin_tools
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider

@@ -16,8 +16,7 @@ from minions._kinds.task import TaskStep, TaskType
 from minions._step.step import MAX_ID_LENGTH, recipe_id_problem, step_id_problem
 from minions.errors import PlanError, Problem
 from minions.recipes import AgentRecipe, recipe_problems
-from minions.tools import Tool, ToolRegistry
-from minions.tools._builtin import builtin_tools
+from minions.tools import Tool, ToolRegistry, builtin_tools
 
 __all__ = ["Plan", "PlanStep", "TokenLine"]
 
@@ -255,7 +254,7 @@ class Plan(BaseModel):
             PlanError: the plan is invalid.
             RecipeError: a tool has no importable name.
         """
-        from minions.recipes._dump import recipe_to_data, to_yaml_text
+        from minions.recipes._internal import recipe_to_data, to_yaml_text
 
         recipe = self.to_recipe(workspace=workspace, tools=tools)
         data = recipe_to_data(self._recipe(workspace, ()) if references else recipe)

@@ -15,8 +15,8 @@ from minions._step.result import AgentResult
 from minions._step.settings import RunSettings, with_given
 from minions._step.waits import RunWaits
 from minions.errors import BudgetExceededError
-from minions.models import Model, infer_model
-from minions.models._fallback import FallbackModel, is_fallback
+from minions.models import FallbackModel, Model, infer_model
+from minions.models._internal import is_fallback
 from minions.tools import Tool, ToolRegistry
 
 if TYPE_CHECKING:

@@ -21,9 +21,8 @@ from minions.errors import (
     TransientModelError,
     is_transient,
 )
-from minions.models._blocking import BLOCK, check_model
-from minions.models._fallback import FallbackModel, is_fallback
-from minions.models._learning import LEARNING_RUN
+from minions.models import FallbackModel
+from minions.models._internal import BLOCK, LEARNING_RUN, check_model, is_fallback
 
 if TYPE_CHECKING:
     from minions._config import ExecutionConfig
@@ -31,8 +30,7 @@ if TYPE_CHECKING:
     from minions._step.execution import StepExecution
     from minions._step.waits import Waits
     from minions.events import ModelCallStarted, UsageRecord
-    from minions.models import Model, TokenCallback
-    from minions.models._limits import EndpointLimiter, EndpointWait
+    from minions.models import EndpointLimiter, EndpointWait, Model, TokenCallback
 
 __all__ = ["ModelCallExecutor"]
 
@@ -161,7 +159,7 @@ class ModelCallExecutor:
 
     async def _limited(self, prompt: Prompt, turn: int) -> ModelCallResponse:
         """`_attempt` once the endpoint's limits let the call go (see `Limits`)."""
-        from minions.models._limits import estimate_prompt
+        from minions.models._internal import estimate_prompt
 
         limiter, endpoint = self._limiter, self._endpoint
         assert limiter is not None

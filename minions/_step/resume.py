@@ -91,7 +91,7 @@ class StepState:
 
     def to_data(self) -> dict[str, Any]:
         """The state as JSON data (`from_data` reads it)."""
-        from minions.models._recording import _encode_response
+        from minions.models._internal import encode_response
 
         return {
             "scope": self.scope,
@@ -105,7 +105,7 @@ class StepState:
                 {
                     "turn": c.turn,
                     "attempt": c.attempt,
-                    "response": None if c.response is None else _encode_response(c.response),
+                    "response": None if c.response is None else encode_response(c.response),
                     "error": c.error,
                     "usage": asdict(c.usage),
                     "output_mode": c.output_mode,
@@ -131,7 +131,7 @@ class StepState:
         Raises:
             KeyError, TypeError, ValueError: the data is not a state (damaged).
         """
-        from minions.models._recording import _decode_response
+        from minions.models._internal import decode_response
 
         prompt = Prompt(messages=(), output=output)
         state = cls(
@@ -149,7 +149,7 @@ class StepState:
                     attempt=int(c["attempt"]),
                     prompt=_NO_PROMPT,
                     response=(
-                        None if c["response"] is None else _decode_response(c["response"], prompt)
+                        None if c["response"] is None else decode_response(c["response"], prompt)
                     ),
                     error=c["error"],
                     usage=Usage(**c["usage"]),

@@ -12,8 +12,7 @@ if TYPE_CHECKING:
     from minions._tracing.metrics import RunMetrics
     from minions._tracing.tracer import RunTracer
     from minions.events import EventListener
-    from minions.models import Model
-    from minions.models._limits import EndpointLimiter
+    from minions.models import EndpointLimiter, Model
     from minions.tools import Approver
 
 __all__ = ["RunSettings"]

@@ -14,8 +14,15 @@ from minions._emitter import EventEmitter
 from minions._messages import ToolCall, ToolCallResponse
 from minions._retry import RetryHook, RetryPolicy
 from minions.errors import ApprovalRequiredError, MissingDepsError, ToolError
-from minions.tools import ApprovalDecision, ApprovalRequest, Approver, Tool, ToolRegistry
-from minions.tools._context import ToolContext, enter, leave
+from minions.tools import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Approver,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+)
+from minions.tools._internal import enter, leave
 
 if TYPE_CHECKING:
     from minions._step.waits import Waits

@@ -305,7 +305,7 @@ def schema() -> None:
         minions schema > recipe.schema.json
         # yaml-language-server: $schema=recipe.schema.json
     """
-    from minions.recipes._schema import RecipeSpec
+    from minions.recipes import RecipeSpec
 
     data = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -84,7 +84,7 @@ def _prices(path: Path) -> dict[str, dict[str, float]]:
     """A prices file: ``MODEL: {input: DOLLARS, output: DOLLARS}`` per million tokens."""
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-    from minions.recipes._source import load_yaml
+    from minions._yaml import load_yaml
 
     class Price(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -753,7 +753,7 @@ def add_case_command(
     """Append a case made of a stored run to a dataset: its inputs, and its output as
     `expected` (check it). The file's comments and layout stay."""
     from minions.evals import add_case
-    from minions.models._recording import Recording
+    from minions.models import Recording
     from minions.runs import RunStore
 
     if (recording is None) != (recordings is None):

@@ -13,13 +13,16 @@ from typing import TYPE_CHECKING, Any
 from minions._text import redact_url
 from minions.cli._errors import UsageError
 from minions.errors import MinionsError
-from minions.models import MODEL_ENV, FallbackModel, Model, infer_model
-from minions.models._recording import (
+from minions.models import (
+    MODEL_ENV,
+    FallbackModel,
+    Model,
     Recording,
     RecordingModel,
     ReplayModel,
-    recording_beside,
+    infer_model,
 )
+from minions.recipes._internal import recording_beside
 
 if TYPE_CHECKING:
     from minions._step.step import Step

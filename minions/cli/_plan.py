@@ -236,12 +236,12 @@ def _mermaid(plan: Any, tools: list[Any]) -> str:
 
 
 def _imported_tools(references: list[str] | tuple[str, ...]) -> list[Any]:
-    from minions.recipes._build import _import_tools
+    from minions.recipes._internal import import_tools
 
     found: list[Any] = []
     for reference in references:
         try:
-            found.extend(_import_tools(reference, Path.cwd(), set()))
+            found.extend(import_tools(reference, Path.cwd(), set()))
         except MinionsError as exc:
             raise UsageError(f"--tools {reference!r}: {exc}") from None
     return found

@@ -52,11 +52,10 @@ from minions.cli._report import (
 )
 from minions.errors import MCPServerError, ModelError
 from minions.events import EventListener, event_to_json
-from minions.models import Model
-from minions.models._recording import Recording
+from minions.models import Model, Recording
 from minions.recipes import AgentRecipe, RecipeFile, load_recipe_file
 from minions.tools import ApprovalDecision, ApprovalRequest, Approver, ToolRegistry
-from minions.tools._mcp import describe_server, list_mcp_tools
+from minions.tools._internal import describe_server, list_mcp_tools
 
 __all__ = []
 

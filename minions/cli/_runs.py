@@ -353,8 +353,8 @@ def _has_a_model(path: Path) -> bool:
     import os
 
     from minions.cli._model_choice import needs_model
-    from minions.models._recording import recording_beside
     from minions.recipes import load_recipe_file
+    from minions.recipes._internal import recording_beside
 
     recipe = load_recipe_file(path).recipe  # checked already by the store: it loads
     if recipe.model is not None or os.environ.get(MODEL_ENV):

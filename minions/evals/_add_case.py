@@ -17,7 +17,7 @@ from minions.errors import Problem
 from minions.evals._dataset import DatasetError, case_id_problem
 
 if TYPE_CHECKING:
-    from minions.models._recording import Recording
+    from minions.models import Recording
     from minions.runs import RunRecord
 
 __all__ = ["add_case", "case_text"]
@@ -49,7 +49,7 @@ def case_text(
 def _cases_block(text: str) -> tuple[int, str]:
     """Where to insert a case (the index of the line after the last line of the ``cases:``
     list) and the list items' indentation."""
-    from minions.recipes._source import load_yaml
+    from minions._yaml import load_yaml
 
     located = load_yaml(text)
     data = located.data

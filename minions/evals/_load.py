@@ -111,7 +111,7 @@ def load_dataset(path: str | Path, *, import_code: bool = True) -> Dataset:
 
 def parse_dataset(text: str, *, path: str | Path, import_code: bool = True) -> Dataset:
     """A dataset from YAML `text`, as the file `path` (see `load_dataset`)."""
-    from minions.recipes._source import load_yaml
+    from minions._yaml import load_yaml
 
     file = Path(path)
     try:
@@ -310,8 +310,8 @@ def scorer(reference: str, folder: Path) -> Any:
         ValueError: the reference is malformed, the module cannot be imported, or it has no
             such function.
     """
+    from minions._imports import import_module
     from minions.errors import MinionsError
-    from minions.recipes._build import _import_module
 
     module_name, colon, function_name = reference.partition(":")
     if not colon or not module_name or not function_name.isidentifier():
@@ -319,7 +319,7 @@ def scorer(reference: str, folder: Path) -> Any:
             f"python check {reference!r} must be module:function, e.g. scorers:check_city"
         )
     try:
-        module = _import_module(module_name, folder)
+        module = import_module(module_name, folder)
     except MinionsError as exc:
         raise ValueError(f"python check {reference!r}: {exc}") from None
     function = getattr(module, function_name, None)

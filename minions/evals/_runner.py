@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from minions._step.result import AgentResult
     from minions._step.settings import RunSettings
     from minions.events import EventListener
-    from minions.models._recording import Recording, ReplayModel
+    from minions.models import Recording, ReplayModel
 
 __all__ = ["CaseJob", "CaseRunner", "ForegroundRunner", "TokenBudget"]
 
@@ -135,7 +135,7 @@ class _Watch(Model):
     async def call(
         self, prompt: Prompt, *, on_token: TokenCallback | None = None
     ) -> ModelCallResponse:
-        from minions.models._recording import ReplayMissError
+        from minions.models import ReplayMissError
 
         tally, budget, step = self._tally, self._budget, prompt.step_id or "_"
         if budget is not None and budget.exhausted:
@@ -244,7 +244,7 @@ class ForegroundRunner(CaseRunner):
 
     def _replay_model(self, job: CaseJob) -> tuple[ReplayModel | None, str | None]:
         from minions.errors import RecordingError
-        from minions.models._recording import Recording, ReplayModel
+        from minions.models import Recording, ReplayModel
 
         assert self.replay is not None
         file = self.replay / job.recording
@@ -262,7 +262,7 @@ class ForegroundRunner(CaseRunner):
 
     async def run(self, job: CaseJob) -> CaseRun:
         from minions._agent.executor import AgentExecutor
-        from minions.models._recording import Recording, RecordingModel
+        from minions.models import Recording, RecordingModel
 
         run_id = uuid.uuid4().hex[:12]
         case = job.case

@@ -26,6 +26,7 @@ _LAZY: dict[str, str] = {
     "ReplayMissError": "minions.models._recording",
     "ReplayModel": "minions.models._recording",
     "CapabilityMemory": "minions.models._structured",
+    "Evidence": "minions.models._structured",
     # Limits (pydantic models): loaded when limits are used.
     "EndpointLimit": "minions.models._limits",
     "EndpointLimiter": "minions.models._limits",
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     )
     from minions.models._openai import OpenAIChatModel
     from minions.models._recording import Recording, RecordingModel, ReplayMissError, ReplayModel
-    from minions.models._structured import CapabilityMemory
+    from minions.models._structured import CapabilityMemory, Evidence
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
@@ -62,6 +63,7 @@ __all__ = [
     "ProjectLimit",
     "EndpointPermit",
     "EndpointWait",
+    "Evidence",
     "FallbackModel",
     "Limits",
     "LocalLimiter",

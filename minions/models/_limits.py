@@ -553,12 +553,3 @@ class LocalLimiter(EndpointLimiter):
     def in_flight(self, match: str) -> int:
         """Calls in flight under the entry `match` (for tests and reports)."""
         return self._endpoint(match).in_flight
-
-
-def limiter_of(limits: Limits | EndpointLimiter | None) -> EndpointLimiter | None:
-    """What ``AgentExecutor(limits=...)`` makes of its argument."""
-    if limits is None or isinstance(limits, EndpointLimiter):
-        return limits
-    if isinstance(limits, Limits):
-        return LocalLimiter(limits) if limits.endpoints else None
-    raise TypeError(f"limits must be Limits or an EndpointLimiter, not {type(limits).__name__}")

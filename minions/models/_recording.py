@@ -37,13 +37,6 @@ __all__ = ["Recording", "RecordingModel", "ReplayMissError", "ReplayModel"]
 FORMAT = "minions.recording/1"
 
 
-def recording_beside(recipe_path: str | Path) -> Path:
-    """The recording a recipe file may have beside it: ``<stem>.recording.json``. `minions
-    run` and workers replay it when no model is configured."""
-    path = Path(recipe_path)
-    return path.with_name(f"{path.stem}.recording.json")
-
-
 class ReplayMissError(ModelError):
     """A replayed run asked for a reply that was not recorded."""
 
@@ -159,7 +152,8 @@ class _Keys:
         return f"{scope}/{self._counts[scope]}"
 
 
-def _encode_response(response: ModelCallResponse) -> dict[str, Any]:
+def encode_response(response: ModelCallResponse) -> dict[str, Any]:
+    """A model's answer as JSON data, as a recording keeps it (and a parked call's state)."""
     message = response.message
     encoded = {
         "content": message.content,
@@ -216,7 +210,7 @@ class RecordingModel(Model):
         except Exception as exc:
             self.recording.entries[key] = {**entry, "error": _encode_error(exc)}
             raise
-        self.recording.entries[key] = {**entry, "response": _encode_response(response)}
+        self.recording.entries[key] = {**entry, "response": encode_response(response)}
         return response
 
 
@@ -251,7 +245,7 @@ class ReplayModel(Model):
             self.changed_prompts.append(key)
         if "error" in entry:
             raise _decode_error(entry["error"])
-        response = _decode_response(entry["response"], prompt)
+        response = decode_response(entry["response"], prompt)
         if on_token is not None and response.text:
             on_token(response.text)
         return response
@@ -261,7 +255,9 @@ def _usage(data: Mapping[str, Any] | None) -> Usage:
     return Usage(**data) if data else Usage()
 
 
-def _decode_response(data: Mapping[str, Any], prompt: Prompt) -> ModelCallResponse:
+def decode_response(data: Mapping[str, Any], prompt: Prompt) -> ModelCallResponse:
+    """An answer `encode_response` kept, to `prompt` (its structured output validated again
+    against the prompt's `output`)."""
     calls = tuple(
         ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"])
         for c in data.get("tool_calls", [])

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from minions._messages import Message
     from minions._output import OutputInstructions
 
-__all__ = ["CapabilityMemory", "OutputMode"]
+__all__ = ["CapabilityMemory", "Evidence", "OutputMode"]
 
 
 """A rung of the structured-output ladder."""
@@ -73,8 +73,19 @@ Cause = Literal["refused", "ignored"]
 
 @dataclass(frozen=True, kw_only=True)
 class Evidence:
-    """Why an endpoint's feature is refused: the server `refused` it on the wire (HTTP 400
-    naming it), or answers of several `runs` `ignored` it; `since` (Unix seconds)."""
+    """Why an endpoint's feature is refused: what `CapabilityMemory.evidence` says of each
+    refused feature (and `EndpointRecord.evidence` of a run store's endpoints); given to
+    `CapabilityMemory.demote` and `CapabilityMemory.load`.
+
+    Attributes:
+        cause: ``"refused"``: the server refused it on the wire (an HTTP 400 naming it);
+            ``"ignored"``: answers ignored it (`CapabilityMemory.demote_after` in a row), in
+            as many distinct runs as `CapabilityMemory.demote_runs` asks.
+        since: when it was first seen, in Unix seconds (the first of the runs' strikes).
+        runs: the ids of the runs whose answers ignored it, oldest first (``"ignored"``;
+            empty for calls made outside a run).
+        detail: what the server said (``"refused"``).
+    """
 
     cause: Cause
     since: float

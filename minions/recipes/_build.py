@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import hashlib
 import importlib
 import importlib.machinery
-import importlib.util
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from minions._imports import import_module
 from minions._kinds.analysis import AnalysisStep
 from minions._kinds.example import schema_from_example
 from minions._kinds.loop import LoopStep
@@ -26,16 +23,15 @@ from minions._output import OutputInstructions
 from minions._routing.transition import Transition
 from minions._step.agent import DefaultStep
 from minions._step.step import Step, recipe_id_problem
+from minions._yaml import Located, collector_paused
 from minions.errors import MinionsError, Problem, RecipeError
 from minions.models import FallbackModel, Model
 from minions.recipes._loader import by_line, check_spec, read_recipe_text, step_label
 from minions.recipes._recipe import AgentRecipe
 from minions.recipes._schema import HttpSpec, RecipeSpec, StepSpec
-from minions.recipes._source import Located, collector_paused
 from minions.recipes._subrecipe import RecipeStep
 from minions.recipes._validation import recipe_problems
-from minions.tools import Tool, ToolRegistry
-from minions.tools._builtin import builtin_tools
+from minions.tools import Tool, ToolRegistry, builtin_tools
 
 __all__ = ["RecipeFile", "load_recipe", "load_recipe_file", "parse_recipe"]
 
@@ -394,7 +390,7 @@ def _tools(spec: RecipeSpec, base: Path, problem: Any, load: _Load, workspace: P
             if not load.import_tools:
                 _locate_tools(reference, base)
                 continue
-            for item in _import_tools(reference, base, load.protected):
+            for item in import_tools(reference, base, load.protected):
                 found.setdefault(item.name, item)
         except MinionsError as exc:
             problem(str(exc), None, f"tools.{index}")
@@ -412,7 +408,7 @@ def _tools(spec: RecipeSpec, base: Path, problem: Any, load: _Load, workspace: P
 def _mcp_servers(spec: RecipeSpec, base: Path, problem: Any) -> dict[str, Any]:
     """The recipe's MCP servers, ``${VAR}`` expanded (a variable that is not set is a problem
     on its line); a stdio server works in the recipe's folder unless it says otherwise."""
-    from minions.tools._mcp import server_config
+    from minions.tools._internal import server_config
 
     servers: dict[str, Any] = {}
     for name, value in spec.mcp_servers.items():
@@ -425,14 +421,18 @@ def _mcp_servers(spec: RecipeSpec, base: Path, problem: Any) -> dict[str, Any]:
     return servers
 
 
-def _import_tools(reference: str, base: Path, protected: set[Path]) -> list[Tool]:
-    """Tools from ``package.module:name`` or every tool of ``package.module``.
+def import_tools(reference: str, base: Path, protected: set[Path]) -> list[Tool]:
+    """Tools from ``package.module:name`` or every tool of ``package.module`` (a recipe's
+    ``tools:``, `minions plan --tools`); the module's file joins `protected`.
 
     A module beside the recipe file (``tools`` for ``tools.py``) is loaded from there under a
     name of its own, so two recipes' ``tools.py`` never clash.
+
+    Raises:
+        MinionsError: the module cannot be imported, or has no such tool (or none).
     """
     module_name, _, attribute = reference.partition(":")
-    module = _import_module(module_name, base)
+    module = import_module(module_name, base)
     if module.__file__ is not None:
         protected.add(Path(module.__file__).resolve())
     if attribute:
@@ -506,46 +506,3 @@ def _top_level_names(tree: ast.Module) -> set[str]:
                 elif isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
                     names.add(inner.id)
     return names
-
-
-_IMPORTING = threading.RLock()
-"""Recipes load in threads (the run store, the REST service): a tools module is imported
-whole by one of them before another sees it in `sys.modules`."""
-
-
-def _import_module(name: str, base: Path) -> ModuleType:
-    with _IMPORTING:
-        return _import_module_once(name, base)
-
-
-def _import_module_once(name: str, base: Path) -> ModuleType:
-    local = base.joinpath(*name.split(".")).with_suffix(".py")
-    if local.is_file():
-        digest = hashlib.sha1(str(local).encode()).hexdigest()[:8]
-        unique = f"_minions_recipe_{digest}_{name.replace('.', '_')}"
-        loaded = sys.modules.get(unique)
-        if loaded is not None:
-            return loaded
-        spec = importlib.util.spec_from_file_location(unique, local)
-        if spec is None or spec.loader is None:
-            raise MinionsError(f"cannot load {str(local)!r}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[unique] = module
-        try:
-            spec.loader.exec_module(module)
-        except (Exception, SystemExit) as exc:
-            del sys.modules[unique]
-            raise MinionsError(f"importing {str(local)!r} failed: {_failure(exc)}") from None
-        return module
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise MinionsError(f"cannot import tools from {name!r}: {exc}") from None
-    except (Exception, SystemExit) as exc:
-        raise MinionsError(f"importing {name!r} failed: {_failure(exc)}") from None
-
-
-def _failure(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"it called sys.exit({exc.code!r})"
-    return f"{type(exc).__name__}: {exc}"

@@ -16,7 +16,7 @@ from minions._step.step import Step
 from minions.errors import Problem, RecipeError
 from minions.models import FallbackModel, Model
 from minions.recipes._schema import StepSpec
-from minions.tools._builtin import builtin_tools
+from minions.tools import builtin_tools
 
 if TYPE_CHECKING:
     from minions.recipes._recipe import AgentRecipe
@@ -150,7 +150,8 @@ def recipe_to_data(recipe: AgentRecipe) -> dict[str, Any]:
 def _mcp_servers(servers: Mapping[str, Any], problem: Any) -> dict[str, Any]:
     """The YAML form of MCP servers. Their `env` and `headers` hold values already read from
     the environment (secrets, often): those are not written out."""
-    from minions.tools._mcp import DEFAULT_TIMEOUT, MCPHttpServer, MCPStdioServer
+    from minions.tools import MCPHttpServer, MCPStdioServer
+    from minions.tools._internal import DEFAULT_TIMEOUT
 
     found: dict[str, Any] = {}
     for name, server in servers.items():

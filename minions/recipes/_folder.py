@@ -21,6 +21,13 @@ INLINE_SUFFIX = ".inline.yaml"
 """Where an inline recipe is taken to live, in its folder: ``<id>.inline.yaml`` (no file)."""
 
 
+def recording_beside(recipe_path: str | Path) -> Path:
+    """The recording a recipe file may have beside it: ``<stem>.recording.json``. `minions
+    run` and workers replay it when no model is configured."""
+    path = Path(recipe_path)
+    return path.with_name(f"{path.stem}.recording.json")
+
+
 def folder_files(folder: Path, pattern: str) -> list[Path]:
     """The files of `folder` (resolved) matching `pattern`, hidden folders left out, each
     inside the folder once links are followed."""

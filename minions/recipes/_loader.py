@@ -9,11 +9,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from minions._yaml import Located, collector_paused, load_yaml
 from minions.errors import InputError, Problem, RecipeError, did_you_mean
 from minions.recipes._schema import MODEL_TAGS, InputSpec, RecipeSpec, StepSpec
-from minions.recipes._source import Located, collector_paused, load_yaml
 
-__all__ = []
+__all__ = ["parse_spec"]
 
 
 def load_spec(path: str | Path) -> tuple[RecipeSpec, Located]:
@@ -47,7 +47,22 @@ like `/dev/zero` or a folder. A pipe is read (``minions run <(generate-recipe)``
 
 
 def parse_spec(text: str, *, file: str = "") -> tuple[RecipeSpec, Located]:
-    """Check recipe YAML text (see `load_spec`)."""
+    """Check recipe YAML text against the recipe format, without building the recipe: no
+    tools module is imported and no step is made (`parse_recipe` builds one).
+
+    Returns the recipe as data and where each of its keys is in `text` (`Located.line`). Give
+    both to ``load_recipe_file(path, text=text, parsed=...)`` to build the recipe without
+    checking the text again.
+
+    Args:
+        text: the YAML text of a recipe.
+        file: the file it came from, named in problems (``""``: none).
+
+    Raises:
+        RecipeError: every problem of the format, each with its line, step and field (the
+            rules of a whole recipe, such as unknown ids in ``depends_on``, are checked when
+            it is built).
+    """
     with collector_paused(text):
         spec, located, problems = check_spec(text, file=file)
     if problems or spec is None:

@@ -95,7 +95,7 @@ class AgentRecipe:
         object.__setattr__(self, "aliases", dict(self.aliases))
         object.__setattr__(self, "input_specs", dict(self.input_specs))
         if self.mcp_servers:
-            from minions.tools._mcp import server_configs
+            from minions.tools._internal import server_configs
 
             object.__setattr__(self, "mcp_servers", server_configs(self.mcp_servers))
         else:

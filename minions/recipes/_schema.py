@@ -27,9 +27,9 @@ from minions._step.step import (
     recipe_id_problem,
     step_id_problem,
 )
-from minions.models._infer import model_string_problem
+from minions.models._internal import model_string_problem
 
-__all__ = ["InputSpec"]
+__all__ = ["InputSpec", "RecipeSpec"]
 
 InputType = Literal["string", "integer", "number", "boolean", "array", "object"]
 KIND_KEYS = ("goal", "tool", "analyze", "recipe")
@@ -521,7 +521,17 @@ class ApprovalSpec(_Strict):
 
 
 class RecipeSpec(_Strict):
-    """A recipe file."""
+    """A recipe file as data: the YAML format of docs/recipes.md as a pydantic model, checked
+    but not built (no tools module imported, no step made).
+
+    `parse_spec` reads one from YAML text, with every problem named by line; a
+    `RecipeFile` keeps the one it was built from (`RecipeFile.spec`). Its JSON Schema
+    (``RecipeSpec.model_json_schema()``; ``minions schema`` prints it) is what editors check
+    recipe files against.
+    """
+
+    # The schema keeps its one-line description: the docstring is for people reading code.
+    model_config = ConfigDict(json_schema_extra={"description": "A recipe file."})
 
     id: RecipeId = Field(
         description="The recipe's name, a slug: letters, digits, '_' or '-', starting with a "

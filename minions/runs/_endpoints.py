@@ -31,8 +31,7 @@ from minions.runs._tables import (
 )
 
 if TYPE_CHECKING:
-    from minions.models._limits import EndpointLimit, EndpointWait
-    from minions.models._structured import Evidence
+    from minions.models import EndpointLimit, EndpointWait, Evidence
 
 __all__ = ["EndpointPause", "EndpointRecord", "Lesson"]
 
@@ -67,7 +66,7 @@ def take(
     unless renewed (`renew`). A pause holds at most `max_pause` seconds from when it was set
     (a worker whose limits allow less obeys its own bound)."""
     # Loaded by a worker with limits only (a store that lists endpoints needs none of it).
-    from minions.models._limits import WINDOW, blocked
+    from minions.models._internal import WINDOW, blocked
 
     match = rule.match
     with database.begin() as db:
@@ -357,7 +356,7 @@ def learned(database: Database, *, expiry: float, now: float) -> list[EndpointRe
 
 def _evidence(text: str | None) -> dict[str, Evidence]:
     """A row's evidence; what cannot be read (a damaged row) is no evidence."""
-    from minions.models._structured import Evidence
+    from minions.models import Evidence
 
     try:
         data = json.loads(text) if text else {}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from minions._text import redact_url
-from minions.models._limits import WINDOW
+from minions.models._internal import WINDOW
 from minions.runs import _endpoints, _workers
 from minions.runs._db import DEAD_AFTER, Database
 from minions.runs._endpoints import EndpointRecord

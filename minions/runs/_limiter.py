@@ -14,19 +14,23 @@ from typing import Any
 
 import structlog
 
-from minions.models import Model
-from minions.models._limits import (
-    DEFAULT_DEMOTE_RUNS,
+from minions.models import (
+    CapabilityMemory,
     EndpointLimit,
     EndpointLimiter,
     EndpointWait,
+    Evidence,
     Limits,
+    Model,
+    OutputMode,
+)
+from minions.models._internal import (
+    DEFAULT_DEMOTE_RUNS,
     LineOfTurns,
     OnWait,
     Sleep,
     wait_for_change,
 )
-from minions.models._structured import CapabilityMemory, Evidence, OutputMode
 from minions.runs import _endpoints as sql
 from minions.runs._async import AsyncDatabase
 

@@ -26,7 +26,7 @@ from minions.runs._leases import Refusal, Start, claimed_row, start_of
 from minions.runs._tables import HELD, runs_table
 
 if TYPE_CHECKING:
-    from minions.models._limits import ProjectLimit
+    from minions.models import ProjectLimit
     from minions.runs._db import Database
     from minions.runs._runs import Enqueue
 

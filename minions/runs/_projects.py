@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from minions.events import Event
-    from minions.recipes._schema import CatchUp, Overlap, RecipeSpec
+    from minions.recipes import RecipeSpec
+    from minions.recipes._internal import CatchUp, Overlap
     from minions.runs._diff import RunDiff
     from minions.runs._evals import EvalRecord
     from minions.runs._fleet import EndpointStatus, QueueState

@@ -212,7 +212,7 @@ def step_definitions(text: str) -> dict[str, Any]:
     """Each step's definition in recipe YAML `text`, by step id, as data to compare. A change
     of what every step shares (the recipe's model, system prompt, config, transitions...)
     changes every step's definition."""
-    from minions.recipes._loader import parse_spec
+    from minions.recipes import parse_spec
 
     spec, _ = parse_spec(text)
     shared = spec.model_dump(exclude={"steps", "description", "inputs"})

@@ -40,11 +40,9 @@ from minions.events import (
     TokenDelta,
     UsageRecord,
 )
-from minions.models import MODEL_ENV, Model
-from minions.models._recording import Recording, ReplayModel, recording_beside
-from minions.models._structured import CapabilityMemory
+from minions.models import MODEL_ENV, CapabilityMemory, Model, Recording, ReplayModel
 from minions.recipes import AgentRecipe
-from minions.recipes._folder import INLINE_SUFFIX, RecipeFolder
+from minions.recipes._internal import INLINE_SUFFIX, RecipeFolder, recording_beside
 from minions.runs import _approvals as approvals
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
@@ -70,7 +68,7 @@ from minions.runs._tables import HELD, TERMINAL
 from minions.tools import ApprovalDecision, ApprovalRequest
 
 if TYPE_CHECKING:
-    from minions.models._limits import ProjectLimit
+    from minions.models import ProjectLimit
     from minions.runs._queue import Queue  # imports DBOS: only a worker's process needs it
 
 __all__: list[str] = []

@@ -50,7 +50,7 @@ from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._tables import ACTIVE, runs_table, schedule_late_table, schedules_table
 
 if TYPE_CHECKING:
-    from minions.recipes._schema import CatchUp, Overlap, ScheduleSpec
+    from minions.recipes._internal import CatchUp, Overlap, ScheduleSpec
 
 __all__ = ["ScheduleRecord"]
 
@@ -221,8 +221,8 @@ def spec_of(
     """
     from pydantic import ValidationError
 
-    from minions.recipes._loader import parse_spec
-    from minions.recipes._schema import ScheduleSpec
+    from minions.recipes import parse_spec
+    from minions.recipes._internal import ScheduleSpec
 
     spec, _ = parse_spec(text, file=str(path))
     told = {k: v for k, v in given.items() if v is not None}

@@ -21,9 +21,7 @@ from minions._text import jsonable
 from minions.runs._db import dumps
 
 if TYPE_CHECKING:
-    from minions.recipes import AgentRecipe
-    from minions.recipes._schema import RecipeSpec
-    from minions.recipes._source import Located
+    from minions.recipes import AgentRecipe, Located, RecipeSpec
 
 __all__: list[str] = []
 

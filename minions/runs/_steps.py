@@ -122,7 +122,7 @@ def _stored(steps: tuple[StepRecord, ...], step_id: str) -> list[StepRecord]:
 def _kinds(recipe_yaml: str) -> dict[str, str]:
     """Each step's kind in the run's recipe (none when it no longer parses)."""
     from minions.errors import RecipeError
-    from minions.recipes._loader import parse_spec
+    from minions.recipes import parse_spec
 
     try:
         spec, _ = parse_spec(recipe_yaml)

@@ -42,9 +42,8 @@ from minions.runs._wake import wake
 
 if TYPE_CHECKING:
     from minions._step.cache import StepCache
-    from minions.recipes import AgentRecipe
-    from minions.recipes._schema import CatchUp, Overlap, RecipeSpec
-    from minions.recipes._source import Located
+    from minions.recipes import AgentRecipe, Located, RecipeSpec
+    from minions.recipes._internal import CatchUp, Overlap
     from minions.runs._cache import CacheEntry
     from minions.runs._checkpoints import Checkpoint
     from minions.runs._diff import RunDiff
@@ -190,7 +189,7 @@ class RunStore:
             IdempotencyConflictError: `idempotency_key` named another request (another
                 recipe, recipe version or inputs).
         """
-        from minions.recipes._loader import read_recipe_text
+        from minions.recipes._internal import read_recipe_text
 
         path = await self._database.call(Path(recipe).resolve)
         text = await self._database.call(read_recipe_text, path)
@@ -219,7 +218,7 @@ class RunStore:
                 (nothing is queued).
             IdempotencyConflictError: as for `submit`.
         """
-        from minions.recipes._loader import parse_spec
+        from minions.recipes import parse_spec
 
         folder = await self._database.call(Path(base).resolve)
         spec, located = await self._database.call(parse_spec, text)
@@ -351,7 +350,8 @@ class RunStore:
             IdempotencyConflictError: `idempotency_key` named another request.
         """
         from minions._agent.graph import StepGraph
-        from minions.recipes._loader import parse_spec, read_recipe_text
+        from minions.recipes import parse_spec
+        from minions.recipes._internal import read_recipe_text
         from minions.runs._rerun import plan_rerun, request_hash, seeding, step_definitions
 
         parent = await self._database.apply(runs.get, run_id)
@@ -589,7 +589,7 @@ class RunStore:
         waiting for a place, requests and tokens of the last minute, a 429's pause) beside
         what its models taught the structured-output ladder (learned within `expiry`
         seconds, the default of `Limits.capability_expiry`)."""
-        from minions.models._limits import DEFAULT_CAPABILITY_EXPIRY
+        from minions.models._internal import DEFAULT_CAPABILITY_EXPIRY
         from minions.runs._fleet import endpoint_status
 
         kept = DEFAULT_CAPABILITY_EXPIRY if expiry is None else expiry
@@ -672,7 +672,7 @@ class RunStore:
     async def endpoints(self, *, expiry: float | None = None) -> list[EndpointRecord]:
         """What model endpoints taught the structured-output ladder of the store's workers,
         learned within `expiry` seconds (the default of `Limits.capability_expiry`)."""
-        from minions.models._limits import DEFAULT_CAPABILITY_EXPIRY
+        from minions.models._internal import DEFAULT_CAPABILITY_EXPIRY
         from minions.runs import _endpoints
 
         kept = DEFAULT_CAPABILITY_EXPIRY if expiry is None else expiry
@@ -691,7 +691,7 @@ class RunStore:
         """Lift the pauses that hold calls to an endpoint (every model it serves when `model`
         is ``None``; for `model`, the base URL's own pause too): its calls go again at once.
         How many pauses were in force. `actor`: who lifts them (``endpoint.lift``)."""
-        from minions.models._limits import base_url as normalized
+        from minions.models._internal import base_url as normalized
         from minions.runs import _endpoints
 
         url = normalized(base_url)
@@ -709,7 +709,7 @@ class RunStore:
         """Forget what an endpoint taught (every model it serves when `model` is ``None``):
         the next run through it discovers its structured-output mode again. How many
         endpoints were forgotten. `actor`: who makes it forget (``endpoint.forget``)."""
-        from minions.models._limits import base_url as normalized
+        from minions.models._internal import base_url as normalized
         from minions.runs import _endpoints
 
         url = normalized(base_url)
@@ -893,7 +893,7 @@ class RunStore:
             ScheduleExistsError: the name is taken (by another project's schedule, or
                 `replace` is False).
         """
-        from minions.recipes._loader import read_recipe_text
+        from minions.recipes._internal import read_recipe_text
         from minions.runs import _schedules
 
         path = await self._database.call(Path(recipe).resolve)

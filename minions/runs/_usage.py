@@ -137,7 +137,7 @@ def _unit_prices(model: str, endpoint: str) -> tuple[Decimal, Decimal] | None:
     same name."""
     from genai_prices import Usage, calc_price
 
-    from minions.models._infer import PROVIDERS
+    from minions.models._internal import PROVIDERS
 
     provider, colon, name = model.partition(":")
     if colon and provider in PROVIDERS:

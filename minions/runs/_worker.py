@@ -27,8 +27,8 @@ from minions import _logsetup
 from minions._step.settings import RunSettings
 from minions.errors import MinionsError, StoreError
 from minions.events import RunRequeued, RunTakenOver
-from minions.models._limits import Limits
-from minions.recipes._folder import RecipeFolder
+from minions.models import Limits
+from minions.recipes._internal import RecipeFolder
 from minions.runs import _decisions as decisions
 from minions.runs import _leases as leases
 from minions.runs import _runs as runs
@@ -164,7 +164,7 @@ class WorkerConflictError(MinionsError):
 
 def _warm_up() -> None:
     with contextlib.suppress(Exception):
-        import minions.models._openai  # noqa: F401
+        from minions.models import OpenAIChatModel  # noqa: F401
 
 
 def default_executor_id() -> str:

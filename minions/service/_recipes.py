@@ -13,8 +13,8 @@ import structlog
 
 from minions._step.step import recipe_id_problem
 from minions.errors import MinionsError, Problem, RecipeError
-from minions.recipes._folder import INLINE_SUFFIX, folder_files, folder_recipes
-from minions.recipes._schema import HttpSpec, RecipeSpec
+from minions.recipes import RecipeSpec
+from minions.recipes._internal import INLINE_SUFFIX, HttpSpec, folder_files, folder_recipes
 
 __all__: list[str] = []
 
@@ -222,7 +222,7 @@ def check_inline(spec: RecipeSpec, catalog: RecipeCatalog, *, model: str | None)
 def _model_problems(spec: RecipeSpec, model: str | None) -> list[Problem]:
     """An inline recipe's models must be served where the server's own model is: the same
     provider, and the same base URL (none, or the very one the server's names)."""
-    from minions.models._infer import model_endpoint
+    from minions.models._internal import model_endpoint
 
     own = model_endpoint(model) if model is not None else None
     problems = []

@@ -17,7 +17,7 @@ import structlog
 
 from minions import _logsetup as logs
 from minions._step.settings import RunSettings
-from minions.models._limits import Limits
+from minions.models import Limits
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
 from minions.service._protocol import bounded_protocol, connection_cap

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from minions.models._blocking import ModelBlock, model_block
+from minions.models._internal import ModelBlock, model_block
 
 __all__ = ["ModelBlock", "block_real_models"]
 

@@ -30,13 +30,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, get_args
 
 from minions._text import estimate_tokens
-from minions.models._blocking import serving_tests
+from minions.models._internal import serving_tests
 
 if TYPE_CHECKING:
     from types import TracebackType
     from typing import Self
 
-    from minions.models._openai import OpenAIChatModel
+    from minions.models import OpenAIChatModel
 
 __all__ = ["FakeOpenAIServer", "FakeReply", "FakeRequest", "FakeScript"]
 
@@ -426,7 +426,7 @@ class FakeOpenAIServer:
     def model(self, model: str | None = None, **options: Any) -> OpenAIChatModel:
         """An `OpenAIChatModel` for this server (`options` go to it; a short timeout and a
         test API key by default)."""
-        from minions.models._openai import OpenAIChatModel
+        from minions.models import OpenAIChatModel
 
         options.setdefault("api_key", self.api_key or TEST_API_KEY)
         options.setdefault("timeout", 10.0)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from minions.models._blocking import ModelBlock
+    from minions.models._internal import ModelBlock
 
 __all__: list[str] = []
 

@@ -98,8 +98,10 @@ def tool_context() -> ToolContext[Any] | None:
 
 
 def enter(context: ToolContext[Any]) -> object:
+    """Make `context` what `tool_context()` returns, until `leave` with the token returned."""
     return _CURRENT.set(context)
 
 
 def leave(token: object) -> None:
+    """Give back the tool context from before the `enter` that returned `token`."""
     _CURRENT.reset(token)  # type: ignore[arg-type]

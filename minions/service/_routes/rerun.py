@@ -193,7 +193,7 @@ async def _offered(
         inline = None
     was_inline = inline is not None and record.recipe_path == str(inline)
     if was_inline and inline is not None and config.allow_inline_recipes:
-        from minions.recipes._loader import parse_spec
+        from minions.recipes import parse_spec
 
         text = await runs.recipe_yaml(run_id)
         spec, _ = parse_spec(text)

@@ -182,7 +182,7 @@ async def approve(
 
 
 def graph(recipe_yaml: str) -> list[GraphNode]:
-    from minions.recipes._loader import parse_spec
+    from minions.recipes import parse_spec
 
     try:
         spec, _ = parse_spec(recipe_yaml)

@@ -1,4 +1,8 @@
-"""Reading YAML while keeping the line of every key and item, for error messages."""
+"""Reading YAML while keeping the line of every key and item, for error messages: recipes,
+and the files that follow their format (eval datasets).
+
+At the bottom of the layers, beside `minions._files`: what reads a YAML file a person wrote
+reads it here, so no layer reaches into another's private module for it."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Any
 
 from minions.errors import Problem, RecipeError
 
-__all__ = []
+__all__ = ["Located"]
 
 Path_ = tuple[str | int, ...]
 
@@ -70,7 +74,20 @@ class _Refused(Exception):
 
 @dataclass
 class Located:
-    """A YAML document's data, and the line of each path in it (1-based)."""
+    """A YAML document's data, and the line of each path in it (1-based): what `parse_spec`
+    returns beside the recipe, and `RecipeFile.located`, so that a problem found later (by
+    your own checks too) can name its line.
+
+    Attributes:
+        data: the document, as plain values (mappings, lists, strings, numbers...).
+        file: the file it was read from (``""`` for text).
+        lines: the line of each path in `data` (``("steps", 0, "goal")``: the first step's
+            goal).
+
+    Example:
+        ``spec, located = parse_spec(text)`` then ``located.line(["steps", 2, "tools"])``:
+        the line of the third step's tools, or of the step itself when it names none.
+    """
 
     data: Any
     file: str = ""

@@ -13,11 +13,11 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import pytest
@@ -36,6 +36,9 @@ from service_helpers import (
 from minions.events import Event, TokenDelta
 from minions.runs._streams import FIFO_MESSAGE, PG_MESSAGE, decode, encode, merged
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
+
+if TYPE_CHECKING:
+    from minions.runs import RunStore
 
 # -- messages ------------------------------------------------------------------------------------
 
@@ -154,11 +157,31 @@ def test_a_publisher_on_postgres_sends_only_what_somebody_follows(postgres: str)
     assert publisher.batches >= 1
 
 
-async def test_a_follower_on_postgres_tells_the_workers_what_it_follows(
-    postgres: str, tmp_path: Path
-) -> None:
-    """A process following a run says so on `minions_follows` before it reads the run's
-    events, again when a worker asks, and says it left when its last follower leaves."""
+class QueuedRuns:
+    """Two runs queued in a fresh Postgres store with no worker, and the follow notes heard on
+    it (`two_queued_runs`)."""
+
+    def __init__(self, store: RunStore, runs: tuple[str, str], heard: AsyncIterator[Any]) -> None:
+        self.store = store
+        self.runs = runs
+        self._heard = heard
+
+    async def note(self) -> list[str]:
+        """The words of the next follow note."""
+        received = await asyncio.wait_for(anext(self._heard), 10)
+        words: list[str] = received.payload.split()
+        return words
+
+    def follow(self, run: str) -> asyncio.Task[None]:
+        async def follow() -> None:
+            async for _ in self.store.follow(run):
+                pass
+
+        return asyncio.create_task(follow())
+
+
+@asynccontextmanager
+async def two_queued_runs(postgres: str, tmp_path: Path) -> AsyncIterator[QueuedRuns]:
     import psycopg
     from postgres import fresh_database
 
@@ -167,42 +190,104 @@ async def test_a_follower_on_postgres_tells_the_workers_what_it_follows(
     url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
     listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
     await listener.execute("LISTEN minions_follows")
-    notes = listener.notifies()
-
-    async def note() -> list[str]:
-        received = await asyncio.wait_for(anext(notes), 30)
-        return received.payload.split()
-
     recipe = tmp_path / "s.yaml"
     recipe.write_text("id: s\nsteps:\n  - {id: one, goal: Say hi.}\n")
     store = RunStore(url, create=True)
     try:
-        run_id, _ = await store.submit(recipe)  # no worker: it stays queued
-        other, _ = await store.submit(recipe)
-
-        async def follow(run: str) -> None:
-            async for _ in store.follow(run):
-                pass
-
-        first = asyncio.create_task(follow(run_id))
-        origin, *said = await note()
-        assert said == [f"+{run_id}"]
-        second = asyncio.create_task(follow(run_id))  # the same run: nothing more to say
-        third = asyncio.create_task(follow(other))
-        assert await note() == [origin, f"+{other}"]
-        with psycopg.connect(url, autocommit=True) as worker:  # (re)connected: it asks
-            worker.execute("NOTIFY minions_deltas, '?'")
-        assert sorted(await note()) == sorted([origin, f"+{run_id}", f"+{other}"])
-        for task in (first, third):
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        assert await note() == [origin, f"-{other}"]  # `second` follows `run_id` still
-        second.cancel()
-        await asyncio.gather(second, return_exceptions=True)
-        assert await note() == [origin, f"-{run_id}"]
+        first, _ = await store.submit(recipe)
+        second, _ = await store.submit(recipe)
+        yield QueuedRuns(store, (first, second), listener.notifies())
     finally:
         await store.aclose()
         await listener.close()
+
+
+async def test_a_follower_on_postgres_tells_the_workers_what_it_follows(
+    postgres: str, tmp_path: Path
+) -> None:
+    """A process following a run says so on `minions_follows` before it reads the run's
+    events, again when a worker asks, and says it left when its last follower leaves."""
+    import psycopg
+
+    async with two_queued_runs(postgres, tmp_path) as queued:
+        run_id, other = queued.runs
+        first = queued.follow(run_id)
+        origin, *said = await queued.note()
+        assert said == [f"+{run_id}"]
+        second = queued.follow(run_id)  # the same run: nothing more to say
+        third = queued.follow(other)
+        assert await queued.note() == [origin, f"+{other}"]
+        with psycopg.connect(queued.store.url, autocommit=True) as worker:  # it asks
+            worker.execute("NOTIFY minions_deltas, '?'")
+        assert sorted(await queued.note()) == sorted([origin, f"+{run_id}", f"+{other}"])
+        for task in (first, third):
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert await queued.note() == [origin, f"-{other}"]  # `second` follows `run_id` still
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
+        assert await queued.note() == [origin, f"-{run_id}"]
+
+
+async def test_a_follower_on_postgres_says_it_left_while_another_note_is_on_its_way(
+    postgres: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last follower of a process leaves while the process's note of another change is
+    still on its way (a slow database): the process says it left once that note is through
+    (it used to say nothing, and the workers sent the run's text for nobody for 30 s)."""
+    from runs_helpers import until
+
+    from minions.runs import _streams as streams
+
+    slow, through = threading.Event(), threading.Event()
+    announce = streams.announce
+
+    def slowly(database: Any, notes: Any) -> None:
+        if any(" -" in note for note in notes) and not slow.is_set():
+            slow.set()  # the first note of a run left waits for the test
+            through.wait(30)
+        announce(database, notes)
+
+    monkeypatch.setattr(streams, "announce", slowly)
+    try:
+        async with two_queued_runs(postgres, tmp_path) as queued:
+            run_id, other = queued.runs
+            first = queued.follow(run_id)
+            origin, *said = await queued.note()
+            assert said == [f"+{run_id}"]
+            second = queued.follow(other)
+            assert await queued.note() == [origin, f"+{other}"]
+            second.cancel()
+            await asyncio.gather(second, return_exceptions=True)
+            assert await asyncio.to_thread(slow.wait, 30)  # "-other" is on its way
+            first.cancel()  # the process's last follower leaves meanwhile
+            await until(lambda: queued.store.log.feeds() == 0)
+            for _ in range(10):  # the log goes on to close (a few turns of the loop)
+                await asyncio.sleep(0)
+            through.set()
+            assert await queued.note() == [origin, f"-{other}"]
+            assert await queued.note() == [origin, f"-{run_id}"]
+            await asyncio.gather(first, return_exceptions=True)
+    finally:
+        through.set()
+
+
+async def test_a_follower_on_postgres_cancelled_as_its_note_goes_out_stops(
+    postgres: str, tmp_path: Path
+) -> None:
+    """A follow cancelled just as its process tells the workers of it (a client that goes at
+    once) ends, again and again (a cancel that came as the follow's wait for its note ended
+    was lost on Python 3.11, and the follow went on, unread, for ever)."""
+    async with two_queued_runs(postgres, tmp_path) as queued:
+        run_id, _ = queued.runs
+        for _ in range(40):
+            follower = queued.follow(run_id)
+            origin, *said = await queued.note()
+            assert said == [f"+{run_id}"]
+            follower.cancel()
+            done, _ = await asyncio.wait({follower}, timeout=10)
+            assert follower in done, "a cancelled follower goes on following"
+            assert await queued.note() == [origin, f"-{run_id}"]
 
 
 def test_a_publisher_on_sqlite_holds_nothing_while_nobody_follows(tmp_path: Path) -> None:

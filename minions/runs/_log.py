@@ -297,10 +297,13 @@ class EventLog:
             if self.notified:
                 # The deltas sent before the LISTEN would be lost (stored events are read
                 # again once it listens), and the workers send none before they know the
-                # run is followed; a database that does not answer is not waited for.
+                # run is followed; a database that does not answer is not waited for. (Not
+                # `wait_for`: on Python 3.11 it loses a cancel that comes as its wait ends,
+                # and a follower cancelled then would follow on, unread, for ever.)
                 self._announce.set()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._announced_for(run_id), LISTEN_WAIT)
+                    async with asyncio.timeout(LISTEN_WAIT):
+                        await self._announced_for(run_id)
             yield subscription
         finally:
             feed.subscribers.discard(subscription)
@@ -435,7 +438,10 @@ class EventLog:
             self._announce.clear()
             if not self._closing and not self._listening_now.is_set():
                 continue  # deltas sent now would not reach this process: told once it listens
-            wanted = set() if self._closing else set(self._feeds)
+            # A round started before the log began closing tells what was followed then: the
+            # closing round (that tells everything left) comes after it.
+            closing = self._closing
+            wanted = set() if closing else set(self._feeds)
             now = time.monotonic()
             every = self._asked or now >= refresh_at
             notes = streams.follow_notes(
@@ -446,7 +452,7 @@ class EventLog:
                 try:
                     await self.database.apply(streams.announce, notes)
                 except Exception:  # the database is away: told again once it is back
-                    if self._closing:
+                    if closing:
                         return
                     self._asked = True
                     await asyncio.sleep(1.0)
@@ -457,5 +463,5 @@ class EventLog:
             self._announced = wanted
             async with self._told:
                 self._told.notify_all()
-            if self._closing:
+            if closing:
                 return

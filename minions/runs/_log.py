@@ -19,11 +19,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from minions.errors import StoreError
 from minions.events import Event
 from minions.runs import _events as events
 from minions.runs import _runs as runs
 from minions.runs import _streams as streams
 from minions.runs._async import AsyncDatabase
+from minions.runs._db import DamagedStoreError
 from minions.runs._events import TERMINAL_KINDS
 from minions.runs._tables import TERMINAL
 
@@ -137,7 +139,17 @@ class _Feed:
             while self.subscribers:
                 # Cleared before the read: a wake-up during the read is not lost.
                 self.wake.clear()
-                batch = await database.apply(events.after, self.run_id, after=self.last, limit=PAGE)
+                try:
+                    batch = await database.apply(
+                        events.after, self.run_id, after=self.last, limit=PAGE
+                    )
+                except DamagedStoreError:
+                    raise
+                except StoreError:
+                    # The database is away (it restarts, it stopped a while): the followers
+                    # wait, and read on where they were once it is back (they used to be
+                    # ended, as if the run had).
+                    batch = []
                 for event in batch:
                     self.last = event.seq
                     self.publish(event)

@@ -12,12 +12,13 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import pytest
@@ -36,6 +37,9 @@ from service_helpers import (
 from minions.events import Event, TokenDelta
 from minions.runs._streams import FIFO_MESSAGE, PG_MESSAGE, decode, encode, merged
 from minions.testing import FakeOpenAIServer, FakeReply, FakeRequest
+
+if TYPE_CHECKING:
+    from minions.runs import RunStore
 
 # -- messages ------------------------------------------------------------------------------------
 
@@ -154,11 +158,31 @@ def test_a_publisher_on_postgres_sends_only_what_somebody_follows(postgres: str)
     assert publisher.batches >= 1
 
 
-async def test_a_follower_on_postgres_tells_the_workers_what_it_follows(
-    postgres: str, tmp_path: Path
-) -> None:
-    """A process following a run says so on `minions_follows` before it reads the run's
-    events, again when a worker asks, and says it left when its last follower leaves."""
+class QueuedRuns:
+    """Two runs queued in a fresh Postgres store with no worker, and the follow notes heard on
+    it (`two_queued_runs`)."""
+
+    def __init__(self, store: RunStore, runs: tuple[str, str], heard: AsyncIterator[Any]) -> None:
+        self.store = store
+        self.runs = runs
+        self._heard = heard
+
+    async def note(self) -> list[str]:
+        """The words of the next follow note."""
+        received = await asyncio.wait_for(anext(self._heard), 10)
+        words: list[str] = received.payload.split()
+        return words
+
+    def follow(self, run: str) -> asyncio.Task[None]:
+        async def follow() -> None:
+            async for _ in self.store.follow(run):
+                pass
+
+        return asyncio.create_task(follow())
+
+
+@asynccontextmanager
+async def two_queued_runs(postgres: str, tmp_path: Path) -> AsyncIterator[QueuedRuns]:
     import psycopg
     from postgres import fresh_database
 
@@ -167,42 +191,104 @@ async def test_a_follower_on_postgres_tells_the_workers_what_it_follows(
     url = fresh_database(postgres, f"t{uuid.uuid4().hex[:12]}")
     listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
     await listener.execute("LISTEN minions_follows")
-    notes = listener.notifies()
-
-    async def note() -> list[str]:
-        received = await asyncio.wait_for(anext(notes), 30)
-        return received.payload.split()
-
     recipe = tmp_path / "s.yaml"
     recipe.write_text("id: s\nsteps:\n  - {id: one, goal: Say hi.}\n")
     store = RunStore(url, create=True)
     try:
-        run_id, _ = await store.submit(recipe)  # no worker: it stays queued
-        other, _ = await store.submit(recipe)
-
-        async def follow(run: str) -> None:
-            async for _ in store.follow(run):
-                pass
-
-        first = asyncio.create_task(follow(run_id))
-        origin, *said = await note()
-        assert said == [f"+{run_id}"]
-        second = asyncio.create_task(follow(run_id))  # the same run: nothing more to say
-        third = asyncio.create_task(follow(other))
-        assert await note() == [origin, f"+{other}"]
-        with psycopg.connect(url, autocommit=True) as worker:  # (re)connected: it asks
-            worker.execute("NOTIFY minions_deltas, '?'")
-        assert sorted(await note()) == sorted([origin, f"+{run_id}", f"+{other}"])
-        for task in (first, third):
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        assert await note() == [origin, f"-{other}"]  # `second` follows `run_id` still
-        second.cancel()
-        await asyncio.gather(second, return_exceptions=True)
-        assert await note() == [origin, f"-{run_id}"]
+        first, _ = await store.submit(recipe)
+        second, _ = await store.submit(recipe)
+        yield QueuedRuns(store, (first, second), listener.notifies())
     finally:
         await store.aclose()
         await listener.close()
+
+
+async def test_a_follower_on_postgres_tells_the_workers_what_it_follows(
+    postgres: str, tmp_path: Path
+) -> None:
+    """A process following a run says so on `minions_follows` before it reads the run's
+    events, again when a worker asks, and says it left when its last follower leaves."""
+    import psycopg
+
+    async with two_queued_runs(postgres, tmp_path) as queued:
+        run_id, other = queued.runs
+        first = queued.follow(run_id)
+        origin, *said = await queued.note()
+        assert said == [f"+{run_id}"]
+        second = queued.follow(run_id)  # the same run: nothing more to say
+        third = queued.follow(other)
+        assert await queued.note() == [origin, f"+{other}"]
+        with psycopg.connect(queued.store.url, autocommit=True) as worker:  # it asks
+            worker.execute("NOTIFY minions_deltas, '?'")
+        assert sorted(await queued.note()) == sorted([origin, f"+{run_id}", f"+{other}"])
+        for task in (first, third):
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert await queued.note() == [origin, f"-{other}"]  # `second` follows `run_id` still
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
+        assert await queued.note() == [origin, f"-{run_id}"]
+
+
+async def test_a_follower_on_postgres_says_it_left_while_another_note_is_on_its_way(
+    postgres: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last follower of a process leaves while the process's note of another change is
+    still on its way (a slow database): the process says it left once that note is through
+    (it used to say nothing, and the workers sent the run's text for nobody for 30 s)."""
+    from runs_helpers import until
+
+    from minions.runs import _streams as streams
+
+    slow, through = threading.Event(), threading.Event()
+    announce = streams.announce
+
+    def slowly(database: Any, notes: Any) -> None:
+        if any(" -" in note for note in notes) and not slow.is_set():
+            slow.set()  # the first note of a run left waits for the test
+            through.wait(30)
+        announce(database, notes)
+
+    monkeypatch.setattr(streams, "announce", slowly)
+    try:
+        async with two_queued_runs(postgres, tmp_path) as queued:
+            run_id, other = queued.runs
+            first = queued.follow(run_id)
+            origin, *said = await queued.note()
+            assert said == [f"+{run_id}"]
+            second = queued.follow(other)
+            assert await queued.note() == [origin, f"+{other}"]
+            second.cancel()
+            await asyncio.gather(second, return_exceptions=True)
+            assert await asyncio.to_thread(slow.wait, 30)  # "-other" is on its way
+            first.cancel()  # the process's last follower leaves meanwhile
+            await until(lambda: queued.store.log.feeds() == 0)
+            for _ in range(10):  # the log goes on to close (a few turns of the loop)
+                await asyncio.sleep(0)
+            through.set()
+            assert await queued.note() == [origin, f"-{other}"]
+            assert await queued.note() == [origin, f"-{run_id}"]
+            await asyncio.gather(first, return_exceptions=True)
+    finally:
+        through.set()
+
+
+async def test_a_follower_on_postgres_cancelled_as_its_note_goes_out_stops(
+    postgres: str, tmp_path: Path
+) -> None:
+    """A follow cancelled just as its process tells the workers of it (a client that goes at
+    once) ends, again and again (a cancel that came as the follow's wait for its note ended
+    was lost on Python 3.11, and the follow went on, unread, for ever)."""
+    async with two_queued_runs(postgres, tmp_path) as queued:
+        run_id, _ = queued.runs
+        for _ in range(40):
+            follower = queued.follow(run_id)
+            origin, *said = await queued.note()
+            assert said == [f"+{run_id}"]
+            follower.cancel()
+            done, _ = await asyncio.wait({follower}, timeout=10)
+            assert follower in done, "a cancelled follower goes on following"
+            assert await queued.note() == [origin, f"-{run_id}"]
 
 
 def test_a_publisher_on_sqlite_holds_nothing_while_nobody_follows(tmp_path: Path) -> None:
@@ -499,11 +585,9 @@ steps:
 
 
 @contextmanager
-def pausing_model() -> Iterator[tuple[str, threading.Event, threading.Event]]:
-    """An OpenAI-compatible server that streams each answer word by word: `FIRST` to the
-    first step, and to the second `BEFORE`, then (once it said so: `paused`) nothing until
-    the test says `go`, then `AFTER`. Yields its URL and the two events."""
-    paused, go = threading.Event(), threading.Event()
+def streaming_model(pieces: Callable[[str], Iterable[str]]) -> Iterator[str]:
+    """An OpenAI-compatible server that streams each answer piece by piece as `pieces` (called
+    with the request's messages as JSON, in the server's thread) yields them. Yields its URL."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -514,19 +598,13 @@ def pausing_model() -> Iterator[tuple[str, threading.Event, threading.Event]]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            second = "Go on." in json.dumps(body["messages"])
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             self.send({"role": "assistant", "content": ""})
-            for word in re.findall(r"\S+\s*", BEFORE if second else FIRST):
-                self.send({"content": word})
-            if second:
-                paused.set()
-                go.wait(60)
-                for word in re.findall(r"\S+\s*", AFTER):
-                    self.send({"content": word})
+            for piece in pieces(json.dumps(body["messages"])):
+                self.send({"content": piece})
             self.send({}, "stop")
             usage = {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
             self.write(f"data: {json.dumps({**self.head(), 'choices': [], 'usage': usage})}")
@@ -551,11 +629,32 @@ def pausing_model() -> Iterator[tuple[str, threading.Event, threading.Event]]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", paused, go
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
-        go.set()
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def pausing_model() -> Iterator[tuple[str, threading.Event, threading.Event]]:
+    """A model server that streams each answer word by word: `FIRST` to the first step, and
+    to the second `BEFORE`, then (once it said so: `paused`) nothing until the test says
+    `go`, then `AFTER`. Yields its URL and the two events."""
+    paused, go = threading.Event(), threading.Event()
+
+    def pieces(messages: str) -> Iterator[str]:
+        second = "Go on." in messages
+        yield from re.findall(r"\S+\s*", BEFORE if second else FIRST)
+        if second:
+            paused.set()
+            go.wait(60)
+            yield from re.findall(r"\S+\s*", AFTER)
+
+    with streaming_model(pieces) as url:
+        try:
+            yield url, paused, go
+        finally:
+            go.set()
 
 
 @pytest.mark.slow
@@ -649,3 +748,182 @@ def test_a_service_with_its_own_worker_streams_through_its_hub_only(
     deltas = [m["data"]["text"] for m in messages if m["event"] == "token_delta"]
     assert "".join(deltas) == ANSWER
     assert wire == {}
+
+
+# -- on Postgres, across a restart ---------------------------------------------------------------
+
+TALK = """\
+id: talk
+model: openai-compatible:fake-model@{url}/v1
+steps:
+  - {{id: talk, goal: Talk as {name}.}}
+"""
+
+
+@contextmanager
+def fed_model(*names: str) -> Iterator[tuple[str, dict[str, queue.Queue[str | None]]]]:
+    """A model server whose answer to the step ``Talk as NAME.`` streams what the test puts
+    in `feeds[NAME]`, each piece at once, until None. Yields its URL and the feeds."""
+    feeds: dict[str, queue.Queue[str | None]] = {name: queue.Queue() for name in names}
+
+    def pieces(messages: str) -> Iterator[str]:
+        [feed] = [f for name, f in feeds.items() if f"Talk as {name}." in messages]
+        while (piece := feed.get(timeout=60)) is not None:
+            yield piece
+
+    with streaming_model(pieces) as url:
+        try:
+            yield url, feeds
+        finally:
+            for feed in feeds.values():
+                feed.put(None)
+
+
+class Talk:
+    """A run's answer as the test feeds it (`said`), and what a follower of the run in this
+    process received (`follow`)."""
+
+    def __init__(self, feed: queue.Queue[str | None]) -> None:
+        self.feed = feed
+        self.said: list[str] = []
+        self.received: list[Event] = []
+        self.following: asyncio.Task[None] | None = None
+
+    def say(self, word: str) -> None:
+        self.said.append(f"{word}{len(self.said)} ")
+        self.feed.put(self.said[-1])
+
+    def follow(self, store: RunStore, run_id: str) -> None:
+        async def follow() -> None:
+            async for event in store.follow(run_id):
+                self.received.append(event)
+
+        self.following = asyncio.create_task(follow())
+
+    def started(self) -> bool:
+        """Whether the follower read the start of the run's model call."""
+        return any(e.kind == "model_call_started" for e in self.received)
+
+    def heard(self, word: str) -> bool:
+        return any(isinstance(e, TokenDelta) and word in e.text for e in self.received)
+
+    async def until_heard(self, word: str, within: float = 20) -> None:
+        """Say ``WORD0 ``, ``WORD1 ``... one at a time until the follower has heard one
+        (deltas are best effort: what a worker streams while the database is away is
+        lost)."""
+        deadline = time.monotonic() + within
+        while not self.heard(word):
+            assert self.following is not None
+            assert not self.following.done(), "the follow ended before the run did"
+            assert time.monotonic() < deadline, f"the follower never heard {word!r}"
+            self.say(word)
+            for _ in range(10):
+                await asyncio.sleep(0.02)
+                if self.heard(word):
+                    break
+
+    async def end(self) -> None:
+        """End the answer, and the follow with the run."""
+        self.feed.put(None)
+        assert self.following is not None
+        await asyncio.wait_for(self.following, 60)
+
+
+def terminate_connections(url: str) -> None:
+    """End every connection to the database of `url` but this one (as a proxy, a failover
+    or an operator would): the LISTEN connections of every process with them."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert ended is not None
+    assert ended[0] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["restart", "terminate"])
+async def test_on_postgres_followers_get_the_text_again_after_the_database_comes_back(
+    fault: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs stream on a worker process; another process follows the first. Postgres
+    restarts (stopped ``-m immediate``, as by a crash, and started two seconds later), or
+    every connection to it is ended:
+
+    - the follow of the first waits (it used to end, as if the run had, when it read in the
+      outage), and once the database is back it gets the run's text again (its process
+      listens again; the worker, which knows it follows, sends again);
+    - the second gets its first follower (a second store here: a process of its own to the
+      workers) after the outage but before the worker listens again (held): the follower's
+      note is lost, and the worker's ask when it listens again has it said again, so it gets
+      the text too (with no refresh due for minutes);
+    - each follower reads every stored event of its run once, in order, to the run's end,
+      and the last event it received, a token delta, is a place to resume from."""
+    from postgres import cluster, fresh_database, pg_ctl
+    from runs_helpers import until
+
+    from minions.runs import RunStore
+    from minions.runs import _streams as streams
+
+    monkeypatch.setattr(streams, "REFRESH", 600.0)  # only an ask has a follow said again
+    hold = tmp_path / "hold-listen"
+    async with AsyncExitStack() as stack:
+        if fault == "terminate":
+            url = fresh_database(request.getfixturevalue("postgres"), f"t{uuid.uuid4().hex[:12]}")
+        else:
+            url = stack.enter_context(cluster())
+        model_url, feeds = stack.enter_context(fed_model("one", "two"))
+        runs = []
+        store = RunStore(url, create=True)
+        stack.push_async_callback(store.aclose)
+        for name in ("one", "two"):
+            recipe = tmp_path / f"{name}.yaml"
+            recipe.write_text(TALK.format(url=model_url, name=name))
+            runs.append((await store.submit(recipe))[0])
+        stack.enter_context(
+            worker(url, tmp_path, "w1", tmp_path / "ledger.txt", HOLD_LISTEN=str(hold))
+        )
+        one, two = Talk(feeds["one"]), Talk(feeds["two"])
+        one.follow(store, runs[0])
+        two.say("alone")  # nobody follows the second run yet
+        await until(one.started)
+        await one.until_heard("before")
+        hold.touch()
+        if fault == "terminate":
+            await asyncio.to_thread(terminate_connections, url)
+        else:
+            await asyncio.to_thread(pg_ctl, url, "stop")
+            await asyncio.sleep(2.0)  # the outage's length: two of the follower's reads
+            await asyncio.to_thread(pg_ctl, url, "start")
+        await one.until_heard("after")
+        await until(lambda: Path(f"{hold}.reached").exists())  # the worker does not listen
+        other = RunStore(url)
+        stack.push_async_callback(other.aclose)
+        two.follow(other, runs[1])
+        await until(two.started)  # the worker was told, but did not hear it
+        hold.unlink()
+        await two.until_heard("later")
+        for talk in (one, two):
+            await talk.end()
+        for run_id, talk in zip(runs, (one, two), strict=True):
+            record = await store.get(run_id)
+            stored = await store.events(run_id)
+            deltas = [e for e in talk.received if isinstance(e, TokenDelta)]
+            resumed = [e async for e in store.follow(run_id, after=deltas[-1].seq)]
+            assert record.status == "completed"
+            assert record.output == "".join(talk.said)
+            # Every stored event once, in order, to the end.
+            assert [e for e in talk.received if not isinstance(e, TokenDelta)] == stored
+            assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
+            assert stored[-1].kind == "run_completed"
+            # The text in its place (after its call's start): pieces of the answer, in order
+            # (what was streamed while the database was away, or nobody followed, is lost).
+            [started] = [e.seq for e in stored if e.kind == "model_call_started"]
+            assert {d.seq for d in deltas} == {started}
+            heard = "".join(d.text for d in deltas).split()
+            assert heard == [word for word in record.output.split() if word in heard]
+            # The last event received, a delta, is a place to resume from: nothing twice,
+            # no gap.
+            assert resumed == stored[started:]

@@ -19,11 +19,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from minions.errors import StoreError
 from minions.events import Event
 from minions.runs import _events as events
 from minions.runs import _runs as runs
 from minions.runs import _streams as streams
 from minions.runs._async import AsyncDatabase
+from minions.runs._db import DamagedStoreError
 from minions.runs._events import TERMINAL_KINDS
 from minions.runs._tables import TERMINAL
 
@@ -137,7 +139,17 @@ class _Feed:
             while self.subscribers:
                 # Cleared before the read: a wake-up during the read is not lost.
                 self.wake.clear()
-                batch = await database.apply(events.after, self.run_id, after=self.last, limit=PAGE)
+                try:
+                    batch = await database.apply(
+                        events.after, self.run_id, after=self.last, limit=PAGE
+                    )
+                except DamagedStoreError:
+                    raise
+                except StoreError:
+                    # The database is away (it restarts, it stopped a while): the followers
+                    # wait, and read on where they were once it is back (they used to be
+                    # ended, as if the run had).
+                    batch = []
                 for event in batch:
                     self.last = event.seq
                     self.publish(event)
@@ -150,7 +162,8 @@ class _Feed:
                 soon = self.expected > self.last and time.monotonic() - self.expected_at < 2
                 timeout = 0.01 if soon else self.log.poll
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self.wake.wait()
         finally:
             self.ready.set()
             self.log._ended(self)
@@ -297,10 +310,13 @@ class EventLog:
             if self.notified:
                 # The deltas sent before the LISTEN would be lost (stored events are read
                 # again once it listens), and the workers send none before they know the
-                # run is followed; a database that does not answer is not waited for.
+                # run is followed; a database that does not answer is not waited for. (Not
+                # `wait_for`: on Python 3.11 it loses a cancel that comes as its wait ends,
+                # and a follower cancelled then would follow on, unread, for ever.)
                 self._announce.set()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._announced_for(run_id), LISTEN_WAIT)
+                    async with asyncio.timeout(LISTEN_WAIT):
+                        await self._announced_for(run_id)
             yield subscription
         finally:
             feed.subscribers.discard(subscription)
@@ -355,7 +371,8 @@ class EventLog:
             self._closing = True
             self._announce.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(announcer), LISTEN_WAIT)
+                async with asyncio.timeout(LISTEN_WAIT):
+                    await asyncio.shield(announcer)
             announcer.cancel()
             await asyncio.gather(announcer, return_exceptions=True)
             self._announced = set()
@@ -431,11 +448,15 @@ class EventLog:
         while True:
             wait = max(0.0, refresh_at - time.monotonic()) if self._announced else None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._announce.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._announce.wait()
             self._announce.clear()
             if not self._closing and not self._listening_now.is_set():
                 continue  # deltas sent now would not reach this process: told once it listens
-            wanted = set() if self._closing else set(self._feeds)
+            # A round started before the log began closing tells what was followed then: the
+            # closing round (that tells everything left) comes after it.
+            closing = self._closing
+            wanted = set() if closing else set(self._feeds)
             now = time.monotonic()
             every = self._asked or now >= refresh_at
             notes = streams.follow_notes(
@@ -446,7 +467,7 @@ class EventLog:
                 try:
                     await self.database.apply(streams.announce, notes)
                 except Exception:  # the database is away: told again once it is back
-                    if self._closing:
+                    if closing:
                         return
                     self._asked = True
                     await asyncio.sleep(1.0)
@@ -457,5 +478,5 @@ class EventLog:
             self._announced = wanted
             async with self._told:
                 self._told.notify_all()
-            if self._closing:
+            if closing:
                 return

@@ -462,7 +462,8 @@ class DeltaPublisher:
                 future = loop.create_future()
                 self._waiters.append((loop, future))
             try:
-                await asyncio.wait_for(future, DELTAS_FIRST)
+                async with asyncio.timeout(DELTAS_FIRST):
+                    await future
             except TimeoutError:
                 return []  # the store holds that batch up: this commit does not wait for it
         messages = encode(self.origin, mine, self._limit)

@@ -32,7 +32,8 @@ async def store_problem(runs: RunStore) -> str | None:
     """Why the run store cannot be used now, or ``None`` when it can (said to anyone: no
     URL, host or driver message; the log has those)."""
     try:
-        return await asyncio.wait_for(runs.check(), READY_TIMEOUT)
+        async with asyncio.timeout(READY_TIMEOUT):
+            return await runs.check()
     except TimeoutError:
         return f"the run store did not answer within {READY_TIMEOUT:g} s"
     except StoreError:

@@ -18,6 +18,9 @@ folder goes first on their PYTHONPATH; nothing here is part of minions).
 - ``CLAIMS=FILE``: each claim of a run by the worker is a line of FILE (``claim TIME PID RUN
   EPOCH``), and the epoch of the lease is `EPOCH` in the run's tasks (the fault tests' ledger
   tool writes it beside each call).
+- ``HOLD_LISTEN=FILE``: the worker's LISTEN connection (Postgres), once lost, waits before it
+  connects again while FILE exists (touching ``FILE.reached`` first): a worker that does not
+  listen yet when the database is back.
 - ``STORE_DOWN=FILE``: while FILE exists, every read and write of the run store fails as
   when its database is gone (a Postgres restart); DBOS's own tables are spared.
 - ``STATEMENTS=FILE``: every SQL statement the process's database engines send (DBOS's and
@@ -193,6 +196,29 @@ if os.environ.get("DISK_FULL"):
                 raise sqlite3.OperationalError("database or disk is full")
 
     _db.Database.begin = _begin_on_a_full_disk  # type: ignore[method-assign]
+
+if os.environ.get("HOLD_LISTEN"):
+    import pathlib
+    import threading
+    import time
+    from typing import Any
+
+    import psycopg
+
+    _connect = psycopg.connect
+    _listen_hold = pathlib.Path(os.environ["HOLD_LISTEN"])
+    _listened: list[bool] = []
+
+    def _connect_held_again(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "minions-wake":  # `minions.runs._wake.Listener`
+            if _listened:
+                pathlib.Path(f"{_listen_hold}.reached").touch()
+                while _listen_hold.exists():
+                    time.sleep(0.02)
+            _listened.append(True)
+        return _connect(*args, **kwargs)
+
+    psycopg.connect = _connect_held_again
 
 if os.environ.get("STORE_DOWN"):
     import contextlib

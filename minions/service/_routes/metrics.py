@@ -37,7 +37,8 @@ async def metrics(_: Scraper, request: Request, runs: WholeStore) -> Response:
     """The metrics of this process and the store's gauges, in Prometheus's text format."""
     state: FleetState | None
     try:
-        state = await asyncio.wait_for(runs.fleet(), READY_TIMEOUT)
+        async with asyncio.timeout(READY_TIMEOUT):
+            state = await runs.fleet()
     except Exception:  # down, refusing, slow: said by minions_store_up
         state = None
     exported = request.app.state.metrics

@@ -1,7 +1,9 @@
 """What a real llama.cpp server taught the structured-output ladder, shared through the run
-store (`make test-live`): on a server that ignores tools (Gemma's template), the first run
-through a worker finds native JSON after two ignored output-tool calls; the later runs through
-that worker, and through a second worker started afterwards, make no discovery calls."""
+store (`make test-live`): on a server that ignores tools (Gemma's template), a run finds native
+JSON after two ignored output-tool calls; once `DEFAULT_DEMOTE_RUNS` runs found it (one run's
+prose demotes nothing for the others: it could be that client's prompt), the later runs
+through that worker, and through a second worker started afterwards, make no discovery
+calls."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from minions.events import Event
+from minions.models._internal import DEFAULT_DEMOTE_RUNS
 from minions.runs import RunStore
 
 from .conftest import LiveServer
@@ -105,12 +108,14 @@ async def test_later_runs_through_any_worker_start_at_the_mode_that_worked(
     store = RunStore(url, create=True)
     first = LiveWorker(tmp_path, url, "live-1", gemma_strict)
     try:
-        learned = await run_through(store, recipe, "Oslo")
-        later = [await run_through(store, recipe, city) for city in ("Lima", "Rome")]
+        cities = ("Oslo", "Lima", "Rome", "Kyiv", "Accra")[:DEFAULT_DEMOTE_RUNS]
+        learned = [await run_through(store, recipe, city) for city in cities]
+        later = [await run_through(store, recipe, "Bergen")]
     finally:
         first.stop()
-    assert [e.kind for e in learned].count("output_mode_demoted") == 1
-    assert "tool" in modes(learned)  # the discovery: the output tool, ignored
+    for events in learned:  # each run's own discovery, until enough runs agree
+        assert [e.kind for e in events].count("output_mode_demoted") == 1
+        assert "tool" in modes(events)  # the output tool, ignored
     known = await store.endpoints()
     assert [(e.base_url, e.output_mode) for e in known] == [
         (gemma_strict.base_url.rstrip("/"), "json_schema")

@@ -89,7 +89,9 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class Submitted(BaseModel):
+class SubmitOut(BaseModel):
+    """What `POST /runs` answers: the run's id, its status, and whether this submit queued it."""
+
     run_id: str
     status: Status
     created: bool = Field(description="False: the idempotency key named an earlier run.")

@@ -26,8 +26,8 @@ from minions.service._models import (
     RunPage,
     RunSummary,
     Status,
+    SubmitOut,
     SubmitRequest,
-    Submitted,
 )
 from minions.service._recipes import check_inline
 
@@ -40,10 +40,10 @@ MAX_TIME = 2.0**40
 """Times above this (about 36,800 years from 1970) are refused."""
 
 
-@router.post("/runs", status_code=201, response_model=Submitted)
+@router.post("/runs", status_code=201, response_model=SubmitOut)
 async def submit(
     caller: Operator, body: SubmitRequest, runs: Runs, config: Config, catalogs: Catalog
-) -> Submitted:
+) -> SubmitOut:
     """Queue a run in a project of the caller's (the same run again for a repeated
     `idempotency_key` with the same request; a key reused for another request is a 409; a
     project not the caller's is a 404 `unknown_project`)."""
@@ -84,9 +84,9 @@ async def submit(
             project=project,
         )
     if submitted.created:  # just stored as queued: no need to read it back
-        return Submitted(run_id=submitted.run_id, status="queued", created=True)
+        return SubmitOut(run_id=submitted.run_id, status="queued", created=True)
     record = await runs.get(submitted.run_id)
-    return Submitted(run_id=submitted.run_id, status=record.status, created=False)
+    return SubmitOut(run_id=submitted.run_id, status=record.status, created=False)
 
 
 @router.get("/runs", response_model=RunPage)

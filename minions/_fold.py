@@ -65,6 +65,27 @@ class ItemId:
     def __str__(self) -> str:
         return self.step if self.item is None else f"{self.step}[{self.item}]"
 
+    @property
+    def items_prefix(self) -> str:
+        """What the ids of its step's loop items start with (``each[``): built once, an id
+        is matched with `str.startswith` (no parse per event)."""
+        return f"{self.step}["
+
+    def scope(self, visit: int) -> str:
+        """The scope of this execution at `visit`, which its conversation and its calls' ids
+        are named by: ``each#1``, or ``each#1[2]`` for a loop item."""
+        return f"{self.step}#{visit}" if self.item is None else f"{self.step}#{visit}[{self.item}]"
+
+    @classmethod
+    def visit_of(cls, scope: str) -> int | None:
+        """The visit a `scope` (`ItemId.scope`: ``each#2``, ``each#2[1]``) names, or
+        ``None``: it is no such scope."""
+        _, hash_, visit = scope.rpartition("#")
+        found = cls.parse(visit)
+        if hash_ and found.step.isdigit() and found.step.isascii():
+            return int(found.step)
+        return None
+
 
 WaitKind = Literal["approval", "limit"]
 """What a wait is for: a person's decision on a call (``approval``), or a model endpoint's
@@ -352,6 +373,23 @@ class RunStates:
         """The last stored event folded (token deltas are not stored)."""
         self._executions: dict[tuple[str, int], Execution] = {}
         self._latest: dict[str, Execution] = {}
+        self._first_started: list[Execution] = []
+
+    @classmethod
+    def of(
+        cls,
+        events: Iterable[ev.Event],
+        stored: Iterable[StoredExecution] = (),
+        *,
+        details: bool = False,
+    ) -> RunStates:
+        """A run's `events` folded, then what the store kept of its executions (`stored`)
+        laid over them: a stored run's step states."""
+        states = cls(details=details)
+        for event in events:
+            states.fold(event)
+        states.stored(stored)
+        return states
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -359,6 +397,12 @@ class RunStates:
     def executions(self) -> list[Execution]:
         """Every execution, in the order they were first told of."""
         return list(self._executions.values())
+
+    @property
+    def started(self) -> list[Execution]:
+        """Every execution that started, in the order each first started (one that was
+        told of before, a step skipped then chosen in the same visit, is where it started)."""
+        return list(self._first_started)
 
     def latest(self, step_id: str) -> Execution | None:
         """The latest execution of `step_id` (a step's id, or a loop item's)."""
@@ -601,6 +645,8 @@ class RunStates:
         execution.error = execution.skipped = None
         execution.waited = 0.0
         execution.starts += 1
+        if execution.starts == 1:
+            self._first_started.append(execution)
         execution.items_started = execution.items_done = 0
         parent = self._parent(ItemId.parse(step_id))
         if parent is None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import warnings
 import weakref
+from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,24 @@ async def test_step_executor_streams_one_step_of_a_shared_context() -> None:
     assert context.events.listeners == (other.append,)  # the stream's listener is gone
 
 
+async def test_a_loop_steps_stream_has_its_items_events_and_no_other_steps() -> None:
+    from minions import LoopStep
+    from minions.testing import FunctionModel
+
+    context = AgentContext(model=FunctionModel(lambda prompt: "ok"))
+    loop = LoopStep(DefaultStep("each", goal="Say {{ loop.item }}."), ["x", "y"])
+    # Another step runs meanwhile, its id starting with the loop's (not its items').
+    other = StepExecutor(DefaultStep("each_more", goal="More."), context).execute()
+    async with StepExecutor(loop, context).stream() as stream:
+        events, _ = await asyncio.gather(_read(stream), other)
+    assert {e.step_id for e in events} == {"each", "each[0]", "each[1]"}
+    assert stream.execution.output == ["ok", "ok"]
+
+
+async def _read(stream: AsyncIterable[Event]) -> list[Event]:
+    return [event async for event in stream]
+
+
 async def test_deltas_of_a_retried_attempt_are_marked_with_their_attempt() -> None:
     def positive(advice: Advice) -> Advice:
         if not advice.approve:
@@ -263,7 +282,7 @@ def test_a_stream_of_an_agent_executor_used_as_before_still_reads_events() -> No
 async def test_an_sse_route_stops_its_step_when_the_client_goes() -> None:
     """The pattern of docs/in-your-app.md under Starlette's disconnect handling (the ASGI
     spec uvicorn's HTTP servers declare): the client leaves after the first delta."""
-    from collections.abc import AsyncIterator, MutableMapping
+    from collections.abc import MutableMapping
 
     from fastapi import FastAPI
     from fastapi.responses import StreamingResponse

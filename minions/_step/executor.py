@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NoReturn
 
+from minions._fold import ItemId
 from minions._generic import OutputT
 from minions._memory import MemorySnapshot
 from minions._messages import Message, Prompt, ToolCall, ToolCallResponse, ToolSpec
@@ -114,9 +115,9 @@ class StepExecutor(Generic[OutputT]):
         self.item = item
         self._top = scope is None and item is None
         """A step of the run itself (not a loop item or a step inside another step)."""
-        suffix = "" if item is None else f"[{item}]"
-        self.name = f"{step.id}{suffix}"
-        self.scope = scope or f"{step.id}#{visit}{suffix}"
+        name = ItemId(step.id, item)
+        self.name = str(name)
+        self.scope = scope or name.scope(visit)
         self.conversation_id = conversation_id or f"{context.run_id}/{self.scope}"
         self.execution: StepExecution[OutputT] = StepExecution(
             step_id=self.name,

@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic
 
+from minions._fold import ItemId
 from minions._generic import OutputT
 
 if TYPE_CHECKING:
@@ -71,10 +72,11 @@ class StepStream(Generic[OutputT]):
         # holds any more is collected, and closing its generators cancels the step.
         queue = self._queue
         name = self._name
+        items = ItemId(name).items_prefix
 
         def listen(event: Event) -> None:
             step_id = event.step_id
-            if step_id is not None and (step_id == name or step_id.startswith(name + "[")):
+            if step_id is not None and (step_id == name or step_id.startswith(items)):
                 queue.put_nowait(event)
 
         self._unsubscribe = self._emitter.subscribe(listen)

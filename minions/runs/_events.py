@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
+from minions._fold import ItemId
 from minions._text import stored_event
 from minions.events import Event, RunFailed, event_from_json, event_to_json
 from minions.runs._tables import events_table
@@ -94,7 +95,7 @@ def of_step(database: Database, run_id: str, step_id: str) -> list[Event]:
             events_table.c.run_id == run_id,
             sa.or_(
                 events_table.c.step_id == step_id,
-                events_table.c.step_id.startswith(f"{step_id}[", autoescape=True),
+                events_table.c.step_id.startswith(ItemId(step_id).items_prefix, autoescape=True),
             ),
         )
         .order_by(events_table.c.seq)

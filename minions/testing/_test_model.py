@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection, Mapping
 from typing import Any, Final, Literal
 
+from minions._fold import ItemId
 from minions._messages import (
     COMPLETION_TOOL,
     SELECT_TOOL,
@@ -29,17 +29,19 @@ NO_TOOL_CALLS: Final = "success (no tool calls)"
 """`TestModel`'s text answer when it called no tool (and was given no `custom_output_text`)."""
 _UNSET: Final = object()
 _MODES: Final = ("json_schema", "tool", "prompted_json")
-_VISIT: Final = re.compile(r"#(\d+)(?:\[\d+\])?/route$")
+_ROUTE: Final = "/route"
+"""How the scope of a choice of the next step ends (``choose#2/route``)."""
 
 
 def _route(prompt: Prompt, schema: Mapping[str, Any], arguments: Any) -> Any:
     """A choice of the next step: the candidate of the choosing step's visit (the first at
     its first visit, the second at its second...), so a loop back runs again and then ends."""
     candidates = schema.get("properties", {}).get("step", {}).get("enum")
-    found = _VISIT.search(prompt.scope)
-    if not candidates or found is None or not isinstance(arguments, dict):
+    scope = prompt.scope
+    visit = ItemId.visit_of(scope.removesuffix(_ROUTE)) if scope.endswith(_ROUTE) else None
+    if not candidates or visit is None or not isinstance(arguments, dict):
         return arguments
-    return {**arguments, "step": candidates[(int(found[1]) - 1) % len(candidates)]}
+    return {**arguments, "step": candidates[(visit - 1) % len(candidates)]}
 
 
 class TestModel(Model):

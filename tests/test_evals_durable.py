@@ -377,6 +377,80 @@ def test_a_step_started_again_after_a_takeover_counts_once(tmp_path: Path) -> No
     assert run.models["m"].total_tokens == 4
 
 
+def test_a_runs_trail_is_read_from_the_one_fold_of_its_events(tmp_path: Path) -> None:
+    def used(prompt: int, completion: int) -> ev.UsageRecord:
+        return ev.UsageRecord(prompt_tokens=prompt, completion_tokens=completion, calls=1)
+
+    events: list[ev.Event] = [
+        ev.StepStarted(step_id="plan"),
+        ev.ModelCallStarted(step_id="plan", model="a"),
+        ev.ModelCallCompleted(step_id="plan", usage=used(2, 1)),
+        ev.StepCompleted(step_id="plan"),
+        ev.StepSkipped(step_id="publish", reason="not chosen"),  # told of before it starts
+        ev.StepStarted(step_id="each"),
+        ev.StepStarted(step_id="each[1]"),  # started first, its calls come later
+        ev.StepStarted(step_id="each[0]"),
+        ev.ModelCallStarted(step_id="each[0]", model="a"),
+        ev.ModelCallCompleted(step_id="each[0]", usage=used(3, 1)),
+        ev.ToolCallStarted(step_id="each[0]", call_id="c1", name="look", arguments={"q": 0}),
+        ev.ToolCallCompleted(step_id="each[0]", call_id="c1", name="look", content="zero"),
+        ev.StepCompleted(step_id="each[0]"),
+        ev.ModelCallStarted(step_id="each[1]", model="b"),
+        ev.ModelCallCompleted(step_id="each[1]", usage=used(4, 2)),
+        ev.ToolCallStarted(step_id="each[1]", call_id="c1", name="look", arguments={"q": 1}),
+        ev.ToolCallCompleted(step_id="each[1]", call_id="c1", name="look", content="one"),
+        ev.ModelCallStarted(step_id="each[1]", model="b", turn=2),
+        ev.ModelCallFailed(step_id="each[1]", turn=2, error="refused"),
+        ev.StepFailed(step_id="each[1]", error="refused"),
+        ev.StepFailed(step_id="each", error="item 1 failed"),
+        ev.StepStarted(step_id="plan", visit=2),
+        ev.ModelCallStarted(step_id="plan", model="b"),
+        ev.ModelCallCompleted(step_id="plan", usage=used(5, 0)),
+        ev.StepCompleted(step_id="plan", visit=2),
+        ev.StepStarted(step_id="publish"),  # chosen now, in the visit it was skipped in
+        ev.ToolCallStarted(step_id="publish", call_id="c1", name="post", arguments={"to": "x"}),
+        ev.ToolCallFailed(step_id="publish", call_id="c1", name="post", error="denied"),
+        ev.ModelCallStarted(step_id="publish", model="a"),
+        ev.ModelCallFailed(step_id="publish", error="timed out"),
+        ev.StepFailed(step_id="publish", error="timed out"),
+    ]
+    record = RunRecord(
+        run_id="r", recipe_id="capital", status="failed", created_at=1.0, started_at=1.0,
+        finished_at=2.0, error="boom",
+        steps=tuple(
+            StepRecord(step_id=s, visit=v, status=status)
+            for s, v, status in (("plan", 1, "completed"), ("each", 1, "failed"),
+                                 ("plan", 2, "completed"), ("publish", 1, "failed"))
+        ),
+    )  # fmt: skip
+    run = case_run_of(_job(tmp_path), record, events)
+    document = run.document
+    # The steps in the order they first started, each visit once; not their loop items.
+    assert document["step_order"] == ["plan", "each", "plan", "publish"]
+    assert document["model_calls"] == 6
+    steps = document["steps"]
+    assert {s: (d["visits"], d["model_calls"]) for s, d in steps.items()} == {
+        "plan": (2, 2),
+        "each": (1, 3),
+        "publish": (1, 1),
+    }
+    # By the execution they belong to, in the order those started.
+    assert document["tool_calls"] == [
+        {"step": "each", "name": "look", "arguments": {"q": 1}, "result": "one", "error": None},
+        {"step": "each", "name": "look", "arguments": {"q": 0}, "result": "zero", "error": None},
+        {"step": "publish", "name": "post", "arguments": {"to": "x"}, "result": None, "error": "denied"},
+    ]  # fmt: skip
+    assert [c["arguments"] for c in steps["each"]["tool_calls"]] == [{"q": 1}, {"q": 0}]
+    # The tokens of each answer by the model asked, in the order the answers came.
+    assert {m: (u.prompt_tokens, u.completion_tokens, u.calls) for m, u in run.models.items()} == {
+        "a": (5, 2, 2),
+        "b": (9, 2, 2),
+    }
+    assert list(run.models) == ["a", "b"]
+    # The first execution to fail for want of a model names it, not the first told of.
+    assert run.problem == "the model could not be used in step 'each[1]': refused"
+
+
 def test_a_store_made_before_evals_were_kept_gets_their_table_when_opened(tmp_path: Path) -> None:
     import sqlite3
 

@@ -37,10 +37,7 @@ def numbered(*events: ev.Event) -> list[ev.Event]:
 
 
 def folded(events: list[ev.Event], *, details: bool = False) -> RunStates:
-    states = RunStates(details=details)
-    for event in events:
-        states.fold(event)
-    return states
+    return RunStates.of(events, details=details)
 
 
 # -- the names every front end shares --------------------------------------------------------
@@ -63,6 +60,46 @@ def test_an_item_id_parses_and_prints_back(text: str, step: str, item: int | Non
     name = ItemId.parse(text)
     assert (name.step, name.item) == (step, item)
     assert str(name) == text
+
+
+def test_an_item_id_names_its_scope_and_its_items() -> None:
+    step, item = ItemId("each"), ItemId("each", 2)
+    assert (step.scope(3), item.scope(3)) == ("each#3", "each#3[2]")
+    # What a step's stream matches its loop items' ids by, built once: not a longer id.
+    assert step.items_prefix == "each["
+    assert [s for s in ("each", "each[0]", "each[12]", "eacher", "eac") if s.startswith(step.items_prefix)] == ["each[0]", "each[12]"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("scope", "visit"),
+    [
+        ("each#3", 3),
+        ("each#3[2]", 3),
+        ("outer#1/each#4", 4),
+        ("#2", 2),
+        ("each", None),
+        ("each#", None),
+        ("each#x", None),
+        ("each#3[x]", None),
+        ("each#3]", None),
+        ("each#٣", None),  # an Arabic-Indic digit is no visit
+    ],
+)
+def test_the_visit_a_scope_names(scope: str, visit: int | None) -> None:
+    assert ItemId.visit_of(scope) == visit
+
+
+@given(
+    step=st.from_regex(r"[A-Za-z_][A-Za-z0-9_-]{0,20}", fullmatch=True),
+    item=st.none() | st.integers(min_value=0, max_value=10**6),
+    visit=st.integers(min_value=1, max_value=10**6),
+)
+def test_a_scope_gives_back_its_visit_and_an_id_parses_back(
+    step: str, item: int | None, visit: int
+) -> None:
+    name = ItemId(step, item)
+    assert ItemId.visit_of(name.scope(visit)) == visit
+    assert ItemId.parse(str(name)) == name
 
 
 @pytest.mark.parametrize(
@@ -172,6 +209,25 @@ def test_a_second_visit_and_a_skip_after_a_visit_are_executions_of_their_own() -
         (2, "output", 1, "bad")
     ]
     assert states.status_of("draft") == "skipped"
+
+
+def test_executions_in_the_order_they_first_started() -> None:
+    states = folded(
+        numbered(
+            ev.StepStarted(step_id="write"),
+            ev.StepCompleted(step_id="write"),
+            ev.StepSkipped(step_id="publish", reason="not chosen"),  # told of first...
+            ev.StepStarted(step_id="write", visit=2),
+            ev.StepStarted(step_id="each"),
+            ev.StepStarted(step_id="each[0]"),
+            ev.StepStarted(step_id="publish"),  # ...chosen later, in the same visit
+            ev.StepStarted(step_id="write", visit=2),  # started again: not twice
+        )
+    )
+    told = [(e.step_id, e.visit) for e in states.executions]
+    assert told == [("write", 1), ("publish", 1), ("write", 2), ("each", 1), ("each[0]", 1)]
+    started = [(e.step_id, e.visit) for e in states.started]
+    assert started == [("write", 1), ("write", 2), ("each", 1), ("each[0]", 1), ("publish", 1)]
 
 
 def test_a_step_started_again_after_a_failure_runs_from_its_new_start() -> None:
@@ -335,13 +391,12 @@ def test_a_reused_step_and_token_deltas() -> None:
 
 
 def test_what_the_store_kept_has_the_last_word_on_an_ended_execution() -> None:
-    states = folded(
-        numbered(
-            ev.StepStarted(step_id="a"),
-            ev.StepCompleted(step_id="a"),
-            ev.StepStarted(step_id="b"),  # runs again after a resume
-        )
+    events = numbered(
+        ev.StepStarted(step_id="a"),
+        ev.StepCompleted(step_id="a"),
+        ev.StepStarted(step_id="b"),  # runs again after a resume
     )
+    states = folded(events)
     kept = [
         StepRecord(step_id="a", visit=1, status="completed", usage={"calls": 1}, finished_at=5.0),
         StepRecord(step_id="b", visit=1, status="failed", error="earlier"),
@@ -365,6 +420,11 @@ def test_what_the_store_kept_has_the_last_word_on_an_ended_execution() -> None:
     assert (b.status, b.error) == ("running", None)
     assert (c.status, c.started_at, c.finished_at) == ("completed", 1.0, 2.0)
     assert states.status_of("c[0]") == "completed"
+    # `RunStates.of` is the two at once (what `RunStore.step_states` answers).
+    both = RunStates.of(events, kept)
+    assert [(e.step_id, e.status, e.usage, e.error) for e in both.executions] == [
+        (e.step_id, e.status, e.usage, e.error) for e in states.executions
+    ]
 
 
 def test_a_run_handed_back_stops_what_was_in_flight_until_it_starts_again() -> None:

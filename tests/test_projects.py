@@ -502,6 +502,7 @@ async def test_the_scoped_store_keeps_projects_apart(url: str, tmp_path: Path) -
     await store.add_schedule(recipes / "approval.yaml", every="1h", name="theirs", project=B)
     seen = store.scoped(Scope.of([A]))
     assert (await seen.get(mine)).project == A
+    assert (await seen.step_states(mine)).steps() == {}  # queued: no step told of yet
     for call in (
         seen.get(theirs),
         seen.events(theirs),
@@ -509,6 +510,9 @@ async def test_the_scoped_store_keeps_projects_apart(url: str, tmp_path: Path) -
         seen.resume(theirs),
         seen.diff(mine, theirs),
         seen.step_detail(theirs, "first"),
+        seen.step_states(theirs),
+        # A record read elsewhere (the unscoped store's) names a run the scope does not see.
+        seen.step_states(await store.get(theirs)),
         seen.approve(theirs, "x", approved=True),
     ):
         with pytest.raises(UnknownRunError):

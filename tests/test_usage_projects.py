@@ -8,6 +8,7 @@ the allowed ones."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import time
@@ -253,3 +254,67 @@ def test_the_consoles_usage_page_of_a_key_of_one_project_shows_its_projects_only
         finally:
             page.close()
             browser.close()
+
+
+async def test_each_ended_attempt_is_paired_with_its_own_start_as_the_events_say(
+    tmp_path: Path,
+) -> None:
+    from minions import events as ev
+    from minions.runs._events import row_of
+
+    def used(prompt: int, answer: int) -> ev.UsageRecord:
+        return ev.UsageRecord(prompt_tokens=prompt, completion_tokens=answer, calls=1)
+
+    asked = (ev.MessageRecord(role="user", text="hello"),)  # content captured: not needed
+    told: list[ev.Event] = [
+        # Two loop items' calls interleaved, the same turn and attempt: each by its step id.
+        ev.ModelCallStarted(step_id="each[0]", model="gpt-4o", endpoint=PRICED, messages=asked),
+        ev.ModelCallStarted(step_id="each[1]", model="qwen", endpoint="http://127.0.0.1:1/v1"),
+        ev.ModelCallCompleted(step_id="each[1]", usage=used(50, 5)),
+        # An attempt that failed with tokens spent counts, and so does its retry.
+        ev.ModelCallFailed(step_id="each[0]", error="not JSON", usage=used(1000, 100)),
+        ev.ModelCallStarted(step_id="each[0]", attempt=2, model="gpt-4o", endpoint=PRICED),
+        ev.ModelCallCompleted(step_id="each[0]", attempt=2, usage=used(1000, 100)),
+        # An end whose start is not stored: counted, its model and price unknown.
+        ev.ModelCallCompleted(step_id="lost", usage=used(7, 7)),
+        ev.ModelCallStarted(step_id="last", model="gpt-4o", endpoint=PRICED),  # in flight
+    ]
+    url = f"sqlite:///{tmp_path / 'minions.db'}"
+    database = Database(url, create=True)
+    insert_run(database, "going")
+    rows = [
+        {"run_id": "going", **row_of(dataclasses.replace(e, seq=i, timestamp=NOW - 30))._asdict()}
+        for i, e in enumerate(told, start=1)
+    ]
+    with database.begin() as db:
+        db.execute(
+            sa.text(
+                "INSERT INTO minions_events (run_id, seq, kind, step_id, data) "
+                "VALUES (:run_id, :seq, :kind, :step_id, :data)"
+            ),
+            rows,
+        )
+        db.execute(sa.text("UPDATE minions_runs SET status = 'running' WHERE run_id = 'going'"))
+    database.close()
+    store = RunStore(url)
+    try:
+        report = await store.usage(since=NOW - 60, group_by=["model"])
+        rows_by = {r.model: r for r in report.rows}
+        assert {m: (r.prompt_tokens, r.completion_tokens, r.calls) for m, r in rows_by.items()} == {
+            None: (7, 7, 1),
+            "gpt-4o": (2000, 200, 2),
+            "qwen": (50, 5, 1),
+        }
+        assert rows_by["gpt-4o"].cost == pytest.approx(2000 * 2.5e-6 + 200 * 10e-6)
+        assert (rows_by["qwen"].cost, rows_by["qwen"].unpriced_calls) == (None, 1)
+        assert (rows_by[None].cost, rows_by[None].unpriced_calls) == (None, 1)
+        # A running run's usage so far: every ended attempt's tokens.
+        going = await store.get("going")
+        assert going.usage == {
+            "prompt_tokens": 2057,
+            "completion_tokens": 212,
+            "calls": 4,
+            "unknown_calls": 0,
+        }
+    finally:
+        await store.aclose()

@@ -13,6 +13,7 @@ import pytest
 from runs_helpers import until
 
 from minions import AgentExecutor, AgentRecipe, DefaultStep, StepExecution, tool
+from minions._fold import RunStates
 from minions._step import waits as waits_module
 from minions._step.waits import RunWaits, Waits
 from minions.cli._show import shown_steps, steps_table
@@ -205,7 +206,7 @@ def test_the_step_table_shows_the_time_waited_and_what_a_step_waits_for() -> Non
         StepStartedAt("b", 5.0),
         ModelCallWaiting(step_id="b", endpoint="http://gpu/v1"),
     ]
-    steps = shown_steps(events)
+    steps = shown_steps(RunStates.of(events))
     assert [(s.step_id, s.waited, s.waiting) for s in steps] == [
         ("a", 2.5, None),
         ("b", 0.0, "limit"),
@@ -216,7 +217,7 @@ def test_the_step_table_shows_the_time_waited_and_what_a_step_waits_for() -> Non
     assert "waited" in text
     assert "2.50s" in text
     assert "waiting for endpoint" in text
-    steps = shown_steps([*events, ModelCallStarted(step_id="b")])
+    steps = shown_steps(RunStates.of([*events, ModelCallStarted(step_id="b")]))
     assert steps[1].waiting is None
 
 

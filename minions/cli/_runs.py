@@ -474,15 +474,15 @@ def show(
     it waits for."""
     from minions.cli._show import dead_worker_hint, shown_steps, steps_table
 
-    async def read() -> tuple[Any, list[Any], list[Any]]:
+    async def read() -> tuple[Any, Any, list[Any]]:
         record = await store.get(run)
         if json_output:
-            return record, [], []
-        return record, await store.events(run), await store.workers()
+            return record, None, []
+        return record, await store.step_states(record), await store.workers()
 
     store = open_store(database_url)
     try:
-        record, stored_events, workers = asyncio.run(read())
+        record, states, workers = asyncio.run(read())
     finally:
         store.close()
     if json_output:
@@ -511,7 +511,7 @@ def show(
     hint = dead_worker_hint(record, workers, now)
     if hint:
         out.print(hint, markup=False, style="yellow")
-    steps = shown_steps(stored_events, record.steps)
+    steps = shown_steps(states, record.steps)
     if steps:
         out.print(steps_table(steps, now))
     for a in record.approvals:

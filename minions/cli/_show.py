@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
-from minions import events as ev
 from minions._fold import RunStates, WaitKind, total
 from minions._text import token_count
 from minions.cli._common import plain
@@ -58,15 +57,12 @@ class ShownStep:
         return f"{(self.finished_at or now) - self.started_at:.2f}s"
 
 
-def shown_steps(events: Iterable[ev.Event], stored: Sequence[StepRecord] = ()) -> list[ShownStep]:
+def shown_steps(states: RunStates, stored: Sequence[StepRecord] = ()) -> list[ShownStep]:
     """The run's steps in the order they started (or were skipped), each visit once, as the
-    one fold of the run's events tells them (a resumed run's step that failed, then
-    completed, shows as completed), with what the store kept of them (`StepRecord`s: outputs
-    and attempts; a step whose events are missing)."""
-    states = RunStates()
-    for event in events:
-        states.fold(event)
-    states.stored(stored)
+    one fold of the run's events tells them with what the store kept laid over
+    (`RunStore.step_states`: a resumed run's step that failed, then completed, shows as
+    completed; a step whose events are missing shows), and the outputs and attempts of the
+    stored ones (`stored`)."""
     kept = {(r.step_id, r.visit): r for r in stored}
     rows = []
     for execution in states.executions:

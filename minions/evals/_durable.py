@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from minions._fold import ItemId
+from minions._fold import Details, Execution, ModelCall, RunStates
 from minions._messages import Usage
 from minions._text import jsonable
 from minions.errors import ConfigError, MinionsError
@@ -29,6 +29,7 @@ from minions.evals._evaluate import _jobs, evaluate
 from minions.evals._report import EvalReport
 from minions.evals._run import CaseRun
 from minions.evals._runner import CaseJob, CaseRunner
+from minions.events import StepFailed
 
 if TYPE_CHECKING:
     from minions.events import Event
@@ -132,14 +133,11 @@ def case_run_of(job: CaseJob, record: RunRecord, events: Sequence[Event]) -> Cas
     )
     completed = record.status == "completed"
     problem = None
-    if not completed:
+    if not completed and trail.unanswered is not None:
         # A run that failed for want of a model (unreachable, refused, timed out) says nothing
         # of the agent: a failed step whose last model call got no answer at all.
-        for name in trail.failed:
-            why = trail.unanswered.get(name)
-            if why:
-                problem = f"the model could not be used in step {name!r}: {why}"
-                break
+        name, why = trail.unanswered
+        problem = f"the model could not be used in step {name!r}: {why}"
     expected = case.expected if case.has_expected else None
     document = {
         "run_id": record.run_id,
@@ -177,76 +175,75 @@ def case_run_of(job: CaseJob, record: RunRecord, events: Sequence[Event]) -> Cas
 @dataclass
 class _Trail:
     """What a stored run's events tell of its executions (a step's visit, or a loop item),
-    each by the events of its last start: a worker that died mid-step left the events of a
-    start that a survivor did again."""
+    as the one fold of events tells them (`RunStates`, with details), each by the calls of
+    its last start: a worker that died mid-step left the calls of a start that a survivor
+    made again."""
 
     order: list[str] = field(default_factory=list)
     """The steps in the order they started (not their loop items)."""
     model_calls: dict[str, int] = field(default_factory=dict)
     """Model calls (attempts) by step."""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    """The executions that failed."""
-    unanswered: dict[str, str | None] = field(default_factory=dict)
-    """Each execution's last model call, when it failed with no answer at all (no token): why."""
+    unanswered: tuple[str, str] | None = None
+    """The first execution that failed whose last model call got no answer at all (no
+    token), and why."""
     models: dict[str, Usage] = field(default_factory=dict)
     """Tokens by the model asked."""
 
     @classmethod
     def of(cls, events: Sequence[Event]) -> _Trail:
-        trail = cls()
-        visit: dict[str, int] = {}
-        started: dict[tuple[str, int], int] = {}
-        calls: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
-        asked: dict[tuple[str, int], list[str]] = {}
+        states = RunStates(details=True)
+        failed: list[Execution] = []
         for event in events:
-            name = event.step_id or ""
-            data: Any = event
-            if event.kind == "step_started":
-                visit[name] = data.visit
-                key = (name, data.visit)
-                started.setdefault(key, len(started))
-                calls[key], asked[key] = {}, []
-                continue
-            key = (name, visit.get(name, 1))
-            if event.kind == "step_failed":
-                trail.failed.append(name)
-            elif event.kind == "model_call_started":
-                asked.setdefault(key, []).append(data.model)
-            elif event.kind in ("model_call_completed", "model_call_failed"):
-                tokens = data.usage.prompt_tokens + data.usage.completion_tokens
-                answered = event.kind == "model_call_completed" or tokens
-                trail.unanswered[name] = None if answered else data.error
-                if event.kind == "model_call_completed" and asked.get(key):
-                    model = asked[key][-1]
-                    trail.models[model] = trail.models.get(model, Usage()) + Usage(
-                        prompt_tokens=data.usage.prompt_tokens,
-                        completion_tokens=data.usage.completion_tokens,
-                        calls=data.usage.calls,
-                        unknown_calls=data.usage.unknown_calls,
-                    )
-            elif event.kind == "tool_call_started":
-                calls.setdefault(key, {})[data.call_id] = {
-                    "step": ItemId.parse(name).step,
-                    "name": data.name,
-                    "arguments": jsonable(dict(data.arguments)),
-                    "result": None,
-                    "error": None,
+            changed = states.fold(event)
+            if isinstance(event, StepFailed):
+                failed.append(changed[0])  # the execution that failed, in the order they did
+        trail = cls()
+        trail.order = [e.step_id for e in states.started if e.item is None]
+        ended: list[ModelCall] = []
+        for execution in states.executions:
+            details = _details(execution)
+            last = [c for c in details.model_calls if c.start == execution.starts]
+            step = execution.step
+            trail.model_calls[step] = trail.model_calls.get(step, 0) + len(last)
+            ended.extend(c for c in details.model_calls if c.finished_at is not None)
+        for execution in states.started:
+            trail.tool_calls.extend(
+                {
+                    "step": execution.step,
+                    "name": call.name,
+                    "arguments": jsonable(call.arguments),
+                    "result": call.result,
+                    "error": call.error,
                 }
-            elif event.kind in ("tool_call_completed", "tool_call_failed"):
-                done = calls.get(key, {}).get(data.call_id)
-                if done is not None:
-                    ok = event.kind == "tool_call_completed"
-                    done["result"], done["error"] = (
-                        (data.content, None) if ok else (None, data.error)
-                    )
-        ordered = sorted(started, key=started.__getitem__)
-        trail.order = [name for name, _ in ordered if ItemId.parse(name).item is None]
-        for (name, _), made in asked.items():
-            step = ItemId.parse(name).step
-            trail.model_calls[step] = trail.model_calls.get(step, 0) + len(made)
-        trail.tool_calls = [call for key in ordered for call in calls.get(key, {}).values()]
+                for call in _details(execution).tool_calls
+                if call.start == execution.starts
+            )
+        # Each answer's tokens by the model asked, in the order the calls ended.
+        for call in sorted(ended, key=_finished):
+            if call.error is None and call.usage is not None:
+                trail.models[call.model] = trail.models.get(call.model, Usage()) + Usage(
+                    prompt_tokens=call.usage.prompt_tokens,
+                    completion_tokens=call.usage.completion_tokens,
+                    calls=call.usage.calls,
+                    unknown_calls=call.usage.unknown_calls,
+                )
+        for execution in failed:
+            calls = [c for c in _details(execution).model_calls if c.finished_at is not None]
+            if calls and calls[-1].error and calls[-1].usage is not None:
+                used = calls[-1].usage
+                if not used.prompt_tokens + used.completion_tokens:
+                    trail.unanswered = (execution.step_id, calls[-1].error)
+                    break
         return trail
+
+
+def _details(execution: Execution) -> Details:
+    return execution.details or Details()  # folded with details: never made here
+
+
+def _finished(call: ModelCall) -> float:
+    return call.finished_at or 0.0
 
 
 def _usage(data: Mapping[str, int]) -> dict[str, int]:

@@ -22,6 +22,7 @@ from minions.errors import MinionsError, UnknownProjectError, UnknownRunError, U
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from minions._fold import RunStates
     from minions.events import Event
     from minions.recipes import RecipeSpec
     from minions.recipes._internal import CatchUp, Overlap
@@ -262,6 +263,10 @@ class ScopedRuns:
         await self._run(run_id)
         async for event in self._store.follow(run_id, after=after):
             yield event
+
+    async def step_states(self, run: str | RunRecord) -> RunStates:
+        await self._run(run if isinstance(run, str) else run.run_id)
+        return await self._store.step_states(run)
 
     async def step_detail(self, run_id: str, step_id: str) -> StepDetail:
         await self._run(run_id)

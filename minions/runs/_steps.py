@@ -80,10 +80,7 @@ def step_detail(
     stored = _stored(record.steps, step_id)
     if step_id not in kinds and not stored and not events:
         raise UnknownStepError(run_id, step_id, sorted(kinds))
-    states = RunStates(details=True)
-    for event in events:
-        states.fold(event)
-    states.stored(stored)
+    states = RunStates.of(events, stored, details=True)
     latest = states.latest(step_id) or Execution(step_id=step_id, step=step_id, item=None, visit=1)
     mine = [e for e in states.executions if step_id in (e.step, e.step_id)]
     details = [e.details for e in mine if e.details is not None]

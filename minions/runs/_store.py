@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import structlog
 
+from minions._fold import RunStates
 from minions._text import jsonable
 from minions.errors import RunStateError, StoreError
 from minions.events import Event
@@ -500,6 +501,18 @@ class RunStore:
         record = await self.get(run_id)
         events = await self.step_events(run_id, step_id)
         return step_detail(record, step_id, events, await self.recipe_yaml(run_id))
+
+    async def step_states(self, run: str | RunRecord) -> RunStates:
+        """The state of the run's steps (`run`: its id, or its record read already): its
+        stored events folded by the one fold (`minions._fold`), what the store kept of each
+        execution laid over them (what ``GET /runs/{id}/steps`` answers and ``minions runs
+        show`` prints).
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        record = await self.get(run) if isinstance(run, str) else run
+        return RunStates.of(await self.events(record.run_id), record.steps)
 
     async def history(self) -> History:
         """How far the stored runs go back, and how far pruning went."""

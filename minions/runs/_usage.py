@@ -13,7 +13,6 @@ whose server said no usage is priced as *unknown*, never as 0.
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -22,6 +21,7 @@ from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
 
+from minions.events import ModelCallCompleted, ModelCallFailed, ModelCallStarted, event_from_json
 from minions.runs._db import Database
 from minions.runs._tables import events_table, runs_table
 
@@ -30,7 +30,10 @@ __all__ = ["UsageReport", "UsageRow"]
 Group = Literal["day", "recipe", "schedule", "model", "project"]
 GROUPS: tuple[Group, ...] = get_args(Group)
 """What totals may be grouped by."""
-KINDS = ("model_call_started", "model_call_completed", "model_call_failed")
+ENDS = ("model_call_completed", "model_call_failed")
+"""The kinds of event that end a model call attempt (and say its tokens)."""
+KINDS = ("model_call_started", *ENDS)
+_USAGE = ("prompt_tokens", "completion_tokens", "calls", "unknown_calls")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,33 +165,32 @@ def price(model: str, endpoint: str, prompt: int, completion: int) -> Decimal | 
     return unit[0] * prompt + unit[1] * completion
 
 
-def _calls(rows: Iterable[Any]) -> Iterable[tuple[Any, dict[str, Any], dict[str, Any]]]:
-    """Each ended model call attempt of the rows (a run's events in order): its run's row,
-    its start's data and its end's data."""
+Ended = ModelCallCompleted | ModelCallFailed
+
+
+def _calls(rows: Iterable[Any]) -> Iterable[tuple[Any, ModelCallStarted | None, Ended]]:
+    """Each ended model call attempt of the rows (a run's events in order, read by the one
+    decoder of stored events, `event_from_json`): its run's row, its start (``None``: not
+    read) and its end."""
     run: str | None = None
-    started: dict[tuple[Any, ...], dict[str, Any]] = {}
+    started: dict[tuple[str | None, int, int], ModelCallStarted] = {}
     for row in rows:
         if row.run_id != run:
             run, started = row.run_id, {}
-        data = json.loads(row.data)
-        key = (row.step_id, data.get("turn"), data.get("attempt"))
-        if row.kind == "model_call_started":
-            started[key] = data
-        else:
-            yield row, started.pop(key, {}), data
+        event = event_from_json(row.data)
+        if isinstance(event, ModelCallStarted):
+            started[(event.step_id, event.turn, event.attempt)] = event
+        elif isinstance(event, Ended):
+            yield row, started.pop((event.step_id, event.turn, event.attempt), None), event
 
 
-def _sum_of(start: dict[str, Any], end: dict[str, Any]) -> _Sum:
-    usage = end.get("usage") or {}
-    prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
-    calls = max(1, int(usage.get("calls", 0)))
-    unknown = int(usage.get("unknown_calls", 0))
+def _sum_of(start: ModelCallStarted | None, end: Ended) -> _Sum:
+    usage = end.usage
+    prompt, completion = usage.prompt_tokens, usage.completion_tokens
+    calls, unknown = max(1, usage.calls), usage.unknown_calls
     one = _Sum(prompt=prompt, completion=completion, calls=calls, unknown=unknown)
-    cost = (
-        None
-        if unknown
-        else price(str(start.get("model", "")), str(start.get("endpoint", "")), prompt, completion)
-    )
+    model, endpoint = (start.model, start.endpoint) if start is not None else ("", "")
+    cost = None if unknown else price(model, endpoint, prompt, completion)
     if cost is None:
         one.unpriced = calls
     else:
@@ -201,6 +203,7 @@ def _events(
     until: float,
     run_ids: Sequence[str] | None,
     projects: Collection[str] | None = None,
+    kinds: Sequence[str] = KINDS,
 ) -> Any:
     e, r = events_table, runs_table
     query = (
@@ -208,7 +211,7 @@ def _events(
             e.c.run_id, e.c.kind, e.c.step_id, e.c.data, r.c.recipe_id, r.c.schedule, r.c.project
         )
         .join(r, r.c.run_id == e.c.run_id)
-        .where(e.c.kind.in_(KINDS))
+        .where(e.c.kind.in_(kinds))
         .order_by(e.c.run_id, e.c.seq)
     )
     if projects is not None:
@@ -238,7 +241,7 @@ def report(
     with database.stream() as db:
         rows = db.execute(_events(since, until, None, projects))
         for row, start, end in _calls(rows):
-            at = float(end.get("timestamp", 0.0))
+            at = end.timestamp
             if not since <= at <= until:
                 continue
             one = _sum_of(start, end)
@@ -246,7 +249,7 @@ def report(
                 "day": datetime.datetime.fromtimestamp(at, datetime.UTC).date().isoformat(),
                 "recipe": row.recipe_id,
                 "schedule": row.schedule,
-                "model": str(start.get("model", "")) or None,
+                "model": (start.model if start is not None else "") or None,
                 "project": row.project,
             }
             if group_by:
@@ -271,9 +274,10 @@ def so_far(database: Database, run_ids: Sequence[str]) -> dict[str, dict[str, in
     if not run_ids:
         return found
     with database.read() as db:
-        for row, _start, end in _calls(db.execute(_events(0.0, 0.0, run_ids))):
-            usage = end.get("usage") or {}
+        # Only the ends: they say the tokens (the starts, with their messages, are not read).
+        rows = db.execute(_events(0.0, 0.0, run_ids, kinds=ENDS))
+        for row, _start, end in _calls(rows):
             mine = found.setdefault(row.run_id, {})
-            for name in ("prompt_tokens", "completion_tokens", "calls", "unknown_calls"):
-                mine[name] = mine.get(name, 0) + int(usage.get(name, 0))
+            for name in _USAGE:
+                mine[name] = mine.get(name, 0) + getattr(end.usage, name)
     return found

@@ -16,7 +16,6 @@ from minions.service._access import Reader
 from minions.service._deps import Config, Runs, Streams
 from minions.service._errors import ERRORS, Refused
 from minions.service._models import Ticket
-from minions.service._routes.steps import fold_run
 from minions.service._stream import EventStream
 from minions.service._tickets import Tickets
 
@@ -108,7 +107,7 @@ async def stream(
     record = await runs.get(run_id)
     if record.terminal and not await runs.events(run_id, after=after, limit=1):
         return Response(status_code=204)
-    folded = await fold_run(runs, record) if states else None
+    folded = await runs.step_states(record) if states else None
     key = None
     if caller.revocable:
         key_id = caller.key_id

@@ -8,8 +8,6 @@ from typing import Annotated
 from fastapi import APIRouter
 from fastapi import Path as PathParam
 
-from minions._fold import RunStates
-from minions.runs import RunRecord, ScopedRuns
 from minions.service._access import Reader
 from minions.service._deps import Runs
 from minions.service._errors import ERRORS
@@ -21,24 +19,13 @@ __all__: list[str] = []
 router = APIRouter(responses=ERRORS)
 
 
-async def fold_run(runs: ScopedRuns, record: RunRecord) -> RunStates:
-    """The state of the run's steps: its stored events folded, what the store kept of each
-    execution laid over them."""
-    states = RunStates()
-    for event in await runs.events(record.run_id):
-        states.fold(event)
-    states.stored(record.steps)
-    return states
-
-
 @router.get("/runs/{run_id}/steps", response_model=StepStates)
 async def steps(caller: Reader, run_id: RunId, runs: Runs) -> StepStates:
     """The run's steps as its events tell them: each execution (a visit of a step, or one of
     its loop items) with its status, times, tokens, waits (for a person, for a model
     endpoint's limits) and retries, and each step's status. The run's event stream with
     `?states=true` keeps them up to date."""
-    record = await runs.get(run_id)
-    return StepStates.of(run_id, await fold_run(runs, record))
+    return StepStates.of(run_id, await runs.step_states(run_id))
 
 
 @router.get("/runs/{run_id}/steps/{step_id}", response_model=StepDetail)

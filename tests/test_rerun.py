@@ -635,3 +635,29 @@ def test_what_runs_again_is_the_chosen_step_its_descendants_and_changed_steps(
     same = plan_rerun(parent, graph, from_step=f"s{start}", inputs=parent.inputs, outputs={})
     assert set(same.rerun) == {f"s{n}" for n in descendants(edges, {start})}
     assert set(same.rerun) == reexecuted(graph.followers, from_step=f"s{start}")
+
+
+def test_a_rerun_is_offered_from_the_steps_that_ran_once_the_run_ended() -> None:
+    from minions.runs import ApprovalRecord
+
+    ran = RunRecord(
+        run_id="r",
+        recipe_id="g",
+        status="cancelled",
+        created_at=0.0,
+        steps=(
+            StepRecord(step_id="a", visit=1, status="completed"),
+            StepRecord(step_id="b", visit=1, status="skipped"),
+            StepRecord(step_id="c", visit=1, status="failed"),
+            StepRecord(step_id="a", visit=2, status="reused"),
+        ),
+        # Cancelled while a call of a loop item waited for a decision: its step ran.
+        approvals=(
+            ApprovalRecord(call_id="x", step_id="d[0]", tool="t", arguments={}, requested_at=0.0),
+        ),
+    )
+    assert ran.rerun_from == ("a", "c", "d")
+    assert ran.completed_steps == {"a"}
+    import dataclasses
+
+    assert dataclasses.replace(ran, status="waiting").rerun_from == ()

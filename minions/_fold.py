@@ -9,7 +9,8 @@ view, `minions runs show` and `runs events --follow`, the service's ``/runs/{id}
 its event stream (which the console renders) all read this one fold.
 
 Here too are the names every front end shares: `ItemId` (``step[2]``, a loop item's id), the
-run statuses (`RUN_STATUSES`, `TERMINAL`) and an execution's (`EXECUTION_STATUSES`).
+run statuses (`RUN_STATUSES`, `TERMINAL`), an execution's (`EXECUTION_STATUSES`, `ENDED`) and
+the kinds of event that end a run (`TERMINAL_KINDS`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ decision, or ended (`TERMINAL`)."""
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 """The statuses of a run that has ended."""
+TERMINAL_KINDS: frozenset[str] = frozenset({"run_completed", "run_failed"})
+"""The kinds of event that end a run's log (until the run is resumed)."""
 
 ExecutionStatus = Literal[
     "pending", "running", "waiting", "completed", "failed", "skipped", "reused"

@@ -130,6 +130,7 @@ PERMISSIONS = {
     "POST /runs/{run_id}/resume": "operate",
     "POST /runs/{run_id}/approvals/{call_id:path}": "approve",
     "POST /runs/{run_id}/rerun": "operate",
+    "POST /runs/{run_id}/rerun/preview": "operate",
     "GET /runs/{run_a}/diff/{run_b}": "read",
     "GET /runs/{run_id}/events": "read",
     "GET /runs/{run_id}/events/stream": "read",

@@ -163,6 +163,7 @@ CHANGES: dict[str, Change] = {
 """Each route that changes state, in the order the walk calls it."""
 CHANGES_NOTHING = {
     "POST /runs/{run_id}/events/ticket": "a signed ticket for one run's stream: nothing stored",
+    "POST /runs/{run_id}/rerun/preview": "a rerun planned, nothing queued (tests/test_rerun.py)",
 }
 """Routes that take a POST (PUT, PATCH, DELETE) yet change no state, and why."""
 CALLER = {"operate": "olga", "approve": "alice", "admin": "boss"}

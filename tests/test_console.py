@@ -804,10 +804,18 @@ def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
     page.fill("#rerun-inputs", "{not json")
     page.click("#rerun-submit")
     expect(page.locator("#rerun-error")).to_have_text("The inputs are not valid JSON.")
-    # Steps before three, not downstream of it, may have their output replaced.
-    options = page.locator("#rerun-set option").all_inner_texts()
-    assert options[1:] == ["one", "two"]
+    # The server's plan: with the same inputs, what three does not depend on is reused, and
+    # those steps may have their output replaced.
+    expect(page.locator("#rerun-reused")).to_have_text("reused as recorded: one, two")
+    expect(page.locator("#rerun-again")).to_have_text("run again: three")
+    expect(page.locator("#rerun-set option")).to_have_text(["— none —", "one", "two"])
+    # A new input: two renders it, so it runs again too (the server's rule, not the graph's
+    # downstream of three), and its output can no longer be replaced.
     page.fill("#rerun-inputs", '{"text": "second"}')
+    expect(page.locator("#rerun-reused")).to_have_text("reused as recorded: one")
+    expect(page.locator("#rerun-again")).to_have_text("run again: two (its inputs changed), three")
+    expect(page.locator("#rerun-set option")).to_have_text(["— none —", "one"])
+    page.locator("#rerun-dialog").screenshot(path=str(shots / "console-rerun-plan.png"))
     page.click("#rerun-submit")
 
     # The new run's page: its lineage; step one reused (the input did not change it), step
@@ -849,16 +857,19 @@ def rerun_in_console(page: Page, parent: str, shots: Path) -> None:
 
     # A rerun of the rerun, with step one's output set by hand: what follows it runs again.
     page.click('#steps tr[data-step="three"] button.rerun')
-    # Refused by the service (step two would run again with a new input): said in the editor.
-    page.fill("#rerun-inputs", '{"text": "third"}')
-    page.select_option("#rerun-set", "two")
-    page.fill("#rerun-output", '"TWO"')
+    # Inputs the recipe refuses: the plan says so, and so does the rerun, in the editor.
+    page.fill("#rerun-inputs", '{"text": 5}')
+    expect(page.locator("#rerun-plan")).to_contain_text("This rerun is not possible")
     page.click("#rerun-submit")
-    expect(page.locator("#rerun-error")).to_contain_text(
-        "This rerun is not possible: step 'two' runs again in this rerun"
-    )
+    expect(page.locator("#rerun-error")).to_contain_text("text")
+    # Step two runs again with a new input: its output is not offered to replace.
+    page.fill("#rerun-inputs", '{"text": "third"}')
+    expect(page.locator("#rerun-set option")).to_have_text(["— none —", "one"])
     page.fill("#rerun-inputs", '{"text": "second"}')
+    expect(page.locator("#rerun-set option")).to_have_text(["— none —", "one", "two"])
     page.select_option("#rerun-set", "one")
+    # One's output set by hand: what follows it runs again, as the plan says.
+    expect(page.locator("#rerun-again")).to_have_text("run again: two, three")
     expect(page.locator("#rerun-output")).to_have_value('"ONE"')
     page.fill("#rerun-output", "EDITED")
     page.click("#rerun-submit")

@@ -120,6 +120,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
 BODIES: dict[str, dict[str, Any]] = {
     "POST /runs/{run_id}/approvals/{call_id:path}": {"approve": True},
     "POST /runs/{run_id}/rerun": {"from_step": "second"},
+    "POST /runs/{run_id}/rerun/preview": {"from_step": "second"},
 }
 """A body each route would accept (a 422 would hide what the test is after)."""
 RUN_OF: dict[str, str] = {
@@ -203,6 +204,7 @@ def test_every_id_taking_route_answers_404_to_another_projects_ids(tenants: Tena
         "GET /runs/{run_id}/events/stream",
         "GET /runs/{run_a}/diff/{run_b}",
         "POST /runs/{run_id}/rerun",
+        "POST /runs/{run_id}/rerun/preview",
         "POST /runs/{run_id}/approvals/{call_id:path}",
         "GET /runs/{run_id}/steps/{step_id}",
     } <= set(routes)

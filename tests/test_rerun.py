@@ -477,6 +477,54 @@ def test_the_api_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
         app_in_thread(create_app(config)) as base,
         httpx2.Client(base_url=base, headers=auth("t" * 40), timeout=60) as client,
     ):
+        # Which steps a rerun may start from: those that ran, as the server says.
+        assert set(client.get(f"/runs/{parent}").json()["rerun_from"]) == set(STEPS)
+        # A preview: the rerun's own plan (an output set by hand, an input changed: more runs
+        # again than what follows the step), and nothing queued.
+        edit = {"from_step": "report", "inputs": {"extra": "y"}, "outputs": {"left": "edited"}}
+        total = client.get("/runs").json()["total"]
+        preview = client.post(f"/runs/{parent}/rerun/preview", json=edit)
+        assert preview.status_code == 200, preview.text
+        assert preview.json() == {
+            "parent_run_id": parent,
+            "from_step": "report",
+            "reused": ["fetch", "left", "right"],
+            "rerun": ["each", "ship", "report"],
+            "changed": {"report": "inputs"},
+            "cache": False,
+            "editable": ["fetch", "left", "right"],
+        }
+        assert client.get("/runs").json()["total"] == total
+        # The rerun itself reuses what its preview said.
+        made = client.post(f"/runs/{parent}/rerun", json=edit)
+        assert made.status_code == 201, made.text
+        assert {k: made.json()[k] for k in ("reused", "rerun", "changed")} == {
+            k: preview.json()[k] for k in ("reused", "rerun", "changed")
+        }
+        asyncio.run(executed(url, run_id=made.json()["run_id"]))
+        statuses = {s["step_id"]: s["status"] for s in client.get(f"/runs/{made.json()['run_id']}").json()["steps"]}  # fmt: skip
+        assert sorted(s for s, status in statuses.items() if status == "reused") == sorted(
+            preview.json()["reused"]
+        )
+        # Refused as the rerun is: an unknown step, an output that cannot be set, bad inputs,
+        # an unknown run, a run that has not ended.
+        for bad, kind in (
+            ({"from_step": "nope"}, "invalid_rerun"),
+            ({"from_step": "left", "outputs": {"each": 1}}, "invalid_rerun"),
+            ({"from_step": "left", "inputs": {"tag": 5}}, None),
+        ):
+            refused = client.post(f"/runs/{parent}/rerun/preview", json=bad)
+            assert refused.status_code == 400, (bad, refused.text)
+            assert kind is None or refused.json()["error"]["type"] == kind
+        assert (
+            client.post("/runs/nope/rerun/preview", json={"from_step": "ship"}).status_code == 404
+        )
+        queued = client.post("/runs", json={"recipe": "proof", "inputs": {"tag": "q"}}).json()
+        early = client.post(f"/runs/{queued['run_id']}/rerun/preview", json={"from_step": "ship"})
+        assert (early.status_code, early.json()["error"]["type"]) == (409, "wrong_state")
+        assert client.get(f"/runs/{queued['run_id']}").json()["rerun_from"] == []
+        assert client.post(f"/runs/{queued['run_id']}/cancel").status_code == 200
+
         response = client.post(
             f"/runs/{parent}/rerun",
             json={"from_step": "ship", "inputs": {}, "outputs": {"right": "by hand"}},
@@ -587,3 +635,29 @@ def test_what_runs_again_is_the_chosen_step_its_descendants_and_changed_steps(
     same = plan_rerun(parent, graph, from_step=f"s{start}", inputs=parent.inputs, outputs={})
     assert set(same.rerun) == {f"s{n}" for n in descendants(edges, {start})}
     assert set(same.rerun) == reexecuted(graph.followers, from_step=f"s{start}")
+
+
+def test_a_rerun_is_offered_from_the_steps_that_ran_once_the_run_ended() -> None:
+    from minions.runs import ApprovalRecord
+
+    ran = RunRecord(
+        run_id="r",
+        recipe_id="g",
+        status="cancelled",
+        created_at=0.0,
+        steps=(
+            StepRecord(step_id="a", visit=1, status="completed"),
+            StepRecord(step_id="b", visit=1, status="skipped"),
+            StepRecord(step_id="c", visit=1, status="failed"),
+            StepRecord(step_id="a", visit=2, status="reused"),
+        ),
+        # Cancelled while a call of a loop item waited for a decision: its step ran.
+        approvals=(
+            ApprovalRecord(call_id="x", step_id="d[0]", tool="t", arguments={}, requested_at=0.0),
+        ),
+    )
+    assert ran.rerun_from == ("a", "c", "d")
+    assert ran.completed_steps == {"a"}
+    import dataclasses
+
+    assert dataclasses.replace(ran, status="waiting").rerun_from == ()

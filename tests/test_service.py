@@ -5,6 +5,7 @@ repeated."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -163,6 +164,7 @@ ENDPOINTS = [
     ("POST", "/runs/x/cancel"),
     ("POST", "/runs/x/resume"),
     ("POST", "/runs/x/rerun"),
+    ("POST", "/runs/x/rerun/preview"),
     ("GET", "/runs/x/diff/y"),
     ("POST", "/runs/x/approvals/c"),
     ("GET", "/runs/x/events"),
@@ -211,7 +213,7 @@ def test_the_console_is_es_modules_served_with_their_types_and_the_servers_names
 ) -> None:
     import re
 
-    from minions._fold import EXECUTION_STATUSES, RUN_STATUSES, TERMINAL
+    from minions._fold import ENDED, EXECUTION_STATUSES, RUN_STATUSES, TERMINAL, TERMINAL_KINDS
     from minions.runs import AUDIT_ACTIONS
 
     page = httpx2.get(service.base + "/").text
@@ -237,7 +239,20 @@ def test_the_console_is_es_modules_served_with_their_types_and_the_servers_names
     assert json.loads(lists["RUN_STATUSES"]) == list(RUN_STATUSES)
     assert json.loads(lists["TERMINAL_STATUSES"]) == sorted(TERMINAL)
     assert json.loads(lists["EXECUTION_STATUSES"]) == list(EXECUTION_STATUSES)
+    assert json.loads(lists["ENDED_STATUSES"]) == sorted(ENDED)
     assert "approval_requested" in json.loads(lists["EVENT_KINDS"])
+    assert (
+        json.loads(lists["TERMINAL_KINDS"])
+        == sorted(TERMINAL_KINDS)
+        == [
+            "run_completed",
+            "run_failed",
+        ]
+    )
+    # Every list the console shares with the server is one the docstring names.
+    from minions.service._routes import console
+
+    assert [n for n in lists if f"`{n}`" not in (console.__doc__ or "")] == []
     assert json.loads(lists["AUDIT_ACTIONS"]) == list(AUDIT_ACTIONS)
     css = httpx2.get(service.base + "/console/console.css")
     assert css.headers["content-type"].startswith("text/css")
@@ -257,6 +272,7 @@ def test_the_openapi_schema_lists_every_endpoint(client: httpx2.Client) -> None:
         "/runs/{run_id}/steps",
         "/runs/{run_id}/steps/{step_id}",
         "/runs/{run_id}/rerun",
+        "/runs/{run_id}/rerun/preview",
         "/runs/{run_a}/diff/{run_b}",
         "/recipes",
         "/workers",
@@ -890,19 +906,30 @@ def test_inline_recipes_name_only_built_in_tools_and_the_servers_own(
             assert "model endpoint" in message
 
 
-def test_an_inline_recipe_is_parsed_once_and_its_graph_names_each_steps_kind(
-    service: ServerProcess, folder: Path, url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def counting_parses(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """From now on, each recipe YAML text parsed, and whether it was parsed on an event loop."""
     from minions._yaml import load_yaml
     from minions.recipes import _loader
 
-    parsed: list[str] = []
+    parsed: list[tuple[str, bool]] = []
 
     def counted(text: str, file: str = "") -> Any:
-        parsed.append(text)
+        try:
+            asyncio.get_running_loop()
+            on_loop = True
+        except RuntimeError:
+            on_loop = False
+        parsed.append((text, on_loop))
         return load_yaml(text, file)
 
     monkeypatch.setattr(_loader, "load_yaml", counted)
+    return parsed
+
+
+def test_an_inline_recipe_is_parsed_once_and_its_graph_names_each_steps_kind(
+    service: ServerProcess, folder: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed = counting_parses(monkeypatch)
     config = ServiceConfig(
         token=TOKEN, database_url=url, recipes=folder / "recipes", allow_inline_recipes=True
     )
@@ -920,13 +947,53 @@ def test_an_inline_recipe_is_parsed_once_and_its_graph_names_each_steps_kind(
         parsed.clear()  # the server read its folder's recipes when it started
         made = c.post("/runs", json={"recipe_yaml": text})
         assert made.status_code == 201, made.text
-        assert parsed == [text]  # checked, built and stored from one parse
+        assert parsed == [(text, False)]  # checked, built and stored from one parse, off the loop
         graph = c.get(f"/runs/{made.json()['run_id']}").json()["graph"]
     assert {n["id"]: n["kind"] for n in graph} == {
         "shout": "tool",
         "judge": "analysis",  # as `StepSpec.kind` says: `tool: llm_analyze` is an analysis
         "think": "analysis",
         "ask": "agent",
+    }
+
+
+def test_an_inline_rerun_and_its_preview_parse_the_recipe_once_off_the_event_loop(
+    service: ServerProcess, folder: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = ServiceConfig(
+        token=TOKEN, database_url=url, recipes=folder / "recipes", allow_inline_recipes=True
+    )
+    text = (
+        "id: twice\ntools: [shouting]\ninputs: {text: {type: string, default: hi}}\nsteps:\n"
+        "  - {id: one, tool: shout, params: {text: one}}\n"
+        '  - {id: two, depends_on: [one], tool: shout, params: {text: "{{ inputs.text }}"}}\n'
+    )
+    with (
+        app_in_thread(create_app(config)) as base,
+        httpx2.Client(base_url=base, headers=auth(), timeout=60) as c,
+    ):
+        made = c.post("/runs", json={"recipe_yaml": text})
+        assert made.status_code == 201, made.text
+        parent = made.json()["run_id"]
+        with httpx2.Client(base_url=service.base, headers=auth(), timeout=60) as main:
+            assert until_status(main, parent, "completed")["output"] == "HI"
+        parsed = counting_parses(monkeypatch)
+        body = {"from_step": "two", "inputs": {"text": "again"}}
+        shown = c.post(f"/runs/{parent}/rerun/preview", json=body)
+        assert shown.status_code == 200, shown.text
+        assert parsed == [(text, False)]  # checked, built and planned from one parse
+        parsed.clear()
+        rerun = c.post(f"/runs/{parent}/rerun", json=body)
+        assert rerun.status_code == 201, rerun.text
+        assert parsed == [(text, False)]
+    assert {k: shown.json()[k] for k in ("reused", "rerun", "editable")} == {
+        "reused": ["one"],
+        "rerun": ["two"],
+        "editable": ["one"],
+    }
+    assert {k: rerun.json()[k] for k in ("reused", "rerun")} == {
+        "reused": ["one"],
+        "rerun": ["two"],
     }
 
 

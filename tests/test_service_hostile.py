@@ -14,6 +14,7 @@ others for the limits' `max_pause` at most, and demote no output mode for them."
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -352,9 +353,11 @@ def test_a_rerun_cannot_run_an_operators_recipe_with_new_inputs(
     recipe = operator / "secrets.yaml"
     recipe.write_text(OPERATOR.format(id=f"secrets-{name}"))
     parent = ended(url, recipe, path="notes.txt")
-    for inputs in ({"path": "/etc/passwd"}, {"path": "../../secret.txt"}, {}):
+    for inputs, route in itertools.product(
+        ({"path": "/etc/passwd"}, {"path": "../../secret.txt"}, {}), ("rerun", "rerun/preview")
+    ):  # a preview reaches what the rerun does, no more
         response = client.post(
-            f"/runs/{parent}/rerun", json={"from_step": "read", "inputs": inputs}
+            f"/runs/{parent}/{route}", json={"from_step": "read", "inputs": inputs}
         )
         assert response.status_code == 403, response.text
         message = response.json()["error"]["message"]
@@ -400,11 +403,11 @@ def test_a_rerun_takes_the_folders_recipe_of_that_id_as_it_is_now(
     made = client.post("/runs", json={"recipe": "gone", "inputs": {"n": 1}}).json()["run_id"]
     client.post(f"/runs/{made}/cancel")
     gone.unlink()
-    refused_now = client.post(f"/runs/{made}/rerun", json={"from_step": "a"})
-    assert refused_now.status_code == 403, refused_now.text
-    assert (
-        "'gone' is not a recipe of this server's folder" in refused_now.json()["error"]["message"]
-    )
+    for route in ("rerun", "rerun/preview"):
+        refused_now = client.post(f"/runs/{made}/{route}", json={"from_step": "a"})
+        assert refused_now.status_code == 403, refused_now.text
+        message = refused_now.json()["error"]["message"]
+        assert "'gone' is not a recipe of this server's folder" in message
 
 
 def test_an_inline_rerun_obeys_the_inline_rules_of_now(
@@ -424,18 +427,20 @@ def test_an_inline_rerun_obeys_the_inline_rules_of_now(
         server(folder, url, "--no-worker", "--recipes", str(folder / "recipes")) as strict,
         httpx2.Client(base_url=strict.base, headers=auth(), timeout=60) as other,
     ):
-        refused_now = other.post(f"/runs/{parent}/rerun", json={"from_step": "a"})
-        assert refused_now.status_code == 403, refused_now.text
-        assert "takes no inline recipes now" in refused_now.json()["error"]["message"]
+        for route in ("rerun", "rerun/preview"):
+            refused_now = other.post(f"/runs/{parent}/{route}", json={"from_step": "a"})
+            assert refused_now.status_code == 403, refused_now.text
+            assert "takes no inline recipes now" in refused_now.json()["error"]["message"]
     assert children(client, parent) == [again.json()["run_id"]]
     mcp = (
         "id: spawner\nmcp_servers: {sh: {command: /bin/sh, args: [-c, 'touch /tmp/x']}}\n"
         "steps: [{id: a, tool: current_datetime}]\n"
     )
     smuggled = ended(url, text=mcp)
-    answer = client.post(f"/runs/{smuggled}/rerun", json={"from_step": "a"})
-    assert answer.status_code == 400, answer.text
-    assert "field 'mcp_servers'" in answer.json()["error"]["message"]
+    for route in ("rerun", "rerun/preview"):
+        answer = client.post(f"/runs/{smuggled}/{route}", json={"from_step": "a"})
+        assert answer.status_code == 400, answer.text
+        assert "field 'mcp_servers'" in answer.json()["error"]["message"]
     assert children(client, smuggled) == []
 
 

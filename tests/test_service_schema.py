@@ -112,7 +112,7 @@ def test_generated_requests_get_no_5xx_and_answers_match_the_schema(
                 "GET /health/live", "GET /health/ready",
             )  # fmt: skip
         checked.append(operation.label)
-    assert len(checked) == 36  # every operation of the schema
+    assert len(checked) == 37  # every operation of the schema
 
 
 def test_generated_requests_of_a_viewer_get_403s_not_5xx(base_url: str) -> None:
@@ -198,7 +198,8 @@ def test_any_bytes_in_authorization_get_a_401(base_url: str) -> None:
 def test_sequences_along_the_schemas_links_get_no_5xx(base_url: str) -> None:
     document = httpx2.get(f"{base_url}/openapi.json", headers=auth()).json()
     links = document["paths"]["/runs"]["post"]["responses"]["201"]["links"]
-    assert len(links) == 8  # get, events, cancel, resume, rerun, ticket, the steps, a step
+    # get, events, cancel, resume, rerun, its preview, ticket, the steps, a step
+    assert len(links) == 9
     # Sequences of the runs' operations (the others have no links; the test above fuzzes them).
     runs_only = {p: v for p, v in document["paths"].items() if p.startswith("/runs")}
     machine = schemathesis.openapi.from_dict({**document, "paths": runs_only}).as_state_machine()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from minions._fold import ItemId
+from minions._fold import TERMINAL_KINDS, ItemId
 from minions._text import stored_event
 from minions.events import Event, RunFailed, event_from_json, event_to_json
 from minions.runs._tables import events_table
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from minions.runs._db import Database
 
 __all__: list[str] = []
-
-TERMINAL_KINDS = frozenset({"run_completed", "run_failed"})
-"""The kinds of event that end a run's log (until the run is resumed)."""
 
 
 class EventRow(NamedTuple):

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from minions._fold import TERMINAL_KINDS
 from minions.errors import StoreError
 from minions.events import Event
 from minions.runs import _events as events
@@ -26,7 +27,6 @@ from minions.runs import _runs as runs
 from minions.runs import _streams as streams
 from minions.runs._async import AsyncDatabase
 from minions.runs._db import DamagedStoreError
-from minions.runs._events import TERMINAL_KINDS
 from minions.runs._tables import TERMINAL
 
 __all__ = ["EventLog", "LiveHub"]

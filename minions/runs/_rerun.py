@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from minions._agent.graph import StepGraph
-    from minions.recipes import AgentRecipe
+    from minions.recipes import AgentRecipe, RecipeSpec
     from minions.runs._checkpoints import Checkpoint
 
 __all__: list[str] = []
@@ -104,7 +104,7 @@ def plan_rerun(
         ):
             changed[step_id] = "inputs"
     again = reexecuted(followers, from_step=from_step, changed=changed, edited=outputs)
-    completed = {s.step_id for s in parent.steps if s.status in ("completed", "reused")}
+    completed = parent.completed_steps
     checked: dict[str, Any] = {}
     for step_id, value in outputs.items():
         if step_id in again:
@@ -208,13 +208,13 @@ def seeds(plan: RerunPlan, saved: Mapping[tuple[str, int], Checkpoint]) -> list[
     return copied
 
 
-def step_definitions(text: str) -> dict[str, Any]:
-    """Each step's definition in recipe YAML `text`, by step id, as data to compare. A change
-    of what every step shares (the recipe's model, system prompt, config, transitions...)
-    changes every step's definition."""
+def step_definitions(recipe: str | RecipeSpec) -> dict[str, Any]:
+    """Each step's definition in `recipe` (its YAML, or parsed already), by step id, as data
+    to compare. A change of what every step shares (the recipe's model, system prompt,
+    config, transitions...) changes every step's definition."""
     from minions.recipes import parse_spec
 
-    spec, _ = parse_spec(text)
+    spec = parse_spec(recipe)[0] if isinstance(recipe, str) else recipe
     shared = spec.model_dump(exclude={"steps", "description", "inputs"})
     return {
         step.id: {"step": step.model_dump(exclude={"description"}), "shared": shared}

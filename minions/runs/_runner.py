@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 import structlog
 
 from minions._agent.executor import AgentExecutor
-from minions._fold import ItemId
+from minions._fold import TERMINAL_KINDS, ItemId
 from minions._routing.selection import Routing
 from minions._step.cache import Refreshing
 from minions._step.execution import StepExecution, StepStatus
@@ -55,7 +55,6 @@ from minions.runs._async import AsyncDatabase
 from minions.runs._cache import StoreStepCache
 from minions.runs._checkpoints import Checkpoint
 from minions.runs._decisions import TIMEOUT_ACTOR
-from minions.runs._events import TERMINAL_KINDS
 from minions.runs._leases import Lease, LeaseLost, Refusal, Start
 from minions.runs._limiter import StoreCapabilities, share_capabilities
 from minions.runs._log import LiveHub

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 
+from minions._fold import ItemId
 from minions.errors import IdempotencyConflictError, RunStateError, UnknownRunError
 from minions.runs import _approvals as approvals
 from minions.runs import _audit
@@ -107,6 +108,22 @@ class RunRecord:
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def completed_steps(self) -> frozenset[str]:
+        """The steps it completed (or a rerun reused): those whose output a rerun may set."""
+        return frozenset(s.step_id for s in self.steps if s.status in ("completed", "reused"))
+
+    @property
+    def rerun_from(self) -> tuple[str, ...]:
+        """The steps a rerun of it is offered from: none before it ends; then those that ran
+        in it (completed, failed or reused, or a call of theirs waited for a person's
+        decision), in the order they did."""
+        if not self.terminal:
+            return ()
+        ran = [s.step_id for s in self.steps if s.status != "skipped"]
+        ran += [ItemId.parse(a.step_id).step for a in self.approvals]
+        return tuple(dict.fromkeys(ran))
 
     @property
     def outcome(self) -> str:

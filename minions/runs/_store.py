@@ -321,9 +321,11 @@ class RunStore:
         recipe: str | Path | None = None,
         recipe_yaml: str | None = None,
         base: str | Path | None = None,
+        check: Callable[[RecipeSpec], object] | None = None,
         idempotency_key: str | None = None,
         cache: bool = False,
         actor: Who = None,
+        dry_run: bool = False,
     ) -> RerunPlan:
         """Queue a rerun of an ended run from step `from_step`: a new run that reuses the
         recorded result of every step not downstream of `from_step` (no model or tool call;
@@ -332,12 +334,14 @@ class RunStore:
         too); `outputs` replace the recorded outputs of reused steps (checked against their
         output schemas; what follows them runs again). `recipe`: a new version of the recipe
         (a file), instead of the run's snapshot; or `recipe_yaml`, recipe YAML whose tools
-        modules and sub-recipes are found in folder `base` (as `submit_yaml` takes it); steps
+        modules and sub-recipes are found in folder `base` (as `submit_yaml` takes it: parsed
+        once, and `check` sees the parsed recipe first, and refuses it by raising); steps
         whose definition changed run again. The steps it runs again never answer from the
         step cache, unless `cache` (the plan says so). `idempotency_key`: as for `submit`
         (the same key and request give the same rerun: its plan, `created` False). `actor`:
         who reruns it. The rerun is of its parent's project. Returns the plan, with the new
-        run's id.
+        run's id. `dry_run`: plan it, and queue nothing: the plan (no `run_id`, `created`
+        False) says what the rerun would reuse and execute again, checked as the rerun is.
 
         The parent is held while the rerun is stored, and its seeds (the checkpoints of
         the steps it reuses) are read in that transaction: a prune meanwhile either comes
@@ -347,46 +351,25 @@ class RunStore:
             UnknownRunError: no run has this id (or it was pruned while the rerun was made).
             RunStateError: the run has not ended (or was resumed while the rerun was made).
             RerunError: an unknown step, or an output that cannot be set.
-            RecipeError: the recipe or the inputs are invalid (nothing is queued).
+            RecipeError: the recipe or the inputs are invalid, or `check` refused the recipe
+                (nothing is queued).
             IdempotencyConflictError: `idempotency_key` named another request.
         """
-        from minions._agent.graph import StepGraph
-        from minions.recipes import parse_spec
-        from minions.recipes._internal import read_recipe_text
-        from minions.runs._rerun import plan_rerun, request_hash, seeding, step_definitions
+        from minions.runs._rerun import request_hash, seeding
 
-        parent = await self._database.apply(runs.get, run_id)
-        if not parent.terminal:
-            raise RunStateError(
-                f"run {run_id} is {parent.status}: only an ended run is rerun", status=parent.status
-            )
-        source = await self._database.apply(runs.snapshot, run_id)
-        text, path = source.yaml, source.path
-        new: tuple[str, str] | None = None
-        if recipe is not None:
-            new_path = await self._database.call(Path(recipe).resolve)
-            new = (await self._database.call(read_recipe_text, new_path), str(new_path))
-        elif recipe_yaml is not None:
-            folder = await self._database.call(Path(base or ".").resolve)
-            spec, _ = await self._database.call(parse_spec, recipe_yaml)
-            new = (recipe_yaml, str(folder / f"{spec.id}.inline.yaml"))
-        definitions = None
-        if new is not None:
-            if new[0] != text:
-                definitions = (step_definitions(text), step_definitions(new[0]))
-            text, path = new
-        built = await self._build(text, path or "recipe.yaml")
-        checked = built.check_inputs({**parent.inputs, **dict(inputs or {})})
-        plan = plan_rerun(
-            parent,
-            StepGraph(built),
+        parent, plan, snapshot = await self._plan_rerun(
+            run_id,
             from_step=from_step,
-            inputs=checked,
-            outputs=dict(outputs or {}),
-            definitions=definitions,
+            inputs=inputs,
+            outputs=outputs,
+            recipe=recipe,
+            recipe_yaml=recipe_yaml,
+            base=base,
+            check=check,
         )
         plan = dataclasses.replace(plan, cache=cache)
-        snapshot = RecipeSnapshot.of(text, path or "recipe.yaml", built, checked)
+        if dry_run:
+            return dataclasses.replace(plan, created=False)
         snapshot = dataclasses.replace(
             snapshot, request_hash=request_hash(plan, snapshot.request_hash)
         )
@@ -403,6 +386,64 @@ class RunStore:
             if earlier is not None:
                 return dataclasses.replace(earlier, created=False)
         return dataclasses.replace(plan, run_id=new_id)
+
+    async def _plan_rerun(
+        self,
+        run_id: str,
+        *,
+        from_step: str,
+        inputs: Mapping[str, Any] | None,
+        outputs: Mapping[str, Any] | None,
+        recipe: str | Path | None,
+        recipe_yaml: str | None,
+        base: str | Path | None,
+        check: Callable[[RecipeSpec], object] | None,
+    ) -> tuple[RunRecord, RerunPlan, RecipeSnapshot]:
+        """What `rerun` queues (and `rerun(dry_run=True)` answers): the parent, the plan and
+        the new run's recipe snapshot, its recipe parsed once."""
+        from minions._agent.graph import StepGraph
+        from minions.recipes import parse_spec
+        from minions.recipes._internal import read_recipe_text
+        from minions.runs._rerun import plan_rerun, step_definitions
+
+        parent = await self._database.apply(runs.get, run_id)
+        if not parent.terminal:
+            raise RunStateError(
+                f"run {run_id} is {parent.status}: only an ended run is rerun", status=parent.status
+            )
+        source = await self._database.apply(runs.snapshot, run_id)
+        text, path = source.yaml, source.path
+        new: tuple[str, str] | None = None
+        parsed: tuple[RecipeSpec, Located] | None = None
+        if recipe is not None:
+            new_path = await self._database.call(Path(recipe).resolve)
+            new = (await self._database.call(read_recipe_text, new_path), str(new_path))
+        elif recipe_yaml is not None:
+            folder = await self._database.call(Path(base or ".").resolve)
+            parsed = await self._database.call(parse_spec, recipe_yaml)
+            if check is not None:
+                check(parsed[0])
+            new = (recipe_yaml, str(folder / f"{parsed[0].id}.inline.yaml"))
+        definitions = None
+        if new is not None:
+            if new[0] != text:
+                after: str | RecipeSpec = new[0] if parsed is None else parsed[0]
+                definitions = (
+                    await self._database.call(step_definitions, text),
+                    await self._database.call(step_definitions, after),
+                )
+            text, path = new
+        built = await self._build(text, path or "recipe.yaml", parsed)
+        checked = built.check_inputs({**parent.inputs, **dict(inputs or {})})
+        plan = plan_rerun(
+            parent,
+            StepGraph(built),
+            from_step=from_step,
+            inputs=checked,
+            outputs=dict(outputs or {}),
+            definitions=definitions,
+        )
+        return parent, plan, RecipeSnapshot.of(text, path or "recipe.yaml", built, checked)
 
     def scoped(self, scope: Scope) -> ScopedRuns:
         """This store as a caller of `scope` sees it: the runs, schedules and evals of its

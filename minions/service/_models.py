@@ -202,6 +202,12 @@ class RunOut(RunSummary):
     graph: list[GraphNode] = Field(default_factory=list, description="The recipe's steps.")
     parent_run_id: str | None = Field(None, description="For a rerun: the run it reran.")
     from_step: str | None = Field(None, description="For a rerun: the step it reran from.")
+    rerun_from: list[str] = Field(
+        default_factory=list,
+        description="The steps a rerun of it is offered from (`POST /runs/{run_id}/rerun`): "
+        "none before it ends; then those that ran in it (completed, failed or reused, or a "
+        "call of theirs waited for a decision).",
+    )
     queued_by: str | None = Field(
         None,
         description="Who queued its current attempt (submitted, reran or resumed it): a key's "

@@ -1,7 +1,10 @@
 """The console: one page and its static files, ES modules and a style sheet (no token needed
 to load them; everything they show comes from the API, with the token), and ``names.js``, the
-names the console shares with the server, written from them: the run and execution statuses
-(`minions._fold`) and the kinds of events."""
+names the console shares with the server, written from the server's own lists:
+`RUN_STATUSES` and `TERMINAL_STATUSES` (a run's statuses, and those of a run that has ended:
+`minions._fold`), `EXECUTION_STATUSES` and `ENDED_STATUSES` (an execution's, and those of one
+that has ended), `EVENT_KINDS` (every kind of event, `minions.events`) and `TERMINAL_KINDS`
+(those that end a run's log), and `AUDIT_ACTIONS` (`minions.runs`)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import get_args
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, Response
 
-from minions._fold import EXECUTION_STATUSES, RUN_STATUSES, TERMINAL
+from minions._fold import ENDED, EXECUTION_STATUSES, RUN_STATUSES, TERMINAL, TERMINAL_KINDS
 from minions.events import Event
 from minions.runs import AUDIT_ACTIONS
 from minions.service._access import Public
@@ -48,7 +51,9 @@ def names() -> bytes:
         "RUN_STATUSES": list(RUN_STATUSES),
         "TERMINAL_STATUSES": sorted(TERMINAL),
         "EXECUTION_STATUSES": list(EXECUTION_STATUSES),
+        "ENDED_STATUSES": sorted(ENDED),
         "EVENT_KINDS": kinds,
+        "TERMINAL_KINDS": sorted(TERMINAL_KINDS),
         "AUDIT_ACTIONS": list(AUDIT_ACTIONS),
     }
     lines = [f"export const {name} = {json.dumps(value)};" for name, value in lists.items()]

@@ -1,17 +1,20 @@
-"""``/runs/{run_id}/rerun`` and ``/runs/{a}/diff/{b}``: a new run from a step of an ended one,
-and two runs compared step by step.
+"""``/runs/{run_id}/rerun`` and ``/runs/{a}/diff/{b}``: a new run from a step of an ended one
+(and ``/rerun/preview``: what it would reuse, nothing queued), and two runs compared step by
+step.
 
 A rerun is a submit: it runs only what this client could submit now. The parent's recipe is
 taken by its id from the server's recipes folder as the folder is now (the run's snapshot
 says where it came from, and may name a file the CLI, Python, a schedule or an earlier
 configuration ran: that is not the client's to reach), or, for a run of an inline recipe,
 its YAML again, only while the server takes inline recipes and under their rules. A client
-never names a recipe file, and an idempotency key makes retries one rerun."""
+never names a recipe file, and an idempotency key makes retries one rerun. A preview is
+planned by the rerun's own planning, from the same recipe under the same rules."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Response
@@ -20,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from minions._text import jsonable
 from minions.errors import RecipeError
-from minions.runs import ScopedRuns
+from minions.runs import RerunPlan, RunRecord, ScopedRuns
 from minions.service._access import Operator, Reader
 from minions.service._config import ServiceConfig
 from minions.service._deps import Catalog, Config, Runs
@@ -35,7 +38,7 @@ router = APIRouter(responses=ERRORS)
 RunId = Annotated[str, PathParam(description="The run's id.", max_length=200)]
 
 
-class RerunRequest(BaseModel):
+class RerunPreviewRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     from_step: str = Field(
@@ -51,12 +54,6 @@ class RerunRequest(BaseModel):
         description="Outputs of reused steps to replace, by step id (checked against each "
         "step's output schema); what follows them runs again.",
     )
-    idempotency_key: str | None = Field(
-        None,
-        max_length=200,
-        description="Rerunning again with the same key (and request) returns the same rerun; "
-        "the `Idempotency-Key` header says the same.",
-    )
     cache: bool = Field(
         False,
         description="Let the steps that run again answer from the step cache (by default "
@@ -64,15 +61,21 @@ class RerunRequest(BaseModel):
     )
 
 
-class Rerun(BaseModel):
-    # Validated from the rerun's plan: queued, and every field always in the answer.
+class RerunRequest(RerunPreviewRequest):
+    idempotency_key: str | None = Field(
+        None,
+        max_length=200,
+        description="Rerunning again with the same key (and request) returns the same rerun; "
+        "the `Idempotency-Key` header says the same.",
+    )
+
+
+class RerunPreview(BaseModel):
+    # Validated from the rerun's plan, every field always in the answer.
     model_config = ConfigDict(
         from_attributes=True, json_schema_serialization_defaults_required=True
     )
 
-    run_id: str
-    status: Status
-    created: bool = Field(True, description="False: the idempotency key named an earlier rerun.")
     parent_run_id: str
     from_step: str
     reused: list[str] = Field(default_factory=list, description="Steps reused as recorded.")
@@ -84,6 +87,19 @@ class Rerun(BaseModel):
     cache: bool = Field(
         False, description="The steps executed again may answer from the step cache."
     )
+
+
+class Preview(RerunPreview):
+    editable: list[str] = Field(
+        default_factory=list,
+        description="The reused steps whose output `outputs` may set: those the run completed.",
+    )
+
+
+class Rerun(RerunPreview):
+    run_id: str
+    status: Status = Field("queued", description="The rerun's status (`queued` once made).")
+    created: bool = Field(True, description="False: the idempotency key named an earlier rerun.")
 
 
 class OutputChangeOut(BaseModel):
@@ -148,41 +164,67 @@ async def rerun(
     ):
         raise Refused(400, "the `Idempotency-Key` header and `idempotency_key` differ")
     key = body.idempotency_key or idempotency_key
-    source = await _offered(run_id, runs, config, catalogs)
+    _, plan = await _planned(
+        run_id, body, runs, config, catalogs, idempotency_key=key, actor=caller.actor
+    )
+    made = Rerun.model_validate(plan)
+    if not plan.created:  # the earlier rerun, as it is now
+        made = made.model_copy(update={"status": (await runs.get(plan.run_id)).status})
+    return made
+
+
+@router.post("/runs/{run_id}/rerun/preview", response_model=Preview)
+async def preview(
+    caller: Operator,
+    run_id: RunId,
+    body: RerunPreviewRequest,
+    runs: Runs,
+    config: Config,
+    catalogs: Catalog,
+) -> Preview:
+    """What `POST /runs/{run_id}/rerun` would do with the same body, and nothing queued: the
+    steps it would reuse as recorded and those it would execute again (and why, when their
+    inputs or definition changed), checked as the rerun is (a 400, 403 or 404 as it would
+    be), and the reused steps whose output `outputs` may set."""
+    record, plan = await _planned(run_id, body, runs, config, catalogs, dry_run=True)
+    shown = Preview.model_validate(plan)
+    shown.editable = [s for s in plan.reused if s in record.completed_steps]
+    return shown
+
+
+async def _planned(
+    run_id: str,
+    body: RerunPreviewRequest,
+    runs: ScopedRuns,
+    config: ServiceConfig,
+    catalogs: Catalogs,
+    **more: Any,
+) -> tuple[RunRecord, RerunPlan]:
+    """Run `run_id`, and `RunStore.rerun`'s plan of the rerun `body` asks for (queued, or
+    with `dry_run` not), of the recipe `_offered` gives."""
+    record, source = await _offered(run_id, runs, config, catalogs)
     plan = await runs.rerun(
         run_id,
         from_step=body.from_step,
         inputs=body.inputs,
         outputs=body.outputs,
-        idempotency_key=key,
         cache=body.cache,
-        actor=caller.actor,
         **source,
+        **more,
     )
-    status = "queued" if plan.created else (await runs.get(plan.run_id)).status
-    return Rerun(
-        run_id=plan.run_id,
-        status=status,
-        created=plan.created,
-        parent_run_id=plan.parent_run_id,
-        from_step=plan.from_step,
-        reused=list(plan.reused),
-        rerun=list(plan.rerun),
-        changed=dict(plan.changed),
-        cache=plan.cache,
-    )
+    return record, plan
 
 
 async def _offered(
     run_id: str, runs: ScopedRuns, config: ServiceConfig, catalogs: Catalogs
-) -> dict[str, Any]:
-    """What `RunStore.rerun` reruns run `run_id` with, as a submit by this client would take
-    it: its inline recipe again under the inline rules (while they are on), or the recipe
-    of the folder with its id, as the folder is now.
+) -> tuple[RunRecord, dict[str, Any]]:
+    """Run `run_id`, and what `RunStore.rerun` reruns it with, as a submit by this client
+    would take it: its inline recipe again under the inline rules (while they are on; the
+    store parses it once, off the event loop, and checks it before anything is built), or
+    the recipe of the folder with its id, as the folder is now.
 
     Raises:
         UnknownRunError: no run has this id.
-        RecipeError: its inline recipe breaks the inline rules now.
         Refused: 403, neither.
     """
     record = await runs.get(run_id)
@@ -193,15 +235,12 @@ async def _offered(
         inline = None
     was_inline = inline is not None and record.recipe_path == str(inline)
     if was_inline and inline is not None and config.allow_inline_recipes:
-        from minions.recipes import parse_spec
-
         text = await runs.recipe_yaml(run_id)
-        spec, _ = parse_spec(text)
-        check_inline(spec, catalog, model=config.model)
-        return {"recipe_yaml": text, "base": inline.parent}
+        check = functools.partial(check_inline, catalog=catalog, model=config.model)
+        return record, {"recipe_yaml": text, "base": inline.parent, "check": check}
     entry = await asyncio.to_thread(catalog.find, record.recipe_id)
     if entry is not None:
-        return {"recipe": entry.path}
+        return record, {"recipe": entry.path}
     if was_inline:
         raise Refused(
             403,

@@ -1,10 +1,10 @@
-// A rerun from a step (its inputs, and a reused step's output, edited first); a rerun's
-// lineage, and its differences from its parent.
+// A rerun from a step (its inputs, and a reused step's output, edited first, with the server's
+// plan of what it reuses); a rerun's lineage, and its differences from its parent.
 
 import { api } from "./api.js";
 import { $, el, statusBadge, swap } from "./dom.js";
 import { absolute, clipped, duration, number } from "./format.js";
-import { state, stepStatus } from "./state.js";
+import { state } from "./state.js";
 
 export function renderLineage(data) {
   const parts = [];
@@ -65,19 +65,6 @@ export async function compareWith(run, other, title, label) {
   box.scrollIntoView({ block: "nearest" });
 }
 
-function downstream(graph, stepId) {
-  // The steps that depend on `stepId`, directly or through others (its transitions too).
-  const found = new Set();
-  const todo = [stepId];
-  while (todo.length) {
-    const id = todo.pop();
-    const node = graph.find((n) => n.id === id);
-    const next = [...(node ? node.next : []), ...graph.filter((n) => n.depends_on.includes(id)).map((n) => n.id)];
-    for (const n of next) if (!found.has(n)) { found.add(n); todo.push(n); }
-  }
-  return found;
-}
-
 export function openRerun(run, stepId) {
   if (!run || !run.data) return;
   const dialog = $("#rerun-dialog");
@@ -86,42 +73,102 @@ export function openRerun(run, stepId) {
   $("#rerun-title").textContent = `rerun from step ${stepId}`;
   $("#rerun-inputs").value = JSON.stringify(run.data.inputs || {}, null, 2);
   $("#rerun-error").textContent = "";
-  const graph = run.data.graph;
-  const later = downstream(graph, stepId);
-  const reusable = graph.map((n) => n.id).filter((id) => id !== stepId && !later.has(id) && ["completed", "reused"].includes(stepStatus(run, id)));
-  $("#rerun-set").replaceChildren(el("option", { value: "", textContent: "— none —" }), ...reusable.map((id) => el("option", { value: id, textContent: id })));
+  $("#rerun-set").replaceChildren(el("option", { value: "", textContent: "— none —" }));
   $("#rerun-output-label").hidden = true;
   $("#rerun-output").value = "";
+  $("#rerun-plan").replaceChildren(el("span", { className: "muted", textContent: "asking the server what it would reuse…" }));
   dialog.showModal();
   $("#rerun-inputs").focus();
+  preview();
 }
 
+function asked() {
+  // The rerun the editor describes ({body}), or what is wrong in it ({error}).
+  const body = { from_step: $("#rerun-dialog").dataset.step };
+  try { body.inputs = JSON.parse($("#rerun-inputs").value || "{}"); } catch { return { error: "The inputs are not valid JSON." }; }
+  if (typeof body.inputs !== "object" || body.inputs === null || Array.isArray(body.inputs)) return { error: "The inputs must be a JSON object, like {\"text\": \"hi\"}." };
+  const set = $("#rerun-set").value;
+  if (set) {
+    try { body.outputs = { [set]: JSON.parse($("#rerun-output").value) }; }
+    catch { return { error: `The new output of step ${set} is not valid JSON (a text goes in quotes).` }; }
+  }
+  return { body };
+}
+
+// The server's plan of the rerun the editor describes (POST /runs/{id}/rerun/preview: its own
+// rule, with the inputs and outputs as edited): what it reuses, what it runs again and why,
+// and which reused steps' outputs may be replaced. Only the latest answer is shown.
+let previews = 0;
+let typing = null;
+
+function previewSoon() {
+  $("#rerun-error").textContent = ""; // said of the editor as it was
+  clearTimeout(typing);
+  typing = setTimeout(preview, 300);
+}
+
+async function preview() {
+  const run = state.run;
+  const dialog = $("#rerun-dialog");
+  const box = $("#rerun-plan");
+  const made = asked();
+  const mine = ++previews;
+  if (made.error) { box.replaceChildren(el("span", { className: "muted", textContent: `${made.error} The plan shows once it is.` })); return; }
+  const ask = (body) => api(`/runs/${encodeURIComponent(run.id)}/rerun/preview`, { method: "POST", body: JSON.stringify(body) });
+  let plan;
+  try {
+    // The steps whose output may be replaced: of the rerun with no output replaced (one
+    // replaced reruns what follows it, and another could be picked instead).
+    const { outputs, ...plain } = made.body;
+    const base = await ask(plain);
+    if (mine !== previews || state.run !== run || !dialog.open) return;
+    offer(base.editable);
+    plan = outputs ? await ask(made.body) : base;
+  } catch (error) {
+    if (mine === previews && state.run === run) box.replaceChildren(el("span", { className: "error", textContent: `This rerun is not possible: ${error.message}` }));
+    return;
+  }
+  if (mine !== previews || state.run !== run || !dialog.open) return;
+  const why = (id) => (plan.changed[id] === "inputs" ? `${id} (its inputs changed)` : plan.changed[id] === "definition" ? `${id} (its definition changed)` : id);
+  box.replaceChildren(
+    el("div", { id: "rerun-reused" }, el("strong", { textContent: "reused as recorded: " }), plan.reused.join(", ") || "none"),
+    el("div", { id: "rerun-again" }, el("strong", { textContent: "run again: " }), plan.rerun.map(why).join(", ")),
+  );
+}
+
+function offer(editable) {
+  // The reused steps whose output may be replaced, the one picked kept when it still is one.
+  const select = $("#rerun-set");
+  const picked = select.value;
+  const now = [...select.options].slice(1).map((o) => o.value);
+  if (now.join("\n") === editable.join("\n")) return;
+  select.replaceChildren(el("option", { value: "", textContent: "— none —" }), ...editable.map((id) => el("option", { value: id, textContent: id })));
+  select.value = editable.includes(picked) ? picked : "";
+  if (select.value !== picked) { $("#rerun-output-label").hidden = true; $("#rerun-output").value = ""; }
+}
+
+$("#rerun-inputs").addEventListener("input", previewSoon);
+$("#rerun-output").addEventListener("input", previewSoon);
 $("#rerun-set").addEventListener("change", () => {
   const id = $("#rerun-set").value;
   $("#rerun-output-label").hidden = !id;
   const record = id && state.run ? state.run.records.get(id) : null;
   $("#rerun-output").value = record ? JSON.stringify(record.output, null, 2) : "";
+  preview();
 });
 $("#rerun-cancel").addEventListener("click", () => $("#rerun-dialog").close());
 $("#rerun-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const run = state.run;
-  const stepId = $("#rerun-dialog").dataset.step;
   const say = (text) => { $("#rerun-error").textContent = text; };
   say("");
-  const body = { from_step: stepId };
-  try { body.inputs = JSON.parse($("#rerun-inputs").value || "{}"); } catch { say("The inputs are not valid JSON."); return; }
-  if (typeof body.inputs !== "object" || body.inputs === null || Array.isArray(body.inputs)) { say("The inputs must be a JSON object, like {\"text\": \"hi\"}."); return; }
-  const set = $("#rerun-set").value;
-  if (set) {
-    try { body.outputs = { [set]: JSON.parse($("#rerun-output").value) }; }
-    catch { say(`The new output of step ${set} is not valid JSON (a text goes in quotes).`); return; }
-  }
+  const made = asked();
+  if (made.error) { say(made.error); return; }
   $("#rerun-submit").disabled = true;
   try {
-    const made = await api(`/runs/${encodeURIComponent(run.id)}/rerun`, { method: "POST", body: JSON.stringify(body) });
+    const rerun = await api(`/runs/${encodeURIComponent(run.id)}/rerun`, { method: "POST", body: JSON.stringify(made.body) });
     $("#rerun-dialog").close();
-    location.hash = `#/runs/${made.run_id}`;
+    location.hash = `#/runs/${rerun.run_id}`;
   } catch (error) {
     if (error.type === "wrong_state") say(`This run cannot be rerun now: ${error.message}`);
     else if (error.type === "invalid_rerun") say(`This rerun is not possible: ${error.message}`);

@@ -74,6 +74,6 @@ export function latest(run, id) {
 }
 
 export function rerunnable(run, stepId) {
-  // An ended run's step of the recipe (not a loop item) that ran or was reused.
-  return Boolean(run.data && TERMINAL.has(run.data.status) && run.data.graph.some((n) => n.id === stepId) && !["pending", "skipped"].includes(stepStatus(run, stepId)));
+  // A step a rerun may start from, as the server says (`rerun_from` of GET /runs/{id}).
+  return Boolean(run.data && (run.data.rerun_from || []).includes(stepId));
 }

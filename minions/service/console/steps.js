@@ -5,7 +5,10 @@ import { $, el, statusBadge, swap } from "./dom.js";
 import { openDrawer } from "./drawer.js";
 import { absolute, duration, forPerson, number, tokensOf } from "./format.js";
 import { openRerun } from "./rerun.js";
-import { TERMINAL, latest, rerunnable, state, stepStatus } from "./state.js";
+import { ENDED_STATUSES } from "./names.js";
+import { latest, rerunnable, state, stepStatus } from "./state.js";
+
+const ENDED = new Set(ENDED_STATUSES); // an execution's statuses once it has ended
 
 export function renderSteps(run) {
   const ids = run.data ? run.data.graph.map((n) => n.id) : [];
@@ -20,7 +23,7 @@ export function renderSteps(run) {
     const open = el("button", { type: "button", textContent: id, title: "open the step" });
     open.addEventListener("click", () => openDrawer(state.run, id));
     const usage = last.usage || record.usage;
-    const end = last.finished_at || (last.started_at && !TERMINAL.has(status) && status !== "skipped" ? Date.now() / 1000 : null);
+    const end = last.finished_at || (last.started_at && !ENDED.has(status) ? Date.now() / 1000 : null);
     let result;
     if (status === "failed") result = el("td", { className: "result error", textContent: forPerson(last.error || record.error) });
     else if (status === "skipped") result = el("td", { className: "result muted", textContent: forPerson(last.skipped, 120) });

@@ -5,11 +5,12 @@
 import { api } from "./api.js";
 import { $, el } from "./dom.js";
 import { absolute, duration, forPerson, number, tokensOf, waitText } from "./format.js";
-import { EVENT_KINDS } from "./names.js";
+import { EVENT_KINDS, TERMINAL_KINDS } from "./names.js";
 import { TERMINAL, state, takeStates } from "./state.js";
 
-const REFRESH_ON = new Set(["step_reused", "rerun_planned", "step_completed", "step_failed", "step_skipped", "approval_requested", "approval_resolved", "run_completed", "run_failed", "run_started", "run_handed_back", "run_taken_over", "run_requeued"]);
-const ENDS = new Set(["run_completed", "run_failed"]);
+// The events after which the run is read again (GET /runs/{id}): its record changed.
+const REFRESH_ON = new Set(["step_reused", "rerun_planned", "step_completed", "step_failed", "step_skipped", "approval_requested", "approval_resolved", ...TERMINAL_KINDS, "run_started", "run_handed_back", "run_taken_over", "run_requeued"]);
+const ENDS = new Set(TERMINAL_KINDS); // the events that end a run's log
 // What happened to the run between workers: marks on its timeline.
 const HANDOFFS = {
   run_draining: (e) => `worker ${e.executor_id} stopping: ${e.in_flight.length ? `${e.in_flight.join(", ")} may finish within ${duration(e.grace)}` : "no step in flight"}`,

@@ -92,6 +92,7 @@ PUBLIC: dict[str, set[str]] = {
         "Lesson", "Actor", "AuditEntry", "AUDIT_ACTIONS", "EndpointStatus", "QueueState",
         "QueuedRun", "UsageReport", "UsageRow", "Delivery", "Notifier", "NotifyTarget",
         "QueuedRecipe", "ScheduleState", "CacheEntry", "NewKey", "Submitted", "OpenedEval",
+        "RecipeNode",
     },
     "minions.service": {
         "TOKEN_ENV", "ServiceConfig", "Token", "create_app", "load_token", "serve",

@@ -518,3 +518,41 @@ async def test_a_durable_run_calls_the_tools_of_its_recipes_mcp_server(tmp_path:
     assert record.status == "completed", record.error
     assert [s.output for s in record.steps] == ["hello", 5]
     assert log.read_text() == "echo hello\n"
+
+
+def test_recipe_graphs_are_kept_by_their_text_within_a_bound_of_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from minions.runs import _snapshot
+
+    monkeypatch.setattr(_snapshot, "STEPS_KEPT", 6)
+    monkeypatch.setattr(_snapshot, "_graphs", _snapshot._Graphs())
+    parsed: list[str] = []
+    parse = _snapshot._parse_graph
+
+    def counted(text: str) -> tuple[_snapshot.RecipeNode, ...]:
+        parsed.append(text)
+        return parse(text)
+
+    monkeypatch.setattr(_snapshot, "_parse_graph", counted)
+
+    def recipe(name: str, steps: int = 1) -> str:
+        return f"id: {name}\nsteps:\n" + "".join(
+            f"  - {{id: s{i}, goal: Go.}}\n" for i in range(steps)
+        )
+
+    def graph(text: str) -> list[str]:
+        return [node.id for node in _snapshot.recipe_graph(text)]
+
+    one, two, three, big = recipe("one"), recipe("two", 2), recipe("three"), recipe("big", 6)
+    assert graph(one) == graph(one) == ["s0"]
+    assert graph(two) == ["s0", "s1"]
+    assert parsed == [one, two]  # each parsed once: 2 + 3 of 6 steps kept
+    assert graph(big) == graph(big) == [f"s{i}" for i in range(6)]
+    assert parsed[2:] == [big, big]  # larger than the bound: never kept
+    assert graph(one) == ["s0"]  # read last: `two` is the least recently read
+    assert graph(three) == ["s0"]  # 2 + 3 + 2 > 6: `two` goes
+    assert graph(one) == graph(three) == ["s0"]
+    assert graph(two) == ["s0", "s1"]
+    assert parsed[4:] == [three, two]
+    assert _snapshot.recipe_graph("id: x\nsteps: [oops") == ()  # not a recipe: no steps

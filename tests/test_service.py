@@ -13,6 +13,7 @@ import stat
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -995,6 +996,62 @@ def test_an_inline_rerun_and_its_preview_parse_the_recipe_once_off_the_event_loo
         "reused": ["one"],
         "rerun": ["two"],
     }
+
+
+def test_a_runs_graph_is_parsed_once_for_every_read_and_a_damaged_stored_recipe_draws_none(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlalchemy as sa
+
+    import minions.recipes
+
+    parse_spec = minions.recipes.parse_spec
+    parsed: list[str] = []
+
+    def counted(text: str, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(text)
+        return parse_spec(text, *args, **kwargs)
+
+    url = f"sqlite:///{tmp_path / 'minions.db'}"  # no worker takes its run
+    config = ServiceConfig(
+        token=TOKEN, database_url=url, recipes=folder / "recipes", allow_inline_recipes=True
+    )
+    # A text no other test stores: no graph of it is kept yet in this process.
+    text = (
+        f"id: graphed\ndescription: run {uuid.uuid4().hex}\nsteps:\n"
+        "  - {id: a, goal: A.}\n  - {id: b, goal: B., depends_on: [a]}\n"
+    )
+    with (
+        app_in_thread(create_app(config)) as base,
+        httpx2.Client(base_url=base, headers=auth(), timeout=60) as c,
+    ):
+        made = c.post("/runs", json={"recipe_yaml": text})
+        assert made.status_code == 201, made.text
+        run_id = made.json()["run_id"]
+        monkeypatch.setattr(minions.recipes, "parse_spec", counted)
+        graphs = [c.get(f"/runs/{run_id}").json()["graph"] for _ in range(2)]
+        step = c.get(f"/runs/{run_id}/steps/b")
+        assert parsed == [text]  # two reads of the run and one of its step: one parse
+        assert graphs[0] == graphs[1]
+        assert graphs[0] == [
+            {"id": "a", "kind": "agent", "depends_on": [], "next": []},
+            {"id": "b", "kind": "agent", "depends_on": ["a"], "next": []},
+        ]
+        assert step.status_code == 200, step.text
+        assert step.json()["kind"] == "agent"
+        engine = sa.create_engine(url)
+        try:
+            with engine.begin() as db:
+                db.execute(
+                    sa.text("UPDATE minions_runs SET recipe_yaml = :text WHERE run_id = :run"),
+                    {"text": "id: graphed\nsteps: [oops", "run": run_id},
+                )
+        finally:
+            engine.dispose()
+        damaged = c.get(f"/runs/{run_id}")
+        assert damaged.status_code == 200, damaged.text
+        assert damaged.json()["graph"] == []
+        assert c.get(f"/runs/{run_id}/steps/b").status_code == 404  # in no recipe, no event
 
 
 # -- the token ------------------------------------------------------------------------------

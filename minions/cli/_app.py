@@ -1,10 +1,12 @@
-"""The `minions` command: `run`, `validate`, `graph`, `schema`, `plan` and `--version` here,
-and every other command and group (`worker`, `submit`, `serve`, `runs`, `schedules`,
-`endpoints`, `keys`, `audit`) registered here from its module, one way (`_register_runs`).
+"""The `minions` command: `run`, `validate`, `graph`, `schema` and `--version` here, and every
+other command (`worker`, `submit`, `serve`, `audit`, `workers`, `queue`, `usage`, `plan`) and
+group (`runs`, `schedules`, `endpoints`, `cache`, `keys`, `eval`) registered here from its
+module, one way, in one table (`_register`).
 
 Each command is a thin layer over the library; errors the user can fix (bad options, an invalid
 recipe or inputs) print a readable message on stderr and exit with code 2, never a traceback.
-The options and helpers several commands share are in `minions.cli._common`.
+The options and helpers several commands share are in `minions.cli._common`, the exit codes
+and the event loop of a foreground run in `minions.cli._loop`.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from minions._version import __version__
 from minions.cli._common import InputsOption, asker
 from minions.cli._errors import UsageError
 from minions.cli._limits import LimitsOption
+from minions.cli._loop import EXIT_INTERRUPTED, EXIT_USAGE
 from minions.cli._report import plural
-from minions.cli._running import EXIT_INTERRUPTED, EXIT_USAGE, RunOptions, run_in_foreground
+from minions.cli._running import RunOptions, run_in_foreground
 from minions.errors import InputError, MinionsError, RecipeError
 from minions.models import Model
 
@@ -336,9 +339,9 @@ def _group(
     return group
 
 
-def _register_runs() -> None:
-    """The commands over a run store and the groups of commands: every one registered here,
-    the same way."""
+def _register() -> None:
+    """The commands whose work is in a module of their own, and the groups of commands:
+    every one registered here, the same way."""
     from minions.cli import (
         _audit,
         _cache,
@@ -346,6 +349,7 @@ def _register_runs() -> None:
         _eval,
         _fleet,
         _keys,
+        _plan,
         _prune,
         _rerun,
         _runs,
@@ -362,6 +366,7 @@ def _register_runs() -> None:
         ("workers", _fleet.workers),
         ("queue", _fleet.queue),
         ("usage", _fleet.usage),
+        ("plan", _plan.plan_command),
     ):
         app.command(name=command)(_user_errors_of(function))
     runs = _group(
@@ -440,13 +445,4 @@ def _user_errors_of(function: Callable[..., None]) -> Callable[..., None]:
     return wrapped
 
 
-_register_runs()
-
-
-def _register_plan() -> None:
-    from minions.cli._plan import plan_command
-
-    app.command(name="plan")(_user_errors_of(plan_command))
-
-
-_register_plan()
+_register()

@@ -21,8 +21,8 @@ from typer.core import TyperGroup
 
 from minions.cli._common import DatabaseOption, ProjectOption, cli_who, open_store, stdout
 from minions.cli._errors import UsageError
+from minions.cli._loop import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, event_loop
 from minions.cli._report import plural
-from minions.cli._running import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from minions.models import MODEL_ENV, Model
 
 if TYPE_CHECKING:
@@ -487,7 +487,6 @@ def eval_command(
 
     The table of cases goes to stdout (or the JSON report with --json), progress to stderr.
     """
-    from minions.cli._running import _event_loop
     from minions.evals import (
         EvalReport,
         Gates,
@@ -565,7 +564,7 @@ def eval_command(
         )
     report = None
     opened: dict[str, Any] = {}  # the durable eval's id and runner, once opened
-    with _event_loop(err) as loop, _Progress(err, quiet=quiet, total=total) as progress:
+    with event_loop(err) as loop, _Progress(err, quiet=quiet, total=total) as progress:
         common: dict[str, Any] = {
             "judge_model": judge if judge is not None else judge_model,
             "repeat": repeat,

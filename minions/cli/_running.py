@@ -11,15 +11,12 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import typer
 from rich.console import Console
@@ -33,6 +30,13 @@ from minions.cli._common import cli_actor, parse_inputs
 from minions.cli._dry_run import DryRunServer, DryRunTool, make_dry_run
 from minions.cli._errors import UsageError
 from minions.cli._live import LiveView
+from minions.cli._loop import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    event_loop,
+)
 from minions.cli._model_choice import (
     ModelSource,
     choose_model,
@@ -58,18 +62,6 @@ from minions.tools import ApprovalDecision, ApprovalRequest, Approver, ToolRegis
 from minions.tools._internal import describe_server, list_mcp_tools
 
 __all__ = []
-
-T = TypeVar("T")
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-"""The run failed."""
-EXIT_USAGE = 2
-"""Bad usage, an invalid recipe or invalid inputs: nothing ran."""
-EXIT_INTERRUPTED = 130
-"""Ctrl-C (128 + SIGINT, as shells report it)."""
-EXIT_TERMINATED = 143
-"""SIGTERM (128 + 15): `docker stop`, Kubernetes, a CI timeout. Handled like Ctrl-C."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,7 +247,7 @@ def run_in_foreground(
         err.print(f"run {recipe.id}: {plural(len(graph.steps), 'step')}{model}", markup=False)
     result: AgentResult | None = None
     started = time.monotonic()
-    with _event_loop(err) as loop:
+    with event_loop(err) as loop:
         if options.preflight and choice.replay is None:
             problem = loop.run(_preflight(graph, context))
             if problem:
@@ -461,61 +453,3 @@ def _report_interrupted(
         style="yellow",
     )
     return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-
-
-class _Loop:
-    """An asyncio runner whose SIGINT handler cancels the run on Ctrl-C; SIGTERM does the
-    same (it is turned into a SIGINT), so a stopped container still ends its run cleanly."""
-
-    def __init__(self) -> None:
-        self.runner = asyncio.Runner()
-        self.interrupted = False
-        self.terminated = False
-
-    def on_sigterm(self, signum: int, frame: object) -> None:
-        self.terminated = True
-        signal.raise_signal(signal.SIGINT)
-
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T | None:
-        """The coroutine's result, or ``None`` when Ctrl-C cancelled it."""
-        try:
-            return self.runner.run(coroutine)
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            self.interrupted = True
-            return None
-
-
-@contextlib.contextmanager
-def _event_loop(err: Console) -> Iterator[_Loop]:
-    """A `_Loop`, closed at the end.
-
-    Closing waits for tool calls still running in threads (a thread cannot be cancelled):
-    after a Ctrl-C, the user is told so, and a second Ctrl-C leaves at once.
-    """
-    loop = _Loop()
-    previous: Any = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, loop.on_sigterm)
-    try:
-        yield loop
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-        notice = threading.Timer(
-            1.0,
-            lambda: err.print(
-                "waiting for tool calls still running in threads (Ctrl-C again to quit now)",
-                style="yellow",
-            ),
-        )
-        notice.daemon = True
-        if loop.interrupted:
-            notice.start()
-        try:
-            loop.runner.close()
-        except KeyboardInterrupt:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(EXIT_INTERRUPTED)
-        finally:
-            notice.cancel()

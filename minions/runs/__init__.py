@@ -45,6 +45,7 @@ from minions.runs._projects import Scope, ScopedRuns
 from minions.runs._prune import History, PruneResult, Retention
 from minions.runs._runs import RerunPlan, RunRecord, Submitted
 from minions.runs._schedules import ScheduleRecord
+from minions.runs._snapshot import RecipeNode
 from minions.runs._steps import StepDetail
 from minions.runs._store import RunFilters, RunStore, database_url
 from minions.runs._tables import STATUSES
@@ -82,6 +83,7 @@ __all__ = [
     "QueueState",
     "QueuedRecipe",
     "QueuedRun",
+    "RecipeNode",
     "Role",
     "RerunPlan",
     "Retention",

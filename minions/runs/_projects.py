@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from minions.runs._prune import History
     from minions.runs._runs import RerunPlan, RunRecord, Submitted
     from minions.runs._schedules import ScheduleRecord
+    from minions.runs._snapshot import RecipeNode
     from minions.runs._steps import StepDetail
     from minions.runs._store import RunFilters, RunStore, Who
     from minions.runs._usage import UsageReport
@@ -229,6 +230,10 @@ class ScopedRuns:
     async def recipe_yaml(self, run_id: str) -> str:
         await self._run(run_id)
         return await self._store.recipe_yaml(run_id)
+
+    async def recipe_graph(self, run_id: str) -> tuple[RecipeNode, ...]:
+        await self._run(run_id)
+        return await self._store.recipe_graph(run_id)
 
     async def list_runs(
         self, *, limit: int = 50, before: tuple[float, str] | None = None, **which: Any

@@ -21,7 +21,7 @@ from minions.runs import _audit
 from minions.runs import _checkpoints as checkpoints
 from minions.runs import _events as events
 from minions.runs._db import dumps, loads
-from minions.runs._snapshot import RecipeSnapshot
+from minions.runs._snapshot import RecipeNode, RecipeSnapshot, recipe_graph
 from minions.runs._tables import ACTIVE, HELD, TERMINAL, runs_table
 
 if TYPE_CHECKING:
@@ -352,6 +352,16 @@ def snapshot(database: Database, run_id: str) -> RecipeSnapshot:
     """
     with database.read() as db:
         return RecipeSnapshot.from_row(row(db, run_id))
+
+
+def graph(database: Database, run_id: str) -> tuple[RecipeNode, ...]:
+    """The steps of the recipe the run was queued with (see `recipe_graph`: parsed once per
+    recipe text, none when it does not parse).
+
+    Raises:
+        UnknownRunError: no run has this id.
+    """
+    return recipe_graph(snapshot(database, run_id).yaml)
 
 
 def rerun_plan(database: Database, run_id: str) -> RerunPlan | None:

@@ -5,6 +5,8 @@ A snapshot is the recipe's YAML, the file it came from (its tools modules and su
 found beside it), the hash of the YAML, the checked inputs, and the hash of the whole request
 (what an idempotency key names). Submitting, rerunning and a schedule's slots store it the
 same way (`RecipeSnapshot.columns`), and a worker builds the recipe from it (`recipe_of`).
+Its steps as a reader sees them (``GET /runs/{id}``'s graph, a step's kind) are
+`recipe_graph`'s: parsed once per recipe text, not once per read.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +27,7 @@ from minions.runs._db import dumps
 if TYPE_CHECKING:
     from minions.recipes import AgentRecipe, Located, RecipeSpec
 
-__all__: list[str] = []
+__all__ = ["RecipeNode"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,3 +136,88 @@ def recipe_of(yaml_text: str, path: str | None) -> AgentRecipe:
 
     file = Path(path) if path else Path.cwd() / "recipe.yaml"
     return load_recipe_file(file, text=yaml_text).recipe
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecipeNode:
+    """One step of a run's recipe, as its graph draws it.
+
+    Attributes:
+        kind: ``agent``, ``tool``, ``analysis`` or ``recipe`` (as the recipe's step says).
+        depends_on: the steps it waits for.
+        next: the steps its transitions may go to.
+    """
+
+    id: str
+    kind: str
+    depends_on: tuple[str, ...] = ()
+    next: tuple[str, ...] = ()
+
+
+STEPS_KEPT = 10_000
+"""How many steps the kept graphs hold together, at most (a graph counts one more than its
+steps): the graphs read least recently go first, and a larger graph is not kept."""
+
+
+class _Graphs:
+    """The graphs of the recipes read last, by the SHA-256 of their text."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._graphs: OrderedDict[str, tuple[RecipeNode, ...]] = OrderedDict()
+        self._steps = 0
+
+    def get(self, digest: str) -> tuple[RecipeNode, ...] | None:
+        with self._lock:
+            found = self._graphs.get(digest)
+            if found is not None:
+                self._graphs.move_to_end(digest)
+            return found
+
+    def keep(self, digest: str, nodes: tuple[RecipeNode, ...]) -> None:
+        if len(nodes) + 1 > STEPS_KEPT:
+            return
+        with self._lock:
+            if digest in self._graphs:
+                return
+            self._graphs[digest] = nodes
+            self._steps += len(nodes) + 1
+            while self._steps > STEPS_KEPT:
+                _, dropped = self._graphs.popitem(last=False)
+                self._steps -= len(dropped) + 1
+
+
+_graphs = _Graphs()
+
+
+def recipe_graph(text: str) -> tuple[RecipeNode, ...]:
+    """The steps of recipe YAML `text`, in order (none when it does not parse: a snapshot
+    stored by another version, or damaged). Parsed once per text and process while it is
+    read often enough to stay kept (see `STEPS_KEPT`); kept by the SHA-256 of the text, so
+    what one recipe parses to never stands for another's. Blocking: async code calls it in
+    a thread."""
+    digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+    found = _graphs.get(digest)
+    if found is None:
+        found = _parse_graph(text)
+        _graphs.keep(digest, found)
+    return found
+
+
+def _parse_graph(text: str) -> tuple[RecipeNode, ...]:
+    from minions.errors import RecipeError
+    from minions.recipes import parse_spec
+
+    try:
+        spec, _ = parse_spec(text)
+    except RecipeError:
+        return ()
+    return tuple(
+        RecipeNode(
+            id=step.id,
+            kind=step.kind,
+            depends_on=tuple(step.depends_on),
+            next=tuple(n.step for n in step.next),
+        )
+        for step in spec.steps
+    )

@@ -26,7 +26,10 @@ from minions.runs._approvals import ApprovalRecord
 from minions.runs._checkpoints import StepRecord
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from minions.runs._runs import RunRecord
+    from minions.runs._snapshot import RecipeNode
 
 __all__ = ["StepDetail"]
 
@@ -66,17 +69,17 @@ class StepDetail:
 
 
 def step_detail(
-    record: RunRecord, step_id: str, events: list[ev.Event], recipe_yaml: str
+    record: RunRecord, step_id: str, events: list[ev.Event], graph: Sequence[RecipeNode]
 ) -> StepDetail:
     """The step `step_id` (``each`` or ``each[2]``) of the run `record`, from the step's
-    stored `events` and the run's recipe snapshot.
+    stored `events` and the steps of the run's recipe (`recipe_graph`).
 
     Raises:
         UnknownStepError: the run has no such step (or item): none in its recipe, none stored
             and no event of it.
     """
     run_id = record.run_id
-    kinds = _kinds(recipe_yaml)
+    kinds = {node.id: node.kind for node in graph}
     stored = _stored(record.steps, step_id)
     if step_id not in kinds and not stored and not events:
         raise UnknownStepError(run_id, step_id, sorted(kinds))
@@ -114,18 +117,6 @@ def _stored(steps: tuple[StepRecord, ...], step_id: str) -> list[StepRecord]:
     return [
         i for s in steps if s.step_id == name.step for i in s.loop_items if i.step_id == step_id
     ]
-
-
-def _kinds(recipe_yaml: str) -> dict[str, str]:
-    """Each step's kind in the run's recipe (none when it no longer parses)."""
-    from minions.errors import RecipeError
-    from minions.recipes import parse_spec
-
-    try:
-        spec, _ = parse_spec(recipe_yaml)
-    except RecipeError:
-        return {}
-    return {step.id: step.kind for step in spec.steps}
 
 
 def _seq(told: ModelCall | ToolCall | Retry | Decision) -> int:

@@ -36,7 +36,7 @@ from minions.runs._log import EventLog, LiveHub
 from minions.runs._projects import Scope, ScopedRuns, check_project
 from minions.runs._queue import Queue, workflow_id
 from minions.runs._runs import RunFilter, RunRecord
-from minions.runs._snapshot import RecipeSnapshot
+from minions.runs._snapshot import RecipeNode, RecipeSnapshot
 from minions.runs._steps import StepDetail, step_detail
 from minions.runs._tables import STATUSES, TERMINAL
 from minions.runs._wake import wake
@@ -468,6 +468,16 @@ class RunStore:
         """
         return (await self._database.apply(runs.snapshot, run_id)).yaml
 
+    async def recipe_graph(self, run_id: str) -> tuple[RecipeNode, ...]:
+        """The steps of the recipe snapshotted into the run, in order: what each is and where
+        it goes (none when the snapshot no longer parses). Parsed once per recipe text in
+        this process, in the store's threads.
+
+        Raises:
+            UnknownRunError: no run has this id.
+        """
+        return await self._database.apply(runs.graph, run_id)
+
     async def get(self, run_id: str) -> RunRecord:
         """The run with its finished steps and approvals.
 
@@ -541,7 +551,7 @@ class RunStore:
         """
         record = await self.get(run_id)
         events = await self.step_events(run_id, step_id)
-        return step_detail(record, step_id, events, await self.recipe_yaml(run_id))
+        return step_detail(record, step_id, events, await self.recipe_graph(run_id))
 
     async def step_states(self, run: str | RunRecord) -> RunStates:
         """The state of the run's steps (`run`: its id, or its record read already): its

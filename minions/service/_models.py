@@ -495,19 +495,22 @@ class QueuedRunOut(_Record):
     schedule: str | None = None
 
 
-class RecipeBacklog(BaseModel):
-    recipe: str
+class RecipeBacklog(_Record):
+    recipe: str = Field(validation_alias=AliasChoices("recipe", "recipe_id"))
     queued: int
     oldest_queued_at: float
 
 
-class QueueOut(BaseModel):
+class QueueOut(_Record):
     """The backlog now."""
 
     at: float
     queued: int
     oldest_queued_at: float | None
-    oldest_queued_seconds: float = Field(description="How long the oldest queued run waited.")
+    oldest_queued_seconds: float = Field(
+        validation_alias=AliasChoices("oldest_queued_seconds", "oldest_queued_age"),
+        description="How long the oldest queued run waited.",
+    )
     running: int
     waiting: int = Field(description="Runs waiting for a person (they hold no worker place).")
     by_recipe: list[RecipeBacklog]

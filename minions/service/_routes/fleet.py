@@ -15,9 +15,7 @@ from minions.service._errors import ERRORS, Refused
 from minions.service._models import (
     DeliveryOut,
     EndpointStatusOut,
-    QueuedRunOut,
     QueueOut,
-    RecipeBacklog,
     UsageOut,
     WorkerOut,
 )
@@ -51,20 +49,7 @@ async def queue(
 ) -> QueueOut:
     """The backlog of the caller's projects (or of the one `project` named): runs queued
     (per recipe, the oldest first), running, and waiting for a person."""
-    state = await runs.queue(limit=limit)
-    return QueueOut(
-        at=state.at,
-        queued=state.queued,
-        oldest_queued_at=state.oldest_queued_at,
-        oldest_queued_seconds=state.oldest_queued_age,
-        running=state.running,
-        waiting=state.waiting,
-        by_recipe=[
-            RecipeBacklog(recipe=r.recipe_id, queued=r.queued, oldest_queued_at=r.oldest_queued_at)
-            for r in state.by_recipe
-        ],
-        oldest=[QueuedRunOut.model_validate(r) for r in state.oldest],
-    )
+    return QueueOut.model_validate(await runs.queue(limit=limit))
 
 
 @router.get("/usage", response_model=UsageOut)

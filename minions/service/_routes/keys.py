@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Response
 from fastapi import Path as PathParam
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasPath, BaseModel, ConfigDict, Field
 
 from minions.runs import Role
 from minions.service._access import Admin
@@ -36,10 +36,14 @@ class KeyRequest(BaseModel):
 
 
 class NewKeyOut(BaseModel):
-    name: str
+    """A key just added (`NewKey`): its record's name, role and projects, and the key."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str = Field(validation_alias=AliasPath("record", "name"))
     key: str = Field(description="The key: shown this once, only its hash is stored.")
-    role: Role
-    projects: list[str]
+    role: Role = Field(validation_alias=AliasPath("record", "role"))
+    projects: list[str] = Field(validation_alias=AliasPath("record", "projects"))
 
 
 class KeyOut(BaseModel):
@@ -68,10 +72,7 @@ async def add_key(caller: Admin, body: KeyRequest, runs: WholeStore) -> NewKeyOu
         )
     except ValueError as exc:
         raise Refused(400, str(exc)) from None
-    record = made.record
-    return NewKeyOut(
-        name=record.name, key=made.key, role=record.role, projects=list(record.projects)
-    )
+    return NewKeyOut.model_validate(made)
 
 
 @router.delete("/keys/{name}", status_code=204)

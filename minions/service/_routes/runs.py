@@ -12,7 +12,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
-from minions.errors import RecipeError
 from minions.runs import RunFilters, ScopedRuns
 from minions.service._access import Approver, Operator, Reader
 from minions.service._bytes import json_problem
@@ -143,7 +142,7 @@ async def get_run(caller: Reader, run_id: RunId, runs: Runs) -> RunOut:
 async def run_out(run_id: str, runs: ScopedRuns) -> RunOut:
     """What `GET /runs/{run_id}` answers."""
     run = RunOut.model_validate(await runs.get(run_id))
-    run.graph = graph(await runs.recipe_yaml(run_id))
+    run.graph = [GraphNode.model_validate(n) for n in await runs.recipe_graph(run_id)]
     return run
 
 
@@ -179,24 +178,6 @@ async def approve(
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def graph(recipe_yaml: str) -> list[GraphNode]:
-    from minions.recipes import parse_spec
-
-    try:
-        spec, _ = parse_spec(recipe_yaml)
-    except RecipeError:
-        return []
-    return [
-        GraphNode(
-            id=step.id,
-            kind=step.kind,
-            depends_on=list(step.depends_on),
-            next=[n.step for n in step.next],
-        )
-        for step in spec.steps
-    ]
 
 
 def cursor_of(created_at: float, ident: str) -> str:

@@ -104,7 +104,7 @@ def plan_rerun(
         ):
             changed[step_id] = "inputs"
     again = reexecuted(followers, from_step=from_step, changed=changed, edited=outputs)
-    completed = {s.step_id for s in parent.steps if s.status in ("completed", "reused")}
+    completed = {s.step_id for s in parent.steps if s.status in checkpoints.DONE}
     checked: dict[str, Any] = {}
     for step_id, value in outputs.items():
         if step_id in again:

@@ -41,6 +41,8 @@ person's decision on a call, or ended: `completed`, `failed`, `skipped` (it will
 EXECUTION_STATUSES: tuple[ExecutionStatus, ...] = get_args(ExecutionStatus)
 ENDED: frozenset[str] = frozenset({"completed", "failed", "skipped", "reused"})
 """The statuses of an execution that has ended."""
+IN_FLIGHT: frozenset[str] = frozenset({"running", "waiting"})
+"""The statuses of an execution in flight: started, and not ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,7 +583,7 @@ class RunStates:
         for record in records:
             for one in (record, *record.loop_items):
                 execution = self._execution(one.step_id, one.visit, fresh=False)
-                if execution.status in ("running", "waiting"):
+                if execution.status in IN_FLIGHT:
                     continue
                 if one.status in EXECUTION_STATUSES:
                     execution.status = one.status
@@ -606,7 +608,7 @@ class RunStates:
         elif isinstance(event, ev.RunHandedBack | ev.RunTakenOver | ev.RunRequeued):
             # Queued again: what was in flight stopped there (its bar ends), and starts
             # again from its beginning in the next worker.
-            cut = [e for e in self._executions.values() if e.status in ("running", "waiting")]
+            cut = [e for e in self._executions.values() if e.status in IN_FLIGHT]
             for execution in cut:
                 execution.status, execution.finished_at = "pending", event.timestamp
                 for wait in execution.waits:

@@ -212,6 +212,38 @@ async def test_a_paused_schedule_fires_nothing_and_resumes_from_its_next_slot(
     await store.aclose()
 
 
+async def test_a_slot_fired_before_the_schedule_was_added_again_queues_nothing_again(
+    tmp_path: Path, url: str
+) -> None:
+    """A schedule removed and added again starts before a slot it fired already: that slot
+    keeps the one run queued then (its idempotency key names the slot), submitted once in
+    the audit log, in the schedule's project."""
+    recipe = write_recipe(tmp_path)
+    store = RunStore(url, create=True)
+
+    async def add() -> ScheduleRecord:
+        return await store.add_schedule(
+            recipe, every="24h", overlap="allow", inputs={"tag": "a"}, project="ops"
+        )
+
+    added = await add()
+    blocking, queue = Database(url), Queue(url)
+    queue.client()
+    scheduler = Scheduler(blocking, queue.enqueue, clock=lambda: added.next_at + 1)
+    [run_id] = scheduler.tick()
+    await store.remove_schedule("tick")
+    again = await add()
+    assert again.next_at == added.next_at  # the slot is due again
+    assert scheduler.tick() == []
+    assert (await store.schedule("tick")).next_at > added.next_at  # and passed over
+    assert [r.run_id for r in await store.list_runs(schedule="tick")] == [run_id]
+    submitted = await store.audit(action="run.submit")
+    assert [(e.target, e.actor, e.project) for e in submitted] == [(run_id, "schedule:tick", "ops")]
+    blocking.close()
+    queue.close()
+    await store.aclose()
+
+
 async def test_the_recipe_is_snapshotted_and_replaced_by_adding_it_again(
     tmp_path: Path, url: str
 ) -> None:

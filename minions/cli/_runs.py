@@ -400,23 +400,22 @@ def list_runs(
 ) -> None:
     """The runs, newest first. On a terminal a long error is cut to fit; in a pipe (and with
     --json) it is whole."""
-    from minions.runs import STATUSES
-
-    if status is not None and status not in STATUSES:
-        raise UsageError(f"unknown status {status!r}; one of: {', '.join(STATUSES)}")
     after = since_time(since)
     store = open_store(database_url)
     try:
-        records = asyncio.run(
-            store.list_runs(
-                status=status,
-                recipe=recipe,
-                schedule=schedule,
-                created_after=after,
-                project=project,
-                limit=limit,
+        try:
+            records = asyncio.run(
+                store.list_runs(
+                    status=status,
+                    recipe=recipe,
+                    schedule=schedule,
+                    created_after=after,
+                    project=project,
+                    limit=limit,
+                )
             )
-        )
+        except ValueError as exc:  # the store names the unknown status
+            raise UsageError(str(exc)) from None
         history = asyncio.run(store.history())
     finally:
         store.close()

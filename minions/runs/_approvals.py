@@ -138,6 +138,26 @@ def decide(
     return _get(db, run_id, call_id)
 
 
+def mark_escalated(db: sa.Connection, run_id: str, call_id: str, *, now: float) -> bool:
+    """Mark the undecided call escalated at `now`, in the caller's transaction
+    (compare-and-set: not escalated yet, its escalation due by `now`). True when this call
+    marked it."""
+    table = approvals_table.c
+    return bool(
+        db.execute(
+            approvals_table.update()
+            .where(
+                table.run_id == run_id,
+                table.call_id == call_id,
+                table.decided_at.is_(None),
+                table.escalated_at.is_(None),
+                table.escalate_at <= now,
+            )
+            .values(escalated_at=now)
+        ).rowcount
+    )
+
+
 # -- what a person may decide -------------------------------------------------------------------
 
 

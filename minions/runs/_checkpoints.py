@@ -31,6 +31,9 @@ __all__ = ["StepRecord"]
 
 COLUMNS = ("step_id", "visit", "status", "execution", "routing", "saved_at", "item")
 """The columns of a checkpoint after its run's id, in the order of `Checkpoint.row`."""
+DONE: frozenset[str] = frozenset({"completed", "reused"})
+"""The statuses of a step record whose result stands: it completed, in this run or (for a
+step a rerun reused) in the run it comes from."""
 
 
 @dataclass(frozen=True, kw_only=True)

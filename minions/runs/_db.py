@@ -240,6 +240,29 @@ class Database:
         )
 
 
+# -- the meta table: the store's own values ------------------------------------------------------
+
+
+def put_meta(db: sa.Connection, values: Sequence[tuple[str, str]]) -> None:
+    """Keep each (key, value) of `values` in the meta table, in the caller's transaction
+    (its first statements write: each key updated, or inserted when it is new)."""
+    for key, value in values:
+        updated = db.execute(
+            meta_table.update().where(meta_table.c.key == key).values(value=value)
+        ).rowcount
+        if not updated:
+            db.execute(meta_table.insert().values(key=key, value=value))
+
+
+def meta(db: sa.Connection, keys: Sequence[str]) -> dict[str, str]:
+    """The values the meta table keeps of `keys` (those it has)."""
+    return dict(
+        db.execute(
+            sa.select(meta_table.c.key, meta_table.c.value).where(meta_table.c.key.in_(keys))
+        ).all()
+    )
+
+
 def _insert(postgres: bool, table: sa.Table, values: Mapping[str, Any]) -> Any:
     if postgres:
         from sqlalchemy.dialects.postgresql import insert as pg_insert

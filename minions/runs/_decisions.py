@@ -128,26 +128,15 @@ def next_due(database: Database) -> float | None:
 def escalate(database: Database, run_id: str, call_id: str, *, now: float) -> bool:
     """Say once that call `call_id` of the parked run waited past its escalation: its
     `approval_escalated` event. True when this call said it."""
-    a = approvals_table.c
     with database.begin() as db:
         if not _lock(db, run_id, parked=True):
             return False
-        marked = db.execute(
-            approvals_table.update()
-            .where(
-                a.run_id == run_id,
-                a.call_id == call_id,
-                a.decided_at.is_(None),
-                a.escalated_at.is_(None),
-                a.escalate_at <= now,
-            )
-            .values(escalated_at=now)
-        ).rowcount
-        if not marked:
+        if not approvals.mark_escalated(db, run_id, call_id, now=now):
             return False
         found = approvals.get_in(db, run_id, call_id)
         assert found is not None
-        seq = _next_seq(db, run_id)
+        # Nobody holds the run (it is parked): nobody else writes its log.
+        seq = runs.take_seq(db, run_id)
         event = ApprovalEscalated(
             run_id=run_id,
             seq=seq,
@@ -233,24 +222,10 @@ def _lock(db: sa.Connection, run_id: str, *, parked: bool = False) -> bool:
     """Lock the run's row until the transaction ends (a park locks it too): it has not
     ended (`parked`: it is parked). False when it is not so (or unknown)."""
     r = runs_table.c
-    condition: list[Any] = [r.run_id == run_id, r.status.in_(ACTIVE)]
+    condition: list[Any] = [r.status.in_(ACTIVE)]
     if parked:
         condition += [r.status == "waiting", r.holder.is_(None)]
-    return bool(db.execute(runs_table.update().where(*condition).values(epoch=r.epoch)).rowcount)
-
-
-def _next_seq(db: sa.Connection, run_id: str) -> int:
-    """Take the number after the run's log's head (nobody holds the run: nobody else
-    writes its log)."""
-    r = runs_table.c
-    return int(
-        db.execute(
-            runs_table.update()
-            .where(r.run_id == run_id)
-            .values(last_seq=r.last_seq + 1)
-            .returning(r.last_seq)
-        ).scalar_one()
-    )
+    return runs.lock(db, run_id, *condition)
 
 
 def _parked() -> tuple[Any, ...]:

@@ -12,12 +12,10 @@ from typing import Any
 
 from minions._text import count_values
 from minions.errors import DiffTooLargeError
-from minions.runs._checkpoints import StepRecord
+from minions.runs._checkpoints import DONE, StepRecord
 from minions.runs._runs import RunRecord
 
 __all__ = ["RunDiff", "StepDiff"]
-
-_DONE = {"completed", "reused"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,9 +124,9 @@ def _step_diff(key: tuple[str, int], a: StepRecord | None, b: StepRecord | None)
     diverges = (
         a is None
         or b is None
-        or (a.status in _DONE) != (b.status in _DONE)
+        or (a.status in DONE) != (b.status in DONE)
         or bool(changes)
-        or (a.status not in _DONE and a.error != b.error)
+        or (a.status not in DONE and a.error != b.error)
     )
     return StepDiff(
         step_id=key[0],

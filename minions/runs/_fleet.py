@@ -16,9 +16,15 @@ import sqlalchemy as sa
 from minions._text import redact_url
 from minions.models._internal import WINDOW
 from minions.runs import _endpoints, _workers
-from minions.runs._db import DEAD_AFTER, Database
+from minions.runs._db import DEAD_AFTER, Database, meta
 from minions.runs._endpoints import EndpointRecord
-from minions.runs._tables import SCHEMA_VERSION, meta_table, runs_table, workers_table
+from minions.runs._tables import (
+    ACTIVE,
+    ACTIVE_SQL,
+    SCHEMA_VERSION,
+    runs_table,
+    workers_table,
+)
 from minions.runs._workers import WorkerRecord
 
 __all__ = [
@@ -110,7 +116,7 @@ class FleetState:
 
 _RUNS = sa.text(
     "SELECT status, count(*) AS n, min(created_at) AS oldest FROM minions_runs "
-    "WHERE status IN ('queued', 'running', 'waiting') GROUP BY status"
+    f"WHERE status IN ({ACTIVE_SQL}) GROUP BY status"
 )
 _WORKERS = sa.text(
     "SELECT coalesce(sum(CASE WHEN heartbeat_at >= :alive THEN 1 ELSE 0 END), 0) AS alive, "
@@ -327,7 +333,7 @@ def queue_state(
                     n,
                     oldest_at,
                 )
-                .where(runs.status.in_(("queued", "running", "waiting")), mine)
+                .where(runs.status.in_(ACTIVE), mine)
                 .group_by(runs.status)
             )
             recipes = db.execute(
@@ -381,9 +387,7 @@ def schema_problem(store: Database) -> str | None:
         sqlalchemy.exc.SQLAlchemyError: the store cannot be read.
     """
     with store.read() as db:
-        version = db.execute(
-            sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
-        ).scalar()
+        version = meta(db, ("schema_version",)).get("schema_version")
     if version is None:
         return "the run store has no schema version: it is not a minions store"
     if int(version) != SCHEMA_VERSION:

@@ -29,7 +29,7 @@ from minions.runs._runs import RerunPlan
 from minions.runs._snapshot import RecipeSnapshot
 from minions.runs._streams import CHANNEL as DELTAS_CHANNEL
 from minions.runs._streams import NOTIFY as DELTAS_NOTIFY
-from minions.runs._tables import ACTIVE, HELD, TERMINAL, runs_table
+from minions.runs._tables import ACTIVE, ACTIVE_SQL, HELD, TERMINAL, runs_table
 
 if TYPE_CHECKING:
     from minions.runs._approvals import ApprovalRecord, Deadlines
@@ -267,12 +267,7 @@ def request_approval(
         LeaseLost: the run is no longer this holder's.
     """
     with database.begin() as db:
-        fenced = db.execute(
-            runs_table.update()
-            .where(runs_table.c.run_id == lease.run_id, runs_table.c.epoch == lease.epoch)
-            .values(epoch=runs_table.c.epoch)
-        ).rowcount
-        if not fenced:
+        if not runs.lock(db, lease.run_id, runs_table.c.epoch == lease.epoch):
             raise LeaseLost(lease.run_id)
         return approvals.request(
             database,
@@ -304,18 +299,9 @@ def park(
     Raises:
         LeaseLost: the run is no longer this holder's.
     """
-    runs = runs_table.c
+    held = (runs_table.c.epoch == lease.epoch, runs_table.c.status.in_(HELD))
     with database.begin() as db:
-        locked = db.execute(
-            runs_table.update()
-            .where(
-                runs.run_id == lease.run_id,
-                runs.epoch == lease.epoch,
-                runs.status.in_(HELD),
-            )
-            .values(epoch=runs.epoch)
-        ).rowcount
-        if not locked:
+        if not runs.lock(db, lease.run_id, *held):
             raise LeaseLost(lease.run_id)
         found = approvals.get_in(db, lease.run_id, call_id)
         if found is None:
@@ -484,7 +470,6 @@ def _append_postgres(
     return bool(found and found[0])
 
 
-_ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
 _CLAIM = sa.text(
     # Written out once (every run's start pays for it; SQLAlchemy's expression of it cost a
     # millisecond of CPU to build and compile each time). Never the same holder again: a
@@ -496,7 +481,7 @@ _CLAIM = sa.text(
     "status = 'running', executor_id = :executor_id, "
     "started_at = coalesce(started_at, :now), claimed_at = :now, starts = starts + 1, "
     "finished_at = NULL, error = NULL "
-    f"WHERE run_id = :run_id AND attempt = :attempt AND status IN ({_ACTIVE_SQL}) "
+    f"WHERE run_id = :run_id AND attempt = :attempt AND status IN ({ACTIVE_SQL}) "
     "AND (holder IS NULL OR lease_until IS NULL OR lease_until < :now) "
     f"RETURNING {', '.join(c.name for c in runs_table.c)}"
 ).columns(*runs_table.c)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 import sqlalchemy as sa
 import structlog
 
-from minions._fold import RunStates
+from minions._fold import IN_FLIGHT, RunStates
 from minions._text import redact_url
 from minions.events import event_from_json
 from minions.runs._db import Database, detail
@@ -237,12 +237,11 @@ def busy_steps(database: Database, run_id: str) -> list[str] | None:
                 states.fold(event_from_json(row.data))
             except ValueError:
                 continue  # an event this minions cannot read: what the others say stands
-    active = ("running", "waiting")
-    in_flight = [e for e in states.executions if e.status in active]
+    in_flight = [e for e in states.executions if e.status in IN_FLIGHT]
     leaves = [
         e
         for e in in_flight
-        if e.item is not None or not any(i.status in active for i in states.items_of(e))
+        if e.item is not None or not any(i.status in IN_FLIGHT for i in states.items_of(e))
     ]
     if leaves and all(e.waits_for is not None for e in leaves):
         return None

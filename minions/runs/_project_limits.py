@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import sqlalchemy as sa
 import structlog
 
+from minions.runs import _runs as runs
 from minions.runs._db import loads
 from minions.runs._endpoints import _lock_gate
 from minions.runs._leases import Refusal, Start, claimed_row, start_of
@@ -45,16 +46,16 @@ def gate(project: str) -> str:
 
 
 def _in_flight(db: sa.Connection, project: str, now: float, *, besides: str = "") -> int:
-    runs = runs_table.c
+    r = runs_table.c
     return int(
         db.execute(
             sa.select(sa.func.count())
             .select_from(runs_table)
             .where(
-                runs.project == project,
-                runs.status.in_(HELD),
-                runs.lease_until >= now,
-                runs.run_id != besides,
+                r.project == project,
+                r.status.in_(HELD),
+                r.lease_until >= now,
+                r.run_id != besides,
             )
         ).scalar_one()
     )
@@ -62,12 +63,12 @@ def _in_flight(db: sa.Connection, project: str, now: float, *, besides: str = ""
 
 def tokens_used(db: sa.Connection, project: str, now: float) -> int:
     """The tokens of the project's runs that ended in the last 24 hours or are in flight."""
-    runs = runs_table.c
+    r = runs_table.c
     rows = db.execute(
-        sa.select(runs.usage).where(
-            runs.project == project,
-            runs.usage.is_not(None),
-            sa.or_(runs.finished_at >= now - DAY, runs.status.in_(HELD)),
+        sa.select(r.usage).where(
+            r.project == project,
+            r.usage.is_not(None),
+            sa.or_(r.finished_at >= now - DAY, r.status.in_(HELD)),
         )
     ).all()
     total = 0
@@ -116,17 +117,7 @@ def claim(
         if why is None:
             row = claimed_row(db, run_id, attempt=attempt, holder=holder, **claiming)
         else:
-            runs = runs_table.c
-            parked = db.execute(
-                runs_table.update()
-                .where(
-                    runs.run_id == run_id,
-                    runs.attempt == attempt,
-                    runs.status == "queued",
-                    runs.holder.is_(None),
-                )
-                .values(parked=why)
-            ).rowcount
+            parked = runs.hold_back(db, run_id, attempt=attempt, why=why)
     if why is None:
         return start_of(database, run_id, row, attempt=attempt, holder=holder)
     if parked:
@@ -154,13 +145,13 @@ def unpark(
     """Queue again the oldest parked runs of each project, as many as it has room for now
     (each as its next attempt, in the transaction that unparks it). Their ids."""
     queued: list[str] = []
-    runs = runs_table.c
+    r = runs_table.c
     for limit in limits:
         with database.read() as db:
             waiting = db.execute(
                 sa.select(sa.func.count())
                 .select_from(runs_table)
-                .where(runs.project == limit.name, runs.parked.is_not(None))
+                .where(r.project == limit.name, r.parked.is_not(None))
             ).scalar_one()
         if not waiting:
             continue
@@ -171,35 +162,22 @@ def unpark(
             if why is not None:
                 continue
             oldest = db.execute(
-                sa.select(runs.run_id)
+                sa.select(r.run_id)
                 .where(
-                    runs.project == limit.name,
-                    runs.parked.is_not(None),
-                    runs.status == "queued",
+                    r.project == limit.name,
+                    r.parked.is_not(None),
+                    r.status == "queued",
                 )
-                .order_by(runs.created_at, runs.run_id)
+                .order_by(r.created_at, r.run_id)
                 .limit(min(room, 100))
             ).all()
             for (run_id,) in oldest:
-                moved = db.execute(
-                    runs_table.update()
-                    .where(runs.run_id == run_id, runs.parked.is_not(None))
-                    .values(parked=None, attempt=runs.attempt + 1)
-                    .returning(runs.attempt)
-                ).one_or_none()
-                if moved is not None:
-                    enqueue(db, run_id, int(moved.attempt))
+                attempt = runs.let_go(db, run_id)
+                if attempt is not None:
+                    enqueue(db, run_id, attempt)
                     queued.append(run_id)
             # The parked runs that ended meanwhile (cancelled) wait for nothing.
-            db.execute(
-                runs_table.update()
-                .where(
-                    runs.project == limit.name,
-                    runs.parked.is_not(None),
-                    runs.status != "queued",
-                )
-                .values(parked=None)
-            )
+            runs.let_go_ended(db, limit.name)
     for run_id in queued:
         log.info("parked run queued again: its project has room", run_id=run_id)
     return queued

@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from minions._duration import TooLongError, duration_seconds
 from minions.runs import _approvals as approvals
 from minions.runs import _audit
@@ -26,12 +24,11 @@ from minions.runs import _evals as evals
 from minions.runs import _events as events
 from minions.runs import _queue as queue
 from minions.runs import _runs as runs
-from minions.runs._db import Database, sqlite_path
+from minions.runs._db import Database, meta, put_meta, sqlite_path
 from minions.runs._tables import (
     TERMINAL,
     approvals_table,
     events_table,
-    meta_table,
     runs_table,
     steps_table,
 )
@@ -186,12 +183,7 @@ def prune(
     with database.begin() as db:
         now = time.time()
         told = (("pruned_before", repr(before)), ("pruned_at", repr(now)), ("pruned_by", actor))
-        for key, value in told:
-            updated = db.execute(
-                meta_table.update().where(meta_table.c.key == key).values(value=value or "")
-            ).rowcount
-            if not updated:
-                db.execute(meta_table.insert().values(key=key, value=value or ""))
+        put_meta(db, [(key, value or "") for key, value in told])
         if audit is not None and (deleted or gone_evals or audit_empty):
             _audit.write(db, _audit.told(audit, runs=deleted, evals=gone_evals))
     if path is not None:
@@ -270,16 +262,10 @@ def history(database: Database) -> History:
     """How far the stored runs go back, and how far pruning went."""
     oldest = runs.oldest_created(database)
     with database.read() as db:
-        meta = dict(
-            db.execute(
-                sa.select(meta_table.c.key, meta_table.c.value).where(
-                    meta_table.c.key.in_(("pruned_before", "pruned_at", "pruned_by"))
-                )
-            ).all()
-        )
+        told = meta(db, ("pruned_before", "pruned_at", "pruned_by"))
     return History(
         oldest_at=oldest,
-        pruned_before=float(meta["pruned_before"]) if "pruned_before" in meta else None,
-        pruned_at=float(meta["pruned_at"]) if "pruned_at" in meta else None,
-        pruned_by=meta.get("pruned_by") or None,
+        pruned_before=float(told["pruned_before"]) if "pruned_before" in told else None,
+        pruned_at=float(told["pruned_at"]) if "pruned_at" in told else None,
+        pruned_by=told.get("pruned_by") or None,
     )

@@ -112,7 +112,7 @@ class RunRecord:
     @property
     def completed_steps(self) -> frozenset[str]:
         """The steps it completed (or a rerun reused): those whose output a rerun may set."""
-        return frozenset(s.step_id for s in self.steps if s.status in ("completed", "reused"))
+        return frozenset(s.step_id for s in self.steps if s.status in checkpoints.DONE)
 
     @property
     def rerun_from(self) -> tuple[str, ...]:
@@ -278,14 +278,31 @@ def queued_row(
     return row
 
 
-def insert_queued(database: Database, db: sa.Connection, row: dict[str, Any]) -> bool:
-    """Store a queued run's row in the caller's transaction, only when its idempotency key
-    is new (a concurrent insert with the same key waits on the row, then inserts nothing).
-    Whether it was stored."""
+def insert_in(
+    database: Database,
+    db: sa.Connection,
+    row: dict[str, Any],
+    *,
+    enqueue: Enqueue,
+    seeds: Callable[[sa.Connection], Sequence[Checkpoint]] | None = None,
+    audit: Callable[[str], Mapping[str, Any]] | None = None,
+) -> bool:
+    """`insert` in the caller's transaction (a schedule's tick, which moves its cursor in
+    it): store the queued run only when its idempotency key is new (a concurrent insert
+    with the same key waits on the row, then inserts nothing), its `seeds`, queue it and
+    write its `audit` entry. Whether it was stored."""
+    run_id = row["run_id"]
+    # A write, before any read of the transaction (see `minions.runs._db`).
     inserted = db.execute(
         database.insert_ignoring_conflicts(runs_table, row).returning(runs_table.c.run_id)
     ).first()
-    return inserted is not None
+    if inserted is None:
+        return False
+    if seeds is not None:
+        checkpoints.insert(db, run_id, seeds(db))
+    enqueue(db, run_id, 1)
+    _audit.write(db, audit and audit(run_id))
+    return True
 
 
 def insert(
@@ -308,12 +325,7 @@ def insert(
     """
     run_id, key = row["run_id"], row["idempotency_key"]
     with database.begin() as db:
-        # Written first (see `insert_queued`).
-        if insert_queued(database, db, row):
-            if seeds is not None:
-                checkpoints.insert(db, run_id, seeds(db))
-            enqueue(db, run_id, 1)
-            _audit.write(db, audit and audit(run_id))
+        if insert_in(database, db, row, enqueue=enqueue, seeds=seeds, audit=audit):
             return Submitted(run_id, created=True)
         found = db.execute(
             sa.select(runs_table.c.run_id, runs_table.c.request_hash, runs_table.c.project).where(
@@ -621,7 +633,7 @@ def end_in(
             epoch=runs.epoch + 1,
             holder=None,
             lease_until=None,
-            last_seq=runs.last_seq + 1,
+            **_taking_seq(),
         )
         .returning(runs.last_seq)
     ).one_or_none()
@@ -676,7 +688,7 @@ def requeue(
     if recovery:
         values["recoveries"] = runs.recoveries + 1
     if event is not None:
-        values["last_seq"] = runs.last_seq + 1
+        values.update(_taking_seq())
     with database.begin() as db:
         found = db.execute(
             runs_table.update().where(*condition).values(**values).returning(*runs_table.c)
@@ -715,6 +727,87 @@ def unpark(
     return record(found)
 
 
+# -- in the caller's transaction -------------------------------------------------------------------
+
+
+def lock(db: sa.Connection, run_id: str, *condition: Any) -> bool:
+    """Lock the run's row until the caller's transaction ends, when it meets `condition`:
+    a write that changes nothing (on SQLite it takes the writer's turn; on Postgres the
+    row's lock, and READ COMMITTED checks `condition` again once a concurrent change of the
+    row commits), the first statement of a compare-and-set that reads after it. False
+    when the run does not meet it (or is unknown)."""
+    runs = runs_table.c
+    return bool(
+        db.execute(
+            runs_table.update().where(runs.run_id == run_id, *condition).values(epoch=runs.epoch)
+        ).rowcount
+    )
+
+
+def _taking_seq() -> dict[str, Any]:
+    """The value of a run's row that takes its log's next event number (the head, one
+    more), in the update that says why: returning ``last_seq`` gives the number taken. The
+    writer of the log owns the row then: nobody holds the run, or the update fences its
+    holder out."""
+    return {"last_seq": runs_table.c.last_seq + 1}
+
+
+def take_seq(db: sa.Connection, run_id: str) -> int:
+    """Take the number after the run's log's head, in the caller's transaction (see
+    `_taking_seq`)."""
+    return int(
+        db.execute(
+            runs_table.update()
+            .where(runs_table.c.run_id == run_id)
+            .values(**_taking_seq())
+            .returning(runs_table.c.last_seq)
+        ).scalar_one()
+    )
+
+
+def hold_back(db: sa.Connection, run_id: str, *, attempt: int, why: str) -> bool:
+    """Hold the queued run back (`RunRecord.held_back`: `why`, its project is at a limit)
+    with no attempt queued, in the caller's transaction (compare-and-set: `attempt` is its
+    current one, and nobody holds it). True when this call held it back."""
+    runs = runs_table.c
+    return bool(
+        db.execute(
+            runs_table.update()
+            .where(
+                runs.run_id == run_id,
+                runs.attempt == attempt,
+                runs.status == "queued",
+                runs.holder.is_(None),
+            )
+            .values(parked=why)
+        ).rowcount
+    )
+
+
+def let_go(db: sa.Connection, run_id: str) -> int | None:
+    """Let the held-back run go, as its next attempt, in the caller's transaction (which
+    queues that attempt): the attempt (None: it was not held back)."""
+    runs = runs_table.c
+    moved = db.execute(
+        runs_table.update()
+        .where(runs.run_id == run_id, runs.parked.is_not(None))
+        .values(parked=None, attempt=runs.attempt + 1)
+        .returning(runs.attempt)
+    ).one_or_none()
+    return None if moved is None else int(moved.attempt)
+
+
+def let_go_ended(db: sa.Connection, project: str) -> None:
+    """Forget why the project's held-back runs that ended meanwhile (cancelled) were held
+    back: they wait for nothing (in the caller's transaction)."""
+    runs = runs_table.c
+    db.execute(
+        runs_table.update()
+        .where(runs.project == project, runs.parked.is_not(None), runs.status != "queued")
+        .values(parked=None)
+    )
+
+
 # -- rows ----------------------------------------------------------------------------------------
 
 
@@ -740,12 +833,7 @@ def hold_ended(db: sa.Connection, run_id: str, *, attempt: int) -> None:
         RunStateError: it was resumed since (not ended, or ended again at a later attempt).
     """
     runs = runs_table.c
-    held = db.execute(
-        runs_table.update()
-        .where(runs.run_id == run_id, runs.status.in_(TERMINAL), runs.attempt == attempt)
-        .values(attempt=runs.attempt)
-    ).rowcount
-    if held:
+    if lock(db, run_id, runs.status.in_(TERMINAL), runs.attempt == attempt):
         return
     found = row(db, run_id)
     raise RunStateError(

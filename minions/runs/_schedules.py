@@ -571,21 +571,15 @@ def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: flo
                 queued_by=f"schedule:{row.name}",
                 project=row.project,
             )
-            if runs.insert_queued(database, db, queued_run):  # else: fired before (added again)
-                enqueue(db, run_id, 1)
-                _audit.write(
-                    db,
-                    _audit.entry(
-                        "run.submit",
-                        run_id,
-                        queued_run["queued_by"],
-                        recipe=snapshot.recipe_id,
-                        schedule=row.name,
-                        slot=slot,
-                    ),
-                    project=row.project,
-                )
-                queued.append(run_id)
+            audit = functools.partial(
+                _submitted,
+                actor=_audit.Actor(name=queued_run["queued_by"], project=row.project),
+                recipe=snapshot.recipe_id,
+                schedule=row.name,
+                slot=slot,
+            )
+            if runs.insert_in(database, db, queued_run, enqueue=enqueue, audit=audit):
+                queued.append(run_id)  # else: fired before (the schedule was added again)
         if step.skipped or late_fired:
             _record_late(database, db, row, step, fired, set(queued), now=now, grace=grace)
     for run_id in queued:
@@ -599,6 +593,11 @@ def _fire(database: Database, enqueue: Enqueue, row: Any, now: float, grace: flo
             fired_late=late_fired,
         )
     return queued
+
+
+def _submitted(run_id: str, *, actor: _audit.Actor, **detail: Any) -> dict[str, Any]:
+    """The audit entry of a run a schedule fired."""
+    return _audit.entry("run.submit", run_id, actor, **detail)
 
 
 def _record_late(

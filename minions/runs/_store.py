@@ -3,9 +3,18 @@ makes goes through here (the CLI's, evals', and the REST service's as a caller's
 the store, `minions.runs._projects.ScopedRuns`), each a compare-and-set on the run (one of
 concurrent callers wins; the others get `RunStateError` with the state they found).
 
-`RunStore` is a face: each method reaches the rooms that own the tables, and the reads over
-them (`_fleet`, `_usage`, `_steps`), one way, ``await self._database.apply(room.function,
-...)``, and says what went wrong in the caller's terms."""
+`RunStore` is a face, and says what went wrong in the caller's terms. What it reaches, and
+how (``apply`` and ``call`` go to a thread of its database adapter, `minions.runs._async`):
+
+- the tables one way: the rooms that own them, and the reads over them (`_fleet`, `_usage`,
+  `_steps`), ``await self._database.apply(room.function, ...)``;
+- DBOS's queue (`minions.runs._queue.Queue`) through two methods, each
+  ``await self._database.call(...)``: `_dbos` makes its client before a transaction that
+  enqueues (a room's function is given `Queue.enqueue` and calls it in that transaction),
+  `_forget` takes a cancelled run's attempt out of it;
+- recipe files (resolving, reading, parsing, building): ``await self._database.call(fn,
+  ...)``;
+- a run's events as they come: `follow` reads `self.log` (`minions.runs._log.EventLog`)."""
 
 from __future__ import annotations
 

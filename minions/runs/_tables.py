@@ -1,8 +1,14 @@
 """minions' own tables beside DBOS's (but the API keys', which `_keys` makes), their schema
 version and migrations, and the statuses of a run. JSON, never pickle: what a table stores,
-and its SQL, is its room's (`_runs` and `_leases` the runs', `_events`, `_checkpoints` the
-steps', `_approvals`, `_workers`, `_cache` the step cache's, `_schedules`, `_endpoints` the
-endpoints' five, `_evals`, `_audit`, `_notify` the notifications').
+and the SQL that writes it, is its room's: `_runs` and `_leases` the runs' (a client's
+changes; a holder's, under its lease), `_events`, `_checkpoints` the steps', `_approvals`,
+`_workers`, `_cache` the step cache's, `_schedules` the schedules' and their late slots',
+`_endpoints` the endpoints' five, `_evals`, `_audit`, `_notify` the notifications', `_db`
+this meta table. The rules over several rooms (`_decisions`, `_project_limits`, `_prune`)
+write through the rooms' functions, in their own transactions; a holder's commit
+(`_leases.append`) inserts its events and its step's checkpoint with the run, in one
+statement, in the columns of `_events` and `_checkpoints`. Reads that count or join across
+rooms (`_fleet`, `_usage`, `_decisions`' due calls, `_project_limits`' room) read the tables.
 
 The durable format has its own version (`SCHEMA_VERSION`, kept in ``minions_meta``), apart from
 the package's: upgrading minions changes nothing stored unless the format changes, and then the
@@ -24,11 +30,14 @@ SCHEMA_VERSION = 13
 
 Status = RunStatus
 STATUSES = RUN_STATUSES
-ACTIVE: tuple[Status, ...] = ("queued", "running", "waiting")
-"""A run in one of these has not ended: a worker runs it, or will."""
-HELD: tuple[Status, ...] = ("running", "waiting")
-"""A run in one of these is held by a worker's lease (unless it is parked: `waiting` with no
-holder, its execution ended until a decision queues it again)."""
+ACTIVE: tuple[Status, ...] = tuple(s for s in STATUSES if s not in TERMINAL)
+"""A run in one of these (``queued``, ``running``, ``waiting``) has not ended: a worker runs
+it, or will."""
+HELD: tuple[Status, ...] = tuple(s for s in ACTIVE if s != "queued")
+"""A run in one of these (``running``, ``waiting``) is held by a worker's lease (unless it is
+parked: `waiting` with no holder, its execution ended until a decision queues it again)."""
+ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
+"""`ACTIVE` as an SQL list, for the statements written out (``status IN (...)``)."""
 
 metadata = sa.MetaData()
 

@@ -1,7 +1,8 @@
 """A worker's DBOS, quiet while idle: minions' queue is dequeued when something wakes the
-worker (a run queued or queued again: `minions.runs._wake`; a place freed in it) and at a
-rare look of its own, instead of DBOS's poll of it every 50 ms; DBOS's other loops (its own
-queues, which minions does not use, its background jobs and its schedules) look rarely.
+worker (a run queued or queued again: `minions.runs._wake`; a place freed in it while its
+last look left runs waiting for one) and at a rare look of its own, instead of DBOS's poll
+of it every 50 ms; DBOS's other loops (its own queues, which minions does not use, its
+background jobs and its schedules) look rarely.
 
 DBOS offers no hook for this: a worker puts its dispatcher in place of DBOS's queue thread
 for the time it runs (`installed`), and each dequeue is the one DBOS's queue thread makes
@@ -59,10 +60,16 @@ class Dispatcher:
         """Dequeues made (for tests)."""
         self._woken = threading.Event()
         self._writer = False
+        self._more = True
+        """Whether the last look may have left runs in the queue for want of a place here
+        (it found this worker full, claimed all it had room for, or failed): a place that
+        frees then brings a look. Set before each look, so a place freed during one counts."""
         self._closed = False
         self._looking = threading.Lock()
         """Held by a dequeue under way (`close` waits for it)."""
         self._dbos: DBOS | None = None
+        self._room: int | None = None
+        """The places the last dequeue had for runs (None: no limit)."""
 
     def wake(self, *, writer: bool = False) -> None:
         """Look at the queue now (a run was queued, a place freed). `writer`: woken by a
@@ -70,6 +77,14 @@ class Dispatcher:
         if writer:
             self._writer = True
         self._woken.set()
+
+    def place_freed(self) -> None:
+        """A run here ended: look at the queue again if the last look may have left runs
+        waiting for a place. Otherwise the queue held none this worker had room for, and a
+        run queued since wakes the worker itself (`wake`): a look would only take SQLite's
+        write lock from the runs under way, once per run that ends."""
+        if self._more:
+            self.wake()
 
     def close(self) -> None:
         """Stop dequeuing (the worker stops): a dequeue under way ends first (what it claimed
@@ -105,12 +120,21 @@ class Dispatcher:
             with self._looking:
                 if stop.is_set() or self._closed or self.queue is None:
                     continue
-                try:
-                    self._dequeue(dbos, self.queue, writer=writer)
-                except Exception as exc:  # the store is away: the next wake or look tries again
-                    if not stop.is_set():
-                        log.warning("could not look at the queue", error=str(exc).splitlines()[0])
+                self._look(dbos, self.queue, stop=stop, writer=writer)
             stop.wait(GAP)
+
+    def _look(
+        self, dbos: DBOS, queue: DBOSQueue, *, stop: threading.Event, writer: bool = False
+    ) -> None:
+        self._more = True
+        try:
+            claimed = self._dequeue(dbos, queue, writer=writer)
+        except Exception as exc:  # the store is away: the next wake or look tries again
+            if not stop.is_set():
+                log.warning("could not look at the queue", error=str(exc).splitlines()[0])
+            return
+        room = self._room
+        self._more = room is not None and claimed >= room
 
     def _dequeue(self, dbos: DBOS, queue: DBOSQueue, *, writer: bool = False) -> int:
         """What DBOS's queue thread does at each poll of a queue without partitions: claim
@@ -120,6 +144,7 @@ class Dispatcher:
 
         running = dbos._active_workflows_set.count_for_queue(queue.name)
         limit = queue._worker_concurrency
+        self._room = None if limit is None else limit - running
         if limit is not None and running >= limit:
             return 0  # a place that frees wakes the dispatcher
         self.dequeues += 1

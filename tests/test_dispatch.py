@@ -1,0 +1,103 @@
+"""A worker's dispatcher looks at the queue again when one of its runs ends only if its last
+look may have left runs waiting for a place there: with the queue empty at the last look, a
+run queued since wakes the worker itself, and a look at each run's end only took SQLite's
+write lock from the runs under way (W6a: about 45 us a step)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, cast
+
+import dbos._core
+import pytest
+
+from minions.runs._dispatch import Dispatcher
+
+
+class FakeDBOS:
+    """What a dequeue reads of DBOS: the runs this process runs of the queue, and its claim
+    of the queue's next workflows, up to the room it is given."""
+
+    def __init__(self, *, queued: int, running: int) -> None:
+        self.queued = [f"run-{i}" for i in range(queued)]
+        self.running = running
+        self.claims = 0
+        self.fail = False
+        self._active_workflows_set = self
+        self._sys_db = self
+        self.engine = self
+
+    def count_for_queue(self, name: str) -> int:
+        return self.running
+
+    def start_queued_workflows(self, queue: Any, *args: Any, **kwargs: Any) -> Any:
+        self.claims += 1
+        if self.fail:
+            raise OSError("the store is away")
+        room = queue._worker_concurrency - self.running
+        claimed, self.queued = self.queued[:room], self.queued[room:]
+        self.running += len(claimed)
+        return claimed, None
+
+    def get_workflow_statuses(self, claimed: list[str]) -> list[dict[str, str]]:
+        return [{"workflow_uuid": w} for w in claimed]
+
+
+class FakeQueue:
+    name = "minions-runs"
+    _worker_concurrency = 2
+
+
+@pytest.fixture(autouse=True)
+def _started(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dbos._core, "execute_dequeued_workflow", lambda *_: None)
+
+
+def look(dispatcher: Dispatcher, fake: FakeDBOS) -> None:
+    dispatcher._look(cast(Any, fake), cast(Any, FakeQueue()), stop=threading.Event())
+
+
+def woken(dispatcher: Dispatcher) -> bool:
+    dispatcher._woken.clear()
+    dispatcher.place_freed()
+    return dispatcher._woken.is_set()
+
+
+@pytest.mark.parametrize(
+    ("queued", "running", "more"),
+    [
+        (0, 0, False),  # the queue was empty: nothing waits for a place
+        (1, 0, False),  # it claimed the one run there, with room to spare
+        (2, 0, True),  # it claimed all it had room for: more may wait
+        (3, 1, True),  # one place, one claimed, one left waiting
+        (1, 2, True),  # full: the run waits for a place here
+    ],
+)
+def test_a_place_freed_brings_a_look_only_if_the_last_one_may_have_left_runs_waiting(
+    queued: int, running: int, more: bool
+) -> None:
+    dispatcher, fake = Dispatcher(look_every=3600), FakeDBOS(queued=queued, running=running)
+    look(dispatcher, fake)
+    assert woken(dispatcher) is more
+    assert len(fake.queued) == (queued - min(queued, max(0, 2 - running)))
+
+
+def test_a_failed_look_and_a_look_under_way_count_as_runs_left_waiting() -> None:
+    dispatcher, fake = Dispatcher(look_every=3600), FakeDBOS(queued=0, running=0)
+    assert woken(dispatcher)  # before any look: what the queue holds is unknown
+    look(dispatcher, fake)
+    assert not woken(dispatcher)
+    fake.fail = True
+    look(dispatcher, fake)
+    assert woken(dispatcher)  # the store was away: the queue was not seen
+    fake.fail = False
+
+    seen: list[bool] = []
+
+    class During(FakeDBOS):
+        def start_queued_workflows(self, queue: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(woken(dispatcher))  # a run ends while the look claims
+            return super().start_queued_workflows(queue, *args, **kwargs)
+
+    look(dispatcher, During(queued=0, running=0))
+    assert seen == [True]

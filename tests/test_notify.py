@@ -37,8 +37,8 @@ from minions.models import EndpointLimit, Limits, LocalLimiter
 from minions.recipes._schema import CatchUp, Overlap
 from minions.runs import Notifier, NotifyTarget, RunStore
 from minions.runs._db import Database
+from minions.runs._events import EventRow, row_of
 from minions.runs._events import insert as insert_events
-from minions.runs._events import row_of
 from minions.runs._notify import SIGNATURE, deliveries
 from minions.runs._schedules import Scheduler, Timing
 from minions.runs._tables import SCHEMA_VERSION, meta_table
@@ -456,6 +456,47 @@ async def test_a_run_claimed_again_or_waiting_for_a_person_is_not_stuck_but_a_hu
         now - 1200,
     )
     assert (stuck["retaken"]["steps"], stuck["retaken"]["last_progress_at"]) == ([], now - 5)
+
+
+def test_a_damaged_stored_event_is_passed_over_and_the_run_still_found_stuck(url: str) -> None:
+    """A stored event the notifier cannot decode (a row that is not JSON, a kind a newer
+    minions wrote) does not break its look: it folds the events it can read, and the run,
+    silent in a tool call for 20 minutes, is told as stuck in that step."""
+    now = time.time()
+    database = Database(url, create=True)
+    insert_run(database, "damaged")
+    hold(database, "damaged", claimed_at=now - 1300, started_at=now - 1300)
+    store_events(
+        database,
+        "damaged",
+        RunStarted(timestamp=now - 1300),
+        StepStarted(step_id="a", timestamp=now - 1300),
+    )
+    with database.begin() as db:
+        insert_events(
+            db,
+            "damaged",
+            [
+                EventRow(3, "step_started", "a", "{not json"),
+                EventRow(4, "from_the_future", "a", '{"kind": "from_the_future", "seq": 4}'),
+            ],
+        )
+        db.execute(sa.text("UPDATE minions_runs SET last_seq = 4 WHERE run_id = 'damaged'"))
+    store_events(
+        database,
+        "damaged",
+        ToolCallStarted(step_id="a", call_id="c1", name="fetch", timestamp=now - 1200),
+    )
+    notifier = Notifier(database, [STUCK], secret=SECRET, stuck_after=900, clock=lambda: now)
+    assert notifier.find() == 1
+    notifier.close()
+    [stuck] = told(database, "run_stuck")
+    database.close()
+    assert (stuck["run_id"], stuck["steps"], stuck["last_progress_at"]) == (
+        "damaged",
+        ["a"],
+        now - 1200,
+    )
 
 
 def test_a_store_of_schema_11_migrates_to_claims_and_late_slots(tmp_path: Path) -> None:

@@ -15,12 +15,13 @@ import pytest
 import sqlalchemy as sa
 from runs_helpers import TOOLS, WorkerProcess, chain, finished, watched
 
-from minions.errors import ConfigError
+from minions.errors import ConfigError, UnknownRunError
 from minions.models import Limits, ProjectLimit
 from minions.runs import RunStore
+from minions.runs import _runs as runs
 from minions.runs._db import Database
 from minions.runs._leases import Start
-from minions.runs._project_limits import claim, unpark
+from minions.runs._project_limits import claim, project_of, unpark
 from minions.runs._tables import runs_table
 
 NOW = 1_900_000_000.0
@@ -92,6 +93,21 @@ async def test_a_project_at_its_runs_in_flight_parks_its_next_run(url: str, tmp_
     # A worker killed while it held a run frees its place when the lease runs out.
     assert unpark(database, [limit], enqueue=enqueue, now=NOW + 60) == [third]
     await store.aclose()
+    database.close()
+
+
+async def test_a_workers_claim_reads_a_runs_project_and_none_for_a_run_gone(
+    url: str, tmp_path: Path
+) -> None:
+    """The project a worker claims a run under is the store's (`_runs.project_of`); a run
+    pruned since its attempt was queued has none (its claim then refuses it), where the
+    store's own read says no such run."""
+    (made,) = await _runs(url, tmp_path, "team-a", 1)
+    database = Database(url)
+    assert project_of(database, made) == runs.project_of(database, made) == "team-a"
+    assert project_of(database, "gone") is None
+    with pytest.raises(UnknownRunError):
+        runs.project_of(database, "gone")
     database.close()
 
 

@@ -420,15 +420,41 @@ async def test_a_new_recipe_version_runs_the_steps_it_changed(tmp_path: Path, le
     await store.aclose()
 
 
+def previewed(parent: str) -> dict[str, Any]:
+    """The preview of the rerun of `parent` from ``report`` with ``left`` set and input
+    ``extra`` changed (the API's and the CLI's ``--dry-run --json``)."""
+    return {
+        "parent_run_id": parent,
+        "from_step": "report",
+        "reused": ["fetch", "left", "right"],
+        "rerun": ["each", "ship", "report"],
+        "changed": {"report": "inputs"},
+        "cache": False,
+        "editable": ["fetch", "left", "right"],
+    }
+
+
 def test_the_cli_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"
     recipe = write_proof(tmp_path)
 
     parent = asyncio.run(executed(url, recipe))
-    done = minions(
-        "runs", "rerun", parent, "--from", "report", "--set", 'left="edited"',
-        "-i", "extra=y", "--database-url", url,
-    )  # fmt: skip
+    edit = ("--from", "report", "--set", 'left="edited"', "-i", "extra=y", "--database-url", url)
+    # A dry run says what the rerun would do, as the API's preview does, and queues nothing.
+    planned = minions("runs", "rerun", parent, *edit, "--dry-run", "--json")
+    assert planned.returncode == 0, planned.stderr
+    assert json.loads(planned.stdout) == previewed(parent)
+    said = minions("runs", "rerun", parent, *edit, "--dry-run")
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.splitlines() == [
+        f"a rerun of {parent} from report (dry run: nothing queued)",
+        "reuses fetch, left, right; runs each, ship, report",
+        "step report runs again: its inputs changed",
+        "--set may replace the output of fetch, left, right",
+    ]
+    with sqlite3.connect(tmp_path / "store" / "minions.db") as db:
+        assert db.execute("SELECT run_id FROM minions_runs").fetchall() == [(parent,)]
+    done = minions("runs", "rerun", parent, *edit)
     assert done.returncode == 0, done.stderr
     run_id = done.stdout.strip()
     assert len(run_id) == 32
@@ -485,15 +511,7 @@ def test_the_api_reruns_and_diffs(tmp_path: Path, ledger: Path) -> None:
         total = client.get("/runs").json()["total"]
         preview = client.post(f"/runs/{parent}/rerun/preview", json=edit)
         assert preview.status_code == 200, preview.text
-        assert preview.json() == {
-            "parent_run_id": parent,
-            "from_step": "report",
-            "reused": ["fetch", "left", "right"],
-            "rerun": ["each", "ship", "report"],
-            "changed": {"report": "inputs"},
-            "cache": False,
-            "editable": ["fetch", "left", "right"],
-        }
+        assert preview.json() == previewed(parent)
         assert client.get("/runs").json()["total"] == total
         # The rerun itself reuses what its preview said.
         made = client.post(f"/runs/{parent}/rerun", json=edit)

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from minions import events as ev
-from minions._fold import Execution, ItemId, RunStates, step_error, total
+from minions._fold import IN_FLIGHT, Execution, ItemId, RunStates, step_error, total
 from minions._text import token_count
 from minions.cli._progress import Ticker, elapsed
 
@@ -185,11 +185,7 @@ class LiveView:
         name = ItemId.parse(event.step_id)
         base = name.step
         if isinstance(event, ev.StepStarted) and name.item is None:
-            others = [
-                r.id
-                for r in self.rows.values()
-                if r.status in ("running", "waiting") and r.id != base
-            ]
+            others = [r.id for r in self.rows.values() if r.status in IN_FLIGHT and r.id != base]
             self._line(f"▶ {base}" + (f" (alongside {', '.join(others)})" if others else ""))
         elif isinstance(event, ev.StepCompleted | ev.StepFailed) and name.item is None:
             self._line(self._end_line(step_row(self.states, base)))
@@ -213,7 +209,7 @@ class LiveView:
         """What runs now, for how long, and the tokens so far; ``None`` when nothing runs."""
         now = time.time()
         rows = list(self.rows.values())
-        running = [r for r in rows if r.status in ("running", "waiting")]
+        running = [r for r in rows if r.status in IN_FLIGHT]
         if not running:
             return None
         shown = []
@@ -279,7 +275,7 @@ class LiveView:
                 tokens,
                 Text(row.note),
             )
-        running = [r.id for r in rows if r.status in ("running", "waiting")]
+        running = [r.id for r in rows if r.status in IN_FLIGHT]
         clock = f"{now - self._started:.1f}s"
         footer = Text(
             f"{clock} · running now: {', '.join(running)}"

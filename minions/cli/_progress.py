@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.status import Status
 
 from minions import events as ev
-from minions._fold import Execution, RunStates, total
+from minions._fold import IN_FLIGHT, Execution, RunStates, total
 from minions.cli._errors import UsageError
 
 __all__: list[str] = []
@@ -146,9 +146,7 @@ class FollowedRun:
         running = [
             e
             for e in executions
-            if e.item is None
-            and e.status in ("running", "waiting")
-            and self.states.latest(e.step_id) is e
+            if e.item is None and e.status in IN_FLIGHT and self.states.latest(e.step_id) is e
         ]
         if not running:
             return None

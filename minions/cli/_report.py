@@ -14,6 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from minions._fold import IN_FLIGHT
 from minions._messages import Usage
 from minions._step.execution import StepExecution
 from minions._step.result import AgentResult
@@ -121,7 +122,7 @@ def summarize_rows(rows: Iterable[StepRow], now: float) -> list[StepSummary]:
     return [
         StepSummary(
             id=row.id,
-            status="cancelled" if row.status in ("running", "waiting") else row.status,
+            status="cancelled" if row.status in IN_FLIGHT else row.status,
             items=row.items_started,
             duration=row.elapsed(now),
             model_calls=row.model_calls,

@@ -9,7 +9,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,6 +29,9 @@ from minions.cli._common import (
 )
 from minions.cli._errors import UsageError
 from minions.errors import DiffTooLargeError
+
+if TYPE_CHECKING:
+    from minions.runs import RerunPlan
 
 __all__: list[str] = []
 
@@ -69,43 +72,95 @@ def rerun(
             "does: each runs, and refreshes its entry).",
         ),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Plan the rerun, checked as the rerun is, and queue nothing: print what it "
+            "would reuse and run again, and why.",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     database_url: DatabaseOption = None,
 ) -> None:
     """Queue a new run of an ended run from step STEP: the steps that do not depend on it are
-    reused as recorded (no model or tool calls); print the new run's id."""
+    reused as recorded (no model or tool calls); print the new run's id (with --dry-run, the
+    plan alone: nothing is queued)."""
     given = parse_inputs(inputs or ())
     edited = _parse_outputs(outputs or ())
     if recipe is not None and not recipe.is_file():
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     store = open_store(database_url)
-    try:
-        plan = asyncio.run(
-            store.rerun(
-                run,
-                from_step=from_step,
-                inputs=given,
-                outputs=edited,
-                recipe=recipe,
-                cache=cache,
-                actor=cli_who(),
-            )
+
+    async def planned() -> tuple[RerunPlan, list[str]]:
+        plan = await store.rerun(
+            run,
+            from_step=from_step,
+            inputs=given,
+            outputs=edited,
+            recipe=recipe,
+            cache=cache,
+            actor=cli_who(),
+            dry_run=dry_run,
         )
+        if not dry_run:
+            return plan, []
+        completed = (await store.get(run)).completed_steps
+        return plan, [s for s in plan.reused if s in completed]
+
+    try:
+        plan, editable = asyncio.run(planned())
     finally:
         store.close()
+    if dry_run:
+        _preview(plan, editable, json_output=json_output)
+        return
     if json_output:
         typer.echo(json.dumps(jsonable(dataclasses.asdict(plan)), ensure_ascii=False))
         return
     typer.echo(plan.run_id)
     said = Console(stderr=True, highlight=False, soft_wrap=True)
-    said.print(
+    for line in _plan_lines(plan):
+        said.print(line, markup=False)
+
+
+def _plan_lines(plan: RerunPlan) -> list[str]:
+    """What a rerun reuses and runs again, and why a step runs again for a reason of its
+    own."""
+    lines = [
         f"reuses {', '.join(plan.reused) or 'no step'}; runs {', '.join(plan.rerun)}"
-        + (" (answered from the step cache where it can)" if plan.cache else ""),
-        markup=False,
-    )
+        + (" (answered from the step cache where it can)" if plan.cache else "")
+    ]
     for step, why in plan.changed.items():
         reason = "its inputs changed" if why == "inputs" else "its definition changed"
-        said.print(f"step {step} runs again: {reason}", markup=False)
+        lines.append(f"step {step} runs again: {reason}")
+    return lines
+
+
+def _preview(plan: RerunPlan, editable: list[str], *, json_output: bool) -> None:
+    """A dry run's plan, as ``POST /runs/{id}/rerun/preview`` answers it (`editable`: the
+    reused steps whose output --set may replace: those the run completed)."""
+    if json_output:
+        data = {
+            "parent_run_id": plan.parent_run_id,
+            "from_step": plan.from_step,
+            "reused": list(plan.reused),
+            "rerun": list(plan.rerun),
+            "changed": dict(plan.changed),
+            "cache": plan.cache,
+            "editable": editable,
+        }
+        typer.echo(json.dumps(data, ensure_ascii=False))
+        return
+    out = stdout()
+    out.print(
+        f"a rerun of {plan.parent_run_id} from {plan.from_step} (dry run: nothing queued)",
+        markup=False,
+    )
+    for line in _plan_lines(plan):
+        out.print(line, markup=False)
+    if editable:
+        out.print(f"--set may replace the output of {', '.join(editable)}", markup=False)
 
 
 def _parse_outputs(pairs: Sequence[str]) -> dict[str, Any]:

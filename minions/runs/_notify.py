@@ -34,9 +34,8 @@ import structlog
 
 from minions._fold import IN_FLIGHT, RunStates
 from minions._text import redact_url
-from minions.events import event_from_json
+from minions.runs import _events as events
 from minions.runs._db import Database, detail
-from minions.runs._tables import events_table
 from minions.runs._tables import notifications_table as outbox
 
 if TYPE_CHECKING:
@@ -225,18 +224,7 @@ def busy_steps(database: Database, run_id: str) -> list[str] | None:
     nothing is in flight); None when it is in a known wait: something is in flight, and
     each execution in flight waits for its endpoint's limits (``model_call_waiting``) or a
     person's decision."""
-    states = RunStates()
-    query = (
-        sa.select(events_table.c.data)
-        .where(events_table.c.run_id == run_id)
-        .order_by(events_table.c.seq)
-    )
-    with database.stream() as db:
-        for row in db.execute(query):
-            try:
-                states.fold(event_from_json(row.data))
-            except ValueError:
-                continue  # an event this minions cannot read: what the others say stands
+    states = RunStates.of(events.readable(database, run_id))
     in_flight = [e for e in states.executions if e.status in IN_FLIGHT]
     leaves = [
         e

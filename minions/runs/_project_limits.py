@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import sqlalchemy as sa
 import structlog
 
+from minions.errors import UnknownRunError
 from minions.runs import _runs as runs
 from minions.runs._db import loads
 from minions.runs._endpoints import _lock_gate
@@ -127,12 +128,12 @@ def claim(
 
 
 def project_of(database: Database, run_id: str) -> str | None:
-    """The run's project (None: no such run)."""
-    with database.read() as db:
-        found = db.execute(
-            sa.select(runs_table.c.project).where(runs_table.c.run_id == run_id)
-        ).scalar_one_or_none()
-    return None if found is None else str(found)
+    """The run's project (`minions.runs._runs.project_of`), or None: no run has this id (a
+    worker handed an attempt of a run pruned since goes on to a claim that refuses it)."""
+    try:
+        return runs.project_of(database, run_id)
+    except UnknownRunError:
+        return None
 
 
 def unpark(

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import sqlalchemy as sa
 import structlog
 
-from minions.errors import UnknownRunError
 from minions.runs import _runs as runs
 from minions.runs._db import loads
 from minions.runs._endpoints import _lock_gate
@@ -125,15 +124,6 @@ def claim(
         log.info("run parked: its project is at its limit", run_id=run_id, limit=why)
         return "parked"
     return start_of(database, run_id, None, attempt=attempt, holder=holder)
-
-
-def project_of(database: Database, run_id: str) -> str | None:
-    """The run's project (`minions.runs._runs.project_of`), or None: no run has this id (a
-    worker handed an attempt of a run pruned since goes on to a claim that refuses it)."""
-    try:
-        return runs.project_of(database, run_id)
-    except UnknownRunError:
-        return None
 
 
 def unpark(

@@ -25,7 +25,7 @@ from minions._step.execution import StepExecution, StepStatus
 from minions._step.resume import WAITING, StepState
 from minions._step.settings import RunSettings
 from minions._text import jsonable
-from minions.errors import MinionsError, RecipeError
+from minions.errors import MinionsError, RecipeError, UnknownRunError
 from minions.events import (
     Event,
     EventEmitter,
@@ -1170,8 +1170,11 @@ class RunExecutor:
         deadline = time.monotonic() + self.lease + 2 * self.heartbeat
         limit = None
         if self.project_limits:
-            project = await self.database.apply(project_limits.project_of, run_id)
-            limit = self.project_limits.get(project or "")
+            try:
+                project = await self.database.apply(runs.project_of, run_id)
+            except UnknownRunError:  # pruned since it was queued: the claim refuses it
+                project = ""
+            limit = self.project_limits.get(project)
         while True:
             now = time.time()
             claiming: dict[str, Any] = {

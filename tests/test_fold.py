@@ -18,11 +18,11 @@ from minions._fold import (
     RUN_STATUSES,
     TERMINAL,
     Execution,
-    ItemId,
     RunStates,
     step_error,
     step_failure,
 )
+from minions._item import ItemId
 from minions.runs import STATUSES, StepRecord
 
 T0 = 1_000.0

@@ -9,8 +9,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NoReturn
 
-from minions._fold import ItemId
 from minions._generic import OutputT
+from minions._item import ItemId
 from minions._memory import MemorySnapshot
 from minions._messages import Message, Prompt, ToolCall, ToolCallResponse, ToolSpec
 from minions._step.cache import CachedStep, StepCache, cache_age, cache_key, cache_world

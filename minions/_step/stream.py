@@ -7,8 +7,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic
 
-from minions._fold import ItemId
 from minions._generic import OutputT
+from minions._item import ItemId
 
 if TYPE_CHECKING:
     from minions._emitter import EventEmitter

@@ -14,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from minions import events as ev
-from minions._fold import IN_FLIGHT, Execution, ItemId, RunStates, step_error, total
+from minions._fold import IN_FLIGHT, Execution, RunStates, step_error, total
+from minions._item import ItemId
 from minions._text import token_count
 from minions.cli._progress import Ticker, elapsed
 

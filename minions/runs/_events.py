@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from minions._fold import TERMINAL_KINDS, ItemId
+from minions._fold import TERMINAL_KINDS
+from minions._item import ItemId
 from minions._text import stored_event
 from minions.events import Event, RunFailed, event_from_json, event_to_json
 from minions.runs._tables import events_table

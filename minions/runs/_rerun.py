@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from minions._fold import ItemId
+from minions._item import ItemId
 from minions._templates import render, template_expressions, template_roots
 from minions.errors import MinionsError, RerunError, TemplateError
 from minions.runs import _checkpoints as checkpoints

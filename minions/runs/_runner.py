@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 import structlog
 
 from minions._agent.executor import AgentExecutor
-from minions._fold import TERMINAL_KINDS, ItemId
+from minions._fold import TERMINAL_KINDS
+from minions._item import ItemId
 from minions._routing.selection import Routing
 from minions._step.cache import Refreshing
 from minions._step.execution import StepExecution, StepStatus

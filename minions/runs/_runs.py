@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 
-from minions._fold import ItemId
+from minions._item import ItemId
 from minions.errors import IdempotencyConflictError, RunStateError, UnknownRunError
 from minions.runs import _approvals as approvals
 from minions.runs import _audit

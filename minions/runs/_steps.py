@@ -14,13 +14,13 @@ from minions import events as ev
 from minions._fold import (
     Decision,
     Execution,
-    ItemId,
     ModelCall,
     Retry,
     RunStates,
     ToolCall,
     WaitKind,
 )
+from minions._item import ItemId
 from minions.errors import UnknownStepError
 from minions.runs._approvals import ApprovalRecord
 from minions.runs._checkpoints import StepRecord

@@ -6,7 +6,7 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any, Final, Literal
 
-from minions._fold import ItemId
+from minions._item import ItemId
 from minions._messages import (
     COMPLETION_TOOL,
     SELECT_TOOL,

@@ -225,6 +225,10 @@ class EventLog:
         """Runs followed now (each with one feed, whatever its followers)."""
         return len(self._feeds)
 
+    def followers(self) -> int:
+        """Followers now, of every run (those of a run share its feed)."""
+        return sum(len(feed.subscribers) for feed in self._feeds.values())
+
     async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         """The run's stored events after number `after`, then new ones as they are stored
         (and its token deltas, from the worker of any process), until the terminal event that
@@ -321,7 +325,11 @@ class EventLog:
         finally:
             feed.subscribers.discard(subscription)
             if not feed.subscribers and feed.task is not None and not feed.task.done():
-                feed.task.cancel()  # the last follower left: nobody reads this run now
+                # The last follower left: nobody reads this run now. A follower that comes
+                # while the feed stops starts a feed of its own (it joined this one, and was
+                # ended with it, as if the run had ended).
+                self._forget(feed)
+                feed.task.cancel()
                 await asyncio.gather(feed.task, return_exceptions=True)
             if not self._feeds and not self._pinned:
                 await self._unlisten()
@@ -333,11 +341,15 @@ class EventLog:
                 lambda: run_id in self._announced or run_id not in self._feeds
             )
 
-    def _ended(self, feed: _Feed) -> None:
+    def _forget(self, feed: _Feed) -> None:
+        """No new follower joins `feed` (it stops)."""
         if self._feeds.get(feed.run_id) is feed:
             del self._feeds[feed.run_id]
             if self.notified:
                 self._announce.set()  # the workers are told it is followed no more
+
+    def _ended(self, feed: _Feed) -> None:
+        self._forget(feed)
         if feed.unsubscribe_hub is not None:
             feed.unsubscribe_hub()
             feed.unsubscribe_hub = None

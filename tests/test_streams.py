@@ -289,6 +289,51 @@ async def test_a_follower_on_postgres_says_it_left_while_another_note_is_on_its_
         through.set()
 
 
+async def test_a_follower_on_postgres_that_comes_as_the_last_one_leaves_is_announced(
+    postgres: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower comes while the process's last follower leaves, its note that it left still
+    on its way (a slow database): the process says it follows the run again once that note is
+    through (the new follower found the LISTEN connection open as it was being closed, and
+    the workers were never told: no token deltas for it, and no wake-up at each commit)."""
+    from runs_helpers import until
+
+    from minions.runs._log import EventLog
+
+    slow, through = held_leave_note(monkeypatch)
+    came = asyncio.Event()
+    subscribe = EventLog._subscribe
+
+    @asynccontextmanager
+    async def subscribing(log: EventLog, run_id: str) -> AsyncIterator[Any]:
+        came.set()  # as the follower reaches the log (what it does then is done as it waits)
+        async with subscribe(log, run_id) as subscription:
+            yield subscription
+
+    monkeypatch.setattr(EventLog, "_subscribe", subscribing)
+    try:
+        async with two_queued_runs(postgres, tmp_path) as queued:
+            run_id, _ = queued.runs
+            first, origin = await queued.first_follow(run_id)
+            came.clear()
+            first.cancel()  # the process's last follower leaves
+            assert await asyncio.to_thread(slow.wait, 30)  # "-run_id" is on its way
+            await until(lambda: queued.store.log.feeds() == 0)
+            for _ in range(10):  # the log goes on to close (a few turns of the loop)
+                await asyncio.sleep(0)
+            second = queued.follow(run_id)  # and another comes meanwhile
+            await asyncio.wait_for(came.wait(), 10)
+            through.set()
+            assert await queued.note() == [origin, f"-{run_id}"]
+            assert await queued.note() == [origin, f"+{run_id}"]
+            await asyncio.gather(first, return_exceptions=True)
+            second.cancel()
+            await asyncio.gather(second, return_exceptions=True)
+            assert await queued.note() == [origin, f"-{run_id}"]
+    finally:
+        through.set()
+
+
 async def test_a_follower_on_postgres_cancelled_as_its_note_goes_out_stops(
     postgres: str, tmp_path: Path
 ) -> None:

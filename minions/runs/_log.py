@@ -206,6 +206,8 @@ class EventLog:
         self._asked = True
         """Tell the workers of every run followed (not only of the new ones) next round."""
         self._closing = False
+        self._quieting: asyncio.Event | None = None
+        """Set once the LISTEN connection being closed now is closed (None: none is)."""
 
     async def start(self) -> None:
         """Keep the LISTEN connection open until `stop` (a service); followers start it
@@ -294,6 +296,10 @@ class EventLog:
 
     @contextlib.asynccontextmanager
     async def _subscribe(self, run_id: str) -> AsyncIterator[_Subscription]:
+        while self._quieting is not None:
+            # The last follower closes the LISTEN connection: one that comes meanwhile opens
+            # it again once it is closed (it found it open, and followed on without it).
+            await self._quieting.wait()
         self._listen()
         feed = self._feeds.get(run_id)
         if feed is None:
@@ -377,6 +383,17 @@ class EventLog:
             asyncio.get_running_loop().add_reader(self._fifo.descriptor, self._read_fifo)
 
     async def _unlisten(self) -> None:
+        if self._quieting is not None:
+            await self._quieting.wait()  # another caller closes it
+            return
+        quieting = self._quieting = asyncio.Event()
+        try:
+            await self._close_listening()
+        finally:
+            self._quieting = None
+            quieting.set()
+
+    async def _close_listening(self) -> None:
         announcer, self._announcer = self._announcer, None
         if announcer is not None:
             # Its last round tells the workers this process follows nothing now.

@@ -180,6 +180,14 @@ class QueuedRuns:
 
         return asyncio.create_task(follow())
 
+    async def first_follow(self, run: str) -> tuple[asyncio.Task[None], str]:
+        """A follow of `run`, the process's first, once the process said so; and the name in
+        the process's notes."""
+        task = self.follow(run)
+        origin, *said = await self.note()
+        assert said == [f"+{run}"]
+        return task, origin
+
 
 @asynccontextmanager
 async def two_queued_runs(postgres: str, tmp_path: Path) -> AsyncIterator[QueuedRuns]:
@@ -209,25 +217,46 @@ async def test_a_follower_on_postgres_tells_the_workers_what_it_follows(
     """A process following a run says so on `minions_follows` before it reads the run's
     events, again when a worker asks, and says it left when its last follower leaves."""
     import psycopg
+    from runs_helpers import until
 
     async with two_queued_runs(postgres, tmp_path) as queued:
         run_id, other = queued.runs
-        first = queued.follow(run_id)
-        origin, *said = await queued.note()
-        assert said == [f"+{run_id}"]
+        first, origin = await queued.first_follow(run_id)
         second = queued.follow(run_id)  # the same run: nothing more to say
         third = queued.follow(other)
         assert await queued.note() == [origin, f"+{other}"]
         with psycopg.connect(queued.store.url, autocommit=True) as worker:  # it asks
             worker.execute("NOTIFY minions_deltas, '?'")
         assert sorted(await queued.note()) == sorted([origin, f"+{run_id}", f"+{other}"])
+        # `second`'s first read of the store may answer after all this on a busy machine:
+        # `first` would leave alone, and the process say it left.
+        await until(lambda: queued.store.log.followers() == 3)
         for task in (first, third):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        assert not second.done(), second  # (its repr says how it ended)
         assert await queued.note() == [origin, f"-{other}"]  # `second` follows `run_id` still
         second.cancel()
         await asyncio.gather(second, return_exceptions=True)
         assert await queued.note() == [origin, f"-{run_id}"]
+
+
+def held_leave_note(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """The first follow note of a run left waits (a slow database) until the second event
+    returned is set; the first is set once it waits."""
+    from minions.runs import _streams as streams
+
+    slow, through = threading.Event(), threading.Event()
+    announce = streams.announce
+
+    def slowly(database: Any, notes: Any) -> None:
+        if any(" -" in note for note in notes) and not slow.is_set():
+            slow.set()
+            through.wait(30)
+        announce(database, notes)
+
+    monkeypatch.setattr(streams, "announce", slowly)
+    return slow, through
 
 
 async def test_a_follower_on_postgres_says_it_left_while_another_note_is_on_its_way(
@@ -238,24 +267,11 @@ async def test_a_follower_on_postgres_says_it_left_while_another_note_is_on_its_
     (it used to say nothing, and the workers sent the run's text for nobody for 30 s)."""
     from runs_helpers import until
 
-    from minions.runs import _streams as streams
-
-    slow, through = threading.Event(), threading.Event()
-    announce = streams.announce
-
-    def slowly(database: Any, notes: Any) -> None:
-        if any(" -" in note for note in notes) and not slow.is_set():
-            slow.set()  # the first note of a run left waits for the test
-            through.wait(30)
-        announce(database, notes)
-
-    monkeypatch.setattr(streams, "announce", slowly)
+    slow, through = held_leave_note(monkeypatch)
     try:
         async with two_queued_runs(postgres, tmp_path) as queued:
             run_id, other = queued.runs
-            first = queued.follow(run_id)
-            origin, *said = await queued.note()
-            assert said == [f"+{run_id}"]
+            first, origin = await queued.first_follow(run_id)
             second = queued.follow(other)
             assert await queued.note() == [origin, f"+{other}"]
             second.cancel()
@@ -269,6 +285,51 @@ async def test_a_follower_on_postgres_says_it_left_while_another_note_is_on_its_
             assert await queued.note() == [origin, f"-{other}"]
             assert await queued.note() == [origin, f"-{run_id}"]
             await asyncio.gather(first, return_exceptions=True)
+    finally:
+        through.set()
+
+
+async def test_a_follower_on_postgres_that_comes_as_the_last_one_leaves_is_announced(
+    postgres: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower comes while the process's last follower leaves, its note that it left still
+    on its way (a slow database): the process says it follows the run again once that note is
+    through (the new follower found the LISTEN connection open as it was being closed, and
+    the workers were never told: no token deltas for it, and no wake-up at each commit)."""
+    from runs_helpers import until
+
+    from minions.runs._log import EventLog
+
+    slow, through = held_leave_note(monkeypatch)
+    came = asyncio.Event()
+    subscribe = EventLog._subscribe
+
+    @asynccontextmanager
+    async def subscribing(log: EventLog, run_id: str) -> AsyncIterator[Any]:
+        came.set()  # as the follower reaches the log (what it does then is done as it waits)
+        async with subscribe(log, run_id) as subscription:
+            yield subscription
+
+    monkeypatch.setattr(EventLog, "_subscribe", subscribing)
+    try:
+        async with two_queued_runs(postgres, tmp_path) as queued:
+            run_id, _ = queued.runs
+            first, origin = await queued.first_follow(run_id)
+            came.clear()
+            first.cancel()  # the process's last follower leaves
+            assert await asyncio.to_thread(slow.wait, 30)  # "-run_id" is on its way
+            await until(lambda: queued.store.log.feeds() == 0)
+            for _ in range(10):  # the log goes on to close (a few turns of the loop)
+                await asyncio.sleep(0)
+            second = queued.follow(run_id)  # and another comes meanwhile
+            await asyncio.wait_for(came.wait(), 10)
+            through.set()
+            assert await queued.note() == [origin, f"-{run_id}"]
+            assert await queued.note() == [origin, f"+{run_id}"]
+            await asyncio.gather(first, return_exceptions=True)
+            second.cancel()
+            await asyncio.gather(second, return_exceptions=True)
+            assert await queued.note() == [origin, f"-{run_id}"]
     finally:
         through.set()
 

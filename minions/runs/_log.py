@@ -206,6 +206,8 @@ class EventLog:
         self._asked = True
         """Tell the workers of every run followed (not only of the new ones) next round."""
         self._closing = False
+        self._quieting: asyncio.Event | None = None
+        """Set once the LISTEN connection being closed now is closed (None: none is)."""
 
     async def start(self) -> None:
         """Keep the LISTEN connection open until `stop` (a service); followers start it
@@ -224,6 +226,10 @@ class EventLog:
     def feeds(self) -> int:
         """Runs followed now (each with one feed, whatever its followers)."""
         return len(self._feeds)
+
+    def followers(self) -> int:
+        """Followers now, of every run (those of a run share its feed)."""
+        return sum(len(feed.subscribers) for feed in self._feeds.values())
 
     async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         """The run's stored events after number `after`, then new ones as they are stored
@@ -290,6 +296,10 @@ class EventLog:
 
     @contextlib.asynccontextmanager
     async def _subscribe(self, run_id: str) -> AsyncIterator[_Subscription]:
+        while self._quieting is not None:
+            # The last follower closes the LISTEN connection: one that comes meanwhile opens
+            # it again once it is closed (it found it open, and followed on without it).
+            await self._quieting.wait()
         self._listen()
         feed = self._feeds.get(run_id)
         if feed is None:
@@ -321,7 +331,11 @@ class EventLog:
         finally:
             feed.subscribers.discard(subscription)
             if not feed.subscribers and feed.task is not None and not feed.task.done():
-                feed.task.cancel()  # the last follower left: nobody reads this run now
+                # The last follower left: nobody reads this run now. A follower that comes
+                # while the feed stops starts a feed of its own (it joined this one, and was
+                # ended with it, as if the run had ended).
+                self._forget(feed)
+                feed.task.cancel()
                 await asyncio.gather(feed.task, return_exceptions=True)
             if not self._feeds and not self._pinned:
                 await self._unlisten()
@@ -333,11 +347,15 @@ class EventLog:
                 lambda: run_id in self._announced or run_id not in self._feeds
             )
 
-    def _ended(self, feed: _Feed) -> None:
+    def _forget(self, feed: _Feed) -> None:
+        """No new follower joins `feed` (it stops)."""
         if self._feeds.get(feed.run_id) is feed:
             del self._feeds[feed.run_id]
             if self.notified:
                 self._announce.set()  # the workers are told it is followed no more
+
+    def _ended(self, feed: _Feed) -> None:
+        self._forget(feed)
         if feed.unsubscribe_hub is not None:
             feed.unsubscribe_hub()
             feed.unsubscribe_hub = None
@@ -365,6 +383,17 @@ class EventLog:
             asyncio.get_running_loop().add_reader(self._fifo.descriptor, self._read_fifo)
 
     async def _unlisten(self) -> None:
+        if self._quieting is not None:
+            await self._quieting.wait()  # another caller closes it
+            return
+        quieting = self._quieting = asyncio.Event()
+        try:
+            await self._close_listening()
+        finally:
+            self._quieting = None
+            quieting.set()
+
+    async def _close_listening(self) -> None:
         announcer, self._announcer = self._announcer, None
         if announcer is not None:
             # Its last round tells the workers this process follows nothing now.

@@ -232,7 +232,6 @@ def test_every_route_declares_the_permission_the_contract_says() -> None:
 def test_metrics_need_a_reader_unless_public(tmp_path: Path, public: bool) -> None:
     """``/metrics`` (``serve --metrics``) declares `Scraper`: a key of any role reads it; without
     a key it is a 401, unless the server makes it public."""
-    pytest.importorskip("prometheus_client")
     from minions.service._access import api_routes, permission_of
 
     url = f"sqlite:///{tmp_path / 'store' / 'minions.db'}"

@@ -92,8 +92,8 @@ def rerun(
         raise UsageError(f"no such recipe file: {str(recipe)!r}")
     store = open_store(database_url)
 
-    async def planned() -> tuple[RerunPlan, list[str]]:
-        plan = await store.rerun(
+    async def planned() -> RerunPlan:
+        return await store.rerun(
             run,
             from_step=from_step,
             inputs=given,
@@ -103,17 +103,13 @@ def rerun(
             actor=cli_who(),
             dry_run=dry_run,
         )
-        if not dry_run:
-            return plan, []
-        completed = (await store.get(run)).completed_steps
-        return plan, [s for s in plan.reused if s in completed]
 
     try:
-        plan, editable = asyncio.run(planned())
+        plan = asyncio.run(planned())
     finally:
         store.close()
     if dry_run:
-        _preview(plan, editable, json_output=json_output)
+        _preview(plan, json_output=json_output)
         return
     if json_output:
         typer.echo(json.dumps(jsonable(dataclasses.asdict(plan)), ensure_ascii=False))
@@ -137,9 +133,9 @@ def _plan_lines(plan: RerunPlan) -> list[str]:
     return lines
 
 
-def _preview(plan: RerunPlan, editable: list[str], *, json_output: bool) -> None:
-    """A dry run's plan, as ``POST /runs/{id}/rerun/preview`` answers it (`editable`: the
-    reused steps whose output --set may replace: those the run completed)."""
+def _preview(plan: RerunPlan, *, json_output: bool) -> None:
+    """A dry run's plan, as ``POST /runs/{id}/rerun/preview`` answers it."""
+    editable = list(plan.editable)
     if json_output:
         data = {
             "parent_run_id": plan.parent_run_id,

@@ -126,13 +126,15 @@ def plan_rerun(
                     f"the output set for step {step_id!r} does not match its schema: {exc}"
                 ) from None
         checked[step_id] = _jsonable(value)
+    reused = tuple(s for s in steps if s not in again)
     return RerunPlan(
         parent_run_id=parent.run_id,
         from_step=from_step,
-        reused=tuple(s for s in steps if s not in again),
+        reused=reused,
         rerun=tuple(s for s in steps if s in again),
         changed={s: why for s, why in changed.items() if s in again},
         outputs=checked,
+        editable=tuple(s for s in reused if s in completed),
     )
 
 

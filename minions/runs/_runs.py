@@ -168,6 +168,8 @@ class RerunPlan:
             or ``"definition"`` (the new recipe version changed them).
         cache: the steps executed again may answer from the step cache (asked for; by
             default they never do: each runs, and its entry replaces the cached one).
+        editable: the reused steps whose output `outputs` may set (those the parent
+            completed), as the plan was made (a plan read back from the store: none).
     """
 
     parent_run_id: str
@@ -181,6 +183,7 @@ class RerunPlan:
     cache: bool = False
     created: bool = True
     """False: an idempotency key named an earlier rerun, and this is its plan."""
+    editable: tuple[str, ...] = ()
 
     def to_data(self) -> dict[str, Any]:
         """The plan as JSON data (what the rerun stores, and its worker reads)."""

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from minions._text import jsonable
 from minions.errors import RecipeError
-from minions.runs import RerunPlan, RunRecord, ScopedRuns
+from minions.runs import RerunPlan, ScopedRuns
 from minions.service._access import Operator, Reader
 from minions.service._config import ServiceConfig
 from minions.service._deps import Catalog, Config, Runs
@@ -164,7 +164,7 @@ async def rerun(
     ):
         raise Refused(400, "the `Idempotency-Key` header and `idempotency_key` differ")
     key = body.idempotency_key or idempotency_key
-    _, plan = await _planned(
+    plan = await _planned(
         run_id, body, runs, config, catalogs, idempotency_key=key, actor=caller.actor
     )
     made = Rerun.model_validate(plan)
@@ -186,10 +186,8 @@ async def preview(
     steps it would reuse as recorded and those it would execute again (and why, when their
     inputs or definition changed), checked as the rerun is (a 400, 403 or 404 as it would
     be), and the reused steps whose output `outputs` may set."""
-    record, plan = await _planned(run_id, body, runs, config, catalogs, dry_run=True)
-    shown = Preview.model_validate(plan)
-    shown.editable = [s for s in plan.reused if s in record.completed_steps]
-    return shown
+    plan = await _planned(run_id, body, runs, config, catalogs, dry_run=True)
+    return Preview.model_validate(plan)
 
 
 async def _planned(
@@ -199,11 +197,11 @@ async def _planned(
     config: ServiceConfig,
     catalogs: Catalogs,
     **more: Any,
-) -> tuple[RunRecord, RerunPlan]:
-    """Run `run_id`, and `RunStore.rerun`'s plan of the rerun `body` asks for (queued, or
+) -> RerunPlan:
+    """`RunStore.rerun`'s plan of the rerun of `run_id` that `body` asks for (queued, or
     with `dry_run` not), of the recipe `_offered` gives."""
-    record, source = await _offered(run_id, runs, config, catalogs)
-    plan = await runs.rerun(
+    source = await _offered(run_id, runs, config, catalogs)
+    return await runs.rerun(
         run_id,
         from_step=body.from_step,
         inputs=body.inputs,
@@ -212,13 +210,12 @@ async def _planned(
         **source,
         **more,
     )
-    return record, plan
 
 
 async def _offered(
     run_id: str, runs: ScopedRuns, config: ServiceConfig, catalogs: Catalogs
-) -> tuple[RunRecord, dict[str, Any]]:
-    """Run `run_id`, and what `RunStore.rerun` reruns it with, as a submit by this client
+) -> dict[str, Any]:
+    """What `RunStore.rerun` reruns run `run_id` with, as a submit by this client
     would take it: its inline recipe again under the inline rules (while they are on; the
     store parses it once, off the event loop, and checks it before anything is built), or
     the recipe of the folder with its id, as the folder is now.
@@ -237,10 +234,10 @@ async def _offered(
     if was_inline and inline is not None and config.allow_inline_recipes:
         text = await runs.recipe_yaml(run_id)
         check = functools.partial(check_inline, catalog=catalog, model=config.model)
-        return record, {"recipe_yaml": text, "base": inline.parent, "check": check}
+        return {"recipe_yaml": text, "base": inline.parent, "check": check}
     entry = await asyncio.to_thread(catalog.find, record.recipe_id)
     if entry is not None:
-        return record, {"recipe": entry.path}
+        return {"recipe": entry.path}
     if was_inline:
         raise Refused(
             403,

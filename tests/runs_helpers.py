@@ -326,6 +326,22 @@ async def finished(store: RunStore, run_id: str, within: float = 60) -> str:
     return (await store.get(run_id)).status
 
 
+SHORT = "id: short\nsteps:\n  - {id: now, tool: current_datetime}\n"
+"""A recipe of one tool step (no model)."""
+
+
+async def queued(url: str, folder: Path) -> str:
+    """A run of `SHORT`, stored and queued in the store of `url` (made if need be): nobody
+    runs it until the test does."""
+    (folder / "short.yaml").write_text(SHORT)
+    store = RunStore(url, create=True)
+    try:
+        run_id, _ = await store.submit(folder / "short.yaml")
+    finally:
+        await store.aclose()
+    return run_id
+
+
 def minions(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """`minions ARGS...` in a process of its own (`env`: added to the environment)."""
     return subprocess.run(

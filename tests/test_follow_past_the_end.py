@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from runs_helpers import run_here, until
+from runs_helpers import queued, run_here, until
 from service_helpers import app_in_thread, auth, read_stream
 
 from minions.events import Event
@@ -21,19 +21,8 @@ from minions.service import ServiceConfig, create_app
 pytestmark = pytest.mark.slow
 
 TOKEN = "t" * 40
-RECIPE = "id: short\nsteps:\n  - {id: now, tool: current_datetime}\n"
 PAST = 1000
 """A position past the end of the run's log (it has a handful of events)."""
-
-
-async def queued(url: str, folder: Path) -> str:
-    (folder / "short.yaml").write_text(RECIPE)
-    store = RunStore(url, create=True)
-    try:
-        run_id, _ = await store.submit(folder / "short.yaml")
-    finally:
-        await store.aclose()
-    return run_id
 
 
 async def test_a_follower_past_the_end_stops_when_the_run_ends(url: str, tmp_path: Path) -> None:

@@ -8,6 +8,10 @@ stored: followers in the worker's process get them live, through the hub, and fo
 any other process from the worker's `DeltaPublisher` (`minions.runs._streams`): on Postgres
 on the same LISTEN connection, on SQLite through a FIFO of this process's own, open while it
 follows a run.
+
+A database that goes away (it restarts, refuses connections, stays locked) is waited out by
+every read of a follow once it has started, the feed's and each follower's own (`_waiting_out`):
+they read on where they were once it is back.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Concatenate, ParamSpec, TypeVar
 
 from minions._fold import TERMINAL_KINDS
 from minions.errors import StoreError
@@ -26,7 +31,7 @@ from minions.runs import _events as events
 from minions.runs import _runs as runs
 from minions.runs import _streams as streams
 from minions.runs._async import AsyncDatabase
-from minions.runs._db import DamagedStoreError
+from minions.runs._db import DamagedStoreError, Database
 from minions.runs._tables import TERMINAL
 
 __all__ = ["EventLog", "LiveHub"]
@@ -36,6 +41,23 @@ QUEUE_LIMIT = 10_000
 """Events a follower may fall behind by; a slower one is dropped (it resumes where it was)."""
 LISTEN_WAIT = 5.0
 """Seconds a new follower waits at most for the LISTEN connection (Postgres)."""
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def _waiting_out(read: Callable[[], Awaitable[T]], pause: Callable[[], Awaitable[None]]) -> T:
+    """`read()`, again after each `pause()` while the database is away (it restarts, it
+    stopped a while, it stays locked past its busy wait), until it is back: a follower waits,
+    and reads on where it was (it used to be ended, as if the run had, or to fail). A
+    damaged store is no outage: it raises."""
+    while True:
+        try:
+            return await read()
+        except DamagedStoreError:
+            raise
+        except StoreError:
+            await pause()
 
 
 class LiveHub:
@@ -131,39 +153,36 @@ class _Feed:
         self.expected_at = time.monotonic()
         self.wake.set()
 
+    async def pause(self) -> None:
+        """Until the feed is woken, or for the time between two reads."""
+        # The hub told of an event still on its way to the store: look again soon (for a
+        # while: a worker that stopped before its commit never stores it).
+        soon = self.expected > self.last and time.monotonic() - self.expected_at < 2
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.01 if soon else self.log.poll):
+                await self.wake.wait()
+        self.wake.clear()
+
     async def run(self) -> None:
         database = self.log.database
         try:
-            self.last = (await database.apply(runs.head, self.run_id)).last_seq
+            head = await _waiting_out(lambda: database.apply(runs.head, self.run_id), self.pause)
+            self.last = head.last_seq
             self.ready.set()
             while self.subscribers:
                 # Cleared before the read: a wake-up during the read is not lost.
                 self.wake.clear()
-                try:
-                    batch = await database.apply(
-                        events.after, self.run_id, after=self.last, limit=PAGE
-                    )
-                except DamagedStoreError:
-                    raise
-                except StoreError:
-                    # The database is away (it restarts, it stopped a while): the followers
-                    # wait, and read on where they were once it is back (they used to be
-                    # ended, as if the run had).
-                    batch = []
+                batch = await _waiting_out(
+                    lambda: database.apply(events.after, self.run_id, after=self.last, limit=PAGE),
+                    self.pause,
+                )
                 for event in batch:
                     self.last = event.seq
                     self.publish(event)
                     while self.deltas and self.deltas[0].seq <= self.last:
                         self.publish(self.deltas.pop(0))
-                if batch:
-                    continue
-                # The hub told of an event still on its way to the store: look again soon
-                # (for a while: a worker that stopped before its commit never stores it).
-                soon = self.expected > self.last and time.monotonic() - self.expected_at < 2
-                timeout = 0.01 if soon else self.log.poll
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self.wake.wait()
+                if not batch:
+                    await self.pause()
         finally:
             self.ready.set()
             self.log._ended(self)
@@ -241,8 +260,13 @@ class EventLog:
         after a later stored event (text that lags behind its call's end is dropped): the
         number of the last event received, delta or not, is always a place to resume from.
 
+        Once the follow has started, a database that goes away (it restarts, refuses
+        connections, stays locked) is waited for: the follow goes on where it was once the
+        database is back.
+
         Raises:
             UnknownRunError: no run has this id.
+            StoreError: the store cannot be used as the follow starts, or is damaged.
         """
         head = await self.database.apply(runs.head, run_id)
         if head.status in TERMINAL and head.last_seq <= after:
@@ -251,7 +275,7 @@ class EventLog:
             # What is stored already (the feed publishes what comes after its start, so
             # nothing falls between the two; a duplicate is dropped by its number).
             while True:
-                batch = await self.database.apply(events.after, run_id, after=after, limit=PAGE)
+                batch = await self._read(events.after, run_id, after=after, limit=PAGE)
                 for event in batch:
                     after = event.seq
                     yield event
@@ -259,7 +283,7 @@ class EventLog:
                         return
                 if len(batch) < PAGE:
                     break
-            head = await self.database.apply(runs.head, run_id)
+            head = await self._read(runs.head, run_id)
             if head.status in TERMINAL and head.last_seq <= after:
                 return
             while True:
@@ -276,7 +300,7 @@ class EventLog:
                         return  # the follower's position is past the run's end
                     continue
                 if event.seq > after + 1:  # never expected; read the gap from the store
-                    for earlier in await self.database.apply(
+                    for earlier in await self._read(
                         events.after, run_id, after=after, limit=event.seq - after - 1
                     ):
                         after = earlier.seq
@@ -291,8 +315,17 @@ class EventLog:
         has ended (a run resumed after failing goes on after its `run_failed`)."""
         if event.kind not in TERMINAL_KINDS:
             return False
-        head = await self.database.apply(runs.head, event.run_id)
+        head = await self._read(runs.head, event.run_id)
         return head.status in TERMINAL and head.last_seq == event.seq
+
+    async def _read(
+        self, fn: Callable[Concatenate[Database, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """`fn` applied to the store for a follower, the database's outages waited out as
+        its feed waits them out (trying again after `poll` seconds)."""
+        return await _waiting_out(
+            lambda: self.database.apply(fn, *args, **kwargs), lambda: asyncio.sleep(self.poll)
+        )
 
     @contextlib.asynccontextmanager
     async def _subscribe(self, run_id: str) -> AsyncIterator[_Subscription]:

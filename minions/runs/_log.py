@@ -11,7 +11,9 @@ follows a run.
 
 A database that goes away (it restarts, refuses connections, stays locked) is waited out by
 every read of a follow once it has started, the feed's and each follower's own (`_waiting_out`):
-they read on where they were once it is back.
+they read on where they were once it is back. A feed that fails otherwise (a damaged store,
+a bug) is logged once, ends each of its followers with a `StoreError` that names the run, and
+is gone: the next follower of the run starts a feed of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Concatenate, ParamSpec, TypeVar
 
 from minions._fold import TERMINAL_KINDS
-from minions.errors import StoreError
+from minions._log import configured_logger
+from minions.errors import MinionsError, StoreError
 from minions.events import Event
 from minions.runs import _events as events
 from minions.runs import _runs as runs
@@ -58,6 +61,19 @@ async def _waiting_out(read: Callable[[], Awaitable[T]], pause: Callable[[], Awa
             raise
         except StoreError:
             await pause()
+
+
+def _what(cause: BaseException) -> str:
+    """What went wrong, in a line: minions' own errors say it, others by their type too."""
+    said = str(cause).strip()
+    if isinstance(cause, MinionsError) and said:
+        return said
+    return f"{type(cause).__name__}: {said}" if said else type(cause).__name__
+
+
+def _failure(run_id: str, cause: BaseException) -> StoreError:
+    """What a follower of `run_id` raises when the run's feed failed with `cause`."""
+    return StoreError(f"following run {run_id!r} failed: {_what(cause)}")
 
 
 class LiveHub:
@@ -99,6 +115,8 @@ _END = None
 @dataclass(eq=False)
 class _Subscription:
     queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
+    failure: BaseException | None = None
+    """What the feed failed with, once it has (the follower raises `StoreError` from it)."""
 
     def put(self, event: Event | None) -> bool:
         try:
@@ -106,6 +124,15 @@ class _Subscription:
         except asyncio.QueueFull:
             return False
         return True
+
+    def end(self, failure: BaseException | None = None) -> None:
+        """Tell the follower to stop (`failure`: with an error), even with its queue full:
+        the oldest event makes room (the follower reads what it missed from the store)."""
+        self.failure = failure
+        if not self.put(_END):
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self.queue.get_nowait()
+            self.put(_END)
 
 
 class _Feed:
@@ -123,14 +150,14 @@ class _Feed:
         self.task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
         self.unsubscribe_hub: Callable[[], None] | None = None
+        self.failure: BaseException | None = None
+        """What the feed failed with (None: it has not, or it stopped)."""
 
     def publish(self, event: Event) -> None:
         for subscription in list(self.subscribers):
             if not subscription.put(event):
                 self.subscribers.discard(subscription)
-                with contextlib.suppress(asyncio.QueueEmpty):
-                    subscription.queue.get_nowait()
-                subscription.put(_END)
+                subscription.end()
 
     def on_live(self, event: Event) -> None:
         """From the hub, in the event loop's thread."""
@@ -183,6 +210,22 @@ class _Feed:
                         self.publish(self.deltas.pop(0))
                 if not batch:
                     await self.pause()
+        except Exception as exc:
+            # Not an outage (that is waited out): a damaged store, a bug. Its followers end
+            # with it, each with an error (they used to stop as if the run had ended), and
+            # the next follower of the run starts a feed of its own.
+            self.failure = exc
+            log = configured_logger(__name__)
+            if log is not None:  # the library logs only where the application set it up
+                # A bug's traceback, once for all the followers; a damaged store says it all.
+                traceback = {} if isinstance(exc, StoreError) else {"exc_info": exc}
+                log.error(
+                    "a followed run's feed failed: its followers end with an error",
+                    run_id=self.run_id,
+                    followers=len(self.subscribers),
+                    error=_what(exc),
+                    **traceback,
+                )
         finally:
             self.ready.set()
             self.log._ended(self)
@@ -266,7 +309,9 @@ class EventLog:
 
         Raises:
             UnknownRunError: no run has this id.
-            StoreError: the store cannot be used as the follow starts, or is damaged.
+            StoreError: the store cannot be used as the follow starts, or is damaged; or
+                the run's feed failed (the message names the run and says what went wrong,
+                and the error is chained to the cause).
         """
         head = await self.database.apply(runs.head, run_id)
         if head.status in TERMINAL and head.last_seq <= after:
@@ -289,6 +334,8 @@ class EventLog:
             while True:
                 received = await subscription.queue.get()
                 if received is _END:
+                    if subscription.failure is not None:
+                        raise _failure(run_id, subscription.failure) from subscription.failure
                     return  # fell behind, or the log stops: a follower resumes from `after`
                 event = received
                 if event.kind == "token_delta":
@@ -393,7 +440,7 @@ class EventLog:
             feed.unsubscribe_hub()
             feed.unsubscribe_hub = None
         for subscription in feed.subscribers:
-            subscription.put(_END)
+            subscription.end(feed.failure)
 
     # -- LISTEN/NOTIFY -------------------------------------------------------------------------
 

@@ -15,7 +15,11 @@ then after each event one with the executions it changed.
 A stream opened with a named key lasts only as long as the key: the key is looked up again at
 every heartbeat and before each batch of events is written (a batch of token deltas alone, at
 most once a second: they come many times a second), and a revoked key's stream ends with a
-`revoked` message."""
+`revoked` message.
+
+A follow that fails (a damaged store, a failure of the run's feed) ends the stream with an
+`unavailable` message, logged as the API logs a store's errors (what failed stays in the
+server's log); the client resumes from the last event it has, as after a dropped connection."""
 
 from __future__ import annotations
 
@@ -28,14 +32,18 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import structlog
 from starlette.responses import Response
 
 from minions._fold import RunStates
+from minions.errors import StoreError
 from minions.events import Event, event_to_json
 from minions.runs import ScopedRuns
 from minions.service._models import StepStates
 
 __all__: list[str] = []
+
+log = structlog.get_logger(__name__)
 
 Message = MutableMapping[str, Any]
 HEADERS = [
@@ -59,6 +67,16 @@ def revoked_frame(name: str) -> bytes:
     message = f"key {name!r} was revoked: this stream ends"
     data = json.dumps({"error": {"type": "unauthorized", "message": message}})
     return f"event: revoked\ndata: {data}\n\n".encode()
+
+
+def unavailable_frame(run_id: str) -> bytes:
+    """The last message of a stream whose follow failed."""
+    message = (
+        f"following run {run_id!r} failed on the server (see its log); resume from the last "
+        "event received"
+    )
+    data = json.dumps({"error": {"type": "unavailable", "message": message}})
+    return f"event: unavailable\ndata: {data}\n\n".encode()
 
 
 def frame(event: Event) -> bytes:
@@ -162,14 +180,17 @@ class EventStream(Response):
         send: Callable[[Message], Awaitable[None]],
     ) -> None:
         queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=1000)
+        failed: list[StoreError] = []
 
         async def pump() -> None:
             try:
                 async for event in self.runs.follow(self.run_id, after=self.after):
                     await queue.put(event)
-            finally:
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.put_nowait(None)
+            except StoreError as exc:
+                failed.append(exc)  # said to the client, after what it was sent
+            # The end, after every event (waited for: a full queue has room once the writer
+            # takes from it, and a writer that is gone cancels this task).
+            await queue.put(None)
 
         with self.count.opened() as end:
             async with anyio.create_task_group() as group:
@@ -188,7 +209,7 @@ class EventStream(Response):
                 group.start_soon(pump)
                 group.start_soon(stopping)
                 try:
-                    await self._write(send, queue, end)
+                    await self._write(send, queue, end, failed)
                 finally:
                     group.cancel_scope.cancel()
 
@@ -197,6 +218,7 @@ class EventStream(Response):
         send: Callable[[Message], Awaitable[None]],
         queue: asyncio.Queue[Event | None],
         end: asyncio.Event,
+        failed: list[StoreError],
     ) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         retry = RETRY
@@ -234,6 +256,9 @@ class EventStream(Response):
             for item in batch:
                 if item is None:
                     ended = True  # the run's terminal event was sent: the stream ends
+                    if failed:  # or the follow failed
+                        log.error("run store error", run_id=self.run_id, error=str(failed[0]))
+                        body, retry = body + retry + unavailable_frame(self.run_id), b""
                     break
                 body, retry = body + retry + frame(item), b""
                 if states is not None and item.kind != "token_delta" and item.seq > states.seq:

@@ -98,7 +98,8 @@ async def stream(
     terminal event. A client that has the run's every event already (its position is at or
     past the end of a run that has ended) gets `204 No Content`, which tells a browser's
     `EventSource` not to come back. A stream opened with a named key ends, with a message
-    of type `revoked`, when the key is revoked."""
+    of type `revoked`, when the key is revoked; one whose follow fails on the server (a
+    damaged store), with a message of type `unavailable` (resume from the last id)."""
     if last_event_id is not None and last_event_id.strip():
         text = last_event_id.strip()
         if not SEQ.fullmatch(text) or int(text) > MAX_SEQ:

@@ -302,7 +302,7 @@ class RunRecorder:
             if self.emitter is not None:
                 # Its steps are cut short to give the place back: they did not fail, and
                 # the run's log says nothing of them; neither does the worker's.
-                self.emitter.silence()
+                self.emitter.silence("parked")
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
@@ -390,7 +390,7 @@ class RunRecorder:
         """Say and checkpoint nothing more (the run is handed back); the steps cut short."""
         self.sealed = True
         if self.emitter is not None:
-            self.emitter.silence()
+            self.emitter.silence("handed_back")
         return self._names()
 
     def _names(self) -> tuple[str, ...]:

@@ -1,8 +1,8 @@
 """OpenTelemetry spans of a durable run whose execution ends before the run does: a park (a
 call waits for a person) or a hand-back (its worker drains) cancels its work without failing
-it, so those spans end without an error and say why (``minions.cut_short``). A real failure
-is still an error. Runs run in this process, on SQLite (the spans do not depend on the
-store)."""
+it, so those spans end without an error and say why (``minions.cut_short``); the execution
+that goes on later says so on its spans. A real failure is still an error. Runs run in this
+process, on SQLite (the spans do not depend on the store)."""
 
 from __future__ import annotations
 
@@ -146,17 +146,28 @@ async def submitted(folder: Path, url: str, recipes: dict[str, str]) -> tuple[Ru
     return store, run_id
 
 
-async def test_a_parked_execution_ends_its_spans_without_error(tmp_path: Path, url: str) -> None:
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "over-the-limit"])
+async def test_a_parked_execution_ends_its_spans_without_error_and_the_next_one_goes_on(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
     """The run parks at `ship`'s deploy while `look`'s model call is in flight: the run's,
     both steps' and that call's spans end as parked, not failed; `check`, which failed before
-    the park, is still an error."""
+    the park, is still an error. The execution the decision queues is the run's attempt 2,
+    resumed, and `ship`'s span says where it goes on (or why it starts again)."""
+    if not kept:
+        monkeypatch.setattr(_runner, "STATE_LIMIT", 10)
     store, run_id = await submitted(tmp_path, url, {"release.yaml": RELEASE})
     exporter, tracer = traced()
 
     await run_here(url, run_id, model=Release(hang=True).model, tracer=tracer)
-    assert (await store.get(run_id)).status == "waiting"
+    record = await store.get(run_id)
+    assert record.status == "waiting"
+    [approval] = record.approvals
     spans = exporter.get_finished_spans()
-    cut_short(named(spans, "invoke_workflow release"), "parked")
+    run = named(spans, "invoke_workflow release")
+    cut_short(run, "parked")
+    assert attrs(run)["minions.run.attempt"] == 1
+    assert "minions.run.resumed" not in attrs(run)
     for name in ("invoke_agent ship", "invoke_agent look"):
         cut_short(named(spans, name), "parked")
     [in_flight] = under(spans, named(spans, "invoke_agent look"))
@@ -171,6 +182,25 @@ async def test_a_parked_execution_ends_its_spans_without_error(tmp_path: Path, u
     assert sorted(s.name for s in failed) == sorted(
         [check.name, *(s.name for s in under(spans, check))]
     )
+
+    await store.approve(run_id, actor="alice")
+    exporter.clear()
+    await run_here(url, run_id, 2, model=Release(hang=False).model, tracer=tracer)
+    assert (await store.get(run_id)).status == "completed"
+    spans = exporter.get_finished_spans()
+    run = named(spans, "invoke_workflow release")
+    assert attrs(run)["minions.run.attempt"] == 2
+    assert attrs(run)["minions.run.resumed"] is True
+    assert attrs(run)["minions.run.id"] == run_id
+    ship = named(spans, "invoke_agent ship")
+    assert ship.status.status_code is StatusCode.UNSET
+    assert not [s for s in spans if "minions.cut_short" in attrs(s)]
+    if kept:
+        assert attrs(ship)["minions.step.resumed_at"] == approval.call_id == "ship#1/deploy-1"
+        assert "minions.step.restarted" not in attrs(ship)
+    else:
+        assert "minions.step.resumed_at" not in attrs(ship)
+        assert "over the 10 a parked run keeps" in attrs(ship)["minions.step.restarted"]
     store.close()
 
 

@@ -8,7 +8,8 @@ nest under them, and steps that run in parallel are siblings under the run.
 
 A durable run's execution may end before the run does: it parks while a call waits for a
 person, or its worker drains and hands it back. The work that cancels did not fail: its spans
-end without an error, saying why (``minions.cut_short``).
+end without an error, saying why (``minions.cut_short``), and the execution that goes on later
+says so on its own spans (``minions.run.resumed``, ``minions.step.resumed_at``).
 
 Only the ``opentelemetry-api`` package is used, imported when a tracer is built: the library
 never configures a provider or an exporter, and nothing is traced unless a `TracerProvider` is
@@ -372,6 +373,8 @@ class RunTracer:
         run_id: str,
         *,
         events: EventEmitter | None = None,
+        attempt: int | None = None,
+        resumed: bool = False,
     ) -> Iterator[Span]:
         """The run's span, current while the body runs (steps started inside inherit it, and
         the run id as every span's ``gen_ai.conversation.id``).
@@ -379,6 +382,8 @@ class RunTracer:
         Args:
             events: the run's emitter: once it is silenced (a durable run's execution cut
                 short), the work cancelled in the run ends without an error.
+            attempt: which attempt of a durable run this execution is.
+            resumed: this execution goes on from the run's stored work.
         """
         traced = _RUN.set(_TracedRun(run_id, events))
         try:
@@ -389,6 +394,10 @@ class RunTracer:
                 sc.MINIONS_RECIPE_ID: recipe_id,
                 sc.MINIONS_RUN_ID: run_id,
             }
+            if attempt is not None:
+                attributes[sc.MINIONS_RUN_ATTEMPT] = attempt
+            if resumed:
+                attributes[sc.MINIONS_RUN_RESUMED] = True
             span = self._start(
                 f"{sc.OPERATION_INVOKE_WORKFLOW} {recipe_id}", self._internal, attributes
             )
@@ -407,8 +416,19 @@ class RunTracer:
         if error is not None:
             _fail(span, "run_failed", error)
 
-    def step(self, step_id: str, *, kind: str, visit: int, item: int | None) -> StepSpan:
-        """One step execution's span, current inside ``with``."""
+    def step(
+        self,
+        step_id: str,
+        *,
+        kind: str,
+        visit: int,
+        item: int | None,
+        resumed_at: str | None = None,
+        restarted: str | None = None,
+    ) -> StepSpan:
+        """One step execution's span, current inside ``with``; `resumed_at` is the call a
+        durable run's step goes on at (it waited there when its run parked), `restarted` why
+        such a step starts again from its start instead."""
         attributes: dict[str, Any] = {
             **_operation(sc.OPERATION_INVOKE_AGENT),
             sc.AGENT_NAME: step_id,
@@ -417,6 +437,10 @@ class RunTracer:
         }
         if item is not None:
             attributes[sc.MINIONS_STEP_ITEM] = item
+        if resumed_at is not None:
+            attributes[sc.MINIONS_STEP_RESUMED_AT] = resumed_at
+        if restarted is not None:
+            attributes[sc.MINIONS_STEP_RESTARTED] = hide_credentials(restarted)[:1000]
         return StepSpan(
             self._start(f"{sc.OPERATION_INVOKE_AGENT} {step_id}", self._internal, attributes)
         )

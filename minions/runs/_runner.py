@@ -127,6 +127,8 @@ class RunRecorder:
         """The number of the last event stored."""
         self.resumed = last > 0
         """The run goes on from stored work (it started before this delivery)."""
+        self.attempt: int | None = lease.attempt
+        """The run's attempt this execution is."""
         self.lost = False
         """The lease is gone: nothing more is written."""
         self.pending: list[Event] = []

@@ -11,7 +11,7 @@ import contextvars
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from minions._log import configured_logger, loud_logger
 
@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from minions.events import Event, EventListener
 
 __all__ = ["EventEmitter"]
+
+CutShort = Literal["parked", "handed_back"]
+"""Why a durable run's execution ends before the run does: it ``parked`` (a call waits for a
+person's decision, holding no worker) or was ``handed_back`` (its worker drains); either way
+the run goes on later, from its checkpoints."""
 
 _QUIET = frozenset({"token_delta", "model_call_started", "tool_call_started"})
 
@@ -43,7 +48,7 @@ class EventEmitter:
         self._listeners: tuple[EventListener, ...] = tuple(listeners)
         self.last = 0
         """The number of the last event emitted (a token delta takes none of its own)."""
-        self._silent = False
+        self._silent: CutShort | None = None
         self._enclosing = _ENCLOSING.get()
         """The emitter of the run this one runs inside (a recipe step's inner run): silenced
         with it."""
@@ -68,18 +73,28 @@ class EventEmitter:
 
         return unsubscribe
 
-    def silence(self) -> None:
+    def silence(self, why: CutShort) -> None:
         """Deliver and log nothing more, nor do the runs inside this one (see
         `context_for_inner_runs`): a durable run handed to another worker, or parked while a
         call waits for a person, whose cancelled steps would say things that are not so (that
-        they failed, that the run failed)."""
-        self._silent = True
+        they failed, that the run failed). `why` is what its spans say instead."""
+        self._silent = why
 
     @property
     def silenced(self) -> bool:
         """Whether it delivers and logs nothing more (it, or the run it runs inside, was
         silenced)."""
-        return self._silent or (self._enclosing is not None and self._enclosing.silenced)
+        return self._silent is not None or (
+            self._enclosing is not None and self._enclosing.silenced
+        )
+
+    @property
+    def cut_short(self) -> CutShort | None:
+        """Why it was silenced (it, or the run it runs inside): the run's execution ends
+        before the run does, and its work cancelled from now on did not fail."""
+        if self._silent is not None or self._enclosing is None:
+            return self._silent
+        return self._enclosing.cut_short
 
     def context_for_inner_runs(self) -> contextvars.Context:
         """A copy of the current context in which emitters made later are silenced with

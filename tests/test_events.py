@@ -186,13 +186,15 @@ def test_emit_is_skipped_when_nobody_listens() -> None:
 
 def test_an_emitter_silenced_silences_the_runs_inside_it() -> None:
     """A durable run's emitter silenced (its run parked, or handed back) silences the
-    emitters of the runs its recipe steps run inside it: made in its task's context."""
+    emitters of the runs its recipe steps run inside it: made in its task's context. Each
+    says why (what the spans of its cut-short work say)."""
     outer = ev.EventEmitter("r", [lambda _: None])
     inside = outer.context_for_inner_runs().run(ev.EventEmitter, "r.sub", [lambda _: None])
     beside = ev.EventEmitter("other", [lambda _: None])
-    assert (inside.active, inside.silenced) == (True, False)
-    outer.silence()
+    assert (inside.active, inside.silenced, inside.cut_short) == (True, False, None)
+    outer.silence("parked")
     assert [e.silenced for e in (outer, inside, beside)] == [True, True, False]
+    assert [e.cut_short for e in (outer, inside, beside)] == ["parked", "parked", None]
     assert [e.active for e in (inside, beside)] == [False, True]
     assert inside.emit(ev.StepStarted(step_id="s")) is None
     assert beside.emit(ev.StepStarted(step_id="s")) is not None

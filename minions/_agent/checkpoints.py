@@ -27,6 +27,12 @@ class StepCheckpoints(ItemCheckpoints, Protocol):
         again."""
         ...
 
+    @property
+    def attempt(self) -> int | None:
+        """Which attempt of a durable run this execution is (its spans say so); None for a
+        run that has no attempts."""
+        ...
+
     async def restore(
         self, step_id: str, visit: int
     ) -> tuple[StepExecution, Routing | None] | None:

@@ -73,7 +73,14 @@ class Run:
             return await self._execute()
         # The run's span is current while steps are started: their tasks (and the done
         # callbacks that start the next ones) inherit it, so steps are its children.
-        with tracer.run(self.graph.recipe.id, self.context.run_id) as span:
+        checkpoints = self.checkpoints
+        with tracer.run(
+            self.graph.recipe.id,
+            self.context.run_id,
+            events=self.context.events,
+            attempt=None if checkpoints is None else checkpoints.attempt,
+            resumed=checkpoints is not None and checkpoints.resumed,
+        ) as span:
             result = await self._execute()
             tracer.run_finished(span, error=result.error, usage=result.usage)
             return result

@@ -533,6 +533,8 @@ class _Kept:
 
     resumed = False
     """A replanned run is a run of its own: it says `RunStarted`."""
+    attempt = None
+    """It runs in the foreground, once."""
     parks = False
     """It runs in the foreground: a call waiting for a decision waits in place."""
 

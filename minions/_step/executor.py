@@ -284,8 +284,14 @@ class StepExecutor(Generic[OutputT]):
         if tracer is None:
             return await self._execute()
         execution = self.execution
+        resumed_at, restarted = self._started_as or (None, None)
         with tracer.step(
-            self.step.id, kind=self.step.kind, visit=execution.visit, item=self.item
+            self.step.id,
+            kind=self.step.kind,
+            visit=execution.visit,
+            item=self.item,
+            resumed_at=resumed_at,
+            restarted=restarted,
         ) as span:
             try:
                 return await self._execute()

@@ -94,10 +94,23 @@ ERROR_TYPE: Final = "error.type"
 # -- minions.*: minions' own -------------------------------------------------------------------
 
 MINIONS_RUN_ID: Final = "minions.run.id"
+MINIONS_RUN_ATTEMPT: Final = "minions.run.attempt"
+"""Which attempt of a durable run an execution is (as its events and ``runs show`` number
+them): each park, hand-back or takeover goes on in the next."""
+MINIONS_RUN_RESUMED: Final = "minions.run.resumed"
+"""``true`` on the run's span of an execution that goes on from the run's stored work."""
 MINIONS_RECIPE_ID: Final = "minions.recipe.id"
 MINIONS_STEP_VISIT: Final = "minions.step.visit"
 MINIONS_STEP_ITEM: Final = "minions.step.item"
 MINIONS_STEP_KIND: Final = "minions.step.kind"
+MINIONS_STEP_RESUMED_AT: Final = "minions.step.resumed_at"
+"""The call a step goes on at (it waited there when its run parked), as its `StepStarted`
+says."""
+MINIONS_STEP_RESTARTED: Final = "minions.step.restarted"
+"""Why a step that waited at a call starts again from its start instead."""
+MINIONS_CUT_SHORT: Final = "minions.cut_short"
+"""Why a span's work was cancelled without failing: its durable run's execution ended before
+the run did (``parked``: a call waits for a person; ``handed_back``: its worker drains)."""
 MINIONS_ATTEMPT: Final = "minions.attempt"
 MINIONS_OUTPUT_MODE: Final = "minions.output_mode"
 MINIONS_USAGE_INPUT_TOKENS: Final = "minions.usage.input_tokens"

@@ -6,6 +6,11 @@ child; each model call attempt a ``chat {model}`` CLIENT span and each tool call
 so spans the application makes inside a tool (or an instrumented HTTP client inside a model)
 nest under them, and steps that run in parallel are siblings under the run.
 
+A durable run's execution may end before the run does: it parks while a call waits for a
+person, or its worker drains and hands it back. The work that cancels did not fail: its spans
+end without an error, saying why (``minions.cut_short``), and the execution that goes on later
+says so on its own spans (``minions.run.resumed``, ``minions.step.resumed_at``).
+
 Only the ``opentelemetry-api`` package is used, imported when a tracer is built: the library
 never configures a provider or an exporter, and nothing is traced unless a `TracerProvider` is
 given. Message content is written only when asked for (`capture_content`, or
@@ -40,6 +45,8 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, SpanKind, Tracer, TracerProvider
 
+    from minions._emitter import CutShort, EventEmitter
+
 __all__: list[str] = []
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -55,9 +62,21 @@ _SETTINGS = (
 )
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
-_CONVERSATION: ContextVar[str | None] = ContextVar("minions_trace_conversation", default=None)
-"""The id of the run whose spans are being written (its steps, model and tool calls run in
-tasks that inherit it): every span carries it as ``gen_ai.conversation.id``."""
+
+class _TracedRun:
+    """The run whose spans are being written: its id, and its events' emitter (which knows
+    when the run's execution was cut short)."""
+
+    __slots__ = ("events", "run_id")
+
+    def __init__(self, run_id: str, events: EventEmitter | None) -> None:
+        self.run_id = run_id
+        self.events = events
+
+
+_RUN: ContextVar[_TracedRun | None] = ContextVar("minions_trace_run", default=None)
+"""The run whose spans are being written (its steps, model and tool calls run in tasks that
+inherit it): every span carries its id as ``gen_ai.conversation.id``."""
 
 
 def _operation(operation: str) -> dict[str, str]:
@@ -67,10 +86,19 @@ def _operation(operation: str) -> dict[str, str]:
         sc.OPERATION_NAME: operation,
         sc.OPENINFERENCE_SPAN_KIND: sc.OPENINFERENCE_KINDS[operation],
     }
-    conversation = _CONVERSATION.get()
-    if conversation is not None:
-        attributes[sc.CONVERSATION_ID] = conversation
+    run = _RUN.get()
+    if run is not None:
+        attributes[sc.CONVERSATION_ID] = run.run_id
     return attributes
+
+
+def _cut_short(cancelled: bool) -> CutShort | None:
+    """Why the run's execution ended before the run did (it parked, or was handed back), when
+    the work of a span was `cancelled`: that cancel cut it short, it did not fail."""
+    run = _RUN.get() if cancelled else None
+    if run is None or run.events is None:
+        return None
+    return run.events.cut_short
 
 
 def capture_from_environment() -> bool:
@@ -167,7 +195,8 @@ def _base_url(model: Model) -> str | None:
 
 class _SpanScope:
     """A started span, current from ``with`` until its end; an exception leaving the block
-    marks it failed (`error.type`). A class, not a generator: this runs for every call."""
+    marks it failed (`error.type`), unless it is the cancel of a run's execution cut short
+    (``minions.cut_short``). A class, not a generator: this runs for every call."""
 
     __slots__ = ("_token", "span")
 
@@ -194,6 +223,10 @@ class _SpanScope:
             self.span.end()
 
     def _failed(self, error: BaseException) -> None:
+        cut = _cut_short(isinstance(error, asyncio.CancelledError))
+        if cut is not None:
+            self.span.set_attribute(sc.MINIONS_CUT_SHORT, cut)
+            return
         _fail(self.span, error_type(error), str(error) or error_type(error))
 
 
@@ -246,8 +279,13 @@ class StepSpan(_SpanScope):
 
     def finished(self, *, failed: bool, error: str | None, error_kind: str | None) -> None:
         # A step's tokens are its chat spans'; only the run has totals (`minions.usage.*`).
-        if failed:
-            _fail(self.span, error_kind or "step_failed", error or "the step failed")
+        if not failed:
+            return
+        cut = _cut_short(error_kind == "cancelled")
+        if cut is not None:
+            self.span.set_attribute(sc.MINIONS_CUT_SHORT, cut)
+            return
+        _fail(self.span, error_kind or "step_failed", error or "the step failed")
 
 
 class ToolSpan(_SpanScope):
@@ -329,25 +367,44 @@ class RunTracer:
     # -- runs and steps ------------------------------------------------------------------------
 
     @contextmanager
-    def run(self, recipe_id: str, run_id: str) -> Iterator[Span]:
+    def run(
+        self,
+        recipe_id: str,
+        run_id: str,
+        *,
+        events: EventEmitter | None = None,
+        attempt: int | None = None,
+        resumed: bool = False,
+    ) -> Iterator[Span]:
         """The run's span, current while the body runs (steps started inside inherit it, and
-        the run id as every span's ``gen_ai.conversation.id``)."""
-        conversation = _CONVERSATION.set(run_id)
+        the run id as every span's ``gen_ai.conversation.id``).
+
+        Args:
+            events: the run's emitter: once it is silenced (a durable run's execution cut
+                short), the work cancelled in the run ends without an error.
+            attempt: which attempt of a durable run this execution is.
+            resumed: this execution goes on from the run's stored work.
+        """
+        traced = _RUN.set(_TracedRun(run_id, events))
         try:
-            attributes = {
+            attributes: dict[str, Any] = {
                 **_operation(sc.OPERATION_INVOKE_WORKFLOW),
                 sc.WORKFLOW_NAME: recipe_id,
                 sc.AGENT_NAME: recipe_id,
                 sc.MINIONS_RECIPE_ID: recipe_id,
                 sc.MINIONS_RUN_ID: run_id,
             }
+            if attempt is not None:
+                attributes[sc.MINIONS_RUN_ATTEMPT] = attempt
+            if resumed:
+                attributes[sc.MINIONS_RUN_RESUMED] = True
             span = self._start(
                 f"{sc.OPERATION_INVOKE_WORKFLOW} {recipe_id}", self._internal, attributes
             )
             with _SpanScope(span):
                 yield span
         finally:
-            _CONVERSATION.reset(conversation)
+            _RUN.reset(traced)
 
     def run_finished(self, span: Span, *, error: str | None, usage: Usage) -> None:
         span.set_attributes(
@@ -359,8 +416,19 @@ class RunTracer:
         if error is not None:
             _fail(span, "run_failed", error)
 
-    def step(self, step_id: str, *, kind: str, visit: int, item: int | None) -> StepSpan:
-        """One step execution's span, current inside ``with``."""
+    def step(
+        self,
+        step_id: str,
+        *,
+        kind: str,
+        visit: int,
+        item: int | None,
+        resumed_at: str | None = None,
+        restarted: str | None = None,
+    ) -> StepSpan:
+        """One step execution's span, current inside ``with``; `resumed_at` is the call a
+        durable run's step goes on at (it waited there when its run parked), `restarted` why
+        such a step starts again from its start instead."""
         attributes: dict[str, Any] = {
             **_operation(sc.OPERATION_INVOKE_AGENT),
             sc.AGENT_NAME: step_id,
@@ -369,6 +437,10 @@ class RunTracer:
         }
         if item is not None:
             attributes[sc.MINIONS_STEP_ITEM] = item
+        if resumed_at is not None:
+            attributes[sc.MINIONS_STEP_RESUMED_AT] = resumed_at
+        if restarted is not None:
+            attributes[sc.MINIONS_STEP_RESTARTED] = hide_credentials(restarted)[:1000]
         return StepSpan(
             self._start(f"{sc.OPERATION_INVOKE_AGENT} {step_id}", self._internal, attributes)
         )

@@ -127,6 +127,8 @@ class RunRecorder:
         """The number of the last event stored."""
         self.resumed = last > 0
         """The run goes on from stored work (it started before this delivery)."""
+        self.attempt: int | None = lease.attempt
+        """The run's attempt this execution is."""
         self.lost = False
         """The lease is gone: nothing more is written."""
         self.pending: list[Event] = []
@@ -302,7 +304,7 @@ class RunRecorder:
             if self.emitter is not None:
                 # Its steps are cut short to give the place back: they did not fail, and
                 # the run's log says nothing of them; neither does the worker's.
-                self.emitter.silence()
+                self.emitter.silence("parked")
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
@@ -390,7 +392,7 @@ class RunRecorder:
         """Say and checkpoint nothing more (the run is handed back); the steps cut short."""
         self.sealed = True
         if self.emitter is not None:
-            self.emitter.silence()
+            self.emitter.silence("handed_back")
         return self._names()
 
     def _names(self) -> tuple[str, ...]:

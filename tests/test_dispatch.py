@@ -20,23 +20,31 @@ class FakeDBOS:
 
     def __init__(self, *, queued: int, running: int) -> None:
         self.queued = [f"run-{i}" for i in range(queued)]
-        self.running = running
+        self.active = [f"active-{i}" for i in range(running)]
+        """The workflows DBOS counts as running in this process."""
         self.claims = 0
         self.fail = False
         self._active_workflows_set = self
         self._sys_db = self
         self.engine = self
 
+    @property
+    def running(self) -> int:
+        return len(self.active)
+
     def count_for_queue(self, name: str) -> int:
         return self.running
+
+    def activeList(self) -> list[str]:  # DBOS names it so
+        return list(self.active)
 
     def start_queued_workflows(self, queue: Any, *args: Any, **kwargs: Any) -> Any:
         self.claims += 1
         if self.fail:
             raise OSError("the store is away")
-        room = queue._worker_concurrency - self.running
+        room = queue._worker_concurrency - kwargs.get("local_running_count", args[3])
         claimed, self.queued = self.queued[:room], self.queued[room:]
-        self.running += len(claimed)
+        self.active += claimed
         return claimed, None
 
     def get_workflow_statuses(self, claimed: list[str]) -> list[dict[str, str]]:
@@ -101,3 +109,20 @@ def test_a_failed_look_and_a_look_under_way_count_as_runs_left_waiting() -> None
 
     look(dispatcher, During(queued=0, running=0))
     assert seen == [True]
+
+
+def test_a_place_freed_counts_as_free_while_dbos_records_its_run_s_outcome() -> None:
+    """A run's execution ends (its place in the worker is free) before DBOS has recorded its
+    workflow's outcome and stopped counting it: a look then still found the worker full, and
+    the place stayed empty until another run ended (W6b's two workers ran 2 to 3.5 runs of 8
+    at a time). The workflow whose place was freed is not counted while DBOS finishes it."""
+    dispatcher, fake = Dispatcher(look_every=3600), FakeDBOS(queued=3, running=2)
+    look(dispatcher, fake)
+    assert (fake.claims, len(fake.queued)) == (0, 3)  # full: no claim made
+    dispatcher.place_freed("active-1")  # its execution ended; DBOS still counts it
+    look(dispatcher, fake)
+    assert fake.active == ["active-0", "active-1", "run-0"]  # claimed into the place freed
+    fake.active.remove("active-1")  # DBOS has recorded its outcome
+    look(dispatcher, fake)
+    assert fake.active == ["active-0", "run-0"]  # full: the ended one is not counted twice
+    assert dispatcher._ending == set()

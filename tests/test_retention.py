@@ -314,6 +314,6 @@ async def test_a_store_of_schema_2_migrates(url: str, tmp_path: Path) -> None:
         version = db.execute(
             sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
         ).scalar_one()
-    assert int(version) == SCHEMA_VERSION == 13
+    assert int(version) == SCHEMA_VERSION == 14
     blocking.close()
     await store.aclose()

@@ -698,7 +698,7 @@ class RunExecutor:
         self.project_limits = {limit.name: limit for limit in project_limits}
         self.deps = deps
         self.recipes = recipes
-        self.on_place_free: Callable[[], None] = lambda: None
+        self.on_place_free: Callable[[str, int], None] = lambda run_id, attempt: None
         """Told when a run ends and its place is free (the worker looks at its queue)."""
         self.capabilities = capabilities
         self._places = concurrency
@@ -762,7 +762,7 @@ class RunExecutor:
             self._deliveries -= 1
             if not self._deliveries:
                 self._no_deliveries.set()
-            self.on_place_free()
+            self.on_place_free(run_id, attempt)
 
     async def _in_place(self, run_id: str, attempt: int) -> None:
         if self._slots is None:

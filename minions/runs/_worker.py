@@ -306,7 +306,9 @@ class Worker:
         self.grace = grace
         self.dispatcher = Dispatcher()
         """Dequeues the store's queue when woken, a place freed, or now and then."""
-        self.runner.on_place_free = self.dispatcher.place_freed
+        self.runner.on_place_free = lambda run_id, attempt: self.dispatcher.place_freed(
+            workflow_id(run_id, attempt)
+        )
         self._stop = threading.Event()
         self._schedules_changed = threading.Event()
         self._checked: set[tuple[str, float]] = set()

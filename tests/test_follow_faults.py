@@ -6,7 +6,10 @@ store):
 - a feed that fails otherwise (a bug, a damaged store) ends each of its followers with a
   `StoreError` that names the run, chained to the cause, logged once; the next follower of
   the run gets a feed of its own. The followers used to stop as if the run had ended: an
-  event stream closed as at the run's end, `runs events --follow` exited 0.
+  event stream closed as at the run's end, `runs events --follow` exited 0;
+- a follower that falls more than `QUEUE_LIMIT` events behind its feed reads what it missed
+  from the store and follows on to the run's end (it used to end there, as if the run had);
+  the log's stop still ends it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,7 @@ from typer.testing import CliRunner
 
 from minions.errors import StoreError
 from minions.events import Event
-from minions.runs import RunStore
+from minions.runs import RunStore, _log
 from minions.runs import _events as events
 from minions.runs._async import AsyncDatabase
 from minions.runs._db import DamagedStoreError
@@ -223,3 +227,82 @@ def test_runs_events_follow_whose_feed_fails_says_so(
     assert result.exit_code == 2, result.output
     assert f"error: following run {run_id!r} failed: RuntimeError: a bug" in result.stderr
     assert "Traceback" not in result.output
+
+
+# -- a follower that falls behind -----------------------------------------------------------------
+
+
+class SlowFollower:
+    """A follower of a queued run, in a store whose followers' queues hold 2 events: it got
+    the run's first event, and its caller reads no more until the test asks."""
+
+    def __init__(self, store: RunStore, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.events = store.follow(run_id)
+        self.feed: _Feed | None = None
+
+    async def more_events(self, count: int) -> None:
+        """`count` more events of the run, each a `run_failed` (cancelled, then resumed:
+        queued again, nobody runs it)."""
+        for _ in range(count):
+            await self.store.cancel(self.run_id)
+            await self.store.resume(self.run_id)
+
+    async def published(self, seq: int) -> None:
+        """Until the run's feed published its events up to `seq` (or stopped)."""
+        feed = self.feed
+        assert feed is not None
+        await until(lambda: feed.last >= seq or feed.task is None or feed.task.done())
+
+
+@pytest.fixture
+async def slow_follower(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[SlowFollower]:
+    monkeypatch.setattr(_log, "QUEUE_LIMIT", 2)
+    run_id = await queued(url, tmp_path)
+    store = RunStore(url, poll=0.01)
+    try:
+        follower = SlowFollower(store, run_id)
+        await follower.more_events(1)
+        assert (await anext(follower.events)).seq == 1
+        follower.feed = store.log._feeds[run_id]
+        yield follower
+    finally:
+        await store.aclose()
+
+
+async def test_a_follower_that_falls_behind_reads_what_it_missed_and_follows_on(
+    slow_follower: SlowFollower,
+) -> None:
+    """Its caller reads nothing while the run's feed publishes more events than the follower's
+    queue holds: the follower reads what it missed from the store, from the last event it
+    gave, then gets the run's next event from the feed, which it never left: every event once,
+    in order, to the run's end. It used to end there, as if the run had."""
+    follower, store = slow_follower, slow_follower.store
+    await follower.more_events(5)
+    await follower.published(6)  # while its caller read nothing
+    caught_up = [await anext(follower.events) for _ in range(5)]
+    assert [e.seq for e in caught_up] == [2, 3, 4, 5, 6]
+    assert store.log._feeds[follower.run_id] is follower.feed
+    assert store.log.followers() == 1
+    await store.cancel(follower.run_id)  # the run's end, event 7
+    rest = [e async for e in follower.events]
+    assert [(e.seq, e.kind) for e in rest] == [(7, "run_failed")]
+
+
+@pytest.mark.parametrize("behind", [False, True], ids=["up-to-date", "behind"])
+async def test_a_follower_still_ends_when_the_log_stops(
+    slow_follower: SlowFollower, behind: bool
+) -> None:
+    """The log stops (its store closes) while the run is followed: the follow ends there,
+    without an error (its caller resumes from its last event); one that fell behind reads
+    nothing more from the store."""
+    follower, store = slow_follower, slow_follower.store
+    if behind:
+        await follower.more_events(5)
+        await follower.published(6)
+    await store.log.stop()
+    assert [e.seq async for e in follower.events] == []
+    assert store.log.followers() == 0

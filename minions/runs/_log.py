@@ -9,6 +9,11 @@ any other process from the worker's `DeltaPublisher` (`minions.runs._streams`): 
 on the same LISTEN connection, on SQLite through a FIFO of this process's own, open while it
 follows a run.
 
+A follower that falls more than `QUEUE_LIMIT` events behind its feed is given nothing more
+(`_Mark.BEHIND`) until it has read what it missed from the store, from its last event; then
+the feed gives it what it publishes again. A follower ends before its run does only when the
+log stops (its store closes) or its feed fails (`_Mark.END`).
+
 A database that goes away (it restarts, refuses connections, stays locked) is waited out by
 every read of a follow once it has started, the feed's and each follower's own (`_waiting_out`):
 they read on where they were once it is back. A feed that fails otherwise (a damaged store,
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,7 +47,8 @@ __all__ = ["EventLog", "LiveHub"]
 
 PAGE = 500
 QUEUE_LIMIT = 10_000
-"""Events a follower may fall behind by; a slower one is dropped (it resumes where it was)."""
+"""Events a follower may fall behind its feed by; a slower one reads what it missed from the
+store, then from its feed again."""
 LISTEN_WAIT = 5.0
 """Seconds a new follower waits at most for the LISTEN connection (Postgres)."""
 
@@ -108,31 +115,57 @@ class LiveHub:
         return sum(len(c) for c in self._subscribers.values())
 
 
-_END = None
-"""Put in a follower's queue when it must stop (the feed ended, or the follower fell behind)."""
+class _Mark(enum.Enum):
+    """What a follower's queue says besides events."""
+
+    BEHIND = "behind"
+    """The follower fell more than `QUEUE_LIMIT` events behind its feed: nothing more was
+    put in its queue after this. It reads what it missed from the store, and goes on."""
+    END = "end"
+    """The follower must stop: the log stops (its store closes), or the feed failed
+    (`_Subscription.failure`)."""
 
 
 @dataclass(eq=False)
 class _Subscription:
-    queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
+    queue: asyncio.Queue[Event | _Mark] = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
+    behind: bool = False
+    """It fell behind (`_Mark.BEHIND` is in its queue): the feed puts nothing in it until the
+    follower reads again (`rejoin`)."""
+    ended: bool = False
+    """`_Mark.END` is in its queue: it stops there (a follower behind reads nothing more)."""
     failure: BaseException | None = None
     """What the feed failed with, once it has (the follower raises `StoreError` from it)."""
 
-    def put(self, event: Event | None) -> bool:
+    def offer(self, event: Event) -> None:
+        """`event` for the follower, unless it fell behind (it reads the stored ones again)."""
+        if self.behind:
+            return
         try:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
-            return False
-        return True
+            self.behind = True
+            self._last(_Mark.BEHIND)
+
+    def rejoin(self) -> None:
+        """The follower reads again: the feed puts what it publishes from now on in its queue
+        (the follower reads what came meanwhile from the store)."""
+        self.behind = False
 
     def end(self, failure: BaseException | None = None) -> None:
-        """Tell the follower to stop (`failure`: with an error), even with its queue full:
-        the oldest event makes room (the follower reads what it missed from the store)."""
-        self.failure = failure
-        if not self.put(_END):
+        """Tell the follower to stop (`failure`: with an error)."""
+        self.ended, self.failure = True, failure
+        self._last(_Mark.END)
+
+    def _last(self, mark: _Mark) -> None:
+        """`mark` in the queue even when it is full: its oldest event makes room (the follower
+        reads what it missed from the store)."""
+        try:
+            self.queue.put_nowait(mark)
+        except asyncio.QueueFull:
             with contextlib.suppress(asyncio.QueueEmpty):
                 self.queue.get_nowait()
-            self.put(_END)
+            self.queue.put_nowait(mark)
 
 
 class _Feed:
@@ -155,9 +188,7 @@ class _Feed:
 
     def publish(self, event: Event) -> None:
         for subscription in list(self.subscribers):
-            if not subscription.put(event):
-                self.subscribers.discard(subscription)
-                subscription.end()
+            subscription.offer(event)
 
     def on_live(self, event: Event) -> None:
         """From the hub, in the event loop's thread."""
@@ -303,9 +334,14 @@ class EventLog:
         after a later stored event (text that lags behind its call's end is dropped): the
         number of the last event received, delta or not, is always a place to resume from.
 
+        A follower that falls more than `QUEUE_LIMIT` events behind the run (its caller
+        reads slower than the run's events come) reads what it missed from the store, from
+        the last event it gave, then follows on: every event once, in order, to the end.
+
         Once the follow has started, a database that goes away (it restarts, refuses
         connections, stays locked) is waited for: the follow goes on where it was once the
-        database is back.
+        database is back. It ends before the run's end only when the log stops (its store
+        closes), or with an error.
 
         Raises:
             UnknownRunError: no run has this id.
@@ -317,45 +353,53 @@ class EventLog:
         if head.status in TERMINAL and head.last_seq <= after:
             return  # the follower has seen the end already
         async with self._subscribe(run_id) as subscription:
-            # What is stored already (the feed publishes what comes after its start, so
-            # nothing falls between the two; a duplicate is dropped by its number).
             while True:
-                batch = await self._read(events.after, run_id, after=after, limit=PAGE)
-                for event in batch:
+                # What is stored after `after`: at the start, and again after the follower
+                # fell behind. The feed publishes what comes after (its start, or the
+                # follower's rejoin) to its queue, so nothing falls between the two; a
+                # duplicate is dropped by its number.
+                while True:
+                    batch = await self._read(events.after, run_id, after=after, limit=PAGE)
+                    for event in batch:
+                        after = event.seq
+                        yield event
+                        if await self.ends(event):
+                            return
+                    if len(batch) < PAGE:
+                        break
+                head = await self._read(runs.head, run_id)
+                if head.status in TERMINAL and head.last_seq <= after:
+                    return
+                while True:
+                    received = await subscription.queue.get()
+                    if received is _Mark.END:
+                        if subscription.failure is not None:
+                            raise _failure(run_id, subscription.failure) from subscription.failure
+                        return  # the log stops: a follower resumes from `after`
+                    if received is _Mark.BEHIND:
+                        if subscription.ended:
+                            continue  # it stops (`_Mark.END` comes next): nothing to catch up
+                        subscription.rejoin()
+                        break  # what it missed is read from the store
+                    event = received
+                    if event.kind == "token_delta":
+                        if event.seq >= after:  # not the text of a call it has seen end
+                            yield event
+                        continue
+                    if event.seq <= after:
+                        if await self.ends(event):
+                            return  # the follower's position is past the run's end
+                        continue
+                    if event.seq > after + 1:  # never expected; read the gap from the store
+                        for earlier in await self._read(
+                            events.after, run_id, after=after, limit=event.seq - after - 1
+                        ):
+                            after = earlier.seq
+                            yield earlier
                     after = event.seq
                     yield event
                     if await self.ends(event):
                         return
-                if len(batch) < PAGE:
-                    break
-            head = await self._read(runs.head, run_id)
-            if head.status in TERMINAL and head.last_seq <= after:
-                return
-            while True:
-                received = await subscription.queue.get()
-                if received is _END:
-                    if subscription.failure is not None:
-                        raise _failure(run_id, subscription.failure) from subscription.failure
-                    return  # fell behind, or the log stops: a follower resumes from `after`
-                event = received
-                if event.kind == "token_delta":
-                    if event.seq >= after:  # not the text of a call it has seen end
-                        yield event
-                    continue
-                if event.seq <= after:
-                    if await self.ends(event):
-                        return  # the follower's position is past the run's end
-                    continue
-                if event.seq > after + 1:  # never expected; read the gap from the store
-                    for earlier in await self._read(
-                        events.after, run_id, after=after, limit=event.seq - after - 1
-                    ):
-                        after = earlier.seq
-                        yield earlier
-                after = event.seq
-                yield event
-                if await self.ends(event):
-                    return
 
     async def ends(self, event: Event) -> bool:
         """Whether `event` ends its run's log: a terminal event, the last one, of a run that

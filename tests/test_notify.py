@@ -458,10 +458,15 @@ async def test_a_run_claimed_again_or_waiting_for_a_person_is_not_stuck_but_a_hu
     assert (stuck["retaken"]["steps"], stuck["retaken"]["last_progress_at"]) == ([], now - 5)
 
 
-def test_a_damaged_stored_event_is_passed_over_and_the_run_still_found_stuck(url: str) -> None:
+@pytest.mark.parametrize("last", [False, True], ids=["amid", "last"])
+def test_a_damaged_stored_event_is_passed_over_and_the_run_still_found_stuck(
+    url: str, last: bool
+) -> None:
     """A stored event the notifier cannot decode (a row that is not JSON, a kind a newer
     minions wrote) does not break its look: it folds the events it can read, and the run,
-    silent in a tool call for 20 minutes, is told as stuck in that step."""
+    silent in a tool call for 20 minutes, is told as stuck in that step. A damaged last
+    event leaves the run's claim as its last progress (the look used to fail on it, and
+    told nothing)."""
     now = time.time()
     database = Database(url, create=True)
     insert_run(database, "damaged")
@@ -477,16 +482,17 @@ def test_a_damaged_stored_event_is_passed_over_and_the_run_still_found_stuck(url
             db,
             "damaged",
             [
-                EventRow(3, "step_started", "a", "{not json"),
-                EventRow(4, "from_the_future", "a", '{"kind": "from_the_future", "seq": 4}'),
+                EventRow(3, "from_the_future", "a", '{"kind": "from_the_future", "seq": 3}'),
+                EventRow(4, "step_started", "a", "{not json"),
             ],
         )
         db.execute(sa.text("UPDATE minions_runs SET last_seq = 4 WHERE run_id = 'damaged'"))
-    store_events(
-        database,
-        "damaged",
-        ToolCallStarted(step_id="a", call_id="c1", name="fetch", timestamp=now - 1200),
-    )
+    if not last:
+        store_events(
+            database,
+            "damaged",
+            ToolCallStarted(step_id="a", call_id="c1", name="fetch", timestamp=now - 1200),
+        )
     notifier = Notifier(database, [STUCK], secret=SECRET, stuck_after=900, clock=lambda: now)
     assert notifier.find() == 1
     notifier.close()
@@ -495,7 +501,7 @@ def test_a_damaged_stored_event_is_passed_over_and_the_run_still_found_stuck(url
     assert (stuck["run_id"], stuck["steps"], stuck["last_progress_at"]) == (
         "damaged",
         ["a"],
-        now - 1200,
+        now - (1300 if last else 1200),
     )
 
 

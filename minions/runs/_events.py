@@ -3,22 +3,24 @@
 An event is stored as its JSON (long results and outputs as previews, `stored_event`); token
 deltas never are. The holder of a run writes its events with its other writes, in one commit
 (`minions.runs._leases.append`); whoever ends a run nobody runs writes its terminal event
-(`minions.runs._runs.end_unheld`). Followers read them (`minions.runs._log`).
+(`minions.runs._runs.end_unheld`). Followers read them (`minions.runs._log`). Every reader
+of a stored event reads it with `decoded`: a row that holds no event names its run and number.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import pydantic
 import sqlalchemy as sa
 
 from minions._fold import TERMINAL_KINDS
 from minions._item import ItemId
 from minions._text import stored_event
-from minions.events import Event, RunFailed, event_from_json, event_to_json
+from minions.events import Event, RunFailed, StepReused, event_from_json, event_to_json
+from minions.runs._db import DamagedStoreError
 from minions.runs._tables import events_table
 
 if TYPE_CHECKING:
@@ -69,26 +71,59 @@ def run_failed_row(run_id: str, error: str, actor: str | None = None) -> Callabl
 # -- reads ---------------------------------------------------------------------------------------
 
 
+def decoded(run_id: str, seq: int, data: str | bytes) -> Event:
+    """Stored event number `seq` of the run, typed: the one decoder of the events table's rows.
+
+    Raises:
+        DamagedStoreError: the row holds no event this minions reads (not JSON, a kind it does
+            not know, a field of the wrong type): the message names the run and the number.
+    """
+    try:
+        return event_from_json(data)
+    except pydantic.ValidationError as exc:
+        raise DamagedStoreError(f"event {seq} of run {run_id!r}: {_problem(exc)}") from None
+
+
+def _problem(exc: pydantic.ValidationError) -> str:
+    """What is wrong with a stored event's row, in a line (pydantic's first problem; never
+    what the row holds)."""
+    problems = exc.errors(include_url=False, include_input=False)
+    if not problems:
+        return "not an event"
+    first = problems[0]
+    if first["type"] == "json_invalid":
+        return f"not JSON ({first.get('ctx', {}).get('error', first['msg'])})"
+    if first["type"] == "union_tag_invalid":
+        said = f"its kind {first.get('ctx', {}).get('tag')!r} is not one this minions knows"
+    elif first["type"] == "union_tag_not_found":
+        said = "it has no kind"
+    else:
+        where = ".".join(str(p) for p in first["loc"][1:])  # after the kind
+        said = f"{where}: {first['msg']}" if where else first["msg"]
+    more = f", and {len(problems) - 1} more" if len(problems) > 1 else ""
+    return f"not an event ({said[:200]}{more})"
+
+
 def after(
     database: Database, run_id: str, *, after: int = 0, limit: int | None = None
 ) -> list[Event]:
     """The run's stored events after number `after`, in order."""
     query = (
-        sa.select(events_table.c.data)
+        sa.select(events_table.c.seq, events_table.c.data)
         .where(events_table.c.run_id == run_id, events_table.c.seq > after)
         .order_by(events_table.c.seq)
     )
     if limit is not None:
         query = query.limit(limit)
     with database.read() as db:
-        return [event_from_json(row.data) for row in db.execute(query)]
+        return [decoded(run_id, row.seq, row.data) for row in db.execute(query)]
 
 
 def of_step(database: Database, run_id: str, step_id: str) -> list[Event]:
     """The stored events of one step of the run (every visit) and of its loop items
     (``step[0]``, ``step[1]``...), in order."""
     query = (
-        sa.select(events_table.c.data)
+        sa.select(events_table.c.seq, events_table.c.data)
         .where(
             events_table.c.run_id == run_id,
             sa.or_(
@@ -99,7 +134,7 @@ def of_step(database: Database, run_id: str, step_id: str) -> list[Event]:
         .order_by(events_table.c.seq)
     )
     with database.read() as db:
-        return [event_from_json(row.data) for row in db.execute(query)]
+        return [decoded(run_id, row.seq, row.data) for row in db.execute(query)]
 
 
 def readable(database: Database, run_id: str) -> Iterator[Event]:
@@ -107,15 +142,15 @@ def readable(database: Database, run_id: str) -> Iterator[Event]:
     minions cannot decode (a damaged row, or a kind a newer minions wrote): for a reader
     that must go on with what the others say (the notifier)."""
     query = (
-        sa.select(events_table.c.data)
+        sa.select(events_table.c.seq, events_table.c.data)
         .where(events_table.c.run_id == run_id)
         .order_by(events_table.c.seq)
     )
     with database.stream() as db:
         for row in db.execute(query):
             try:
-                yield event_from_json(row.data)
-            except ValueError:
+                yield decoded(run_id, row.seq, row.data)
+            except DamagedStoreError:
                 continue
 
 
@@ -151,11 +186,12 @@ def reuses_said(database: Database, run_id: str) -> set[tuple[str, int]]:
     ``step_reused`` events)."""
     with database.read() as db:
         rows = db.execute(
-            sa.select(events_table.c.step_id, events_table.c.data).where(
+            sa.select(events_table.c.seq, events_table.c.step_id, events_table.c.data).where(
                 events_table.c.run_id == run_id, events_table.c.kind == "step_reused"
             )
         )
-        return {(r.step_id, int(json.loads(r.data).get("visit", 1))) for r in rows}
+        said = [(r.step_id, decoded(run_id, r.seq, r.data)) for r in rows]
+    return {(step, e.visit) for step, e in said if isinstance(e, StepReused)}
 
 
 # -- in a caller's transaction -------------------------------------------------------------------

@@ -19,6 +19,7 @@ view shows), never its path or query, which for many webhooks is their secret.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -35,7 +36,7 @@ import structlog
 from minions._fold import IN_FLIGHT, RunStates
 from minions._text import redact_url
 from minions.runs import _events as events
-from minions.runs._db import Database, detail
+from minions.runs._db import DamagedStoreError, Database, detail
 from minions.runs._tables import notifications_table as outbox
 
 if TYPE_CHECKING:
@@ -212,7 +213,9 @@ def stuck_candidates(database: Database, now: float, after: float) -> list[Held]
     for r in rows:
         progress = r.held_since or 0.0
         if r.data:
-            progress = max(progress, float(json.loads(r.data).get("timestamp", 0.0)))
+            with contextlib.suppress(DamagedStoreError):  # its claim says when it was held
+                last = events.decoded(r.run_id, int(r.last_seq), r.data)
+                progress = max(progress, last.timestamp)
         if now - progress >= after:
             found.append(Held(r.run_id, r.recipe_id, int(r.epoch), int(r.last_seq), progress))
     return found

@@ -21,7 +21,8 @@ from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
 
-from minions.events import ModelCallCompleted, ModelCallFailed, ModelCallStarted, event_from_json
+from minions.events import ModelCallCompleted, ModelCallFailed, ModelCallStarted
+from minions.runs import _events as events
 from minions.runs._db import Database
 from minions.runs._tables import events_table, runs_table
 
@@ -170,14 +171,14 @@ Ended = ModelCallCompleted | ModelCallFailed
 
 def _calls(rows: Iterable[Any]) -> Iterable[tuple[Any, ModelCallStarted | None, Ended]]:
     """Each ended model call attempt of the rows (a run's events in order, read by the one
-    decoder of stored events, `event_from_json`): its run's row, its start (``None``: not
+    decoder of stored events, `events.decoded`): its run's row, its start (``None``: not
     read) and its end."""
     run: str | None = None
     started: dict[tuple[str | None, int, int], ModelCallStarted] = {}
     for row in rows:
         if row.run_id != run:
             run, started = row.run_id, {}
-        event = event_from_json(row.data)
+        event = events.decoded(row.run_id, row.seq, row.data)
         if isinstance(event, ModelCallStarted):
             started[(event.step_id, event.turn, event.attempt)] = event
         elif isinstance(event, Ended):
@@ -208,7 +209,14 @@ def _events(
     e, r = events_table, runs_table
     query = (
         sa.select(
-            e.c.run_id, e.c.kind, e.c.step_id, e.c.data, r.c.recipe_id, r.c.schedule, r.c.project
+            e.c.run_id,
+            e.c.seq,
+            e.c.kind,
+            e.c.step_id,
+            e.c.data,
+            r.c.recipe_id,
+            r.c.schedule,
+            r.c.project,
         )
         .join(r, r.c.run_id == e.c.run_id)
         .where(e.c.kind.in_(kinds))

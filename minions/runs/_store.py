@@ -585,6 +585,8 @@ class RunStore:
 
         Raises:
             UnknownRunError: no run has this id.
+            StoreError: the store cannot be used now, or is damaged (a stored event that is
+                no event this minions reads: the message names the run and its number).
         """
         await self._database.apply(runs.head, run_id)
         return await self._database.apply(events.after, run_id, after=after, limit=limit)
@@ -592,11 +594,17 @@ class RunStore:
     def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         """The stored events after `after`, then new ones as they are stored, until the run
         has ended (a resumed run is followed to its new end); its token deltas live, from
-        whichever worker runs it. The `seq` of the last event received, a token delta's too,
-        is where to resume: `follow(run_id, after=last.seq)`.
+        whichever worker runs it. A caller that reads slower than the run's events come (more
+        than 10,000 behind) gets what it missed from the store: no event lost, none twice.
+        The follow ends before the run's end only when the store closes, or with an error.
+        The `seq` of the last event received, a token delta's too, is where to resume:
+        `follow(run_id, after=last.seq)`.
 
         Raises:
             UnknownRunError: no run has this id.
+            StoreError: the store cannot be used as the follow starts, or is damaged (a
+                stored event that is no event, say), or the run's reader in this process
+                failed (the message names the run).
         """
         return self.log.follow(run_id, after=after)
 

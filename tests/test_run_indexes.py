@@ -33,17 +33,23 @@ def plan(database: Database, where: str) -> str:
     return " ".join(str(row) for row in rows)
 
 
-def test_a_store_of_schema_13_gets_the_indexes_of_a_new_one(tmp_path: Path) -> None:
-    new = Database(f"sqlite:///{tmp_path / 'new.db'}", create=True)
-    url = f"sqlite:///{tmp_path / 'old.db'}"
+def made_by_schema_13(url: str) -> None:
+    """A store with a run, as schema 13 made it: an index of the runs by status alone, and
+    one by schedule of every run."""
     made = Database(url, create=True)
     insert_run(made, "before")
-    with made.begin() as db:  # what schema 13 made
+    with made.begin() as db:
         db.execute(meta_table.update().values(value="13"))
         db.execute(sa.text("DROP INDEX ix_minions_runs_schedule"))
         db.execute(sa.text("CREATE INDEX ix_minions_runs_schedule ON minions_runs (schedule)"))
         db.execute(sa.text("CREATE INDEX ix_minions_runs_status ON minions_runs (status)"))
     made.close()
+
+
+def test_a_store_of_schema_13_gets_the_indexes_of_a_new_one(tmp_path: Path) -> None:
+    new = Database(f"sqlite:///{tmp_path / 'new.db'}", create=True)
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    made_by_schema_13(url)
     old = Database(url)
     assert indexes(old) == indexes(new)
     assert "ix_minions_runs_status" not in indexes(old)
@@ -75,14 +81,7 @@ def test_a_postgres_store_of_schema_13_gets_the_indexes_of_a_new_one(postgres: s
 
     new = Database(fresh_database(postgres, "indexes_new"), create=True)
     url = fresh_database(postgres, "indexes_old")
-    made = Database(url, create=True)
-    insert_run(made, "before")
-    with made.begin() as db:  # what schema 13 made
-        db.execute(meta_table.update().values(value="13"))
-        db.execute(sa.text("DROP INDEX ix_minions_runs_schedule"))
-        db.execute(sa.text("CREATE INDEX ix_minions_runs_schedule ON minions_runs (schedule)"))
-        db.execute(sa.text("CREATE INDEX ix_minions_runs_status ON minions_runs (status)"))
-    made.close()
+    made_by_schema_13(url)
     old = Database(url)
     assert named(old) == named(new)
     assert "ix_minions_runs_status" not in named(old)

@@ -495,7 +495,7 @@ class Worker:
 
     def _woken(self, what: Wake) -> None:
         if what == "queue":
-            self.dispatcher.wake(writer=True)
+            self.dispatcher.wake()
         else:
             self._schedules_changed.set()
 

@@ -4,14 +4,14 @@ streams."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -21,6 +21,9 @@ from minions.models import Limits
 from minions.service._app import create_app
 from minions.service._config import ServiceConfig
 from minions.service._protocol import bounded_protocol, connection_cap
+
+if TYPE_CHECKING:
+    import uvicorn
 
 __all__ = ["serve"]
 
@@ -181,28 +184,39 @@ def serve(
             proxy_headers=config.proxy_user_header is None,
         )
     )
-    try:
-        server.run()
-    finally:
+
+    def drain() -> None:
         if running is not None and thread is not None:
             if signals == 0:
                 stop_worker()  # it drains: its steps in flight get its grace to finish
-            with _signals_while_draining(stop_worker):
-                thread.join(timeout=running.grace + 15)
+            thread.join(timeout=running.grace + 15)
+
+    try:
+        serve_then_drain(server, drain)
+    finally:
         if exported is not None:
             exported.shutdown()
 
 
-@contextlib.contextmanager
-def _signals_while_draining(handler: Callable[..., None]) -> Iterator[None]:
-    """SIGINT and SIGTERM call `handler` (they cut the worker's grace short) while the
-    worker drains after the server stopped, rather than killing the process mid-drain."""
+def serve_then_drain(server: uvicorn.Server, drain: Callable[[], None]) -> None:
+    """Run `server`, then `drain` the worker, with SIGINT and SIGTERM calling the server's
+    `handle_exit` from before it starts until the drain ends (in the main thread): a signal
+    while the server runs stops it, and one after cuts the worker's grace short. uvicorn puts
+    back, as it stops, the handlers it found: these, never the default, which killed the
+    process when a second signal came between the server's stop and the drain (exit -15)."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        try:
+            server.run()
+        finally:
+            drain()
         return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in signals}
     try:
-        yield
+        try:
+            server.run()
+        finally:
+            drain()
     finally:
         for sig, restored in previous.items():
             signal.signal(sig, restored)

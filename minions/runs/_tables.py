@@ -102,14 +102,14 @@ runs_table = sa.Table(
     # Schema 12: the runs that ended with a status since a time (the notifier's failed runs,
     # each look) read without going through every run that ever ended so.
     sa.Index("ix_minions_runs_status_finished", "status", "finished_at"),
-    # Schema 14: only the runs a schedule fired (a submitted run's insert writes no page of it).
-    sa.Index(
-        "ix_minions_runs_schedule",
-        "schedule",
-        sqlite_where=sa.text("schedule IS NOT NULL"),
-        postgresql_where=sa.text("schedule IS NOT NULL"),
-    ),
 )
+schedule_index = sa.Index(
+    "ix_minions_runs_schedule",
+    runs_table.c.schedule,
+    sqlite_where=runs_table.c.schedule.is_not(None),
+    postgresql_where=runs_table.c.schedule.is_not(None),
+)
+"""Schema 14: only the runs a schedule fired (a submitted run's insert writes no page of it)."""
 steps_table = sa.Table(
     "minions_steps",
     metadata,
@@ -551,12 +551,7 @@ def _to_14(db: sa.Connection) -> None:
     if "minions_runs" in set(sa.inspect(db).get_table_names()):
         db.execute(sa.text("DROP INDEX IF EXISTS ix_minions_runs_status"))
         db.execute(sa.text("DROP INDEX IF EXISTS ix_minions_runs_schedule"))
-        db.execute(
-            sa.text(
-                "CREATE INDEX IF NOT EXISTS ix_minions_runs_schedule ON minions_runs (schedule) "
-                "WHERE schedule IS NOT NULL"
-            )
-        )
+        schedule_index.create(db)
 
 
 MIGRATIONS: dict[int, Any] = {
